@@ -1,0 +1,1 @@
+//! Adapters around the pure core: transport, sandbox, event log, timers, and the runtime loop.

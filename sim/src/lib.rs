@@ -1,0 +1,1 @@
+//! The CHORUS simulator (work in progress): engines, scenarios, checker and traces.
