@@ -1,0 +1,212 @@
+//! The wire codec: a versioned JSON envelope with the cluster id, at most 64 KiB. Decoding never
+//! panics; every failure is a typed [`CodecError`] the caller counts and drops.
+//!
+//! The format is specified for other implementations in `docs/wire-format.md`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Message;
+
+/// The wire format version this build speaks.
+pub const WIRE_VERSION: u32 = 1;
+
+/// Largest encoded message accepted or produced.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Why bytes were not a message for us.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum CodecError {
+    /// Over [`MAX_MESSAGE_BYTES`]; rejected before any parsing.
+    #[error("message of {0} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")]
+    TooLarge(usize),
+    /// Not a well-formed envelope or message.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A wire version this build does not speak.
+    #[error("unsupported wire version {0} (this build speaks {WIRE_VERSION})")]
+    Version(u32),
+    /// A message for another cluster.
+    #[error("message for cluster {0:?}")]
+    WrongCluster(String),
+}
+
+impl CodecError {
+    /// A short, stable label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CodecError::TooLarge(_) => "too_large",
+            CodecError::Malformed(_) => "malformed",
+            CodecError::Version(_) => "version",
+            CodecError::WrongCluster(_) => "wrong_cluster",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct EnvelopeOut<'a> {
+    v: u32,
+    cluster: &'a str,
+    msg: &'a Message,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeIn {
+    v: u32,
+    cluster: String,
+    msg: serde_json::Value,
+}
+
+/// Encodes `msg` for `cluster`. Fails only if the result would exceed the size limit.
+pub fn encode(cluster: &str, msg: &Message) -> Result<Vec<u8>, CodecError> {
+    let bytes = serde_json::to_vec(&EnvelopeOut {
+        v: WIRE_VERSION,
+        cluster,
+        msg,
+    })
+    .map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge(bytes.len()));
+    }
+    Ok(bytes)
+}
+
+/// Decodes bytes received for `cluster`. The version and cluster are checked before the body is
+/// interpreted, so a future version's message is reported as such rather than as garbage.
+pub fn decode(cluster: &str, bytes: &[u8]) -> Result<Message, CodecError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(CodecError::TooLarge(bytes.len()));
+    }
+    let env: EnvelopeIn =
+        serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
+    if env.v != WIRE_VERSION {
+        return Err(CodecError::Version(env.v));
+    }
+    if env.cluster != cluster {
+        return Err(CodecError::WrongCluster(env.cluster));
+    }
+    serde_json::from_value(env.msg).map_err(|e| CodecError::Malformed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{Electorate, NodeId};
+
+    fn samples() -> Vec<Message> {
+        let e = Arc::new(Electorate::new(1, vec!["a".into(), "b".into()]));
+        vec![
+            Message::Whoami {
+                electorate_version: 0,
+            },
+            Message::WhoamiReply {
+                admin: Some(NodeId::from("a")),
+                term: 3,
+                membership_version: 1,
+                beat: 9,
+                score: 5000,
+                eligible: true,
+                electorate: Some(e),
+            },
+            Message::WhoamiReply {
+                admin: None,
+                term: 0,
+                membership_version: 0,
+                beat: 0,
+                score: 0,
+                eligible: false,
+                electorate: None,
+            },
+            Message::PreVoteRequest {
+                term: 4,
+                electorate_version: 1,
+                electorate_hash: u64::MAX,
+            },
+            Message::PreVoteReply {
+                term: 4,
+                granted: true,
+            },
+            Message::VoteRequest {
+                term: 4,
+                electorate_version: 1,
+                electorate_hash: 7,
+            },
+            Message::VoteReply {
+                term: 4,
+                granted: false,
+            },
+            Message::Heartbeat {
+                term: 4,
+                beat: 10,
+                membership_version: 1,
+            },
+            Message::HeartbeatAck { term: 4, beat: 10 },
+            Message::StepDown { term: 4 },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in samples() {
+            let bytes = encode("c1", &m).unwrap();
+            assert_eq!(decode("c1", &bytes).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn the_envelope_is_the_documented_one() {
+        let bytes = encode(
+            "c1",
+            &Message::Heartbeat {
+                term: 4,
+                beat: 10,
+                membership_version: 1,
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"v":1,"cluster":"c1","msg":{"type":"heartbeat","term":4,"beat":10,"membership_version":1}}"#
+        );
+    }
+
+    #[test]
+    fn rejections_are_typed() {
+        let hb = encode("c1", &Message::StepDown { term: 1 }).unwrap();
+        assert!(matches!(decode("c2", &hb), Err(CodecError::WrongCluster(c)) if c == "c1"));
+        let v2 = br#"{"v":2,"cluster":"c1","msg":{"type":"step_down","term":1}}"#;
+        assert_eq!(decode("c1", v2), Err(CodecError::Version(2)));
+        let unknown = br#"{"v":1,"cluster":"c1","msg":{"type":"launch_missiles"}}"#;
+        assert!(matches!(
+            decode("c1", unknown),
+            Err(CodecError::Malformed(_))
+        ));
+        let big = vec![b' '; MAX_MESSAGE_BYTES + 1];
+        assert_eq!(
+            decode("c1", &big),
+            Err(CodecError::TooLarge(MAX_MESSAGE_BYTES + 1))
+        );
+        assert!(matches!(
+            decode("c1", b"\xff\x00{"),
+            Err(CodecError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn oversized_messages_are_not_encoded() {
+        let members = (0..5000)
+            .map(|i| NodeId::from(format!("12D3KooW{i:044}")))
+            .collect();
+        let m = Message::WhoamiReply {
+            admin: None,
+            term: 0,
+            membership_version: 1,
+            beat: 0,
+            score: 0,
+            eligible: true,
+            electorate: Some(Arc::new(Electorate::new(1, members))),
+        };
+        assert!(matches!(encode("c", &m), Err(CodecError::TooLarge(_))));
+    }
+}

@@ -1,0 +1,151 @@
+//! Outputs of the core: data only. Adapters carry them out after the step's event is durable.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Message, NodeId, Timer};
+
+/// One output of [`crate::Core::step`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Command {
+    /// Send a message to one peer.
+    Send {
+        /// Recipient.
+        to: NodeId,
+        /// The message.
+        msg: Message,
+    },
+    /// Send a message to every peer.
+    Broadcast {
+        /// The message.
+        msg: Message,
+    },
+    /// (Re)arm a timer to fire at `at_ms`, replacing any earlier deadline of the same timer.
+    SetTimer {
+        /// Which timer.
+        timer: Timer,
+        /// Deadline on the node's clock.
+        at_ms: u64,
+    },
+    /// Disarm a timer.
+    CancelTimer {
+        /// Which timer.
+        timer: Timer,
+    },
+    /// The node's role changed. Admin duties run only while `role` is `Admin`, and only until
+    /// `lease_until_ms` unless a later `Notice::LeaseRenewed` extends it.
+    RoleChanged {
+        /// The new role.
+        role: Role,
+        /// The term of the new role.
+        term: u64,
+        /// The lease end when the new role is `Admin`.
+        lease_until_ms: Option<u64>,
+    },
+    /// Something an observer wants to know (these become trace lines, DESIGN §6).
+    Notice(Notice),
+}
+
+/// Observable decisions, matching the trace kinds of DESIGN §6.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Notice {
+    /// This node won the election for `term`.
+    BecameAdmin {
+        /// The term.
+        term: u64,
+        /// Lease end (node clock).
+        lease_until_ms: u64,
+    },
+    /// A majority acknowledged a heartbeat; the lease now ends later.
+    LeaseRenewed {
+        /// The term.
+        term: u64,
+        /// New lease end (node clock).
+        lease_until_ms: u64,
+    },
+    /// This node stopped being admin.
+    SteppedDown {
+        /// The term it held.
+        term: u64,
+        /// Why.
+        reason: StepDownReason,
+    },
+    /// This node cast its (single) vote of `term`.
+    Voted {
+        /// The term.
+        term: u64,
+        /// The candidate voted for.
+        candidate: NodeId,
+    },
+    /// This node now knows `admin` as the admin of `term`.
+    AdminKnown {
+        /// The admin.
+        admin: NodeId,
+        /// Its term.
+        term: u64,
+    },
+}
+
+/// Why an admin stepped down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepDownReason {
+    /// It learned of a higher term.
+    HigherTerm,
+    /// Its lease ran out without a majority of acknowledgements (check-quorum).
+    LeaseExpired,
+    /// Graceful shutdown.
+    Shutdown,
+}
+
+impl StepDownReason {
+    /// The snake_case name used in traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDownReason::HigherTerm => "higher_term",
+            StepDownReason::LeaseExpired => "lease_expired",
+            StepDownReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+impl fmt::Display for StepDownReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A node's role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Follows an admin, or waits for one.
+    Follower,
+    /// Asking for pre-votes; its term is unchanged.
+    PreCandidate,
+    /// Asking for votes in a new term.
+    Candidate,
+    /// Elected; runs admin duties while its lease is valid.
+    Admin,
+}
+
+impl Role {
+    /// The snake_case name used in status and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Follower => "follower",
+            Role::PreCandidate => "pre_candidate",
+            Role::Candidate => "candidate",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

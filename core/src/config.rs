@@ -1,0 +1,194 @@
+//! Protocol configuration: every timing and threshold, with the CHORUS defaults, and its validation.
+
+use serde::{Deserialize, Serialize};
+
+/// The capability that makes a node admin-eligible (a voter and a possible admin).
+pub const ADMIN_ELECTION: &str = "admin_election";
+
+/// Protocol configuration. All times are milliseconds of the node's own (monotonic) clock.
+///
+/// The defaults are CHORUS's: 15 s heartbeats, a 15 s discovery timeout and 30–45 s election delays.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Cluster identifier; messages for another cluster are rejected by the codec.
+    pub cluster_id: String,
+    /// How often the admin broadcasts a heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// Lower end of the election delay window; also how long a voter stays loyal to an admin (or
+    /// to the candidate it voted for) after hearing from it.
+    pub election_timeout_min_ms: u64,
+    /// Upper end of the election delay window.
+    pub election_timeout_max_ms: u64,
+    /// How long a starting node looks for an existing admin before it may stand.
+    pub discovery_timeout_ms: u64,
+    /// How many distinct peers must report the same (admin, term) before a node accepts it
+    /// without a direct heartbeat (capped by the number of peers known).
+    pub confirmations: u32,
+    /// How many admin-eligible nodes (this one included) must be discovered before the initial
+    /// electorate is fixed.
+    pub bootstrap_expect: u32,
+    /// Bound on clock rate drift between any two nodes, in parts per million. The lease is
+    /// shortened by twice this much, so an admin's lease always ends before any voter's promise.
+    pub max_clock_drift_ppm: u32,
+    /// When true, a node's election delay is biased by its rank (best score first). The Raft
+    /// timing experiment switches it off to compare with the paper.
+    pub score_bias: bool,
+    /// Minimum width of one rank slot in the election window (about one network round trip).
+    /// Zero means the window is simply divided by the number of eligible nodes.
+    pub election_slot_min_ms: u64,
+    /// At most this many WHOAMI requests per discovery round, which bounds discovery traffic in
+    /// large clusters.
+    pub discovery_fanout: u32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cluster_id: "chorus".to_owned(),
+            heartbeat_interval_ms: 15_000,
+            election_timeout_min_ms: 30_000,
+            election_timeout_max_ms: 45_000,
+            discovery_timeout_ms: 15_000,
+            confirmations: 2,
+            bootstrap_expect: 1,
+            max_clock_drift_ppm: 1_000,
+            score_bias: true,
+            election_slot_min_ms: 0,
+            discovery_fanout: 16,
+        }
+    }
+}
+
+/// A configuration value that cannot work, naming the offending key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid config `{key}`: {reason}")]
+pub struct ConfigError {
+    /// The configuration key.
+    pub key: &'static str,
+    /// Why the value is rejected.
+    pub reason: String,
+}
+
+impl Config {
+    /// The admin lease: the minimum election timeout shortened by twice the drift bound, so that a
+    /// lease measured on a slow admin clock still ends before a fast voter's promise does.
+    pub fn lease_ms(&self) -> u64 {
+        let keep_ppm = 1_000_000u64.saturating_sub(2 * u64::from(self.max_clock_drift_ppm));
+        self.election_timeout_min_ms * keep_ppm / 1_000_000
+    }
+
+    /// Checks that the values can work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |key, reason: String| Err(ConfigError { key, reason });
+        if self.cluster_id.is_empty() || self.cluster_id.len() > 128 {
+            return err("cluster_id", "must be 1 to 128 characters".into());
+        }
+        if self.election_timeout_min_ms == 0 {
+            return err("election_timeout_min_ms", "must be positive".into());
+        }
+        if self.election_timeout_max_ms < self.election_timeout_min_ms {
+            return err(
+                "election_timeout_max_ms",
+                format!(
+                    "{} is below election_timeout_min_ms {}",
+                    self.election_timeout_max_ms, self.election_timeout_min_ms
+                ),
+            );
+        }
+        if self.max_clock_drift_ppm >= 100_000 {
+            return err("max_clock_drift_ppm", "must be below 100000 (10%)".into());
+        }
+        if self.heartbeat_interval_ms == 0 || self.heartbeat_interval_ms >= self.lease_ms() {
+            return err(
+                "heartbeat_interval_ms",
+                format!(
+                    "must be positive and below the lease ({} ms), or the lease can never be renewed",
+                    self.lease_ms()
+                ),
+            );
+        }
+        if self.discovery_timeout_ms == 0 {
+            return err("discovery_timeout_ms", "must be positive".into());
+        }
+        if self.confirmations == 0 {
+            return err("confirmations", "must be at least 1".into());
+        }
+        if self.bootstrap_expect == 0 {
+            return err("bootstrap_expect", "must be at least 1".into());
+        }
+        if self.discovery_fanout == 0 {
+            return err("discovery_fanout", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_chorus_and_valid() {
+        let c = Config::default();
+        assert_eq!(c.heartbeat_interval_ms, 15_000);
+        assert_eq!(c.discovery_timeout_ms, 15_000);
+        assert_eq!(
+            (c.election_timeout_min_ms, c.election_timeout_max_ms),
+            (30_000, 45_000)
+        );
+        assert_eq!(c.lease_ms(), 29_940);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let cases: Vec<(Config, &str)> = vec![
+            (
+                Config {
+                    election_timeout_max_ms: 10,
+                    ..Config::default()
+                },
+                "election_timeout_max_ms",
+            ),
+            (
+                Config {
+                    heartbeat_interval_ms: 30_000,
+                    ..Config::default()
+                },
+                "heartbeat_interval_ms",
+            ),
+            (
+                Config {
+                    confirmations: 0,
+                    ..Config::default()
+                },
+                "confirmations",
+            ),
+            (
+                Config {
+                    bootstrap_expect: 0,
+                    ..Config::default()
+                },
+                "bootstrap_expect",
+            ),
+            (
+                Config {
+                    cluster_id: String::new(),
+                    ..Config::default()
+                },
+                "cluster_id",
+            ),
+            (
+                Config {
+                    max_clock_drift_ppm: 200_000,
+                    ..Config::default()
+                },
+                "max_clock_drift_ppm",
+            ),
+        ];
+        for (config, key) in cases {
+            assert_eq!(config.validate().unwrap_err().key, key);
+        }
+    }
+}

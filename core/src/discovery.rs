@@ -1,0 +1,296 @@
+//! Discovery: WHOAMI requests and replies, admin acceptance by confirmations, and the bootstrap of
+//! the electorate once `bootstrap_expect` eligible nodes are known.
+
+use std::sync::Arc;
+
+use crate::node::ElectionPhase;
+use crate::{Command, Core, Electorate, Message, NodeId, Timer};
+
+impl Core {
+    /// Starts a discovery round: ask the peers known so far, and give up after the timeout.
+    pub(crate) fn begin_discovery(&mut self, out: &mut Vec<Command>) {
+        self.reports.clear();
+        self.whoami_sent = 0;
+        let fanout = self.config.discovery_fanout as usize;
+        let targets: Vec<NodeId> = self.peers.keys().take(fanout).cloned().collect();
+        for peer in targets {
+            self.send_whoami(peer, out);
+        }
+        self.timers.set(
+            Timer::Discovery,
+            self.now_ms + self.config.discovery_timeout_ms,
+            out,
+        );
+    }
+
+    pub(crate) fn send_whoami(&mut self, peer: NodeId, out: &mut Vec<Command>) {
+        self.whoami_sent += 1;
+        let electorate_version = self.electorate.as_ref().map_or(0, |e| e.version);
+        out.push(Command::Send {
+            to: peer,
+            msg: Message::Whoami { electorate_version },
+        });
+    }
+
+    pub(crate) fn on_discovery_timeout(&mut self, out: &mut Vec<Command>) {
+        if self.admin.is_some() {
+            return;
+        }
+        // No admin turned up: arm the election unless it already is, and keep asking.
+        if self.can_stand() && self.timers.deadline(Timer::Election).is_none() {
+            self.arm_stand(out);
+        }
+        self.begin_discovery(out);
+    }
+
+    pub(crate) fn on_whoami(&mut self, from: NodeId, their_version: u64, out: &mut Vec<Command>) {
+        let electorate = self
+            .electorate
+            .as_ref()
+            .filter(|e| e.version > their_version)
+            .cloned();
+        let msg = Message::WhoamiReply {
+            admin: self.admin.clone(),
+            term: self.term,
+            membership_version: self.electorate.as_ref().map_or(0, |e| e.version),
+            beat: self.beat,
+            score: self.score(),
+            eligible: self.is_eligible(),
+            electorate,
+        };
+        out.push(Command::Send { to: from, msg });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_whoami_reply(
+        &mut self,
+        from: NodeId,
+        admin: Option<NodeId>,
+        term: u64,
+        beat: u64,
+        score: u32,
+        eligible: bool,
+        electorate: Option<Arc<Electorate>>,
+        out: &mut Vec<Command>,
+    ) {
+        if let Some(peer) = self.peers.get_mut(&from) {
+            peer.score = score;
+            peer.eligible = eligible;
+        }
+        if let Some(theirs) = electorate {
+            // An existing cluster's electorate wins over bootstrapping one of our own.
+            if self
+                .electorate
+                .as_ref()
+                .is_none_or(|mine| theirs.version > mine.version)
+            {
+                self.electorate = Some(theirs);
+            }
+        }
+        self.beat = self.beat.max(beat);
+        let Some(admin) = admin else { return };
+        if self.admin.is_some() || term < self.term || admin == self.id {
+            return;
+        }
+        self.reports.insert(from, (admin.clone(), term));
+        let agreeing = self
+            .reports
+            .values()
+            .filter(|(a, t)| *a == admin && *t == term)
+            .count();
+        let known = self.peers.len().max(1);
+        let needed = (self.config.confirmations as usize).min(known);
+        if agreeing >= needed {
+            self.observe_term(term, out);
+            if self.role == crate::Role::Follower {
+                self.set_admin(admin, out);
+                self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+            }
+        }
+    }
+
+    /// Fixes the initial electorate once `bootstrap_expect` eligible nodes (this one included)
+    /// are known. Only eligible nodes bootstrap; the others adopt an electorate from replies.
+    pub(crate) fn maybe_bootstrap(&mut self) {
+        if self.electorate.is_some() || !self.is_eligible() {
+            return;
+        }
+        let eligible: Vec<NodeId> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| p.eligible)
+            .map(|(id, _)| id.clone())
+            .chain(std::iter::once(self.id.clone()))
+            .collect();
+        if eligible.len() >= self.config.bootstrap_expect as usize {
+            self.electorate = Some(Arc::new(Electorate::new(1, eligible)));
+        }
+    }
+
+    /// Arms the election timer to suspect the admin at `at_ms`.
+    pub(crate) fn arm_suspect(&mut self, at_ms: u64, out: &mut Vec<Command>) {
+        self.election_phase = ElectionPhase::Suspect;
+        self.timers.set(Timer::Election, at_ms, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testutil::*;
+    use crate::{Command, Config, Core, Event, Message, Notice, PeerInfo, Timer, ADMIN_ELECTION};
+
+    fn reply(admin: Option<&str>, term: u64) -> Message {
+        Message::WhoamiReply {
+            admin: admin.map(Into::into),
+            term,
+            membership_version: 1,
+            beat: 3,
+            score: 0,
+            eligible: true,
+            electorate: None,
+        }
+    }
+
+    fn up(peer: &str, eligible: bool) -> Event {
+        let caps: Vec<String> = if eligible {
+            vec![ADMIN_ELECTION.into()]
+        } else {
+            vec!["docker".into()]
+        };
+        Event::PeerUp {
+            peer: peer.into(),
+            info: PeerInfo {
+                capabilities: caps.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn admin_accepted_on_confirmations_not_on_one_report() {
+        let mut n = voter("n", &["a", "b", "c", "n"]);
+        for p in ["a", "b", "c"] {
+            n.step_vec(0, up(p, true));
+        }
+        n.step_vec(1, from("b", reply(Some("a"), 2)));
+        assert_eq!(n.admin(), None, "one report of three peers is not enough");
+        n.step_vec(2, from("c", reply(Some("x"), 2)));
+        assert_eq!(n.admin(), None, "disagreeing reports do not add up");
+        let out = n.step_vec(3, from("a", reply(Some("a"), 2)));
+        assert!(out.contains(&Command::Notice(Notice::AdminKnown {
+            admin: "a".into(),
+            term: 2
+        })));
+        assert_eq!((n.term(), n.beat()), (2, 3));
+        assert_eq!(n.timers.deadline(Timer::Discovery), None, "discovery over");
+    }
+
+    #[test]
+    fn confirmations_are_capped_by_peers_known() {
+        let mut n = voter("n", &["a", "n"]);
+        n.step_vec(0, up("a", true));
+        n.step_vec(1, from("a", reply(Some("a"), 1)));
+        assert_eq!(n.admin().map(|a| a.as_str()), Some("a"));
+    }
+
+    #[test]
+    fn whoami_goes_to_new_peers_until_an_admin_is_known() {
+        let mut n = voter("n", &["a", "b", "n"]);
+        let out = n.step_vec(0, up("a", true));
+        assert_eq!(
+            sent_to(&out, "a"),
+            [&Message::Whoami {
+                electorate_version: 1
+            }]
+        );
+        n.step_vec(
+            1,
+            from(
+                "a",
+                Message::Heartbeat {
+                    term: 1,
+                    beat: 1,
+                    membership_version: 1,
+                },
+            ),
+        );
+        assert!(sent_to(&n.step_vec(2, up("b", true)), "b").is_empty());
+    }
+
+    #[test]
+    fn bootstrap_waits_for_expected_eligible_nodes() {
+        let config = Config {
+            bootstrap_expect: 3,
+            ..Config::default()
+        };
+        let mut n = Core::new("n".into(), config.clone(), vec![ADMIN_ELECTION.into()], 1).unwrap();
+        n.step_vec(0, Event::Started);
+        n.step_vec(0, up("w", false));
+        n.step_vec(0, up("a", true));
+        assert!(n.electorate().is_none(), "a worker does not count");
+        fire(&mut n, Timer::Discovery);
+        assert_eq!(
+            n.timers.deadline(Timer::Election),
+            None,
+            "no electorate, no election"
+        );
+        n.step_vec(n.now_ms(), up("b", true));
+        let e = n.electorate().unwrap();
+        let members: Vec<&str> = e.members().iter().map(|m| m.as_str()).collect();
+        assert_eq!((e.version, members), (1, vec!["a", "b", "n"]));
+
+        let mut worker = Core::new("w".into(), config, vec!["docker".into()], 1).unwrap();
+        worker.step_vec(0, Event::Started);
+        for p in ["a", "b", "c"] {
+            worker.step_vec(0, up(p, true));
+        }
+        assert!(
+            worker.electorate().is_none(),
+            "only eligible nodes bootstrap"
+        );
+    }
+
+    #[test]
+    fn an_existing_electorate_is_adopted_from_a_reply() {
+        let config = Config {
+            bootstrap_expect: 3,
+            ..Config::default()
+        };
+        let mut n = Core::new("n".into(), config, vec![ADMIN_ELECTION.into()], 1).unwrap();
+        n.step_vec(0, Event::Started);
+        let theirs = crate::Electorate::new(4, vec!["a".into(), "b".into(), "n".into()]);
+        let msg = Message::WhoamiReply {
+            admin: None,
+            term: 0,
+            membership_version: 4,
+            beat: 0,
+            score: 0,
+            eligible: true,
+            electorate: Some(theirs.clone().into()),
+        };
+        n.step_vec(1, from("a", msg));
+        assert_eq!(n.electorate(), Some(&theirs));
+    }
+
+    #[test]
+    fn single_node_elects_itself_after_discovery() {
+        let mut n = Core::new(
+            "solo".into(),
+            Config::default(),
+            vec![ADMIN_ELECTION.into()],
+            1,
+        )
+        .unwrap();
+        n.step_vec(0, Event::Started);
+        fire(&mut n, Timer::Discovery);
+        fire(&mut n, Timer::Election);
+        assert_eq!(n.role(), crate::Role::Admin);
+        assert_eq!(n.term(), 1);
+        let t = n.now_ms();
+        let out = fire(&mut n, Timer::Heartbeat);
+        assert!(
+            n.holds_lease(t + 20_000),
+            "a lone voter renews its own lease: {out:?}"
+        );
+    }
+}

@@ -1,0 +1,696 @@
+//! Elections: the rank-biased delay, pre-vote, vote, and winning.
+//!
+//! Rules (DESIGN §4), each checked by a test in this file:
+//! 1. A node stands only when eligible and in the electorate, and only one round at a time.
+//! 2. Pre-vote changes no state at voters; a voter says yes only if the proposed term is above its
+//!    own, the candidate is a voter of the same electorate, and it has no live promise.
+//! 3. A voter grants at most one vote per term (the vote is state, persisted via the event log).
+//! 4. A promise (from an admin's heartbeat, from voting, or from a restart) blocks (pre-)votes for
+//!    anyone else for `election_timeout_min_ms`; admin leases rest on it.
+//! 5. A strict majority of the electorate wins; any higher term sends a node back to follower.
+
+use std::sync::Arc;
+
+use crate::node::{AdminState, BeatRound, ElectionPhase, Round};
+use crate::{rng, score, Command, Core, Message, NodeId, Notice, Role, Timer};
+
+impl Core {
+    /// The rank of this node among the live voters that could stand, and how many there are
+    /// (this node included). Ordered by score descending, then node id ascending.
+    pub fn rank(&self) -> (usize, usize) {
+        let my = (self.score(), &self.id);
+        let electorate = self.electorate.as_deref();
+        let mut better = 0;
+        let mut n = 1;
+        for (id, peer) in &self.peers {
+            if !peer.eligible || electorate.is_some_and(|e| !e.contains(id)) {
+                continue;
+            }
+            n += 1;
+            if peer.score > my.0 || (peer.score == my.0 && id < my.1) {
+                better += 1;
+            }
+        }
+        (better, n)
+    }
+
+    /// Draws the delay before standing: inside this node's rank slot of the window, or anywhere
+    /// in the window when score bias is off.
+    fn election_delay(&mut self) -> u64 {
+        let window = self.config.election_timeout_max_ms - self.config.election_timeout_min_ms;
+        if !self.config.score_bias {
+            return rng::below(&mut self.rng, window + 1);
+        }
+        let (rank, n) = self.rank();
+        let (start, width) = score::slot(rank, n, window, self.config.election_slot_min_ms);
+        start + rng::below(&mut self.rng, width)
+    }
+
+    /// Arms the election timer to stand after the rank-biased delay.
+    pub(crate) fn arm_stand(&mut self, out: &mut Vec<Command>) {
+        let delay = self.election_delay();
+        self.election_phase = ElectionPhase::Stand;
+        self.timers.set(Timer::Election, self.now_ms + delay, out);
+    }
+
+    pub(crate) fn on_election_timeout(&mut self, out: &mut Vec<Command>) {
+        match (self.role, self.election_phase) {
+            (Role::Admin, _) => {}
+            (_, ElectionPhase::Suspect) => {
+                // The admin (or our own round) went quiet for the minimum election timeout.
+                self.become_follower(out);
+                self.admin = None;
+                if self.can_stand() {
+                    self.arm_stand(out);
+                } else if self.timers.deadline(Timer::Discovery).is_none() {
+                    self.begin_discovery(out);
+                }
+            }
+            (_, ElectionPhase::Stand) => self.start_pre_vote(out),
+        }
+    }
+
+    fn electorate_key(&self) -> (u64, u64) {
+        self.electorate
+            .as_ref()
+            .map_or((0, 0), |e| (e.version, e.fingerprint()))
+    }
+
+    /// Sends `msg` to every voter except this node.
+    fn send_to_voters(&self, msg: Message, out: &mut Vec<Command>) {
+        let Some(electorate) = &self.electorate else {
+            return;
+        };
+        for m in electorate.members() {
+            if *m != self.id {
+                out.push(Command::Send {
+                    to: m.clone(),
+                    msg: msg.clone(),
+                });
+            }
+        }
+    }
+
+    fn start_pre_vote(&mut self, out: &mut Vec<Command>) {
+        if !self.can_stand() {
+            return;
+        }
+        let (version, hash) = self.electorate_key();
+        self.role = Role::PreCandidate;
+        self.admin = None;
+        self.round = Some(Round {
+            term: self.term + 1,
+            pre_vote: true,
+            granted: vec![self.id.clone()],
+            started_at_ms: self.now_ms,
+        });
+        out.push(Command::RoleChanged {
+            role: Role::PreCandidate,
+            term: self.term,
+            lease_until_ms: None,
+        });
+        // If the round fails, fall back and retry after the usual suspicion period.
+        self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        let msg = Message::PreVoteRequest {
+            term: self.term + 1,
+            electorate_version: version,
+            electorate_hash: hash,
+        };
+        self.send_to_voters(msg, out);
+        self.check_round(out);
+    }
+
+    fn start_vote(&mut self, out: &mut Vec<Command>) {
+        self.term += 1;
+        self.voted_for = Some(self.id.clone());
+        self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
+        self.promised_to = Some(self.id.clone());
+        self.role = Role::Candidate;
+        self.round = Some(Round {
+            term: self.term,
+            pre_vote: false,
+            granted: vec![self.id.clone()],
+            started_at_ms: self.now_ms,
+        });
+        out.push(Command::Notice(Notice::Voted {
+            term: self.term,
+            candidate: self.id.clone(),
+        }));
+        out.push(Command::RoleChanged {
+            role: Role::Candidate,
+            term: self.term,
+            lease_until_ms: None,
+        });
+        self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        let (version, hash) = self.electorate_key();
+        let msg = Message::VoteRequest {
+            term: self.term,
+            electorate_version: version,
+            electorate_hash: hash,
+        };
+        self.send_to_voters(msg, out);
+        self.check_round(out);
+    }
+
+    /// Whether a (pre-)vote for `candidate` may be considered at all: both are voters of the
+    /// same electorate, and no promise to someone else is live.
+    fn may_support(&self, candidate: &NodeId, key: (u64, u64)) -> bool {
+        let Some(e) = &self.electorate else {
+            return false;
+        };
+        self.is_eligible()
+            && e.contains(&self.id)
+            && e.contains(candidate)
+            && key == (e.version, e.fingerprint())
+            && (self.now_ms >= self.promise_until_ms
+                || self.promised_to.as_ref() == Some(candidate))
+    }
+
+    pub(crate) fn on_pre_vote_request(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        key: (u64, u64),
+        out: &mut Vec<Command>,
+    ) {
+        let granted = term > self.term && self.may_support(&from, key);
+        let reply_term = if granted { term } else { self.term };
+        out.push(Command::Send {
+            to: from,
+            msg: Message::PreVoteReply {
+                term: reply_term,
+                granted,
+            },
+        });
+    }
+
+    pub(crate) fn on_pre_vote_reply(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        granted: bool,
+        out: &mut Vec<Command>,
+    ) {
+        if !granted {
+            // A voter already in a term at least as high as ours + 1: we are behind.
+            if term > self.term {
+                self.observe_term(term, out);
+            }
+            return;
+        }
+        let counts = matches!(&self.round, Some(r) if r.pre_vote && r.term == term)
+            && self.role == Role::PreCandidate;
+        if counts {
+            self.record_grant(from, out);
+        }
+    }
+
+    pub(crate) fn on_vote_request(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        key: (u64, u64),
+        out: &mut Vec<Command>,
+    ) {
+        if term < self.term || !self.may_support(&from, key) {
+            out.push(Command::Send {
+                to: from,
+                msg: Message::VoteReply {
+                    term: self.term,
+                    granted: false,
+                },
+            });
+            return;
+        }
+        self.observe_term(term, out);
+        let granted = match &self.voted_for {
+            None => true,
+            Some(v) => *v == from,
+        };
+        if granted && self.voted_for.is_none() {
+            self.voted_for = Some(from.clone());
+            self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
+            self.promised_to = Some(from.clone());
+            out.push(Command::Notice(Notice::Voted {
+                term,
+                candidate: from.clone(),
+            }));
+            self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        }
+        out.push(Command::Send {
+            to: from,
+            msg: Message::VoteReply {
+                term: self.term,
+                granted,
+            },
+        });
+    }
+
+    pub(crate) fn on_vote_reply(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        granted: bool,
+        out: &mut Vec<Command>,
+    ) {
+        if self.observe_term(term, out) {
+            return;
+        }
+        let counts = granted
+            && self.role == Role::Candidate
+            && matches!(&self.round, Some(r) if !r.pre_vote && r.term == term);
+        if counts {
+            self.record_grant(from, out);
+        }
+    }
+
+    fn record_grant(&mut self, from: NodeId, out: &mut Vec<Command>) {
+        let Some(e) = &self.electorate else { return };
+        if !e.contains(&from) {
+            return;
+        }
+        let Some(round) = &mut self.round else { return };
+        if !round.granted.contains(&from) {
+            round.granted.push(from);
+        }
+        self.check_round(out);
+    }
+
+    /// Moves on once a round has a strict majority.
+    fn check_round(&mut self, out: &mut Vec<Command>) {
+        let (Some(round), Some(e)) = (&self.round, &self.electorate) else {
+            return;
+        };
+        if round.granted.len() < e.quorum() {
+            return;
+        }
+        if round.pre_vote {
+            self.start_vote(out);
+        } else {
+            self.become_admin(out);
+        }
+    }
+
+    fn become_admin(&mut self, out: &mut Vec<Command>) {
+        // Every granting voter promised at or after the round started, so the lease may be
+        // measured from then.
+        let Some(round) = self.round.take() else {
+            return;
+        };
+        let lease_until_ms = round.started_at_ms + self.config.lease_ms();
+        self.role = Role::Admin;
+        self.admin_state = Some(AdminState {
+            lease_until_ms,
+            beats: Vec::new(),
+            last_ack: Default::default(),
+        });
+        out.push(Command::RoleChanged {
+            role: Role::Admin,
+            term: self.term,
+            lease_until_ms: Some(lease_until_ms),
+        });
+        out.push(Command::Notice(Notice::BecameAdmin {
+            term: self.term,
+            lease_until_ms,
+        }));
+        let me = self.id.clone();
+        self.set_admin(me, out);
+        self.timers.cancel(Timer::Election, out);
+        self.timers.set(Timer::Lease, lease_until_ms, out);
+        self.send_heartbeat(out);
+    }
+
+    /// Starts a heartbeat round (also used right after winning).
+    pub(crate) fn send_heartbeat(&mut self, out: &mut Vec<Command>) {
+        self.beat += 1;
+        let Some(admin) = &mut self.admin_state else {
+            return;
+        };
+        admin.beats.push(BeatRound {
+            beat: self.beat,
+            sent_at_ms: self.now_ms,
+            acks: 1,
+        });
+        if admin.beats.len() > crate::node::MAX_BEAT_ROUNDS {
+            admin.beats.remove(0);
+        }
+        // The admin is its own first acknowledgement: it too promises not to vote for others.
+        self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
+        self.promised_to = Some(self.id.clone());
+        let membership_version = self.electorate.as_ref().map_or(0, |e| e.version);
+        out.push(Command::Broadcast {
+            msg: Message::Heartbeat {
+                term: self.term,
+                beat: self.beat,
+                membership_version,
+            },
+        });
+        self.timers.set(
+            Timer::Heartbeat,
+            self.now_ms + self.config.heartbeat_interval_ms,
+            out,
+        );
+        // A single-voter electorate renews on its own acknowledgement.
+        if self.electorate.as_ref().map_or(1, |e| e.quorum()) <= 1 {
+            self.renew_lease(self.now_ms, out);
+        }
+    }
+
+    /// Stores an electorate given explicitly (tests and tools).
+    pub fn set_electorate_for_test(&mut self, electorate: crate::Electorate) {
+        self.electorate = Some(Arc::new(electorate));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testutil::*;
+    use crate::{Command, Config, Core, Event, Message, Notice, PeerInfo, Resources, Role, Timer};
+
+    const ABC: &[&str] = &["a", "b", "c"];
+
+    fn granted(out: &[Command], to: &str) -> bool {
+        match sent_to(out, to).as_slice() {
+            [Message::VoteReply { granted, .. }] | [Message::PreVoteReply { granted, .. }] => {
+                *granted
+            }
+            other => panic!("expected one reply to {to}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn one_vote_per_term_second_candidate_refused() {
+        let mut a = voter("a", ABC);
+        let req = vote_req(&a, 1);
+        let out = a.step_vec(20_000, from("b", req.clone()));
+        assert!(granted(&out, "b"));
+        assert!(out.contains(&Command::Notice(Notice::Voted {
+            term: 1,
+            candidate: "b".into()
+        })));
+        // Same term, another candidate: refused. The same candidate again: granted again.
+        assert!(!granted(&a.step_vec(20_001, from("c", req.clone())), "c"));
+        assert!(granted(&a.step_vec(20_002, from("b", req)), "b"));
+        assert_eq!(a.voted_for().unwrap().as_str(), "b");
+    }
+
+    #[test]
+    fn vote_refused_for_a_stale_term() {
+        let mut a = voter("a", ABC);
+        a.step_vec(1, from("b", vote_req(&a, 3)));
+        let out = a.step_vec(MIN + 10, from("c", vote_req(&a, 2)));
+        assert_eq!(
+            sent_to(&out, "c"),
+            [&Message::VoteReply {
+                term: 3,
+                granted: false
+            }]
+        );
+    }
+
+    #[test]
+    fn pre_vote_refused_while_admin_heartbeat_is_fresh() {
+        let mut a = voter("a", ABC);
+        a.step_vec(
+            1_000,
+            from(
+                "b",
+                Message::Heartbeat {
+                    term: 1,
+                    beat: 1,
+                    membership_version: 1,
+                },
+            ),
+        );
+        let req = pre_vote_req(&a, 2);
+        assert!(!granted(
+            &a.step_vec(1_000 + MIN - 1, from("c", req.clone())),
+            "c"
+        ));
+        assert!(granted(&a.step_vec(1_000 + MIN, from("c", req)), "c"));
+    }
+
+    #[test]
+    fn pre_vote_changes_no_state() {
+        let mut a = voter("a", ABC);
+        let before = a.clone();
+        let out = a.step_vec(0, from("b", pre_vote_req(&a, 5)));
+        assert!(granted(&out, "b"));
+        assert_eq!(
+            (a.term(), a.voted_for()),
+            (before.term(), before.voted_for())
+        );
+    }
+
+    #[test]
+    fn vote_refused_while_promised_to_another() {
+        let mut a = voter("a", ABC);
+        a.step_vec(0, from("b", vote_req(&a, 1)));
+        // A higher term does not break the promise to b, and is not adopted.
+        let out = a.step_vec(MIN - 1, from("c", vote_req(&a, 2)));
+        assert!(!granted(&out, "c"));
+        assert_eq!(a.term(), 1);
+        assert!(granted(&a.step_vec(MIN, from("c", vote_req(&a, 2))), "c"));
+    }
+
+    #[test]
+    fn electorate_mismatch_or_outsider_is_refused() {
+        let mut a = voter("a", ABC);
+        let wrong = Message::VoteRequest {
+            term: 1,
+            electorate_version: 1,
+            electorate_hash: 1,
+        };
+        assert!(!granted(&a.step_vec(0, from("b", wrong)), "b"));
+        assert!(!granted(&a.step_vec(0, from("z", vote_req(&a, 1))), "z"));
+        assert_eq!(a.voted_for(), None);
+    }
+
+    #[test]
+    fn non_eligible_nodes_never_vote_or_stand() {
+        let mut w = node_with("w", ABC, vec!["docker".into()], Config::default());
+        assert!(!granted(&w.step_vec(0, from("b", vote_req(&w, 1))), "b"));
+        fire(&mut w, Timer::Discovery);
+        assert_eq!(
+            w.timers.deadline(Timer::Election),
+            None,
+            "a worker never arms an election"
+        );
+        let outsider = voter("d", ABC);
+        assert!(!outsider.can_stand());
+    }
+
+    #[test]
+    fn majority_wins_and_lease_counts_from_round_start() {
+        let a = elect("a", &["a", "b", "c", "d", "e"], &["b", "c"]);
+        assert_eq!(a.term(), 1);
+        let started = a.round.as_ref().map(|r| r.started_at_ms);
+        assert_eq!(started, None, "round consumed");
+        assert_eq!(a.lease_until_ms(), Some(a.now_ms() + a.config().lease_ms()));
+        assert!(a.holds_lease(a.now_ms()));
+    }
+
+    #[test]
+    fn minority_of_votes_does_not_win() {
+        let mut a = voter("a", &["a", "b", "c", "d", "e"]);
+        fire(&mut a, Timer::Discovery);
+        fire(&mut a, Timer::Election);
+        let now = a.now_ms();
+        a.step_vec(
+            now,
+            from(
+                "b",
+                Message::PreVoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        a.step_vec(
+            now,
+            from(
+                "b",
+                Message::PreVoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        assert_eq!(
+            (a.role(), a.term()),
+            (Role::PreCandidate, 0),
+            "duplicates do not count"
+        );
+        a.step_vec(
+            now,
+            from(
+                "c",
+                Message::PreVoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        assert_eq!((a.role(), a.term()), (Role::Candidate, 1));
+        a.step_vec(
+            now,
+            from(
+                "b",
+                Message::VoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        a.step_vec(
+            now,
+            from(
+                "z",
+                Message::VoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        assert_eq!(
+            a.role(),
+            Role::Candidate,
+            "an outsider's vote does not count"
+        );
+    }
+
+    #[test]
+    fn higher_term_sends_candidate_and_admin_back() {
+        let mut a = voter("a", ABC);
+        fire(&mut a, Timer::Discovery);
+        fire(&mut a, Timer::Election);
+        assert_eq!(a.role(), Role::PreCandidate);
+        let out = a.step_vec(
+            a.now_ms(),
+            from(
+                "b",
+                Message::PreVoteReply {
+                    term: 4,
+                    granted: false,
+                },
+            ),
+        );
+        assert_eq!((a.role(), a.term()), (Role::Follower, 4));
+        assert!(out.iter().any(|c| matches!(
+            c,
+            Command::RoleChanged {
+                role: Role::Follower,
+                ..
+            }
+        )));
+
+        let mut admin = elect("a", ABC, &["b"]);
+        let out = admin.step_vec(
+            admin.now_ms(),
+            from(
+                "c",
+                Message::VoteReply {
+                    term: 7,
+                    granted: false,
+                },
+            ),
+        );
+        assert_eq!((admin.role(), admin.term()), (Role::Follower, 7));
+        assert!(out
+            .iter()
+            .any(|c| matches!(c, Command::Notice(Notice::SteppedDown { .. }))));
+    }
+
+    #[test]
+    fn pre_candidate_keeps_its_term_when_isolated() {
+        let mut a = voter("a", ABC);
+        fire(&mut a, Timer::Discovery);
+        for _ in 0..10 {
+            fire(&mut a, Timer::Election);
+        }
+        assert_eq!(
+            a.term(),
+            0,
+            "pre-vote never raises the term without a majority"
+        );
+    }
+
+    #[test]
+    fn best_score_stands_first_and_ties_break_by_id() {
+        let strong = Resources {
+            cpu_millicores: 16_000,
+            mem_free_mb: 65_536,
+        };
+        let peer = |res| Event::PeerUp {
+            peer: "x".into(),
+            info: PeerInfo {
+                capabilities: vec![crate::ADMIN_ELECTION.into()].into(),
+                uptime_s: 0,
+                resources: res,
+            },
+        };
+        let members = &["a", "b", "x"];
+        let mut a = voter("a", members);
+        a.step_vec(0, peer(strong));
+        assert_eq!(a.rank(), (1, 2), "x outscores a");
+        let mut b = voter("b", members);
+        b.step_vec(0, peer(Resources::default()));
+        assert_eq!(
+            b.rank(),
+            (0, 2),
+            "equal scores: the lower id (b) ranks first"
+        );
+        let mut z = voter("z", &["x", "z"]);
+        z.step_vec(0, peer(Resources::default()));
+        assert_eq!(z.rank(), (1, 2), "equal scores: x ranks before z");
+    }
+
+    #[test]
+    fn rank_slots_order_the_stand_times() {
+        let members: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+        let refs: Vec<&str> = members.iter().map(String::as_str).collect();
+        let mut deadlines = Vec::new();
+        for id in &refs {
+            let mut c = voter(id, &refs);
+            for p in &refs {
+                c.step_vec(
+                    0,
+                    Event::PeerUp {
+                        peer: (*p).into(),
+                        info: PeerInfo {
+                            capabilities: vec![crate::ADMIN_ELECTION.into()].into(),
+                            ..Default::default()
+                        },
+                    },
+                );
+            }
+            fire(&mut c, Timer::Discovery);
+            deadlines.push(c.timers.deadline(Timer::Election).unwrap());
+        }
+        let mut sorted = deadlines.clone();
+        sorted.sort();
+        assert_eq!(deadlines, sorted, "equal scores: lower id stands first");
+        assert!(deadlines[0] < 15_000 + 3_000 && deadlines[4] >= 15_000 + 12_000);
+    }
+
+    #[test]
+    fn restart_keeps_the_vote_and_grants_nothing_for_a_timeout() {
+        let mut a = voter("a", ABC);
+        a.step_vec(10, from("b", vote_req(&a, 1)));
+        let mut log_state: Core = a.clone();
+        log_state.step_vec(20, Event::Started);
+        assert_eq!(
+            (log_state.term(), log_state.voted_for().map(|v| v.as_str())),
+            (1, Some("b"))
+        );
+        // The old promise died with the process, but a restart renews it.
+        assert!(!granted(
+            &log_state.step_vec(MIN, from("c", vote_req(&log_state, 2))),
+            "c"
+        ));
+        assert!(granted(
+            &log_state.step_vec(20 + MIN, from("c", vote_req(&log_state, 2))),
+            "c"
+        ));
+    }
+}

@@ -1,0 +1,112 @@
+//! The electorate: the admin-eligible nodes that vote, fixed at bootstrap and shared by version.
+
+use serde::{Deserialize, Serialize};
+
+use crate::NodeId;
+
+/// The set of voters. Quorum is a strict majority of its members.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Electorate {
+    /// Starts at 1 when bootstrap fixes the electorate; each committed change adds one.
+    pub version: u64,
+    /// Members, sorted and without duplicates (so lookups are binary searches and the
+    /// fingerprint does not depend on discovery order).
+    members: Vec<NodeId>,
+}
+
+impl Electorate {
+    /// Builds an electorate from any list of members.
+    pub fn new(version: u64, mut members: Vec<NodeId>) -> Self {
+        members.sort();
+        members.dedup();
+        Electorate { version, members }
+    }
+
+    /// Members in id order.
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// Number of voters.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// True when there are no voters (never the case for a bootstrapped electorate).
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Whether `id` is a voter.
+    pub fn contains(&self, id: &NodeId) -> bool {
+        self.members.binary_search(id).is_ok()
+    }
+
+    /// Votes needed to win: a strict majority.
+    pub fn quorum(&self) -> usize {
+        self.members.len() / 2 + 1
+    }
+
+    /// A stable 64-bit FNV-1a digest of version and members. Voters refuse candidates whose
+    /// electorate differs from their own, so two nodes that bootstrapped different electorates
+    /// cannot both count a majority of the same voters.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Fnv::new();
+        h.write(&self.version.to_be_bytes());
+        for m in &self.members {
+            h.write(m.as_str().as_bytes());
+            h.write(&[0]);
+        }
+        h.0
+    }
+}
+
+/// FNV-1a, chosen because it is tiny and its output is fixed by definition on every platform.
+pub(crate) struct Fnv(pub(crate) u64);
+
+impl Fnv {
+    pub(crate) fn new() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+
+    pub(crate) fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(names: &[&str]) -> Vec<NodeId> {
+        names.iter().map(|n| NodeId::from(*n)).collect()
+    }
+
+    #[test]
+    fn quorum_is_strict_majority() {
+        for (n, q) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (1000, 501)] {
+            let e = Electorate::new(1, (0..n).map(|i| NodeId::from(format!("n{i}"))).collect());
+            assert_eq!(e.quorum(), q, "n={n}");
+        }
+    }
+
+    #[test]
+    fn order_and_duplicates_do_not_matter() {
+        let a = Electorate::new(1, ids(&["b", "a", "c", "a"]));
+        let b = Electorate::new(1, ids(&["c", "b", "a"]));
+        assert_eq!(a, b);
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(
+            a.fingerprint(),
+            Electorate::new(2, ids(&["a", "b", "c"])).fingerprint()
+        );
+        assert_ne!(
+            a.fingerprint(),
+            Electorate::new(1, ids(&["a", "bc"])).fingerprint()
+        );
+        assert!(a.contains(&"b".into()) && !a.contains(&"d".into()));
+    }
+}

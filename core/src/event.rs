@@ -1,0 +1,67 @@
+//! Inputs to the core. The runtime logs each one (with its `now`) before acting on the output.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Message, NodeId, Timer};
+
+/// One input to [`crate::Core::step`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    /// The process started. On a state that has run before this is a restart: role, lease and
+    /// peers are forgotten, while term, vote, electorate and beat survive.
+    Started,
+    /// A timer set by a [`crate::Command::SetTimer`] fired. Stale firings are ignored.
+    TimerFired {
+        /// Which timer.
+        timer: Timer,
+    },
+    /// A message arrived from an authenticated peer.
+    Message {
+        /// The authenticated sender.
+        from: NodeId,
+        /// The decoded message.
+        msg: Message,
+    },
+    /// A peer became reachable, with what it advertises about itself.
+    PeerUp {
+        /// The peer.
+        peer: NodeId,
+        /// Its capabilities and score inputs.
+        info: PeerInfo,
+    },
+    /// A peer became unreachable.
+    PeerDown {
+        /// The peer.
+        peer: NodeId,
+    },
+    /// The node sampled its own free resources.
+    ResourcesSampled {
+        /// The sample.
+        resources: Resources,
+    },
+    /// Graceful shutdown: an admin steps down and tells the cluster first.
+    Shutdown,
+}
+
+/// What a peer advertises about itself when it connects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerInfo {
+    /// Capability names, e.g. `admin_election`, `docker`, `gpu`.
+    pub capabilities: Arc<[String]>,
+    /// Seconds since the peer started.
+    pub uptime_s: u64,
+    /// The peer's free resources.
+    pub resources: Resources,
+}
+
+/// Free resources of a node, the resource part of the score.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// Free CPU in millicores.
+    pub cpu_millicores: u32,
+    /// Free memory in MiB.
+    pub mem_free_mb: u32,
+}

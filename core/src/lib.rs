@@ -1,0 +1,43 @@
+//! `chorus-core`: the pure, deterministic CHORUS state machine.
+//!
+//! Events in ([`Event`]), commands out ([`Command`]), through one entry point:
+//! [`Core::step`]`(now_ms, event, &mut out)`. No IO, no clock, no OS randomness, no hash-order
+//! iteration: the same events give the same commands, bit for bit, on every machine. The RNG is a
+//! seeded ChaCha8 stream held (and serialized) in the state, so a replayed event log draws the
+//! same numbers. See [`Core`] for the calling contract.
+//!
+//! Where to find each rule of the protocol (DESIGN §4):
+//! * [`discovery`](crate::discovery) — WHOAMI, confirmations, electorate bootstrap;
+//! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;
+//! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
+//! * [`score`] — the weighted score and rank slots;
+//! * [`codec`] — the wire envelope.
+
+#![warn(missing_docs)]
+
+pub mod codec;
+mod command;
+mod config;
+mod discovery;
+mod election;
+mod electorate;
+mod event;
+mod heartbeat;
+mod id;
+mod message;
+mod node;
+pub mod rng;
+pub mod score;
+mod timer;
+
+#[cfg(test)]
+mod testutil;
+
+pub use command::{Command, Notice, Role, StepDownReason};
+pub use config::{Config, ConfigError, ADMIN_ELECTION};
+pub use electorate::Electorate;
+pub use event::{Event, PeerInfo, Resources};
+pub use id::NodeId;
+pub use message::Message;
+pub use node::{Core, Peer};
+pub use timer::{Timer, TimerTable};

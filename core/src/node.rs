@@ -1,0 +1,471 @@
+//! The node state machine: its state, the `step` entry point, and the transitions shared by the
+//! protocol modules (`discovery`, `election`, `heartbeat`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    rng, score, Command, Config, ConfigError, Electorate, Event, NodeId, Notice, Resources, Role,
+    StepDownReason, Timer, TimerTable, ADMIN_ELECTION,
+};
+
+/// What this node knows about a live peer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    /// Whether the peer advertises `admin_election`.
+    pub eligible: bool,
+    /// Its last advertised score.
+    pub score: u32,
+    /// Its advertised capabilities.
+    pub capabilities: Arc<[String]>,
+}
+
+/// An election round in progress (pre-vote or vote).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Round {
+    /// The term stood for (current + 1 in pre-vote; current in vote).
+    pub(crate) term: u64,
+    /// Pre-vote (no state changed at voters) or real vote.
+    pub(crate) pre_vote: bool,
+    /// Voters that said yes (this node included).
+    pub(crate) granted: Vec<NodeId>,
+    /// When the round's requests left; a won vote's lease is measured from here.
+    pub(crate) started_at_ms: u64,
+}
+
+/// A heartbeat still collecting acknowledgements.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BeatRound {
+    pub(crate) beat: u64,
+    pub(crate) sent_at_ms: u64,
+    pub(crate) acks: usize,
+}
+
+/// State only an admin has.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AdminState {
+    pub(crate) lease_until_ms: u64,
+    /// The most recent heartbeats, oldest first, bounded by `MAX_BEAT_ROUNDS`.
+    pub(crate) beats: Vec<BeatRound>,
+    /// The newest beat each voter acknowledged, so a duplicate ack never counts twice.
+    pub(crate) last_ack: BTreeMap<NodeId, u64>,
+}
+
+/// Heartbeats older than this many rounds no longer collect acknowledgements.
+pub(crate) const MAX_BEAT_ROUNDS: usize = 8;
+
+/// The election timer's meaning when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum ElectionPhase {
+    /// The admin (or the round) has been silent for the minimum election timeout: draw the
+    /// rank-biased delay.
+    Suspect,
+    /// The delay has passed: stand.
+    Stand,
+}
+
+/// The pure CHORUS state machine of one node.
+///
+/// # Contract
+///
+/// * Feed every input through [`Core::step`] with the node's monotonic clock in milliseconds.
+///   Time never moves backwards, across restarts included: after a restart the caller continues
+///   from at least the last `now` it logged. The core never reads a clock or the OS.
+/// * The first event of a process is [`Event::Started`]; other events before it are ignored.
+/// * Persist each event (with its `now`) durably *before* carrying out the commands of its step;
+///   the state is a fold of the logged events, and [`Core`] serializes whole (RNG included) as a
+///   snapshot, so snapshot + tail reproduces the same state and the same future commands.
+/// * Commands are data: `Send`/`Broadcast` go to the transport, `SetTimer`/`CancelTimer` to a
+///   timer table keyed by [`Timer`] (a later `SetTimer` replaces the earlier deadline), and
+///   `RoleChanged`/`Notice` to observers. [`Core::next_deadline`] says when the core next needs
+///   a `TimerFired`, for callers that drive time themselves.
+///
+/// Getters are plain methods (`role`, `term`, …); everything that changes state goes through
+/// `step`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Core {
+    // Identity and configuration.
+    pub(crate) id: NodeId,
+    pub(crate) config: Config,
+    pub(crate) capabilities: Arc<[String]>,
+    pub(crate) rng: ChaCha8Rng,
+
+    // Durable: survives restarts (it is re-derived from the event log).
+    pub(crate) term: u64,
+    pub(crate) voted_for: Option<NodeId>,
+    pub(crate) electorate: Option<Arc<Electorate>>,
+    pub(crate) beat: u64,
+    pub(crate) ever_started: bool,
+
+    // Volatile: reset by a restart.
+    pub(crate) running: bool,
+    pub(crate) now_ms: u64,
+    pub(crate) started_at_ms: u64,
+    pub(crate) resources: Resources,
+    pub(crate) role: Role,
+    pub(crate) admin: Option<NodeId>,
+    /// Until then this node grants no (pre-)vote to anyone but `promised_to`: it heard from an
+    /// admin, voted, or restarted. Admin leases are built on these promises.
+    pub(crate) promise_until_ms: u64,
+    pub(crate) promised_to: Option<NodeId>,
+    pub(crate) peers: BTreeMap<NodeId, Peer>,
+    /// Discovery: reports of (admin, term) by replier, and WHOAMIs sent this round.
+    pub(crate) reports: BTreeMap<NodeId, (NodeId, u64)>,
+    pub(crate) whoami_sent: u32,
+    pub(crate) round: Option<Round>,
+    pub(crate) admin_state: Option<AdminState>,
+    pub(crate) election_phase: ElectionPhase,
+    pub(crate) timers: TimerTable,
+}
+
+impl Core {
+    /// A node that has never run. `cluster_seed` and the id seed its RNG.
+    pub fn new(
+        id: NodeId,
+        config: Config,
+        capabilities: Vec<String>,
+        cluster_seed: u64,
+    ) -> Result<Core, ConfigError> {
+        config.validate()?;
+        let mut capabilities = capabilities;
+        capabilities.sort();
+        capabilities.dedup();
+        Ok(Core {
+            rng: rng::node_rng(cluster_seed, &id),
+            id,
+            config,
+            capabilities: capabilities.into(),
+            term: 0,
+            voted_for: None,
+            electorate: None,
+            beat: 0,
+            ever_started: false,
+            running: false,
+            now_ms: 0,
+            started_at_ms: 0,
+            resources: Resources::default(),
+            role: Role::Follower,
+            admin: None,
+            promise_until_ms: 0,
+            promised_to: None,
+            peers: BTreeMap::new(),
+            reports: BTreeMap::new(),
+            whoami_sent: 0,
+            round: None,
+            admin_state: None,
+            election_phase: ElectionPhase::Suspect,
+            timers: TimerTable::default(),
+        })
+    }
+
+    /// Handles one event at `now_ms`, appending the resulting commands to `out`.
+    pub fn step(&mut self, now_ms: u64, event: Event, out: &mut Vec<Command>) {
+        assert!(
+            now_ms >= self.now_ms,
+            "time moved backwards: {now_ms} < {}",
+            self.now_ms
+        );
+        self.now_ms = now_ms;
+        let term_before = self.term;
+        let vote_before = self.voted_for.clone();
+        match event {
+            Event::Started => self.on_started(out),
+            _ if !self.running => {}
+            Event::TimerFired { timer } => {
+                if self.timers.fire(timer, now_ms) {
+                    self.on_timer(timer, out);
+                }
+            }
+            Event::Message { from, msg } => {
+                if from != self.id {
+                    self.on_message(from, msg, out);
+                }
+            }
+            Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
+            Event::PeerDown { peer } => {
+                self.peers.remove(&peer);
+            }
+            Event::ResourcesSampled { resources } => self.resources = resources,
+            Event::Shutdown => self.on_shutdown(out),
+        }
+        // Postconditions: a term never decreases, and a vote never changes within a term.
+        assert!(self.term >= term_before, "term decreased");
+        if self.term == term_before && vote_before.is_some() {
+            assert_eq!(
+                self.voted_for, vote_before,
+                "second vote in term {}",
+                self.term
+            );
+        }
+    }
+
+    /// Convenience for tests and tools: `step` into a fresh vector.
+    pub fn step_vec(&mut self, now_ms: u64, event: Event) -> Vec<Command> {
+        let mut out = Vec::new();
+        self.step(now_ms, event, &mut out);
+        out
+    }
+
+    fn on_started(&mut self, out: &mut Vec<Command>) {
+        let restart = self.ever_started;
+        self.ever_started = true;
+        self.running = true;
+        self.started_at_ms = self.now_ms;
+        self.role = Role::Follower;
+        self.admin = None;
+        self.peers.clear();
+        self.round = None;
+        self.admin_state = None;
+        self.timers.clear();
+        self.election_phase = ElectionPhase::Suspect;
+        if restart {
+            // Promises made before the crash are forgotten with the process; honour them anyway by
+            // granting nothing for a full minimum election timeout.
+            self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
+            self.promised_to = None;
+        }
+        self.maybe_bootstrap();
+        self.begin_discovery(out);
+    }
+
+    fn on_timer(&mut self, timer: Timer, out: &mut Vec<Command>) {
+        match timer {
+            Timer::Discovery => self.on_discovery_timeout(out),
+            Timer::Election => self.on_election_timeout(out),
+            Timer::Heartbeat => self.on_heartbeat_timer(out),
+            Timer::Lease => self.on_lease_timer(out),
+        }
+    }
+
+    fn on_message(&mut self, from: NodeId, msg: crate::Message, out: &mut Vec<Command>) {
+        use crate::Message as M;
+        match msg {
+            M::Whoami { electorate_version } => self.on_whoami(from, electorate_version, out),
+            M::WhoamiReply {
+                admin,
+                term,
+                membership_version: _,
+                beat,
+                score,
+                eligible,
+                electorate,
+            } => self.on_whoami_reply(from, admin, term, beat, score, eligible, electorate, out),
+            M::PreVoteRequest {
+                term,
+                electorate_version,
+                electorate_hash,
+            } => self.on_pre_vote_request(from, term, (electorate_version, electorate_hash), out),
+            M::PreVoteReply { term, granted } => self.on_pre_vote_reply(from, term, granted, out),
+            M::VoteRequest {
+                term,
+                electorate_version,
+                electorate_hash,
+            } => self.on_vote_request(from, term, (electorate_version, electorate_hash), out),
+            M::VoteReply { term, granted } => self.on_vote_reply(from, term, granted, out),
+            M::Heartbeat {
+                term,
+                beat,
+                membership_version,
+            } => self.on_heartbeat(from, term, beat, membership_version, out),
+            M::HeartbeatAck { term, beat } => self.on_heartbeat_ack(from, term, beat, out),
+            M::StepDown { term } => self.on_step_down(from, term, out),
+        }
+    }
+
+    fn on_peer_up(&mut self, peer: NodeId, info: crate::PeerInfo, out: &mut Vec<Command>) {
+        if peer == self.id {
+            return;
+        }
+        let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
+        let score = score::score(info.uptime_s, info.capabilities.len(), info.resources);
+        self.peers.insert(
+            peer.clone(),
+            Peer {
+                eligible,
+                score,
+                capabilities: info.capabilities,
+            },
+        );
+        self.maybe_bootstrap();
+        if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
+            self.send_whoami(peer, out);
+        }
+    }
+
+    fn on_shutdown(&mut self, out: &mut Vec<Command>) {
+        if self.role == Role::Admin {
+            // Give the lease up before telling anyone, so an immediate election is safe.
+            self.step_down(StepDownReason::Shutdown, out);
+            out.push(Command::Broadcast {
+                msg: crate::Message::StepDown { term: self.term },
+            });
+        }
+        for t in Timer::ALL {
+            self.timers.cancel(t, out);
+        }
+        self.running = false;
+    }
+
+    // ---- Transitions shared by the protocol modules -------------------------------------------
+
+    /// Adopts a higher term seen in any message: clears the vote and falls back to follower.
+    /// Returns whether the term moved.
+    pub(crate) fn observe_term(&mut self, term: u64, out: &mut Vec<Command>) -> bool {
+        if term <= self.term {
+            return false;
+        }
+        if self.role == Role::Admin {
+            self.step_down(StepDownReason::HigherTerm, out);
+        }
+        self.term = term;
+        self.voted_for = None;
+        self.admin = None;
+        self.become_follower(out);
+        true
+    }
+
+    /// Leaves any candidacy for plain following (no-op for a follower).
+    pub(crate) fn become_follower(&mut self, out: &mut Vec<Command>) {
+        self.round = None;
+        if self.role != Role::Follower {
+            self.role = Role::Follower;
+            out.push(Command::RoleChanged {
+                role: Role::Follower,
+                term: self.term,
+                lease_until_ms: None,
+            });
+        }
+    }
+
+    /// Admin → follower: duties end, the cluster will elect anew.
+    pub(crate) fn step_down(&mut self, reason: StepDownReason, out: &mut Vec<Command>) {
+        debug_assert_eq!(self.role, Role::Admin);
+        self.admin_state = None;
+        if self.admin.as_ref() == Some(&self.id) {
+            self.admin = None;
+        }
+        self.timers.cancel(Timer::Heartbeat, out);
+        self.timers.cancel(Timer::Lease, out);
+        out.push(Command::Notice(Notice::SteppedDown {
+            term: self.term,
+            reason,
+        }));
+        self.become_follower(out);
+        self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+    }
+
+    /// Records a newly known admin, announcing it once per (admin, term).
+    pub(crate) fn set_admin(&mut self, admin: NodeId, out: &mut Vec<Command>) {
+        if self.admin.as_ref() != Some(&admin) {
+            out.push(Command::Notice(Notice::AdminKnown {
+                admin: admin.clone(),
+                term: self.term,
+            }));
+            self.admin = Some(admin);
+        }
+        self.reports.clear();
+        self.timers.cancel(Timer::Discovery, out);
+    }
+
+    /// Whether this node may stand: eligible, part of a fixed electorate, running.
+    pub(crate) fn can_stand(&self) -> bool {
+        self.running
+            && self.is_eligible()
+            && self
+                .electorate
+                .as_ref()
+                .is_some_and(|e| e.contains(&self.id))
+    }
+
+    /// Whether this node advertises `admin_election`.
+    pub(crate) fn is_eligible(&self) -> bool {
+        self.capabilities.iter().any(|c| c == ADMIN_ELECTION)
+    }
+
+    /// This node's current score.
+    pub fn score(&self) -> u32 {
+        let uptime_s = (self.now_ms - self.started_at_ms) / 1_000;
+        score::score(uptime_s, self.capabilities.len(), self.resources)
+    }
+
+    // ---- Getters ---------------------------------------------------------------------------------
+
+    /// This node's id.
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Current role.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Current term.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The vote cast in the current term.
+    pub fn voted_for(&self) -> Option<&NodeId> {
+        self.voted_for.as_ref()
+    }
+
+    /// The admin this node knows for the current term.
+    pub fn admin(&self) -> Option<&NodeId> {
+        self.admin.as_ref()
+    }
+
+    /// The lease end while admin.
+    pub fn lease_until_ms(&self) -> Option<u64> {
+        self.admin_state.as_ref().map(|a| a.lease_until_ms)
+    }
+
+    /// Whether admin duties may run at `now_ms`: admin with an unexpired lease.
+    pub fn holds_lease(&self, now_ms: u64) -> bool {
+        self.role == Role::Admin && self.lease_until_ms().is_some_and(|l| now_ms < l)
+    }
+
+    /// The highest beat seen.
+    pub fn beat(&self) -> u64 {
+        self.beat
+    }
+
+    /// The electorate, once fixed.
+    pub fn electorate(&self) -> Option<&Electorate> {
+        self.electorate.as_deref()
+    }
+
+    /// Live peers, in id order.
+    pub fn peers(&self) -> &BTreeMap<NodeId, Peer> {
+        &self.peers
+    }
+
+    /// The time of the last event.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// The earliest armed timer: when the core next needs a `TimerFired`.
+    pub fn next_deadline(&self) -> Option<(u64, Timer)> {
+        self.timers.next()
+    }
+
+    /// Serializes the whole state (RNG included) as a snapshot.
+    pub fn snapshot(&self) -> Vec<u8> {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_vec(self).expect("core state serializes")
+    }
+
+    /// Restores a state from [`Core::snapshot`] output.
+    pub fn restore(bytes: &[u8]) -> Result<Core, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}

@@ -1,0 +1,78 @@
+//! The core's timers: a small table indexed by an enum. The core keeps the deadlines so stale
+//! firings are recognised; the adapter owns the actual timers.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Command;
+
+/// The core's timers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timer {
+    /// Resend WHOAMI and, when no admin turned up, arm the election.
+    Discovery,
+    /// Suspect a silent admin, then stand after the rank-biased delay.
+    Election,
+    /// Admin: send the next heartbeat.
+    Heartbeat,
+    /// Admin: the lease runs out (check-quorum).
+    Lease,
+}
+
+impl Timer {
+    /// All timers, in table order.
+    pub const ALL: [Timer; 4] = [
+        Timer::Discovery,
+        Timer::Election,
+        Timer::Heartbeat,
+        Timer::Lease,
+    ];
+}
+
+/// Deadlines of armed timers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimerTable([Option<u64>; 4]);
+
+impl TimerTable {
+    /// Arms `timer` at `at_ms` and tells the adapter.
+    pub fn set(&mut self, timer: Timer, at_ms: u64, out: &mut Vec<Command>) {
+        self.0[timer as usize] = Some(at_ms);
+        out.push(Command::SetTimer { timer, at_ms });
+    }
+
+    /// Disarms `timer` (telling the adapter only if it was armed).
+    pub fn cancel(&mut self, timer: Timer, out: &mut Vec<Command>) {
+        if self.0[timer as usize].take().is_some() {
+            out.push(Command::CancelTimer { timer });
+        }
+    }
+
+    /// Disarms everything without telling the adapter (its timers died with the process).
+    pub fn clear(&mut self) {
+        self.0 = [None; 4];
+    }
+
+    /// Consumes a firing: true if `timer` was armed and due at `now_ms`.
+    pub fn fire(&mut self, timer: Timer, now_ms: u64) -> bool {
+        match self.0[timer as usize] {
+            Some(at) if now_ms >= at => {
+                self.0[timer as usize] = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The deadline of `timer`, if armed.
+    pub fn deadline(&self, timer: Timer) -> Option<u64> {
+        self.0[timer as usize]
+    }
+
+    /// The earliest armed deadline and its timer (ties: table order).
+    pub fn next(&self) -> Option<(u64, Timer)> {
+        Timer::ALL
+            .iter()
+            .filter_map(|t| self.0[*t as usize].map(|at| (at, *t)))
+            .min()
+    }
+}
