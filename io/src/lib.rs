@@ -1,1 +1,3 @@
 //! Adapters around the pure core: transport, sandbox, event log, timers, and the runtime loop.
+
+pub mod sandbox;
