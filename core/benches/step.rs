@@ -1,1 +1,153 @@
-fn main() {}
+//! Core step rate: heartbeat handling and vote handling in a 100-node view.
+//!
+//! `cargo bench -p chorus-core --bench step`
+
+use chorus_core::{
+    Command, Config, Core, Electorate, Event, Message, NodeId, PeerInfo, ADMIN_ELECTION,
+};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+const N: usize = 100;
+
+fn ids() -> Vec<NodeId> {
+    (0..N)
+        .map(|i| NodeId::from(format!("12D3KooWnode{i:040}")))
+        .collect()
+}
+
+/// A started voter that knows all 100 peers and the 100-member electorate.
+fn follower(ids: &[NodeId]) -> Core {
+    let mut c = Core::new(
+        ids[1].clone(),
+        Config::default(),
+        vec![ADMIN_ELECTION.into()],
+        1,
+    )
+    .unwrap();
+    c.set_electorate_for_test(Electorate::new(1, ids.to_vec()));
+    let mut out = Vec::new();
+    c.step(0, Event::Started, &mut out);
+    let info = PeerInfo {
+        capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
+        ..Default::default()
+    };
+    for id in ids {
+        c.step(
+            0,
+            Event::PeerUp {
+                peer: id.clone(),
+                info: info.clone(),
+            },
+            &mut out,
+        );
+    }
+    c
+}
+
+fn heartbeats(c: &mut Criterion) {
+    let ids = ids();
+    let mut g = c.benchmark_group("step");
+    g.throughput(Throughput::Elements(1));
+    let mut core = follower(&ids);
+    let admin = ids[0].clone();
+    let mut out: Vec<Command> = Vec::with_capacity(8);
+    let mut t = 1_000u64;
+    g.bench_function("heartbeat_100_nodes", |b| {
+        b.iter(|| {
+            t += 1;
+            out.clear();
+            let msg = Message::Heartbeat {
+                term: 1,
+                beat: t,
+                membership_version: 1,
+            };
+            core.step(
+                t,
+                Event::Message {
+                    from: admin.clone(),
+                    msg,
+                },
+                &mut out,
+            );
+        })
+    });
+
+    let mut core = follower(&ids);
+    let mut term = 0u64;
+    let mut now = 0u64;
+    let (version, hash) = {
+        let e = core.electorate().unwrap();
+        (e.version, e.fingerprint())
+    };
+    g.bench_function("vote_request_100_nodes", |b| {
+        b.iter(|| {
+            // A new term, well past the last promise, from a rotating candidate.
+            term += 1;
+            now += 30_000;
+            out.clear();
+            let msg = Message::VoteRequest {
+                term,
+                electorate_version: version,
+                electorate_hash: hash,
+            };
+            let from = ids[(term as usize % (N - 2)) + 2].clone();
+            core.step(now, Event::Message { from, msg }, &mut out);
+        })
+    });
+
+    // A candidate collecting the 50 votes it needs from a 100-member electorate.
+    g.throughput(Throughput::Elements(50));
+    g.bench_function("win_election_100_nodes_50_votes", |b| {
+        b.iter_batched(
+            || {
+                let mut c = follower(&ids);
+                let mut out = Vec::new();
+                for (t, timer) in [
+                    (15_000, chorus_core::Timer::Discovery),
+                    (60_000, chorus_core::Timer::Election),
+                ] {
+                    c.step(t, Event::TimerFired { timer }, &mut out);
+                }
+                for v in &ids[2..N / 2 + 2] {
+                    let msg = Message::PreVoteReply {
+                        term: 1,
+                        granted: true,
+                    };
+                    c.step(
+                        60_000,
+                        Event::Message {
+                            from: v.clone(),
+                            msg,
+                        },
+                        &mut out,
+                    );
+                }
+                assert_eq!(c.role(), chorus_core::Role::Candidate);
+                c
+            },
+            |mut c| {
+                let mut out = Vec::new();
+                for v in &ids[2..N / 2 + 2] {
+                    let msg = Message::VoteReply {
+                        term: 1,
+                        granted: true,
+                    };
+                    c.step(
+                        60_001,
+                        Event::Message {
+                            from: v.clone(),
+                            msg,
+                        },
+                        &mut out,
+                    );
+                }
+                assert_eq!(c.role(), chorus_core::Role::Admin);
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, heartbeats);
+criterion_main!(benches);

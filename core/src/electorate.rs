@@ -6,12 +6,30 @@ use crate::NodeId;
 
 /// The set of voters. Quorum is a strict majority of its members.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RawElectorate")]
 pub struct Electorate {
     /// Starts at 1 when bootstrap fixes the electorate; each committed change adds one.
     pub version: u64,
     /// Members, sorted and without duplicates (so lookups are binary searches and the
     /// fingerprint does not depend on discovery order).
     members: Vec<NodeId>,
+    /// Cached: every vote request carries it and every voter compares it.
+    #[serde(skip_serializing)]
+    fingerprint: u64,
+}
+
+/// The serialized form; deserializing goes through [`Electorate::new`] so members are sorted and
+/// the fingerprint is recomputed rather than trusted.
+#[derive(Deserialize)]
+struct RawElectorate {
+    version: u64,
+    members: Vec<NodeId>,
+}
+
+impl From<RawElectorate> for Electorate {
+    fn from(raw: RawElectorate) -> Self {
+        Electorate::new(raw.version, raw.members)
+    }
 }
 
 impl Electorate {
@@ -19,7 +37,12 @@ impl Electorate {
     pub fn new(version: u64, mut members: Vec<NodeId>) -> Self {
         members.sort();
         members.dedup();
-        Electorate { version, members }
+        let fingerprint = digest(version, &members);
+        Electorate {
+            version,
+            members,
+            fingerprint,
+        }
     }
 
     /// Members in id order.
@@ -51,14 +74,18 @@ impl Electorate {
     /// electorate differs from their own, so two nodes that bootstrapped different electorates
     /// cannot both count a majority of the same voters.
     pub fn fingerprint(&self) -> u64 {
-        let mut h = Fnv::new();
-        h.write(&self.version.to_be_bytes());
-        for m in &self.members {
-            h.write(m.as_str().as_bytes());
-            h.write(&[0]);
-        }
-        h.0
+        self.fingerprint
     }
+}
+
+fn digest(version: u64, members: &[NodeId]) -> u64 {
+    let mut h = Fnv::new();
+    h.write(&version.to_be_bytes());
+    for m in members {
+        h.write(m.as_str().as_bytes());
+        h.write(&[0]);
+    }
+    h.0
 }
 
 /// FNV-1a, chosen because it is tiny and its output is fixed by definition on every platform.

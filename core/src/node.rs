@@ -222,8 +222,9 @@ impl Core {
         self.timers.clear();
         self.election_phase = ElectionPhase::Suspect;
         if restart {
-            // Promises made before the crash are forgotten with the process; honour them anyway by
-            // granting nothing for a full minimum election timeout.
+            // Promises made before the crash come back with the replayed log, but a runtime whose
+            // clock restarted could see them as expired: grant nothing for a full minimum
+            // election timeout either way.
             self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
             self.promised_to = None;
         }

@@ -1,0 +1,430 @@
+//! A small deterministic network of pure cores for property tests: a seeded queue of timed
+//! deliveries with delays, loss, directed cuts, crashes and restarts (a restart replays the
+//! node's own event log). No tokio, no threads, no clock. The invariants of DESIGN §5 (1, 2, 3)
+//! are checked on every step; a violation panics with the seed.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chorus_core::rng::below;
+use chorus_core::{
+    Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, Role, ADMIN_ELECTION,
+};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Fast timings so a schedule covers many elections in little simulated time.
+pub fn fast_config() -> Config {
+    Config {
+        heartbeat_interval_ms: 50,
+        election_timeout_min_ms: 150,
+        election_timeout_max_ms: 300,
+        discovery_timeout_ms: 100,
+        ..Config::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Item {
+    Deliver {
+        to: usize,
+        from: usize,
+        msg: Message,
+    },
+    Timer {
+        node: usize,
+        incarnation: u32,
+        timer: chorus_core::Timer,
+    },
+}
+
+pub struct Net {
+    pub seed: u64,
+    pub ids: Vec<NodeId>,
+    pub nodes: Vec<Option<Core>>,
+    incarnation: Vec<u32>,
+    /// Each node's durable event log: what a restart replays.
+    pub logs: Vec<Vec<(u64, Event)>>,
+    queue: BTreeMap<(u64, u64), Item>,
+    seq: u64,
+    pub now: u64,
+    rng: ChaCha8Rng,
+    /// Directed links that drop everything: (from, to).
+    cut: BTreeSet<(usize, usize)>,
+    pub loss_pct: u64,
+    pub delay_ms: (u64, u64),
+    config: Config,
+    eligible: Vec<bool>,
+    // Observations for the invariants.
+    pub admins_by_term: BTreeMap<u64, usize>,
+    votes: BTreeMap<(usize, u64), NodeId>,
+    pub lease_until: Vec<Option<u64>>,
+    /// Every step's commands, in order: the determinism fingerprint.
+    pub history: Vec<(u64, usize, Vec<Command>)>,
+}
+
+impl Net {
+    pub fn new(seed: u64, n: usize, config: Config) -> Net {
+        Net::with_workers(seed, n, 0, config)
+    }
+
+    /// `voters` admin-eligible nodes plus `workers` that only follow.
+    pub fn with_workers(seed: u64, voters: usize, workers: usize, config: Config) -> Net {
+        let total = voters + workers;
+        let ids: Vec<NodeId> = (0..total).map(|i| NodeId::from(format!("n{i}"))).collect();
+        let config = Config {
+            bootstrap_expect: voters as u32,
+            ..config
+        };
+        let mut net = Net {
+            seed,
+            ids,
+            nodes: vec![None; total],
+            incarnation: vec![0; total],
+            logs: vec![Vec::new(); total],
+            queue: BTreeMap::new(),
+            seq: 0,
+            now: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            cut: BTreeSet::new(),
+            loss_pct: 0,
+            delay_ms: (1, 10),
+            config,
+            eligible: (0..total).map(|i| i < voters).collect(),
+            admins_by_term: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            lease_until: vec![None; total],
+            history: Vec::new(),
+        };
+        for i in 0..total {
+            net.boot(i);
+        }
+        for i in 0..total {
+            net.connect_all(i);
+        }
+        net
+    }
+
+    fn caps(&self, i: usize) -> Vec<String> {
+        if self.eligible[i] {
+            vec![ADMIN_ELECTION.to_owned()]
+        } else {
+            vec!["docker".to_owned()]
+        }
+    }
+
+    pub fn fresh_core(&self, i: usize) -> Core {
+        Core::new(
+            self.ids[i].clone(),
+            self.config.clone(),
+            self.caps(i),
+            self.seed,
+        )
+        .unwrap()
+    }
+
+    fn boot(&mut self, i: usize) {
+        // Recovery: replay the durable log into a fresh core, then start.
+        let mut core = self.fresh_core(i);
+        let mut sink = Vec::new();
+        for (t, e) in &self.logs[i] {
+            core.step(*t, e.clone(), &mut sink);
+            sink.clear();
+        }
+        self.incarnation[i] += 1;
+        self.nodes[i] = Some(core);
+        self.lease_until[i] = None;
+        self.apply(i, Event::Started);
+    }
+
+    fn peer_info(&self, i: usize) -> PeerInfo {
+        PeerInfo {
+            capabilities: self.caps(i).into(),
+            ..Default::default()
+        }
+    }
+
+    fn connected(&self, a: usize, b: usize) -> bool {
+        self.nodes[a].is_some()
+            && self.nodes[b].is_some()
+            && !self.cut.contains(&(a, b))
+            && !self.cut.contains(&(b, a))
+    }
+
+    /// Tells `i` and everyone it can reach that they see each other.
+    fn connect_all(&mut self, i: usize) {
+        for j in 0..self.ids.len() {
+            if j != i && self.connected(i, j) {
+                let info = self.peer_info(j);
+                self.apply(
+                    i,
+                    Event::PeerUp {
+                        peer: self.ids[j].clone(),
+                        info,
+                    },
+                );
+                let info = self.peer_info(i);
+                self.apply(
+                    j,
+                    Event::PeerUp {
+                        peer: self.ids[i].clone(),
+                        info,
+                    },
+                );
+            }
+        }
+    }
+
+    fn push(&mut self, at: u64, item: Item) {
+        self.seq += 1;
+        self.queue.insert((at, self.seq), item);
+    }
+
+    /// Steps node `i` with `event` now, logs it, checks invariants, and carries out commands.
+    pub fn apply(&mut self, i: usize, event: Event) {
+        let Some(core) = self.nodes[i].as_mut() else {
+            return;
+        };
+        self.logs[i].push((self.now, event.clone()));
+        let mut out = Vec::new();
+        core.step(self.now, event, &mut out);
+        let role = core.role();
+        for c in &out {
+            self.observe(i, c);
+        }
+        if role != Role::Admin {
+            self.lease_until[i] = None;
+        }
+        for c in out.iter().cloned() {
+            self.execute(i, c);
+        }
+        self.history.push((self.now, i, out));
+    }
+
+    fn fail(&self, what: String) -> ! {
+        panic!(
+            "invariant violated (seed {}): {what} at t={}",
+            self.seed, self.now
+        )
+    }
+
+    fn observe(&mut self, i: usize, c: &Command) {
+        let Command::Notice(n) = c else { return };
+        match n {
+            Notice::BecameAdmin {
+                term,
+                lease_until_ms,
+            } => {
+                if let Some(other) = self.admins_by_term.insert(*term, i) {
+                    if other != i {
+                        self.fail(format!("two admins in term {term}: n{other} and n{i}"));
+                    }
+                }
+                self.check_lease(i, *lease_until_ms);
+            }
+            Notice::LeaseRenewed { lease_until_ms, .. } => self.check_lease(i, *lease_until_ms),
+            Notice::Voted { term, candidate } => {
+                if let Some(prev) = self.votes.insert((i, *term), candidate.clone()) {
+                    if prev != *candidate {
+                        self.fail(format!(
+                            "n{i} voted for {prev} and {candidate} in term {term}"
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_lease(&mut self, i: usize, until: u64) {
+        for (j, l) in self.lease_until.iter().enumerate() {
+            let still_admin = self.nodes[j]
+                .as_ref()
+                .is_some_and(|c| c.role() == Role::Admin);
+            if j != i && still_admin && l.is_some_and(|l| l > self.now) {
+                self.fail(format!(
+                    "n{i} took a lease while n{j} holds one until {l:?}"
+                ));
+            }
+        }
+        self.lease_until[i] = Some(until);
+    }
+
+    fn execute(&mut self, i: usize, c: Command) {
+        match c {
+            Command::Send { to, msg } => {
+                let j = self.index(&to);
+                self.send(i, j, msg);
+            }
+            Command::Broadcast { msg } => {
+                for j in 0..self.ids.len() {
+                    if j != i {
+                        self.send(i, j, msg.clone());
+                    }
+                }
+            }
+            Command::SetTimer { timer, at_ms } => {
+                let incarnation = self.incarnation[i];
+                self.push(
+                    at_ms,
+                    Item::Timer {
+                        node: i,
+                        incarnation,
+                        timer,
+                    },
+                );
+            }
+            Command::CancelTimer { .. } | Command::RoleChanged { .. } | Command::Notice(_) => {}
+        }
+    }
+
+    fn index(&self, id: &NodeId) -> usize {
+        id.as_str()[1..].parse().expect("simulated ids are n<i>")
+    }
+
+    fn send(&mut self, from: usize, to: usize, msg: Message) {
+        if self.cut.contains(&(from, to)) || below(&mut self.rng, 100) < self.loss_pct {
+            return;
+        }
+        let (lo, hi) = self.delay_ms;
+        let delay = lo + below(&mut self.rng, hi - lo + 1);
+        self.push(self.now + delay, Item::Deliver { to, from, msg });
+    }
+
+    /// Runs until `until` (inclusive), one queued item at a time.
+    pub fn run_until(&mut self, until: u64) {
+        while let Some(entry) = self.queue.first_entry() {
+            let (at, _) = *entry.key();
+            if at > until {
+                break;
+            }
+            let item = entry.remove();
+            self.now = at;
+            match item {
+                Item::Deliver { to, from, msg } => {
+                    // Links can be cut while a message is in flight; crashed nodes hear nothing.
+                    if self.nodes[to].is_some() && !self.cut.contains(&(from, to)) {
+                        let from = self.ids[from].clone();
+                        self.apply(to, Event::Message { from, msg });
+                    }
+                }
+                Item::Timer {
+                    node,
+                    incarnation,
+                    timer,
+                } => {
+                    if self.incarnation[node] == incarnation {
+                        self.apply(node, Event::TimerFired { timer });
+                    }
+                }
+            }
+        }
+        self.now = until;
+    }
+
+    // ---- Faults --------------------------------------------------------------------------------
+
+    pub fn crash(&mut self, i: usize) {
+        if self.nodes[i].take().is_none() {
+            return;
+        }
+        self.lease_until[i] = None;
+        for j in 0..self.ids.len() {
+            if j != i {
+                self.apply(
+                    j,
+                    Event::PeerDown {
+                        peer: self.ids[i].clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    pub fn restart(&mut self, i: usize) {
+        if self.nodes[i].is_some() {
+            return;
+        }
+        self.boot(i);
+        self.connect_all(i);
+    }
+
+    /// Cuts every link between the two groups, both ways.
+    pub fn partition(&mut self, group: &[usize]) {
+        let others: Vec<usize> = (0..self.ids.len()).filter(|j| !group.contains(j)).collect();
+        for &a in group {
+            for &b in &others {
+                self.cut_link(a, b);
+                self.cut_link(b, a);
+            }
+        }
+    }
+
+    /// Cuts one direction of one link.
+    pub fn cut_link(&mut self, from: usize, to: usize) {
+        let was = self.connected(from, to);
+        self.cut.insert((from, to));
+        if was {
+            self.apply(
+                from,
+                Event::PeerDown {
+                    peer: self.ids[to].clone(),
+                },
+            );
+            self.apply(
+                to,
+                Event::PeerDown {
+                    peer: self.ids[from].clone(),
+                },
+            );
+        }
+    }
+
+    pub fn heal(&mut self) {
+        let cut: Vec<_> = std::mem::take(&mut self.cut).into_iter().collect();
+        let mut reconnected = BTreeSet::new();
+        for (a, b) in cut {
+            let pair = (a.min(b), a.max(b));
+            if self.connected(a, b) && reconnected.insert(pair) {
+                let info = self.peer_info(b);
+                self.apply(
+                    a,
+                    Event::PeerUp {
+                        peer: self.ids[b].clone(),
+                        info,
+                    },
+                );
+                let info = self.peer_info(a);
+                self.apply(
+                    b,
+                    Event::PeerUp {
+                        peer: self.ids[a].clone(),
+                        info,
+                    },
+                );
+            }
+        }
+    }
+
+    // ---- Views ---------------------------------------------------------------------------------
+
+    pub fn live(&self) -> impl Iterator<Item = &Core> {
+        self.nodes.iter().flatten()
+    }
+
+    /// The admin every live node agrees on, if they all do.
+    pub fn agreed_admin(&self) -> Option<NodeId> {
+        let mut admins = self.live().map(|c| c.admin().cloned());
+        let first = admins.next()??;
+        admins.all(|a| a.as_ref() == Some(&first)).then_some(first)
+    }
+
+    pub fn max_term(&self) -> u64 {
+        self.live().map(Core::term).max().unwrap_or(0)
+    }
+
+    pub fn rand(&mut self, span: u64) -> u64 {
+        below(&mut self.rng, span)
+    }
+}
