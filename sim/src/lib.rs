@@ -1,1 +1,12 @@
-//! The CHORUS simulator (work in progress): engines, scenarios, checker and traces.
+//! The CHORUS simulator: two engines (a discrete-event engine over the pure core for thousands of
+//! nodes; a turmoil harness running the real runtime loop for tens) behind one scenario, trace and
+//! checker interface.
+
+pub mod checker;
+pub mod des;
+pub mod driver;
+pub mod run;
+pub mod scenario;
+pub mod sink;
+pub mod trace;
+pub mod turmoil_engine;

@@ -1,0 +1,309 @@
+//! The invariant checker (DESIGN §5), run over every trace line of every simulation.
+//!
+//! 1. election safety — at most one admin per term;
+//! 2. lease safety — no two nodes hold an unexpired lease at the same instant;
+//! 3. vote safety — no node votes for two candidates in one term, restarts included;
+//! 4. liveness — once the network is healed and a majority of voters is up, within the bound an
+//!    admin holds a lease and every live node knows it;
+//! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
+//!    term appears until the next fault (a node back from a minority raised nothing).
+//!
+//! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use crate::trace::{Header, Line, Record};
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Invariant number, DESIGN §5.
+    pub invariant: u8,
+    /// Simulated time.
+    pub t: u64,
+    /// The trace line (1 = header) where it was detected.
+    pub line: usize,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.invariant {
+            1 => "election safety",
+            2 => "lease safety",
+            3 => "vote safety",
+            4 => "liveness",
+            5 => "term stability",
+            6 => "determinism",
+            _ => "invariant",
+        };
+        write!(
+            f,
+            "invariant {} ({name}) violated at t={} ms (trace line {}): {}",
+            self.invariant, self.t, self.line, self.message
+        )
+    }
+}
+
+/// Streaming checker: feed lines in order, then `finish`.
+pub struct Checker {
+    voters: BTreeSet<String>,
+    bound_ms: u64,
+    admins_by_term: BTreeMap<u64, String>,
+    /// Unexpired leases as last announced: node → (term, lease end).
+    leases: BTreeMap<String, (u64, u64)>,
+    votes: BTreeMap<(String, u64), String>,
+    live: BTreeSet<String>,
+    known: BTreeMap<String, (String, u64)>,
+    /// Directed cuts in force, and the groups of the last partition.
+    cuts: BTreeSet<(String, String)>,
+    groups: Vec<Vec<String>>,
+    /// Liveness: when the current fault-free period began, and whether it was satisfied.
+    stable_since: Option<u64>,
+    satisfied: bool,
+    /// Term stability: (term of the majority's admin at heal, guard end).
+    term_guard: Option<(u64, u64)>,
+    violations: Vec<Violation>,
+}
+
+impl Checker {
+    /// A checker for the run described by `header`.
+    pub fn new(header: &Header) -> Checker {
+        Checker {
+            voters: (0..header.voters).map(|i| format!("n{i}")).collect(),
+            bound_ms: header.liveness_bound_ms,
+            admins_by_term: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            votes: BTreeMap::new(),
+            live: BTreeSet::new(),
+            known: BTreeMap::new(),
+            cuts: BTreeSet::new(),
+            groups: Vec::new(),
+            stable_since: None,
+            satisfied: false,
+            term_guard: None,
+            violations: Vec::new(),
+        }
+    }
+
+    /// Violations found so far, in detection order.
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    fn fail(&mut self, invariant: u8, t: u64, line: usize, message: String) {
+        self.violations.push(Violation {
+            invariant,
+            t,
+            line,
+            message,
+        });
+    }
+
+    /// Checks one line (`line_no` counts the header as 1).
+    pub fn observe(&mut self, line_no: usize, line: &Line) {
+        let t = line.t;
+        self.check_deadline(t, line_no);
+        match &line.record {
+            Record::BecameAdmin {
+                node,
+                term,
+                lease_until,
+            } => {
+                if let Some(other) = self.admins_by_term.get(term) {
+                    if other != node {
+                        let msg = format!("{other} and {node} both became admin in term {term}");
+                        self.fail(1, t, line_no, msg);
+                    }
+                } else {
+                    self.admins_by_term.insert(*term, node.clone());
+                }
+                self.take_lease(node, *term, *lease_until, t, line_no);
+            }
+            Record::LeaseRenewed {
+                node,
+                term,
+                lease_until,
+            } => self.take_lease(node, *term, *lease_until, t, line_no),
+            Record::SteppedDown { node, .. } => {
+                self.leases.remove(node);
+            }
+            Record::Voted {
+                node,
+                term,
+                candidate,
+            } => {
+                match self.votes.get(&(node.clone(), *term)) {
+                    Some(prev) if prev != candidate => {
+                        let msg =
+                            format!("{node} voted for {prev} and for {candidate} in term {term}");
+                        self.fail(3, t, line_no, msg);
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.votes.insert((node.clone(), *term), candidate.clone());
+                    }
+                }
+                self.check_term(*term, t, line_no, node);
+            }
+            Record::AdminKnown { node, admin, term } => {
+                self.known.insert(node.clone(), (admin.clone(), *term));
+            }
+            Record::Role { node, term, .. } => self.check_term(*term, t, line_no, node),
+            Record::Crash { node } => {
+                self.live.remove(node);
+                self.leases.remove(node);
+                self.known.remove(node);
+                self.topology_changed(t);
+            }
+            Record::Restart { node } => {
+                self.live.insert(node.clone());
+                self.known.remove(node);
+                self.topology_changed(t);
+            }
+            Record::Partition { groups } => {
+                self.groups = groups.clone();
+                for (i, a) in groups.iter().enumerate() {
+                    for (j, b) in groups.iter().enumerate() {
+                        if i != j {
+                            for x in a {
+                                for y in b {
+                                    self.cuts.insert((x.clone(), y.clone()));
+                                }
+                            }
+                        }
+                    }
+                }
+                self.topology_changed(t);
+            }
+            Record::Cut { from, to } => {
+                for x in from {
+                    for y in to {
+                        if x != y {
+                            self.cuts.insert((x.clone(), y.clone()));
+                        }
+                    }
+                }
+                self.topology_changed(t);
+            }
+            Record::Heal => {
+                let groups = std::mem::take(&mut self.groups);
+                self.cuts.clear();
+                self.topology_changed(t);
+                self.guard_terms_after_heal(&groups, t);
+            }
+            Record::Network { .. } => self.topology_changed(t),
+            Record::Step { .. } => {}
+        }
+        self.check_agreement(t);
+    }
+
+    /// Call at the end of the run with the final simulated time.
+    pub fn finish(&mut self, end_t: u64, line_no: usize) {
+        self.check_deadline(end_t, line_no);
+    }
+
+    fn take_lease(&mut self, node: &str, term: u64, until: u64, t: u64, line_no: usize) {
+        let holders: Vec<(String, u64)> = self
+            .leases
+            .iter()
+            .filter(|(n, (_, end))| n.as_str() != node && *end > t)
+            .map(|(n, (_, end))| (n.clone(), *end))
+            .collect();
+        for (other, end) in holders {
+            let msg =
+                format!("{node} holds a lease (term {term}) while {other} holds one until {end}");
+            self.fail(2, t, line_no, msg);
+        }
+        self.leases.insert(node.to_owned(), (term, until));
+    }
+
+    fn healthy(&self) -> bool {
+        let up = self
+            .voters
+            .iter()
+            .filter(|v| self.live.contains(*v))
+            .count();
+        self.cuts.is_empty() && up > self.voters.len() / 2
+    }
+
+    fn topology_changed(&mut self, t: u64) {
+        self.term_guard = None;
+        self.stable_since = self.healthy().then_some(t);
+        self.satisfied = false;
+    }
+
+    /// Whether some live node holds a lease and every live node knows it as admin.
+    fn agreement(&self, t: u64) -> bool {
+        self.leases.iter().any(|(admin, (term, end))| {
+            *end > t
+                && self.live.contains(admin)
+                && self
+                    .live
+                    .iter()
+                    .all(|n| self.known.get(n) == Some(&(admin.clone(), *term)))
+        })
+    }
+
+    fn check_agreement(&mut self, t: u64) {
+        if self.stable_since.is_some() && !self.satisfied && self.agreement(t) {
+            self.satisfied = true;
+        }
+    }
+
+    fn check_deadline(&mut self, t: u64, line_no: usize) {
+        let Some(since) = self.stable_since else {
+            return;
+        };
+        if !self.satisfied && t > since + self.bound_ms {
+            let msg = format!(
+                "healed with a majority up since t={since}, but no admin known to every live node within {} ms",
+                self.bound_ms
+            );
+            self.fail(4, since + self.bound_ms, line_no, msg);
+            // Report each fault-free period once.
+            self.satisfied = true;
+        }
+    }
+
+    fn guard_terms_after_heal(&mut self, groups: &[Vec<String>], t: u64) {
+        let majority = groups.iter().find(|g| {
+            g.iter().filter(|n| self.voters.contains(*n)).count() > self.voters.len() / 2
+        });
+        let Some(majority) = majority else { return };
+        let leased = majority
+            .iter()
+            .filter_map(|n| self.leases.get(n))
+            .filter(|(_, end)| *end > t)
+            .map(|(term, _)| *term)
+            .max();
+        if let Some(term) = leased {
+            self.term_guard = Some((term, t + self.bound_ms));
+        }
+    }
+
+    fn check_term(&mut self, term: u64, t: u64, line_no: usize, node: &str) {
+        if let Some((guard, until)) = self.term_guard {
+            if t <= until && term > guard {
+                let msg = format!(
+                    "{node} reached term {term} after a heal although the majority's admin held term {guard}"
+                );
+                self.fail(5, t, line_no, msg);
+                self.term_guard = None;
+            }
+        }
+    }
+}
+
+/// Checks a whole trace.
+pub fn check(header: &Header, lines: &[Line]) -> Vec<Violation> {
+    let mut c = Checker::new(header);
+    for (i, l) in lines.iter().enumerate() {
+        c.observe(i + 2, l);
+    }
+    let end = header.duration_ms.max(lines.last().map_or(0, |l| l.t));
+    c.finish(end, lines.len() + 1);
+    c.violations
+}

@@ -1,0 +1,342 @@
+//! The scenario driver shared by both engines: it fires the scenario's actions at their times,
+//! resolves targets with its own seeded RNG, writes the fault records, and asks the engine (a
+//! [`Cluster`]) to carry them out.
+
+use std::collections::BTreeMap;
+
+use chorus_core::rng::below;
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::scenario::{Action, Scenario, Target};
+use crate::sink::Sink;
+use crate::trace::Record;
+
+/// What an engine must offer the driver. Node `i` is `n{i}`.
+pub trait Cluster {
+    /// Whether node `i` is running.
+    fn is_live(&self, i: usize) -> bool;
+    /// The node holding an unexpired admin lease now, if any.
+    fn admin(&self) -> Option<usize>;
+    /// Stop node `i` abruptly; its event log survives.
+    fn crash(&mut self, i: usize, sink: &mut Sink);
+    /// Start node `i` (first start or recovery from its log).
+    fn restart(&mut self, i: usize, sink: &mut Sink);
+    /// Drop everything sent from `from` to `to`.
+    fn cut(&mut self, from: usize, to: usize);
+    /// Restore every link.
+    fn heal(&mut self);
+    /// Change loss, duplication and reordering (ppm).
+    fn set_network(&mut self, loss_ppm: u32, duplicate_ppm: u32, reorder_ppm: u32);
+}
+
+#[derive(Clone, Debug)]
+enum Pending {
+    Act(Action),
+    /// Second half of a bounce: restart exactly these nodes.
+    RestartNodes(Vec<usize>),
+    /// Remaining toggles of a flap: (link, currently cut, toggles left, period).
+    Flap {
+        link: (usize, usize),
+        cut: bool,
+        left: u32,
+        period: u64,
+    },
+}
+
+/// Fires a scenario's actions in order.
+pub struct Driver {
+    pending: BTreeMap<(u64, u64), Pending>,
+    seq: u64,
+    rng: ChaCha8Rng,
+    nodes: usize,
+    /// Late joiners not started yet.
+    waiting: Vec<usize>,
+}
+
+impl Driver {
+    /// A driver for `scenario` (with `nodes` as run), seeded apart from the engine's own RNG.
+    pub fn new(scenario: &Scenario, seed: u64) -> Driver {
+        let mut d = Driver {
+            pending: BTreeMap::new(),
+            seq: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5ce7_a810_d21e_c70f),
+            nodes: scenario.nodes,
+            waiting: (scenario.nodes - scenario.late_joiners..scenario.nodes).collect(),
+        };
+        for (t, a) in scenario.timeline() {
+            d.push(t, Pending::Act(a));
+        }
+        d
+    }
+
+    /// Nodes that start at time zero.
+    pub fn initial_nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.nodes).filter(|i| !self.waiting.contains(i))
+    }
+
+    fn push(&mut self, t: u64, p: Pending) {
+        self.seq += 1;
+        self.pending.insert((t, self.seq), p);
+    }
+
+    /// When the next action is due.
+    pub fn next_at(&self) -> Option<u64> {
+        self.pending.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Carries out every action due at or before `now`.
+    pub fn fire_due(&mut self, now: u64, cluster: &mut dyn Cluster, sink: &mut Sink) {
+        while let Some(entry) = self.pending.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let p = entry.remove();
+            self.fire(now, p, cluster, sink);
+        }
+    }
+
+    fn live(&self, cluster: &dyn Cluster) -> Vec<usize> {
+        (0..self.nodes).filter(|i| cluster.is_live(*i)).collect()
+    }
+
+    fn pick(&mut self, from: &[usize]) -> Option<usize> {
+        (!from.is_empty()).then(|| from[below(&mut self.rng, from.len() as u64) as usize])
+    }
+
+    fn resolve(&mut self, target: &Target, cluster: &dyn Cluster) -> Vec<usize> {
+        let live = self.live(cluster);
+        match target {
+            Target::Admin => cluster.admin().into_iter().collect(),
+            Target::Random => self.pick(&live).into_iter().collect(),
+            Target::RandomFollower => {
+                let admin = cluster.admin();
+                let followers: Vec<usize> =
+                    live.into_iter().filter(|i| Some(*i) != admin).collect();
+                self.pick(&followers).into_iter().collect()
+            }
+            Target::All => live,
+            Target::Crashed => (0..self.nodes)
+                .filter(|i| !cluster.is_live(*i) && !self.waiting.contains(i))
+                .collect(),
+            Target::Percent(p) => {
+                let want = ((live.len() as u64 * u64::from(*p)).div_ceil(100)).max(1) as usize;
+                let mut pool = live;
+                let mut chosen = Vec::new();
+                while chosen.len() < want && !pool.is_empty() {
+                    let k = below(&mut self.rng, pool.len() as u64) as usize;
+                    chosen.push(pool.swap_remove(k));
+                }
+                chosen.sort_unstable();
+                chosen
+            }
+            Target::Node(i) => vec![*i],
+        }
+    }
+
+    fn crash(&mut self, nodes: &[usize], cluster: &mut dyn Cluster, sink: &mut Sink) {
+        for &i in nodes {
+            if cluster.is_live(i) {
+                sink.record(Record::Crash { node: name(i) });
+                cluster.crash(i, sink);
+            }
+        }
+    }
+
+    fn restart(&mut self, nodes: &[usize], cluster: &mut dyn Cluster, sink: &mut Sink) {
+        for &i in nodes {
+            if !cluster.is_live(i) && !self.waiting.contains(&i) {
+                sink.record(Record::Restart { node: name(i) });
+                cluster.restart(i, sink);
+            }
+        }
+    }
+
+    fn fire(&mut self, now: u64, p: Pending, cluster: &mut dyn Cluster, sink: &mut Sink) {
+        match p {
+            Pending::Act(Action::Crash { target }) => {
+                let nodes = self.resolve(&target, cluster);
+                self.crash(&nodes, cluster, sink);
+            }
+            Pending::Act(Action::Restart { target }) => {
+                let nodes = self.resolve(&target, cluster);
+                self.restart(&nodes, cluster, sink);
+            }
+            Pending::Act(Action::Bounce { target, down_for }) => {
+                let nodes = self.resolve(&target, cluster);
+                self.crash(&nodes, cluster, sink);
+                self.push(now + down_for, Pending::RestartNodes(nodes));
+            }
+            Pending::RestartNodes(nodes) => self.restart(&nodes, cluster, sink),
+            Pending::Act(Action::Partition {
+                minority,
+                with_admin,
+            }) => {
+                let max_minority = (self.nodes - 1) / 2;
+                let size = minority
+                    .unwrap_or(max_minority)
+                    .clamp(1, self.nodes.saturating_sub(1).max(1));
+                let mut pool: Vec<usize> = (0..self.nodes).collect();
+                let mut small = Vec::new();
+                if with_admin {
+                    if let Some(a) = cluster.admin() {
+                        pool.retain(|i| *i != a);
+                        small.push(a);
+                    }
+                }
+                while small.len() < size && !pool.is_empty() {
+                    let k = below(&mut self.rng, pool.len() as u64) as usize;
+                    small.push(pool.swap_remove(k));
+                }
+                small.sort_unstable();
+                pool.sort_unstable();
+                sink.record(Record::Partition {
+                    groups: vec![names(&pool), names(&small)],
+                });
+                for &a in &small {
+                    for &b in &pool {
+                        cluster.cut(a, b);
+                        cluster.cut(b, a);
+                    }
+                }
+            }
+            Pending::Act(Action::OneWay { from, to }) => {
+                let from = self.resolve(&from, cluster);
+                let to = self.resolve(&to, cluster);
+                if from.is_empty() || to.is_empty() {
+                    return;
+                }
+                sink.record(Record::Cut {
+                    from: names(&from),
+                    to: names(&to),
+                });
+                for &a in &from {
+                    for &b in &to {
+                        if a != b {
+                            cluster.cut(a, b);
+                        }
+                    }
+                }
+            }
+            Pending::Act(Action::Flap { period, times }) => {
+                if self.nodes < 2 {
+                    return;
+                }
+                let a = below(&mut self.rng, self.nodes as u64) as usize;
+                let b = (a + 1 + below(&mut self.rng, self.nodes as u64 - 1) as usize) % self.nodes;
+                self.fire(
+                    now,
+                    Pending::Flap {
+                        link: (a, b),
+                        cut: false,
+                        left: times,
+                        period,
+                    },
+                    cluster,
+                    sink,
+                );
+            }
+            Pending::Flap {
+                link: (a, b),
+                cut,
+                left,
+                period,
+            } => {
+                if left == 0 {
+                    return;
+                }
+                if cut {
+                    sink.record(Record::Heal);
+                    cluster.heal();
+                } else {
+                    sink.record(Record::Partition {
+                        groups: vec![vec![name(a)], vec![name(b)]],
+                    });
+                    cluster.cut(a, b);
+                    cluster.cut(b, a);
+                }
+                self.push(
+                    now + period,
+                    Pending::Flap {
+                        link: (a, b),
+                        cut: !cut,
+                        left: left - 1,
+                        period,
+                    },
+                );
+            }
+            Pending::Act(Action::Heal) => {
+                sink.record(Record::Heal);
+                cluster.heal();
+            }
+            Pending::Act(Action::Network {
+                loss_ppm,
+                duplicate_ppm,
+                reorder_ppm,
+            }) => {
+                sink.record(Record::Network {
+                    loss_ppm,
+                    duplicate_ppm,
+                    reorder_ppm,
+                });
+                cluster.set_network(loss_ppm, duplicate_ppm, reorder_ppm);
+            }
+            Pending::Act(Action::Join { count }) => {
+                let joining: Vec<usize> = self
+                    .waiting
+                    .drain(..count.min(self.waiting.len()))
+                    .collect();
+                for i in joining {
+                    sink.record(Record::Restart { node: name(i) });
+                    cluster.restart(i, sink);
+                }
+            }
+        }
+    }
+}
+
+/// The trace name of node `i`.
+pub fn name(i: usize) -> String {
+    format!("n{i}")
+}
+
+fn names(nodes: &[usize]) -> Vec<String> {
+    nodes.iter().map(|i| name(*i)).collect()
+}
+
+impl Driver {
+    /// Starts the nodes that start at time zero, recording a `restart` for each.
+    pub fn start_initial(&mut self, cluster: &mut dyn Cluster, sink: &mut Sink) {
+        let initial: Vec<usize> = self.initial_nodes().collect();
+        for i in initial {
+            sink.record(Record::Restart { node: name(i) });
+            cluster.restart(i, sink);
+        }
+    }
+}
+
+/// What node `i` advertises: voters carry `admin_election`; free resources are drawn from the
+/// seed (the same for both engines), or equal for every node when the scenario asks for it.
+pub fn node_profile(scenario: &Scenario, seed: u64, i: usize) -> chorus_core::PeerInfo {
+    let mut capabilities = vec!["docker".to_owned()];
+    if i < scenario.voter_count() {
+        capabilities.push(chorus_core::ADMIN_ELECTION.to_owned());
+    }
+    let resources = if scenario.equal_scores {
+        chorus_core::Resources {
+            cpu_millicores: 4_000,
+            mem_free_mb: 8_192,
+        }
+    } else {
+        let mut rng = chorus_core::rng::node_rng(seed ^ 0x9e50_12ce_5eed_0001, &name(i).into());
+        chorus_core::Resources {
+            cpu_millicores: 500 + below(&mut rng, 15_500) as u32,
+            mem_free_mb: 256 + below(&mut rng, 32_512) as u32,
+        }
+    };
+    chorus_core::PeerInfo {
+        capabilities: capabilities.into(),
+        uptime_s: 0,
+        resources,
+    }
+}

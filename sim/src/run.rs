@@ -1,0 +1,70 @@
+//! Running one simulation: build the header and sink, run an engine, finish the checks.
+
+use std::io::Write;
+
+use crate::scenario::Scenario;
+use crate::sink::{Finished, Sink};
+use crate::trace::Header;
+
+/// Which engine runs the scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Engine {
+    /// Discrete-event engine over the pure cores (thousands of nodes).
+    Des,
+    /// turmoil running the real runtime loop and codec (tens of nodes).
+    Turmoil,
+}
+
+impl Engine {
+    /// The name written in trace headers.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Des => "des",
+            Engine::Turmoil => "turmoil",
+        }
+    }
+
+    /// Parses a trace header's engine name.
+    pub fn parse(s: &str) -> Option<Engine> {
+        match s {
+            "des" => Some(Engine::Des),
+            "turmoil" => Some(Engine::Turmoil),
+            _ => None,
+        }
+    }
+}
+
+/// Runs `scenario` with `seed` on `engine`, writing the trace to `trace` if given.
+pub fn run(
+    scenario: &Scenario,
+    seed: u64,
+    engine: Engine,
+    trace: Option<Box<dyn Write>>,
+    steps: bool,
+) -> anyhow::Result<Finished> {
+    scenario
+        .validate()
+        .map_err(|e| anyhow::anyhow!("scenario {}: {e}", scenario.name))?;
+    let header = Header::new(scenario, seed, engine.as_str(), steps);
+    let mut sink = Sink::new(&header, trace)?;
+    match engine {
+        Engine::Des => crate::des::run(scenario, seed, &mut sink)?,
+        Engine::Turmoil => crate::turmoil_engine::run(scenario, seed, &mut sink)?,
+    }
+    Ok(sink.finish(scenario.duration_ms)?)
+}
+
+/// The one command that reproduces a run.
+pub fn repro_command(
+    scenario: &str,
+    nodes: usize,
+    seed: u64,
+    engine: Engine,
+    duration_ms: u64,
+) -> String {
+    format!(
+        "cargo run --release -p chorus-sim -- run --scenario {scenario} --nodes {nodes} --seed {seed} --engine {} --duration {} --trace /tmp/chorus-{seed}.jsonl",
+        engine.as_str(),
+        crate::scenario::format_ms(duration_ms)
+    )
+}

@@ -1,0 +1,262 @@
+//! Where an engine's records go: the trace file (optional), the invariant checker, run statistics
+//! and a running digest of the trace bytes (for determinism checks).
+
+use std::collections::VecDeque;
+use std::io::Write;
+
+use chorus_core::{Command, Notice};
+
+use crate::checker::{Checker, Violation};
+use crate::trace::{Header, Line, Record, TraceWriter};
+
+/// How many recent lines are kept to show around a violation.
+const CONTEXT_LINES: usize = 12;
+
+/// Statistics of one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    /// Number of `became_admin` records.
+    pub elections: u64,
+    /// Highest term seen.
+    pub max_term: u64,
+    /// Closed intervals without an admin, ms.
+    pub outages_ms: Vec<u64>,
+    /// Pre-vote and vote messages sent.
+    pub election_messages: u64,
+    /// All messages sent.
+    pub messages: u64,
+    /// Elections won by the best-scored live voter.
+    pub best_won: u64,
+    /// Lines written after the header.
+    pub lines: u64,
+    /// Simulated time covered.
+    pub end_ms: u64,
+    outage_since: Option<u64>,
+    admin: Option<String>,
+}
+
+impl Stats {
+    /// Percentile (0–100) of outage lengths, nearest-rank.
+    pub fn outage_percentile(&self, p: u64) -> Option<u64> {
+        let mut v = self.outages_ms.clone();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_unstable();
+        let rank = ((p * v.len() as u64).div_ceil(100)).max(1) as usize;
+        Some(v[rank - 1])
+    }
+}
+
+/// Collects an engine's output.
+pub struct Sink {
+    now: u64,
+    line_no: usize,
+    writer: Option<TraceWriter<Box<dyn Write>>>,
+    checker: Checker,
+    /// Statistics so far.
+    pub stats: Stats,
+    recent: VecDeque<String>,
+    context: Option<Vec<String>>,
+    digest: u64,
+    steps: bool,
+    buf: Vec<u8>,
+}
+
+impl Sink {
+    /// A sink for a run with `header`, writing the trace to `out` if given.
+    pub fn new(header: &Header, out: Option<Box<dyn Write>>) -> std::io::Result<Sink> {
+        let mut header_bytes = serde_json::to_vec(header)?;
+        header_bytes.push(b'\n');
+        let mut sink = Sink {
+            now: 0,
+            line_no: 1,
+            writer: out.map(|o| TraceWriter::new(o, header)).transpose()?,
+            checker: Checker::new(header),
+            stats: Stats {
+                outage_since: Some(0),
+                ..Stats::default()
+            },
+            recent: VecDeque::new(),
+            context: None,
+            digest: 0xcbf2_9ce4_8422_2325,
+            steps: header.steps,
+            buf: Vec::new(),
+        };
+        sink.hash(&header_bytes);
+        Ok(sink)
+    }
+
+    /// Whether full `step` records are wanted.
+    pub fn wants_steps(&self) -> bool {
+        self.steps
+    }
+
+    /// Sets the global simulated time of the records that follow.
+    pub fn at(&mut self, t: u64) {
+        debug_assert!(t >= self.now, "sink time went backwards");
+        self.now = t;
+    }
+
+    /// The current global time.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    fn hash(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.digest ^= u64::from(*b);
+            self.digest = self.digest.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// Writes one record at the current time.
+    pub fn record(&mut self, record: Record) {
+        let line = Line {
+            t: self.now,
+            record,
+        };
+        self.line_no += 1;
+        self.stats.lines += 1;
+        self.track(&line);
+        let before = self.checker.violations().len();
+        self.checker.observe(self.line_no, &line);
+        self.buf.clear();
+        // Plain data with string keys: serialization cannot fail.
+        serde_json::to_writer(&mut self.buf, &line).expect("trace line serializes");
+        self.buf.push(b'\n');
+        let bytes = std::mem::take(&mut self.buf);
+        self.hash(&bytes);
+        if let Some(w) = &mut self.writer {
+            if let Err(e) = w.write(&line) {
+                // A full disk must not pass for a clean run.
+                panic!("cannot write the trace: {e}");
+            }
+        }
+        if self.recent.len() == CONTEXT_LINES {
+            self.recent.pop_front();
+        }
+        let text = String::from_utf8_lossy(&bytes[..bytes.len() - 1]).into_owned();
+        self.recent
+            .push_back(format!("{:>8}: {text}", self.line_no));
+        self.buf = bytes;
+        if self.context.is_none() && self.checker.violations().len() > before {
+            self.context = Some(self.recent.iter().cloned().collect());
+        }
+    }
+
+    fn track(&mut self, line: &Line) {
+        let s = &mut self.stats;
+        match &line.record {
+            Record::BecameAdmin { node, term, .. } => {
+                s.elections += 1;
+                s.max_term = s.max_term.max(*term);
+                if let Some(since) = s.outage_since.take() {
+                    s.outages_ms.push(line.t - since);
+                }
+                s.admin = Some(node.clone());
+            }
+            Record::SteppedDown { node, .. } | Record::Crash { node }
+                if s.admin.as_ref() == Some(node) =>
+            {
+                s.admin = None;
+                s.outage_since = Some(line.t);
+            }
+            Record::Voted { term, .. } | Record::Role { term, .. } => {
+                s.max_term = s.max_term.max(*term)
+            }
+            _ => {}
+        }
+    }
+
+    /// Counts a message sent (for messages-per-election).
+    pub fn count_message(&mut self, election: bool) {
+        self.stats.messages += 1;
+        if election {
+            self.stats.election_messages += 1;
+        }
+    }
+
+    /// Notes whether the latest election was won by the best-scored live voter.
+    pub fn election_winner(&mut self, best: bool) {
+        if best {
+            self.stats.best_won += 1;
+        }
+    }
+
+    /// Turns a core command into trace records. `global` converts the node's local times.
+    pub fn core_output(&mut self, node: &str, command: &Command, global: impl Fn(u64) -> u64) {
+        let node = node.to_owned();
+        let record = match command {
+            Command::Notice(Notice::BecameAdmin {
+                term,
+                lease_until_ms,
+            }) => Record::BecameAdmin {
+                node,
+                term: *term,
+                lease_until: global(*lease_until_ms),
+            },
+            Command::Notice(Notice::LeaseRenewed {
+                term,
+                lease_until_ms,
+            }) => Record::LeaseRenewed {
+                node,
+                term: *term,
+                lease_until: global(*lease_until_ms),
+            },
+            Command::Notice(Notice::SteppedDown { term, reason }) => Record::SteppedDown {
+                node,
+                term: *term,
+                reason: reason.as_str().to_owned(),
+            },
+            Command::Notice(Notice::Voted { term, candidate }) => Record::Voted {
+                node,
+                term: *term,
+                candidate: candidate.to_string(),
+            },
+            Command::Notice(Notice::AdminKnown { admin, term }) => Record::AdminKnown {
+                node,
+                admin: admin.to_string(),
+                term: *term,
+            },
+            Command::RoleChanged { role, term, .. } => Record::Role {
+                node,
+                role: role.as_str().to_owned(),
+                term: *term,
+            },
+            _ => return,
+        };
+        self.record(record);
+    }
+
+    /// Ends the run at `end_ms`: final checks, flush. Returns the outcome.
+    pub fn finish(mut self, end_ms: u64) -> std::io::Result<Finished> {
+        self.stats.end_ms = end_ms;
+        self.checker.finish(end_ms, self.line_no);
+        if self.context.is_none() && !self.checker.violations().is_empty() {
+            self.context = Some(self.recent.iter().cloned().collect());
+        }
+        if let Some(w) = self.writer.take() {
+            w.finish()?;
+        }
+        Ok(Finished {
+            violations: self.checker.violations().to_vec(),
+            context: self.context.unwrap_or_default(),
+            stats: self.stats,
+            digest: self.digest,
+        })
+    }
+}
+
+/// The result of a finished run.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    /// Invariant violations, in detection order.
+    pub violations: Vec<Violation>,
+    /// Trace lines leading up to the first violation.
+    pub context: Vec<String>,
+    /// Run statistics.
+    pub stats: Stats,
+    /// FNV-1a digest of the exact trace bytes.
+    pub digest: u64,
+}

@@ -1,0 +1,277 @@
+//! Traces: JSON Lines exactly as DESIGN §6, a public contract other tools read.
+//!
+//! The first line is a [`Header`]; then one [`Line`] per record in simulated-time order, each with
+//! `t` (global simulated ms) and `kind`. Every time in a trace, `lease_until` included, is global
+//! time: engines convert a drifting node's local times before writing.
+
+use std::io::{self, Write};
+
+use serde::{Deserialize, Serialize};
+
+use crate::scenario::Scenario;
+
+/// The trace format version.
+pub const TRACE_VERSION: u32 = 1;
+
+/// The first line: everything needed to re-run the simulation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// Always "header".
+    pub kind: String,
+    /// The seed.
+    pub seed: u64,
+    /// The scenario's name.
+    pub scenario: String,
+    /// "des" or "turmoil".
+    pub engine: String,
+    /// Number of nodes.
+    pub nodes: usize,
+    /// Trace format version.
+    pub version: u32,
+    /// Number of voters (`n0`… are voters, the rest workers).
+    pub voters: usize,
+    /// Simulated duration.
+    pub duration_ms: u64,
+    /// Whether `step` records are included.
+    pub steps: bool,
+    /// The liveness bound the checker used.
+    pub liveness_bound_ms: u64,
+    /// The full scenario (with `nodes` and `duration` as run), so file scenarios replay too.
+    pub spec: Scenario,
+}
+
+/// One trace line after the header.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    /// Global simulated time, ms since start.
+    pub t: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub record: Record,
+}
+
+/// The record kinds (DESIGN §6), plus simulator extensions consumers may ignore.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    /// A node won the election for `term`.
+    BecameAdmin {
+        /// Node id.
+        node: String,
+        /// Term.
+        term: u64,
+        /// Lease end, global ms.
+        lease_until: u64,
+    },
+    /// A majority acknowledged; the lease ends later.
+    LeaseRenewed {
+        /// Node id.
+        node: String,
+        /// Term.
+        term: u64,
+        /// Lease end, global ms.
+        lease_until: u64,
+    },
+    /// An admin stepped down.
+    SteppedDown {
+        /// Node id.
+        node: String,
+        /// Term.
+        term: u64,
+        /// `higher_term`, `lease_expired` or `shutdown`.
+        reason: String,
+    },
+    /// A node cast its vote of `term`.
+    Voted {
+        /// Node id.
+        node: String,
+        /// Term.
+        term: u64,
+        /// The candidate.
+        #[serde(rename = "for")]
+        candidate: String,
+    },
+    /// A node learned the admin of `term`.
+    AdminKnown {
+        /// Node id.
+        node: String,
+        /// The admin.
+        admin: String,
+        /// Term.
+        term: u64,
+    },
+    /// A node's role changed (extension: drives the timeline picture).
+    Role {
+        /// Node id.
+        node: String,
+        /// follower, pre_candidate, candidate or admin.
+        role: String,
+        /// Term.
+        term: u64,
+    },
+    /// The simulator crashed a node.
+    Crash {
+        /// Node id.
+        node: String,
+    },
+    /// The simulator (re)started a node.
+    Restart {
+        /// Node id.
+        node: String,
+    },
+    /// The simulator split the network into groups that cannot talk to each other.
+    Partition {
+        /// Node ids per group.
+        groups: Vec<Vec<String>>,
+    },
+    /// The simulator cut one direction of some links (extension).
+    Cut {
+        /// Senders.
+        from: Vec<String>,
+        /// Receivers.
+        to: Vec<String>,
+    },
+    /// The simulator restored every link.
+    Heal,
+    /// The simulator changed loss, duplication or reordering (extension).
+    Network {
+        /// Loss, ppm.
+        loss_ppm: u32,
+        /// Duplication, ppm.
+        duplicate_ppm: u32,
+        /// Reordering, ppm.
+        reorder_ppm: u32,
+    },
+    /// Full detail of one core step (optional).
+    Step {
+        /// Node id.
+        node: String,
+        /// The input event.
+        event: serde_json::Value,
+        /// The output commands.
+        commands: serde_json::Value,
+    },
+}
+
+impl Header {
+    /// The header for a run.
+    pub fn new(scenario: &Scenario, seed: u64, engine: &str, steps: bool) -> Header {
+        Header {
+            kind: "header".into(),
+            seed,
+            scenario: scenario.name.clone(),
+            engine: engine.into(),
+            nodes: scenario.nodes,
+            version: TRACE_VERSION,
+            voters: scenario.voter_count(),
+            duration_ms: scenario.duration_ms,
+            steps,
+            liveness_bound_ms: scenario.liveness_bound(),
+            spec: scenario.clone(),
+        }
+    }
+}
+
+/// Writes a trace to any byte sink (a file, or memory for tests and `replay`).
+pub struct TraceWriter<W: Write> {
+    out: W,
+    last_t: u64,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Starts a trace with its header.
+    pub fn new(mut out: W, header: &Header) -> io::Result<Self> {
+        serde_json::to_writer(&mut out, header)?;
+        out.write_all(b"\n")?;
+        Ok(TraceWriter { out, last_t: 0 })
+    }
+
+    /// Appends one record. Records must come in time order.
+    pub fn write(&mut self, line: &Line) -> io::Result<()> {
+        debug_assert!(line.t >= self.last_t, "trace out of time order");
+        self.last_t = line.t;
+        serde_json::to_writer(&mut self.out, line)?;
+        self.out.write_all(b"\n")
+    }
+
+    /// Flushes and returns the sink.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Reads a trace: the header and the lines, failing with the line number on bad input.
+pub fn read(text: &str) -> anyhow::Result<(Header, Vec<Line>)> {
+    let mut lines = text.lines().enumerate();
+    let (_, first) = lines.next().ok_or_else(|| anyhow::anyhow!("empty trace"))?;
+    let header: Header =
+        serde_json::from_str(first).map_err(|e| anyhow::anyhow!("line 1 (header): {e}"))?;
+    let mut out = Vec::new();
+    for (i, l) in lines {
+        if l.trim().is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_str(l).map_err(|e| anyhow::anyhow!("line {}: {e}", i + 1))?);
+    }
+    Ok((header, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_have_the_documented_shape() {
+        let line = Line {
+            t: 1500,
+            record: Record::BecameAdmin {
+                node: "n3".into(),
+                term: 2,
+                lease_until: 31_440,
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&line).unwrap(),
+            r#"{"t":1500,"kind":"became_admin","node":"n3","term":2,"lease_until":31440}"#
+        );
+        let vote = Line {
+            t: 7,
+            record: Record::Voted {
+                node: "n1".into(),
+                term: 2,
+                candidate: "n3".into(),
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&vote).unwrap(),
+            r#"{"t":7,"kind":"voted","node":"n1","term":2,"for":"n3"}"#
+        );
+        let heal = Line {
+            t: 9,
+            record: Record::Heal,
+        };
+        assert_eq!(
+            serde_json::to_string(&heal).unwrap(),
+            r#"{"t":9,"kind":"heal"}"#
+        );
+    }
+
+    #[test]
+    fn header_comes_first_and_reads_back() {
+        let s = crate::scenario::builtin("steady").unwrap();
+        let h = Header::new(&s, 42, "des", false);
+        let mut w = TraceWriter::new(Vec::new(), &h).unwrap();
+        w.write(&Line {
+            t: 0,
+            record: Record::Restart { node: "n0".into() },
+        })
+        .unwrap();
+        let bytes = w.finish().unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.starts_with(r#"{"kind":"header","seed":42,"scenario":"steady","engine":"des","nodes":5,"version":1,"#));
+        let (h2, lines) = read(&text).unwrap();
+        assert_eq!(h2, h);
+        assert_eq!(lines.len(), 1);
+    }
+}
