@@ -105,8 +105,12 @@ mod tests {
                 term: 3,
                 membership_version: 1,
                 beat: 9,
-                score: 5000,
                 eligible: true,
+                uptime_s: 3600,
+                resources: crate::Resources {
+                    cpu_millicores: 2000,
+                    mem_free_mb: 512,
+                },
                 electorate: Some(e),
             },
             Message::WhoamiReply {
@@ -114,8 +118,9 @@ mod tests {
                 term: 0,
                 membership_version: 0,
                 beat: 0,
-                score: 0,
                 eligible: false,
+                uptime_s: 0,
+                resources: Default::default(),
                 electorate: None,
             },
             Message::PreVoteRequest {
@@ -203,8 +208,9 @@ mod tests {
             term: 0,
             membership_version: 1,
             beat: 0,
-            score: 0,
             eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
             electorate: Some(Arc::new(Electorate::new(1, members))),
         };
         assert!(matches!(encode("c", &m), Err(CodecError::TooLarge(_))));

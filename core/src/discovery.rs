@@ -4,7 +4,17 @@
 use std::sync::Arc;
 
 use crate::node::ElectionPhase;
-use crate::{Command, Core, Electorate, Message, NodeId, Timer};
+use crate::{Command, Core, Electorate, Message, NodeId, Resources, Timer};
+
+/// The view in a WHOAMI reply, unpacked.
+pub(crate) struct Report {
+    pub(crate) admin: Option<NodeId>,
+    pub(crate) term: u64,
+    pub(crate) beat: u64,
+    pub(crate) eligible: bool,
+    pub(crate) uptime_s: u64,
+    pub(crate) resources: Resources,
+}
 
 impl Core {
     /// Starts a discovery round: ask the peers known so far, and give up after the timeout.
@@ -54,28 +64,34 @@ impl Core {
             term: self.term,
             membership_version: self.electorate.as_ref().map_or(0, |e| e.version),
             beat: self.beat,
-            score: self.score(),
             eligible: self.is_eligible(),
+            uptime_s: self.uptime_s(),
+            resources: self.resources,
             electorate,
         };
         out.push(Command::Send { to: from, msg });
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_whoami_reply(
         &mut self,
         from: NodeId,
-        admin: Option<NodeId>,
-        term: u64,
-        beat: u64,
-        score: u32,
-        eligible: bool,
+        report: Report,
         electorate: Option<Arc<Electorate>>,
         out: &mut Vec<Command>,
     ) {
+        let Report {
+            admin,
+            term,
+            beat,
+            eligible,
+            uptime_s,
+            resources,
+        } = report;
         if let Some(peer) = self.peers.get_mut(&from) {
-            peer.score = score;
             peer.eligible = eligible;
+            peer.uptime_s = uptime_s;
+            peer.seen_at_ms = self.now_ms;
+            peer.resources = resources;
         }
         if let Some(theirs) = electorate {
             // An existing cluster's electorate wins over bootstrapping one of our own.
@@ -145,8 +161,9 @@ mod tests {
             term,
             membership_version: 1,
             beat: 3,
-            score: 0,
             eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
             electorate: None,
         }
     }
@@ -264,8 +281,9 @@ mod tests {
             term: 0,
             membership_version: 4,
             beat: 0,
-            score: 0,
             eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
             electorate: Some(theirs.clone().into()),
         };
         n.step_vec(1, from("a", msg));

@@ -27,7 +27,8 @@ impl Core {
                 continue;
             }
             n += 1;
-            if peer.score > my.0 || (peer.score == my.0 && id < my.1) {
+            let score = peer.score_at(self.now_ms);
+            if score > my.0 || (score == my.0 && id < my.1) {
                 better += 1;
             }
         }

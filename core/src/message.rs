@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Electorate, NodeId};
+use crate::{Electorate, NodeId, Resources};
 
 /// Every message of the protocol (DESIGN §4). The wire format is in `docs/wire-format.md`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,8 +27,10 @@ pub enum Message {
         membership_version: u64,
         /// The highest beat the replier has seen.
         beat: u64,
-        /// The replier's own score (see `score`).
-        score: u32,
+        /// Seconds since the replier started (a score input).
+        uptime_s: u64,
+        /// The replier's free resources (a score input).
+        resources: Resources,
         /// Whether the replier is admin-eligible.
         eligible: bool,
         /// The replier's electorate, when newer than the asker's.

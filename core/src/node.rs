@@ -12,15 +12,28 @@ use crate::{
     StepDownReason, Timer, TimerTable, ADMIN_ELECTION,
 };
 
-/// What this node knows about a live peer.
+/// What this node knows about a live peer: its score inputs as last advertised, so its score
+/// can be computed at any later time the same way the peer computes its own.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
     /// Whether the peer advertises `admin_election`.
     pub eligible: bool,
-    /// Its last advertised score.
-    pub score: u32,
     /// Its advertised capabilities.
     pub capabilities: Arc<[String]>,
+    /// Its uptime when last heard of, and when that was (this node's clock).
+    pub uptime_s: u64,
+    /// This node's time when `uptime_s` was reported.
+    pub seen_at_ms: u64,
+    /// Its advertised free resources.
+    pub resources: Resources,
+}
+
+impl Peer {
+    /// The peer's score at `now_ms`, its uptime extrapolated from the last report.
+    pub fn score_at(&self, now_ms: u64) -> u32 {
+        let uptime_s = self.uptime_s + now_ms.saturating_sub(self.seen_at_ms) / 1_000;
+        score::score(uptime_s, self.capabilities.len(), self.resources)
+    }
 }
 
 /// An election round in progress (pre-vote or vote).
@@ -250,10 +263,21 @@ impl Core {
                 term,
                 membership_version: _,
                 beat,
-                score,
                 eligible,
+                uptime_s,
+                resources,
                 electorate,
-            } => self.on_whoami_reply(from, admin, term, beat, score, eligible, electorate, out),
+            } => {
+                let report = crate::discovery::Report {
+                    admin,
+                    term,
+                    beat,
+                    eligible,
+                    uptime_s,
+                    resources,
+                };
+                self.on_whoami_reply(from, report, electorate, out)
+            }
             M::PreVoteRequest {
                 term,
                 electorate_version,
@@ -281,15 +305,14 @@ impl Core {
             return;
         }
         let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
-        let score = score::score(info.uptime_s, info.capabilities.len(), info.resources);
-        self.peers.insert(
-            peer.clone(),
-            Peer {
-                eligible,
-                score,
-                capabilities: info.capabilities,
-            },
-        );
+        let peer_state = Peer {
+            eligible,
+            capabilities: info.capabilities,
+            uptime_s: info.uptime_s,
+            seen_at_ms: self.now_ms,
+            resources: info.resources,
+        };
+        self.peers.insert(peer.clone(), peer_state);
         self.maybe_bootstrap();
         if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
             self.send_whoami(peer, out);
@@ -386,10 +409,14 @@ impl Core {
         self.capabilities.iter().any(|c| c == ADMIN_ELECTION)
     }
 
+    /// Seconds since this node (re)started.
+    pub fn uptime_s(&self) -> u64 {
+        (self.now_ms - self.started_at_ms) / 1_000
+    }
+
     /// This node's current score.
     pub fn score(&self) -> u32 {
-        let uptime_s = (self.now_ms - self.started_at_ms) / 1_000;
-        score::score(uptime_s, self.capabilities.len(), self.resources)
+        score::score(self.uptime_s(), self.capabilities.len(), self.resources)
     }
 
     // ---- Getters ---------------------------------------------------------------------------------
