@@ -59,6 +59,12 @@ pub enum Notice {
         /// Lease end (node clock).
         lease_until_ms: u64,
     },
+    /// The lease ran out unrenewed: admin duties stop until a renewal, though the node stays
+    /// admin until check-quorum or a higher term removes it.
+    LeaseExpired {
+        /// The term.
+        term: u64,
+    },
     /// A majority acknowledged a heartbeat; the lease now ends later.
     LeaseRenewed {
         /// The term.
@@ -95,8 +101,8 @@ pub enum Notice {
 pub enum StepDownReason {
     /// It learned of a higher term.
     HigherTerm,
-    /// Its lease ran out without a majority of acknowledgements (check-quorum).
-    LeaseExpired,
+    /// No majority acknowledged it for a full maximum election timeout (check-quorum).
+    CheckQuorum,
     /// Graceful shutdown.
     Shutdown,
 }
@@ -106,7 +112,7 @@ impl StepDownReason {
     pub fn as_str(self) -> &'static str {
         match self {
             StepDownReason::HigherTerm => "higher_term",
-            StepDownReason::LeaseExpired => "lease_expired",
+            StepDownReason::CheckQuorum => "check_quorum",
             StepDownReason::Shutdown => "shutdown",
         }
     }

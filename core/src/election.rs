@@ -302,6 +302,7 @@ impl Core {
         self.role = Role::Admin;
         self.admin_state = Some(AdminState {
             lease_until_ms,
+            quorum_at_ms: round.started_at_ms,
             beats: Vec::new(),
             last_ack: Default::default(),
         });

@@ -4,26 +4,29 @@
 //! itself) extends the lease to `t + lease_ms`, where `lease_ms` is the minimum election timeout
 //! less twice the drift bound. Each acknowledging voter promised at receipt (≥ `t`) to grant no
 //! vote for a full minimum election timeout on its own clock, so the lease ends before any
-//! majority could elect someone else. Check-quorum: when the lease runs out unrenewed, the admin
-//! steps down.
+//! majority could elect someone else. Admin duties run only under the lease.
+//!
+//! Check-quorum: an admin that no majority has acknowledged for a full maximum election timeout
+//! steps down. It is measured from the same send times as the lease but is longer, so a network
+//! whose round trip exceeds the lease (duties pause) still keeps a stable admin.
 
 use crate::{Command, Core, Message, NodeId, Notice, Role, StepDownReason, Timer};
 
 impl Core {
     pub(crate) fn on_heartbeat_timer(&mut self, out: &mut Vec<Command>) {
-        if self.role == Role::Admin {
+        let Some(admin) = &self.admin_state else {
+            return;
+        };
+        if self.now_ms >= admin.quorum_at_ms + self.config.election_timeout_max_ms {
+            self.step_down(StepDownReason::CheckQuorum, out);
+        } else {
             self.send_heartbeat(out);
         }
     }
 
     pub(crate) fn on_lease_timer(&mut self, out: &mut Vec<Command>) {
-        let Some(lease_until) = self.lease_until_ms() else {
-            return;
-        };
-        if self.now_ms >= lease_until {
-            self.step_down(StepDownReason::LeaseExpired, out);
-        } else {
-            self.timers.set(Timer::Lease, lease_until, out);
+        if self.lease_until_ms().is_some_and(|l| self.now_ms >= l) {
+            out.push(Command::Notice(Notice::LeaseExpired { term: self.term }));
         }
     }
 
@@ -112,13 +115,15 @@ impl Core {
         }
     }
 
-    /// Extends the lease to `sent_at_ms + lease_ms` if that is later than the current end.
+    /// A majority acknowledged what was sent at `sent_at_ms`: extends the lease to
+    /// `sent_at_ms + lease_ms` if that is later, and resets check-quorum.
     pub(crate) fn renew_lease(&mut self, sent_at_ms: u64, out: &mut Vec<Command>) {
         let lease_ms = self.config.lease_ms();
         let term = self.term;
         let Some(admin) = &mut self.admin_state else {
             return;
         };
+        admin.quorum_at_ms = admin.quorum_at_ms.max(sent_at_ms);
         let until = sent_at_ms + lease_ms;
         if until > admin.lease_until_ms {
             admin.lease_until_ms = until;
@@ -162,9 +167,10 @@ mod tests {
     }
 
     #[test]
-    fn admin_without_majority_of_acks_steps_down_when_lease_ends() {
+    fn admin_without_majority_of_acks_loses_duties_then_steps_down() {
         let mut a = elect("a", ABCDE, &["b", "c"]);
         let lease = a.lease_until_ms().unwrap();
+        let won_at = a.now_ms();
         // Heartbeats go out but only one voter answers: no majority, no renewal.
         let out = fire(&mut a, Timer::Heartbeat);
         let beat = beat_of(&out);
@@ -179,12 +185,24 @@ mod tests {
                 timer: Timer::Lease,
             },
         );
-        assert_eq!(a.role(), Role::Follower);
-        assert!(out.contains(&Command::Notice(Notice::SteppedDown {
-            term: 1,
-            reason: StepDownReason::LeaseExpired
-        })));
+        assert!(out.contains(&Command::Notice(Notice::LeaseExpired { term: 1 })));
+        assert_eq!(a.role(), Role::Admin, "duties stop, the role stays");
         assert!(!a.holds_lease(lease));
+        // Heartbeats continue until a full maximum election timeout without a majority.
+        let deadline = won_at + a.config().election_timeout_max_ms;
+        while a.role() == Role::Admin {
+            let out = fire(&mut a, Timer::Heartbeat);
+            if a.role() == Role::Admin {
+                assert!(a.now_ms() < deadline);
+                assert_eq!(broadcasts(&out).len(), 1);
+            } else {
+                assert!(a.now_ms() >= deadline);
+                assert!(out.contains(&Command::Notice(Notice::SteppedDown {
+                    term: 1,
+                    reason: StepDownReason::CheckQuorum
+                })));
+            }
+        }
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub(crate) struct BeatRound {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct AdminState {
     pub(crate) lease_until_ms: u64,
+    /// When the newest heartbeat (or the winning vote round) that a majority acknowledged was
+    /// sent: the base of both the lease and check-quorum.
+    pub(crate) quorum_at_ms: u64,
     /// The most recent heartbeats, oldest first, bounded by `MAX_BEAT_ROUNDS`.
     pub(crate) beats: Vec<BeatRound>,
     /// The newest beat each voter acknowledged, so a duplicate ack never counts twice.
