@@ -1,3 +1,4 @@
 //! Adapters around the pure core: transport, sandbox, event log, timers, and the runtime loop.
 
+pub mod runtime;
 pub mod sandbox;

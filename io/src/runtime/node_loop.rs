@@ -1,0 +1,282 @@
+//! The runtime loop: recover from the event log, then feed transport inputs and timer firings
+//! into the core, making each batch durable before carrying out its commands.
+
+use std::future::Future;
+use std::time::Instant;
+
+use chorus_core::{Command, Core, Event, NodeId, Timer};
+use futures_util::FutureExt;
+
+use super::{Clock, EventLog, LogError, Observer, StepInfo, Transport, TransportEvent};
+
+/// Tuning of the loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Take a state snapshot after this many logged events (bounds replay after a crash).
+    pub snapshot_every_events: u64,
+    /// At most this many transport inputs are taken into one batch (one `sync` each batch).
+    pub max_batch: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            snapshot_every_events: 1_024,
+            max_batch: 256,
+        }
+    }
+}
+
+/// Why the loop stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The event log failed; the node must not go on acting on inputs it cannot make durable.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The log's snapshot is another node's state.
+    #[error("the event log holds node {found}'s state, not {expected}'s")]
+    WrongNode {
+        /// The node this runtime runs.
+        expected: NodeId,
+        /// The node the snapshot belongs to.
+        found: NodeId,
+    },
+}
+
+/// One node's runtime: the core and the adapters it is carried out through.
+///
+/// The same loop runs in production (libp2p, sled) and in the turmoil simulator (UDP over
+/// turmoil, [`MemoryLog`](super::MemoryLog)); only the trait implementations differ. It is
+/// deterministic given its inputs: `biased` selection, no hash-order iteration, no randomness.
+pub struct Runtime<T, L, C, O> {
+    core: Core,
+    transport: T,
+    log: L,
+    clock: C,
+    observer: O,
+    config: RuntimeConfig,
+    start_events: Vec<Event>,
+    /// Armed timers, in core time, indexed by `Timer as usize`.
+    timers: [Option<u64>; Timer::ALL.len()],
+    /// Added to the clock so core time never goes backwards across restarts.
+    offset_ms: u64,
+    since_snapshot: u64,
+}
+
+/// What one select round produced.
+enum Input {
+    Shutdown,
+    Transport(TransportEvent),
+    Timer,
+}
+
+impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
+    /// A runtime for `core`, a node that has never run (it is replaced by the log's snapshot, if
+    /// the log holds one, when [`Runtime::run`] recovers).
+    pub fn new(core: Core, transport: T, log: L, clock: C, observer: O) -> Self {
+        Runtime {
+            core,
+            transport,
+            log,
+            clock,
+            observer,
+            config: RuntimeConfig::default(),
+            start_events: Vec::new(),
+            timers: [None; Timer::ALL.len()],
+            offset_ms: 0,
+            since_snapshot: 0,
+        }
+    }
+
+    /// Replaces the tuning.
+    pub fn with_config(mut self, config: RuntimeConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Inputs the node knows about itself at start (e.g. a first
+    /// [`Event::ResourcesSampled`]): logged and stepped right after [`Event::Started`], in the
+    /// same batch, before any transport input.
+    pub fn with_start_events(mut self, events: Vec<Event>) -> Self {
+        self.start_events = events;
+        self
+    }
+
+    /// Runs until `shutdown` completes, then steps [`Event::Shutdown`] (an admin steps down and
+    /// says so), carries out its commands, snapshots, and returns the final state.
+    ///
+    /// Dropping the future is a crash: whatever was synced survives in the log.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Core, RuntimeError> {
+        self.recover()?;
+        let mut first = vec![Event::Started];
+        first.append(&mut self.start_events);
+        let now = self.now_ms();
+        self.commit(now, first)?;
+
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let deadline = self
+                .next_timer()
+                .map(|(at, _)| at.saturating_sub(self.offset_ms));
+            // Biased: tokio's branch RNG is not seeded, and a simulation must replay exactly.
+            // Shutdown first, so a flood of input cannot delay it; a timer loses to input, but
+            // due timers are collected after every wake-up below, so it is never starved.
+            let input = tokio::select! {
+                biased;
+                () = &mut shutdown => Input::Shutdown,
+                ev = self.transport.next() => Input::Transport(ev),
+                () = self.clock.sleep_until(deadline.unwrap_or(0)), if deadline.is_some() => {
+                    Input::Timer
+                }
+            };
+            let mut batch = Vec::new();
+            match input {
+                Input::Shutdown => return self.shut_down(),
+                Input::Transport(ev) => self.admit(ev, &mut batch),
+                Input::Timer => {}
+            }
+            // Take whatever else is ready now, so one sync covers it all.
+            for _ in 1..self.config.max_batch {
+                match self.transport.next().now_or_never() {
+                    Some(ev) => self.admit(ev, &mut batch),
+                    None => break,
+                }
+            }
+            let now = self.now_ms();
+            self.take_due_timers(now, &mut batch);
+            if !batch.is_empty() {
+                self.commit(now, batch)?;
+            }
+        }
+    }
+
+    /// Restores the state: latest snapshot, then the tail replayed through `Core::step` with
+    /// its commands discarded (they were carried out before the crash, or never will be).
+    fn recover(&mut self) -> Result<(), RuntimeError> {
+        let recovery = self.log.recover()?;
+        if recovery.is_empty() {
+            self.offset_ms = 0;
+            self.observer.on_recovered(&self.core, 0);
+            return Ok(());
+        }
+        if let Some(bytes) = &recovery.snapshot {
+            let restored = Core::restore(bytes)
+                .map_err(|e| LogError::Corrupt(format!("snapshot does not restore: {e}")))?;
+            if restored.id() != self.core.id() {
+                return Err(RuntimeError::WrongNode {
+                    expected: self.core.id().clone(),
+                    found: restored.id().clone(),
+                });
+            }
+            self.core = restored;
+        }
+        let replayed = recovery.tail.len();
+        let mut discard = Vec::new();
+        for (now_ms, event) in recovery.tail {
+            if now_ms < self.core.now_ms() {
+                return Err(LogError::Corrupt(format!(
+                    "logged time went backwards: {now_ms} after {}",
+                    self.core.now_ms()
+                ))
+                .into());
+            }
+            self.core.step(now_ms, event, &mut discard);
+            discard.clear();
+        }
+        // Continue strictly after the last logged time, whatever the clock restarted from.
+        self.offset_ms = (self.core.now_ms() + 1).saturating_sub(self.clock.now_ms());
+        self.observer.on_recovered(&self.core, replayed);
+        Ok(())
+    }
+
+    /// Core time: the clock plus the restart offset.
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms() + self.offset_ms
+    }
+
+    fn next_timer(&self) -> Option<(u64, Timer)> {
+        Timer::ALL
+            .iter()
+            .filter_map(|t| self.timers[*t as usize].map(|at| (at, *t)))
+            .min()
+    }
+
+    fn take_due_timers(&mut self, now: u64, batch: &mut Vec<Event>) {
+        while let Some((at, timer)) = self.next_timer() {
+            if at > now {
+                break;
+            }
+            self.timers[timer as usize] = None;
+            batch.push(Event::TimerFired { timer });
+        }
+    }
+
+    /// Turns a transport input into a core input; rejected bytes stop here.
+    fn admit(&mut self, ev: TransportEvent, batch: &mut Vec<Event>) {
+        let event = match ev {
+            TransportEvent::Message { from, msg } => Event::Message { from, msg },
+            TransportEvent::PeerUp { peer, info } => Event::PeerUp { peer, info },
+            TransportEvent::PeerDown { peer } => Event::PeerDown { peer },
+            TransportEvent::Rejected { from, reason } => {
+                self.observer.on_rejected(from.as_ref(), reason);
+                return;
+            }
+        };
+        batch.push(event);
+    }
+
+    /// Logs and steps every event of the batch, syncs once, then carries out the commands in
+    /// step order.
+    fn commit(&mut self, now: u64, events: Vec<Event>) -> Result<(), RuntimeError> {
+        let mut steps = Vec::with_capacity(events.len());
+        for event in events {
+            self.log.append(now, &event)?;
+            let mut commands = Vec::new();
+            let started = Instant::now();
+            self.core.step(now, event.clone(), &mut commands);
+            steps.push((event, commands, started.elapsed()));
+        }
+        self.log.sync()?;
+        for (event, commands, latency) in &steps {
+            self.observer.on_step(&StepInfo {
+                now_ms: now,
+                event,
+                commands,
+                latency: *latency,
+            });
+            for command in commands {
+                self.carry_out(now, command);
+            }
+        }
+        self.since_snapshot += steps.len() as u64;
+        if self.since_snapshot >= self.config.snapshot_every_events {
+            self.log.snapshot(&self.core)?;
+            self.since_snapshot = 0;
+        }
+        Ok(())
+    }
+
+    fn carry_out(&mut self, now: u64, command: &Command) {
+        match command {
+            Command::Send { to, msg } => self.transport.send(to, msg),
+            Command::Broadcast { msg } => self.transport.broadcast(msg),
+            Command::SetTimer { timer, at_ms } => self.timers[*timer as usize] = Some(*at_ms),
+            Command::CancelTimer { timer } => self.timers[*timer as usize] = None,
+            Command::RoleChanged {
+                role,
+                term,
+                lease_until_ms,
+            } => self
+                .observer
+                .on_role_changed(now, *role, *term, *lease_until_ms),
+            Command::Notice(notice) => self.observer.on_notice(now, notice),
+        }
+    }
+
+    fn shut_down(mut self) -> Result<Core, RuntimeError> {
+        let now = self.now_ms();
+        self.commit(now, vec![Event::Shutdown])?;
+        self.log.snapshot(&self.core)?;
+        Ok(self.core)
+    }
+}
