@@ -121,8 +121,9 @@ impl SandboxError {
     /// Maps a bollard error raised while doing `op` (whose failures belong to `category`).
     ///
     /// Connection-level failures become [`ErrorCategory::DaemonUnavailable`] whatever the step;
-    /// a 404 becomes [`ErrorCategory::NotFound`] (or [`ErrorCategory::Image`] when the daemon
-    /// names a missing image); a 409 "is not running" becomes [`ErrorCategory::Exited`];
+    /// a 404 for a container becomes [`ErrorCategory::NotFound`], for an image
+    /// [`ErrorCategory::Image`] (a 404 for anything else, e.g. a missing network on create,
+    /// keeps the step's category); a 409 "is not running" becomes [`ErrorCategory::Exited`];
     /// everything else keeps the step's category. Server errors that look transient are retryable.
     pub fn from_bollard(category: ErrorCategory, op: &str, err: bollard::errors::Error) -> Self {
         use bollard::errors::Error as B;
@@ -138,7 +139,7 @@ impl SandboxError {
                     || (status_code == 404 && lower.contains("image"))
                 {
                     ErrorCategory::Image
-                } else if status_code == 404 {
+                } else if status_code == 404 && lower.contains("no such container") {
                     ErrorCategory::NotFound
                 } else if status_code == 409
                     && (lower.contains("is not running") || lower.contains("is paused"))
@@ -206,6 +207,13 @@ mod tests {
             server(404, "No such container: x"),
         );
         assert_eq!(e.category, ErrorCategory::NotFound);
+
+        let e = SandboxError::from_bollard(
+            ErrorCategory::Create,
+            "create",
+            server(404, "network chorus-none not found"),
+        );
+        assert_eq!(e.category, ErrorCategory::Create);
 
         let e = SandboxError::from_bollard(
             ErrorCategory::Exec,

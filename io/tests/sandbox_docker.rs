@@ -1,0 +1,720 @@
+//! The Docker sandbox against the real Docker Engine on this machine. These tests fail (they do
+//! not skip) when Docker is unreachable. Each test uses its own node id and removes its
+//! containers, so they run in parallel.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chorus_io::sandbox::docker::{DockerProvider, LABEL_CREATED, LABEL_NODE, LABEL_TASK};
+use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::policy::NetworkPolicy;
+use chorus_io::sandbox::{
+    ErrorCategory, ExecRequest, ExecutionSandbox, FileEntry, FileTree, GitIdentity, OutputStream,
+    RepoMount, SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState,
+};
+use common::{containers_of, provider, started, unique_node, Cleanup};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Needs 200 MB at once; every memory test limits the sandbox to 32 MiB.
+const HOG: [&str; 5] = ["dd", "if=/dev/zero", "of=/dev/null", "bs=200M", "count=1"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_a_command_with_output_exit_code_env_and_stdin() -> TestResult {
+    let (_p, sb, _c) = started("exec", SandboxPolicy::default(), |spec| {
+        spec.env.insert("FROM_SPEC".into(), "spec".into());
+        spec.git_identity = Some(GitIdentity {
+            name: "Ada Lovelace".into(),
+            email: "ada@example.invalid".into(),
+        });
+    })
+    .await;
+    sb.set_env("FROM_SANDBOX", "sandbox");
+    let out = sb
+        .exec(
+            ExecRequest::shell(
+                "echo \"$FROM_SPEC $FROM_SANDBOX $FROM_REQUEST $GIT_AUTHOR_NAME\"; \
+                 cat; echo oops >&2; pwd; exit 3",
+            )
+            .env("FROM_REQUEST", "request")
+            .stdin("piped-in\n"),
+        )
+        .await?;
+    assert_eq!(out.exit_code, 3);
+    assert_eq!(
+        out.stdout_text(),
+        "spec sandbox request Ada Lovelace\npiped-in\n/workspace\n"
+    );
+    assert_eq!(out.stderr_text(), "oops\n");
+    assert!(!out.stdout_truncated && !out.stderr_truncated);
+    assert!(out.duration > Duration::ZERO);
+
+    let out = sb
+        .exec(ExecRequest::new(["id"]).working_dir("/tmp"))
+        .await?;
+    assert!(out.success());
+    assert!(
+        out.stdout_text().starts_with("uid=65534"),
+        "{}",
+        out.stdout_text()
+    );
+
+    // Output over the cap is cut and flagged, and the command still completes.
+    let out = sb
+        .exec(ExecRequest::shell("head -c 100000 /dev/zero; echo done >&2").output_limit(1000))
+        .await?;
+    assert_eq!(out.stdout.len(), 1000);
+    assert!(out.stdout_truncated);
+    assert_eq!(out.stderr_text(), "done\n");
+
+    // A missing program is an ordinary exit code (127), not an error.
+    let out = sb.exec(ExecRequest::new(["no-such-program"])).await?;
+    assert_eq!(out.exit_code, 127);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_output_as_it_comes() -> TestResult {
+    let (_p, sb, _c) = started("stream", SandboxPolicy::default(), |_| {}).await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let run = sb.exec_streaming(
+        ExecRequest::shell("echo first; sleep 1; echo second >&2"),
+        tx,
+    );
+    let collect = async {
+        let first = rx.recv().await.expect("a first chunk");
+        let at = Instant::now();
+        let mut rest = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            rest.push(chunk);
+        }
+        (first, at, rest)
+    };
+    let (out, (first, first_at, rest)) = tokio::join!(run, collect);
+    let out = out?;
+    assert_eq!(first.stream, OutputStream::Stdout);
+    assert_eq!(first.data, b"first\n");
+    assert_eq!(rest.last().map(|c| c.stream), Some(OutputStream::Stderr));
+    // The first chunk arrived well before the command ended.
+    assert!(first_at.elapsed() < Duration::from_secs(5));
+    assert_eq!(out.stdout_text(), "first\n");
+    assert_eq!(out.stderr_text(), "second\n");
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_and_trees_round_trip() -> TestResult {
+    let (_p, sb, _c) = started("files", SandboxPolicy::default(), |_| {}).await;
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    sb.write_file("/workspace/dir/data.bin", &binary, 0o640)
+        .await?;
+    assert_eq!(sb.read_file("/workspace/dir/data.bin").await?, binary);
+    // tmpfs scratch space works too (the archive API could not do this).
+    sb.write_file("/tmp/note.txt", b"scratch", 0o600).await?;
+    assert_eq!(sb.read_file("/tmp/note.txt").await?, b"scratch");
+    let out = sb
+        .exec(ExecRequest::new([
+            "stat",
+            "-c",
+            "%a %u",
+            "/workspace/dir/data.bin",
+        ]))
+        .await?;
+    assert_eq!(out.stdout_text().trim(), "640 65534");
+
+    let mut tree = FileTree::new();
+    tree.insert(
+        "src/main.rs".into(),
+        FileEntry {
+            data: b"fn main() {}\n".to_vec(),
+            mode: 0o644,
+        },
+    );
+    tree.insert(
+        "run.sh".into(),
+        FileEntry {
+            data: b"#!/bin/sh\necho ran\n".to_vec(),
+            mode: 0o755,
+        },
+    );
+    sb.write_tree("/workspace/project", &tree).await?;
+    assert_eq!(sb.read_tree("/workspace/project").await?, tree);
+    let out = sb
+        .exec(ExecRequest::new(["./run.sh"]).working_dir("/workspace/project"))
+        .await?;
+    assert_eq!(out.stdout_text(), "ran\n");
+
+    let err = sb.read_file("/workspace/missing").await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Io);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_filesystem_is_read_only_and_capabilities_are_gone() -> TestResult {
+    let (_p, sb, _c) = started("lockdown", SandboxPolicy::default(), |_| {}).await;
+    let out = sb.exec(ExecRequest::shell("echo x > /x")).await?;
+    assert_ne!(out.exit_code, 0);
+    assert!(
+        out.stderr_text().contains("Read-only"),
+        "{}",
+        out.stderr_text()
+    );
+    let err = sb.write_file("/etc/evil", b"x", 0o644).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Io);
+
+    let status = sb.read_file("/proc/self/status").await?;
+    let status = String::from_utf8_lossy(&status);
+    for field in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+        let line = status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .unwrap_or_else(|| panic!("{field} missing"));
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    // Masked /proc paths are empty; /proc/sys is read-only.
+    let out = sb
+        .exec(ExecRequest::shell("cat /proc/kcore | wc -c"))
+        .await?;
+    assert_eq!(out.stdout_text().trim(), "0");
+    let out = sb
+        .exec(ExecRequest::shell("echo 1 > /proc/sys/kernel/domainname"))
+        .await?;
+    assert_ne!(out.exit_code, 0);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_none_leaves_only_loopback() -> TestResult {
+    let (_p, sb, _c) = started("netnone", SandboxPolicy::default(), |_| {}).await;
+    let out = sb.exec(ExecRequest::new(["ls", "/sys/class/net"])).await?;
+    assert_eq!(
+        out.stdout_text().split_whitespace().collect::<Vec<_>>(),
+        ["lo"]
+    );
+    let dev = String::from_utf8(sb.read_file("/proc/net/dev").await?)?;
+    let ifaces: Vec<_> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(ifaces, ["lo"]);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabled_network_gets_dns_hosts_and_proxy_settings() -> TestResult {
+    // Only configuration is checked: nothing is sent over the network.
+    let policy = SandboxPolicy {
+        network: NetworkPolicy {
+            enabled: true,
+            network_name: None,
+            dns: vec!["192.0.2.53".into()],
+            dns_search: vec!["corp.invalid".into()],
+            extra_hosts: vec![("git.corp.invalid".into(), "192.0.2.10".into())],
+            http_proxy: Some("http://proxy.corp.invalid:3128".into()),
+            https_proxy: Some("http://proxy.corp.invalid:3128".into()),
+            no_proxy: Some("localhost".into()),
+        },
+        ..SandboxPolicy::default()
+    };
+    let (_p, sb, _c) = started("netdns", policy, |_| {}).await;
+    let resolv = String::from_utf8(sb.read_file("/etc/resolv.conf").await?)?;
+    assert!(resolv.contains("nameserver 192.0.2.53"), "{resolv}");
+    assert!(resolv.contains("corp.invalid"), "{resolv}");
+    let hosts = String::from_utf8(sb.read_file("/etc/hosts").await?)?;
+    assert!(hosts.contains("192.0.2.10\tgit.corp.invalid"), "{hosts}");
+    let out = sb.exec(ExecRequest::new(["env"])).await?;
+    let env = out.stdout_text();
+    assert!(
+        env.contains("HTTPS_PROXY=http://proxy.corp.invalid:3128"),
+        "{env}"
+    );
+    assert!(env.contains("no_proxy=localhost"), "{env}");
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_the_command_and_leaves_nothing_running() -> TestResult {
+    let (_p, sb, _c) = started("timeout", SandboxPolicy::default(), |_| {}).await;
+    let begun = Instant::now();
+    let err = sb
+        .exec(ExecRequest::shell("sleep 60 & sleep 61").timeout(Duration::from_secs(1)))
+        .await
+        .unwrap_err();
+    let took = begun.elapsed();
+    assert_eq!(err.category, ErrorCategory::Timeout, "{err}");
+    assert!(!err.retryable);
+    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    assert!(err.message.contains("process group killed"), "{err}");
+    // The sandbox itself survived, and no sleeper is left.
+    assert_eq!(sb.state().await?, SandboxState::Running);
+    let ps = sb.exec(ExecRequest::new(["ps", "-o", "pid,args"])).await?;
+    let ps = ps.stdout_text();
+    assert!(!ps.contains("sleep 60") && !ps.contains("sleep 61"), "{ps}");
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_is_held_by_the_pids_limit() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.pids = Some(64);
+    let (_p, sb, _c) = started("forkbomb", policy, |_| {}).await;
+    let sb = Arc::new(sb);
+    let bomb = {
+        let sb = Arc::clone(&sb);
+        tokio::spawn(async move {
+            // The classic bomb, with each copy also parking a sleeper so the pressure on the
+            // limit lasts (busybox sh exits when fork fails, so a bare bomb collapses fast).
+            sb.exec(
+                ExecRequest::shell("b() { sleep 5 & b | b & }; b; wait")
+                    .timeout(Duration::from_secs(3)),
+            )
+            .await
+        })
+    };
+    let mut peak = 0;
+    while !bomb.is_finished() {
+        let usage = sb.usage().await?;
+        peak = peak.max(usage.pids);
+        // Forks stop at 64. Processes that `docker exec` moves into the cgroup (our timeout's
+        // kill helper) are attached, not forked, and the kernel lets attaching exceed
+        // pids.max (see the kernel's pids controller docs), hence the small allowance.
+        assert!(usage.pids <= 64 + 6, "pids {} above the limit", usage.pids);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Sampling catches the churn between deaths and new forks, so "near the limit" is enough.
+    assert!(
+        peak >= 40,
+        "the bomb never came near the limit: peak {peak}"
+    );
+    // Either the bomb's group was killed at the timeout, or it collapsed on its own.
+    match bomb.await? {
+        Err(err) => assert_eq!(err.category, ErrorCategory::Timeout, "{err}"),
+        Ok(out) => assert!(out.stderr_text().contains("fork"), "{}", out.stderr_text()),
+    }
+    // The host is fine: it can still start processes.
+    assert!(std::process::Command::new("true").status()?.success());
+    // Nothing of the bomb is left: either its group was killed or the whole sandbox was.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    match sb.state().await? {
+        SandboxState::Running => {
+            let usage = sb.usage().await?;
+            assert!(usage.pids <= 3, "bomb survivors: {usage:?}");
+        }
+        SandboxState::Exited { .. } => {}
+        other => panic!("unexpected state {other:?}"),
+    }
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_hog_is_reported_as_oom() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let (_p, sb, _c) = started("oom", policy, |_| {}).await;
+    // dd's 200 MB buffer is filled inside one read(): the kernel cannot make progress by
+    // evicting and re-reading program text (which makes a slowly growing hog thrash for
+    // seconds before the cgroup v1 OOM killer acts), so the OOM kill comes at once.
+    let err = sb
+        .exec(ExecRequest::new(HOG).timeout(Duration::from_secs(20)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
+    assert!(err.message.contains("out-of-memory"), "{err}");
+    // The sandbox survives a command's OOM, and an ordinary SIGKILL is not mistaken for one.
+    let out = sb.exec(ExecRequest::shell("kill -9 $$")).await?;
+    assert_eq!(out.exit_code, 137);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn main_process_death_and_oom_are_reported() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let (_p, dying, _c) = started("maindies", policy.clone(), |spec| {
+        spec.command = vec!["sh".into(), "-c".into(), "exit 3".into()];
+    })
+    .await;
+    let (_p2, hog, _c2) = started("mainoom", policy, |spec| {
+        spec.command = HOG.map(String::from).to_vec();
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut a, mut b) = (None, None);
+    while Instant::now() < deadline && (a.is_none() || b.is_none()) {
+        if let SandboxState::Exited {
+            exit_code,
+            oom_killed,
+        } = dying.state().await?
+        {
+            a = Some((exit_code, oom_killed));
+        }
+        if let SandboxState::Exited {
+            exit_code,
+            oom_killed,
+        } = hog.state().await?
+        {
+            b = Some((exit_code, oom_killed));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(a, Some((3, false)));
+    let (_, oom) = b.expect("the hog's sandbox should have ended");
+    assert!(oom, "Docker should flag the OOM kill");
+    let err = dying.exec(ExecRequest::new(["true"])).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exited, "{err}");
+    dying.remove().await?;
+    hog.remove().await?;
+    Ok(())
+}
+
+fn repo_fixture() -> std::io::Result<tempfile::TempDir> {
+    let repo = tempfile::tempdir()?;
+    // The sandbox user (65534) must be able to read the repository.
+    std::fs::set_permissions(repo.path(), std::fs::Permissions::from_mode(0o755))?;
+    std::fs::create_dir_all(repo.path().join("src"))?;
+    std::fs::create_dir_all(repo.path().join("secrets"))?;
+    std::fs::write(repo.path().join("src/lib.rs"), "pub fn f() {}\n")?;
+    std::fs::write(repo.path().join("README.md"), "hello\n")?;
+    std::fs::write(repo.path().join("secrets/key.pem"), "PRIVATE\n")?;
+    std::fs::write(repo.path().join(".env"), "TOKEN=secret\n")?;
+    Ok(repo)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_repository_cannot_be_written() -> TestResult {
+    let repo = repo_fixture()?;
+    let mount = RepoMount::read_only(repo.path());
+    let (_p, sb, _c) = started("repo-ro", SandboxPolicy::default(), |spec| {
+        spec.workspace = Some(mount);
+    })
+    .await;
+    let out = sb.exec(ExecRequest::new(["cat", "README.md"])).await?;
+    assert_eq!(out.stdout_text(), "hello\n");
+    let out = sb
+        .exec(ExecRequest::shell(
+            "echo changed > README.md; echo new > new.txt",
+        ))
+        .await?;
+    assert_ne!(out.exit_code, 0);
+    assert!(
+        out.stderr_text().contains("Read-only"),
+        "{}",
+        out.stderr_text()
+    );
+    let err = sb
+        .write_file("/workspace/x", b"x", 0o644)
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Io);
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("README.md"))?,
+        "hello\n"
+    );
+    assert!(!repo.path().join("new.txt").exists());
+    sb.remove().await?;
+    // A direct mount is the repository itself: removing the sandbox leaves it alone.
+    assert!(repo.path().join("README.md").exists());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_repository_is_writable_with_configured_owner() -> TestResult {
+    let repo = repo_fixture()?;
+    let mut mount = RepoMount::read_write(repo.path());
+    mount.owner = Some((65534, 65534));
+    let (_p, sb, _c) = started("repo-rw", SandboxPolicy::default(), |spec| {
+        spec.workspace = Some(mount);
+    })
+    .await;
+    let out = sb.exec(ExecRequest::shell("echo made > made.txt")).await?;
+    assert!(out.success(), "{}", out.stderr_text());
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("made.txt"))?,
+        "made\n"
+    );
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn excluded_files_are_invisible() -> TestResult {
+    let repo = repo_fixture()?;
+    let mount = RepoMount::read_only(repo.path())
+        .exclude("secrets")
+        .exclude("**/.env");
+    let (_p, sb, _c) = started("repo-filter", SandboxPolicy::default(), |spec| {
+        spec.workspace = Some(mount);
+    })
+    .await;
+    let out = sb.exec(ExecRequest::new(["find", "/workspace"])).await?;
+    let listing = out.stdout_text();
+    assert!(listing.contains("/workspace/src/lib.rs"), "{listing}");
+    assert!(listing.contains("/workspace/README.md"), "{listing}");
+    assert!(
+        !listing.contains("secrets") && !listing.contains(".env"),
+        "{listing}"
+    );
+    let out = sb
+        .exec(ExecRequest::new(["cat", "/workspace/secrets/key.pem"]))
+        .await?;
+    assert_ne!(out.exit_code, 0);
+    let staging = sb
+        .staging_dir()
+        .expect("filtered mounts are staged")
+        .to_path_buf();
+    sb.remove().await?;
+    assert!(!staging.exists(), "staging dir left behind");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_reported_under_load() -> TestResult {
+    let (_p, sb, _c) = started("usage", SandboxPolicy::default(), |_| {}).await;
+    let sb = Arc::new(sb);
+    let load = {
+        let sb = Arc::clone(&sb);
+        tokio::spawn(async move {
+            sb.exec(
+                ExecRequest::shell("head -c 20000000 /dev/zero > /tmp/fill; while :; do :; done")
+                    .timeout(Duration::from_secs(3)),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let first = sb.usage().await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second = sb.usage().await?;
+    for usage in [first, second] {
+        assert!(usage.cpu_percent > 5.0, "{usage:?}");
+        // The 20 MB file lives in tmpfs, which counts as memory.
+        assert!(usage.memory_bytes > 10_000_000, "{usage:?}");
+        assert_eq!(usage.memory_limit_bytes, 512 * 1024 * 1024);
+        assert!(usage.pids >= 2, "{usage:?}");
+    }
+    let err = load.await?.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Timeout);
+    sb.remove().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reap_removes_what_a_crashed_node_left_behind() -> TestResult {
+    let (provider, image) = provider().await;
+    let node = unique_node("reap");
+    let other = unique_node("reap-other");
+    let _c = Cleanup { node: node.clone() };
+    let _c2 = Cleanup {
+        node: other.clone(),
+    };
+    let policy = SandboxPolicy::default();
+    let mut staging = Vec::new();
+    for i in 0..3 {
+        let sb = provider
+            .create(&SandboxSpec::new(&node, format!("t{i}"), &image), &policy)
+            .await?;
+        if i == 0 {
+            sb.start().await?;
+            let info = provider.docker().inspect_container(sb.id(), None).await?;
+            let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+            assert_eq!(labels[LABEL_NODE], node);
+            assert_eq!(labels[LABEL_TASK], "t0");
+            assert!(labels[LABEL_CREATED].parse::<u64>()? > 1_600_000_000);
+        }
+        staging.push(sb.staging_dir().map(|p| p.to_path_buf()));
+        // Dropped without stop or remove, as a crash would.
+    }
+    let survivor = provider
+        .create(&SandboxSpec::new(&other, "keep", &image), &policy)
+        .await?;
+    assert_eq!(containers_of(&node), 3);
+    assert_eq!(provider.reap(&node).await?, 3);
+    assert_eq!(containers_of(&node), 0);
+    for dir in staging.into_iter().flatten() {
+        assert!(!dir.exists(), "{} left behind", dir.display());
+    }
+    // Another node's sandbox is untouched.
+    assert_eq!(containers_of(&other), 1);
+    survivor.remove().await?;
+    assert_eq!(provider.reap(&node).await?, 0);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_build_is_idempotent_and_fast() -> TestResult {
+    let (provider, image) = provider().await;
+    let begun = Instant::now();
+    assert_eq!(ensure_busybox_image(provider.docker()).await?, image);
+    assert!(
+        begun.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        begun.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_states() -> TestResult {
+    let (provider, image) = provider().await;
+    let node = unique_node("states");
+    let _c = Cleanup { node: node.clone() };
+    let sb = provider
+        .create(
+            &SandboxSpec::new(&node, "t", image),
+            &SandboxPolicy::default(),
+        )
+        .await?;
+    assert_eq!(sb.state().await?, SandboxState::Created);
+    sb.start().await?;
+    sb.start().await?; // idempotent
+    assert_eq!(sb.state().await?, SandboxState::Running);
+    sb.stop().await?;
+    assert!(matches!(sb.state().await?, SandboxState::Exited { .. }));
+    sb.stop().await?; // idempotent
+    sb.remove().await?;
+    sb.remove().await?; // idempotent
+    assert_eq!(sb.state().await?, SandboxState::Removed);
+    Ok(())
+}
+
+/// Every error category is produced by a real situation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_category_is_produced() -> TestResult {
+    let mut seen = BTreeSet::new();
+    let mut note = |category: ErrorCategory, err: &chorus_io::sandbox::SandboxError| {
+        assert_eq!(err.category, category, "{err}");
+        seen.insert(category.as_str());
+    };
+
+    // DaemonUnavailable: nobody listens there.
+    let err = DockerProvider::connect_unix("/nonexistent/chorus/docker.sock")
+        .await
+        .unwrap_err();
+    assert!(err.retryable);
+    note(ErrorCategory::DaemonUnavailable, &err);
+
+    let (provider, image) = provider().await;
+    let node = unique_node("errors");
+    let _c = Cleanup { node: node.clone() };
+    let policy = SandboxPolicy::default();
+    let spec = SandboxSpec::new(&node, "t", &image);
+
+    // Image: never pulled, so a missing image is an error at once.
+    let missing = SandboxSpec::new(&node, "t", "chorus/does-not-exist:never");
+    note(
+        ErrorCategory::Image,
+        &provider.create(&missing, &policy).await.unwrap_err(),
+    );
+
+    // Create: the daemon refuses a memory limit below its minimum (6 MB).
+    let mut tiny = SandboxPolicy::default();
+    tiny.limits.memory_bytes = Some(1024 * 1024);
+    let err = provider.create(&spec, &tiny).await.unwrap_err();
+    note(ErrorCategory::Create, &err);
+    assert!(!err.retryable);
+    assert!(
+        std::fs::read_dir(provider.staging_root())?
+            .flatten()
+            .all(|e| !e.file_name().to_string_lossy().contains(&node)),
+        "a failed create must not leave its staging dir"
+    );
+
+    // PolicyViolation: a dangerous capability without opting in.
+    let greedy = SandboxPolicy {
+        capabilities_add: vec!["SYS_ADMIN".into()],
+        ..SandboxPolicy::default()
+    };
+    note(
+        ErrorCategory::PolicyViolation,
+        &provider.create(&spec, &greedy).await.unwrap_err(),
+    );
+
+    // Unsupported: fuse-overlayfs cannot enforce a disk size.
+    let mut sized = SandboxPolicy::default();
+    sized.limits.disk_bytes = Some(1 << 30);
+    let err = provider.create(&spec, &sized).await.unwrap_err();
+    note(ErrorCategory::Unsupported, &err);
+    assert!(err.message.contains("storage driver"), "{err}");
+
+    // Start: the main program does not exist (without an init, runc itself fails to start
+    // it; with one, the init starts and exits 127, seen as `Exited`).
+    let mut broken = spec.clone();
+    broken.command = vec!["/no/such/init".into()];
+    let no_init = SandboxPolicy {
+        init: false,
+        ..SandboxPolicy::default()
+    };
+    let sb = provider.create(&broken, &no_init).await?;
+    note(ErrorCategory::Start, &sb.start().await.unwrap_err());
+    sb.remove().await?;
+    // Start: the network to join does not exist (checked by the daemon only at start).
+    let mut lost = SandboxPolicy::default();
+    lost.network.enabled = true;
+    lost.network.network_name = Some(format!("chorus-no-such-network-{node}"));
+    let sb = provider.create(&spec, &lost).await?;
+    note(ErrorCategory::Start, &sb.start().await.unwrap_err());
+    sb.remove().await?;
+
+    let sb = provider.create(&spec, &policy).await?;
+    sb.start().await?;
+    // Exec: nothing to run.
+    note(
+        ErrorCategory::Exec,
+        &sb.exec(ExecRequest::default()).await.unwrap_err(),
+    );
+    // Io: a file that is not there.
+    note(
+        ErrorCategory::Io,
+        &sb.read_file("/workspace/absent").await.unwrap_err(),
+    );
+    // Timeout.
+    note(
+        ErrorCategory::Timeout,
+        &sb.exec(ExecRequest::new(["sleep", "30"]).timeout(Duration::from_millis(300)))
+            .await
+            .unwrap_err(),
+    );
+    // Exited: the sandbox was stopped.
+    sb.stop().await?;
+    note(
+        ErrorCategory::Exited,
+        &sb.exec(ExecRequest::new(["true"])).await.unwrap_err(),
+    );
+    // NotFound: the sandbox was removed.
+    sb.remove().await?;
+    note(
+        ErrorCategory::NotFound,
+        &sb.exec(ExecRequest::new(["true"])).await.unwrap_err(),
+    );
+
+    // ResourceLimit: the OOM killer.
+    let mut small = SandboxPolicy::default();
+    small.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let sb = provider.create(&spec, &small).await?;
+    sb.start().await?;
+    note(
+        ErrorCategory::ResourceLimit,
+        &sb.exec(ExecRequest::new(HOG)).await.unwrap_err(),
+    );
+    sb.remove().await?;
+
+    let all: BTreeSet<_> = ErrorCategory::ALL.iter().map(|c| c.as_str()).collect();
+    assert_eq!(seen, all, "categories never produced");
+    Ok(())
+}
