@@ -1,0 +1,216 @@
+//! A [`Transport`] on turmoil's simulated UDP: one datagram carries one message encoded with
+//! `chorus_core::codec`; the sender is the datagram's source address, never a payload field.
+//! Loss, duplication and reordering are drawn here from a seeded per-node generator (turmoil's
+//! own `fail_rate` breaks whole links rather than dropping single messages).
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::Duration;
+
+use chorus_core::codec::{self, MAX_MESSAGE_BYTES};
+use chorus_core::rng::below;
+use chorus_core::{Message, NodeId, PeerInfo};
+use chorus_io::runtime::{Transport, TransportEvent};
+use rand_chacha::ChaCha8Rng;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+use turmoil::net::UdpSocket;
+
+/// The UDP port every node listens on.
+pub(crate) const PORT: u16 = 7946;
+
+/// Who is who: fixed for a run, shared by every transport.
+pub(crate) struct Directory {
+    pub(crate) cluster_id: String,
+    pub(crate) ids: Vec<NodeId>,
+    pub(crate) addrs: Vec<SocketAddr>,
+    pub(crate) by_ip: BTreeMap<IpAddr, usize>,
+    pub(crate) by_id: BTreeMap<NodeId, usize>,
+    pub(crate) profiles: Vec<PeerInfo>,
+}
+
+/// Connection events the engine injects: a peer (re)started or crashed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    Up(usize),
+    Down(usize),
+}
+
+/// Loss, duplication and reordering in force (ppm), and how long a reordered message is held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NetParams {
+    pub(crate) loss_ppm: u32,
+    pub(crate) duplicate_ppm: u32,
+    pub(crate) reorder_ppm: u32,
+    pub(crate) reorder_hold_ms: u64,
+}
+
+/// Counters and settings shared between the engine and every node's transport.
+#[derive(Debug, Default)]
+pub(crate) struct NetShared {
+    pub(crate) net: NetParams,
+    /// Datagrams sent since the engine last collected them: (all, election).
+    pub(crate) sent: (u64, u64),
+    /// Messages that could not be encoded (over the size limit).
+    pub(crate) unencodable: u64,
+}
+
+/// One node's transport for one incarnation.
+pub(crate) struct SimTransport {
+    socket: UdpSocket,
+    dir: Rc<Directory>,
+    shared: Rc<RefCell<NetShared>>,
+    control: UnboundedReceiver<Control>,
+    /// Connected peers, in index order (broadcast targets).
+    peers: BTreeSet<usize>,
+    rng: ChaCha8Rng,
+    /// Reordered datagrams held back: (due, sequence) → (recipient, bytes).
+    held: BTreeMap<(Instant, u64), (usize, Vec<u8>)>,
+    held_seq: u64,
+    buf: Vec<u8>,
+}
+
+impl SimTransport {
+    pub(crate) fn new(
+        socket: UdpSocket,
+        dir: Rc<Directory>,
+        shared: Rc<RefCell<NetShared>>,
+        control: UnboundedReceiver<Control>,
+        rng: ChaCha8Rng,
+    ) -> SimTransport {
+        SimTransport {
+            socket,
+            dir,
+            shared,
+            control,
+            peers: BTreeSet::new(),
+            rng,
+            held: BTreeMap::new(),
+            held_seq: 0,
+            // One byte over the limit, so an over-sized datagram is seen as such.
+            buf: vec![0; MAX_MESSAGE_BYTES + 1],
+        }
+    }
+
+    fn chance(&mut self, ppm: u32) -> bool {
+        ppm > 0 && below(&mut self.rng, 1_000_000) < u64::from(ppm)
+    }
+
+    fn datagram(&mut self, to: usize, bytes: &[u8], election: bool) {
+        let net = {
+            let mut s = self.shared.borrow_mut();
+            s.sent.0 += 1;
+            s.sent.1 += u64::from(election);
+            s.net
+        };
+        if self.chance(net.loss_ppm) {
+            return;
+        }
+        let copies = if self.chance(net.duplicate_ppm) { 2 } else { 1 };
+        for _ in 0..copies {
+            if self.chance(net.reorder_ppm) {
+                let due = Instant::now() + Duration::from_millis(net.reorder_hold_ms);
+                self.held_seq += 1;
+                self.held.insert((due, self.held_seq), (to, bytes.to_vec()));
+            } else {
+                // Best effort, as UDP: a host that is down or not yet started just misses it.
+                let _ = self.socket.try_send_to(bytes, self.dir.addrs[to]);
+            }
+        }
+    }
+
+    fn release_held(&mut self) {
+        let now = Instant::now();
+        while let Some(entry) = self.held.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let (to, bytes) = entry.remove();
+            let _ = self.socket.try_send_to(&bytes, self.dir.addrs[to]);
+        }
+    }
+
+    fn encode(&mut self, msg: &Message) -> Option<Vec<u8>> {
+        match codec::encode(&self.dir.cluster_id, msg) {
+            Ok(bytes) => Some(bytes),
+            Err(_) => {
+                self.shared.borrow_mut().unencodable += 1;
+                None
+            }
+        }
+    }
+
+    fn received(&self, len: usize, from: SocketAddr) -> TransportEvent {
+        let Some(&j) = self.dir.by_ip.get(&from.ip()) else {
+            return TransportEvent::Rejected {
+                from: None,
+                reason: "unknown_peer",
+            };
+        };
+        let from = self.dir.ids[j].clone();
+        match codec::decode(&self.dir.cluster_id, &self.buf[..len]) {
+            Ok(msg) => TransportEvent::Message { from, msg },
+            Err(e) => TransportEvent::Rejected {
+                from: Some(from),
+                reason: e.kind(),
+            },
+        }
+    }
+}
+
+impl Transport for SimTransport {
+    fn send(&mut self, to: &NodeId, msg: &Message) {
+        let Some(&j) = self.dir.by_id.get(to) else {
+            return;
+        };
+        if let Some(bytes) = self.encode(msg) {
+            self.datagram(j, &bytes, msg.is_election());
+        }
+    }
+
+    fn broadcast(&mut self, msg: &Message) {
+        let Some(bytes) = self.encode(msg) else {
+            return;
+        };
+        let peers: Vec<usize> = self.peers.iter().copied().collect();
+        for j in peers {
+            self.datagram(j, &bytes, msg.is_election());
+        }
+    }
+
+    async fn next(&mut self) -> TransportEvent {
+        loop {
+            let due = self.held.first_key_value().map(|(k, _)| k.0);
+            // Biased: tokio's branch RNG is not seeded.
+            tokio::select! {
+                biased;
+                Some(c) = self.control.recv() => match c {
+                    Control::Up(j) => {
+                        self.peers.insert(j);
+                        return TransportEvent::PeerUp {
+                            peer: self.dir.ids[j].clone(),
+                            info: self.dir.profiles[j].clone(),
+                        };
+                    }
+                    Control::Down(j) => {
+                        self.peers.remove(&j);
+                        return TransportEvent::PeerDown {
+                            peer: self.dir.ids[j].clone(),
+                        };
+                    }
+                },
+                () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                    self.release_held();
+                }
+                r = self.socket.recv_from(&mut self.buf) => {
+                    return match r {
+                        Ok((len, from)) => self.received(len, from),
+                        Err(_) => TransportEvent::Rejected { from: None, reason: "socket" },
+                    };
+                }
+            }
+        }
+    }
+}
