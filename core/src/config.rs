@@ -34,8 +34,11 @@ pub struct Config {
     /// When true, a node's election delay is biased by its rank (best score first). The Raft
     /// timing experiment switches it off to compare with the paper.
     pub score_bias: bool,
-    /// Minimum width of one rank slot in the election window (about one network round trip).
-    /// Zero means the window is simply divided by the number of eligible nodes.
+    /// Minimum width of one rank slot in the election window. A slot should outlast a pre-vote
+    /// round trip plus a vote request, so the next-ranked node hears the winner's vote request
+    /// before it stands; the default suits round trips up to about 60 ms. With many nodes the
+    /// later slots then reach past the window's end, which only matters if every better-ranked
+    /// node is down.
     pub election_slot_min_ms: u64,
     /// At most this many WHOAMI requests per discovery round, which bounds discovery traffic in
     /// large clusters.
@@ -54,7 +57,7 @@ impl Default for Config {
             bootstrap_expect: 1,
             max_clock_drift_ppm: 1_000,
             score_bias: true,
-            election_slot_min_ms: 0,
+            election_slot_min_ms: 100,
             discovery_fanout: 16,
         }
     }

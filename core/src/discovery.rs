@@ -128,7 +128,9 @@ impl Core {
     /// Fixes the initial electorate once `bootstrap_expect` eligible nodes (this one included)
     /// are known. Only eligible nodes bootstrap; the others adopt an electorate from replies.
     pub(crate) fn maybe_bootstrap(&mut self) {
-        if self.electorate.is_some() || !self.is_eligible() {
+        let expect = self.config.bootstrap_expect as usize;
+        // Cheap test first: this runs on every PeerUp, and counting is linear.
+        if self.electorate.is_some() || !self.is_eligible() || self.peers.len() + 1 < expect {
             return;
         }
         let eligible: Vec<NodeId> = self
@@ -138,7 +140,7 @@ impl Core {
             .map(|(id, _)| id.clone())
             .chain(std::iter::once(self.id.clone()))
             .collect();
-        if eligible.len() >= self.config.bootstrap_expect as usize {
+        if eligible.len() >= expect {
             self.electorate = Some(Arc::new(Electorate::new(1, eligible)));
         }
     }

@@ -44,14 +44,19 @@ impl Core {
         }
         let (rank, n) = self.rank();
         let (start, width) = score::slot(rank, n, window, self.config.election_slot_min_ms);
-        start + rng::below(&mut self.rng, width)
+        // Jitter only in the slot's first quarter: consecutive ranks stay at least three quarters
+        // of a slot apart, while nodes that disagree about a rank still draw apart.
+        start + rng::below(&mut self.rng, width / 4)
     }
 
     /// Arms the election timer to stand after the rank-biased delay.
     pub(crate) fn arm_stand(&mut self, out: &mut Vec<Command>) {
         let delay = self.election_delay();
         self.election_phase = ElectionPhase::Stand;
-        self.timers.set(Timer::Election, self.now_ms + delay, out);
+        // While this node's own promise lasts (after a restart, say) its peers are most likely
+        // bound too: standing earlier would only waste a pre-vote round.
+        let base = self.now_ms.max(self.promise_until_ms);
+        self.timers.set(Timer::Election, base + delay, out);
     }
 
     pub(crate) fn on_election_timeout(&mut self, out: &mut Vec<Command>) {

@@ -13,8 +13,9 @@
 //!
 //! The election delay: the live eligible voters are ranked by (score descending, node id
 //! ascending); the window `[min, max]` is cut into one slot per node, best first, each at least
-//! `election_slot_min_ms` wide; a node draws its delay uniformly inside its own slot. Symmetry is
-//! broken by rank rather than by luck, so the best live node usually stands first and wins.
+//! `election_slot_min_ms` wide; a node draws its delay uniformly inside the first quarter of its
+//! own slot. Symmetry is broken by rank rather than by luck, so the best live node usually stands
+//! first and wins, and the next-ranked node hears its vote request before it would stand.
 
 use crate::Resources;
 

@@ -16,7 +16,8 @@ use crate::trace::Record;
 pub trait Cluster {
     /// Whether node `i` is running.
     fn is_live(&self, i: usize) -> bool;
-    /// The node holding an unexpired admin lease now, if any.
+    /// The live node in the admin role with the highest term, if any (with or without a valid
+    /// lease: that is what "kill the admin" means to an operator).
     fn admin(&self) -> Option<usize>;
     /// Stop node `i` abruptly; its event log survives.
     fn crash(&mut self, i: usize, sink: &mut Sink);
@@ -24,6 +25,21 @@ pub trait Cluster {
     fn restart(&mut self, i: usize, sink: &mut Sink);
     /// Drop everything sent from `from` to `to`.
     fn cut(&mut self, from: usize, to: usize);
+    /// Split the nodes into groups that cannot reach each other (both ways). Engines with a
+    /// cheaper representation than pairwise cuts override this.
+    fn partition(&mut self, groups: &[Vec<usize>]) {
+        for (i, a) in groups.iter().enumerate() {
+            for (j, b) in groups.iter().enumerate() {
+                if i != j {
+                    for &x in a {
+                        for &y in b {
+                            self.cut(x, y);
+                        }
+                    }
+                }
+            }
+        }
+    }
     /// Restore every link.
     fn heal(&mut self);
     /// Change loss, duplication and reordering (ppm).

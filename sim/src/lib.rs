@@ -8,5 +8,8 @@ pub mod driver;
 pub mod run;
 pub mod scenario;
 pub mod sink;
+pub mod svg;
+pub mod sweep;
+pub mod timing;
 pub mod trace;
 pub mod turmoil_engine;

@@ -1,6 +1,398 @@
-//! `chorus-sim`: the simulator's command line (not yet implemented).
+//! `chorus-sim`: run, sweep and replay seeded simulations of a CHORUS cluster; the Raft paper's
+//! election-timing experiment; a timeline picture of a trace.
 
-fn main() {
-    eprintln!("chorus-sim: the simulator is not implemented yet");
-    std::process::exit(2);
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use chorus_sim::run::{repro_command, run, Engine};
+use chorus_sim::scenario::{parse_ms, Scenario, BUILTINS};
+use chorus_sim::sink::Finished;
+use clap::{Parser, Subcommand};
+
+use chorus_sim::sweep::{self, SweepArgs};
+use chorus_sim::timing;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Seeded simulations of a CHORUS cluster. Every run checks the invariants of DESIGN §5 and
+/// prints the one command that reproduces a violation.
+#[derive(Parser)]
+#[command(name = "chorus-sim", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run one simulation, print a summary; exit 1 on any invariant violation.
+    Run(RunArgs),
+    /// Run many seeds on all cores; list failing seeds with the commands that reproduce them.
+    Sweep(SweepArgs),
+    /// Re-run a trace's header and confirm the new trace is byte-identical.
+    Replay {
+        /// A trace written by `run --trace`.
+        trace: PathBuf,
+    },
+    /// The Raft paper's election-timing experiment (Ongaro & Ousterhout §9.3, Fig. 16).
+    Timing(TimingArgs),
+    /// Draw a trace as an SVG timeline: one row per node, coloured by role.
+    Svg {
+        /// A trace written by `run --trace`.
+        trace: PathBuf,
+        /// Where to write the picture.
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// List the built-in scenarios.
+    Scenarios,
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// A built-in scenario name (see `chorus-sim scenarios`) or a TOML file.
+    #[arg(long, default_value = "steady")]
+    scenario: String,
+    /// Number of nodes (default: the scenario's).
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// The seed; the same seed gives a byte-identical trace.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Which engine runs it.
+    #[arg(long, value_enum, default_value = "des")]
+    engine: Engine,
+    /// Simulated time, e.g. 10m, 90s (default: the scenario's).
+    #[arg(long, value_parser = parse_ms)]
+    duration: Option<u64>,
+    /// Write the JSON Lines trace here.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Include full `step` records (every event and command) in the trace.
+    #[arg(long)]
+    steps: bool,
+    /// Also draw the run as an SVG timeline.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run(args) => cmd_run(args),
+        Cmd::Sweep(args) => cmd_sweep(args),
+        Cmd::Replay { trace } => cmd_replay(trace),
+        Cmd::Timing(args) => cmd_timing(args),
+        Cmd::Svg { trace, out } => cmd_svg(trace, out),
+        Cmd::Scenarios => {
+            for name in BUILTINS {
+                let s = chorus_sim::scenario::builtin(name).expect("built-in");
+                println!("{name:<12} {}", s.description);
+            }
+            Ok(true)
+        }
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("chorus-sim: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Loads a scenario and applies the command-line overrides.
+pub fn prepare(
+    name: &str,
+    nodes: Option<usize>,
+    duration: Option<u64>,
+) -> anyhow::Result<Scenario> {
+    let mut s = Scenario::load(name)?;
+    if let Some(n) = nodes {
+        let voters_were_all = s.voters.is_none();
+        s.nodes = n;
+        if !voters_were_all {
+            s.voters = s.voters.map(|v| v.min(n));
+        }
+    }
+    if let Some(d) = duration {
+        s.duration_ms = d;
+    }
+    s.validate()
+        .map_err(|e| anyhow::anyhow!("scenario {name}: {e}"))?;
+    Ok(s)
+}
+
+fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
+    let scenario = prepare(&args.scenario, args.nodes, args.duration)?;
+    let trace_path = args
+        .trace
+        .clone()
+        .or_else(|| args.svg.as_ref().map(|p| p.with_extension("trace.jsonl")));
+    let out: Option<Box<dyn Write>> = match &trace_path {
+        Some(p) => Some(Box::new(BufWriter::new(
+            File::create(p).with_context(|| format!("cannot create {}", p.display()))?,
+        ))),
+        None => None,
+    };
+    let started = Instant::now();
+    let finished = run(&scenario, args.seed, args.engine, out, args.steps)?;
+    let wall = started.elapsed();
+    print_summary(
+        &scenario,
+        args.seed,
+        args.engine,
+        &finished,
+        wall.as_secs_f64(),
+    );
+    if let (Some(svg), Some(trace)) = (&args.svg, &trace_path) {
+        cmd_svg(trace.clone(), svg.clone())?;
+    }
+    Ok(report_violations(
+        &scenario,
+        args.seed,
+        args.engine,
+        &finished,
+        &args.scenario,
+    ))
+}
+
+/// Prints the run summary.
+pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall_s: f64) {
+    let st = &f.stats;
+    let sim_s = s.duration_ms as f64 / 1000.0;
+    println!(
+        "scenario {} · engine {} · {} nodes ({} voters) · seed {seed}",
+        s.name,
+        engine.as_str(),
+        s.nodes,
+        s.voter_count()
+    );
+    println!(
+        "simulated {} in {wall_s:.2} s of wall time ({:.0} simulated s per wall s)",
+        chorus_sim::scenario::format_ms(s.duration_ms),
+        sim_s / wall_s.max(1e-9)
+    );
+    let per_election = if st.elections > 0 {
+        st.election_messages as f64 / st.elections as f64
+    } else {
+        0.0
+    };
+    println!(
+        "elections {} · max term {} · messages {} ({} for elections: {per_election:.0} per election = {:.2} n)",
+        st.elections,
+        st.max_term,
+        st.messages,
+        st.election_messages,
+        per_election / s.nodes as f64
+    );
+    let ms = |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{:.3} s", v as f64 / 1000.0));
+    println!(
+        "time without admin: p50 {} · p99 {} · max {} ({} outages, first one the cold start)",
+        ms(st.outage_percentile(50)),
+        ms(st.outage_percentile(99)),
+        ms(st.outages_ms.iter().max().copied()),
+        st.outages_ms.len()
+    );
+    println!(
+        "best-scored live voter won {} of {} elections",
+        st.best_won, st.elections
+    );
+    println!("trace: {} lines, digest {:016x}", st.lines, f.digest);
+}
+
+/// Prints violations with context and the reproduce command; true when there were none.
+pub fn report_violations(
+    s: &Scenario,
+    seed: u64,
+    engine: Engine,
+    f: &Finished,
+    name: &str,
+) -> bool {
+    if f.violations.is_empty() {
+        println!("invariants: all hold");
+        return true;
+    }
+    println!(
+        "INVARIANT VIOLATIONS ({}), seed {seed}:",
+        f.violations.len()
+    );
+    for v in f.violations.iter().take(10) {
+        println!("  {v}");
+    }
+    println!("trace lines up to the first violation:");
+    for l in &f.context {
+        println!("  {l}");
+    }
+    println!(
+        "reproduce with:\n  {}",
+        repro_command(name, s.nodes, seed, engine, s.duration_ms)
+    );
+    false
+}
+
+fn cmd_replay(path: PathBuf) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let first = text.lines().next().unwrap_or_default();
+    let header: chorus_sim::trace::Header = serde_json::from_str(first)
+        .with_context(|| format!("{}: line 1 is not a trace header", path.display()))?;
+    let engine = Engine::parse(&header.engine)
+        .ok_or_else(|| anyhow::anyhow!("unknown engine {:?} in the header", header.engine))?;
+    let buf = SharedBuf::default();
+    let finished = run(
+        &header.spec,
+        header.seed,
+        engine,
+        Some(Box::new(buf.clone())),
+        header.steps,
+    )?;
+    let again = buf.take();
+    if again == text.as_bytes() {
+        println!(
+            "replay of {} (seed {}, {} lines): byte-identical",
+            path.display(),
+            header.seed,
+            finished.stats.lines + 1
+        );
+        Ok(true)
+    } else {
+        let new_text = String::from_utf8_lossy(&again);
+        let line = text.lines().zip(new_text.lines()).position(|(a, b)| a != b);
+        match line {
+            Some(i) => println!(
+                "replay DIFFERS at line {}:\n  recorded: {}\n  replayed: {}",
+                i + 1,
+                text.lines().nth(i).unwrap_or_default(),
+                new_text.lines().nth(i).unwrap_or_default()
+            ),
+            None => println!(
+                "replay DIFFERS in length: recorded {} lines, replayed {}",
+                text.lines().count(),
+                new_text.lines().count()
+            ),
+        }
+        Ok(false)
+    }
+}
+
+fn cmd_svg(trace: PathBuf, out: PathBuf) -> anyhow::Result<bool> {
+    let text = std::fs::read_to_string(&trace)
+        .with_context(|| format!("cannot read {}", trace.display()))?;
+    let (header, lines) = chorus_sim::trace::read(&text)?;
+    let svg = chorus_sim::svg::render(&header, &lines);
+    std::fs::write(&out, svg).with_context(|| format!("cannot write {}", out.display()))?;
+    println!("timeline: {}", out.display());
+    Ok(true)
+}
+
+/// An in-memory trace sink that can be read back after the run.
+#[derive(Clone, Default)]
+pub struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl SharedBuf {
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut self.0.borrow_mut())
+    }
+}
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `chorus-sim timing` arguments.
+#[derive(clap::Args, Clone)]
+struct TimingArgs {
+    /// Trials per range (default: the paper's, 1000; 100 for 150-150).
+    #[arg(long)]
+    trials: Option<usize>,
+    /// Only these ranges, e.g. 150-155,12-24 (default: all of the paper's).
+    #[arg(long)]
+    ranges: Option<String>,
+    /// First seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn progress_bar(total: usize, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:40}] {pos}/{len} ({eta} left)")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(what.to_owned());
+    bar
+}
+
+fn cmd_sweep(args: SweepArgs) -> anyhow::Result<bool> {
+    let seeds = sweep::parse_seeds(&args.seeds).map_err(anyhow::Error::msg)?;
+    let jobs = sweep::jobs(&args.scenario, seeds, args.engine, |name| {
+        prepare(name, args.nodes, args.duration)
+    })?;
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let bar = progress_bar(jobs.len(), "sweep");
+    let start = Instant::now();
+    let results = sweep::sweep(&jobs, threads, args.determinism, &|done, _| {
+        bar.set_position(done as u64)
+    });
+    bar.finish_and_clear();
+    Ok(sweep::report(&results, sweep::elapsed(start)))
+}
+
+fn cmd_timing(args: TimingArgs) -> anyhow::Result<bool> {
+    let wanted: Option<Vec<(u64, u64)>> = args
+        .ranges
+        .as_deref()
+        .map(|r| {
+            r.split(',')
+                .map(|p| {
+                    let (a, b) = p
+                        .split_once('-')
+                        .ok_or_else(|| anyhow::anyhow!("bad range {p:?}: expected MIN-MAX"))?;
+                    Ok((a.trim().parse()?, b.trim().parse()?))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .transpose()?;
+    println!("Raft paper Fig. 16 on the discrete-event engine: 5 nodes, ~15 ms broadcast, heartbeat = min/2, score bias off");
+    println!(
+        "{:>10} {:>7} {:>10} {:>10} {:>10} {:>10}  note",
+        "range ms", "trials", "mean", "median", "p99", "max"
+    );
+    for &(min, max, paper_trials) in timing::PAPER_RANGES {
+        if wanted.as_ref().is_some_and(|w| !w.contains(&(min, max))) {
+            continue;
+        }
+        let trials = args.trials.unwrap_or(paper_trials);
+        let r = timing::measure(
+            min,
+            max,
+            trials,
+            args.seed.wrapping_mul(1_000_003) ^ (min << 20) ^ max,
+        )?;
+        println!(
+            "{:>10} {:>7} {:>8.0}ms {:>8}ms {:>8}ms {:>8}ms  {}",
+            format!("{min}-{max}"),
+            r.trials,
+            r.mean(),
+            r.percentile(50),
+            r.percentile(99),
+            r.percentile(100),
+            timing::paper_note(min, max)
+        );
+    }
+    Ok(true)
 }

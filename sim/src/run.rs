@@ -42,16 +42,34 @@ pub fn run(
     trace: Option<Box<dyn Write>>,
     steps: bool,
 ) -> anyhow::Result<Finished> {
+    run_with(scenario, seed, engine, trace, steps, |_| {})
+}
+
+/// [`run`], with a chance to configure the sink first (e.g. [`Sink::stop_when`]).
+pub fn run_with(
+    scenario: &Scenario,
+    seed: u64,
+    engine: Engine,
+    trace: Option<Box<dyn Write>>,
+    steps: bool,
+    configure: impl FnOnce(&mut Sink),
+) -> anyhow::Result<Finished> {
     scenario
         .validate()
         .map_err(|e| anyhow::anyhow!("scenario {}: {e}", scenario.name))?;
     let header = Header::new(scenario, seed, engine.as_str(), steps);
     let mut sink = Sink::new(&header, trace)?;
+    configure(&mut sink);
     match engine {
         Engine::Des => crate::des::run(scenario, seed, &mut sink)?,
         Engine::Turmoil => crate::turmoil_engine::run(scenario, seed, &mut sink)?,
     }
-    Ok(sink.finish(scenario.duration_ms)?)
+    let end = if sink.stopped() {
+        sink.now()
+    } else {
+        scenario.duration_ms
+    };
+    Ok(sink.finish(end)?)
 }
 
 /// The one command that reproduces a run.

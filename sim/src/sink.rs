@@ -19,7 +19,7 @@ pub struct Stats {
     pub elections: u64,
     /// Highest term seen.
     pub max_term: u64,
-    /// Closed intervals without an admin, ms.
+    /// Intervals during which no node held a valid lease, ms (the first is the cold start).
     pub outages_ms: Vec<u64>,
     /// Pre-vote and vote messages sent.
     pub election_messages: u64,
@@ -31,8 +31,8 @@ pub struct Stats {
     pub lines: u64,
     /// Simulated time covered.
     pub end_ms: u64,
-    outage_since: Option<u64>,
-    admin: Option<String>,
+    /// Lease end per node that ever held one (capped at its crash or step-down).
+    leases: std::collections::BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -61,6 +61,8 @@ pub struct Sink {
     digest: u64,
     steps: bool,
     buf: Vec<u8>,
+    stop: Option<Box<dyn FnMut(&Line) -> bool>>,
+    stopped: bool,
 }
 
 impl Sink {
@@ -73,18 +75,28 @@ impl Sink {
             line_no: 1,
             writer: out.map(|o| TraceWriter::new(o, header)).transpose()?,
             checker: Checker::new(header),
-            stats: Stats {
-                outage_since: Some(0),
-                ..Stats::default()
-            },
+            stats: Stats::default(),
             recent: VecDeque::new(),
             context: None,
             digest: 0xcbf2_9ce4_8422_2325,
             steps: header.steps,
             buf: Vec::new(),
+            stop: None,
+            stopped: false,
         };
         sink.hash(&header_bytes);
         Ok(sink)
+    }
+
+    /// Ends the run early once `f` returns true for a line (experiments that need only the
+    /// first few seconds of a long scenario). Engines poll [`Sink::stopped`].
+    pub fn stop_when(&mut self, f: Box<dyn FnMut(&Line) -> bool>) {
+        self.stop = Some(f);
+    }
+
+    /// Whether the stop condition was met.
+    pub fn stopped(&self) -> bool {
+        self.stopped
     }
 
     /// Whether full `step` records are wanted.
@@ -121,6 +133,9 @@ impl Sink {
         self.track(&line);
         let before = self.checker.violations().len();
         self.checker.observe(self.line_no, &line);
+        if let Some(stop) = &mut self.stop {
+            self.stopped |= stop(&line);
+        }
         self.buf.clear();
         // Plain data with string keys: serialization cannot fail.
         serde_json::to_writer(&mut self.buf, &line).expect("trace line serializes");
@@ -147,20 +162,34 @@ impl Sink {
 
     fn track(&mut self, line: &Line) {
         let s = &mut self.stats;
+        let t = line.t;
         match &line.record {
-            Record::BecameAdmin { node, term, .. } => {
-                s.elections += 1;
-                s.max_term = s.max_term.max(*term);
-                if let Some(since) = s.outage_since.take() {
-                    s.outages_ms.push(line.t - since);
-                }
-                s.admin = Some(node.clone());
+            Record::BecameAdmin {
+                node,
+                term,
+                lease_until,
             }
-            Record::SteppedDown { node, .. } | Record::Crash { node }
-                if s.admin.as_ref() == Some(node) =>
-            {
-                s.admin = None;
-                s.outage_since = Some(line.t);
+            | Record::LeaseRenewed {
+                node,
+                term,
+                lease_until,
+            } => {
+                if matches!(line.record, Record::BecameAdmin { .. }) {
+                    s.elections += 1;
+                }
+                s.max_term = s.max_term.max(*term);
+                // An outage ends when some node holds a valid lease again.
+                let covered_until = s.leases.values().copied().max().unwrap_or(0);
+                if covered_until <= t && *lease_until > t {
+                    s.outages_ms.push(t - covered_until);
+                }
+                s.leases.insert(node.clone(), *lease_until);
+            }
+            Record::SteppedDown { node, .. } | Record::Crash { node } => {
+                // The node's lease is void from now on.
+                if let Some(until) = s.leases.get_mut(node) {
+                    *until = (*until).min(t);
+                }
             }
             Record::Voted { term, .. } | Record::Role { term, .. } => {
                 s.max_term = s.max_term.max(*term)

@@ -78,7 +78,7 @@ pub enum Record {
         node: String,
         /// Term.
         term: u64,
-        /// `higher_term`, `lease_expired` or `shutdown`.
+        /// `higher_term`, `check_quorum` or `shutdown`.
         reason: String,
     },
     /// A node cast its vote of `term`.
