@@ -12,8 +12,11 @@
 //! node gets `PeerUp` for it; when it crashes, every live node gets `PeerDown` (as connection
 //! resets would tell them). Partitions cause no peer events.
 //!
-//! Not modelled: clock drift (`network.drift_ppm`; every node's clock runs at the simulated rate).
+//! Clocks: without drift, each node runs on [`TokioClock`]; with `network.drift_ppm`, on a
+//! [`clock::DriftClock`] at `1 + d/1e6` of the simulated rate (`d` drawn as the discrete-event
+//! engine draws it), and its times are converted back to global time for the trace.
 
+mod clock;
 mod observer;
 mod transport;
 
@@ -26,8 +29,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
+use chorus_core::rng::below;
 use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
-use chorus_io::runtime::{MemoryLog, Runtime, TokioClock};
+use chorus_io::runtime::{Clock, MemoryLog, Runtime, TokioClock};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use turmoil::Sim;
 
@@ -124,6 +130,7 @@ struct NodeSpec {
     control: Rc<RefCell<Vec<Option<UnboundedSender<Control>>>>>,
     incarnations: Rc<RefCell<Vec<u64>>>,
     steps: bool,
+    drift_ppm: i64,
 }
 
 impl NodeSpec {
@@ -150,19 +157,56 @@ impl NodeSpec {
                 outputs: spec.outputs.clone(),
                 steps: spec.steps,
             };
-            Runtime::new(
-                spec.core.clone(),
-                transport,
-                spec.log.clone(),
-                TokioClock::new(),
-                observer,
-            )
-            .with_start_events(spec.start_events.clone())
-            .run(std::future::pending())
-            .await?;
+            if spec.drift_ppm == 0 {
+                spec.run(transport, observer, TokioClock::new()).await?;
+            } else {
+                let clock = clock::DriftClock::new(spec.drift_ppm);
+                spec.run(transport, observer, clock).await?;
+            }
             Ok(())
         }
     }
+
+    /// The shared runtime loop, until the host is crashed.
+    async fn run(
+        &self,
+        transport: SimTransport,
+        observer: SimObserver,
+        clock: impl Clock,
+    ) -> Result<Core, chorus_io::runtime::RuntimeError> {
+        Runtime::new(
+            self.core.clone(),
+            transport,
+            self.log.clone(),
+            clock,
+            observer,
+        )
+        .with_start_events(self.start_events.clone())
+        .run(std::future::pending())
+        .await
+    }
+}
+
+/// Each node's clock rate offset, drawn as the discrete-event engine draws it: at the bound,
+/// alternating fast and slow, or uniformly in `[-bound, bound]` in node order.
+fn drifts(scenario: &Scenario, seed: u64) -> Vec<i64> {
+    let bound = i64::from(scenario.network.drift_ppm);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..scenario.nodes)
+        .map(|i| {
+            if scenario.network.drift_at_bound {
+                if i % 2 == 0 {
+                    bound
+                } else {
+                    -bound
+                }
+            } else if bound > 0 {
+                below(&mut rng, 2 * bound as u64 + 1) as i64 - bound
+            } else {
+                0
+            }
+        })
+        .collect()
 }
 
 /// The engine's view of the cluster, and the [`Cluster`] the scenario driver acts on.
@@ -176,6 +220,7 @@ struct TurmoilCluster {
     /// Directed cuts in force (applied to turmoil once both ends exist).
     cuts: BTreeSet<(usize, usize)>,
     scores: Vec<u32>,
+    drifts: Vec<i64>,
     voters: usize,
     outputs: Rc<RefCell<Outputs>>,
     net: Rc<RefCell<NetShared>>,
@@ -215,6 +260,7 @@ impl TurmoilCluster {
         let control = Rc::new(RefCell::new(vec![None; n]));
         let incarnations = Rc::new(RefCell::new(vec![0; n]));
         let config = scenario.node_config();
+        let drifts = drifts(scenario, seed);
         let specs = (0..n)
             .map(|i| {
                 let profile = &profiles[i];
@@ -240,6 +286,7 @@ impl TurmoilCluster {
                     control: control.clone(),
                     incarnations: incarnations.clone(),
                     steps,
+                    drift_ppm: drifts[i],
                 }
             })
             .collect();
@@ -255,6 +302,7 @@ impl TurmoilCluster {
             roles: vec![None; n],
             cuts: BTreeSet::new(),
             scores,
+            drifts,
             voters: scenario.voter_count(),
             outputs,
             net,
@@ -303,9 +351,12 @@ impl TurmoilCluster {
                         }
                         _ => {}
                     }
-                    // No drift: node time runs at the simulated rate, offset by its start.
+                    // Node time `local_ms` was global `t`; later node times map through the
+                    // node's clock rate (rounded up: a lease is over once the clock says so).
+                    let drift = self.drifts[node];
                     sink.core_output(&name, &command, |local| {
-                        (local + t).saturating_sub(local_ms)
+                        let ahead_us = i128::from(local.saturating_sub(local_ms)) * 1_000;
+                        t + (clock::real_us(ahead_us, drift) as u64).div_ceil(1_000)
                     });
                 }
             }
