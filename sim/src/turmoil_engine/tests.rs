@@ -139,10 +139,8 @@ down_for = "5ms"
                 Record::Voted { node, .. } => {
                     last_vote.insert(node.clone(), l.t);
                 }
-                Record::Crash { node } => {
-                    if last_vote.get(node).is_some_and(|t| l.t - t <= 50) {
-                        crashed_after_vote += 1;
-                    }
+                Record::Crash { node } if last_vote.get(node).is_some_and(|t| l.t - t <= 50) => {
+                    crashed_after_vote += 1;
                 }
                 _ => {}
             }
