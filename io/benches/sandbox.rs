@@ -1,1 +1,164 @@
-fn main() {}
+//! Sandbox benchmark against the real Docker Engine (run with
+//! `cargo bench -p chorus-io --bench sandbox`):
+//! 1. one sandbox's whole life — create → start → exec `true` → remove — against the docker
+//!    CLI's `docker run --rm IMAGE true` on the same image, as a ratio (target ≤ 0.7);
+//! 2. exec latency of `true` in a running sandbox (p50/p99 over 200 execs);
+//! 3. a warm pool: sandboxes created and started ahead of time, so a task's first command
+//!    only waits for one exec (target < 50 ms).
+//!
+//! A plain binary (no criterion) because it compares against an external command and reports
+//! percentiles of its own.
+
+use std::time::{Duration, Instant};
+
+use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::{
+    ExecRequest, ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec,
+};
+
+const LIFECYCLE_RUNS: usize = 15;
+const EXEC_RUNS: usize = 200;
+const POOL_SIZE: usize = 5;
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    let idx = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[idx]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let provider = DockerProvider::connect()
+        .await
+        .expect("the sandbox benchmark needs a reachable Docker Engine");
+    let image = ensure_busybox_image(provider.docker())
+        .await
+        .expect("busybox image");
+    let node = format!("bench-{}", std::process::id());
+    let policy = SandboxPolicy::default();
+
+    // 1. Whole life through the sandbox vs `docker run --rm`, interleaved so both see the same
+    //    machine load; one warm-up round each first.
+    let mut ours = Vec::new();
+    let mut cli = Vec::new();
+    // Per-step times (create, start, exec, remove) for the breakdown.
+    let mut steps: [Vec<Duration>; 4] = Default::default();
+    for round in 0..=LIFECYCLE_RUNS {
+        let begun = Instant::now();
+        let sb = provider
+            .create(&SandboxSpec::new(&node, "life", &image), &policy)
+            .await
+            .expect("create");
+        let t_create = begun.elapsed();
+        sb.start().await.expect("start");
+        let t_start = begun.elapsed();
+        let out = sb.exec(ExecRequest::new(["true"])).await.expect("exec");
+        assert!(out.success());
+        let t_exec = begun.elapsed();
+        sb.remove().await.expect("remove");
+        let took = begun.elapsed();
+        if round > 0 {
+            steps[0].push(t_create);
+            steps[1].push(t_start - t_create);
+            steps[2].push(t_exec - t_start);
+            steps[3].push(took - t_exec);
+        }
+
+        let begun = Instant::now();
+        let status = std::process::Command::new("docker")
+            .args(["run", "--rm", &image, "true"])
+            .status()
+            .expect("docker CLI");
+        assert!(status.success());
+        let took_cli = begun.elapsed();
+        if round > 0 {
+            ours.push(took);
+            cli.push(took_cli);
+        }
+    }
+    let ours_p50 = percentile(&mut ours, 0.5);
+    let cli_p50 = percentile(&mut cli, 0.5);
+    println!(
+        "lifecycle create→start→exec true→remove: p50 {:.1} ms (min {:.1}, max {:.1}) over {LIFECYCLE_RUNS}",
+        ms(ours_p50),
+        ms(ours[0]),
+        ms(ours[ours.len() - 1])
+    );
+    println!(
+        "docker run --rm {image} true:            p50 {:.1} ms (min {:.1}, max {:.1})",
+        ms(cli_p50),
+        ms(cli[0]),
+        ms(cli[cli.len() - 1])
+    );
+    let [create, start, exec, remove] = &mut steps;
+    println!(
+        "  steps p50: create {:.1} ms, start {:.1} ms, exec {:.1} ms, remove {:.1} ms",
+        ms(percentile(create, 0.5)),
+        ms(percentile(start, 0.5)),
+        ms(percentile(exec, 0.5)),
+        ms(percentile(remove, 0.5))
+    );
+    println!(
+        "ratio sandbox/cli (p50): {:.2} (target <= 0.70)",
+        ours_p50.as_secs_f64() / cli_p50.as_secs_f64()
+    );
+
+    // 2. Exec latency in a running sandbox.
+    let sb = provider
+        .create(&SandboxSpec::new(&node, "exec", &image), &policy)
+        .await
+        .expect("create");
+    sb.start().await.expect("start");
+    for _ in 0..5 {
+        sb.exec(ExecRequest::new(["true"])).await.expect("warm-up");
+    }
+    let mut lat = Vec::with_capacity(EXEC_RUNS);
+    for _ in 0..EXEC_RUNS {
+        let begun = Instant::now();
+        sb.exec(ExecRequest::new(["true"])).await.expect("exec");
+        lat.push(begun.elapsed());
+    }
+    println!(
+        "exec `true` latency over {EXEC_RUNS}: p50 {:.1} ms, p99 {:.1} ms",
+        ms(percentile(&mut lat, 0.5)),
+        ms(percentile(&mut lat, 0.99))
+    );
+    sb.remove().await.expect("remove");
+
+    // 3. Warm pool: create and start ahead of time; a task then waits only for its first exec.
+    let mut pool = Vec::new();
+    let filled = Instant::now();
+    for i in 0..POOL_SIZE {
+        let sb = provider
+            .create(
+                &SandboxSpec::new(&node, format!("pool{i}"), &image),
+                &policy,
+            )
+            .await
+            .expect("create");
+        sb.start().await.expect("start");
+        pool.push(sb);
+    }
+    let fill_time = filled.elapsed();
+    let mut ready = Vec::new();
+    while let Some(sb) = pool.pop() {
+        let begun = Instant::now();
+        sb.exec(ExecRequest::new(["true"])).await.expect("exec");
+        ready.push(begun.elapsed());
+        sb.remove().await.expect("remove");
+    }
+    println!(
+        "warm pool of {POOL_SIZE} (filled in {:.0} ms): exec-ready p50 {:.1} ms, max {:.1} ms (target < 50 ms)",
+        ms(fill_time),
+        ms(percentile(&mut ready, 0.5)),
+        ms(ready[ready.len() - 1])
+    );
+
+    let left = provider.reap(&node).await.expect("reap");
+    assert_eq!(left, 0, "the benchmark left sandboxes behind");
+}
