@@ -106,6 +106,27 @@ fn admin_crash_builtin_passes_the_checker() {
     assert!(f.stats.elections >= 2, "{:?}", f.stats);
 }
 
+/// Clocks at the drift bound (alternating fast and slow) with admins killed: lease safety holds
+/// once node times are converted back to global time.
+#[test]
+fn drift_builtin_passes_the_checker() {
+    let mut s = builtin("drift").unwrap();
+    s.duration_ms = 4 * 60_000;
+    let (f, _) = traced(&s, 5, false);
+    assert_clean(&f);
+    assert!(f.stats.elections >= 2, "{:?}", f.stats);
+}
+
+/// Loss, duplication and reordering are drawn in the transport; the protocol copes.
+#[test]
+fn lossy_builtin_passes_the_checker() {
+    let mut s = builtin("lossy").unwrap();
+    s.duration_ms = 4 * 60_000;
+    let (f, _) = traced(&s, 6, false);
+    assert_clean(&f);
+    assert!(f.stats.elections >= 1, "{:?}", f.stats);
+}
+
 /// DESIGN §5 invariant 3 across crashes: with split votes forced (no rank bias, a 10 ms window,
 /// slow links) and nodes bounced for 5 ms every 37 ms, voters go down just after voting and come
 /// back while the other candidate of that term is still asking. The vote must come back with
