@@ -3,7 +3,9 @@
 //! Rules (DESIGN §4), each checked by a test in this file:
 //! 1. A node stands only when eligible and in the electorate, and only one round at a time.
 //! 2. Pre-vote changes no state at voters; a voter says yes only if the proposed term is above its
-//!    own, the candidate is a voter of the same electorate, and it has no live promise.
+//!    own, the candidate is a voter of the same electorate, and it has no live promise. A voter
+//!    that says yes leaves the candidate time to win before standing itself; of two
+//!    pre-candidates, the lower-ranked stands back.
 //! 3. A voter grants at most one vote per term (the vote is state, persisted via the event log).
 //! 4. A promise (from an admin's heartbeat, from voting, or from a restart) blocks (pre-)votes for
 //!    anyone else for `election_timeout_min_ms`; admin leases rest on it.
@@ -33,6 +35,13 @@ impl Core {
             }
         }
         (better, n)
+    }
+
+    /// Whether this node outranks `other` (score descending, then node id ascending).
+    fn ranks_above(&self, other: &NodeId) -> bool {
+        let theirs = self.peers.get(other).map_or(0, |p| p.score_at(self.now_ms));
+        let mine = self.score();
+        mine > theirs || (mine == theirs && self.id < *other)
     }
 
     /// Draws the delay before standing: inside this node's rank slot of the window, or anywhere
@@ -115,8 +124,9 @@ impl Core {
             term: self.term,
             lease_until_ms: None,
         });
-        // If the round fails, fall back and retry after the usual suspicion period.
-        self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        // If the round fails, fall back and retry. A full maximum timeout per phase: a round
+        // must outlast a round trip even when the timeouts are short.
+        self.arm_suspect(self.now_ms + self.config.election_timeout_max_ms, out);
         let msg = Message::PreVoteRequest {
             term: self.term + 1,
             electorate_version: version,
@@ -147,7 +157,7 @@ impl Core {
             term: self.term,
             lease_until_ms: None,
         });
-        self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        self.arm_suspect(self.now_ms + self.config.election_timeout_max_ms, out);
         let (version, hash) = self.electorate_key();
         let msg = Message::VoteRequest {
             term: self.term,
@@ -179,7 +189,25 @@ impl Core {
         key: (u64, u64),
         out: &mut Vec<Command>,
     ) {
+        if self.role == Role::PreCandidate {
+            // Two pre-candidates at once: the better-ranked one goes on, the other stands back,
+            // so simultaneous timeouts do not split the vote (ties break by node id).
+            if self.ranks_above(&from) {
+                let msg = Message::PreVoteReply {
+                    term: self.term,
+                    granted: false,
+                };
+                out.push(Command::Send { to: from, msg });
+                return;
+            }
+            self.become_follower(out);
+        }
         let granted = term > self.term && self.may_support(&from, key);
+        if granted && self.role == Role::Follower {
+            // Someone stands: give its vote request time to arrive instead of standing against
+            // it. (If it fails, this node stands after the usual suspicion period.)
+            self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        }
         let reply_term = if granted { term } else { self.term };
         out.push(Command::Send {
             to: from,
@@ -699,5 +727,68 @@ mod tests {
             &log_state.step_vec(20 + MIN, from("c", vote_req(&log_state, 2))),
             "c"
         ));
+    }
+}
+
+#[cfg(test)]
+mod simultaneous {
+    use crate::testutil::*;
+    use crate::{Command, Message, Role, Timer};
+
+    fn pre_candidate(id: &str) -> crate::Core {
+        let mut c = voter(id, &["a", "b", "c"]);
+        for p in ["a", "b", "c"] {
+            let info = crate::PeerInfo {
+                capabilities: vec![crate::ADMIN_ELECTION.to_owned()].into(),
+                ..Default::default()
+            };
+            c.step_vec(
+                0,
+                crate::Event::PeerUp {
+                    peer: p.into(),
+                    info,
+                },
+            );
+        }
+        fire(&mut c, Timer::Discovery);
+        fire(&mut c, Timer::Election);
+        assert_eq!(c.role(), Role::PreCandidate);
+        c
+    }
+
+    fn reply(out: &[Command], to: &str) -> Message {
+        sent_to(out, to)[0].clone()
+    }
+
+    #[test]
+    fn of_two_pre_candidates_the_lower_ranked_stands_back() {
+        // Equal scores: "a" outranks "b" by id.
+        let mut a = pre_candidate("a");
+        let out = a.step_vec(a.now_ms(), from("b", pre_vote_req(&a, 1)));
+        assert_eq!(
+            reply(&out, "b"),
+            Message::PreVoteReply {
+                term: 0,
+                granted: false
+            }
+        );
+        assert_eq!(a.role(), Role::PreCandidate);
+
+        let mut b = pre_candidate("b");
+        let now = b.now_ms();
+        let out = b.step_vec(now, from("a", pre_vote_req(&b, 1)));
+        assert_eq!(
+            reply(&out, "a"),
+            Message::PreVoteReply {
+                term: 1,
+                granted: true
+            }
+        );
+        assert_eq!(b.role(), Role::Follower);
+        assert_eq!(
+            b.timers.deadline(Timer::Election),
+            Some(now + MIN),
+            "b waits for a to win"
+        );
     }
 }

@@ -323,7 +323,10 @@ mod tests {
         );
         b.step_vec(200, from("a", Message::StepDown { term: 1 }));
         assert_eq!(b.admin(), None);
-        // The promise to a is released: b can support another candidate right away.
+        // b stands within the election window rather than after a full timeout.
+        assert!(b.timers.deadline(Timer::Election).unwrap() <= 200 + 15_000);
+        // The promise to a is released: b can support another candidate right away, and then
+        // leaves that candidate time to win instead of standing against it.
         let out = b.step_vec(201, from("c", pre_vote_req(&b, 2)));
         assert_eq!(
             sent_to(&out, "c"),
@@ -332,8 +335,7 @@ mod tests {
                 granted: true
             }]
         );
-        // And b stands within the election window rather than after a full timeout.
-        assert!(b.timers.deadline(Timer::Election).unwrap() <= 201 + 15_000);
+        assert_eq!(b.timers.deadline(Timer::Election), Some(201 + MIN));
     }
 
     #[test]
