@@ -1,4 +1,5 @@
 //! Adapters around the pure core: transport, sandbox, event log, timers, and the runtime loop.
 
+pub mod eventlog;
 pub mod runtime;
 pub mod sandbox;
