@@ -48,6 +48,9 @@ impl Stats {
     }
 }
 
+/// A predicate that ends a run early (see [`Sink::stop_when`]).
+pub type StopFn = Box<dyn FnMut(&Line) -> bool>;
+
 /// Collects an engine's output.
 pub struct Sink {
     now: u64,
@@ -61,7 +64,7 @@ pub struct Sink {
     digest: u64,
     steps: bool,
     buf: Vec<u8>,
-    stop: Option<Box<dyn FnMut(&Line) -> bool>>,
+    stop: Option<StopFn>,
     stopped: bool,
 }
 
@@ -90,7 +93,7 @@ impl Sink {
 
     /// Ends the run early once `f` returns true for a line (experiments that need only the
     /// first few seconds of a long scenario). Engines poll [`Sink::stopped`].
-    pub fn stop_when(&mut self, f: Box<dyn FnMut(&Line) -> bool>) {
+    pub fn stop_when(&mut self, f: StopFn) {
         self.stop = Some(f);
     }
 
