@@ -3,3 +3,4 @@
 pub mod eventlog;
 pub mod runtime;
 pub mod sandbox;
+pub mod transport;

@@ -1,0 +1,175 @@
+//! The composed libp2p behaviour, the layered TCP transport, and what a node advertises through
+//! identify.
+
+use std::time::Duration;
+
+use chorus_core::codec::MAX_MESSAGE_BYTES;
+use chorus_core::PeerInfo;
+use libp2p::core::muxing::StreamMuxerBox;
+use libp2p::core::transport::Boxed;
+use libp2p::core::upgrade::Version;
+use libp2p::identity::Keypair;
+use libp2p::pnet::{PnetConfig, PreSharedKey};
+use libp2p::request_response::{self, ProtocolSupport};
+use libp2p::swarm::behaviour::toggle::Toggle;
+use libp2p::swarm::NetworkBehaviour;
+use libp2p::{
+    allow_block_list, connection_limits, gossipsub, identify, mdns, noise, ping, tcp, yamux,
+    PeerId, Transport as _,
+};
+use serde::{Deserialize, Serialize};
+
+use super::frame::{FrameCodec, DIRECT_PROTOCOL};
+use super::{Libp2pConfig, TransportError};
+
+/// The identify `protocol_version` of CHORUS nodes speaking wire version 1.
+pub const IDENTIFY_PROTOCOL: &str = "/chorus/1.0.0";
+
+/// Gossipsub frames carry the message plus its envelope (source, sequence number, signature,
+/// topic); this leaves room for that around a 64 KiB message.
+const GOSSIP_MAX_TRANSMIT_BYTES: usize = MAX_MESSAGE_BYTES + 4 * 1024;
+
+/// Every protocol a node runs, in one behaviour. The allowlist and the connection limits come
+/// first: they deny connections before the other behaviours see them.
+#[derive(NetworkBehaviour)]
+pub(super) struct Behaviour {
+    pub(super) allow: Toggle<allow_block_list::Behaviour<allow_block_list::AllowedPeers>>,
+    pub(super) limits: connection_limits::Behaviour,
+    pub(super) direct: request_response::Behaviour<FrameCodec>,
+    pub(super) gossipsub: gossipsub::Behaviour,
+    pub(super) identify: identify::Behaviour,
+    pub(super) ping: ping::Behaviour,
+    pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
+}
+
+/// The JSON a node puts in identify's `agent_version`, from which the receiver builds the
+/// [`PeerInfo`] of `PeerUp`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Advertisement {
+    /// Implementation and version, for humans.
+    pub(super) agent: String,
+    /// The cluster the node belongs to.
+    pub(super) cluster: String,
+    /// Capabilities and score inputs, as of when the transport started.
+    #[serde(flatten)]
+    pub(super) info: PeerInfo,
+}
+
+impl Advertisement {
+    pub(super) fn new(cluster: &str, info: &PeerInfo) -> Self {
+        Advertisement {
+            agent: format!("chorus-rs/{}", env!("CARGO_PKG_VERSION")),
+            cluster: cluster.to_owned(),
+            info: info.clone(),
+        }
+    }
+}
+
+/// The gossipsub topic of a cluster.
+pub(super) fn cluster_topic(cluster_id: &str) -> gossipsub::IdentTopic {
+    gossipsub::IdentTopic::new(format!("chorus/{cluster_id}/v1"))
+}
+
+impl Behaviour {
+    pub(super) fn new(keypair: &Keypair, config: &Libp2pConfig) -> Result<Self, TransportError> {
+        let local = keypair.public().to_peer_id();
+
+        let allow = config.allowlist.as_ref().map(|peers| {
+            let mut b = allow_block_list::Behaviour::<allow_block_list::AllowedPeers>::default();
+            for p in peers {
+                b.allow_peer(*p);
+            }
+            // Our own id must pass, or dialling ourselves by mistake would look like a denial.
+            b.allow_peer(local);
+            b
+        });
+
+        let limits = connection_limits::Behaviour::new(
+            connection_limits::ConnectionLimits::default()
+                .with_max_established(Some(config.max_connections))
+                .with_max_established_per_peer(Some(config.max_connections_per_peer))
+                .with_max_pending_incoming(Some(config.max_connections)),
+        );
+
+        let direct = request_response::Behaviour::new(
+            [(DIRECT_PROTOCOL, ProtocolSupport::Full)],
+            request_response::Config::default().with_request_timeout(config.request_timeout),
+        );
+
+        // The message id is gossipsub's default `message_id_fn` (the source peer id followed by
+        // the sequence number), the same rule go-libp2p and py-libp2p use, so that any
+        // implementation deduplicates the same messages. It is deliberately not overridden.
+        let gossip_config = gossipsub::ConfigBuilder::default()
+            .validation_mode(gossipsub::ValidationMode::Strict)
+            .max_transmit_size(GOSSIP_MAX_TRANSMIT_BYTES)
+            .heartbeat_interval(Duration::from_secs(1))
+            .build()
+            .map_err(|e| TransportError::Config(format!("gossipsub: {e}")))?;
+        let mut gossipsub = gossipsub::Behaviour::new(
+            gossipsub::MessageAuthenticity::Signed(keypair.clone()),
+            gossip_config,
+        )
+        .map_err(|e| TransportError::Config(format!("gossipsub: {e}")))?;
+        gossipsub
+            .subscribe(&cluster_topic(&config.cluster_id))
+            .map_err(|e| TransportError::Config(format!("gossipsub subscribe: {e}")))?;
+
+        let agent = serde_json::to_string(&Advertisement::new(&config.cluster_id, &config.info))
+            .map_err(|e| TransportError::Config(format!("identify advertisement: {e}")))?;
+        let identify = identify::Behaviour::new(
+            identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), keypair.public())
+                .with_agent_version(agent),
+        );
+
+        let ping = ping::Behaviour::new(ping::Config::new());
+
+        let mdns = if config.mdns {
+            Some(
+                mdns::tokio::Behaviour::new(mdns::Config::default(), local)
+                    .map_err(|e| TransportError::Io(format!("mDNS: {e}")))?,
+            )
+        } else {
+            None
+        };
+
+        Ok(Behaviour {
+            allow: allow.into(),
+            limits,
+            direct,
+            gossipsub,
+            identify,
+            ping,
+            mdns: mdns.into(),
+        })
+    }
+}
+
+/// TCP, optionally wrapped in the pre-shared-key layer, then noise and yamux.
+///
+/// With a key, every byte after the TCP handshake (the noise handshake included) is encrypted
+/// with it, so a node without the key fails the noise handshake and never connects.
+pub(super) fn build_transport(
+    keypair: &Keypair,
+    psk: Option<PreSharedKey>,
+    timeout: Duration,
+) -> Result<Boxed<(PeerId, StreamMuxerBox)>, TransportError> {
+    let noise =
+        noise::Config::new(keypair).map_err(|e| TransportError::Config(format!("noise: {e}")))?;
+    let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+    let transport = match psk {
+        Some(psk) => tcp
+            .and_then(move |socket, _| PnetConfig::new(psk).handshake(socket))
+            .upgrade(Version::V1Lazy)
+            .authenticate(noise)
+            .multiplex(yamux::Config::default())
+            .timeout(timeout)
+            .boxed(),
+        None => tcp
+            .upgrade(Version::V1Lazy)
+            .authenticate(noise)
+            .multiplex(yamux::Config::default())
+            .timeout(timeout)
+            .boxed(),
+    };
+    Ok(transport)
+}

@@ -1,0 +1,674 @@
+//! The task that owns the swarm: it carries out send and broadcast commands, turns swarm events
+//! into [`TransportEvent`]s, tracks which peers are up, and re-dials bootstrap addresses.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chorus_core::{codec, Message, PeerInfo};
+use futures::StreamExt;
+use libp2p::core::transport::ListenerId;
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, OutboundFailure};
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::{ConnectionDenied, ConnectionId, DialError, ListenError, SwarmEvent};
+use libp2p::{allow_block_list, connection_limits, gossipsub, identify, mdns};
+use libp2p::{Multiaddr, PeerId, Swarm};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::behaviour::{
+    build_transport, cluster_topic, Advertisement, Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL,
+};
+use super::frame::Frame;
+use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
+use crate::runtime::TransportEvent;
+
+/// Direct messages held per connected peer until its identify arrives.
+const MAX_PENDING_PER_PEER: usize = 64;
+
+/// Peers remembered as belonging elsewhere (another cluster, not CHORUS), so mDNS does not
+/// re-dial them over and over. Forgotten wholesale when full.
+const MAX_FOREIGN_PEERS: usize = 1024;
+
+/// How long `listen` waits for the listeners to report their addresses.
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often the bootstrap addresses are checked for a re-dial.
+const REDIAL_TICK: Duration = Duration::from_millis(250);
+
+/// What the driver knows about a connected peer.
+#[derive(Debug, Default)]
+struct PeerState {
+    connections: BTreeSet<ConnectionId>,
+    /// Set once the peer identified as a node of this cluster and `PeerUp` went out.
+    up: bool,
+    /// Direct messages that arrived before `PeerUp`, delivered right after it.
+    pending: VecDeque<Message>,
+}
+
+/// One bootstrap address and its re-dial schedule.
+#[derive(Debug)]
+struct Bootstrap {
+    addr: Multiaddr,
+    /// From the address's `/p2p/` suffix, or learned from the first connection it gave.
+    peer: Option<PeerId>,
+    dialing: Option<ConnectionId>,
+    next_attempt: Instant,
+    backoff: Duration,
+    /// The address turned out to be this node itself.
+    disabled: bool,
+}
+
+pub(super) struct Driver {
+    swarm: Swarm<Behaviour>,
+    local: PeerId,
+    cluster_id: String,
+    topic: gossipsub::TopicHash,
+    listen: Vec<Multiaddr>,
+    allowlist: Option<BTreeSet<PeerId>>,
+    peers: BTreeMap<PeerId, PeerState>,
+    foreign: BTreeSet<PeerId>,
+    bootstrap: Vec<Bootstrap>,
+    backoff_min: Duration,
+    backoff_max: Duration,
+    stats: Arc<Libp2pStats>,
+    events: mpsc::Sender<TransportEvent>,
+}
+
+impl Driver {
+    pub(super) fn new(
+        keypair: &Keypair,
+        config: Libp2pConfig,
+        stats: Arc<Libp2pStats>,
+        events: mpsc::Sender<TransportEvent>,
+    ) -> Result<Self, TransportError> {
+        let local = keypair.public().to_peer_id();
+        let transport = build_transport(keypair, config.psk, config.handshake_timeout)?;
+        let behaviour = Behaviour::new(keypair, &config)?;
+        let swarm = Swarm::new(
+            transport,
+            behaviour,
+            local,
+            libp2p::swarm::Config::with_tokio_executor()
+                .with_idle_connection_timeout(config.idle_connection_timeout),
+        );
+        let now = Instant::now();
+        let bootstrap = config
+            .bootstrap
+            .iter()
+            .map(|addr| Bootstrap {
+                addr: addr.clone(),
+                peer: match addr.iter().last() {
+                    Some(Protocol::P2p(peer)) => Some(peer),
+                    _ => None,
+                },
+                dialing: None,
+                next_attempt: now,
+                backoff: config.redial_backoff_min,
+                disabled: false,
+            })
+            .collect();
+        Ok(Driver {
+            swarm,
+            local,
+            topic: cluster_topic(&config.cluster_id).hash(),
+            cluster_id: config.cluster_id,
+            listen: config.listen,
+            allowlist: config.allowlist,
+            peers: BTreeMap::new(),
+            foreign: BTreeSet::new(),
+            bootstrap,
+            backoff_min: config.redial_backoff_min,
+            backoff_max: config.redial_backoff_max,
+            stats,
+            events,
+        })
+    }
+
+    /// Binds every listen address and waits until each listener reported at least one address.
+    /// Other swarm events that happen meanwhile are handled as usual.
+    pub(super) async fn listen(&mut self) -> Result<Vec<Multiaddr>, TransportError> {
+        // `ListenerId` is neither `Ord` nor `Hash`; a few listeners fit a vector.
+        let mut waiting: Vec<(ListenerId, Multiaddr)> = Vec::new();
+        for addr in self.listen.clone() {
+            let id = self
+                .swarm
+                .listen_on(addr.clone())
+                .map_err(|e| TransportError::Listen {
+                    addr: addr.clone(),
+                    reason: e.to_string(),
+                })?;
+            waiting.push((id, addr));
+        }
+        let mut bound = Vec::new();
+        let deadline = Instant::now() + LISTEN_TIMEOUT;
+        while !waiting.is_empty() {
+            let event = tokio::time::timeout_at(deadline, self.swarm.select_next_some())
+                .await
+                .map_err(|_| {
+                    TransportError::Io(format!(
+                        "listeners did not report an address within {LISTEN_TIMEOUT:?}: {:?}",
+                        waiting.iter().map(|(_, a)| a).collect::<Vec<_>>()
+                    ))
+                })?;
+            match event {
+                SwarmEvent::NewListenAddr {
+                    listener_id,
+                    address,
+                } => {
+                    waiting.retain(|(id, _)| *id != listener_id);
+                    bound.push(address);
+                }
+                SwarmEvent::ListenerError { listener_id, error }
+                    if waiting.iter().any(|(id, _)| *id == listener_id) =>
+                {
+                    return Err(TransportError::Listen {
+                        addr: listen_addr(&waiting, listener_id),
+                        reason: error.to_string(),
+                    });
+                }
+                SwarmEvent::ListenerClosed {
+                    listener_id,
+                    reason,
+                    ..
+                } if waiting.iter().any(|(id, _)| *id == listener_id) => {
+                    return Err(TransportError::Listen {
+                        addr: listen_addr(&waiting, listener_id),
+                        reason: match reason {
+                            Ok(()) => "listener closed".to_owned(),
+                            Err(e) => e.to_string(),
+                        },
+                    });
+                }
+                other => self.on_swarm_event(other).await,
+            }
+        }
+        Ok(bound)
+    }
+
+    /// Runs until the command channel closes (the transport handle was dropped).
+    pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut tick = tokio::time::interval(REDIAL_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                command = commands.recv() => match command {
+                    Some(command) => self.on_command(command),
+                    None => break,
+                },
+                event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
+                _ = tick.tick() => self.redial(),
+            }
+        }
+        tracing::debug!("libp2p driver stopped");
+    }
+
+    // ---- commands --------------------------------------------------------------------------
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Send { to, bytes } => {
+                if to == self.local {
+                    self.stats.send_failed("self");
+                    return;
+                }
+                self.swarm
+                    .behaviour_mut()
+                    .direct
+                    .send_request(&to, Frame::Bytes(bytes));
+            }
+            Command::Broadcast { bytes } => self.broadcast(bytes),
+        }
+    }
+
+    /// Publishes on gossipsub and sends direct copies to the connected peers gossipsub would
+    /// miss (those whose SUBSCRIBE has not arrived yet, or that do not speak gossipsub).
+    fn broadcast(&mut self, bytes: Vec<u8>) {
+        let behaviour = self.swarm.behaviour_mut();
+        let subscribed: BTreeSet<PeerId> = behaviour
+            .gossipsub
+            .all_peers()
+            .filter(|(_, topics)| topics.contains(&&self.topic))
+            .map(|(peer, _)| *peer)
+            .collect();
+        let connected: Vec<PeerId> = self.peers.keys().copied().collect();
+        let mut direct: Vec<PeerId> = connected
+            .iter()
+            .filter(|p| !subscribed.contains(p))
+            .copied()
+            .collect();
+        match behaviour
+            .gossipsub
+            .publish(self.topic.clone(), bytes.clone())
+        {
+            Ok(_) => self.stats.broadcast_gossiped(),
+            // Nobody subscribed yet: the direct copies cover every connected peer.
+            Err(gossipsub::PublishError::NoPeersSubscribedToTopic) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "gossipsub publish failed; sending directly");
+                direct = connected;
+            }
+        }
+        for peer in &direct {
+            behaviour
+                .direct
+                .send_request(peer, Frame::Bytes(bytes.clone()));
+        }
+        self.stats.broadcast_direct(direct.len() as u64);
+    }
+
+    // ---- bootstrap ---------------------------------------------------------------------------
+
+    /// Dials each bootstrap address whose peer is not connected, no dial is in flight and the
+    /// backoff has passed.
+    fn redial(&mut self) {
+        let now = Instant::now();
+        for b in &mut self.bootstrap {
+            if b.disabled || b.dialing.is_some() {
+                continue;
+            }
+            if b.peer.is_some_and(|p| self.swarm.is_connected(&p)) {
+                b.backoff = self.backoff_min;
+                continue;
+            }
+            if now < b.next_attempt {
+                continue;
+            }
+            let opts = match b.peer {
+                Some(peer) => DialOpts::peer_id(peer)
+                    .addresses(vec![b.addr.clone()])
+                    .condition(PeerCondition::DisconnectedAndNotDialing)
+                    .build(),
+                None => DialOpts::unknown_peer_id().address(b.addr.clone()).build(),
+            };
+            let id = opts.connection_id();
+            b.next_attempt = now + b.backoff;
+            b.backoff = (b.backoff * 2).min(self.backoff_max);
+            match self.swarm.dial(opts) {
+                Ok(()) => b.dialing = Some(id),
+                Err(DialError::DialPeerConditionFalse(_)) => {}
+                Err(DialError::LocalPeerId { .. }) => b.disabled = true,
+                Err(e) => tracing::debug!(addr = %b.addr, error = %e, "bootstrap dial failed"),
+            }
+        }
+    }
+
+    fn on_dial_settled(&mut self, connection_id: ConnectionId, peer: Option<PeerId>, ok: bool) {
+        for b in &mut self.bootstrap {
+            if b.dialing == Some(connection_id) {
+                b.dialing = None;
+                if ok {
+                    b.backoff = self.backoff_min;
+                    if b.peer.is_none() {
+                        b.peer = peer;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- swarm events ------------------------------------------------------------------------
+
+    async fn on_swarm_event(&mut self, event: SwarmEvent<BehaviourEvent>) {
+        match event {
+            SwarmEvent::Behaviour(event) => self.on_behaviour_event(event).await,
+            SwarmEvent::ConnectionEstablished {
+                peer_id,
+                connection_id,
+                endpoint,
+                ..
+            } => {
+                self.on_dial_settled(connection_id, Some(peer_id), true);
+                if self
+                    .allowlist
+                    .as_ref()
+                    .is_some_and(|allowed| !allowed.contains(&peer_id))
+                {
+                    // The allowlist behaviour denies these before they are established; this
+                    // only guards against a future change of that.
+                    self.stats.connection_denied("not_allowed");
+                    self.swarm.close_connection(connection_id);
+                    return;
+                }
+                tracing::debug!(peer = %peer_id, addr = %endpoint.get_remote_address(), "connected");
+                self.peers
+                    .entry(peer_id)
+                    .or_default()
+                    .connections
+                    .insert(connection_id);
+                self.publish_peer_counts();
+            }
+            SwarmEvent::ConnectionClosed {
+                peer_id,
+                connection_id,
+                num_established,
+                cause,
+                ..
+            } => {
+                let Some(state) = self.peers.get_mut(&peer_id) else {
+                    return;
+                };
+                state.connections.remove(&connection_id);
+                if num_established == 0 || state.connections.is_empty() {
+                    let was_up = state.up;
+                    self.peers.remove(&peer_id);
+                    tracing::debug!(peer = %peer_id, ?cause, "disconnected");
+                    if was_up {
+                        self.emit(TransportEvent::PeerDown {
+                            peer: node_id(&peer_id),
+                        })
+                        .await;
+                    }
+                }
+                self.publish_peer_counts();
+            }
+            SwarmEvent::IncomingConnectionError {
+                error,
+                peer_id,
+                send_back_addr,
+                ..
+            } => match error {
+                ListenError::Denied { cause } => {
+                    let reason = denial_reason(&cause);
+                    self.stats.connection_denied(reason);
+                    tracing::debug!(?peer_id, %send_back_addr, reason, "incoming connection denied");
+                }
+                error => {
+                    self.stats.connection_failed();
+                    tracing::debug!(%send_back_addr, %error, "incoming connection failed");
+                }
+            },
+            SwarmEvent::OutgoingConnectionError {
+                connection_id,
+                peer_id,
+                error,
+            } => {
+                self.on_dial_settled(connection_id, peer_id, false);
+                match &error {
+                    DialError::Denied { cause } => {
+                        self.stats.connection_denied(denial_reason(cause));
+                    }
+                    DialError::LocalPeerId { .. } => {
+                        for b in &mut self.bootstrap {
+                            if b.dialing.is_none() && b.peer.is_none() {
+                                // An address without a peer id that led back to us.
+                                b.peer = Some(self.local);
+                            }
+                            if b.peer == Some(self.local) {
+                                b.disabled = true;
+                            }
+                        }
+                    }
+                    DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
+                    _ => self.stats.connection_failed(),
+                }
+                tracing::debug!(?peer_id, %error, "outgoing connection failed");
+            }
+            SwarmEvent::NewListenAddr { address, .. } => {
+                tracing::debug!(%address, "listening");
+            }
+            _ => {}
+        }
+    }
+
+    async fn on_behaviour_event(&mut self, event: BehaviourEvent) {
+        match event {
+            BehaviourEvent::Direct(event) => self.on_direct_event(event).await,
+            BehaviourEvent::Gossipsub(event) => self.on_gossip_event(event).await,
+            BehaviourEvent::Identify(event) => self.on_identify_event(event).await,
+            BehaviourEvent::Mdns(event) => self.on_mdns_event(event),
+            BehaviourEvent::Ping(_) => {}
+            BehaviourEvent::Allow(never) => match never {},
+            BehaviourEvent::Limits(never) => match never {},
+        }
+    }
+
+    async fn on_direct_event(&mut self, event: request_response::Event<Frame, ()>) {
+        match event {
+            request_response::Event::Message {
+                peer,
+                message:
+                    request_response::Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => {
+                // Every request is acknowledged, whatever it holds: the protocol is
+                // fire-and-forget, and the ack only frees the sender's stream.
+                let _ = self.swarm.behaviour_mut().direct.send_response(channel, ());
+                match request {
+                    Frame::Bytes(bytes) => self.on_bytes(peer, &bytes).await,
+                    Frame::Refused(e) => {
+                        tracing::debug!(%peer, error = %e, "direct frame refused");
+                        self.reject(Some(peer), e.kind()).await;
+                    }
+                }
+            }
+            request_response::Event::Message { .. }
+            | request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::OutboundFailure { peer, error, .. } => {
+                let reason = match error {
+                    OutboundFailure::DialFailure => "dial",
+                    OutboundFailure::Timeout => "timeout",
+                    OutboundFailure::ConnectionClosed => "closed",
+                    OutboundFailure::UnsupportedProtocols => "unsupported",
+                    OutboundFailure::Io(_) => "io",
+                };
+                self.stats.send_failed(reason);
+                tracing::debug!(%peer, %error, "direct message not delivered");
+            }
+            // Read errors (a peer hanging up mid-frame) never get here: request-response only
+            // logs them. What does is a failure after a request was read, e.g. the ack timing out.
+            request_response::Event::InboundFailure { peer, error, .. } => {
+                tracing::debug!(%peer, %error, "inbound direct stream failed");
+            }
+        }
+    }
+
+    async fn on_gossip_event(&mut self, event: gossipsub::Event) {
+        match event {
+            gossipsub::Event::Message {
+                propagation_source,
+                message,
+                ..
+            } => match message.source {
+                // Strict validation has checked the signature of `source` over the message.
+                Some(source) if source == self.local => {}
+                Some(source) => self.on_bytes(source, &message.data).await,
+                None => self.reject(Some(propagation_source), "unsigned").await,
+            },
+            gossipsub::Event::Subscribed { peer_id, topic } => {
+                tracing::trace!(peer = %peer_id, %topic, "peer subscribed");
+            }
+            gossipsub::Event::GossipsubNotSupported { peer_id } => {
+                tracing::debug!(peer = %peer_id, "peer does not speak gossipsub; broadcasts go direct");
+            }
+            _ => {}
+        }
+    }
+
+    async fn on_identify_event(&mut self, event: identify::Event) {
+        match event {
+            identify::Event::Received { peer_id, info, .. } => {
+                self.on_identified(peer_id, info).await;
+            }
+            identify::Event::Error { peer_id, error, .. } => {
+                tracing::debug!(peer = %peer_id, %error, "identify failed");
+            }
+            identify::Event::Sent { .. } | identify::Event::Pushed { .. } => {}
+        }
+    }
+
+    fn on_mdns_event(&mut self, event: mdns::Event) {
+        let mdns::Event::Discovered(found) = event else {
+            return;
+        };
+        for (peer, addr) in found {
+            if peer == self.local
+                || self.foreign.contains(&peer)
+                || self
+                    .allowlist
+                    .as_ref()
+                    .is_some_and(|allowed| !allowed.contains(&peer))
+                || self.swarm.is_connected(&peer)
+            {
+                continue;
+            }
+            let opts = DialOpts::peer_id(peer)
+                .addresses(vec![addr])
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build();
+            if let Err(e) = self.swarm.dial(opts) {
+                tracing::debug!(%peer, error = %e, "mDNS dial failed");
+            }
+        }
+    }
+
+    // ---- peers and messages ----------------------------------------------------------------
+
+    async fn on_identified(&mut self, peer: PeerId, info: identify::Info) {
+        if !self.peers.contains_key(&peer) {
+            return;
+        }
+        let advertised = (info.protocol_version == IDENTIFY_PROTOCOL)
+            .then(|| serde_json::from_str::<Advertisement>(&info.agent_version).ok())
+            .flatten();
+        let peer_info: PeerInfo = match advertised {
+            Some(ad) if ad.cluster == self.cluster_id => ad.info,
+            Some(ad) => {
+                tracing::debug!(%peer, cluster = %ad.cluster, "peer of another cluster; disconnecting");
+                self.exclude(peer, "wrong_cluster").await;
+                return;
+            }
+            None => {
+                tracing::debug!(
+                    %peer,
+                    protocol = %info.protocol_version,
+                    agent = %info.agent_version,
+                    "peer does not identify as a CHORUS node; disconnecting"
+                );
+                self.exclude(peer, "identify").await;
+                return;
+            }
+        };
+        for addr in info.listen_addrs {
+            self.swarm.add_peer_address(peer, addr);
+        }
+        let Some(state) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        if state.up {
+            return;
+        }
+        state.up = true;
+        let pending = std::mem::take(&mut state.pending);
+        let from = node_id(&peer);
+        self.publish_peer_counts();
+        self.emit(TransportEvent::PeerUp {
+            peer: from.clone(),
+            info: peer_info,
+        })
+        .await;
+        for msg in pending {
+            self.deliver(from.clone(), msg).await;
+        }
+    }
+
+    /// Rejects a peer that is not a node of this cluster and closes its connections.
+    async fn exclude(&mut self, peer: PeerId, reason: &'static str) {
+        if self.foreign.len() >= MAX_FOREIGN_PEERS {
+            self.foreign.clear();
+        }
+        self.foreign.insert(peer);
+        self.reject(Some(peer), reason).await;
+        if let Some(state) = self.peers.get_mut(&peer) {
+            state.pending.clear();
+        }
+        let _ = self.swarm.disconnect_peer_id(peer);
+    }
+
+    /// Authenticated bytes from `from`: checked against the allowlist, decoded, and delivered
+    /// (or held until the peer's `PeerUp`).
+    async fn on_bytes(&mut self, from: PeerId, bytes: &[u8]) {
+        if self
+            .allowlist
+            .as_ref()
+            .is_some_and(|allowed| !allowed.contains(&from))
+            || self.foreign.contains(&from)
+        {
+            self.reject(Some(from), "not_allowed").await;
+            return;
+        }
+        let msg = match codec::decode(&self.cluster_id, bytes) {
+            Ok(msg) => msg,
+            Err(e) => {
+                tracing::debug!(peer = %from, error = %e, "undecodable message");
+                self.reject(Some(from), e.kind()).await;
+                return;
+            }
+        };
+        match self.peers.get_mut(&from) {
+            Some(state) if !state.up => {
+                if state.pending.len() >= MAX_PENDING_PER_PEER {
+                    self.reject(Some(from), "queue_full").await;
+                } else {
+                    state.pending.push_back(msg);
+                }
+            }
+            // Up, or a gossipsub message relayed from a peer we have no connection with.
+            _ => self.deliver(node_id(&from), msg).await,
+        }
+    }
+
+    async fn deliver(&mut self, from: chorus_core::NodeId, msg: Message) {
+        self.stats.message_in(msg.kind());
+        self.emit(TransportEvent::Message { from, msg }).await;
+    }
+
+    async fn reject(&mut self, from: Option<PeerId>, reason: &'static str) {
+        self.stats.rejected(reason);
+        self.emit(TransportEvent::Rejected {
+            from: from.as_ref().map(node_id),
+            reason,
+        })
+        .await;
+    }
+
+    async fn emit(&mut self, event: TransportEvent) {
+        // Waiting here applies back-pressure from a slow runtime loop to the network instead of
+        // dropping peer events. An error means the handle is gone and the driver about to stop.
+        let _ = self.events.send(event).await;
+    }
+
+    fn publish_peer_counts(&self) {
+        let up = self.peers.values().filter(|p| p.up).count();
+        self.stats.set_peers(self.peers.len() as u64, up as u64);
+    }
+}
+
+fn listen_addr(waiting: &[(ListenerId, Multiaddr)], listener: ListenerId) -> Multiaddr {
+    waiting
+        .iter()
+        .find(|(id, _)| *id == listener)
+        .map(|(_, a)| a.clone())
+        .unwrap_or_else(Multiaddr::empty)
+}
+
+/// A short label for why a behaviour denied a connection.
+fn denial_reason(cause: &ConnectionDenied) -> &'static str {
+    if cause
+        .downcast_ref::<allow_block_list::NotAllowed>()
+        .is_some()
+    {
+        "not_allowed"
+    } else if cause
+        .downcast_ref::<connection_limits::Exceeded>()
+        .is_some()
+    {
+        "limit"
+    } else {
+        "other"
+    }
+}

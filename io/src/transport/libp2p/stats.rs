@@ -1,0 +1,119 @@
+//! Counters of the libp2p transport, shared with whoever exports metrics (the node's /metrics).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Live counters, updated by the transport and readable from any thread through an `Arc`.
+///
+/// Labels are short stable strings: message kinds ([`chorus_core::Message::kind`]), rejection
+/// reasons ([`chorus_core::codec::CodecError::kind`] plus the transport's own, listed on
+/// [`StatsSnapshot::rejected`]) and denial reasons.
+#[derive(Debug, Default)]
+pub struct Libp2pStats {
+    messages_in: Mutex<BTreeMap<&'static str, u64>>,
+    messages_out: Mutex<BTreeMap<&'static str, u64>>,
+    rejected: Mutex<BTreeMap<&'static str, u64>>,
+    connections_denied: Mutex<BTreeMap<&'static str, u64>>,
+    send_failures: Mutex<BTreeMap<&'static str, u64>>,
+    broadcasts_gossiped: AtomicU64,
+    broadcasts_direct: AtomicU64,
+    connections_failed: AtomicU64,
+    peers_connected: AtomicU64,
+    peers_up: AtomicU64,
+}
+
+/// A copy of [`Libp2pStats`] at one instant.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Decoded messages delivered to the runtime, by message kind.
+    pub messages_in: BTreeMap<&'static str, u64>,
+    /// Messages handed to the transport for sending (a broadcast counts once), by kind.
+    pub messages_out: BTreeMap<&'static str, u64>,
+    /// Inputs dropped before the runtime, by reason: the codec's `too_large`, `malformed`,
+    /// `version`, `wrong_cluster`; and `not_allowed` (sender outside the allowlist), `unsigned`
+    /// (a gossipsub message without a source), `identify` (a peer that does not identify as a
+    /// node of this cluster), `queue_full` (the transport's own queues overflowed),
+    /// `unknown_peer` (a send to a node id that is not a peer id), `too_large_out` (an outgoing
+    /// message over the limit).
+    pub rejected: BTreeMap<&'static str, u64>,
+    /// Connections refused or closed by policy, by reason: `not_allowed` (allowlist),
+    /// `limit` (connection limits), `other`.
+    pub connections_denied: BTreeMap<&'static str, u64>,
+    /// Direct sends that did not reach the peer, by reason (`dial`, `timeout`, `closed`,
+    /// `unsupported`, `io`).
+    pub send_failures: BTreeMap<&'static str, u64>,
+    /// Broadcasts published on gossipsub.
+    pub broadcasts_gossiped: u64,
+    /// Copies of broadcasts sent directly to peers not (yet) subscribed to the cluster topic.
+    pub broadcasts_direct: u64,
+    /// Incoming or outgoing connection attempts that failed below the policy level (handshake,
+    /// wrong key, garbage, unreachable address).
+    pub connections_failed: u64,
+    /// Peers with at least one open connection.
+    pub peers_connected: u64,
+    /// Peers announced to the runtime with `PeerUp` and not yet `PeerDown`.
+    pub peers_up: u64,
+}
+
+fn bump(map: &Mutex<BTreeMap<&'static str, u64>>, label: &'static str) {
+    // A poisoned lock only means another thread panicked mid-increment; the map is still usable.
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    *m.entry(label).or_insert(0) += 1;
+}
+
+fn copy(map: &Mutex<BTreeMap<&'static str, u64>>) -> BTreeMap<&'static str, u64> {
+    map.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+impl Libp2pStats {
+    /// A consistent-enough copy of every counter (each map is copied atomically).
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            messages_in: copy(&self.messages_in),
+            messages_out: copy(&self.messages_out),
+            rejected: copy(&self.rejected),
+            connections_denied: copy(&self.connections_denied),
+            send_failures: copy(&self.send_failures),
+            broadcasts_gossiped: self.broadcasts_gossiped.load(Ordering::Relaxed),
+            broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
+            connections_failed: self.connections_failed.load(Ordering::Relaxed),
+            peers_connected: self.peers_connected.load(Ordering::Relaxed),
+            peers_up: self.peers_up.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Total rejected inputs, over all reasons.
+    pub fn rejected_total(&self) -> u64 {
+        copy(&self.rejected).values().sum()
+    }
+
+    pub(super) fn message_in(&self, kind: &'static str) {
+        bump(&self.messages_in, kind);
+    }
+    pub(super) fn message_out(&self, kind: &'static str) {
+        bump(&self.messages_out, kind);
+    }
+    pub(super) fn rejected(&self, reason: &'static str) {
+        bump(&self.rejected, reason);
+    }
+    pub(super) fn connection_denied(&self, reason: &'static str) {
+        bump(&self.connections_denied, reason);
+    }
+    pub(super) fn send_failed(&self, reason: &'static str) {
+        bump(&self.send_failures, reason);
+    }
+    pub(super) fn broadcast_gossiped(&self) {
+        self.broadcasts_gossiped.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn broadcast_direct(&self, copies: u64) {
+        self.broadcasts_direct.fetch_add(copies, Ordering::Relaxed);
+    }
+    pub(super) fn connection_failed(&self) {
+        self.connections_failed.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn set_peers(&self, connected: u64, up: u64) {
+        self.peers_connected.store(connected, Ordering::Relaxed);
+        self.peers_up.store(up, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,447 @@
+//! The libp2p transport on loopback: real TCP + noise + yamux between transports in one process,
+//! mDNS off so parallel tests do not find each other. Every wait is bounded; a test fails
+//! rather than hangs.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use chorus_core::codec::{self, MAX_MESSAGE_BYTES};
+use chorus_core::{Message, NodeId, PeerInfo, Resources};
+use chorus_io::runtime::{Transport, TransportEvent};
+use chorus_io::transport::libp2p::{Frame, FrameCodec, DIRECT_PROTOCOL};
+use chorus_io::transport::{
+    load_or_create_identity, load_psk, Libp2pConfig, Libp2pTransport, TransportErrorCategory,
+};
+use libp2p::identity::Keypair;
+use libp2p::multiaddr::Protocol;
+use libp2p::{request_response, Multiaddr, PeerId};
+use tokio::time::{timeout_at, Instant};
+
+const CLUSTER: &str = "c1";
+/// Longest wait for something that should happen.
+const WAIT: Duration = Duration::from_secs(10);
+/// How long to watch for something that must not happen.
+const QUIET: Duration = Duration::from_secs(3);
+
+fn info(caps: &[&str], uptime_s: u64) -> PeerInfo {
+    PeerInfo {
+        capabilities: caps
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .into(),
+        uptime_s,
+        resources: Resources {
+            cpu_millicores: 1500,
+            mem_free_mb: 256,
+        },
+    }
+}
+
+fn config(caps: &[&str]) -> Libp2pConfig {
+    let mut c = Libp2pConfig::new(CLUSTER);
+    c.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().unwrap()];
+    c.mdns = false;
+    c.info = info(caps, 42);
+    c.redial_backoff_min = Duration::from_millis(100);
+    c.redial_backoff_max = Duration::from_millis(500);
+    c
+}
+
+async fn start(config: Libp2pConfig) -> (Libp2pTransport, Multiaddr) {
+    start_with(Keypair::generate_ed25519(), config).await
+}
+
+/// Starts a transport and returns it with its dialable address (`/p2p/<id>` included).
+async fn start_with(key: Keypair, config: Libp2pConfig) -> (Libp2pTransport, Multiaddr) {
+    let (t, addrs) = Libp2pTransport::start(key, config)
+        .await
+        .expect("transport starts");
+    let addr = addrs[0].clone().with(Protocol::P2p(t.local_peer_id()));
+    (t, addr)
+}
+
+/// Waits for the first event `f` accepts, skipping others.
+async fn expect(
+    t: &mut Libp2pTransport,
+    what: &str,
+    mut f: impl FnMut(&TransportEvent) -> bool,
+) -> TransportEvent {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match timeout_at(deadline, t.next()).await {
+            Ok(ev) if f(&ev) => return ev,
+            Ok(_) => {}
+            Err(_) => panic!("timed out waiting for {what}"),
+        }
+    }
+}
+
+/// Asserts that no event `f` accepts arrives within `QUIET`; returns the events seen.
+async fn expect_none(
+    t: &mut Libp2pTransport,
+    what: &str,
+    mut f: impl FnMut(&TransportEvent) -> bool,
+) -> Vec<TransportEvent> {
+    let deadline = Instant::now() + QUIET;
+    let mut seen = Vec::new();
+    while let Ok(ev) = timeout_at(deadline, t.next()).await {
+        assert!(!f(&ev), "unexpected {what}: {ev:?}");
+        seen.push(ev);
+    }
+    seen
+}
+
+fn is_up(peer: &NodeId) -> impl FnMut(&TransportEvent) -> bool + '_ {
+    move |ev| matches!(ev, TransportEvent::PeerUp { peer: p, .. } if p == peer)
+}
+
+fn is_msg<'a>(from: &'a NodeId, want: &'a Message) -> impl FnMut(&TransportEvent) -> bool + 'a {
+    move |ev| matches!(ev, TransportEvent::Message { from: f, msg } if f == from && msg == want)
+}
+
+fn heartbeat(beat: u64) -> Message {
+    Message::Heartbeat {
+        term: 3,
+        beat,
+        membership_version: 1,
+    }
+}
+
+#[tokio::test]
+async fn peers_connect_identify_send_and_broadcast() {
+    let (mut a, a_addr) = start(config(&["admin_election", "docker"])).await;
+    let mut cb = config(&["admin_election"]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, b_addr) = start(cb).await;
+    let mut cc = config(&["gpu"]);
+    cc.bootstrap = vec![a_addr, b_addr];
+    let (mut c, _) = start(cc).await;
+    let (ida, idb, idc) = (a.node_id(), b.node_id(), c.node_id());
+    assert_eq!(ida.as_str(), a.local_peer_id().to_base58());
+
+    // PeerUp carries what the other side advertised through identify.
+    let up = expect(&mut b, "B sees A up", is_up(&ida)).await;
+    let TransportEvent::PeerUp { info: got, .. } = up else {
+        unreachable!()
+    };
+    assert_eq!(got, info(&["admin_election", "docker"], 42));
+    // The SUBSCRIBE pitfall: broadcast the moment the peer is up, before gossipsub may know
+    // that A subscribed. It must still arrive.
+    b.broadcast(&heartbeat(1));
+    let up = expect(&mut a, "A sees B up", is_up(&idb)).await;
+    assert!(
+        matches!(up, TransportEvent::PeerUp { info, .. } if info.capabilities[0] == "admin_election")
+    );
+    expect(
+        &mut a,
+        "B's early broadcast at A",
+        is_msg(&idb, &heartbeat(1)),
+    )
+    .await;
+
+    // A direct message arrives with the authenticated sender.
+    let vote = Message::VoteRequest {
+        term: 4,
+        electorate_version: 1,
+        electorate_hash: 99,
+    };
+    expect(&mut c, "C sees A up", is_up(&ida)).await;
+    expect(&mut c, "C sees B up", is_up(&idb)).await;
+    c.send(&ida, &vote);
+    expect(&mut a, "C's vote request at A", is_msg(&idc, &vote)).await;
+
+    // Once gossipsub has settled, a broadcast reaches every peer exactly once.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.broadcast(&heartbeat(2));
+    for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
+        expect(
+            t,
+            &format!("A's broadcast at {name}"),
+            is_msg(&ida, &heartbeat(2)),
+        )
+        .await;
+    }
+    let stats = a.stats().snapshot();
+    assert_eq!(stats.messages_out.get("heartbeat"), Some(&1));
+    assert!(stats.broadcasts_gossiped >= 1, "{stats:?}");
+    let a_stats = a.stats();
+    let dup = tokio::time::timeout(Duration::from_millis(500), async {
+        loop {
+            if let TransportEvent::Message { msg, .. } = b.next().await {
+                if msg == heartbeat(2) {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(dup.is_err(), "B received A's broadcast twice");
+    assert_eq!(a_stats.snapshot().peers_up, 2);
+
+    // Dropping a transport closes its connections: the others see it go down.
+    drop(c);
+    expect(
+        &mut a,
+        "A sees C down",
+        |ev| matches!(ev, TransportEvent::PeerDown { peer } if *peer == idc),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn identity_persists_and_bootstrap_redials_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("keys").join("identity.key");
+    let key = load_or_create_identity(&key_path).unwrap();
+    let mode = std::fs::metadata(&key_path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let again = load_or_create_identity(&key_path).unwrap();
+    assert_eq!(key.public().to_peer_id(), again.public().to_peer_id());
+
+    let (a, a_addr) = start_with(key, config(&[])).await;
+    let ida = a.node_id();
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, _) = start(cb).await;
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+
+    a.shutdown().await;
+    expect(
+        &mut b,
+        "B sees A down",
+        |ev| matches!(ev, TransportEvent::PeerDown { peer } if *peer == ida),
+    )
+    .await;
+
+    // Same key file, same port: B re-dials on its own and sees the same peer id again.
+    let reloaded = load_or_create_identity(&key_path).unwrap();
+    let mut ca = config(&[]);
+    ca.listen = vec![a_addr
+        .iter()
+        .filter(|p| !matches!(p, Protocol::P2p(_)))
+        .collect()];
+    let (a2, _) = start_with(reloaded, ca).await;
+    assert_eq!(a2.node_id(), ida);
+    expect(&mut b, "B sees the restarted A up", is_up(&ida)).await;
+
+    let garbage = dir.path().join("bad.key");
+    std::fs::write(&garbage, b"not a key").unwrap();
+    let err = load_or_create_identity(&garbage).unwrap_err();
+    assert_eq!(err.category(), TransportErrorCategory::Config);
+}
+
+#[tokio::test]
+async fn a_node_without_the_network_key_never_connects() {
+    let dir = tempfile::tempdir().unwrap();
+    let write_key = |name: &str, byte: u8| {
+        let path = dir.path().join(name);
+        let hex: String = std::iter::repeat_n(format!("{byte:02x}"), 32).collect();
+        std::fs::write(&path, format!("/key/swarm/psk/1.0.0/\n/base16/\n{hex}\n")).unwrap();
+        load_psk(&path).unwrap()
+    };
+    let (good, bad) = (write_key("good.psk", 0x11), write_key("bad.psk", 0x22));
+
+    let mut ca = config(&[]);
+    ca.psk = Some(good);
+    let (mut a, a_addr) = start(ca).await;
+    let mut cb = config(&[]);
+    cb.psk = Some(good);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, _) = start(cb).await;
+    let mut cc = config(&[]);
+    cc.psk = Some(bad);
+    cc.bootstrap = vec![a_addr.clone()];
+    let (mut c, _) = start(cc).await;
+    let mut cd = config(&[]);
+    cd.bootstrap = vec![a_addr];
+    let (mut d, _) = start(cd).await;
+
+    expect(&mut b, "B (right key) sees A up", is_up(&a.node_id())).await;
+    let (idc, idd) = (c.node_id(), d.node_id());
+    expect_none(
+        &mut a,
+        "PeerUp of a node without the key",
+        |ev| matches!(ev, TransportEvent::PeerUp { peer, .. } if *peer == idc || *peer == idd),
+    )
+    .await;
+    expect_none(&mut c, "PeerUp with the wrong key", |ev| {
+        matches!(ev, TransportEvent::PeerUp { .. })
+    })
+    .await;
+    expect_none(&mut d, "PeerUp without a key", |ev| {
+        matches!(ev, TransportEvent::PeerUp { .. })
+    })
+    .await;
+    assert!(a.stats().snapshot().connections_failed >= 1);
+    assert!(c.stats().snapshot().connections_failed >= 1);
+
+    let bad_file = dir.path().join("junk.psk");
+    std::fs::write(&bad_file, "/key/swarm/psk/1.0.0/\n/base16/\nzz\n").unwrap();
+    assert_eq!(
+        load_psk(&bad_file).unwrap_err().category(),
+        TransportErrorCategory::Config
+    );
+}
+
+#[tokio::test]
+async fn the_allowlist_keeps_other_peers_out() {
+    let kb = Keypair::generate_ed25519();
+    let mut ca = config(&[]);
+    ca.allowlist = Some(BTreeSet::from([kb.public().to_peer_id()]));
+    let (mut a, a_addr) = start(ca).await;
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (b, _) = start_with(kb, cb).await;
+    let mut cc = config(&[]);
+    cc.bootstrap = vec![a_addr];
+    let (mut c, _) = start(cc).await;
+
+    expect(&mut a, "A sees the allowed B up", is_up(&b.node_id())).await;
+    let idc = c.node_id();
+    expect_none(
+        &mut a,
+        "PeerUp of a peer outside the allowlist",
+        |ev| matches!(ev, TransportEvent::PeerUp { peer, .. } if *peer == idc),
+    )
+    .await;
+    expect_none(&mut c, "PeerUp at the excluded peer", |ev| {
+        matches!(ev, TransportEvent::PeerUp { .. })
+    })
+    .await;
+    let denied = a.stats().snapshot().connections_denied;
+    assert!(
+        denied.get("not_allowed").copied().unwrap_or(0) >= 1,
+        "{denied:?}"
+    );
+}
+
+/// A bare libp2p peer speaking only the direct-message protocol, to send arbitrary frames.
+async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sender<Vec<u8>> {
+    use futures::StreamExt;
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default(),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| {
+            request_response::Behaviour::<FrameCodec>::new(
+                [(DIRECT_PROTOCOL, request_response::ProtocolSupport::Full)],
+                request_response::Config::default(),
+            )
+        })
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+    swarm.add_peer_address(target, addr);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(frame) => { swarm.behaviour_mut().send_request(&target, Frame::Bytes(frame)); }
+                    None => break,
+                },
+                _ = swarm.select_next_some() => {}
+            }
+        }
+    });
+    tx
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_and_counted_and_the_transport_keeps_serving() {
+    let (mut a, a_addr) = start(config(&[])).await;
+    let a_tcp: Multiaddr = a_addr
+        .iter()
+        .filter(|p| !matches!(p, Protocol::P2p(_)))
+        .collect();
+
+    // Raw TCP garbage: the handshake fails, the listener survives.
+    let Some(Protocol::Tcp(port)) = a_tcp.iter().nth(1) else {
+        panic!("no tcp port in {a_tcp}")
+    };
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let junk: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let _ = sock.write_all(&junk).await;
+        let _ = sock.shutdown().await;
+    }
+
+    // Frames over an authenticated request-response stream.
+    let raw = raw_sender(a.local_peer_id(), a_tcp).await;
+    let other_cluster = codec::encode("c2", &heartbeat(1)).unwrap();
+    raw.send(other_cluster).await.unwrap();
+    let rej = expect(&mut a, "a wrong-cluster rejection", |ev| {
+        matches!(ev, TransportEvent::Rejected { .. })
+    })
+    .await;
+    let TransportEvent::Rejected { from, reason } = rej else {
+        unreachable!()
+    };
+    assert_eq!(reason, "wrong_cluster");
+    let raw_id = from.expect("the sender of a rejected frame is known");
+
+    raw.send(b"\xff\x00 random {{ bytes".to_vec())
+        .await
+        .unwrap();
+    expect(&mut a, "a malformed rejection", |ev| {
+        matches!(ev, TransportEvent::Rejected { reason: "malformed", from: Some(f) } if *f == raw_id)
+    })
+    .await;
+
+    let mut big = codec::encode(CLUSTER, &heartbeat(1)).unwrap();
+    big.resize(MAX_MESSAGE_BYTES + 1, b' ');
+    raw.send(big).await.unwrap();
+    expect(&mut a, "a too-large rejection", |ev| {
+        matches!(ev, TransportEvent::Rejected { reason: "too_large", from: Some(f) } if *f == raw_id)
+    })
+    .await;
+
+    // A well-behaved peer still gets through, and nothing from the raw peer was delivered.
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![a_addr];
+    let (mut b, _) = start(cb).await;
+    let ida = a.node_id();
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+    let ack = Message::HeartbeatAck { term: 3, beat: 1 };
+    b.send(&ida, &ack);
+    let idb = b.node_id();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let ev = timeout_at(deadline, a.next())
+            .await
+            .expect("B's message at A");
+        if let TransportEvent::Message { from, msg } = &ev {
+            assert_ne!(*from, raw_id, "a rejected frame was delivered: {ev:?}");
+            if *from == idb && *msg == ack {
+                break;
+            }
+        }
+    }
+    let s = a.stats().snapshot();
+    for reason in ["wrong_cluster", "malformed", "too_large"] {
+        assert_eq!(s.rejected.get(reason), Some(&1), "{reason}: {s:?}");
+    }
+    assert!(
+        s.connections_failed >= 1,
+        "the garbage connection is counted: {s:?}"
+    );
+    assert_eq!(s.messages_in.get("heartbeat_ack"), Some(&1));
+    drop(raw);
+}
