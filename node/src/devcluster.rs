@@ -1,0 +1,525 @@
+//! `chorus devcluster`: N real `chorus run` processes on loopback with temporary data
+//! directories and short timings, a live table of who is admin, and admin kills that show
+//! (and measure) the failover.
+
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+/// `chorus devcluster` options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Number of nodes.
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Kill the admin once the cluster has been stable for this many seconds.
+    #[arg(long, value_name = "SECS")]
+    pub kill_admin_after: Option<f64>,
+    /// How many times to kill the admin (the killed node is restarted before the next kill).
+    #[arg(long, default_value_t = 1)]
+    pub kills: usize,
+    /// How to stop the admin: `kill` (SIGKILL, a crash) or `term` (SIGTERM, graceful).
+    #[arg(long, default_value = "kill", value_parser = ["kill", "term"])]
+    pub signal: String,
+    /// Exit after the last kill's failover (with a summary) instead of waiting for Ctrl-C.
+    #[arg(long)]
+    pub exit_when_done: bool,
+    /// Heartbeat interval, ms.
+    #[arg(long, default_value_t = 1_000)]
+    pub heartbeat_ms: u64,
+    /// Election timeout window, ms.
+    #[arg(long, default_value = "3000..4500")]
+    pub election_timeout_ms: String,
+    /// Discovery timeout, ms.
+    #[arg(long, default_value_t = 2_000)]
+    pub discovery_timeout_ms: u64,
+    /// Keep the data directories (and logs) instead of deleting them on exit.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one line per change instead of a table refreshed in place.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+struct Node {
+    index: usize,
+    data_dir: PathBuf,
+    p2p_port: u16,
+    http: String,
+    child: Option<Child>,
+    status: Option<Value>,
+}
+
+impl Node {
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.status.as_ref().map(|s| &s[key])
+    }
+    fn role(&self) -> &str {
+        self.field("role").and_then(Value::as_str).unwrap_or("-")
+    }
+    fn term(&self) -> u64 {
+        self.field("term").and_then(Value::as_u64).unwrap_or(0)
+    }
+    fn admin(&self) -> Option<&str> {
+        self.field("admin").and_then(Value::as_str)
+    }
+    fn id(&self) -> Option<&str> {
+        self.field("node_id").and_then(Value::as_str)
+    }
+}
+
+/// Runs the dev cluster until Ctrl-C (or the end of the kills with `--exit-when-done`).
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.nodes == 0 || args.nodes > 64 {
+        bail!("--nodes must be between 1 and 64");
+    }
+    let exe = std::env::current_exe().context("cannot find the chorus binary")?;
+    let root = tempfile::Builder::new()
+        .prefix("chorus-devcluster-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let mut nodes = Vec::new();
+    for index in 0..args.nodes {
+        nodes.push(Node {
+            index,
+            data_dir: root.path().join(format!("n{index}")),
+            p2p_port: free_port()?,
+            http: format!("127.0.0.1:{}", free_port()?),
+            child: None,
+            status: None,
+        });
+    }
+    println!(
+        "devcluster: {} nodes in {} (logs: n<i>.log); Ctrl-C to stop{}",
+        args.nodes,
+        root.path().display(),
+        if std::io::stdin().is_terminal() {
+            "; type k + Enter to kill the admin, q + Enter to quit"
+        } else {
+            ""
+        }
+    );
+    let ports: Vec<u16> = nodes.iter().map(|n| n.p2p_port).collect();
+    for node in &mut nodes {
+        start(&exe, &args, root.path(), node, &ports)?;
+    }
+
+    let (keys_tx, mut keys) = mpsc::unbounded_channel();
+    if std::io::stdin().is_terminal() {
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+                if keys_tx.send(line.trim().to_owned()).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        });
+    }
+
+    let table = !args.plain && std::io::stdout().is_terminal();
+    let result = watch(
+        &exe,
+        &args,
+        root.path(),
+        &mut nodes,
+        &ports,
+        &mut keys,
+        table,
+    )
+    .await;
+
+    // Stop every child: SIGTERM, then SIGKILL for any still running after a moment.
+    for node in &mut nodes {
+        if let Some(child) = &node.child {
+            signal(child, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    for node in &mut nodes {
+        if let Some(mut child) = node.child.take() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+    if args.keep {
+        let kept = root.keep();
+        println!("devcluster: data kept in {}", kept.display());
+    }
+    result
+}
+
+/// One admin kill in progress.
+struct Failover {
+    killed: usize,
+    killed_id: String,
+    old_term: u64,
+    at: Instant,
+    first_admin: Option<(Duration, String, u64)>,
+}
+
+async fn watch(
+    exe: &Path,
+    args: &Args,
+    root: &Path,
+    nodes: &mut [Node],
+    ports: &[u16],
+    keys: &mut mpsc::UnboundedReceiver<String>,
+    table: bool,
+) -> anyhow::Result<()> {
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    let mut stable_since: Option<Instant> = None;
+    let mut failover: Option<Failover> = None;
+    let mut durations: Vec<(Duration, Duration)> = Vec::new();
+    let mut last_line = String::new();
+    let mut last_draw = Instant::now() - Duration::from_secs(1);
+    let mut kills_done = 0;
+    let mut pending_restart: Option<usize> = None;
+    loop {
+        let tick = if failover.is_some() { 25 } else { 100 };
+        tokio::select! {
+            _ = &mut ctrl_c => return Ok(()),
+            Some(key) = keys.recv() => match key.as_str() {
+                "k" if failover.is_none() => failover = kill_admin(nodes, args)?,
+                "q" => return Ok(()),
+                _ => {}
+            },
+            () = tokio::time::sleep(Duration::from_millis(tick)) => {}
+        }
+        poll(nodes).await;
+        for node in nodes.iter_mut() {
+            if let Some(child) = node.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    println!("devcluster: n{} exited ({status}); see its log", node.index);
+                    node.child = None;
+                    node.status = None;
+                }
+            }
+        }
+
+        let agreed = agreement(nodes);
+        if let Some(f) = failover.as_mut() {
+            if f.first_admin.is_none() {
+                if let Some(n) = nodes
+                    .iter()
+                    .find(|n| n.child.is_some() && n.role() == "admin" && n.term() > f.old_term)
+                {
+                    let id = n.id().unwrap_or("?").to_owned();
+                    f.first_admin = Some((f.at.elapsed(), id, n.term()));
+                }
+            }
+            if let (Some((admin, term)), Some((first, _, _))) = (&agreed, &f.first_admin) {
+                if *term > f.old_term && admin != &f.killed_id {
+                    let all = f.at.elapsed();
+                    println!(
+                        "devcluster: failover #{}: n{} killed; new admin {} (term {term}) after \
+                         {:.2} s, every live node agrees after {:.2} s",
+                        kills_done + 1,
+                        f.killed,
+                        short(admin),
+                        first.as_secs_f64(),
+                        all.as_secs_f64()
+                    );
+                    durations.push((*first, all));
+                    kills_done += 1;
+                    pending_restart = Some(f.killed);
+                    failover = None;
+                    stable_since = None;
+                }
+            }
+        }
+        if failover.is_none() {
+            if let Some(i) = pending_restart {
+                let more = args.kill_admin_after.is_some() && kills_done < args.kills;
+                if more {
+                    start(exe, args, root, &mut nodes[i], ports)?;
+                    pending_restart = None;
+                } else if args.exit_when_done {
+                    summary(&durations);
+                    return Ok(());
+                }
+            }
+            let all_up = nodes
+                .iter()
+                .all(|n| n.child.is_some() && n.status.is_some());
+            match (&agreed, all_up) {
+                (Some(_), true) => {
+                    let since = *stable_since.get_or_insert_with(Instant::now);
+                    if let Some(after) = args.kill_admin_after {
+                        if kills_done < args.kills && since.elapsed().as_secs_f64() >= after {
+                            failover = kill_admin(nodes, args)?;
+                        }
+                    }
+                }
+                _ => stable_since = None,
+            }
+        }
+
+        if table {
+            if last_draw.elapsed() >= Duration::from_millis(250) {
+                draw(nodes, &agreed, &durations);
+                last_draw = Instant::now();
+            }
+        } else {
+            let line = summary_line(nodes, &agreed);
+            if line != last_line {
+                println!("{line}");
+                last_line = line;
+            }
+        }
+        if durations.len() >= 2 && !args.exit_when_done && kills_done == args.kills {
+            // Print the summary once, when the last failover completes.
+            if pending_restart.is_some() {
+                summary(&durations);
+                pending_restart = None;
+            }
+        }
+    }
+}
+
+fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover>> {
+    let Some((admin, term)) = agreement(nodes) else {
+        println!("devcluster: no agreed admin to kill yet");
+        return Ok(None);
+    };
+    let Some(node) = nodes.iter_mut().find(|n| n.id() == Some(admin.as_str())) else {
+        return Ok(None);
+    };
+    let Some(child) = node.child.as_mut() else {
+        return Ok(None);
+    };
+    let at = Instant::now();
+    if args.signal == "term" {
+        signal(child, nix::sys::signal::Signal::SIGTERM);
+    } else {
+        signal(child, nix::sys::signal::Signal::SIGKILL);
+    }
+    println!(
+        "devcluster: {} admin n{} ({}) of term {term}",
+        if args.signal == "term" {
+            "stopping (SIGTERM)"
+        } else {
+            "killing (SIGKILL)"
+        },
+        node.index,
+        short(&admin)
+    );
+    // The process is gone (or going); forget it so it is neither polled nor counted as live.
+    node.child = None;
+    node.status = None;
+    Ok(Some(Failover {
+        killed: node.index,
+        killed_id: admin,
+        old_term: term,
+        at,
+        first_admin: None,
+    }))
+}
+
+/// The (admin, term) every live, answering node reports, if they agree and it is live.
+fn agreement(nodes: &[Node]) -> Option<(String, u64)> {
+    let mut views = BTreeMap::new();
+    let mut live_ids = Vec::new();
+    for n in nodes
+        .iter()
+        .filter(|n| n.child.is_some() && n.status.is_some())
+    {
+        views.insert((n.admin()?.to_owned(), n.term()), ());
+        live_ids.push(n.id()?.to_owned());
+    }
+    if views.len() != 1 {
+        return None;
+    }
+    let ((admin, term), ()) = views.into_iter().next()?;
+    live_ids.contains(&admin).then_some((admin, term))
+}
+
+async fn poll(nodes: &mut [Node]) {
+    for node in nodes.iter_mut() {
+        if node.child.is_none() {
+            continue;
+        }
+        let got = tokio::time::timeout(
+            Duration::from_millis(500),
+            crate::http::get_text(&node.http, "/status"),
+        )
+        .await;
+        node.status = match got {
+            Ok(Ok((200, body))) => serde_json::from_str(&body).ok(),
+            _ => None,
+        };
+    }
+}
+
+fn start(
+    exe: &Path,
+    args: &Args,
+    root: &Path,
+    node: &mut Node,
+    ports: &[u16],
+) -> anyhow::Result<()> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(root.join(format!("n{}.log", node.index)))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("run")
+        .arg("--data-dir")
+        .arg(&node.data_dir)
+        .arg("--listen")
+        .arg(format!("/ip4/127.0.0.1/tcp/{}", node.p2p_port))
+        .arg("--http")
+        .arg(&node.http)
+        .arg("--bootstrap-expect")
+        .arg(args.nodes.to_string())
+        .arg("--no-mdns")
+        .arg("--cluster-id")
+        .arg("devcluster")
+        .arg("--heartbeat-ms")
+        .arg(args.heartbeat_ms.to_string())
+        .arg("--election-timeout-ms")
+        .arg(&args.election_timeout_ms)
+        .arg("--discovery-timeout-ms")
+        .arg(args.discovery_timeout_ms.to_string());
+    for port in ports.iter().filter(|p| **p != node.p2p_port) {
+        cmd.arg("--bootstrap")
+            .arg(format!("/ip4/127.0.0.1/tcp/{port}"));
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .kill_on_drop(true);
+    node.child = Some(cmd.spawn().context("cannot start chorus run")?);
+    node.status = None;
+    Ok(())
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    if let Some(pid) = child.id() {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
+    }
+}
+
+/// A port free right now on loopback (the OS picks it; the small race is fine for a dev tool).
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn short(id: &str) -> &str {
+    &id[id.len().saturating_sub(8)..]
+}
+
+fn summary_line(nodes: &[Node], agreed: &Option<(String, u64)>) -> String {
+    let mut line = match agreed {
+        Some((admin, term)) => format!("admin {} term {term} |", short(admin)),
+        None => "no agreed admin |".to_owned(),
+    };
+    for n in nodes {
+        let state = if n.child.is_none() {
+            "down".to_owned()
+        } else if n.status.is_none() {
+            "starting".to_owned()
+        } else {
+            format!("{}/{}", n.role(), n.term())
+        };
+        line.push_str(&format!(" n{}:{state}", n.index));
+    }
+    line
+}
+
+fn draw(nodes: &[Node], agreed: &Option<(String, u64)>, durations: &[(Duration, Duration)]) {
+    let mut out = String::from("\x1b[H\x1b[2J");
+    out.push_str(&format!(
+        "{:<4} {:<10} {:<10} {:>5} {:<10} {:>5}  {}\n",
+        "", "node", "role", "term", "admin", "peers", "http"
+    ));
+    for n in nodes {
+        let (role, term, admin, peers) = if n.child.is_none() {
+            (
+                "DOWN".to_owned(),
+                String::new(),
+                String::new(),
+                String::new(),
+            )
+        } else if n.status.is_none() {
+            (
+                "starting".to_owned(),
+                String::new(),
+                String::new(),
+                String::new(),
+            )
+        } else {
+            (
+                n.role().to_owned(),
+                n.term().to_string(),
+                n.admin().map(short).unwrap_or("-").to_owned(),
+                n.field("peers")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+                    .to_string(),
+            )
+        };
+        let star = if n.role() == "admin" { "*" } else { "" };
+        out.push_str(&format!(
+            "n{:<3} {:<10} {:<10} {:>5} {:<10} {:>5}  {}\n",
+            format!("{}{star}", n.index),
+            n.id().map(short).unwrap_or("-"),
+            role,
+            term,
+            admin,
+            peers,
+            n.http
+        ));
+    }
+    match agreed {
+        Some((admin, term)) => out.push_str(&format!(
+            "\nevery live node agrees: admin {} of term {term}\n",
+            short(admin)
+        )),
+        None => out.push_str("\nno agreed admin yet\n"),
+    }
+    for (i, (first, all)) in durations.iter().enumerate() {
+        out.push_str(&format!(
+            "failover #{}: new admin after {:.2} s, agreed after {:.2} s\n",
+            i + 1,
+            first.as_secs_f64(),
+            all.as_secs_f64()
+        ));
+    }
+    print!("{out}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+}
+
+fn summary(durations: &[(Duration, Duration)]) {
+    if durations.is_empty() {
+        return;
+    }
+    let mut first: Vec<f64> = durations.iter().map(|d| d.0.as_secs_f64()).collect();
+    let mut all: Vec<f64> = durations.iter().map(|d| d.1.as_secs_f64()).collect();
+    first.sort_by(f64::total_cmp);
+    all.sort_by(f64::total_cmp);
+    let pct = |v: &[f64], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    println!(
+        "devcluster: {} failovers; new admin p50 {:.2} s p99 {:.2} s max {:.2} s; all agree \
+         p50 {:.2} s p99 {:.2} s max {:.2} s",
+        durations.len(),
+        pct(&first, 0.5),
+        pct(&first, 0.99),
+        first[first.len() - 1],
+        pct(&all, 0.5),
+        pct(&all, 0.99),
+        all[all.len() - 1],
+    );
+}

@@ -1,0 +1,371 @@
+//! What the running node shows: an [`Observer`] that keeps a shadow copy of the core (stepped
+//! with the same durable events, so status is exact), counts metrics, records notices in the
+//! event log for `chorus replay`, and logs decisions.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
+use chorus_io::eventlog::{NoticeRecorder, RecordedNotice};
+use chorus_io::runtime::{Observer, StepInfo};
+use serde::Serialize;
+
+/// Upper bounds of the step-latency histogram, seconds.
+const LATENCY_BUCKETS_S: [f64; 10] = [
+    0.000_001, 0.000_005, 0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.1,
+];
+
+/// Counters for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub messages_in: BTreeMap<&'static str, u64>,
+    pub messages_out: BTreeMap<&'static str, u64>,
+    pub rejected: BTreeMap<&'static str, u64>,
+    pub notices: BTreeMap<&'static str, u64>,
+    pub elections_started: u64,
+    pub log_appends: u64,
+    pub recovered_events: u64,
+    pub latency_buckets: [u64; LATENCY_BUCKETS_S.len()],
+    pub latency_count: u64,
+    pub latency_sum_s: f64,
+    pub notice_record_errors: u64,
+}
+
+/// State shared between the runtime loop (writer) and the HTTP API (readers).
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The shadow core: the node's state after the last carried-out step.
+    pub core: Option<Core>,
+    pub metrics: Metrics,
+    pub listen_addrs: Vec<String>,
+    pub node_id: String,
+    pub capabilities: Vec<String>,
+    pub shutting_down: bool,
+}
+
+/// A handle on [`Shared`].
+#[derive(Clone, Debug, Default)]
+pub struct SharedState(Arc<Mutex<Shared>>);
+
+impl SharedState {
+    pub fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Plain data: a panic elsewhere cannot leave it half-updated in a harmful way.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The `/status` document.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub node_id: String,
+    /// `admin`, `follower` or `candidate` (a pre-candidate shows as `candidate`).
+    pub role: &'static str,
+    pub term: u64,
+    pub admin: Option<String>,
+    pub voted_for: Option<String>,
+    pub lease_until_ms: Option<u64>,
+    pub now_ms: u64,
+    pub peers: Vec<String>,
+    pub beat: u64,
+    pub electorate: Vec<String>,
+    pub listen_addrs: Vec<String>,
+    pub capabilities: Vec<String>,
+    pub uptime_s: u64,
+    pub shutting_down: bool,
+}
+
+/// The role as the status API names it.
+pub fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Admin => "admin",
+        Role::Follower => "follower",
+        Role::PreCandidate | Role::Candidate => "candidate",
+    }
+}
+
+impl Shared {
+    /// The status document, or `None` before recovery finished.
+    pub fn status(&self) -> Option<Status> {
+        let core = self.core.as_ref()?;
+        Some(Status {
+            node_id: self.node_id.clone(),
+            role: role_name(core.role()),
+            term: core.term(),
+            admin: core.admin().map(NodeId::to_string),
+            voted_for: core.voted_for().map(NodeId::to_string),
+            lease_until_ms: core.lease_until_ms(),
+            now_ms: core.now_ms(),
+            peers: core.peers().keys().map(NodeId::to_string).collect(),
+            beat: core.beat(),
+            electorate: core
+                .electorate()
+                .map(|e| e.members().iter().map(NodeId::to_string).collect())
+                .unwrap_or_default(),
+            listen_addrs: self.listen_addrs.clone(),
+            capabilities: self.capabilities.clone(),
+            uptime_s: core.uptime_s(),
+            shutting_down: self.shutting_down,
+        })
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn metrics_text(&self) -> String {
+        let m = &self.metrics;
+        let mut out = String::new();
+        let (term, role) = self
+            .core
+            .as_ref()
+            .map_or((0, Role::Follower), |c| (c.term(), c.role()));
+        let gauge = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        };
+        gauge(&mut out, "chorus_term", "Current term.", term);
+        let _ = writeln!(
+            out,
+            "# HELP chorus_role 1 for the node's current role.\n# TYPE chorus_role gauge"
+        );
+        for r in ["admin", "follower", "candidate"] {
+            let v = u64::from(role_name(role) == r);
+            let _ = writeln!(out, "chorus_role{{role=\"{r}\"}} {v}");
+        }
+        let peers = self.core.as_ref().map_or(0, |c| c.peers().len() as u64);
+        gauge(
+            &mut out,
+            "chorus_peers",
+            "Live peers known to the core.",
+            peers,
+        );
+        let counter = |out: &mut String, name: &str, help: &str, value: u64| {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        };
+        counter(
+            &mut out,
+            "chorus_elections_started_total",
+            "Times this node stood as a candidate.",
+            m.elections_started,
+        );
+        counter(
+            &mut out,
+            "chorus_elections_won_total",
+            "Times this node became admin.",
+            m.notices.get("became_admin").copied().unwrap_or(0),
+        );
+        counter(
+            &mut out,
+            "chorus_log_appends_total",
+            "Events appended to the event log.",
+            m.log_appends,
+        );
+        counter(
+            &mut out,
+            "chorus_log_recovered_events_total",
+            "Events replayed from the log at start.",
+            m.recovered_events,
+        );
+        let labelled = |out: &mut String,
+                        name: &str,
+                        help: &str,
+                        label: &str,
+                        values: &BTreeMap<&'static str, u64>| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (k, v) in values {
+                let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
+            }
+        };
+        labelled(
+            &mut out,
+            "chorus_messages_in_total",
+            "Messages received, by kind.",
+            "kind",
+            &m.messages_in,
+        );
+        labelled(
+            &mut out,
+            "chorus_messages_out_total",
+            "Messages sent or broadcast, by kind (a broadcast counts once).",
+            "kind",
+            &m.messages_out,
+        );
+        labelled(
+            &mut out,
+            "chorus_decode_errors_total",
+            "Inputs rejected by the transport (decode errors and others), by reason.",
+            "reason",
+            &m.rejected,
+        );
+        labelled(
+            &mut out,
+            "chorus_notices_total",
+            "Decisions announced by the core, by kind.",
+            "kind",
+            &m.notices,
+        );
+        let _ = writeln!(
+            out,
+            "# HELP chorus_step_latency_seconds Time spent in Core::step.\n\
+             # TYPE chorus_step_latency_seconds histogram"
+        );
+        let mut cumulative = 0;
+        for (bound, count) in LATENCY_BUCKETS_S.iter().zip(m.latency_buckets) {
+            cumulative += count;
+            let _ = writeln!(
+                out,
+                "chorus_step_latency_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "chorus_step_latency_seconds_bucket{{le=\"+Inf\"}} {}\n\
+             chorus_step_latency_seconds_sum {}\n\
+             chorus_step_latency_seconds_count {}",
+            m.latency_count, m.latency_sum_s, m.latency_count
+        );
+        out
+    }
+}
+
+/// The name of a notice kind, as in traces.
+pub fn notice_kind(notice: &Notice) -> &'static str {
+    match notice {
+        Notice::BecameAdmin { .. } => "became_admin",
+        Notice::LeaseExpired { .. } => "lease_expired",
+        Notice::LeaseRenewed { .. } => "lease_renewed",
+        Notice::SteppedDown { .. } => "stepped_down",
+        Notice::Voted { .. } => "voted",
+        Notice::AdminKnown { .. } => "admin_known",
+    }
+}
+
+/// The node's observer.
+pub struct NodeObserver {
+    shared: SharedState,
+    recorder: NoticeRecorder,
+    /// The log sequence of the next step (steps come 1:1 with appended events, in order).
+    next_seq: u64,
+    /// Notices of the current step so far (their index in the step).
+    step_notices: u32,
+    current_seq: u64,
+}
+
+impl NodeObserver {
+    pub fn new(shared: SharedState, recorder: NoticeRecorder, next_seq: u64) -> Self {
+        NodeObserver {
+            shared,
+            recorder,
+            next_seq,
+            step_notices: 0,
+            current_seq: 0,
+        }
+    }
+}
+
+impl Observer for NodeObserver {
+    fn on_recovered(&mut self, core: &Core, replayed: usize) {
+        let mut s = self.shared.lock();
+        s.core = Some(core.clone());
+        s.metrics.recovered_events = replayed as u64;
+        tracing::info!(
+            term = core.term(),
+            voted_for = ?core.voted_for(),
+            replayed,
+            "recovered state from the event log"
+        );
+    }
+
+    fn on_step(&mut self, step: &StepInfo<'_>) {
+        self.current_seq = self.next_seq;
+        self.next_seq += 1;
+        self.step_notices = 0;
+        let mut s = self.shared.lock();
+        if let Some(core) = s.core.as_mut() {
+            // Same event, same time, same state: the shadow stays equal to the real core.
+            let mut discard = Vec::new();
+            core.step(step.now_ms, step.event.clone(), &mut discard);
+            debug_assert_eq!(discard.as_slice(), step.commands, "shadow core diverged");
+        }
+        let m = &mut s.metrics;
+        m.log_appends += 1;
+        if let Event::Message { msg, .. } = step.event {
+            *m.messages_in.entry(msg.kind()).or_default() += 1;
+        }
+        for command in step.commands {
+            match command {
+                Command::Send { msg, .. } | Command::Broadcast { msg } => {
+                    *m.messages_out.entry(msg.kind()).or_default() += 1;
+                }
+                Command::RoleChanged {
+                    role: Role::Candidate,
+                    ..
+                } => m.elections_started += 1,
+                _ => {}
+            }
+        }
+        record_latency(m, step.latency);
+    }
+
+    fn on_role_changed(&mut self, now_ms: u64, role: Role, term: u64, lease: Option<u64>) {
+        tracing::info!(now_ms, role = %role, term, lease_until_ms = ?lease, "role changed");
+    }
+
+    fn on_notice(&mut self, now_ms: u64, notice: &Notice) {
+        let kind = notice_kind(notice);
+        match notice {
+            Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, ?notice, "{kind}"),
+            _ => tracing::info!(now_ms, ?notice, "{kind}"),
+        }
+        let record = RecordedNotice {
+            seq: self.current_seq,
+            now_ms,
+            notice: notice.clone(),
+        };
+        let index = self.step_notices;
+        self.step_notices += 1;
+        let failed = match self.recorder.record(index, &record) {
+            // Votes and elections are rare and matter for replay: make them durable now.
+            Ok(()) if kind != "lease_renewed" => self.recorder.flush().is_err(),
+            Ok(()) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not record a notice");
+                true
+            }
+        };
+        let mut s = self.shared.lock();
+        *s.metrics.notices.entry(kind).or_default() += 1;
+        if failed {
+            s.metrics.notice_record_errors += 1;
+        }
+    }
+
+    fn on_rejected(&mut self, from: Option<&NodeId>, reason: &str) {
+        tracing::debug!(?from, reason, "input rejected");
+        let mut s = self.shared.lock();
+        // Reasons are a small, stable set of labels: each new one is kept once (a bounded set),
+        // anything beyond the bound is lumped together.
+        let known = s.metrics.rejected.keys().find(|k| **k == reason).copied();
+        let key: &'static str = match known {
+            Some(k) => k,
+            None if s.metrics.rejected.len() < 32 && reason.len() <= 48 => {
+                Box::leak(reason.to_owned().into_boxed_str())
+            }
+            None => "other",
+        };
+        *s.metrics.rejected.entry(key).or_default() += 1;
+    }
+}
+
+fn record_latency(m: &mut Metrics, latency: Duration) {
+    let s = latency.as_secs_f64();
+    if let Some(i) = LATENCY_BUCKETS_S.iter().position(|b| s <= *b) {
+        m.latency_buckets[i] += 1;
+    }
+    m.latency_count += 1;
+    m.latency_sum_s += s;
+}

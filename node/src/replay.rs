@@ -1,0 +1,357 @@
+//! `chorus replay`: re-runs a data directory's event log through a fresh core (or the oldest
+//! retained snapshot), prints the decisions with their times, checks them against the notices
+//! the node recorded as it ran, and can write a DESIGN §6 trace.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use chorus_core::{Command, Core, Event, Notice};
+use chorus_io::eventlog::{RecordedNotice, SledLog};
+use serde::Serialize;
+
+use crate::observe::role_name;
+use crate::run::LOG_DIR;
+
+/// One decision the replay made.
+#[derive(Clone, Debug, PartialEq)]
+enum Decision {
+    Role { role: chorus_core::Role, term: u64 },
+    Notice(Notice),
+}
+
+/// The outcome of a replay, for the caller to report.
+pub struct ReplayReport {
+    pub matched: usize,
+    pub mismatches: Vec<String>,
+    pub unrecorded_tail: usize,
+}
+
+/// DESIGN §6 trace lines (field names as in `sim/src/trace.rs`).
+#[derive(Serialize)]
+struct Header<'a> {
+    kind: &'static str,
+    seed: u64,
+    scenario: String,
+    engine: &'static str,
+    nodes: usize,
+    version: u32,
+    voters: usize,
+    duration_ms: u64,
+    steps: bool,
+    node: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Record<'a> {
+    BecameAdmin {
+        node: &'a str,
+        term: u64,
+        lease_until: u64,
+    },
+    LeaseRenewed {
+        node: &'a str,
+        term: u64,
+        lease_until: u64,
+    },
+    LeaseExpired {
+        node: &'a str,
+        term: u64,
+    },
+    SteppedDown {
+        node: &'a str,
+        term: u64,
+        reason: &'static str,
+    },
+    Voted {
+        node: &'a str,
+        term: u64,
+        #[serde(rename = "for")]
+        candidate: &'a str,
+    },
+    AdminKnown {
+        node: &'a str,
+        admin: &'a str,
+        term: u64,
+    },
+    Role {
+        node: &'a str,
+        role: &'static str,
+        term: u64,
+    },
+    Restart {
+        node: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct Line<'a> {
+    t: u64,
+    #[serde(flatten)]
+    record: Record<'a>,
+}
+
+/// Accepts either the node's data directory or its `log` subdirectory.
+fn log_dir(data_dir: &Path) -> std::path::PathBuf {
+    let nested = data_dir.join(LOG_DIR);
+    if nested.exists() {
+        nested
+    } else {
+        data_dir.to_path_buf()
+    }
+}
+
+/// Replays `data_dir`, printing to `out`; writes a trace to `trace` when given.
+pub fn replay(
+    data_dir: &Path,
+    trace: Option<&Path>,
+    out: &mut dyn Write,
+) -> anyhow::Result<ReplayReport> {
+    let path = log_dir(data_dir);
+    let log = SledLog::open_existing(&path)?;
+    let meta = log.meta().clone();
+    let basis = log.replay_basis()?;
+    let recorded = log.notices()?;
+    let node = meta.node_id.to_string();
+
+    let (mut core, from) = match &basis.snapshot {
+        Some((seq, bytes)) => (
+            Core::restore(bytes)
+                .with_context(|| format!("{}: snapshot {seq} does not restore", path.display()))?,
+            format!("snapshot at event {seq}"),
+        ),
+        None => (meta.fresh_core()?, "a fresh core (full history)".to_owned()),
+    };
+    if core.id() != &meta.node_id {
+        bail!(
+            "{}: the snapshot is node {}'s state, not {}'s",
+            path.display(),
+            core.id(),
+            meta.node_id
+        );
+    }
+    writeln!(out, "node      {node}")?;
+    writeln!(out, "log       {}", path.display())?;
+    writeln!(
+        out,
+        "replaying {} events from {from}; {} decisions recorded by the node",
+        basis.events.len(),
+        recorded.len()
+    )?;
+
+    let mut trace_out = match trace {
+        Some(p) => {
+            let file = std::fs::File::create(p)
+                .with_context(|| format!("cannot create trace file {}", p.display()))?;
+            Some(std::io::BufWriter::new(file))
+        }
+        None => None,
+    };
+    let last_t = basis.events.last().map_or(0, |e| e.1);
+    if let Some(w) = trace_out.as_mut() {
+        let header = Header {
+            kind: "header",
+            seed: meta.cluster_seed,
+            scenario: format!("replay of {}", path.display()),
+            engine: "replay",
+            nodes: 1,
+            version: 1,
+            voters: usize::from(
+                meta.capabilities
+                    .iter()
+                    .any(|c| c == chorus_core::ADMIN_ELECTION),
+            ),
+            duration_ms: last_t,
+            steps: false,
+            node: &node,
+        };
+        serde_json::to_writer(&mut *w, &header)?;
+        writeln!(w)?;
+    }
+
+    // Recorded notices by event sequence, in step order.
+    let mut by_seq: std::collections::BTreeMap<u64, Vec<&RecordedNotice>> = Default::default();
+    for r in &recorded {
+        by_seq.entry(r.seq).or_default().push(r);
+    }
+    let last_recorded_seq = recorded.iter().map(|r| r.seq).max().unwrap_or(0);
+
+    let mut report = ReplayReport {
+        matched: 0,
+        mismatches: Vec::new(),
+        unrecorded_tail: 0,
+    };
+    let mut commands = Vec::new();
+    for (seq, now_ms, event) in basis.events {
+        if now_ms < core.now_ms() {
+            bail!(
+                "{}: event {seq} goes back in time ({now_ms} ms after {} ms)",
+                path.display(),
+                core.now_ms()
+            );
+        }
+        let restart = matches!(event, Event::Started);
+        commands.clear();
+        core.step(now_ms, event, &mut commands);
+        if restart {
+            writeln!(out, "{:>10}  #{seq:<6} started", fmt_ms(now_ms))?;
+            write_line(&mut trace_out, now_ms, Record::Restart { node: &node })?;
+        }
+        let mut produced = Vec::new();
+        for c in &commands {
+            match c {
+                Command::RoleChanged { role, term, .. } => {
+                    let d = Decision::Role {
+                        role: *role,
+                        term: *term,
+                    };
+                    print_decision(out, now_ms, seq, &d)?;
+                    write_line(
+                        &mut trace_out,
+                        now_ms,
+                        Record::Role {
+                            node: &node,
+                            role: role.as_str(),
+                            term: *term,
+                        },
+                    )?;
+                }
+                Command::Notice(n) => {
+                    let d = Decision::Notice(n.clone());
+                    if !matches!(n, Notice::LeaseRenewed { .. }) {
+                        print_decision(out, now_ms, seq, &d)?;
+                    }
+                    write_line(&mut trace_out, now_ms, notice_record(&node, n))?;
+                    produced.push(n.clone());
+                }
+                _ => {}
+            }
+        }
+        let recorded_here: Vec<Notice> = by_seq
+            .get(&seq)
+            .map(|v| v.iter().map(|r| r.notice.clone()).collect())
+            .unwrap_or_default();
+        if produced == recorded_here {
+            report.matched += produced.len();
+        } else if recorded_here.is_empty() && seq > last_recorded_seq {
+            // The node stopped (crashed) after the event was durable but before its notices
+            // were recorded.
+            report.unrecorded_tail += produced.len();
+        } else {
+            report.mismatches.push(format!(
+                "event #{seq} at {}: replay decided {produced:?}, the node recorded {recorded_here:?}",
+                fmt_ms(now_ms)
+            ));
+        }
+    }
+    if let Some(mut w) = trace_out {
+        w.flush()?;
+    }
+    writeln!(
+        out,
+        "final     term {} role {} admin {} voted_for {}",
+        core.term(),
+        role_name(core.role()),
+        core.admin().map_or("-".to_owned(), |a| a.to_string()),
+        core.voted_for().map_or("-".to_owned(), |a| a.to_string()),
+    )?;
+    if report.mismatches.is_empty() {
+        writeln!(
+            out,
+            "check     OK: {} decisions match what the node recorded{}",
+            report.matched,
+            if report.unrecorded_tail > 0 {
+                format!(
+                    " ({} more after the node's last record: it stopped before recording them)",
+                    report.unrecorded_tail
+                )
+            } else {
+                String::new()
+            }
+        )?;
+    } else {
+        for m in &report.mismatches {
+            writeln!(out, "MISMATCH  {m}")?;
+        }
+    }
+    Ok(report)
+}
+
+fn write_line(
+    w: &mut Option<std::io::BufWriter<std::fs::File>>,
+    t: u64,
+    record: Record<'_>,
+) -> anyhow::Result<()> {
+    if let Some(w) = w.as_mut() {
+        serde_json::to_writer(&mut *w, &Line { t, record })?;
+        writeln!(w)?;
+    }
+    Ok(())
+}
+
+fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Record<'a> {
+    match n {
+        Notice::BecameAdmin {
+            term,
+            lease_until_ms,
+        } => Record::BecameAdmin {
+            node,
+            term: *term,
+            lease_until: *lease_until_ms,
+        },
+        Notice::LeaseRenewed {
+            term,
+            lease_until_ms,
+        } => Record::LeaseRenewed {
+            node,
+            term: *term,
+            lease_until: *lease_until_ms,
+        },
+        Notice::LeaseExpired { term } => Record::LeaseExpired { node, term: *term },
+        Notice::SteppedDown { term, reason } => Record::SteppedDown {
+            node,
+            term: *term,
+            reason: reason.as_str(),
+        },
+        Notice::Voted { term, candidate } => Record::Voted {
+            node,
+            term: *term,
+            candidate: candidate.as_str(),
+        },
+        Notice::AdminKnown { admin, term } => Record::AdminKnown {
+            node,
+            admin: admin.as_str(),
+            term: *term,
+        },
+    }
+}
+
+fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> anyhow::Result<()> {
+    let what = match d {
+        Decision::Role { role, term } => format!("role -> {role} (term {term})"),
+        Decision::Notice(n) => match n {
+            Notice::BecameAdmin {
+                term,
+                lease_until_ms,
+            } => format!(
+                "became admin of term {term}, lease until {}",
+                fmt_ms(*lease_until_ms)
+            ),
+            Notice::LeaseExpired { term } => format!("lease of term {term} expired"),
+            Notice::LeaseRenewed { term, .. } => format!("lease of term {term} renewed"),
+            Notice::SteppedDown { term, reason } => {
+                format!("stepped down from term {term} ({reason})")
+            }
+            Notice::Voted { term, candidate } => format!("voted for {candidate} in term {term}"),
+            Notice::AdminKnown { admin, term } => format!("admin of term {term} is {admin}"),
+        },
+    };
+    writeln!(out, "{:>10}  #{seq:<6} {what}", fmt_ms(now_ms))?;
+    Ok(())
+}
+
+/// Node-clock milliseconds as seconds with three decimals.
+fn fmt_ms(ms: u64) -> String {
+    format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
