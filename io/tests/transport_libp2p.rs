@@ -46,6 +46,8 @@ fn config(caps: &[&str]) -> Libp2pConfig {
     c.info = info(caps, 42);
     c.redial_backoff_min = Duration::from_millis(100);
     c.redial_backoff_max = Duration::from_millis(500);
+    // A wrong network key can leave both ends waiting on garbage; fail such handshakes fast.
+    c.handshake_timeout = Duration::from_secs(2);
     c
 }
 
@@ -119,6 +121,10 @@ async fn peers_connect_identify_send_and_broadcast() {
     cc.bootstrap = vec![a_addr, b_addr];
     let (mut c, _) = start(cc).await;
     let (ida, idb, idc) = (a.node_id(), b.node_id(), c.node_id());
+    // The runtime loop future is `Send` only if the transport's `next` future is; dropping it
+    // unpolled must lose nothing (cancel safety).
+    fn is_send<T: Send>(_: &T) {}
+    is_send(&a.next());
     assert_eq!(ida.as_str(), a.local_peer_id().to_base58());
 
     // PeerUp carries what the other side advertised through identify.
@@ -200,14 +206,26 @@ async fn identity_persists_and_bootstrap_redials_after_a_restart() {
     let again = load_or_create_identity(&key_path).unwrap();
     assert_eq!(key.public().to_peer_id(), again.public().to_peer_id());
 
-    let (a, a_addr) = start_with(key, config(&[])).await;
+    let (mut a, a_addr) = start_with(key, config(&[])).await;
     let ida = a.node_id();
     let mut cb = config(&[]);
     cb.bootstrap = vec![a_addr.clone()];
     let (mut b, _) = start(cb).await;
     expect(&mut b, "B sees A up", is_up(&ida)).await;
 
+    // A graceful shutdown lets what was already sent leave first.
+    let idb = b.node_id();
+    let ack = Message::HeartbeatAck { term: 1, beat: 1 };
+    a.send(&idb, &ack);
+    a.broadcast(&Message::StepDown { term: 1 });
     a.shutdown().await;
+    expect(&mut b, "A's last direct message", is_msg(&ida, &ack)).await;
+    expect(
+        &mut b,
+        "A's step-down",
+        is_msg(&ida, &Message::StepDown { term: 1 }),
+    )
+    .await;
     expect(
         &mut b,
         "B sees A down",
@@ -444,4 +462,55 @@ async fn bad_input_is_rejected_and_counted_and_the_transport_keeps_serving() {
     );
     assert_eq!(s.messages_in.get("heartbeat_ack"), Some(&1));
     drop(raw);
+}
+
+#[tokio::test]
+async fn a_peer_of_another_cluster_is_rejected_and_disconnected() {
+    let (mut a, a_addr) = start(config(&[])).await;
+    let mut cx = config(&[]);
+    cx.cluster_id = "c2".into();
+    cx.bootstrap = vec![a_addr];
+    let (mut x, _) = start(cx).await;
+    expect_none(&mut a, "PeerUp of another cluster's peer", |ev| {
+        matches!(ev, TransportEvent::PeerUp { .. })
+    })
+    .await;
+    expect_none(&mut x, "PeerUp across clusters", |ev| {
+        matches!(ev, TransportEvent::PeerUp { .. })
+    })
+    .await;
+    // Whichever side identifies the other first rejects it and hangs up, so the other side may
+    // never see an identify at all.
+    let wrong = |t: &Libp2pTransport| {
+        t.stats()
+            .snapshot()
+            .rejected
+            .get("wrong_cluster")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert!(wrong(&a) + wrong(&x) >= 1);
+}
+
+#[tokio::test]
+async fn connections_over_the_limit_are_denied_and_counted() {
+    let mut ca = config(&[]);
+    ca.max_connections = 1;
+    let (mut a, a_addr) = start(ca).await;
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (b, _) = start(cb).await;
+    expect(&mut a, "A sees B up", is_up(&b.node_id())).await;
+    let mut cc = config(&[]);
+    cc.bootstrap = vec![a_addr];
+    let (c, _) = start(cc).await;
+    let idc = c.node_id();
+    expect_none(
+        &mut a,
+        "PeerUp over the connection limit",
+        |ev| matches!(ev, TransportEvent::PeerUp { peer, .. } if *peer == idc),
+    )
+    .await;
+    let denied = a.stats().snapshot().connections_denied;
+    assert!(denied.get("limit").copied().unwrap_or(0) >= 1, "{denied:?}");
 }

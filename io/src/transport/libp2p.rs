@@ -182,6 +182,8 @@ enum Command {
     Send { to: PeerId, bytes: Vec<u8> },
     /// One encoded message to every peer.
     Broadcast { bytes: Vec<u8> },
+    /// Let what was sent leave, then end.
+    Stop,
 }
 
 /// The libp2p [`Transport`]: a handle to the swarm running in its own task.
@@ -251,10 +253,20 @@ impl Libp2pTransport {
         self.stats.clone()
     }
 
-    /// Stops the driver task and waits until it is gone, which closes every connection
-    /// (peers see them close at once). Dropping the transport does the same without waiting.
+    /// Stops gracefully: messages already handed to the transport are sent, the driver waits
+    /// (at most about a second) for their acks, then every connection closes. Dropping the
+    /// transport instead stops at once, possibly losing queued messages.
     pub async fn shutdown(mut self) {
-        if let Some(driver) = self.driver.take() {
+        let Some(mut driver) = self.driver.take() else {
+            return;
+        };
+        // Queued commands come out of the channel before `Stop`, so they are carried out first.
+        let stopping = self.commands.send(Command::Stop).await.is_ok();
+        if !stopping
+            || tokio::time::timeout(driver::STOP_LINGER * 2, &mut driver)
+                .await
+                .is_err()
+        {
             driver.abort();
             // Cancellation is the expected outcome; a panic would already have been reported.
             let _ = driver.await;

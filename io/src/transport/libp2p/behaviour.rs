@@ -96,9 +96,10 @@ impl Behaviour {
             request_response::Config::default().with_request_timeout(config.request_timeout),
         );
 
-        // The message id is gossipsub's default `message_id_fn` (the source peer id followed by
-        // the sequence number), the same rule go-libp2p and py-libp2p use, so that any
-        // implementation deduplicates the same messages. It is deliberately not overridden.
+        // The message id is gossipsub's default `message_id_fn`, deliberately not overridden: the
+        // source peer id followed by the sequence number, the rule go-libp2p and py-libp2p use by
+        // default. (rust-libp2p renders it as base58 text + decimal text where go-libp2p joins
+        // the raw bytes; ids only travel in IHAVE/IWANT, so delivery and dedup are unaffected.)
         let gossip_config = gossipsub::ConfigBuilder::default()
             .validation_mode(gossipsub::ValidationMode::Strict)
             .max_transmit_size(GOSSIP_MAX_TRANSMIT_BYTES)

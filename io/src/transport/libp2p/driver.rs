@@ -35,6 +35,13 @@ const MAX_FOREIGN_PEERS: usize = 1024;
 /// How long `listen` waits for the listeners to report their addresses.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longest time a stopping driver waits for the acks of the direct messages it sent.
+pub(super) const STOP_LINGER: Duration = Duration::from_secs(1);
+
+/// Shortest time a stopping driver keeps running, so gossipsub can flush its queues (it has no
+/// acknowledgement to wait for).
+const STOP_LINGER_MIN: Duration = Duration::from_millis(100);
+
 /// How often the bootstrap addresses are checked for a re-dial.
 const REDIAL_TICK: Duration = Duration::from_millis(250);
 
@@ -75,6 +82,8 @@ pub(super) struct Driver {
     backoff_max: Duration,
     stats: Arc<Libp2pStats>,
     events: mpsc::Sender<TransportEvent>,
+    /// Direct messages sent and neither acknowledged nor failed yet.
+    in_flight: usize,
 }
 
 impl Driver {
@@ -124,6 +133,7 @@ impl Driver {
             backoff_max: config.redial_backoff_max,
             stats,
             events,
+            in_flight: 0,
         })
     }
 
@@ -195,6 +205,10 @@ impl Driver {
         loop {
             tokio::select! {
                 command = commands.recv() => match command {
+                    Some(Command::Stop) => {
+                        self.linger().await;
+                        break;
+                    }
                     Some(command) => self.on_command(command),
                     None => break,
                 },
@@ -203,6 +217,28 @@ impl Driver {
             }
         }
         tracing::debug!("libp2p driver stopped");
+    }
+
+    /// Keeps the swarm running until the direct messages sent are acknowledged (or failed),
+    /// between [`STOP_LINGER_MIN`] and [`STOP_LINGER`].
+    async fn linger(&mut self) {
+        let start = Instant::now();
+        let until = start + STOP_LINGER;
+        loop {
+            let now = Instant::now();
+            if now >= until || (self.in_flight == 0 && now >= start + STOP_LINGER_MIN) {
+                return;
+            }
+            let wake = if self.in_flight == 0 {
+                start + STOP_LINGER_MIN
+            } else {
+                until
+            };
+            tokio::select! {
+                event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
     }
 
     // ---- commands --------------------------------------------------------------------------
@@ -218,8 +254,11 @@ impl Driver {
                     .behaviour_mut()
                     .direct
                     .send_request(&to, Frame::Bytes(bytes));
+                self.in_flight += 1;
             }
             Command::Broadcast { bytes } => self.broadcast(bytes),
+            // Handled by `run`.
+            Command::Stop => {}
         }
     }
 
@@ -256,6 +295,7 @@ impl Driver {
                 .direct
                 .send_request(peer, Frame::Bytes(bytes.clone()));
         }
+        self.in_flight += direct.len();
         self.stats.broadcast_direct(direct.len() as u64);
     }
 
@@ -269,9 +309,16 @@ impl Driver {
             if b.disabled || b.dialing.is_some() {
                 continue;
             }
-            if b.peer.is_some_and(|p| self.swarm.is_connected(&p)) {
-                b.backoff = self.backoff_min;
-                continue;
+            if let Some(peer) = b.peer {
+                if self.peers.get(&peer).is_some_and(|s| s.up) {
+                    // Only a peer that identified as one of ours resets the backoff, so an
+                    // address that leads to a foreign node is retried ever more slowly.
+                    b.backoff = self.backoff_min;
+                    continue;
+                }
+                if self.swarm.is_connected(&peer) {
+                    continue;
+                }
             }
             if now < b.next_attempt {
                 continue;
@@ -299,11 +346,8 @@ impl Driver {
         for b in &mut self.bootstrap {
             if b.dialing == Some(connection_id) {
                 b.dialing = None;
-                if ok {
-                    b.backoff = self.backoff_min;
-                    if b.peer.is_none() {
-                        b.peer = peer;
-                    }
+                if ok && b.peer.is_none() {
+                    b.peer = peer;
                 }
             }
         }
@@ -446,9 +490,13 @@ impl Driver {
                     }
                 }
             }
-            request_response::Event::Message { .. }
-            | request_response::Event::ResponseSent { .. } => {}
+            request_response::Event::Message {
+                message: request_response::Message::Response { .. },
+                ..
+            } => self.in_flight = self.in_flight.saturating_sub(1),
+            request_response::Event::ResponseSent { .. } => {}
             request_response::Event::OutboundFailure { peer, error, .. } => {
+                self.in_flight = self.in_flight.saturating_sub(1);
                 let reason = match error {
                     OutboundFailure::DialFailure => "dial",
                     OutboundFailure::Timeout => "timeout",
