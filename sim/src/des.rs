@@ -140,21 +140,10 @@ pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()
 impl<'s> Des<'s> {
     fn new(scenario: &'s Scenario, seed: u64) -> Des<'s> {
         let net = &scenario.network;
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let drifts = crate::driver::clock_drifts(scenario, seed);
         let nodes = (0..scenario.nodes)
             .map(|i| {
-                let bound = i64::from(net.drift_ppm);
-                let drift_ppm = if net.drift_at_bound {
-                    if i % 2 == 0 {
-                        bound
-                    } else {
-                        -bound
-                    }
-                } else if bound > 0 {
-                    below(&mut rng, 2 * bound as u64 + 1) as i64 - bound
-                } else {
-                    0
-                };
+                let drift_ppm = drifts[i];
                 Node {
                     id: NodeId::from(name(i)),
                     name: name(i),
@@ -176,7 +165,7 @@ impl<'s> Des<'s> {
             queue: BinaryHeap::new(),
             seq: 0,
             now: 0,
-            rng,
+            rng: ChaCha8Rng::seed_from_u64(seed),
             cuts: BTreeSet::new(),
             loss_ppm: net.loss_ppm,
             duplicate_ppm: net.duplicate_ppm,

@@ -356,3 +356,18 @@ pub fn node_profile(scenario: &Scenario, seed: u64, i: usize) -> chorus_core::Pe
         resources,
     }
 }
+
+/// Each node's clock rate offset in ppm, the same for both engines: at the bound, alternating
+/// fast and slow, or drawn uniformly in `[-bound, bound]` from the seed in node order.
+pub fn clock_drifts(scenario: &Scenario, seed: u64) -> Vec<i64> {
+    let bound = i64::from(scenario.network.drift_ppm);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xd81f_7c10_c4a1_0002);
+    (0..scenario.nodes)
+        .map(|i| match (scenario.network.drift_at_bound, i % 2 == 0) {
+            (true, true) => bound,
+            (true, false) => -bound,
+            (false, _) if bound > 0 => below(&mut rng, 2 * bound as u64 + 1) as i64 - bound,
+            (false, _) => 0,
+        })
+        .collect()
+}

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use chorus_sim::run::{repro_command, run, Engine};
+use chorus_sim::run::{repro_command, run, run_to_bytes, Engine};
 use chorus_sim::scenario::{parse_ms, Scenario, BUILTINS};
 use chorus_sim::sink::Finished;
 use clap::{Parser, Subcommand};
@@ -243,15 +243,7 @@ fn cmd_replay(path: PathBuf) -> anyhow::Result<bool> {
         .with_context(|| format!("{}: line 1 is not a trace header", path.display()))?;
     let engine = Engine::parse(&header.engine)
         .ok_or_else(|| anyhow::anyhow!("unknown engine {:?} in the header", header.engine))?;
-    let buf = SharedBuf::default();
-    let finished = run(
-        &header.spec,
-        header.seed,
-        engine,
-        Some(Box::new(buf.clone())),
-        header.steps,
-    )?;
-    let again = buf.take();
+    let (again, finished) = run_to_bytes(&header.spec, header.seed, engine, header.steps)?;
     if again == text.as_bytes() {
         println!(
             "replay of {} (seed {}, {} lines): byte-identical",
@@ -288,26 +280,6 @@ fn cmd_svg(trace: PathBuf, out: PathBuf) -> anyhow::Result<bool> {
     std::fs::write(&out, svg).with_context(|| format!("cannot write {}", out.display()))?;
     println!("timeline: {}", out.display());
     Ok(true)
-}
-
-/// An in-memory trace sink that can be read back after the run.
-#[derive(Clone, Default)]
-pub struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-
-impl SharedBuf {
-    fn take(&self) -> Vec<u8> {
-        std::mem::take(&mut self.0.borrow_mut())
-    }
-}
-
-impl Write for SharedBuf {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.borrow_mut().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// `chorus-sim timing` arguments.

@@ -86,3 +86,35 @@ pub fn repro_command(
         crate::scenario::format_ms(duration_ms)
     )
 }
+
+/// [`run`] into memory: the trace bytes and the outcome (tests, `replay`, snapshot logs).
+pub fn run_to_bytes(
+    scenario: &Scenario,
+    seed: u64,
+    engine: Engine,
+    steps: bool,
+) -> anyhow::Result<(Vec<u8>, Finished)> {
+    let buf = SharedBuf::default();
+    let finished = run(scenario, seed, engine, Some(Box::new(buf.clone())), steps)?;
+    Ok((buf.take(), finished))
+}
+
+/// An in-memory trace sink that can be read back after the run (the sink owns its writer).
+#[derive(Clone, Default)]
+struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl SharedBuf {
+    fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut self.0.borrow_mut())
+    }
+}
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

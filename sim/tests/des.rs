@@ -1,24 +1,12 @@
 //! The discrete-event engine: determinism, scale behaviour and crash recovery.
 
-use chorus_sim::run::{run, Engine};
+use chorus_sim::run::{run_to_bytes, Engine};
 use chorus_sim::scenario::{builtin, Scenario};
 use chorus_sim::trace::{read, Record};
 
 fn trace_of(s: &Scenario, seed: u64) -> (String, chorus_sim::sink::Finished) {
-    let buf = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    struct W(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-    impl std::io::Write for W {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.borrow_mut().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let f = run(s, seed, Engine::Des, Some(Box::new(W(buf.clone()))), false).unwrap();
-    let text = String::from_utf8(buf.borrow().clone()).unwrap();
-    (text, f)
+    let (bytes, f) = run_to_bytes(s, seed, Engine::Des, false).unwrap();
+    (String::from_utf8(bytes).unwrap(), f)
 }
 
 #[test]
@@ -55,51 +43,45 @@ fn the_trace_is_the_documented_format() {
 
 #[test]
 fn a_restarted_node_never_votes_twice_in_a_term() {
-    // Bounce a random node every 7 s for 5 minutes: nodes crash right after voting, and their
-    // replayed logs must keep their votes (the checker's invariant 3 watches every vote).
-    let mut s: Scenario = toml::from_str(
+    // Split votes forced (no rank bias, a 10 ms window, slow links) while random nodes are
+    // bounced for a few ms all the time: voters crash right after voting and come back while
+    // another candidate of the same term still asks. Their replayed logs must keep their votes
+    // (the checker's invariant 3 watches every vote). A restart from an empty log fails this.
+    let s: Scenario = toml::from_str(
         r#"
         name = "vote-bounce"
-        nodes = 5
-        duration_ms = "5m"
+        nodes = 7
+        duration_ms = "20s"
+        equal_scores = true
         [config]
-        heartbeat_interval_ms = 500
-        election_timeout_min_ms = 1500
-        election_timeout_max_ms = 3000
-        discovery_timeout_ms = 1000
+        heartbeat_interval_ms = 100
+        election_timeout_min_ms = 300
+        election_timeout_max_ms = 310
+        discovery_timeout_ms = 150
+        score_bias = false
+        [network]
+        latency_ms = [20, 40]
         [[events]]
-        at = "10s"
-        every = "7s"
+        at = "500ms"
+        every = "37ms"
+        until = "18s"
         action = "bounce"
-        target = "random"
-        down_for = "300ms"
-        [[events]]
-        at = "12s"
-        every = "9s"
-        action = "bounce"
-        target = "admin"
-        down_for = "2s"
+        target = "30%"
+        down_for = "5ms"
         "#,
     )
     .unwrap();
-    for seed in 0..20 {
-        s.name = format!("vote-bounce-{seed}");
+    let mut votes = 0;
+    for seed in 0..30 {
         let (text, f) = trace_of(&s, seed);
         assert!(f.violations.is_empty(), "seed {seed}: {:?}", f.violations);
         let (_, lines) = read(&text).unwrap();
-        let votes = lines
+        votes += lines
             .iter()
             .filter(|l| matches!(l.record, Record::Voted { .. }))
             .count();
-        let crashes = lines
-            .iter()
-            .filter(|l| matches!(l.record, Record::Crash { .. }))
-            .count();
-        assert!(
-            votes > 50 && crashes > 40,
-            "seed {seed}: the run exercises restarts ({votes} votes, {crashes} crashes)"
-        );
     }
+    assert!(votes > 200, "the runs exercise voting: {votes} votes");
 }
 
 #[test]

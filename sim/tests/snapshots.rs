@@ -2,7 +2,7 @@
 //! `snapshots/`. When behaviour drifts these fail; accept a deliberate change with
 //! `cargo insta review` (or `INSTA_UPDATE=always cargo test -p chorus-sim --test snapshots`).
 
-use chorus_sim::run::{run, Engine};
+use chorus_sim::run::{run_to_bytes, Engine};
 use chorus_sim::scenario::Scenario;
 
 /// The trace without the header's full scenario spec (the header still names seed, scenario,
@@ -10,24 +10,13 @@ use chorus_sim::scenario::Scenario;
 fn condensed(name: &str, seed: u64, engine: Engine, minutes: u64) -> String {
     let mut s = Scenario::load(name).unwrap();
     s.duration_ms = minutes * 60_000;
-    let buf = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-    struct W(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-    impl std::io::Write for W {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.borrow_mut().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let f = run(&s, seed, engine, Some(Box::new(W(buf.clone()))), false).unwrap();
+    let (bytes, f) = run_to_bytes(&s, seed, engine, false).unwrap();
     assert!(
         f.violations.is_empty(),
         "{name} seed {seed}: {:?}",
         f.violations
     );
-    let text = String::from_utf8(buf.borrow().clone()).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
     let mut out = String::new();
     for (i, line) in text.lines().enumerate() {
         if i == 0 {

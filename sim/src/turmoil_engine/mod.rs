@@ -29,11 +29,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use chorus_core::rng::below;
 use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
 use chorus_io::runtime::{Clock, MemoryLog, Runtime, TokioClock};
-use rand_chacha::rand_core::SeedableRng;
-use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use turmoil::Sim;
 
@@ -187,28 +184,6 @@ impl NodeSpec {
     }
 }
 
-/// Each node's clock rate offset, drawn as the discrete-event engine draws it: at the bound,
-/// alternating fast and slow, or uniformly in `[-bound, bound]` in node order.
-fn drifts(scenario: &Scenario, seed: u64) -> Vec<i64> {
-    let bound = i64::from(scenario.network.drift_ppm);
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..scenario.nodes)
-        .map(|i| {
-            if scenario.network.drift_at_bound {
-                if i % 2 == 0 {
-                    bound
-                } else {
-                    -bound
-                }
-            } else if bound > 0 {
-                below(&mut rng, 2 * bound as u64 + 1) as i64 - bound
-            } else {
-                0
-            }
-        })
-        .collect()
-}
-
 /// The engine's view of the cluster, and the [`Cluster`] the scenario driver acts on.
 struct TurmoilCluster {
     sim: Sim<'static>,
@@ -260,7 +235,7 @@ impl TurmoilCluster {
         let control = Rc::new(RefCell::new(vec![None; n]));
         let incarnations = Rc::new(RefCell::new(vec![0; n]));
         let config = scenario.node_config();
-        let drifts = drifts(scenario, seed);
+        let drifts = crate::driver::clock_drifts(scenario, seed);
         let specs = (0..n)
             .map(|i| {
                 let profile = &profiles[i];
