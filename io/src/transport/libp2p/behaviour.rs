@@ -96,14 +96,15 @@ impl Behaviour {
             request_response::Config::default().with_request_timeout(config.request_timeout),
         );
 
-        // The message id is gossipsub's default `message_id_fn`, deliberately not overridden: the
-        // source peer id followed by the sequence number, the rule go-libp2p and py-libp2p use by
-        // default. (rust-libp2p renders it as base58 text + decimal text where go-libp2p joins
-        // the raw bytes; ids only travel in IHAVE/IWANT, so delivery and dedup are unaffected.)
+        // The message id of go-libp2p and py-libp2p (their default): the source peer id's bytes
+        // followed by the sequence number as sent on the wire (8 bytes, big-endian). rust-libp2p's
+        // default renders both as text instead, so gossip repair (IHAVE/IWANT) with the other
+        // implementations would miss; this keeps the ids byte-identical.
         let gossip_config = gossipsub::ConfigBuilder::default()
             .validation_mode(gossipsub::ValidationMode::Strict)
             .max_transmit_size(GOSSIP_MAX_TRANSMIT_BYTES)
             .heartbeat_interval(Duration::from_secs(1))
+            .message_id_fn(go_message_id)
             .build()
             .map_err(|e| TransportError::Config(format!("gossipsub: {e}")))?;
         let mut gossipsub = gossipsub::Behaviour::new(
@@ -173,4 +174,32 @@ pub(super) fn build_transport(
             .boxed(),
     };
     Ok(transport)
+}
+
+/// go-libp2p's `DefaultMsgIdFn`: `string(from) + string(seqno)`, raw bytes.
+pub(crate) fn go_message_id(message: &gossipsub::Message) -> gossipsub::MessageId {
+    let mut id = message.source.map(|p| p.to_bytes()).unwrap_or_default();
+    if let Some(seqno) = message.sequence_number {
+        id.extend_from_slice(&seqno.to_be_bytes());
+    }
+    gossipsub::MessageId::new(&id)
+}
+
+#[cfg(test)]
+mod message_id_tests {
+    use super::*;
+
+    #[test]
+    fn message_id_is_source_bytes_then_big_endian_seqno() {
+        let source = libp2p::PeerId::random();
+        let m = gossipsub::Message {
+            source: Some(source),
+            data: b"x".to_vec(),
+            sequence_number: Some(0x0102_0304_0506_0708),
+            topic: gossipsub::IdentTopic::new("t").hash(),
+        };
+        let mut want = source.to_bytes();
+        want.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(go_message_id(&m), gossipsub::MessageId::new(&want));
+    }
 }
