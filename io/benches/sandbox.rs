@@ -4,7 +4,12 @@
 //!    CLI's `docker run --rm IMAGE true` on the same image, as a ratio (target ≤ 0.7);
 //! 2. exec latency of `true` in a running sandbox (p50/p99 over 200 execs);
 //! 3. a warm pool: sandboxes created and started ahead of time, so a task's first command
-//!    only waits for one exec (target < 50 ms).
+//!    only waits for one exec (target < 50 ms);
+//! 4. a pooled task through `SandboxPool` — acquire → exec `true` → release (removal happens in
+//!    the background) — against `docker run --rm IMAGE true`, p50/p99 and a ratio, printed
+//!    next to the raw lifecycle ratio of (1), which it does not replace. Rounds are interleaved
+//!    with the CLI, and before each timed step the pool is let refill and finish its removals,
+//!    so neither side is timed while the pool's background work competes for the CPU.
 //!
 //! A plain binary (no criterion) because it compares against an external command and reports
 //! percentiles of its own.
@@ -14,12 +19,17 @@ use std::time::{Duration, Instant};
 use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::image::ensure_busybox_image;
 use chorus_io::sandbox::{
-    ExecRequest, ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec,
+    ExecRequest, ExecutionSandbox, PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider,
+    SandboxSpec,
 };
 
 const LIFECYCLE_RUNS: usize = 15;
 const EXEC_RUNS: usize = 200;
 const POOL_SIZE: usize = 5;
+const POOLED_RUNS: usize = 30;
+const POOLED_POOL_SIZE: usize = 2;
+/// Quiet time before each timed step of the pooled-task rounds.
+const SETTLE: Duration = Duration::from_millis(300);
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
@@ -29,6 +39,19 @@ fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
+}
+
+/// Lets the pool refill and finish its background removals (plus [`SETTLE`]), so the next
+/// timed step does not compete with them for the CPU.
+async fn quiesce(pool: &SandboxPool<DockerProvider>) {
+    pool.wait_full(Duration::from_secs(60))
+        .await
+        .expect("pool fills");
+    while pool.status().removing > 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The daemon keeps working (unmounts, cleanup) for a while after a removal returns.
+    tokio::time::sleep(SETTLE).await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -103,10 +126,8 @@ async fn main() {
         ms(percentile(exec, 0.5)),
         ms(percentile(remove, 0.5))
     );
-    println!(
-        "ratio sandbox/cli (p50): {:.2} (target <= 0.70)",
-        ours_p50.as_secs_f64() / cli_p50.as_secs_f64()
-    );
+    let lifecycle_ratio = ours_p50.as_secs_f64() / cli_p50.as_secs_f64();
+    println!("ratio sandbox/cli (p50): {lifecycle_ratio:.2} (target <= 0.70)");
 
     // 2. Exec latency in a running sandbox.
     let sb = provider
@@ -157,6 +178,72 @@ async fn main() {
         ms(fill_time),
         ms(percentile(&mut ready, 0.5)),
         ms(ready[ready.len() - 1])
+    );
+
+    // 4. Pooled task: acquire → exec `true` → release, against `docker run --rm`.
+    let pool = SandboxPool::new(
+        provider.clone(),
+        SandboxSpec::new(&node, "pooled", &image),
+        policy.clone(),
+        PoolConfig::with_size(POOLED_POOL_SIZE),
+    );
+    let mut pooled = Vec::new();
+    let mut pooled_cli = Vec::new();
+    let mut pooled_acquire = Vec::new();
+    for round in 0..=POOLED_RUNS {
+        quiesce(&pool).await;
+        let begun = Instant::now();
+        let sb = pool
+            .acquire(&format!("task-{round}"))
+            .await
+            .expect("acquire");
+        let acquired = begun.elapsed();
+        let out = sb.exec(ExecRequest::new(["true"])).await.expect("exec");
+        assert!(out.success());
+        sb.release();
+        let took = begun.elapsed();
+
+        quiesce(&pool).await;
+        let begun = Instant::now();
+        let status = std::process::Command::new("docker")
+            .args(["run", "--rm", &image, "true"])
+            .status()
+            .expect("docker CLI");
+        assert!(status.success());
+        let took_cli = begun.elapsed();
+        if round > 0 {
+            pooled.push(took);
+            pooled_acquire.push(acquired);
+            pooled_cli.push(took_cli);
+        }
+    }
+    let stats = pool.status();
+    pool.shutdown().await.expect("pool shutdown");
+    let pooled_p50 = percentile(&mut pooled, 0.5);
+    let pooled_p99 = percentile(&mut pooled, 0.99);
+    let pcli_p50 = percentile(&mut pooled_cli, 0.5);
+    let pcli_p99 = percentile(&mut pooled_cli, 0.99);
+    println!(
+        "pooled task acquire→exec true→release (pool of {POOLED_POOL_SIZE}, warm): p50 {:.1} ms, p99 {:.1} ms over {POOLED_RUNS} \
+         (acquire alone p50 {:.1} ms, p99 {:.1} ms; {} hits, {} misses)",
+        ms(pooled_p50),
+        ms(pooled_p99),
+        ms(percentile(&mut pooled_acquire, 0.5)),
+        ms(percentile(&mut pooled_acquire, 0.99)),
+        stats.hits,
+        stats.misses
+    );
+    println!(
+        "docker run --rm {image} true (same rounds): p50 {:.1} ms, p99 {:.1} ms",
+        ms(pcli_p50),
+        ms(pcli_p99)
+    );
+    println!("ratios vs docker run --rm (p50):");
+    println!("  raw lifecycle create→start→exec→remove: {lifecycle_ratio:.2} (target <= 0.70)");
+    println!(
+        "  pooled task acquire→exec→release:       {:.2} (p99/p99 {:.2})",
+        pooled_p50.as_secs_f64() / pcli_p50.as_secs_f64(),
+        pooled_p99.as_secs_f64() / pcli_p99.as_secs_f64()
     );
 
     let left = provider.reap(&node).await.expect("reap");

@@ -18,6 +18,7 @@ pub mod double;
 pub mod error;
 pub mod image;
 pub mod policy;
+pub mod pool;
 pub mod process;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ use tokio::sync::mpsc;
 
 pub use error::{ErrorCategory, SandboxError, SandboxResult};
 pub use policy::SandboxPolicy;
+pub use pool::{PoolConfig, PoolStatus, PooledSandbox, SandboxPool};
 
 /// The path inside the sandbox where the workspace (repository) is mounted by default.
 pub const DEFAULT_WORKSPACE_PATH: &str = "/workspace";
