@@ -17,7 +17,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{name, node_profile, Cluster, Driver};
-use crate::scenario::Scenario;
+use crate::scenario::{Peering, Scenario};
 use crate::sink::Sink;
 use crate::trace::Record;
 
@@ -207,6 +207,14 @@ impl<'s> Des<'s> {
         }
     }
 
+    /// Whether `a` and `b` hold a connection (and so tell each other PeerUp/PeerDown).
+    fn peered(&self, a: usize, b: usize) -> bool {
+        match self.scenario.peering {
+            Peering::Full => true,
+            Peering::Voters => a < self.voters || b < self.voters,
+        }
+    }
+
     fn reachable(&self, from: usize, to: usize) -> bool {
         self.nodes[from].group == self.nodes[to].group
             && !self.cuts.contains(&(from as u32, to as u32))
@@ -371,7 +379,7 @@ impl Cluster for Des<'_> {
         node.incarnation += 1;
         let gone = node.id.clone();
         for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].core.is_some() {
+            if j != i && self.nodes[j].core.is_some() && self.peered(i, j) {
                 self.step(j, Event::PeerDown { peer: gone.clone() }, sink);
             }
         }
@@ -407,7 +415,7 @@ impl Cluster for Des<'_> {
         self.step(i, Event::ResourcesSampled { resources }, sink);
         let me = self.nodes[i].id.clone();
         for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].core.is_some() {
+            if j != i && self.nodes[j].core.is_some() && self.peered(i, j) {
                 let theirs = self.profile_at(j);
                 let peer = self.nodes[j].id.clone();
                 self.step(i, Event::PeerUp { peer, info: theirs }, sink);

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use anyhow::Context;
 use chorus_sim::run::{repro_command, run, run_to_bytes, Engine};
-use chorus_sim::scenario::{parse_ms, Scenario, BUILTINS};
+use chorus_sim::scenario::{Scenario, BUILTINS};
 use chorus_sim::sink::Finished;
 use clap::{Parser, Subcommand};
 
-use chorus_sim::sweep::{self, SweepArgs};
+use chorus_sim::sweep::{self, Overrides, SweepArgs};
 use chorus_sim::timing;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -56,18 +56,14 @@ struct RunArgs {
     /// A built-in scenario name (see `chorus-sim scenarios`) or a TOML file.
     #[arg(long, default_value = "steady")]
     scenario: String,
-    /// Number of nodes (default: the scenario's).
-    #[arg(long)]
-    nodes: Option<usize>,
+    #[command(flatten)]
+    overrides: Overrides,
     /// The seed; the same seed gives a byte-identical trace.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Which engine runs it.
     #[arg(long, value_enum, default_value = "des")]
     engine: Engine,
-    /// Simulated time, e.g. 10m, 90s (default: the scenario's).
-    #[arg(long, value_parser = parse_ms)]
-    duration: Option<u64>,
     /// Write the JSON Lines trace here.
     #[arg(long)]
     trace: Option<PathBuf>,
@@ -105,30 +101,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// Loads a scenario and applies the command-line overrides.
-pub fn prepare(
-    name: &str,
-    nodes: Option<usize>,
-    duration: Option<u64>,
-) -> anyhow::Result<Scenario> {
-    let mut s = Scenario::load(name)?;
-    if let Some(n) = nodes {
-        let voters_were_all = s.voters.is_none();
-        s.nodes = n;
-        if !voters_were_all {
-            s.voters = s.voters.map(|v| v.min(n));
-        }
-    }
-    if let Some(d) = duration {
-        s.duration_ms = d;
-    }
-    s.validate()
-        .map_err(|e| anyhow::anyhow!("scenario {name}: {e}"))?;
-    Ok(s)
-}
-
 fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
-    let scenario = prepare(&args.scenario, args.nodes, args.duration)?;
+    let scenario = args.overrides.apply(&args.scenario)?;
     let trace_path = args
         .trace
         .clone()
@@ -230,7 +204,7 @@ pub fn report_violations(
     }
     println!(
         "reproduce with:\n  {}",
-        repro_command(name, s.nodes, seed, engine, s.duration_ms)
+        repro_command(name, s, seed, engine)
     );
     false
 }
@@ -310,7 +284,7 @@ fn progress_bar(total: usize, what: &str) -> ProgressBar {
 fn cmd_sweep(args: SweepArgs) -> anyhow::Result<bool> {
     let seeds = sweep::parse_seeds(&args.seeds).map_err(anyhow::Error::msg)?;
     let jobs = sweep::jobs(&args.scenario, seeds, args.engine, |name| {
-        prepare(name, args.nodes, args.duration)
+        args.overrides.apply(name)
     })?;
     let threads = args
         .jobs

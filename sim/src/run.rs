@@ -73,18 +73,21 @@ pub fn run_with(
 }
 
 /// The one command that reproduces a run.
-pub fn repro_command(
-    scenario: &str,
-    nodes: usize,
-    seed: u64,
-    engine: Engine,
-    duration_ms: u64,
-) -> String {
-    format!(
-        "cargo run --release -p chorus-sim -- run --scenario {scenario} --nodes {nodes} --seed {seed} --engine {} --duration {} --trace /tmp/chorus-{seed}.jsonl",
+pub fn repro_command(name: &str, scenario: &Scenario, seed: u64, engine: Engine) -> String {
+    let mut cmd = format!(
+        "cargo run --release -p chorus-sim -- run --scenario {name} --nodes {} --seed {seed} --engine {} --duration {}",
+        scenario.nodes,
         engine.as_str(),
-        crate::scenario::format_ms(duration_ms)
-    )
+        crate::scenario::format_ms(scenario.duration_ms)
+    );
+    if let Some(v) = scenario.voters {
+        cmd.push_str(&format!(" --voters {v}"));
+    }
+    if scenario.peering == crate::scenario::Peering::Voters {
+        cmd.push_str(" --peering voters");
+    }
+    cmd.push_str(&format!(" --trace /tmp/chorus-{seed}.jsonl"));
+    cmd
 }
 
 /// [`run`] into memory: the trace bytes and the outcome (tests, `replay`, snapshot logs).

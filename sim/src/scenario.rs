@@ -33,6 +33,9 @@ pub struct Scenario {
     /// Every node advertises the same score (so only node ids break ties).
     #[serde(default)]
     pub equal_scores: bool,
+    /// Who holds connections to whom (and so learns of whom via PeerUp/PeerDown).
+    #[serde(default)]
+    pub peering: Peering,
     /// Nodes that join late (the highest-numbered ones), started by `join` actions.
     #[serde(default)]
     pub late_joiners: usize,
@@ -43,6 +46,19 @@ pub struct Scenario {
     /// live node. Default: discovery timeout + 3 × maximum election timeout + 2 × heartbeat.
     #[serde(default, with = "opt_duration_ms")]
     pub liveness_bound_ms: Option<u64>,
+}
+
+/// Which nodes connect to each other. Broadcasts reach every node either way (gossipsub relays
+/// them); peering decides who knows whom, and so what each node's peer table costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Peering {
+    /// Every node connects to every other (what mDNS on one LAN gives).
+    #[default]
+    Full,
+    /// Voters connect to everyone; workers connect only to voters (workers bootstrapped from
+    /// the voters' addresses). The discrete-event engine only; turmoil always peers fully.
+    Voters,
 }
 
 /// Network behaviour. Probabilities are in parts per million so they are exact integers.

@@ -162,12 +162,9 @@ pub struct SweepArgs {
     /// Engines to use.
     #[arg(long, value_enum, default_value = "des")]
     pub engine: EngineChoice,
-    /// Number of nodes (default: each scenario's).
-    #[arg(long)]
-    pub nodes: Option<usize>,
-    /// Simulated time per run (default: each scenario's).
-    #[arg(long, value_parser = crate::scenario::parse_ms)]
-    pub duration: Option<u64>,
+    /// Overrides applied to every scenario.
+    #[command(flatten)]
+    pub overrides: Overrides,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub jobs: Option<usize>,
@@ -193,13 +190,7 @@ pub fn report(results: &[JobResult], wall_s: f64) -> bool {
         }
         println!(
             "  reproduce: {}",
-            repro_command(
-                &j.name,
-                j.scenario.nodes,
-                j.seed,
-                j.engine,
-                j.scenario.duration_ms
-            )
+            repro_command(&j.name, &j.scenario, j.seed, j.engine)
         );
     }
     failed.is_empty()
@@ -208,4 +199,52 @@ pub fn report(results: &[JobResult], wall_s: f64) -> bool {
 /// Wall time since `start`, in seconds.
 pub fn elapsed(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
+}
+
+/// Command-line overrides of a scenario's size, shape and length.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Overrides {
+    /// Number of nodes (default: the scenario's).
+    #[arg(long)]
+    pub nodes: Option<usize>,
+    /// How many of them are voters, `n0`… (default: the scenario's; all unless it says).
+    #[arg(long)]
+    pub voters: Option<usize>,
+    /// Who connects to whom: `full`, or `voters` (workers connect only to voters; DES only).
+    #[arg(long, value_parser = parse_peering)]
+    pub peering: Option<crate::scenario::Peering>,
+    /// Simulated time, e.g. 10m, 90s (default: the scenario's).
+    #[arg(long, value_parser = crate::scenario::parse_ms)]
+    pub duration: Option<u64>,
+}
+
+fn parse_peering(s: &str) -> Result<crate::scenario::Peering, String> {
+    match s {
+        "full" => Ok(crate::scenario::Peering::Full),
+        "voters" => Ok(crate::scenario::Peering::Voters),
+        _ => Err(format!("bad peering {s:?}: expected full or voters")),
+    }
+}
+
+impl Overrides {
+    /// Loads scenario `name` (built-in or file) and applies the overrides.
+    pub fn apply(&self, name: &str) -> anyhow::Result<Scenario> {
+        let mut s = Scenario::load(name)?;
+        if let Some(n) = self.nodes {
+            s.nodes = n;
+            s.voters = s.voters.map(|v| v.min(n));
+        }
+        if let Some(v) = self.voters {
+            s.voters = Some(v);
+        }
+        if let Some(p) = self.peering {
+            s.peering = p;
+        }
+        if let Some(d) = self.duration {
+            s.duration_ms = d;
+        }
+        s.validate()
+            .map_err(|e| anyhow::anyhow!("scenario {name}: {e}"))?;
+        Ok(s)
+    }
 }

@@ -83,6 +83,7 @@ fn trial_scenario(min: u64, max: u64, kill_at: u64, horizon: u64) -> Scenario {
             ..Network::default()
         },
         equal_scores: true,
+        peering: Default::default(),
         late_joiners: 0,
         events: vec![Scheduled {
             at: kill_at,

@@ -123,3 +123,29 @@ fn the_checker_catches_a_broken_core_setting() {
         "clocks drifting beyond the configured bound must break lease safety somewhere"
     );
 }
+
+#[test]
+fn workers_peered_only_with_voters_still_follow_the_admin() {
+    let mut s = builtin("admin-crash").unwrap();
+    s.nodes = 300;
+    s.voters = Some(15);
+    s.peering = chorus_sim::scenario::Peering::Voters;
+    s.duration_ms = 5 * 60_000;
+    let (text, f) = trace_of(&s, 4);
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    assert!(f.stats.elections >= 2, "{:?}", f.stats);
+    // Workers learn the admin from its broadcast heartbeats (the checker's liveness invariant
+    // already requires every live node to know it); spot-check the last worker.
+    let (_, lines) = read(&text).unwrap();
+    assert!(lines
+        .iter()
+        .any(|l| matches!(&l.record, Record::AdminKnown { node, .. } if node == "n299")));
+}
+
+#[test]
+fn turmoil_refuses_partial_peering() {
+    let mut s = builtin("steady").unwrap();
+    s.peering = chorus_sim::scenario::Peering::Voters;
+    let err = chorus_sim::run::run(&s, 1, Engine::Turmoil, None, false).unwrap_err();
+    assert!(err.to_string().contains("discrete-event engine"), "{err}");
+}

@@ -25,13 +25,7 @@ fn assert_clean(all: &[Job], determinism: bool) {
                 j.seed,
                 j.engine.as_str(),
                 r.failures.join("; "),
-                chorus_sim::run::repro_command(
-                    &j.name,
-                    j.scenario.nodes,
-                    j.seed,
-                    j.engine,
-                    j.scenario.duration_ms
-                )
+                chorus_sim::run::repro_command(&j.name, &j.scenario, j.seed, j.engine)
             )
         })
         .collect();
