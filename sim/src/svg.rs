@@ -94,15 +94,6 @@ pub fn render(header: &Header, lines: &[Line]) -> String {
         colour("follower"),
         colour("down")
     );
-    for (a, b) in bands {
-        let _ = writeln!(
-            s,
-            r##"<rect x="{:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="#000" opacity="0.08"/>"##,
-            x(a),
-            (x(b) - x(a)).max(1.0),
-            rows as f64 * ROW
-        );
-    }
     for (i, a, b, state) in segments {
         let y = TOP + i as f64 * ROW;
         let _ = writeln!(
@@ -113,6 +104,16 @@ pub fn render(header: &Header, lines: &[Line]) -> String {
             (x(b) - x(a)).max(0.5),
             ROW - 2.0,
             colour(&state)
+        );
+    }
+    // Bands go over the rows so they stay visible.
+    for (a, b) in bands {
+        let _ = writeln!(
+            s,
+            r##"<rect x="{:.1}" y="{TOP}" width="{:.1}" height="{:.1}" fill="#000" opacity="0.18"/>"##,
+            x(a),
+            (x(b) - x(a)).max(1.0),
+            rows as f64 * ROW
         );
     }
     for i in 0..rows {
