@@ -306,3 +306,54 @@ async fn runtime_over_sled_recovers_term_and_vote() {
     assert!(core.term() >= 1);
     assert!(core.voted_for().is_some());
 }
+
+/// A damaged record that the latest snapshot already covers still stops recovery: the log is
+/// checked whole, not just its tail.
+#[test]
+fn corrupt_record_under_a_snapshot_is_found_at_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path(), "a").unwrap();
+        let mut core = meta("a").fresh_core().unwrap();
+        for (now, ev) in events() {
+            log.append(now, &ev).unwrap();
+            core.step(now, ev, &mut Vec::new());
+        }
+        log.snapshot(&core).unwrap();
+    }
+    {
+        let db = sled::open(dir.path()).unwrap();
+        db.open_tree("events")
+            .unwrap()
+            .insert(2u64.to_be_bytes(), &b"{"[..])
+            .unwrap();
+        db.flush().unwrap();
+    }
+    let text = error_text(open(dir.path(), "a").unwrap().recover());
+    assert!(text.contains("event 2 does not decode"), "{text}");
+}
+
+/// A store that lost its contents (files replaced or emptied) is not taken for a new log: the
+/// marker file outside sled says a log was created here.
+#[test]
+fn emptied_store_is_damage_not_a_fresh_start() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = open(dir.path(), "a").unwrap();
+        log.append(0, &Event::Started).unwrap();
+        log.sync().unwrap();
+    }
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let p = entry.unwrap().path();
+        if p.file_name().unwrap() != chorus_io::eventlog::MARKER_FILE {
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+    let text = error_text(open(dir.path(), "a"));
+    assert!(text.contains("damaged"), "{text}");
+    assert!(text.contains(&dir.path().display().to_string()), "{text}");
+}

@@ -1,4 +1,5 @@
-//! `chorus`: the CHORUS node daemon (DESIGN §8) and its tools.
+//! `chorus`: the CHORUS node daemon (DESIGN §8) and its tools, as a library so other binaries
+//! (the end-to-end test crate's) can be this same program. `src/main.rs` calls [`main`].
 //!
 //! * `chorus run` — the node: event log, transport, runtime loop, HTTP API.
 //! * `chorus status` — a node's status, for people.
@@ -6,14 +7,14 @@
 //! * `chorus devcluster` — a local cluster of real `chorus run` processes, with failover.
 //! * `chorus sandbox` — the Docker sandbox from the command line.
 
-mod config;
-mod devcluster;
-mod http;
-mod observe;
-mod replay;
-mod run;
-mod sandbox;
-mod status;
+pub mod config;
+pub mod devcluster;
+pub mod http;
+pub mod observe;
+pub mod replay;
+pub mod run;
+pub mod sandbox;
+pub mod status;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,7 +65,8 @@ enum Cmd {
     },
 }
 
-fn main() -> ExitCode {
+/// The `chorus` command line: parses the arguments and runs the command.
+pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
@@ -122,10 +124,8 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         .and_then(|rt| rt.block_on(run::run(resolved)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %one_line(&e), "chorus node failed");
-            fail(&e)
-        }
+        // One plain line on stderr, whatever the log format.
+        Err(e) => fail(&e),
     }
 }
 

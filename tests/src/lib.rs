@@ -1,1 +1,335 @@
-//! Shared helpers for the cross-crate integration tests.
+//! Shared helpers for the cross-crate integration tests: a cluster of real `chorus run`
+//! processes on loopback, each with its own data directory and ports, killed when the test ends
+//! (or panics); a tiny HTTP client for their status; polling with deadlines.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub use serde_json::Value;
+
+/// Protocol timings handed to every node.
+#[derive(Clone, Copy, Debug)]
+pub struct Timings {
+    pub heartbeat_ms: u64,
+    pub election_min_ms: u64,
+    pub election_max_ms: u64,
+    pub discovery_ms: u64,
+}
+
+impl Timings {
+    /// Short timings for tests: 300 ms heartbeats, 1.2–1.8 s elections, 800 ms discovery.
+    pub const FAST: Timings = Timings {
+        heartbeat_ms: 300,
+        election_min_ms: 1_200,
+        election_max_ms: 1_800,
+        discovery_ms: 800,
+    };
+}
+
+/// One `chorus run` process (or the slot for one, while it is down).
+pub struct Node {
+    pub index: usize,
+    pub data_dir: PathBuf,
+    pub p2p_port: u16,
+    pub http_port: u16,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+/// N nodes that bootstrap off each other on loopback. Dropping it kills every process.
+pub struct Cluster {
+    bin: PathBuf,
+    root: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    pub timings: Timings,
+}
+
+/// A port free right now on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+impl Cluster {
+    /// Starts `n` nodes (bootstrap-expect `n`, mDNS off, each bootstrapping off all others).
+    pub fn start(bin: &str, n: usize, timings: Timings) -> Cluster {
+        let root = tempfile::Builder::new()
+            .prefix("chorus-e2e-")
+            .tempdir()
+            .expect("temp dir");
+        let nodes = (0..n)
+            .map(|index| Node {
+                index,
+                data_dir: root.path().join(format!("n{index}")),
+                p2p_port: free_port(),
+                http_port: free_port(),
+                log: root.path().join(format!("n{index}.log")),
+                child: None,
+            })
+            .collect();
+        let mut cluster = Cluster {
+            bin: PathBuf::from(bin),
+            root,
+            nodes,
+            timings,
+        };
+        for i in 0..n {
+            cluster.start_node(i);
+        }
+        cluster
+    }
+
+    /// The temporary directory holding data directories and logs.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// (Re)starts node `i` with its data directory and ports.
+    pub fn start_node(&mut self, i: usize) {
+        let t = self.timings;
+        let n = self.nodes.len();
+        let ports: Vec<u16> = self.nodes.iter().map(|n| n.p2p_port).collect();
+        let node = &mut self.nodes[i];
+        assert!(node.child.is_none(), "n{i} is already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("log file");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("run")
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .arg("--listen")
+            .arg(format!("/ip4/127.0.0.1/tcp/{}", node.p2p_port))
+            .arg("--http")
+            .arg(format!("127.0.0.1:{}", node.http_port))
+            .arg("--bootstrap-expect")
+            .arg(n.to_string())
+            .arg("--no-mdns")
+            .arg("--cluster-id")
+            .arg("e2e")
+            .arg("--heartbeat-ms")
+            .arg(t.heartbeat_ms.to_string())
+            .arg("--election-timeout-ms")
+            .arg(format!("{}..{}", t.election_min_ms, t.election_max_ms))
+            .arg("--discovery-timeout-ms")
+            .arg(t.discovery_ms.to_string());
+        for p in ports.iter().filter(|p| **p != node.p2p_port) {
+            cmd.arg("--bootstrap")
+                .arg(format!("/ip4/127.0.0.1/tcp/{p}"));
+        }
+        cmd.env("RUST_LOG", "info,libp2p=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        node.child = Some(cmd.spawn().expect("chorus run starts"));
+    }
+
+    /// Whether node `i` has a running process.
+    pub fn is_up(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some()
+    }
+
+    /// SIGKILL (a crash) and reap.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait (up to 15 s, then SIGKILL) for the exit status.
+    pub fn terminate(&mut self, i: usize) -> Option<ExitStatus> {
+        let mut child = self.nodes[i].child.take()?;
+        signal(&child, nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends SIGTERM without waiting; the process is left to [`Cluster::wait_exit`].
+    pub fn signal_term(&self, i: usize) {
+        if let Some(child) = &self.nodes[i].child {
+            signal(child, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+
+    /// Waits for node `i`'s process to exit.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let child = self.nodes[i].child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.nodes[i].child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Node `i`'s `/status`, if it is up and answers.
+    pub fn status(&self, i: usize) -> Option<Value> {
+        self.nodes[i].child.as_ref()?;
+        let (code, body) = http_get(self.nodes[i].http_port, "/status")?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    /// (admin id, term, admin's index) when every running node answers and agrees, and the
+    /// admin is one of them and says it is admin.
+    pub fn agreement(&self) -> Option<(String, u64, usize)> {
+        let mut seen: Option<(String, u64)> = None;
+        let mut ids = Vec::new();
+        for i in 0..self.nodes.len() {
+            if !self.is_up(i) {
+                continue;
+            }
+            let s = self.status(i)?;
+            let view = (s["admin"].as_str()?.to_owned(), s["term"].as_u64()?);
+            if seen.as_ref().is_some_and(|v| *v != view) {
+                return None;
+            }
+            seen = Some(view);
+            ids.push((
+                s["node_id"].as_str()?.to_owned(),
+                s["role"].as_str()?.to_owned(),
+            ));
+        }
+        let (admin, term) = seen?;
+        let index = ids.iter().position(|(id, _)| *id == admin)?;
+        (ids[index].1 == "admin").then_some(())?;
+        // `ids` lists running nodes in order; map back to the cluster index.
+        let running: Vec<usize> = (0..self.nodes.len()).filter(|i| self.is_up(*i)).collect();
+        Some((admin, term, running[index]))
+    }
+
+    /// Waits until the running nodes agree on an admin.
+    pub fn wait_agreed(&self, timeout: Duration) -> (String, u64, usize) {
+        wait_until(timeout, Duration::from_millis(50), || self.agreement()).unwrap_or_else(|| {
+            panic!(
+                "no agreed admin within {timeout:?}; statuses: {:?}",
+                (0..self.nodes.len())
+                    .map(|i| self
+                        .status(i)
+                        .map(|s| (s["role"].clone(), s["term"].clone())))
+                    .collect::<Vec<_>>()
+            )
+        })
+    }
+
+    /// Runs `chorus` with `args` to completion.
+    pub fn chorus(&self, args: &[&str]) -> Output {
+        run_chorus(&self.bin, args)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+            if panicking {
+                let text = std::fs::read_to_string(&self.nodes[i].log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(25).collect();
+                eprintln!("---- n{i} log (last lines) ----");
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+        }
+    }
+}
+
+/// A child process killed when dropped (for single `chorus run` processes outside a cluster).
+pub struct ChildGuard(pub Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs `bin` with `args` to completion, capturing its output. A run that is still going after
+/// 30 s is killed (and the test fails on its output), so a wrongly healthy node cannot hang it.
+pub fn run_chorus(bin: &Path, args: &[&str]) -> Output {
+    let child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chorus runs");
+    let pid = child.id();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(30)).is_err() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    });
+    let out = child.wait_with_output().expect("chorus output");
+    let _ = done_tx.send(());
+    let _ = watchdog.join();
+    out
+}
+
+fn signal(child: &Child, sig: nix::sys::signal::Signal) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig);
+}
+
+/// One HTTP/1.1 GET on loopback; `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// Polls `f` every `every` until it returns `Some` or `timeout` passes.
+pub fn wait_until<T>(
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(every);
+    }
+}

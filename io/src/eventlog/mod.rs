@@ -7,4 +7,5 @@ mod sled;
 
 pub use self::sled::{
     LogMeta, NoticeRecorder, RecordedNotice, ReplayBasis, SledLog, SledLogOptions, FORMAT_VERSION,
+    MARKER_FILE,
 };

@@ -34,6 +34,9 @@ use crate::runtime::{EventLog, LogError, Recovery};
 pub const FORMAT_VERSION: u32 = 1;
 
 const META_KEY: &[u8] = b"meta";
+/// A copy of the version marker outside sled. Its presence says a log was created here, so a
+/// store that lost its contents is reported as damaged instead of being taken for a new log.
+pub const MARKER_FILE: &str = "CHORUS_LOG";
 const PRUNED_KEY: &[u8] = b"pruned_through";
 
 /// The version marker and creation record of a log, written once when the log is created.
@@ -202,6 +205,13 @@ impl SledLog {
                 stored
             }
             None => {
+                if path.join(MARKER_FILE).exists() {
+                    return Err(LogError::Corrupt(format!(
+                        "{}: the event log was created here ({MARKER_FILE} exists) but its \
+                         store holds no version marker: the store is damaged",
+                        path.display()
+                    )));
+                }
                 let events = tree(&path, &db, "events")?;
                 if !events.is_empty() {
                     return Err(LogError::Corrupt(format!(
@@ -215,6 +225,7 @@ impl SledLog {
                     .map_err(|e| storage(&path, "write version marker", e))?;
                 db.flush()
                     .map_err(|e| storage(&path, "flush version marker", e))?;
+                write_marker_file(&path, &meta)?;
                 meta
             }
         };
@@ -463,9 +474,20 @@ impl EventLog for SledLog {
                 (1, None)
             }
         };
+        // Check the retained events the snapshot covers too (at most a snapshot interval or
+        // two): a damaged record must stop the node now, not surprise a later replay.
+        let checked_from = match self
+            .meta_tree
+            .get(PRUNED_KEY)
+            .map_err(|e| self.storage("read", e))?
+        {
+            Some(v) => be_u64(&self.path, "pruned_through", &v)? + 1,
+            None => 1,
+        };
         let tail = self
-            .read_events(from)?
+            .read_events(checked_from.min(from))?
             .into_iter()
+            .filter(|(seq, _, _)| *seq >= from)
             .map(|(_, now, event)| (now, event))
             .collect();
         Ok(Recovery { snapshot, tail })
@@ -552,6 +574,17 @@ fn open_db(path: &Path, options: &SledLogOptions) -> Result<sled::Db, LogError> 
             }
             e => storage(path, "open", e),
         })
+}
+
+fn write_marker_file(path: &Path, meta: &LogMeta) -> Result<(), LogError> {
+    use std::io::Write;
+    let io = |e: std::io::Error| {
+        LogError::Storage(format!("{}: cannot write {MARKER_FILE}: {e}", path.display()).into())
+    };
+    let mut file = std::fs::File::create(path.join(MARKER_FILE)).map_err(io)?;
+    let text = serde_json::to_string_pretty(meta).expect("log metadata serializes");
+    file.write_all(text.as_bytes()).map_err(io)?;
+    file.sync_all().map_err(io)
 }
 
 fn tree(path: &Path, db: &sled::Db, name: &'static str) -> Result<sled::Tree, LogError> {

@@ -1,0 +1,208 @@
+//! End to end: real `chorus run` processes over libp2p on loopback (DESIGN §4, §8).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chorus_tests::{wait_until, Cluster, Timings};
+
+const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
+
+/// The longest a failover after a crash may take: the silent admin is suspected after the
+/// minimum election timeout, the best-ranked survivor stands within the window, and one
+/// pre-vote + vote round trip follows. Slack covers two shared cores running many processes.
+fn crash_failover_bound(t: Timings) -> Duration {
+    Duration::from_millis(t.election_max_ms + 2 * t.heartbeat_ms + 1_500)
+}
+
+/// DESIGN §4: five nodes elect one admin that every node agrees on; a crashed admin is replaced
+/// within the bound; the old admin restarted rejoins as a follower without raising the term; a
+/// gracefully stopped admin hands over well within one election timeout; and `chorus replay`
+/// of the stopped node's data directory reproduces what it recorded.
+#[test]
+fn five_nodes_elect_fail_over_and_rejoin() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start(BIN, 5, t);
+    let (admin, term, a) = c.wait_agreed(Duration::from_secs(20));
+    assert!(term >= 1);
+    // Exactly one node says it is admin.
+    let admins: Vec<usize> = (0..5)
+        .filter(|i| c.status(*i).is_some_and(|s| s["role"] == "admin"))
+        .collect();
+    assert_eq!(admins, vec![a], "one admin");
+    // Readiness follows from a known admin.
+    assert_eq!(
+        chorus_tests::http_get(c.nodes[a].http_port, "/readyz")
+            .unwrap()
+            .0,
+        200
+    );
+
+    // Crash the admin.
+    let killed_at = Instant::now();
+    c.kill(a);
+    let (new_admin, new_term, b) =
+        wait_until(crash_failover_bound(t), Duration::from_millis(20), || {
+            c.agreement()
+                .filter(|(id, term, _)| *id != admin && *term > 0)
+        })
+        .unwrap_or_else(|| panic!("no new admin within {:?}", crash_failover_bound(t)));
+    let failover = killed_at.elapsed();
+    eprintln!("crash failover: {failover:?} (term {term} -> {new_term})");
+    assert!(new_term > term);
+    assert_ne!(b, a);
+
+    // The old admin comes back: it follows, and the term does not move.
+    c.start_node(a);
+    let rejoined = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let s = c.status(a)?;
+        (s["role"] == "follower" && s["admin"] == new_admin.as_str()).then_some(s)
+    })
+    .expect("the old admin rejoins as a follower");
+    assert_eq!(rejoined["term"].as_u64(), Some(new_term));
+    std::thread::sleep(Duration::from_millis(3 * t.heartbeat_ms));
+    let (still, same_term, _) = c.wait_agreed(Duration::from_secs(5));
+    assert_eq!(
+        (still.as_str(), same_term),
+        (new_admin.as_str(), new_term),
+        "no disruption"
+    );
+
+    // Stop the admin gracefully: it steps down and says so, so the others elect at once.
+    let stopped_at = Instant::now();
+    c.signal_term(b);
+    let (_, graceful_term, _) = wait_until(
+        Duration::from_millis(t.election_max_ms + 2_000),
+        Duration::from_millis(20),
+        || {
+            (0..5).filter(|i| *i != b).find_map(|i| {
+                let s = c.status(i)?;
+                (s["role"] == "admin" && s["term"].as_u64()? > new_term).then(|| {
+                    (
+                        s["node_id"].as_str().map(str::to_owned),
+                        s["term"].as_u64(),
+                        i,
+                    )
+                })
+            })
+        },
+    )
+    .expect("a new admin after the graceful stop");
+    let graceful = stopped_at.elapsed();
+    eprintln!("graceful failover: {graceful:?}");
+    assert!(graceful_term.is_some());
+    assert!(
+        graceful < Duration::from_millis(t.election_min_ms),
+        "graceful failover took {graceful:?}, not well under one election timeout"
+    );
+    let status = c
+        .wait_exit(b, Duration::from_secs(10))
+        .expect("the stopped node exits");
+    assert!(status.success(), "graceful exit: {status:?}");
+
+    // Replay the stopped node's log: the decisions match what it recorded as it ran.
+    let dir = c.nodes[b].data_dir.clone();
+    let trace = c.root().join("trace.jsonl");
+    let out = c.chorus(&[
+        "replay",
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "replay failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("check     OK"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("became admin of term {new_term}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("stepped down"), "{stdout}");
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    let mut lines = trace.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(header["kind"], "header");
+    assert_eq!(header["version"], 1);
+    let kinds: Vec<String> = lines
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(kinds.iter().any(|k| k == "became_admin"));
+    assert!(kinds.iter().any(|k| k == "voted"));
+}
+
+/// DESIGN §3: a node killed right after it voted, and restarted, does not vote again in that
+/// term (its log made the vote durable before the reply left).
+#[test]
+fn crash_right_after_voting_does_not_vote_twice() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start(BIN, 3, t);
+    let (_, term, a) = c.wait_agreed(Duration::from_secs(20));
+    c.kill(a);
+    // Catch a follower the moment it has voted in a newer term, and crash it.
+    let (voter, vote_term, candidate) =
+        wait_until(crash_failover_bound(t), Duration::from_millis(5), || {
+            (0..3).filter(|i| *i != a).find_map(|i| {
+                let s = c.status(i)?;
+                let vt = s["term"].as_u64()?;
+                let voted = s["voted_for"].as_str()?;
+                (vt > term && s["role"] == "follower" && voted != s["node_id"])
+                    .then(|| (i, vt, voted.to_owned()))
+            })
+        })
+        .expect("a follower votes in a new term");
+    c.kill(voter);
+    c.start_node(voter);
+    let s = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+        c.status(voter)
+    })
+    .expect("the voter restarts");
+    let restarted_term = s["term"].as_u64().unwrap();
+    assert!(restarted_term >= vote_term, "term survives the crash");
+    if restarted_term == vote_term {
+        assert_eq!(
+            s["voted_for"].as_str(),
+            Some(candidate.as_str()),
+            "vote survives"
+        );
+    }
+    // Let the cluster settle, then read the voter's whole history.
+    c.wait_agreed(Duration::from_secs(15));
+    let exit = c.terminate(voter).expect("the voter stops");
+    assert!(exit.success());
+    let dir = c.nodes[voter].data_dir.clone();
+    let out = c.chorus(&["replay", "--data-dir", dir.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let mut votes: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for line in stdout.lines() {
+        // "   1.234s  #12     voted for <id> in term <t>"
+        if let Some(rest) = line.split("voted for ").nth(1) {
+            let (who, t) = rest.split_once(" in term ").unwrap();
+            votes
+                .entry(t.trim().parse().unwrap())
+                .or_default()
+                .push(who.to_owned());
+        }
+    }
+    assert!(
+        votes
+            .get(&vote_term)
+            .is_some_and(|v| v.contains(&candidate)),
+        "the vote is in the log: {votes:?}"
+    );
+    for (term, who) in &votes {
+        assert_eq!(who.len(), 1, "one vote in term {term}: {who:?}");
+    }
+    assert!(
+        stdout.lines().filter(|l| l.ends_with(" started")).count() >= 2,
+        "{stdout}"
+    );
+}

@@ -1,0 +1,221 @@
+//! End to end, one process at a time: a lone node elects itself and stops cleanly; a corrupt
+//! log and a bad config stop `chorus run` with one clear line and a non-zero exit.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use chorus_tests::{free_port, http_get, run_chorus, wait_until, ChildGuard};
+
+const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
+
+fn run_args(data_dir: &Path, http_port: u16) -> Vec<String> {
+    [
+        "run",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--http",
+        &format!("127.0.0.1:{http_port}"),
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--no-mdns",
+        "--heartbeat-ms",
+        "200",
+        "--election-timeout-ms",
+        "600..900",
+        "--discovery-timeout-ms",
+        "300",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Runs a lone node until it is admin, then stops it with SIGTERM; returns its stderr.
+fn lone_node_until_admin(data_dir: &Path) -> String {
+    let port = free_port();
+    let log = data_dir.with_extension("log");
+    let file = std::fs::File::create(&log).unwrap();
+    let mut guard = ChildGuard(Some(
+        Command::new(BIN)
+            .args(run_args(data_dir, port))
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap(),
+    ));
+    let admin = wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
+        let (code, body) = http_get(port, "/status")?;
+        let s: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && s["role"] == "admin").then_some(s)
+    });
+    assert!(
+        admin.is_some(),
+        "{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let (code, _) = http_get(port, "/readyz").unwrap();
+    assert_eq!(code, 200);
+    let (code, metrics) = http_get(port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("chorus_elections_won_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("chorus_step_latency_seconds_bucket"),
+        "{metrics}"
+    );
+    let child = guard.0.take().unwrap();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "graceful exit: {:?}", out.status);
+    std::fs::read_to_string(&log).unwrap()
+}
+
+#[test]
+fn lone_node_elects_itself_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let log = lone_node_until_admin(&data);
+    assert!(log.contains("event log flushed"), "{log}");
+    let out = run_chorus(
+        Path::new(BIN),
+        &["replay", "--data-dir", data.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("became admin of term 1"), "{stdout}");
+    assert!(stdout.contains("check     OK"), "{stdout}");
+}
+
+/// A record that does not decode stops the node at start with an error naming the path.
+#[test]
+fn corrupt_log_stops_the_node_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    lone_node_until_admin(&data);
+    let log_dir = data.join("log");
+    {
+        let db = sled::open(&log_dir).unwrap();
+        let events = db.open_tree("events").unwrap();
+        let (key, _) = events.first().unwrap().unwrap();
+        let last = events.last().unwrap().unwrap().0;
+        assert!(key < last);
+        events.insert(last, &b"\x00not json"[..]).unwrap();
+        db.flush().unwrap();
+    }
+    let out = run_chorus(
+        Path::new(BIN),
+        &run_args(&data, free_port())
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("corrupt"), "{stderr}");
+    assert!(stderr.contains(&log_dir.display().to_string()), "{stderr}");
+    // Replay refuses it the same way.
+    let out = run_chorus(
+        Path::new(BIN),
+        &["replay", "--data-dir", data.to_str().unwrap()],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not decode"));
+}
+
+/// A log directory whose files are garbage is an error too, never a fresh start.
+#[test]
+fn unreadable_log_files_stop_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    lone_node_until_admin(&data);
+    let db_file = data.join("log").join("db");
+    let len = std::fs::metadata(&db_file).unwrap().len() as usize;
+    std::fs::write(&db_file, vec![0xA5u8; len.max(4096)]).unwrap();
+    for entry in std::fs::read_dir(data.join("log")).unwrap() {
+        let p = entry.unwrap().path();
+        if p.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("snap.")
+        {
+            std::fs::write(&p, b"garbage").unwrap();
+        }
+    }
+    let args = run_args(&data, free_port());
+    let out = run_chorus(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("corrupt") || stderr.contains("damaged"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&data.join("log").display().to_string()),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn bad_config_is_one_line_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--heartbeat-ms".into(), "0".into()],
+            "protocol.heartbeat_interval_ms",
+        ),
+        (
+            vec!["--election-timeout-ms".into(), "5000..100".into()],
+            "protocol.election_timeout_max_ms",
+        ),
+        (
+            vec!["--listen".into(), "not-a-multiaddr".into()],
+            "`listen`",
+        ),
+        (vec!["--http".into(), "nowhere".into()], "`http`"),
+    ];
+    for (extra, key) in cases {
+        let mut args = vec![
+            "run".to_owned(),
+            "--data-dir".into(),
+            dir.path().join("d").display().to_string(),
+        ];
+        args.extend(extra);
+        let out = run_chorus(
+            Path::new(BIN),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(key), "{key}: {stderr}");
+    }
+    let file = dir.path().join("chorus.toml");
+    std::fs::write(
+        &file,
+        "http = \"127.0.0.1:1\"\n\n[protocol]\nheartbeat = 100\n",
+    )
+    .unwrap();
+    let out = run_chorus(Path::new(BIN), &["run", "--config", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("heartbeat") && stderr.contains("line 4"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("d").exists(),
+        "nothing is created for a bad config"
+    );
+}
