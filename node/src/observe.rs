@@ -43,6 +43,8 @@ pub struct Shared {
     pub node_id: String,
     pub capabilities: Vec<String>,
     pub shutting_down: bool,
+    /// The transport's own counters (wire-level: gossip vs direct, denied connections, …).
+    pub transport_stats: Option<std::sync::Arc<chorus_io::transport::Libp2pStats>>,
 }
 
 /// A handle on [`Shared`].
@@ -208,6 +210,68 @@ impl Shared {
             "kind",
             &m.notices,
         );
+        if let Some(stats) = &self.transport_stats {
+            let t = stats.snapshot();
+            labelled(
+                &mut out,
+                "chorus_transport_messages_in_total",
+                "Frames decoded by the transport, by message kind.",
+                "kind",
+                &t.messages_in,
+            );
+            labelled(
+                &mut out,
+                "chorus_transport_messages_out_total",
+                "Messages queued by the transport, by kind.",
+                "kind",
+                &t.messages_out,
+            );
+            labelled(
+                &mut out,
+                "chorus_transport_rejected_total",
+                "Inputs the transport rejected (decode errors, oversize, full queues), by reason.",
+                "reason",
+                &t.rejected,
+            );
+            labelled(
+                &mut out,
+                "chorus_transport_connections_denied_total",
+                "Connections refused (allowlist, limits), by reason.",
+                "reason",
+                &t.connections_denied,
+            );
+            labelled(
+                &mut out,
+                "chorus_transport_send_failures_total",
+                "Direct sends that failed, by reason.",
+                "reason",
+                &t.send_failures,
+            );
+            counter(
+                &mut out,
+                "chorus_transport_connections_failed_total",
+                "Outgoing connection attempts that failed.",
+                t.connections_failed,
+            );
+            counter(
+                &mut out,
+                "chorus_transport_broadcasts_gossiped_total",
+                "Broadcasts published on gossipsub.",
+                t.broadcasts_gossiped,
+            );
+            counter(
+                &mut out,
+                "chorus_transport_broadcasts_direct_total",
+                "Broadcast copies sent directly to peers not yet subscribed.",
+                t.broadcasts_direct,
+            );
+            gauge(
+                &mut out,
+                "chorus_transport_peers_connected",
+                "Peers with an open connection.",
+                t.peers_connected,
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP chorus_step_latency_seconds Time spent in Core::step.\n\

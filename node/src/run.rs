@@ -85,6 +85,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         s.node_id = node_id.to_string();
         s.listen_addrs = listen_addrs.clone();
         s.capabilities = config.capabilities.clone();
+        s.transport_stats = Some(transport.stats());
     }
     let (http_addr, server) = crate::http::serve(http, shared.clone()).await?;
     tokio::spawn(server);

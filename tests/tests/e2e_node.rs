@@ -67,6 +67,10 @@ fn lone_node_until_admin(data_dir: &Path) -> String {
         metrics.contains("chorus_step_latency_seconds_bucket"),
         "{metrics}"
     );
+    assert!(
+        metrics.contains("chorus_transport_peers_connected 0"),
+        "{metrics}"
+    );
     let child = guard.0.take().unwrap();
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
