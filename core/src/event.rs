@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Message, NodeId, Timer};
+use crate::{Config, Message, NodeId, Timer};
 
 /// One input to [`crate::Core::step`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,6 +44,13 @@ pub enum Event {
     },
     /// Graceful shutdown: an admin steps down and tells the cluster first.
     Shutdown,
+    /// The operator changed the protocol settings; the runtime logs this at start when the
+    /// configured settings differ from the recovered ones, so the change is part of the fold.
+    /// Invalid settings, or another cluster id, are ignored (a node never changes cluster).
+    ConfigChanged {
+        /// The new settings.
+        config: Config,
+    },
 }
 
 /// What a peer advertises about itself when it connects.

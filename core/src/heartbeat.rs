@@ -350,3 +350,52 @@ mod tests {
         assert!(!a.holds_lease(t));
     }
 }
+
+#[cfg(test)]
+mod config_change {
+    use crate::testutil::*;
+    use crate::{Config, Event, Timer};
+
+    #[test]
+    fn new_timings_apply_from_the_next_timer_and_survive_replay() {
+        let mut b = voter("b", &["a", "b", "c"]);
+        let faster = Config {
+            heartbeat_interval_ms: 1_000,
+            election_timeout_min_ms: 3_000,
+            election_timeout_max_ms: 4_500,
+            discovery_timeout_ms: 1_000,
+            ..Config::default()
+        };
+        b.step_vec(
+            10,
+            Event::ConfigChanged {
+                config: faster.clone(),
+            },
+        );
+        assert_eq!(b.config(), &faster);
+        b.step_vec(
+            20,
+            from(
+                "a",
+                crate::Message::Heartbeat {
+                    term: 1,
+                    beat: 1,
+                    membership_version: 1,
+                },
+            ),
+        );
+        assert_eq!(b.timers.deadline(Timer::Election), Some(20 + 3_000));
+        // Another cluster's id or an invalid config is ignored.
+        let other = Config {
+            cluster_id: "other".into(),
+            ..faster.clone()
+        };
+        b.step_vec(30, Event::ConfigChanged { config: other });
+        let broken = Config {
+            election_timeout_max_ms: 1,
+            ..faster.clone()
+        };
+        b.step_vec(31, Event::ConfigChanged { config: broken });
+        assert_eq!(b.config(), &faster);
+    }
+}

@@ -206,6 +206,12 @@ impl Core {
             }
             Event::ResourcesSampled { resources } => self.resources = resources,
             Event::Shutdown => self.on_shutdown(out),
+            Event::ConfigChanged { config } => {
+                // The node validated it before logging it; a bad one in an old log is skipped.
+                if config.validate().is_ok() && config.cluster_id == self.config.cluster_id {
+                    self.config = config;
+                }
+            }
         }
         // Postconditions: a term never decreases, and a vote never changes within a term.
         assert!(self.term >= term_before, "term decreased");

@@ -50,9 +50,9 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     );
     let log = SledLog::open(&log_path, meta, SledLogOptions::default())?;
     if log.meta().config != config.protocol {
-        tracing::warn!(
+        tracing::info!(
             "the protocol settings differ from those the data directory was created with; the \
-             node continues with the state (and settings) recovered from its log"
+             new ones are logged as a config change and apply from now on"
         );
     }
     let core = Core::new(
@@ -108,7 +108,14 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
             snapshot_every_events: config.snapshot_every_events,
             ..RuntimeConfig::default()
         })
-        .with_start_events(vec![Event::ResourcesSampled { resources }]);
+        // The configured settings are logged at every start: the core ignores them when they
+        // equal the recovered ones, and otherwise a changed timing takes effect (and replays).
+        .with_start_events(vec![
+            Event::ResourcesSampled { resources },
+            Event::ConfigChanged {
+                config: config.protocol.clone(),
+            },
+        ]);
     let result = runtime.run(shutdown_signal(shared.clone())).await;
     // The runtime handed the transport back when it dropped it; give the last messages (a
     // step-down broadcast) a moment to leave, then close every connection.
