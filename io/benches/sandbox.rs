@@ -92,13 +92,7 @@ async fn main() {
             steps[3].push(took - t_exec);
         }
 
-        let begun = Instant::now();
-        let status = std::process::Command::new("docker")
-            .args(["run", "--rm", &image, "true"])
-            .status()
-            .expect("docker CLI");
-        assert!(status.success());
-        let took_cli = begun.elapsed();
+        let took_cli = time_docker_run(&image);
         if round > 0 {
             ours.push(took);
             cli.push(took_cli);
@@ -204,13 +198,7 @@ async fn main() {
         let took = begun.elapsed();
 
         quiesce(&pool).await;
-        let begun = Instant::now();
-        let status = std::process::Command::new("docker")
-            .args(["run", "--rm", &image, "true"])
-            .status()
-            .expect("docker CLI");
-        assert!(status.success());
-        let took_cli = begun.elapsed();
+        let took_cli = time_docker_run(&image);
         if round > 0 {
             pooled.push(took);
             pooled_acquire.push(acquired);
@@ -248,4 +236,15 @@ async fn main() {
 
     let left = provider.reap(&node).await.expect("reap");
     assert_eq!(left, 0, "the benchmark left sandboxes behind");
+}
+
+/// Wall time of `docker run --rm IMAGE true`, the baseline every ratio is taken against.
+fn time_docker_run(image: &str) -> Duration {
+    let begun = Instant::now();
+    let status = std::process::Command::new("docker")
+        .args(["run", "--rm", image, "true"])
+        .status()
+        .expect("docker CLI");
+    assert!(status.success());
+    begun.elapsed()
 }

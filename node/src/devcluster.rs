@@ -360,6 +360,58 @@ async fn poll(nodes: &mut [Node]) {
     }
 }
 
+/// A node of a loopback cluster, as `chorus run` should start it.
+pub struct LoopbackNode<'a> {
+    /// Its data directory.
+    pub data_dir: &'a Path,
+    /// Its libp2p TCP port on 127.0.0.1.
+    pub p2p_port: u16,
+    /// Its HTTP address (host:port).
+    pub http: &'a str,
+    /// The voters that start the cluster (every node of it).
+    pub bootstrap_expect: usize,
+    /// The cluster id.
+    pub cluster_id: &'a str,
+    /// Heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// Election timeout window, `MIN..MAX` ms.
+    pub election_timeout_ms: &'a str,
+    /// Discovery timeout, ms.
+    pub discovery_timeout_ms: u64,
+}
+
+impl LoopbackNode<'_> {
+    /// The `chorus run` arguments: loopback listen address, no mDNS, and every other node's port
+    /// (of `ports`) as a bootstrap address. Shared by devcluster and the end-to-end tests.
+    pub fn run_args(&self, ports: &[u16]) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![
+            "run".into(),
+            "--data-dir".into(),
+            self.data_dir.into(),
+            "--listen".into(),
+            format!("/ip4/127.0.0.1/tcp/{}", self.p2p_port).into(),
+            "--http".into(),
+            self.http.into(),
+            "--bootstrap-expect".into(),
+            self.bootstrap_expect.to_string().into(),
+            "--no-mdns".into(),
+            "--cluster-id".into(),
+            self.cluster_id.into(),
+            "--heartbeat-ms".into(),
+            self.heartbeat_ms.to_string().into(),
+            "--election-timeout-ms".into(),
+            self.election_timeout_ms.into(),
+            "--discovery-timeout-ms".into(),
+            self.discovery_timeout_ms.to_string().into(),
+        ];
+        for port in ports.iter().filter(|p| **p != self.p2p_port) {
+            args.push("--bootstrap".into());
+            args.push(format!("/ip4/127.0.0.1/tcp/{port}").into());
+        }
+        args
+    }
+}
+
 fn start(
     exe: &Path,
     args: &Args,
@@ -371,29 +423,18 @@ fn start(
         .create(true)
         .append(true)
         .open(root.join(format!("n{}.log", node.index)))?;
+    let spec = LoopbackNode {
+        data_dir: &node.data_dir,
+        p2p_port: node.p2p_port,
+        http: &node.http,
+        bootstrap_expect: args.nodes,
+        cluster_id: "devcluster",
+        heartbeat_ms: args.heartbeat_ms,
+        election_timeout_ms: &args.election_timeout_ms,
+        discovery_timeout_ms: args.discovery_timeout_ms,
+    };
     let mut cmd = Command::new(exe);
-    cmd.arg("run")
-        .arg("--data-dir")
-        .arg(&node.data_dir)
-        .arg("--listen")
-        .arg(format!("/ip4/127.0.0.1/tcp/{}", node.p2p_port))
-        .arg("--http")
-        .arg(&node.http)
-        .arg("--bootstrap-expect")
-        .arg(args.nodes.to_string())
-        .arg("--no-mdns")
-        .arg("--cluster-id")
-        .arg("devcluster")
-        .arg("--heartbeat-ms")
-        .arg(args.heartbeat_ms.to_string())
-        .arg("--election-timeout-ms")
-        .arg(&args.election_timeout_ms)
-        .arg("--discovery-timeout-ms")
-        .arg(args.discovery_timeout_ms.to_string());
-    for port in ports.iter().filter(|p| **p != node.p2p_port) {
-        cmd.arg("--bootstrap")
-            .arg(format!("/ip4/127.0.0.1/tcp/{port}"));
-    }
+    cmd.args(spec.run_args(ports));
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)

@@ -101,29 +101,20 @@ impl Cluster {
             .append(true)
             .open(&node.log)
             .expect("log file");
+        let http = format!("127.0.0.1:{}", node.http_port);
+        let election_timeout_ms = format!("{}..{}", t.election_min_ms, t.election_max_ms);
+        let spec = chorus_node::devcluster::LoopbackNode {
+            data_dir: &node.data_dir,
+            p2p_port: node.p2p_port,
+            http: &http,
+            bootstrap_expect: n,
+            cluster_id: "e2e",
+            heartbeat_ms: t.heartbeat_ms,
+            election_timeout_ms: &election_timeout_ms,
+            discovery_timeout_ms: t.discovery_ms,
+        };
         let mut cmd = Command::new(&self.bin);
-        cmd.arg("run")
-            .arg("--data-dir")
-            .arg(&node.data_dir)
-            .arg("--listen")
-            .arg(format!("/ip4/127.0.0.1/tcp/{}", node.p2p_port))
-            .arg("--http")
-            .arg(format!("127.0.0.1:{}", node.http_port))
-            .arg("--bootstrap-expect")
-            .arg(n.to_string())
-            .arg("--no-mdns")
-            .arg("--cluster-id")
-            .arg("e2e")
-            .arg("--heartbeat-ms")
-            .arg(t.heartbeat_ms.to_string())
-            .arg("--election-timeout-ms")
-            .arg(format!("{}..{}", t.election_min_ms, t.election_max_ms))
-            .arg("--discovery-timeout-ms")
-            .arg(t.discovery_ms.to_string());
-        for p in ports.iter().filter(|p| **p != node.p2p_port) {
-            cmd.arg("--bootstrap")
-                .arg(format!("/ip4/127.0.0.1/tcp/{p}"));
-        }
+        cmd.args(spec.run_args(&ports));
         cmd.env("RUST_LOG", "info,libp2p=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
