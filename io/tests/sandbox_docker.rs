@@ -286,19 +286,33 @@ async fn fork_bomb_is_held_by_the_pids_limit() -> TestResult {
         })
     };
     let mut peak = 0;
+    let mut refused = 0u64;
     while !bomb.is_finished() {
         let usage = sb.usage().await?;
         peak = peak.max(usage.pids);
+        // The pids controller counts every fork it refused. `docker exec` attaches rather
+        // than forks, so this read works even while the cgroup is full.
+        if let Ok(out) = sb
+            .exec(ExecRequest::shell(
+                "cat /sys/fs/cgroup/pids/pids.events /sys/fs/cgroup/pids.events 2>/dev/null",
+            ))
+            .await
+        {
+            let text = out.stdout_text();
+            let max = text.split_whitespace().skip_while(|w| *w != "max").nth(1);
+            refused = refused.max(max.and_then(|n| n.parse().ok()).unwrap_or(0));
+        }
         // Forks stop at 64. Processes that `docker exec` moves into the cgroup (our timeout's
         // kill helper) are attached, not forked, and the kernel lets attaching exceed
         // pids.max (see the kernel's pids controller docs), hence the small allowance.
         assert!(usage.pids <= 64 + 6, "pids {} above the limit", usage.pids);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Sampling catches the churn between deaths and new forks, so "near the limit" is enough.
+    // The limit held the bomb: the kernel refused forks. (Sampling the count alone can miss
+    // the churn between deaths and new forks, so a near-limit sample counts too.)
     assert!(
-        peak >= 40,
-        "the bomb never came near the limit: peak {peak}"
+        refused > 0 || peak >= 40,
+        "the bomb never met the limit: no refused fork, peak {peak}"
     );
     // Either the bomb's group was killed at the timeout, or it collapsed on its own.
     match bomb.await? {
