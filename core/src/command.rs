@@ -1,10 +1,11 @@
 //! Outputs of the core: data only. Adapters carry them out after the step's event is durable.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Message, NodeId, Timer};
+use crate::{Message, NodeId, Refusal, Timer};
 
 /// One output of [`crate::Core::step`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +93,15 @@ pub enum Notice {
         admin: NodeId,
         /// Its term.
         term: u64,
+    },
+    /// A message was refused and dropped without changing any state (see `trust.rs`).
+    Refused {
+        /// The authenticated sender.
+        from: NodeId,
+        /// The message's kind ([`Message::kind`]).
+        message: Cow<'static, str>,
+        /// Why.
+        reason: Refusal,
     },
 }
 

@@ -5,6 +5,9 @@ use serde::{Deserialize, Serialize};
 /// The capability that makes a node admin-eligible (a voter and a possible admin).
 pub const ADMIN_ELECTION: &str = "admin_election";
 
+/// The longest timing a configuration may set: one day.
+pub const MAX_TIMING_MS: u64 = 86_400_000;
+
 /// Protocol configuration. All times are milliseconds of the node's own (monotonic) clock.
 ///
 /// The defaults are CHORUS's: 15 s heartbeats, a 15 s discovery timeout and 30–45 s election delays.
@@ -86,6 +89,18 @@ impl Config {
         let err = |key, reason: String| Err(ConfigError { key, reason });
         if self.cluster_id.is_empty() || self.cluster_id.len() > 128 {
             return err("cluster_id", "must be 1 to 128 characters".into());
+        }
+        // A day bounds every timing, so deadlines (now + timing) never come near overflow.
+        for (key, ms) in [
+            ("heartbeat_interval_ms", self.heartbeat_interval_ms),
+            ("election_timeout_min_ms", self.election_timeout_min_ms),
+            ("election_timeout_max_ms", self.election_timeout_max_ms),
+            ("discovery_timeout_ms", self.discovery_timeout_ms),
+            ("election_slot_min_ms", self.election_slot_min_ms),
+        ] {
+            if ms > MAX_TIMING_MS {
+                return err(key, format!("{ms} ms is over a day ({MAX_TIMING_MS} ms)"));
+            }
         }
         if self.election_timeout_min_ms == 0 {
             return err("election_timeout_min_ms", "must be positive".into());
@@ -188,6 +203,21 @@ mod tests {
                     ..Config::default()
                 },
                 "max_clock_drift_ppm",
+            ),
+            (
+                Config {
+                    election_timeout_min_ms: u64::MAX / 2,
+                    election_timeout_max_ms: u64::MAX,
+                    ..Config::default()
+                },
+                "election_timeout_min_ms",
+            ),
+            (
+                Config {
+                    election_slot_min_ms: u64::MAX,
+                    ..Config::default()
+                },
+                "election_slot_min_ms",
             ),
         ];
         for (config, key) in cases {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::node::ElectionPhase;
-use crate::{Command, Core, Electorate, Message, NodeId, Resources, Timer};
+use crate::{Command, Core, Electorate, Message, NodeId, Refusal, Resources, Timer};
 
 /// The view in a WHOAMI reply, unpacked.
 pub(crate) struct Report {
@@ -34,7 +34,8 @@ impl Core {
     }
 
     pub(crate) fn send_whoami(&mut self, peer: NodeId, out: &mut Vec<Command>) {
-        self.whoami_sent += 1;
+        self.whoami_sent = self.whoami_sent.saturating_add(1);
+        self.whoami_pending.insert(peer.clone());
         let electorate_version = self.electorate.as_ref().map_or(0, |e| e.version);
         out.push(Command::Send {
             to: peer,
@@ -79,6 +80,9 @@ impl Core {
         electorate: Option<Arc<Electorate>>,
         out: &mut Vec<Command>,
     ) {
+        if !self.whoami_pending.remove(&from) {
+            return self.refuse(from, "whoami_reply", Refusal::Unsolicited, out);
+        }
         let Report {
             admin,
             term,
@@ -94,18 +98,19 @@ impl Core {
             peer.resources = resources;
         }
         if let Some(theirs) = electorate {
-            // An existing cluster's electorate wins over bootstrapping one of our own.
-            if self
-                .electorate
-                .as_ref()
-                .is_none_or(|mine| theirs.version > mine.version)
-            {
-                self.electorate = Some(theirs);
-            }
+            self.consider_electorate(from.clone(), theirs);
         }
-        self.beat = self.beat.max(beat);
+        // Only members speak for the cluster: a worker's beat, term or admin is not taken.
+        if !self.is_member(&from) {
+            return;
+        }
+        if self.admin_state.is_none() {
+            // An admin counts its own beats: adopting one it did not send would let a voter
+            // acknowledge beats that were never sent.
+            self.beat = self.beat.max(beat);
+        }
         let Some(admin) = admin else { return };
-        if self.admin.is_some() || term < self.term || admin == self.id {
+        if self.admin.is_some() || term < self.term || admin == self.id || !self.is_member(&admin) {
             return;
         }
         self.reports.insert(from, (admin.clone(), term));
@@ -114,14 +119,41 @@ impl Core {
             .values()
             .filter(|(a, t)| *a == admin && *t == term)
             .count();
-        let known = self.peers.len().max(1);
-        let needed = (self.config.confirmations as usize).min(known);
+        let members_known = self.peers.keys().filter(|p| self.is_member(p)).count();
+        let needed = (self.config.confirmations as usize).min(members_known.max(1));
         if agreeing >= needed {
             self.observe_term(term, out);
             if self.role == crate::Role::Follower {
                 self.set_admin(admin, out);
                 self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
             }
+        }
+    }
+
+    /// An electorate reported by an asked peer. One is adopted only by a node that has none,
+    /// and only once `confirmations` asked peers (capped by the peers known) reported the same
+    /// one: a single peer cannot hand a node a made-up electorate. A node never replaces its
+    /// electorate from a reply; changes arrive through the admin (the membership issue).
+    fn consider_electorate(&mut self, from: NodeId, theirs: Arc<Electorate>) {
+        if self.electorate.is_some() {
+            return;
+        }
+        let key = (theirs.version, theirs.fingerprint());
+        self.electorate_reports.insert(from, theirs);
+        let agreeing = self
+            .electorate_reports
+            .values()
+            .filter(|e| (e.version, e.fingerprint()) == key)
+            .count();
+        let needed = (self.config.confirmations as usize).min(self.peers.len().max(1));
+        if agreeing >= needed {
+            let adopted = self
+                .electorate_reports
+                .values()
+                .find(|e| (e.version, e.fingerprint()) == key)
+                .cloned();
+            self.electorate = adopted;
+            self.electorate_reports.clear();
         }
     }
 
@@ -277,6 +309,7 @@ mod tests {
         };
         let mut n = Core::new("n".into(), config, vec![ADMIN_ELECTION.into()], 1).unwrap();
         n.step_vec(0, Event::Started);
+        n.step_vec(0, up("a", true));
         let theirs = crate::Electorate::new(4, vec!["a".into(), "b".into(), "n".into()]);
         let msg = Message::WhoamiReply {
             admin: None,

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use crate::node::{AdminState, BeatRound, ElectionPhase, Round};
-use crate::{rng, score, Command, Core, Message, NodeId, Notice, Role, Timer};
+use crate::{rng, score, Command, Core, Message, NodeId, Notice, Refusal, Role, Timer};
 
 impl Core {
     /// The rank of this node among the live voters that could stand, and how many there are
@@ -225,6 +225,16 @@ impl Core {
         granted: bool,
         out: &mut Vec<Command>,
     ) {
+        let asked = self.role == Role::PreCandidate && matches!(&self.round, Some(r) if r.pre_vote);
+        if !asked {
+            // We asked for term + 1 at most; anything above that was never asked.
+            let reason = if term <= self.term.saturating_add(1) {
+                Refusal::Stale
+            } else {
+                Refusal::Unsolicited
+            };
+            return self.refuse(from, "pre_vote_reply", reason, out);
+        }
         if !granted {
             // A voter already in a term at least as high as ours + 1: we are behind.
             if term > self.term {
@@ -232,10 +242,10 @@ impl Core {
             }
             return;
         }
-        let counts = matches!(&self.round, Some(r) if r.pre_vote && r.term == term)
-            && self.role == Role::PreCandidate;
-        if counts {
-            self.record_grant(from, out);
+        match self.round.as_ref().map(|r| r.term) {
+            Some(t) if t == term => self.record_grant(from, out),
+            Some(t) if term < t => self.refuse(from, "pre_vote_reply", Refusal::Stale, out),
+            _ => self.refuse(from, "pre_vote_reply", Refusal::Unsolicited, out),
         }
     }
 
@@ -287,14 +297,24 @@ impl Core {
         granted: bool,
         out: &mut Vec<Command>,
     ) {
-        if self.observe_term(term, out) {
-            return;
+        let asking = self.role == Role::Candidate
+            && matches!(&self.round, Some(r) if !r.pre_vote && r.term == self.term);
+        // Only a candidate asked, and only for its own term, the highest it ever stood in.
+        let refusal = match (asking, granted) {
+            (false, _) if term <= self.term => Some(Refusal::Stale),
+            (false, _) => Some(Refusal::Unsolicited),
+            (true, true) if term < self.term => Some(Refusal::Stale),
+            (true, true) if term > self.term => Some(Refusal::Unsolicited),
+            (true, _) => None,
+        };
+        if let Some(reason) = refusal {
+            return self.refuse(from, "vote_reply", reason, out);
         }
-        let counts = granted
-            && self.role == Role::Candidate
-            && matches!(&self.round, Some(r) if !r.pre_vote && r.term == term);
-        if counts {
+        if granted {
             self.record_grant(from, out);
+        } else {
+            // A voter ahead of us: we are behind.
+            self.observe_term(term, out);
         }
     }
 
@@ -336,6 +356,8 @@ impl Core {
         self.admin_state = Some(AdminState {
             lease_until_ms,
             quorum_at_ms: round.started_at_ms,
+            // `can_stand` keeps the beat below the top of its range.
+            first_beat: self.beat + 1,
             beats: Vec::new(),
             last_ack: Default::default(),
         });
@@ -357,10 +379,20 @@ impl Core {
 
     /// Starts a heartbeat round (also used right after winning).
     pub(crate) fn send_heartbeat(&mut self, out: &mut Vec<Command>) {
-        self.beat += 1;
         let Some(admin) = &mut self.admin_state else {
             return;
         };
+        if self.beat >= crate::MAX_WIRE_INT {
+            // Out of beats (only a lying member can push the counter this far): send nothing,
+            // so no acknowledgement renews the lease and check-quorum retires this admin.
+            self.timers.set(
+                Timer::Heartbeat,
+                self.now_ms + self.config.heartbeat_interval_ms,
+                out,
+            );
+            return;
+        }
+        self.beat += 1;
         admin.beats.push(BeatRound {
             beat: self.beat,
             sent_at_ms: self.now_ms,
@@ -497,7 +529,16 @@ mod tests {
             electorate_hash: 1,
         };
         assert!(!granted(&a.step_vec(0, from("b", wrong)), "b"));
-        assert!(!granted(&a.step_vec(0, from("z", vote_req(&a, 1))), "z"));
+        // An outsider is not even answered: it is refused and reported.
+        let out = a.step_vec(0, from("z", vote_req(&a, 1)));
+        assert!(sent_to(&out, "z").is_empty());
+        assert!(matches!(
+            out.as_slice(),
+            [Command::Notice(Notice::Refused {
+                reason: crate::Refusal::NotMember,
+                ..
+            })]
+        ));
         assert_eq!(a.voted_for(), None);
     }
 
@@ -620,15 +661,16 @@ mod tests {
         )));
 
         let mut admin = elect("a", ABC, &["b"]);
+        // A vote reply nobody asked for moves nothing; an ack of the admin's own beat does.
+        let unasked = Message::VoteReply {
+            term: 7,
+            granted: false,
+        };
+        admin.step_vec(admin.now_ms(), from("c", unasked));
+        assert_eq!((admin.role(), admin.term()), (Role::Admin, 1));
         let out = admin.step_vec(
             admin.now_ms(),
-            from(
-                "c",
-                Message::VoteReply {
-                    term: 7,
-                    granted: false,
-                },
-            ),
+            from("c", Message::HeartbeatAck { term: 7, beat: 1 }),
         );
         assert_eq!((admin.role(), admin.term()), (Role::Follower, 7));
         assert!(out

@@ -10,7 +10,7 @@
 //! steps down. It is measured from the same send times as the lease but is longer, so a network
 //! whose round trip exceeds the lease (duties pause) still keeps a stable admin.
 
-use crate::{Command, Core, Message, NodeId, Notice, Role, StepDownReason, Timer};
+use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role, StepDownReason, Timer};
 
 impl Core {
     pub(crate) fn on_heartbeat_timer(&mut self, out: &mut Vec<Command>) {
@@ -49,12 +49,19 @@ impl Core {
             });
             return;
         }
+        if term == self.term {
+            // One admin per term: not this node's term while it is admin itself, and not a
+            // second node once the term's admin is known.
+            let known = if self.role == Role::Admin {
+                Some(&self.id)
+            } else {
+                self.admin.as_ref()
+            };
+            if known.is_some_and(|a| *a != from) {
+                return self.refuse(from, "heartbeat", Refusal::ConflictingAdmin, out);
+            }
+        }
         self.observe_term(term, out);
-        assert!(
-            self.role != Role::Admin,
-            "two admins in term {term}: {} and {from}",
-            self.id
-        );
         self.become_follower(out);
         self.set_admin(from.clone(), out);
         self.beat = self.beat.max(beat);
@@ -62,24 +69,16 @@ impl Core {
         self.promised_to = Some(from.clone());
         self.arm_suspect(self.promise_until_ms, out);
         let my_version = self.electorate.as_ref().map_or(0, |e| e.version);
-        if self
-            .electorate
-            .as_ref()
-            .is_some_and(|e| e.contains(&self.id))
-        {
+        if self.is_member(&self.id) {
             out.push(Command::Send {
                 to: from.clone(),
                 msg: Message::HeartbeatAck { term, beat },
             });
         }
         if membership_version > my_version {
-            // Behind on membership: fetch the electorate from the admin.
-            out.push(Command::Send {
-                to: from,
-                msg: Message::Whoami {
-                    electorate_version: my_version,
-                },
-            });
+            // Behind on membership: ask the admin (its reply is heard, not obeyed; see
+            // `discovery.rs`).
+            self.send_whoami(from, out);
         }
     }
 
@@ -90,27 +89,49 @@ impl Core {
         beat: u64,
         out: &mut Vec<Command>,
     ) {
-        if self.observe_term(term, out) || self.role != Role::Admin || term != self.term {
-            return;
+        // Only an admin asked, and only for beats it sent in its term.
+        let asked = match &self.admin_state {
+            Some(admin) if self.role == Role::Admin => {
+                (admin.first_beat..=self.beat).contains(&beat)
+            }
+            _ => false,
+        };
+        if !asked {
+            let reason = if term <= self.term && beat <= self.beat {
+                Refusal::Stale
+            } else {
+                Refusal::Unsolicited
+            };
+            return self.refuse(from, "heartbeat_ack", reason, out);
         }
-        if !self.electorate.as_ref().is_some_and(|e| e.contains(&from)) {
+        if term < self.term {
+            return self.refuse(from, "heartbeat_ack", Refusal::Stale, out);
+        }
+        if self.observe_term(term, out) {
             return;
         }
         let quorum = self.electorate.as_ref().map_or(1, |e| e.quorum());
         let Some(admin) = &mut self.admin_state else {
             return;
         };
+        // Each voter counts toward every beat up to the newest it acknowledged: it promised on
+        // receipt, and every beat up to that one was sent no later. So acks of different beats
+        // add up, and a late or duplicated ack never counts twice.
         let last = admin.last_ack.entry(from).or_insert(0);
-        if *last >= beat {
+        if beat <= *last {
             return;
         }
-        *last = beat;
-        let Some(round) = admin.beats.iter_mut().find(|r| r.beat == beat) else {
-            return;
-        };
-        round.acks += 1;
-        if round.acks == quorum {
-            let sent_at = round.sent_at_ms;
+        let previous = std::mem::replace(last, beat);
+        let mut renew_from = None;
+        for round in admin.beats.iter_mut() {
+            if round.beat > previous && round.beat <= beat {
+                round.acks += 1;
+            }
+            if round.acks >= quorum {
+                renew_from = Some(round.sent_at_ms);
+            }
+        }
+        if let Some(sent_at) = renew_from {
             self.renew_lease(sent_at, out);
         }
     }
@@ -125,7 +146,8 @@ impl Core {
         };
         admin.quorum_at_ms = admin.quorum_at_ms.max(sent_at_ms);
         let until = sent_at_ms + lease_ms;
-        if until > admin.lease_until_ms {
+        // Acks that come back later than the lease is long renew check-quorum, not the lease.
+        if until > admin.lease_until_ms && until > self.now_ms {
             admin.lease_until_ms = until;
             out.push(Command::Notice(Notice::LeaseRenewed {
                 term,
@@ -137,7 +159,14 @@ impl Core {
 
     pub(crate) fn on_step_down(&mut self, from: NodeId, term: u64, out: &mut Vec<Command>) {
         if term != self.term || self.admin.as_ref() != Some(&from) {
-            return;
+            let reason = match term.cmp(&self.term) {
+                std::cmp::Ordering::Less => Refusal::Stale,
+                std::cmp::Ordering::Equal if self.admin.is_some() || self.role == Role::Admin => {
+                    Refusal::ConflictingAdmin
+                }
+                _ => Refusal::Unsolicited,
+            };
+            return self.refuse(from, "step_down", reason, out);
         }
         // The admin gave its lease up first, so our promise to it can end now.
         self.admin = None;
@@ -225,6 +254,63 @@ mod tests {
             term: 1,
             lease_until_ms: until
         })));
+    }
+
+    // Issue 9, case 4: under loss and reordering voters ack different beats; a majority that
+    // acknowledged *some* beat at or after a round renews from that round's send time.
+    #[test]
+    fn acks_of_different_beats_add_up_and_late_acks_still_count() {
+        let mut a = elect("a", ABCDE, &["b", "c"]);
+        let out = fire(&mut a, Timer::Heartbeat);
+        let (b2, sent2) = (beat_of(&out), a.now_ms());
+        let out = fire(&mut a, Timer::Heartbeat);
+        let (b3, sent3) = (beat_of(&out), a.now_ms());
+        assert_eq!((b2 + 1, sent2 < sent3), (b3, true));
+        let before = a.lease_until_ms().unwrap();
+        a.step_vec(
+            sent3 + 1,
+            from("b", Message::HeartbeatAck { term: 1, beat: b2 }),
+        );
+        assert_eq!(a.lease_until_ms(), Some(before), "a and b: no majority yet");
+        let out = a.step_vec(
+            sent3 + 2,
+            from("c", Message::HeartbeatAck { term: 1, beat: b3 }),
+        );
+        // a, b and c all promised at or after beat b2 was sent; only a and c after b3.
+        let until = sent2 + a.config().lease_ms();
+        assert_eq!(a.lease_until_ms(), Some(until));
+        assert!(out.contains(&Command::Notice(Notice::LeaseRenewed {
+            term: 1,
+            lease_until_ms: until
+        })));
+        // A late ack of the older beat from d adds nothing past what d acknowledged...
+        a.step_vec(
+            sent3 + 3,
+            from("d", Message::HeartbeatAck { term: 1, beat: b2 }),
+        );
+        assert_eq!(a.lease_until_ms(), Some(until));
+        // ...but d's later ack of b3 completes a majority for b3.
+        a.step_vec(
+            sent3 + 4,
+            from("d", Message::HeartbeatAck { term: 1, beat: b3 }),
+        );
+        assert_eq!(a.lease_until_ms(), Some(sent3 + a.config().lease_ms()));
+    }
+
+    #[test]
+    fn a_renewal_that_comes_back_after_the_lease_ended_renews_no_lease() {
+        let mut a = elect("a", ABCDE, &["b", "c"]);
+        let out = fire(&mut a, Timer::Heartbeat);
+        let (beat, sent) = (beat_of(&out), a.now_ms());
+        let late = sent + a.config().lease_ms() + 1;
+        a.step_vec(late, from("b", Message::HeartbeatAck { term: 1, beat }));
+        let out = a.step_vec(late, from("c", Message::HeartbeatAck { term: 1, beat }));
+        assert!(!a.holds_lease(late));
+        assert!(!out
+            .iter()
+            .any(|c| matches!(c, Command::Notice(Notice::LeaseRenewed { .. }))));
+        // Check-quorum did count it: the admin is still in touch with a majority.
+        assert_eq!(a.admin_state.as_ref().unwrap().quorum_at_ms, sent);
     }
 
     #[test]

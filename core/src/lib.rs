@@ -11,6 +11,7 @@
 //! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;
 //! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
 //! * [`score`] — the weighted score and rank slots;
+//! * `trust` — bounds on peer input, who may send what, refusals ([`Refusal`]);
 //! * [`codec`] — the wire envelope.
 
 #![warn(missing_docs)]
@@ -29,15 +30,17 @@ mod node;
 pub mod rng;
 pub mod score;
 mod timer;
+mod trust;
 
 #[cfg(test)]
 mod testutil;
 
 pub use command::{Command, Notice, Role, StepDownReason};
-pub use config::{Config, ConfigError, ADMIN_ELECTION};
+pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
 pub use electorate::Electorate;
 pub use event::{Event, PeerInfo, Resources};
 pub use id::NodeId;
 pub use message::Message;
 pub use node::{Core, Peer};
 pub use timer::{Timer, TimerTable};
+pub use trust::{Refusal, MAX_CAPABILITIES, MAX_UPTIME_S, MAX_WIRE_INT};

@@ -1,7 +1,7 @@
 //! The node state machine: its state, the `step` entry point, and the transitions shared by the
 //! protocol modules (`discovery`, `election`, `heartbeat`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
@@ -31,7 +31,9 @@ pub struct Peer {
 impl Peer {
     /// The peer's score at `now_ms`, its uptime extrapolated from the last report.
     pub fn score_at(&self, now_ms: u64) -> u32 {
-        let uptime_s = self.uptime_s + now_ms.saturating_sub(self.seen_at_ms) / 1_000;
+        let uptime_s = self
+            .uptime_s
+            .saturating_add(now_ms.saturating_sub(self.seen_at_ms) / 1_000);
         score::score(uptime_s, self.capabilities.len(), self.resources)
     }
 }
@@ -54,6 +56,8 @@ pub(crate) struct Round {
 pub(crate) struct BeatRound {
     pub(crate) beat: u64,
     pub(crate) sent_at_ms: u64,
+    /// Voters (the admin included) whose newest acknowledged beat is this one or a later one:
+    /// each of them promised at or after `sent_at_ms`.
     pub(crate) acks: usize,
 }
 
@@ -64,6 +68,8 @@ pub(crate) struct AdminState {
     /// When the newest heartbeat (or the winning vote round) that a majority acknowledged was
     /// sent: the base of both the lease and check-quorum.
     pub(crate) quorum_at_ms: u64,
+    /// The first beat sent in this term: acknowledgements of earlier beats were never asked for.
+    pub(crate) first_beat: u64,
     /// The most recent heartbeats, oldest first, bounded by `MAX_BEAT_ROUNDS`.
     pub(crate) beats: Vec<BeatRound>,
     /// The newest beat each voter acknowledged, so a duplicate ack never counts twice.
@@ -131,6 +137,12 @@ pub struct Core {
     /// Discovery: reports of (admin, term) by replier, and WHOAMIs sent this round.
     pub(crate) reports: BTreeMap<NodeId, (NodeId, u64)>,
     pub(crate) whoami_sent: u32,
+    /// Peers asked WHOAMI and not yet answered: a reply from anyone else is refused.
+    #[serde(default)]
+    pub(crate) whoami_pending: BTreeSet<NodeId>,
+    /// Electorates reported by asked peers while this node has none, adopted once enough agree.
+    #[serde(default)]
+    pub(crate) electorate_reports: BTreeMap<NodeId, Arc<Electorate>>,
     pub(crate) round: Option<Round>,
     pub(crate) admin_state: Option<AdminState>,
     pub(crate) election_phase: ElectionPhase,
@@ -170,6 +182,8 @@ impl Core {
             peers: BTreeMap::new(),
             reports: BTreeMap::new(),
             whoami_sent: 0,
+            whoami_pending: BTreeSet::new(),
+            electorate_reports: BTreeMap::new(),
             round: None,
             admin_state: None,
             election_phase: ElectionPhase::Suspect,
@@ -203,6 +217,8 @@ impl Core {
             Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
             Event::PeerDown { peer } => {
                 self.peers.remove(&peer);
+                self.whoami_pending.remove(&peer);
+                self.electorate_reports.remove(&peer);
             }
             Event::ResourcesSampled { resources } => self.resources = resources,
             Event::Shutdown => self.on_shutdown(out),
@@ -239,6 +255,8 @@ impl Core {
         self.role = Role::Follower;
         self.admin = None;
         self.peers.clear();
+        self.whoami_pending.clear();
+        self.electorate_reports.clear();
         self.round = None;
         self.admin_state = None;
         self.timers.clear();
@@ -265,6 +283,10 @@ impl Core {
 
     fn on_message(&mut self, from: NodeId, msg: crate::Message, out: &mut Vec<Command>) {
         use crate::Message as M;
+        if let Err(reason) = self.admit(&from, &msg) {
+            self.refuse(from, msg.kind(), reason, out);
+            return;
+        }
         match msg {
             M::Whoami { electorate_version } => self.on_whoami(from, electorate_version, out),
             M::WhoamiReply {
@@ -313,6 +335,7 @@ impl Core {
         if peer == self.id {
             return;
         }
+        let info = info.bounded();
         let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
         let peer_state = Peer {
             eligible,
@@ -403,9 +426,12 @@ impl Core {
         self.timers.cancel(Timer::Discovery, out);
     }
 
-    /// Whether this node may stand: eligible, part of a fixed electorate, running.
+    /// Whether this node may stand: eligible, part of a fixed electorate, running, and below the
+    /// top of the term and beat ranges (so `term + 1` and the admin's next beat stay in range).
     pub(crate) fn can_stand(&self) -> bool {
         self.running
+            && self.term < crate::MAX_WIRE_INT
+            && self.beat < crate::MAX_WIRE_INT
             && self.is_eligible()
             && self
                 .electorate

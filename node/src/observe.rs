@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
+use chorus_core::{Command, Core, Event, NodeId, Notice, Refusal, Role};
 use chorus_io::eventlog::{NoticeRecorder, RecordedNotice};
 use chorus_io::runtime::{Observer, StepInfo};
 use serde::Serialize;
@@ -17,12 +17,17 @@ const LATENCY_BUCKETS_S: [f64; 10] = [
     0.000_001, 0.000_005, 0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.1,
 ];
 
+/// How many (sender, reason) pairs of refusals are tracked for throttled warnings.
+const MAX_REFUSING_SENDERS: usize = 1_024;
+
 /// Counters for `/metrics`.
 #[derive(Debug, Default)]
 pub struct Metrics {
     pub messages_in: BTreeMap<&'static str, u64>,
     pub messages_out: BTreeMap<&'static str, u64>,
     pub rejected: BTreeMap<&'static str, u64>,
+    /// Messages the core refused (`chorus_core::Refusal`), by reason; every reason is listed.
+    pub refused: BTreeMap<&'static str, u64>,
     pub notices: BTreeMap<&'static str, u64>,
     pub elections_started: u64,
     pub log_appends: u64,
@@ -203,6 +208,16 @@ impl Shared {
             "reason",
             &m.rejected,
         );
+        let mut refused: BTreeMap<&'static str, u64> =
+            Refusal::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+        refused.extend(m.refused.iter().map(|(k, v)| (*k, *v)));
+        labelled(
+            &mut out,
+            "chorus_refused_total",
+            "Messages the core refused and dropped without acting (not_member, out_of_range, unsolicited, conflicting_admin, stale), by reason.",
+            "reason",
+            &refused,
+        );
         labelled(
             &mut out,
             "chorus_notices_total",
@@ -305,6 +320,7 @@ pub fn notice_kind(notice: &Notice) -> &'static str {
         Notice::SteppedDown { .. } => "stepped_down",
         Notice::Voted { .. } => "voted",
         Notice::AdminKnown { .. } => "admin_known",
+        Notice::Refused { .. } => "refused",
     }
 }
 
@@ -316,6 +332,9 @@ pub struct NodeObserver {
     next_seq: u64,
     /// Notices of the current step so far (their index in the step).
     step_notices: u32,
+    /// Refusals per (sender, reason), for throttled warnings; bounded by
+    /// `MAX_REFUSING_SENDERS`.
+    refusals_by_sender: BTreeMap<(NodeId, Refusal), u64>,
     current_seq: u64,
 }
 
@@ -326,6 +345,7 @@ impl NodeObserver {
             recorder,
             next_seq,
             step_notices: 0,
+            refusals_by_sender: BTreeMap::new(),
             current_seq: 0,
         }
     }
@@ -380,6 +400,44 @@ impl Observer for NodeObserver {
     }
 
     fn on_notice(&mut self, now_ms: u64, notice: &Notice) {
+        if let Notice::Refused {
+            from,
+            message,
+            reason,
+        } = notice
+        {
+            // Counted and logged, not recorded: replay re-derives refusals from the logged
+            // messages, and a flood of hostile input must not be written twice.
+            // A warning per sender and reason at the 1st, 2nd, 4th, 8th… refusal: a hostile
+            // peer is named at once without flooding the log.
+            let seen = if self.refusals_by_sender.len() < MAX_REFUSING_SENDERS
+                || self
+                    .refusals_by_sender
+                    .contains_key(&(from.clone(), *reason))
+            {
+                let n = self
+                    .refusals_by_sender
+                    .entry((from.clone(), *reason))
+                    .or_default();
+                *n += 1;
+                *n
+            } else {
+                0
+            };
+            if reason.is_benign() || !seen.is_power_of_two() {
+                tracing::debug!(now_ms, %from, %message, %reason, "message refused");
+            } else {
+                tracing::warn!(now_ms, %from, %message, %reason, refusals = seen, "message refused");
+            }
+            *self
+                .shared
+                .lock()
+                .metrics
+                .refused
+                .entry(reason.as_str())
+                .or_default() += 1;
+            return;
+        }
         let kind = notice_kind(notice);
         match notice {
             Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, ?notice, "{kind}"),

@@ -222,8 +222,12 @@ pub fn replay(
                     if !matches!(n, Notice::LeaseRenewed { .. }) {
                         print_decision(out, now_ms, seq, &d)?;
                     }
-                    write_line(&mut trace_out, now_ms, notice_record(&node, n))?;
-                    produced.push(n.clone());
+                    // Refusals are not recorded by the node (a flood of hostile input must not
+                    // fill the disk twice): replay shows them but has nothing to compare.
+                    if let Some(record) = notice_record(&node, n) {
+                        write_line(&mut trace_out, now_ms, record)?;
+                        produced.push(n.clone());
+                    }
                 }
                 _ => {}
             }
@@ -290,8 +294,8 @@ fn write_line(
     Ok(())
 }
 
-fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Record<'a> {
-    match n {
+fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
+    Some(match n {
         Notice::BecameAdmin {
             term,
             lease_until_ms,
@@ -324,7 +328,8 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Record<'a> {
             admin: admin.as_str(),
             term: *term,
         },
-    }
+        Notice::Refused { .. } => return None,
+    })
 }
 
 fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> anyhow::Result<()> {
@@ -345,6 +350,11 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
             }
             Notice::Voted { term, candidate } => format!("voted for {candidate} in term {term}"),
             Notice::AdminKnown { admin, term } => format!("admin of term {term} is {admin}"),
+            Notice::Refused {
+                from,
+                message,
+                reason,
+            } => format!("refused {message} from {from} ({reason})"),
         },
     };
     writeln!(out, "{:>10}  #{seq:<6} {what}", fmt_ms(now_ms))?;

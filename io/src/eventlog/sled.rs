@@ -404,6 +404,10 @@ impl SledLog {
 }
 
 impl EventLog for SledLog {
+    fn next_position(&self) -> Option<u64> {
+        Some(self.next_seq)
+    }
+
     fn append(&mut self, now_ms: u64, event: &Event) -> Result<(), LogError> {
         let value = serde_json::to_vec(&(now_ms, event)).expect("events serialize");
         self.events

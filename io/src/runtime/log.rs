@@ -50,4 +50,10 @@ pub trait EventLog {
 
     /// Reads back the latest snapshot and the durable events after it.
     fn recover(&mut self) -> Result<Recovery, LogError>;
+
+    /// The position the next appended event takes, for error messages (`None` if the log does
+    /// not number its events).
+    fn next_position(&self) -> Option<u64> {
+        None
+    }
 }

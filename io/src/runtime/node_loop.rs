@@ -33,6 +33,30 @@ pub enum RuntimeError {
     /// The event log failed; the node must not go on acting on inputs it cannot make durable.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// Stepping an event panicked (a bug in the core). The event was not made durable, so a
+    /// restart replays the log without it and comes back with its term and vote intact.
+    #[error(
+        "stepping {event} failed: {message}; the event was not logged{}, the node stops",
+        position.map(|p| format!(" (it would have been event {p})")).unwrap_or_default()
+    )]
+    StepFailed {
+        /// The event, as JSON.
+        event: String,
+        /// The log position it would have taken.
+        position: Option<u64>,
+        /// The panic message.
+        message: String,
+    },
+    /// Replaying a logged event panicked (a log written by a build with a bug this one shares).
+    #[error("replaying logged event {index} after the snapshot ({event}) failed: {message}")]
+    ReplayFailed {
+        /// Index of the event in the replayed tail (0 = first after the snapshot).
+        index: usize,
+        /// The event, as JSON.
+        event: String,
+        /// The panic message.
+        message: String,
+    },
     /// The log's snapshot is another node's state.
     #[error("the event log holds node {found}'s state, not {expected}'s")]
     WrongNode {
@@ -172,7 +196,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         }
         let replayed = recovery.tail.len();
         let mut discard = Vec::new();
-        for (now_ms, event) in recovery.tail {
+        for (index, (now_ms, event)) in recovery.tail.into_iter().enumerate() {
             if now_ms < self.core.now_ms() {
                 return Err(LogError::Corrupt(format!(
                     "logged time went backwards: {now_ms} after {}",
@@ -180,7 +204,13 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
                 ))
                 .into());
             }
-            self.core.step(now_ms, event, &mut discard);
+            if let Err(message) = step_guarded(&mut self.core, now_ms, &event, &mut discard) {
+                return Err(RuntimeError::ReplayFailed {
+                    index,
+                    event: describe(&event),
+                    message,
+                });
+            }
             discard.clear();
         }
         // Continue strictly after the last logged time, whatever the clock restarted from.
@@ -225,16 +255,29 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         batch.push(event);
     }
 
-    /// Logs and steps every event of the batch, syncs once, then carries out the commands in
+    /// Steps and logs every event of the batch, syncs once, then carries out the commands in
     /// step order.
+    ///
+    /// Each event is stepped before it is appended: commands wait for the sync either way, and
+    /// an event whose step fails never reaches the log, so it cannot fail every restart again
+    /// (the node would be stuck, and wiping its data dir would forget its vote).
     fn commit(&mut self, now: u64, events: Vec<Event>) -> Result<(), RuntimeError> {
         let mut steps = Vec::with_capacity(events.len());
         for event in events {
-            self.log.append(now, &event)?;
             let mut commands = Vec::new();
             let started = Instant::now();
-            self.core.step(now, event.clone(), &mut commands);
-            steps.push((event, commands, started.elapsed()));
+            if let Err(message) = step_guarded(&mut self.core, now, &event, &mut commands) {
+                // The core's state may be half-changed: keep what is already logged, stop here.
+                self.log.sync()?;
+                return Err(RuntimeError::StepFailed {
+                    event: describe(&event),
+                    position: self.log.next_position(),
+                    message,
+                });
+            }
+            let latency = started.elapsed();
+            self.log.append(now, &event)?;
+            steps.push((event, commands, latency));
         }
         self.log.sync()?;
         for (event, commands, latency) in &steps {
@@ -279,4 +322,28 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         self.log.snapshot(&self.core)?;
         Ok(self.core)
     }
+}
+
+/// Steps `event`, turning a panic (a bug in the core) into an error with the panic's message.
+fn step_guarded(
+    core: &mut Core,
+    now: u64,
+    event: &Event,
+    out: &mut Vec<Command>,
+) -> Result<(), String> {
+    // The core is not used again after a failed step: the caller stops the node.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        core.step(now, event.clone(), out)
+    }))
+    .map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic without a message".to_owned())
+    })
+}
+
+fn describe(event: &Event) -> String {
+    serde_json::to_string(event).unwrap_or_else(|_| format!("{event:?}"))
 }

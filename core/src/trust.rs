@@ -1,0 +1,526 @@
+//! Admission of network input: the bound on every number a peer sends, who may send what, and
+//! the refusals a node counts and reports instead of acting.
+//!
+//! Peers are authenticated but not trusted (DESIGN §4 "Trust"): a peer may be buggy,
+//! misconfigured or hostile. The rules, each checked by a test in this file:
+//! 1. Every number from the wire is bounded: terms, beats and versions by [`MAX_WIRE_INT`]
+//!    (2⁵³ − 1, the largest integer every JSON implementation holds exactly), uptimes by
+//!    [`MAX_UPTIME_S`]. A message with a number out of range is refused whole.
+//! 2. Only members of this node's electorate speak for it: a message that carries a term from
+//!    anyone else is refused, and so is every such message while this node knows no electorate.
+//! 3. A heartbeat counts only from the admin of its term: never while this node is that term's
+//!    admin, never from another node once the term's admin is known.
+//! 4. Replies nobody asked for are refused: vote and pre-vote replies outside a round of this
+//!    node, heartbeat acks for beats this admin did not send, WHOAMI replies from peers not
+//!    asked.
+//!
+//! A refusal changes no state; it becomes a [`Notice::Refused`] for logs and metrics.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Command, Core, Message, NodeId, Notice, PeerInfo};
+
+/// The largest term, beat or electorate version accepted from the wire or reached locally.
+pub const MAX_WIRE_INT: u64 = (1 << 53) - 1;
+
+/// The largest uptime a peer may claim (a century). The score saturates after a day anyway.
+pub const MAX_UPTIME_S: u64 = 100 * 365 * 86_400;
+
+/// At most this many advertised capabilities are kept for a peer (the score counts ten).
+pub const MAX_CAPABILITIES: usize = 64;
+
+/// Why a message was refused. A refusal changes no state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// A message that carries a term, from a peer outside this node's electorate (or while this
+    /// node knows no electorate).
+    NotMember,
+    /// A number beyond its bound (see [`MAX_WIRE_INT`], [`MAX_UPTIME_S`]).
+    OutOfRange,
+    /// A reply to nothing this node asked.
+    Unsolicited,
+    /// A heartbeat or step-down for a term whose admin is another node, or this node.
+    ConflictingAdmin,
+    /// A reply that arrived after its round ended: normal under delay and duplication.
+    Stale,
+}
+
+impl Refusal {
+    /// Every reason, for metrics that list them all.
+    pub const ALL: [Refusal; 5] = [
+        Refusal::NotMember,
+        Refusal::OutOfRange,
+        Refusal::Unsolicited,
+        Refusal::ConflictingAdmin,
+        Refusal::Stale,
+    ];
+
+    /// The snake_case name used in metrics, logs and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::NotMember => "not_member",
+            Refusal::OutOfRange => "out_of_range",
+            Refusal::Unsolicited => "unsolicited",
+            Refusal::ConflictingAdmin => "conflicting_admin",
+            Refusal::Stale => "stale",
+        }
+    }
+
+    /// Whether honest peers on a lossy, reordering network cause this refusal too (so it says
+    /// nothing about the sender and is not worth a warning).
+    pub fn is_benign(self) -> bool {
+        self == Refusal::Stale
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn in_range(n: u64) -> Result<(), Refusal> {
+    if n <= MAX_WIRE_INT {
+        Ok(())
+    } else {
+        Err(Refusal::OutOfRange)
+    }
+}
+
+impl Message {
+    /// Checks every number in the message against its bound.
+    pub fn check_bounds(&self) -> Result<(), Refusal> {
+        use Message as M;
+        match self {
+            M::Whoami { electorate_version } => in_range(*electorate_version),
+            M::WhoamiReply {
+                term,
+                membership_version,
+                beat,
+                uptime_s,
+                electorate,
+                ..
+            } => {
+                in_range(*term)?;
+                in_range(*membership_version)?;
+                in_range(*beat)?;
+                if *uptime_s > MAX_UPTIME_S {
+                    return Err(Refusal::OutOfRange);
+                }
+                match electorate {
+                    Some(e) if e.version == 0 || e.is_empty() => Err(Refusal::OutOfRange),
+                    Some(e) => in_range(e.version),
+                    None => Ok(()),
+                }
+            }
+            M::PreVoteRequest {
+                term,
+                electorate_version,
+                ..
+            }
+            | M::VoteRequest {
+                term,
+                electorate_version,
+                ..
+            } => {
+                in_range(*term)?;
+                in_range(*electorate_version)
+            }
+            M::PreVoteReply { term, .. } | M::VoteReply { term, .. } | M::StepDown { term } => {
+                in_range(*term)
+            }
+            M::Heartbeat {
+                term,
+                beat,
+                membership_version,
+            } => {
+                in_range(*term)?;
+                in_range(*beat)?;
+                in_range(*membership_version)
+            }
+            M::HeartbeatAck { term, beat } => {
+                in_range(*term)?;
+                in_range(*beat)
+            }
+        }
+    }
+
+    /// Whether the message carries a term, so only a member of the electorate may send it.
+    pub fn carries_term(&self) -> bool {
+        !matches!(self, Message::Whoami { .. } | Message::WhoamiReply { .. })
+    }
+}
+
+impl PeerInfo {
+    /// The advertisement with its numbers bounded: uptime capped at [`MAX_UPTIME_S`], at most
+    /// [`MAX_CAPABILITIES`] capabilities kept.
+    pub(crate) fn bounded(mut self) -> PeerInfo {
+        self.uptime_s = self.uptime_s.min(MAX_UPTIME_S);
+        if self.capabilities.len() > MAX_CAPABILITIES {
+            self.capabilities = self.capabilities[..MAX_CAPABILITIES].into();
+        }
+        self
+    }
+}
+
+impl Core {
+    /// Rules 1 and 2: the checks every message passes before its handler sees it.
+    pub(crate) fn admit(&self, from: &NodeId, msg: &Message) -> Result<(), Refusal> {
+        msg.check_bounds()?;
+        if msg.carries_term() && !self.is_member(from) {
+            return Err(Refusal::NotMember);
+        }
+        Ok(())
+    }
+
+    /// Whether `id` is a member of this node's electorate.
+    pub(crate) fn is_member(&self, id: &NodeId) -> bool {
+        self.electorate.as_ref().is_some_and(|e| e.contains(id))
+    }
+
+    /// Reports a refused message. No state changes.
+    pub(crate) fn refuse(
+        &self,
+        from: NodeId,
+        kind: &'static str,
+        reason: Refusal,
+        out: &mut Vec<Command>,
+    ) {
+        out.push(Command::Notice(Notice::Refused {
+            from,
+            message: Cow::Borrowed(kind),
+            reason,
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::testutil::*;
+    use crate::{Electorate, Event, Role, Timer, ADMIN_ELECTION};
+
+    const ABC: &[&str] = &["a", "b", "c"];
+
+    fn refusals(out: &[Command]) -> Vec<(String, Refusal)> {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Notice(Notice::Refused { from, reason, .. }) => {
+                    Some((from.to_string(), *reason))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether `out` does nothing but report refusals.
+    fn only_refusals(out: &[Command]) -> bool {
+        !out.is_empty()
+            && out
+                .iter()
+                .all(|c| matches!(c, Command::Notice(Notice::Refused { .. })))
+    }
+
+    fn heartbeat(term: u64, beat: u64) -> Message {
+        Message::Heartbeat {
+            term,
+            beat,
+            membership_version: 1,
+        }
+    }
+
+    // Issue 9, case 1: a heartbeat for the admin's own term from any peer used to reach an
+    // `assert!` ("two admins in term …"), and the logged event crashed every restart.
+    #[test]
+    fn a_heartbeat_for_the_admins_own_term_is_refused_not_a_crash() {
+        for sender in ["c", "w"] {
+            let mut a = elect("a", ABC, &["b"]);
+            let before = a.clone();
+            let out = a.step_vec(a.now_ms(), from(sender, heartbeat(1, 99)));
+            let reason = if sender == "c" {
+                Refusal::ConflictingAdmin
+            } else {
+                Refusal::NotMember
+            };
+            assert_eq!(refusals(&out), [(sender.to_owned(), reason)]);
+            assert!(only_refusals(&out));
+            assert_eq!(
+                (a.role(), a.term(), a.beat()),
+                (Role::Admin, 1, before.beat())
+            );
+        }
+    }
+
+    #[test]
+    fn a_follower_refuses_a_second_admin_for_a_term() {
+        let mut b = voter("b", ABC);
+        b.step_vec(1, from("a", heartbeat(1, 1)));
+        let out = b.step_vec(2, from("c", heartbeat(1, 50)));
+        assert_eq!(
+            refusals(&out),
+            [("c".to_owned(), Refusal::ConflictingAdmin)]
+        );
+        assert!(only_refusals(&out));
+        assert_eq!((b.admin().unwrap().as_str(), b.beat()), ("a", 1));
+        // A step-down from the impostor is refused too; the real admin's is not.
+        let out = b.step_vec(3, from("c", Message::StepDown { term: 1 }));
+        assert_eq!(
+            refusals(&out),
+            [("c".to_owned(), Refusal::ConflictingAdmin)]
+        );
+        assert_eq!(b.admin().unwrap().as_str(), "a");
+    }
+
+    // Issue 9, case 2: u64::MAX in any term field used to be adopted and wrapped `term + 1`.
+    #[test]
+    fn terms_beyond_the_wire_bound_are_refused_from_anyone() {
+        let huge = [MAX_WIRE_INT + 1, u64::MAX];
+        for term in huge {
+            let msgs = [
+                heartbeat(term, 1),
+                Message::HeartbeatAck { term, beat: 1 },
+                Message::VoteReply {
+                    term,
+                    granted: false,
+                },
+                Message::PreVoteReply {
+                    term,
+                    granted: false,
+                },
+                Message::StepDown { term },
+                Message::WhoamiReply {
+                    admin: Some("b".into()),
+                    term,
+                    membership_version: 1,
+                    beat: 1,
+                    eligible: true,
+                    uptime_s: 0,
+                    resources: Default::default(),
+                    electorate: None,
+                },
+            ];
+            for msg in msgs {
+                let mut a = elect("a", ABC, &["b"]);
+                let out = a.step_vec(a.now_ms(), from("b", msg.clone()));
+                assert_eq!(
+                    refusals(&out),
+                    [("b".to_owned(), Refusal::OutOfRange)],
+                    "{msg:?}"
+                );
+                assert_eq!((a.role(), a.term()), (Role::Admin, 1), "{msg:?}");
+            }
+        }
+        let mut b = voter("b", ABC);
+        let out = b.step_vec(1, from("a", heartbeat(1, u64::MAX)));
+        assert_eq!(refusals(&out), [("a".to_owned(), Refusal::OutOfRange)]);
+        assert_eq!((b.beat(), b.admin()), (0, None));
+    }
+
+    #[test]
+    fn a_node_at_the_top_of_the_term_range_does_not_stand() {
+        let mut a = voter("a", ABC);
+        a.step_vec(1, from("b", heartbeat(MAX_WIRE_INT, 1)));
+        assert_eq!(a.term(), MAX_WIRE_INT, "the largest term is still a term");
+        let t = a.timers.deadline(Timer::Election).unwrap();
+        a.step_vec(
+            t,
+            Event::TimerFired {
+                timer: Timer::Election,
+            },
+        );
+        assert!(!a.can_stand());
+        assert_eq!(a.timers.deadline(Timer::Election), None);
+        assert_eq!((a.role(), a.term()), (Role::Follower, MAX_WIRE_INT));
+        // And it grants no pre-vote it could never follow with a vote.
+        let out = a.step_vec(t + 1, from("c", pre_vote_req(&a, MAX_WIRE_INT)));
+        assert_eq!(
+            sent_to(&out, "c"),
+            [&Message::PreVoteReply {
+                term: MAX_WIRE_INT,
+                granted: false
+            }]
+        );
+    }
+
+    // Issue 9, case 3: an unsolicited whoami reply replaced the electorate.
+    #[test]
+    fn an_unsolicited_whoami_reply_changes_nothing() {
+        let mut a = voter("a", ABC);
+        let before = a.clone();
+        let fake = Arc::new(Electorate::new(2, vec!["w".into()]));
+        let reply = Message::WhoamiReply {
+            admin: Some("w".into()),
+            term: 7,
+            membership_version: 2,
+            beat: 1_000,
+            eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
+            electorate: Some(fake.clone()),
+        };
+        let out = a.step_vec(5, from("w", reply.clone()));
+        assert_eq!(refusals(&out), [("w".to_owned(), Refusal::Unsolicited)]);
+        assert_eq!(
+            (a.electorate(), a.term(), a.beat(), a.admin()),
+            (before.electorate(), 0, 0, None)
+        );
+        // Asked, the worker's reply is heard — but a newer electorate from a reply alone does
+        // not replace the committed one, and a non-member's report does not make an admin.
+        let up = Event::PeerUp {
+            peer: "w".into(),
+            info: PeerInfo {
+                capabilities: vec!["docker".to_owned()].into(),
+                ..Default::default()
+            },
+        };
+        a.step_vec(6, up);
+        let out = a.step_vec(7, from("w", reply));
+        assert!(refusals(&out).is_empty());
+        assert_eq!(
+            (a.electorate(), a.term(), a.beat(), a.admin()),
+            (before.electorate(), 0, 0, None)
+        );
+    }
+
+    #[test]
+    fn a_node_without_an_electorate_adopts_one_only_when_peers_agree() {
+        let mut n = Core::new("n".into(), Default::default(), vec!["docker".into()], 1).unwrap();
+        n.step_vec(0, Event::Started);
+        let e = |members: &[&str]| {
+            Arc::new(Electorate::new(
+                1,
+                members.iter().map(|m| NodeId::from(*m)).collect(),
+            ))
+        };
+        let reply = |e: Arc<Electorate>| Message::WhoamiReply {
+            admin: None,
+            term: 0,
+            membership_version: 1,
+            beat: 0,
+            eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
+            electorate: Some(e),
+        };
+        for p in ["a", "b", "w"] {
+            let info = PeerInfo {
+                capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
+                ..Default::default()
+            };
+            n.step_vec(
+                0,
+                Event::PeerUp {
+                    peer: p.into(),
+                    info,
+                },
+            );
+        }
+        n.step_vec(1, from("w", reply(e(&["w"]))));
+        assert_eq!(n.electorate(), None, "one peer's word is not enough");
+        n.step_vec(2, from("a", reply(e(&["a", "b"]))));
+        assert_eq!(
+            n.electorate(),
+            None,
+            "two different electorates do not add up"
+        );
+        n.step_vec(3, from("b", reply(e(&["a", "b"]))));
+        assert_eq!(n.electorate(), Some(&*e(&["a", "b"])));
+    }
+
+    // Issue 9, case 5: a worker forged heartbeats for term + 1 and acks with a higher term.
+    #[test]
+    fn a_worker_cannot_make_itself_admin_or_force_an_election() {
+        let mut b = voter("b", ABC);
+        b.step_vec(1, from("a", heartbeat(1, 1)));
+        let out = b.step_vec(2, from("w", heartbeat(2, 2)));
+        assert_eq!(refusals(&out), [("w".to_owned(), Refusal::NotMember)]);
+        assert!(only_refusals(&out), "no ack goes to the forger");
+        assert_eq!((b.term(), b.admin().unwrap().as_str()), (1, "a"));
+
+        let mut a = elect("a", ABC, &["b"]);
+        let out = a.step_vec(
+            a.now_ms(),
+            from("w", Message::HeartbeatAck { term: 2, beat: 1 }),
+        );
+        assert_eq!(refusals(&out), [("w".to_owned(), Refusal::NotMember)]);
+        assert_eq!((a.role(), a.term()), (Role::Admin, 1));
+    }
+
+    #[test]
+    fn replies_nobody_asked_for_are_refused() {
+        // A follower that never stood: vote and pre-vote replies with higher terms.
+        let mut b = voter("b", ABC);
+        for msg in [
+            Message::VoteReply {
+                term: 9,
+                granted: false,
+            },
+            Message::PreVoteReply {
+                term: 9,
+                granted: false,
+            },
+            Message::VoteReply {
+                term: 9,
+                granted: true,
+            },
+        ] {
+            let out = b.step_vec(1, from("c", msg.clone()));
+            assert_eq!(
+                refusals(&out),
+                [("c".to_owned(), Refusal::Unsolicited)],
+                "{msg:?}"
+            );
+            assert_eq!((b.term(), b.role()), (0, Role::Follower), "{msg:?}");
+        }
+        // An admin: an ack for a beat it never sent.
+        let mut a = elect("a", ABC, &["b"]);
+        let lease = a.lease_until_ms();
+        let out = a.step_vec(
+            a.now_ms(),
+            from("b", Message::HeartbeatAck { term: 1, beat: 77 }),
+        );
+        assert_eq!(refusals(&out), [("b".to_owned(), Refusal::Unsolicited)]);
+        assert_eq!(a.lease_until_ms(), lease);
+        // A late grant after the round is won is stale, not hostile.
+        let out = a.step_vec(
+            a.now_ms(),
+            from(
+                "c",
+                Message::VoteReply {
+                    term: 1,
+                    granted: true,
+                },
+            ),
+        );
+        assert_eq!(refusals(&out), [("c".to_owned(), Refusal::Stale)]);
+    }
+
+    #[test]
+    fn peer_advertisements_are_bounded() {
+        let mut a = voter("a", ABC);
+        let caps: Vec<String> = (0..1_000).map(|i| format!("cap{i}")).collect();
+        a.step_vec(
+            0,
+            Event::PeerUp {
+                peer: "b".into(),
+                info: PeerInfo {
+                    capabilities: caps.into(),
+                    uptime_s: u64::MAX,
+                    resources: Default::default(),
+                },
+            },
+        );
+        let p = &a.peers()[&NodeId::from("b")];
+        assert_eq!(
+            (p.uptime_s, p.capabilities.len()),
+            (MAX_UPTIME_S, MAX_CAPABILITIES)
+        );
+        // Extrapolating the uptime far into the future saturates instead of wrapping.
+        assert!(p.score_at(u64::MAX) <= crate::score::SCORE_MAX);
+    }
+}
