@@ -50,6 +50,8 @@ impl fmt::Display for Violation {
 /// Streaming checker: feed lines in order, then `finish`.
 pub struct Checker {
     voters: BTreeSet<String>,
+    /// Hostile nodes: their own records are not judged, and they need not know the admin.
+    hostile: BTreeSet<String>,
     bound_ms: u64,
     admins_by_term: BTreeMap<u64, String>,
     /// Unexpired leases as last announced: node → (term, lease end).
@@ -73,6 +75,10 @@ impl Checker {
     pub fn new(header: &Header) -> Checker {
         Checker {
             voters: (0..header.voters).map(|i| format!("n{i}")).collect(),
+            hostile: (0..header.nodes)
+                .filter(|i| header.spec.is_hostile(*i))
+                .map(|i| format!("n{i}"))
+                .collect(),
             bound_ms: header.liveness_bound_ms,
             admins_by_term: BTreeMap::new(),
             leases: BTreeMap::new(),
@@ -106,6 +112,9 @@ impl Checker {
     pub fn observe(&mut self, line_no: usize, line: &Line) {
         let t = line.t;
         self.check_deadline(t, line_no);
+        if subject(&line.record).is_some_and(|n| self.hostile.contains(n)) {
+            return;
+        }
         match &line.record {
             Record::BecameAdmin {
                 node,
@@ -293,6 +302,24 @@ impl Checker {
                 self.fail(5, t, line_no, msg);
                 self.term_guard = None;
             }
+        }
+    }
+}
+
+/// The node a record is about, if it is about one node.
+fn subject(record: &Record) -> Option<&str> {
+    match record {
+        Record::BecameAdmin { node, .. }
+        | Record::LeaseRenewed { node, .. }
+        | Record::SteppedDown { node, .. }
+        | Record::Voted { node, .. }
+        | Record::AdminKnown { node, .. }
+        | Record::Role { node, .. }
+        | Record::Crash { node }
+        | Record::Restart { node }
+        | Record::Step { node, .. } => Some(node),
+        Record::Partition { .. } | Record::Cut { .. } | Record::Heal | Record::Network { .. } => {
+            None
         }
     }
 }

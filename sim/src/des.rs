@@ -17,6 +17,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{name, node_profile, Cluster, Driver};
+use crate::hostile::Liar;
 use crate::scenario::{Peering, Scenario};
 use crate::sink::Sink;
 use crate::trace::Record;
@@ -36,6 +37,11 @@ enum Item {
         node: u32,
         incarnation: u32,
         timer: Timer,
+    },
+    /// A hostile node's next burst of lies.
+    Lie {
+        node: u32,
+        incarnation: u32,
     },
 }
 
@@ -78,6 +84,8 @@ struct Node {
     started_at: u64,
     /// Partition group; messages cross only within a group.
     group: u32,
+    /// The lying half of a hostile node.
+    liar: Option<Liar>,
 }
 
 impl Node {
@@ -155,6 +163,7 @@ impl<'s> Des<'s> {
                     profile: node_profile(scenario, seed, i),
                     started_at: 0,
                     group: 0,
+                    liar: scenario.is_hostile(i).then(|| Liar::new(seed, i)),
                 }
             })
             .collect();
@@ -190,6 +199,9 @@ impl<'s> Des<'s> {
                 let (to, from) = (to as usize, from as usize);
                 // A link cut while the message was in flight drops it, like a real partition.
                 if self.nodes[to].core.is_some() && self.reachable(from, to) {
+                    if let Some(liar) = self.nodes[to].liar.as_mut() {
+                        liar.hear(&msg);
+                    }
                     let from = self.nodes[from].id.clone();
                     self.step(to, Event::Message { from, msg }, sink);
                 }
@@ -204,7 +216,44 @@ impl<'s> Des<'s> {
                     self.step(i, Event::TimerFired { timer }, sink);
                 }
             }
+            Item::Lie { node, incarnation } => {
+                let i = node as usize;
+                if self.nodes[i].incarnation == incarnation && self.nodes[i].core.is_some() {
+                    self.lie(i, sink);
+                }
+            }
         }
+    }
+
+    /// Sends hostile node `i`'s next burst of lies to random nodes, and schedules the next.
+    fn lie(&mut self, i: usize, sink: &mut Sink) {
+        let n = self.nodes.len();
+        let node = &mut self.nodes[i];
+        let Some(liar) = node.liar.as_mut() else {
+            return;
+        };
+        let lies: Vec<(usize, Message)> = (0..self.scenario.hostile.burst)
+            .map(|_| {
+                let to = match liar.pick(n) {
+                    j if j == i => (i + 1) % n,
+                    j => j,
+                };
+                (to, liar.lie(&node.id, n))
+            })
+            .collect();
+        let incarnation = node.incarnation;
+        for (to, msg) in lies {
+            sink.count_message(msg.is_election());
+            self.send(i, to, msg);
+        }
+        let next = self.now + self.scenario.hostile.every_ms;
+        self.push(
+            next,
+            Item::Lie {
+                node: i as u32,
+                incarnation,
+            },
+        );
     }
 
     /// Whether `a` and `b` hold a connection (and so tell each other PeerUp/PeerDown).
@@ -411,6 +460,16 @@ impl Cluster for Des<'_> {
         node.incarnation += 1;
         node.started_at = self.now;
         let resources = node.profile.resources;
+        if node.liar.is_some() {
+            let (every, incarnation) = (self.scenario.hostile.every_ms, node.incarnation);
+            self.push(
+                self.now + every,
+                Item::Lie {
+                    node: i as u32,
+                    incarnation,
+                },
+            );
+        }
         self.step(i, Event::Started, sink);
         self.step(i, Event::ResourcesSampled { resources }, sink);
         let me = self.nodes[i].id.clone();

@@ -140,11 +140,16 @@ pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall
     let st = &f.stats;
     let sim_s = s.duration_ms as f64 / 1000.0;
     println!(
-        "scenario {} · engine {} · {} nodes ({} voters) · seed {seed}",
+        "scenario {} · engine {} · {} nodes ({} voters{}) · seed {seed}",
         s.name,
         engine.as_str(),
         s.nodes,
-        s.voter_count()
+        s.voter_count(),
+        if s.hostile.is_off() {
+            String::new()
+        } else {
+            format!(", {} hostile", s.hostile.nodes)
+        }
     );
     println!(
         "simulated {} in {wall_s:.2} s of wall time ({:.0} simulated s per wall s)",
@@ -176,6 +181,10 @@ pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall
         "best-scored live voter won {} of {} elections",
         st.best_won, st.elections
     );
+    if !st.refused.is_empty() {
+        let by_reason: Vec<String> = st.refused.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        println!("refused messages: {}", by_reason.join(" · "));
+    }
     println!("trace: {} lines, digest {:016x}", st.lines, f.digest);
 }
 

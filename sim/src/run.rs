@@ -86,6 +86,9 @@ pub fn repro_command(name: &str, scenario: &Scenario, seed: u64, engine: Engine)
     if scenario.peering == crate::scenario::Peering::Voters {
         cmd.push_str(" --peering voters");
     }
+    if !scenario.hostile.is_off() {
+        cmd.push_str(&format!(" --hostile {}", scenario.hostile.nodes));
+    }
     cmd.push_str(&format!(" --trace /tmp/chorus-{seed}.jsonl"));
     cmd
 }

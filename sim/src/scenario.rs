@@ -39,6 +39,10 @@ pub struct Scenario {
     /// Nodes that join late (the highest-numbered ones), started by `join` actions.
     #[serde(default)]
     pub late_joiners: usize,
+    /// Workers that lie (see `hostile.rs`); off unless set. Left out of the trace header when
+    /// off, so honest runs keep their exact bytes.
+    #[serde(default, skip_serializing_if = "Hostile::is_off")]
+    pub hostile: Hostile,
     /// Faults, in time order (equal times keep file order).
     #[serde(default)]
     pub events: Vec<Scheduled>,
@@ -59,6 +63,37 @@ pub enum Peering {
     /// Voters connect to everyone; workers connect only to voters (workers bootstrapped from
     /// the voters' addresses). The discrete-event engine only; turmoil always peers fully.
     Voters,
+}
+
+/// Hostile workers: the highest-numbered `nodes` nodes (never voters) each send `burst` lies to
+/// random nodes every `every`, beside their honest behaviour. The discrete-event engine only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hostile {
+    /// How many nodes lie.
+    pub nodes: usize,
+    /// Time between bursts, e.g. "500ms".
+    #[serde(with = "duration_ms")]
+    pub every_ms: u64,
+    /// Lies per burst.
+    pub burst: u32,
+}
+
+impl Default for Hostile {
+    fn default() -> Self {
+        Hostile {
+            nodes: 0,
+            every_ms: 500,
+            burst: 4,
+        }
+    }
+}
+
+impl Hostile {
+    /// Whether no node lies.
+    pub fn is_off(&self) -> bool {
+        self.nodes == 0
+    }
 }
 
 /// Network behaviour. Probabilities are in parts per million so they are exact integers.
@@ -259,6 +294,11 @@ impl Scenario {
         }
     }
 
+    /// Whether node `i` is hostile: the highest-numbered `hostile.nodes` nodes.
+    pub fn is_hostile(&self, i: usize) -> bool {
+        i >= self.nodes - self.hostile.nodes.min(self.nodes)
+    }
+
     /// The liveness bound in force.
     pub fn liveness_bound(&self) -> u64 {
         self.liveness_bound_ms.unwrap_or(
@@ -279,6 +319,16 @@ impl Scenario {
         }
         if self.late_joiners >= self.nodes {
             return Err("late_joiners must leave at least one node starting at once".into());
+        }
+        if self.hostile.nodes > self.nodes - self.voter_count() {
+            return Err(format!(
+                "hostile.nodes {} exceeds the {} workers: hostile nodes are never voters",
+                self.hostile.nodes,
+                self.nodes - self.voter_count()
+            ));
+        }
+        if !self.hostile.is_off() && (self.hostile.every_ms == 0 || self.hostile.burst == 0) {
+            return Err("hostile.every and hostile.burst must be positive".into());
         }
         let (lo, hi) = self.network.latency_ms;
         if lo > hi {
@@ -373,6 +423,7 @@ pub const BUILTINS: &[&str] = &[
     "storm",
     "churn",
     "drift",
+    "hostile",
 ];
 
 /// Built-in scenarios, written in the same TOML users write.
@@ -387,11 +438,40 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "storm" => STORM,
         "churn" => CHURN,
         "drift" => DRIFT,
+        "hostile" => HOSTILE,
         _ => return None,
     };
     // The built-ins are tested to parse and validate.
     Some(toml::from_str(text).expect("built-in scenario parses"))
 }
+
+const HOSTILE: &str = r#"
+name = "hostile"
+description = "Two of seven nodes lie (forged heartbeats, extreme terms, unasked replies) through loss, crashes and a partition"
+nodes = 7
+voters = 5
+[hostile]
+nodes = 2
+every_ms = "250ms"
+burst = 6
+[network]
+loss_ppm = 20000
+duplicate_ppm = 10000
+reorder_ppm = 10000
+[[events]]
+at = "2m"
+every = "3m"
+action = "bounce"
+target = "admin"
+down_for = "40s"
+[[events]]
+at = "5m"
+action = "partition"
+with_admin = true
+[[events]]
+at = "6m30s"
+action = "heal"
+"#;
 
 const STEADY: &str = r#"
 name = "steady"

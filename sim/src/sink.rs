@@ -27,6 +27,8 @@ pub struct Stats {
     pub messages: u64,
     /// Elections won by the best-scored live voter.
     pub best_won: u64,
+    /// Messages honest nodes refused (hostile input, or stale replies), by reason.
+    pub refused: std::collections::BTreeMap<&'static str, u64>,
     /// Lines written after the header.
     pub lines: u64,
     /// Simulated time covered.
@@ -218,6 +220,10 @@ impl Sink {
 
     /// Turns a core command into trace records. `global` converts the node's local times.
     pub fn core_output(&mut self, node: &str, command: &Command, global: impl Fn(u64) -> u64) {
+        if let Command::Notice(Notice::Refused { reason, .. }) = command {
+            *self.stats.refused.entry(reason.as_str()).or_default() += 1;
+            return;
+        }
         let node = node.to_owned();
         let record = match command {
             Command::Notice(Notice::BecameAdmin {

@@ -73,11 +73,17 @@ pub fn jobs(
     let mut out = Vec::new();
     for name in names {
         let scenario = load(&name)?;
+        // Hostile nodes exist in the discrete-event engine only: `all` leaves such scenarios
+        // out of turmoil sweeps, and mixed sweeps run them on des.
+        let des_only = !scenario.hostile.is_off();
+        if des_only && engines == EngineChoice::Turmoil && scenarios == "all" {
+            continue;
+        }
         for seed in seeds.clone() {
             let engine = match engines {
                 EngineChoice::Des => Engine::Des,
                 EngineChoice::Turmoil => Engine::Turmoil,
-                EngineChoice::Mix if seed % 2 == 0 => Engine::Des,
+                EngineChoice::Mix if seed % 2 == 0 || des_only => Engine::Des,
                 EngineChoice::Mix => Engine::Turmoil,
             };
             out.push(Job {
@@ -216,6 +222,10 @@ pub struct Overrides {
     /// Simulated time, e.g. 10m, 90s (default: the scenario's).
     #[arg(long, value_parser = crate::scenario::parse_ms)]
     pub duration: Option<u64>,
+    /// Make the highest-numbered N workers hostile: they lie to random nodes (DES only; see
+    /// the `hostile` scenario). Needs N workers: set `--voters` below `--nodes`.
+    #[arg(long)]
+    pub hostile: Option<usize>,
 }
 
 fn parse_peering(s: &str) -> Result<crate::scenario::Peering, String> {
@@ -242,6 +252,9 @@ impl Overrides {
         }
         if let Some(d) = self.duration {
             s.duration_ms = d;
+        }
+        if let Some(h) = self.hostile {
+            s.hostile.nodes = h;
         }
         s.validate()
             .map_err(|e| anyhow::anyhow!("scenario {name}: {e}"))?;

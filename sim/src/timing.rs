@@ -85,6 +85,7 @@ fn trial_scenario(min: u64, max: u64, kill_at: u64, horizon: u64) -> Scenario {
         equal_scores: true,
         peering: Default::default(),
         late_joiners: 0,
+        hostile: Default::default(),
         events: vec![Scheduled {
             at: kill_at,
             every: None,

@@ -1,4 +1,4 @@
-//! The CI sweep: over 500 seeded runs across every built-in scenario, on both engines, with zero
+//! The CI sweep: over 550 seeded runs across every built-in scenario, on both engines, with zero
 //! invariant violations; a few seeds also run twice to check byte-identical traces.
 
 use chorus_sim::scenario::Scenario;
@@ -39,9 +39,9 @@ fn assert_clean(all: &[Job], determinism: bool) {
 }
 
 #[test]
-fn des_450_runs_all_scenarios_no_violations() {
+fn des_500_runs_all_scenarios_no_violations() {
     let all = jobs("all", 0..50, EngineChoice::Des, |n| load(n, None)).unwrap();
-    assert_eq!(all.len(), 450);
+    assert_eq!(all.len(), 500);
     assert_clean(&all, false);
 }
 

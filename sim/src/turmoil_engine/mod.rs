@@ -83,6 +83,10 @@ pub fn run_with(
         scenario.peering == crate::scenario::Peering::Full,
         "the turmoil engine always peers every node with every other; `peering = \"voters\"` is for the discrete-event engine"
     );
+    anyhow::ensure!(
+        scenario.hostile.is_off(),
+        "hostile nodes are simulated by the discrete-event engine only (--engine des)"
+    );
     let tick_ms = tick_ms(scenario, options);
     anyhow::ensure!(tick_ms > 0, "the turmoil tick must be positive");
     let (latency_min, latency_max) = scenario.network.latency_ms;

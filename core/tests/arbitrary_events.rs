@@ -1,0 +1,285 @@
+//! Any sequence of events, however hostile (issue 9): arbitrary messages with arbitrary and
+//! extreme numbers from members, workers, strangers and the node itself, timers, peers coming
+//! and going, restarts. The core must never panic, never lower its term, and never grant two
+//! candidates a vote in one term — judged both from its `Voted` notices and from the
+//! `vote_reply { granted: true }` messages it actually sends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chorus_core::{
+    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Resources, Timer,
+    ADMIN_ELECTION, MAX_WIRE_INT,
+};
+use proptest::prelude::*;
+
+const PEERS: [&str; 5] = ["b", "c", "d", "w", "z"];
+
+fn peer() -> impl Strategy<Value = NodeId> {
+    prop_oneof![
+        4 => (0..PEERS.len()).prop_map(|i| NodeId::from(PEERS[i])),
+        1 => Just(NodeId::from("a")),
+    ]
+}
+
+/// Numbers that matter: small ones near the live term, and the edges of every range.
+fn number() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        6 => 0u64..6,
+        1 => Just(MAX_WIRE_INT - 1),
+        1 => Just(MAX_WIRE_INT),
+        1 => Just(MAX_WIRE_INT + 1),
+        1 => Just(u64::MAX),
+        1 => any::<u64>(),
+    ]
+}
+
+fn electorate() -> impl Strategy<Value = Option<Arc<Electorate>>> {
+    prop::option::of(
+        (number(), prop::collection::vec(peer(), 0..4))
+            .prop_map(|(v, m)| Arc::new(Electorate::new(v, m))),
+    )
+}
+
+fn message() -> impl Strategy<Value = Message> {
+    prop_oneof![
+        number().prop_map(|electorate_version| Message::Whoami { electorate_version }),
+        (
+            prop::option::of(peer()),
+            number(),
+            number(),
+            number(),
+            number(),
+            any::<bool>(),
+            electorate()
+        )
+            .prop_map(
+                |(admin, term, membership_version, beat, uptime_s, eligible, electorate)| {
+                    Message::WhoamiReply {
+                        admin,
+                        term,
+                        membership_version,
+                        beat,
+                        uptime_s,
+                        resources: Resources::default(),
+                        eligible,
+                        electorate,
+                    }
+                }
+            ),
+        (number(), number(), any::<u64>(), any::<bool>()).prop_map(|(term, v, h, pre)| {
+            // Half the requests carry the real electorate key, so grants are reachable.
+            let (electorate_version, electorate_hash) = if h % 2 == 0 { key() } else { (v, h) };
+            if pre {
+                Message::PreVoteRequest {
+                    term,
+                    electorate_version,
+                    electorate_hash,
+                }
+            } else {
+                Message::VoteRequest {
+                    term,
+                    electorate_version,
+                    electorate_hash,
+                }
+            }
+        }),
+        (number(), any::<bool>())
+            .prop_map(|(term, granted)| Message::PreVoteReply { term, granted }),
+        (number(), any::<bool>()).prop_map(|(term, granted)| Message::VoteReply { term, granted }),
+        (number(), number(), number()).prop_map(|(term, beat, membership_version)| {
+            Message::Heartbeat {
+                term,
+                beat,
+                membership_version,
+            }
+        }),
+        (number(), number()).prop_map(|(term, beat)| Message::HeartbeatAck { term, beat }),
+        number().prop_map(|term| Message::StepDown { term }),
+    ]
+}
+
+fn members() -> Electorate {
+    Electorate::new(1, ["a", "b", "c", "d"].map(NodeId::from).to_vec())
+}
+
+fn key() -> (u64, u64) {
+    let e = members();
+    (e.version, e.fingerprint())
+}
+
+#[derive(Clone, Debug)]
+enum Input {
+    /// A message after `gap` ms.
+    Message(u64, NodeId, Message),
+    /// The earliest armed timer fires at its deadline.
+    Timer,
+    PeerUp(NodeId, bool, u64),
+    PeerDown(NodeId),
+    Restart(u64),
+}
+
+fn input() -> impl Strategy<Value = Input> {
+    prop_oneof![
+        8 => (0u64..3_000, peer(), message()).prop_map(|(g, p, m)| Input::Message(g, p, m)),
+        4 => Just(Input::Timer),
+        1 => (peer(), any::<bool>(), number()).prop_map(|(p, e, u)| Input::PeerUp(p, e, u)),
+        1 => peer().prop_map(Input::PeerDown),
+        1 => (0u64..100_000).prop_map(Input::Restart),
+    ]
+}
+
+/// A worker (no electorate) or a voter of `members()`, started at 0.
+fn started(eligible: bool) -> (Core, u64) {
+    let caps = if eligible {
+        vec![ADMIN_ELECTION.to_owned()]
+    } else {
+        vec!["docker".to_owned()]
+    };
+    let mut core = Core::new("a".into(), config(), caps, 3).unwrap();
+    if eligible {
+        core.set_electorate_for_test(members());
+    }
+    core.step_vec(0, Event::Started);
+    (core, 0)
+}
+
+/// A voter that won term 1 with the votes of b and c.
+fn elected() -> (Core, u64) {
+    let (mut core, _) = started(true);
+    let mut now = 0;
+    for _ in 0..2 {
+        let (at, timer) = core.next_deadline().expect("discovery, then election");
+        now = at;
+        core.step_vec(now, Event::TimerFired { timer });
+    }
+    for granted in [
+        Message::PreVoteReply {
+            term: 1,
+            granted: true,
+        },
+        Message::VoteReply {
+            term: 1,
+            granted: true,
+        },
+    ] {
+        for p in ["b", "c"] {
+            core.step_vec(
+                now,
+                Event::Message {
+                    from: p.into(),
+                    msg: granted.clone(),
+                },
+            );
+        }
+    }
+    assert_eq!(core.role(), chorus_core::Role::Admin);
+    (core, now)
+}
+
+fn config() -> Config {
+    Config {
+        heartbeat_interval_ms: 1_000,
+        election_timeout_min_ms: 3_000,
+        election_timeout_max_ms: 4_500,
+        discovery_timeout_ms: 1_000,
+        bootstrap_expect: 4,
+        ..Config::default()
+    }
+}
+
+/// Checks one step's output against everything promised before it.
+#[derive(Default)]
+struct Judge {
+    /// Per term, the candidate granted: from notices and from replies actually sent.
+    voted: BTreeMap<u64, NodeId>,
+    granted: BTreeMap<u64, NodeId>,
+}
+
+impl Judge {
+    fn observe(&mut self, term_after: u64, out: &[Command]) -> Result<(), TestCaseError> {
+        for c in out {
+            match c {
+                Command::Notice(Notice::Voted { term, candidate }) => {
+                    let prev = self.voted.entry(*term).or_insert_with(|| candidate.clone());
+                    prop_assert_eq!(&*prev, candidate, "two Voted notices in term {}", term);
+                }
+                Command::Send {
+                    to,
+                    msg:
+                        Message::VoteReply {
+                            term,
+                            granted: true,
+                        },
+                } => {
+                    let prev = self.granted.entry(*term).or_insert_with(|| to.clone());
+                    prop_assert_eq!(&*prev, to, "two granted vote replies in term {}", term);
+                    prop_assert!(*term <= term_after);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_panic_no_lower_term_one_vote_per_term(
+        start in 0..3u8,
+        inputs in prop::collection::vec(input(), 1..120),
+    ) {
+        let (mut core, mut now) = match start {
+            0 => started(false),
+            1 => started(true),
+            _ => elected(),
+        };
+        let mut judge = Judge::default();
+        let mut out = Vec::new();
+        for input in inputs {
+            let term_before = core.term();
+            out.clear();
+            let event = match input {
+                Input::Message(gap, from, msg) => {
+                    now += gap;
+                    Event::Message { from, msg }
+                }
+                Input::Timer => match core.next_deadline() {
+                    Some((at, timer)) => {
+                        now = now.max(at);
+                        Event::TimerFired { timer }
+                    }
+                    None => Event::TimerFired { timer: Timer::Election },
+                },
+                Input::PeerUp(peer, eligible, uptime_s) => {
+                    let capabilities: Vec<String> = if eligible {
+                        vec![ADMIN_ELECTION.into()]
+                    } else {
+                        vec!["docker".into()]
+                    };
+                    Event::PeerUp {
+                        peer,
+                        info: PeerInfo { capabilities: capabilities.into(), uptime_s, resources: Resources::default() },
+                    }
+                }
+                Input::PeerDown(peer) => Event::PeerDown { peer },
+                Input::Restart(gap) => {
+                    now += gap;
+                    Event::Started
+                }
+            };
+            core.step(now, event, &mut out);
+            prop_assert!(core.term() >= term_before, "term fell from {} to {}", term_before, core.term());
+            prop_assert!(core.term() <= MAX_WIRE_INT);
+            prop_assert!(core.beat() <= MAX_WIRE_INT);
+            judge.observe(core.term(), &out)?;
+            if let Some(v) = core.voted_for() {
+                if let Some(g) = judge.granted.get(&core.term()) {
+                    prop_assert_eq!(v, g, "state says one vote, the wire another");
+                }
+            }
+        }
+    }
+}
