@@ -491,3 +491,40 @@ fn record_latency(m: &mut Metrics, latency: Duration) {
     m.latency_count += 1;
     m.latency_sum_s += s;
 }
+
+#[cfg(test)]
+mod tests {
+    use chorus_core::Refusal;
+    use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
+
+    use super::*;
+
+    #[test]
+    fn refusals_are_counted_by_reason_and_not_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = LogMeta::new("a".into(), Default::default(), vec![], 1);
+        let log = SledLog::open(dir.path(), meta, SledLogOptions::default()).unwrap();
+        let shared = SharedState::default();
+        let mut observer = NodeObserver::new(shared.clone(), log.notice_recorder(), 1);
+        let refused = |reason| Notice::Refused {
+            from: "w".into(),
+            message: "heartbeat".into(),
+            reason,
+        };
+        observer.on_notice(5, &refused(Refusal::NotMember));
+        observer.on_notice(6, &refused(Refusal::NotMember));
+        observer.on_notice(7, &refused(Refusal::OutOfRange));
+        let text = shared.lock().metrics_text();
+        for line in [
+            r#"chorus_refused_total{reason="not_member"} 2"#,
+            r#"chorus_refused_total{reason="out_of_range"} 1"#,
+            r#"chorus_refused_total{reason="stale"} 0"#,
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
+        assert!(
+            log.notices().unwrap().is_empty(),
+            "refusals are not recorded"
+        );
+    }
+}
