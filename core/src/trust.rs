@@ -500,6 +500,135 @@ mod tests {
         assert_eq!(refusals(&out), [("c".to_owned(), Refusal::Stale)]);
     }
 
+    /// The bounds and names are a contract with other implementations and with dashboards.
+    #[test]
+    fn bounds_and_names_are_the_documented_ones() {
+        assert_eq!(MAX_WIRE_INT, 9_007_199_254_740_991);
+        assert_eq!(MAX_UPTIME_S, 3_153_600_000);
+        assert_eq!(MAX_CAPABILITIES, 64);
+        let names: Vec<String> = Refusal::ALL.iter().map(|r| r.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "not_member",
+                "out_of_range",
+                "unsolicited",
+                "conflicting_admin",
+                "stale"
+            ]
+        );
+        for r in Refusal::ALL {
+            assert_eq!(r.as_str(), r.to_string());
+            assert_eq!(r.is_benign(), r == Refusal::Stale, "{r}");
+        }
+    }
+
+    /// Every number of every message, at its bound and one past it.
+    #[test]
+    fn every_bound_is_checked_at_its_edge() {
+        let e = |version, members: &[&str]| {
+            Some(Arc::new(Electorate::new(
+                version,
+                members.iter().map(|m| NodeId::from(*m)).collect(),
+            )))
+        };
+        let reply = |term, version, beat, uptime_s, electorate| Message::WhoamiReply {
+            admin: None,
+            term,
+            membership_version: version,
+            beat,
+            uptime_s,
+            resources: Default::default(),
+            eligible: true,
+            electorate,
+        };
+        let ok = MAX_WIRE_INT;
+        let bad = MAX_WIRE_INT + 1;
+        let mut cases: Vec<(Message, Message)> = vec![
+            (
+                Message::Whoami {
+                    electorate_version: ok,
+                },
+                Message::Whoami {
+                    electorate_version: bad,
+                },
+            ),
+            (reply(ok, 1, 1, 0, None), reply(bad, 1, 1, 0, None)),
+            (reply(1, ok, 1, 0, None), reply(1, bad, 1, 0, None)),
+            (reply(1, 1, ok, 0, None), reply(1, 1, bad, 0, None)),
+            (
+                reply(1, 1, 1, MAX_UPTIME_S, None),
+                reply(1, 1, 1, MAX_UPTIME_S + 1, None),
+            ),
+            (
+                reply(1, 1, 1, 0, e(ok, &["a"])),
+                reply(1, 1, 1, 0, e(bad, &["a"])),
+            ),
+            (
+                reply(1, 1, 1, 0, e(1, &["a"])),
+                reply(1, 1, 1, 0, e(0, &["a"])),
+            ),
+            (
+                reply(1, 1, 1, 0, e(1, &["a"])),
+                reply(1, 1, 1, 0, e(1, &[])),
+            ),
+        ];
+        let request = |pre, term, v| {
+            if pre {
+                Message::PreVoteRequest {
+                    term,
+                    electorate_version: v,
+                    electorate_hash: u64::MAX,
+                }
+            } else {
+                Message::VoteRequest {
+                    term,
+                    electorate_version: v,
+                    electorate_hash: u64::MAX,
+                }
+            }
+        };
+        for pre in [true, false] {
+            cases.push((request(pre, ok, 1), request(pre, bad, 1)));
+            cases.push((request(pre, 1, ok), request(pre, 1, bad)));
+        }
+        let term_only = |term| {
+            [
+                Message::PreVoteReply {
+                    term,
+                    granted: true,
+                },
+                Message::VoteReply {
+                    term,
+                    granted: true,
+                },
+                Message::StepDown { term },
+            ]
+        };
+        for (a, b) in term_only(ok).into_iter().zip(term_only(bad)) {
+            cases.push((a, b));
+        }
+        let hb = |term, beat, v| Message::Heartbeat {
+            term,
+            beat,
+            membership_version: v,
+        };
+        cases.push((hb(ok, 1, 1), hb(bad, 1, 1)));
+        cases.push((hb(1, ok, 1), hb(1, bad, 1)));
+        cases.push((hb(1, 1, ok), hb(1, 1, bad)));
+        let ack = |term, beat| Message::HeartbeatAck { term, beat };
+        cases.push((ack(ok, 1), ack(bad, 1)));
+        cases.push((ack(1, ok), ack(1, bad)));
+        for (inside, outside) in cases {
+            assert_eq!(inside.check_bounds(), Ok(()), "{inside:?}");
+            assert_eq!(
+                outside.check_bounds(),
+                Err(Refusal::OutOfRange),
+                "{outside:?}"
+            );
+        }
+    }
+
     #[test]
     fn peer_advertisements_are_bounded() {
         let mut a = voter("a", ABC);
