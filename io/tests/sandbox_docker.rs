@@ -9,14 +9,19 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chorus_io::sandbox::docker::{DockerProvider, LABEL_CREATED, LABEL_NODE, LABEL_TASK};
+use chorus_io::sandbox::docker::{
+    DockerProvider, LABEL_BOOT, LABEL_CREATED, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_TASK,
+};
 use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::owner::Owner;
 use chorus_io::sandbox::policy::NetworkPolicy;
 use chorus_io::sandbox::{
     ErrorCategory, ExecRequest, ExecutionSandbox, FileEntry, FileTree, GitIdentity, OutputStream,
     RepoMount, SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState,
 };
-use common::{containers_of, provider, started, unique_node, Cleanup};
+use common::{
+    containers_of, provider, started, test_network, unique_node, Cleanup, NetworkCleanup,
+};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -228,9 +233,22 @@ async fn enabled_network_gets_dns_hosts_and_proxy_settings() -> TestResult {
         },
         ..SandboxPolicy::default()
     };
-    let (_p, sb, _c) = started("netdns", policy, |_| {}).await;
+    let (provider, image) = provider().await;
+    let node = unique_node("netdns");
+    let _c = Cleanup { node: node.clone() };
+    let network = test_network("dns");
+    let _n = NetworkCleanup(network.clone());
+    let provider = provider.with_sandbox_network(network);
+    let sb = provider
+        .create(&SandboxSpec::new(&node, "netdns", image), &policy)
+        .await?;
+    sb.start().await?;
+    // On a user-defined network the container asks Docker's embedded DNS (127.0.0.11), which
+    // forwards to the configured servers; the configuration is on the container.
+    let info = provider.docker().inspect_container(sb.id(), None).await?;
+    let host = info.host_config.unwrap_or_default();
+    assert_eq!(host.dns, Some(vec!["192.0.2.53".to_string()]));
     let resolv = String::from_utf8(sb.read_file("/etc/resolv.conf").await?)?;
-    assert!(resolv.contains("nameserver 192.0.2.53"), "{resolv}");
     assert!(resolv.contains("corp.invalid"), "{resolv}");
     let hosts = String::from_utf8(sb.read_file("/etc/hosts").await?)?;
     assert!(hosts.contains("192.0.2.10\tgit.corp.invalid"), "{hosts}");
@@ -456,13 +474,27 @@ async fn read_write_repository_is_writable_with_configured_owner() -> TestResult
         spec.workspace = Some(mount);
     })
     .await;
-    let out = sb.exec(ExecRequest::shell("echo made > made.txt")).await?;
+    let out = sb
+        .exec(ExecRequest::shell(
+            "echo made > made.txt && rm .env && echo changed > README.md",
+        ))
+        .await?;
     assert!(out.success(), "{}", out.stderr_text());
+    // The sandbox works on a staged copy: the repository changes only when synced back.
+    assert!(!repo.path().join("made.txt").exists());
+    sb.remove().await?;
     assert_eq!(
         std::fs::read_to_string(repo.path().join("made.txt"))?,
         "made\n"
     );
-    sb.remove().await?;
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("README.md"))?,
+        "changed\n"
+    );
+    assert!(
+        !repo.path().join(".env").exists(),
+        "a deletion is synced too"
+    );
     Ok(())
 }
 
@@ -528,19 +560,22 @@ async fn usage_is_reported_under_load() -> TestResult {
     Ok(())
 }
 
+/// Case 3 of issue 16: sandboxes carry owner, boot id and deadline labels; `reap` removes those
+/// whose owner died (here a real process, killed with SIGKILL as a crash would) and spares those
+/// of a live owner, even under the same node id.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reap_removes_what_a_crashed_node_left_behind() -> TestResult {
+async fn reap_removes_what_a_dead_owner_left_and_spares_live_owners() -> TestResult {
     let (provider, image) = provider().await;
     let node = unique_node("reap");
-    let other = unique_node("reap-other");
     let _c = Cleanup { node: node.clone() };
-    let _c2 = Cleanup {
-        node: other.clone(),
-    };
+    // The "crashing" owner: a child process standing in for a `chorus` that gets kill -9.
+    let mut owner_proc = std::process::Command::new("sleep").arg("300").spawn()?;
+    let owner = Owner::of_process(owner_proc.id()).expect("the child runs");
+    let doomed = provider.clone().with_owner(owner.clone());
     let policy = SandboxPolicy::default();
-    let mut staging = Vec::new();
+    let mut ids = Vec::new();
     for i in 0..3 {
-        let sb = provider
+        let sb = doomed
             .create(&SandboxSpec::new(&node, format!("t{i}"), &image), &policy)
             .await?;
         if i == 0 {
@@ -550,23 +585,63 @@ async fn reap_removes_what_a_crashed_node_left_behind() -> TestResult {
             assert_eq!(labels[LABEL_NODE], node);
             assert_eq!(labels[LABEL_TASK], "t0");
             assert!(labels[LABEL_CREATED].parse::<u64>()? > 1_600_000_000);
+            assert_eq!(labels[LABEL_OWNER], owner.label());
+            assert_eq!(labels[LABEL_BOOT], owner.boot_id);
+            assert!(labels[LABEL_DEADLINE].parse::<u64>()? > labels[LABEL_CREATED].parse()?);
         }
-        staging.push(sb.staging_dir().map(|p| p.to_path_buf()));
+        ids.push(sb.id().to_string());
         // Dropped without stop or remove, as a crash would.
     }
+    // This process's own sandbox, same node id, live owner.
     let survivor = provider
-        .create(&SandboxSpec::new(&other, "keep", &image), &policy)
+        .create(&SandboxSpec::new(&node, "keep", &image), &policy)
         .await?;
-    assert_eq!(containers_of(&node), 3);
+    assert_eq!(containers_of(&node), 4);
+    assert_eq!(provider.reap(&node).await?, 0, "every owner is alive");
+    assert_eq!(provider.reap_stale().await?, 0, "not even across nodes");
+
+    owner_proc.kill()?;
+    owner_proc.wait()?;
     assert_eq!(provider.reap(&node).await?, 3);
-    assert_eq!(containers_of(&node), 0);
-    for dir in staging.into_iter().flatten() {
-        assert!(!dir.exists(), "{} left behind", dir.display());
-    }
-    // Another node's sandbox is untouched.
-    assert_eq!(containers_of(&other), 1);
+    assert_eq!(containers_of(&node), 1);
+    assert!(ids.iter().all(|id| !common::container_exists(id)));
     survivor.remove().await?;
     assert_eq!(provider.reap(&node).await?, 0);
+    Ok(())
+}
+
+/// Case 3 of issue 16: a sandbox cannot outlive its deadline. The main process ends at the
+/// deadline inside the container (no `sleep infinity`), and `reap` then removes it although its
+/// owner (this process) still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
+    let (provider, image) = provider().await;
+    let node = unique_node("deadline");
+    let _c = Cleanup { node: node.clone() };
+    let mut spec = SandboxSpec::new(&node, "short", &image);
+    spec.lifetime = Duration::from_secs(2);
+    let sb = provider.create(&spec, &SandboxPolicy::default()).await?;
+    sb.start().await?;
+    let ps = sb.exec(ExecRequest::new(["ps", "-o", "args"])).await?;
+    assert!(
+        !ps.stdout_text().contains("infinity"),
+        "{}",
+        ps.stdout_text()
+    );
+    assert_eq!(provider.reap(&node).await?, 0, "deadline not reached yet");
+    // Liveness bound, not a timing assert: the deadline is 2 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sb.state().await?.is_running() {
+        assert!(
+            Instant::now() < deadline,
+            "the sandbox outlived its deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exited, "{err}");
+    assert_eq!(provider.reap(&node).await?, 1);
+    assert_eq!(containers_of(&node), 0);
     Ok(())
 }
 
@@ -666,17 +741,6 @@ async fn every_error_category_is_produced() -> TestResult {
     note(ErrorCategory::Unsupported, &err);
     assert!(err.message.contains("storage driver"), "{err}");
 
-    // Start: the main program does not exist (without an init, runc itself fails to start
-    // it; with one, the init starts and exits 127, seen as `Exited`).
-    let mut broken = spec.clone();
-    broken.command = vec!["/no/such/init".into()];
-    let no_init = SandboxPolicy {
-        init: false,
-        ..SandboxPolicy::default()
-    };
-    let sb = provider.create(&broken, &no_init).await?;
-    note(ErrorCategory::Start, &sb.start().await.unwrap_err());
-    sb.remove().await?;
     // Start: the network to join does not exist (checked by the daemon only at start).
     let mut lost = SandboxPolicy::default();
     lost.network.enabled = true;
