@@ -16,8 +16,8 @@ use chorus_io::sandbox::image::ensure_busybox_image;
 use chorus_io::sandbox::owner::Owner;
 use chorus_io::sandbox::policy::NetworkPolicy;
 use chorus_io::sandbox::{
-    ErrorCategory, ExecRequest, ExecutionSandbox, FileEntry, FileTree, GitIdentity, OutputStream,
-    RepoMount, SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState,
+    ErrorCategory, ExecRequest, ExecutionSandbox, FileEntry, FileTree, GitIdentity, RepoMount,
+    SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState,
 };
 use common::{
     containers_of, provider, started, test_network, unique_node, Cleanup, NetworkCleanup,
@@ -83,35 +83,8 @@ async fn runs_a_command_with_output_exit_code_env_and_stdin() -> TestResult {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn streams_output_as_it_comes() -> TestResult {
-    let (_p, sb, _c) = started("stream", SandboxPolicy::default(), |_| {}).await;
-    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
-    let run = sb.exec_streaming(
-        ExecRequest::shell("echo first; sleep 1; echo second >&2"),
-        tx,
-    );
-    let collect = async {
-        let first = rx.recv().await.expect("a first chunk");
-        let at = Instant::now();
-        let mut rest = Vec::new();
-        while let Some(chunk) = rx.recv().await {
-            rest.push(chunk);
-        }
-        (first, at, rest)
-    };
-    let (out, (first, first_at, rest)) = tokio::join!(run, collect);
-    let out = out?;
-    assert_eq!(first.stream, OutputStream::Stdout);
-    assert_eq!(first.data, b"first\n");
-    assert_eq!(rest.last().map(|c| c.stream), Some(OutputStream::Stderr));
-    // The first chunk arrived well before the command ended.
-    assert!(first_at.elapsed() < Duration::from_secs(5));
-    assert_eq!(out.stdout_text(), "first\n");
-    assert_eq!(out.stderr_text(), "second\n");
-    sb.remove().await?;
-    Ok(())
-}
+// Streaming is a contract test (`sandbox_contract.rs`: `streams_output_while_the_command_runs`),
+// written so that an implementation buffering output until the end fails it.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn files_and_trees_round_trip() -> TestResult {
@@ -274,7 +247,9 @@ async fn timeout_kills_the_command_and_leaves_nothing_running() -> TestResult {
     let took = begun.elapsed();
     assert_eq!(err.category, ErrorCategory::Timeout, "{err}");
     assert!(!err.retryable);
-    assert!(took < Duration::from_millis(2500), "took {took:?}");
+    // A liveness bound only (the command must not run its 60 s); how fast the kill is, is
+    // measured by the benchmark, not asserted on a loaded machine.
+    assert!(took < Duration::from_secs(30), "took {took:?}");
     assert!(err.message.contains("process group killed"), "{err}");
     // The sandbox itself survived, and no sleeper is left.
     assert_eq!(sb.state().await?, SandboxState::Running);
@@ -339,15 +314,22 @@ async fn fork_bomb_is_held_by_the_pids_limit() -> TestResult {
     }
     // The host is fine: it can still start processes.
     assert!(std::process::Command::new("true").status()?.success());
-    // Nothing of the bomb is left: either its group was killed or the whole sandbox was.
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    match sb.state().await? {
-        SandboxState::Running => {
-            let usage = sb.usage().await?;
-            assert!(usage.pids <= 3, "bomb survivors: {usage:?}");
+    // Nothing of the bomb is left: either its processes were killed or the whole sandbox was.
+    // Polled with a generous deadline: killed processes take a moment to be reaped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match sb.state().await? {
+            SandboxState::Running => {
+                let usage = sb.usage().await?;
+                if usage.pids <= 3 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "bomb survivors: {usage:?}");
+            }
+            SandboxState::Exited { .. } => break,
+            other => panic!("unexpected state {other:?}"),
         }
-        SandboxState::Exited { .. } => {}
-        other => panic!("unexpected state {other:?}"),
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     sb.remove().await?;
     Ok(())
@@ -538,21 +520,24 @@ async fn usage_is_reported_under_load() -> TestResult {
         tokio::spawn(async move {
             sb.exec(
                 ExecRequest::shell("head -c 20000000 /dev/zero > /tmp/fill; while :; do :; done")
-                    .timeout(Duration::from_secs(3)),
+                    .timeout(Duration::from_secs(8)),
             )
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let first = sb.usage().await?;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let second = sb.usage().await?;
-    for usage in [first, second] {
-        assert!(usage.cpu_percent > 5.0, "{usage:?}");
-        // The 20 MB file lives in tmpfs, which counts as memory.
-        assert!(usage.memory_bytes > 10_000_000, "{usage:?}");
+    // Polled until the load shows (or a generous deadline passes), instead of a fixed sleep.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = 0;
+    while seen < 2 {
+        let usage = sb.usage().await?;
         assert_eq!(usage.memory_limit_bytes, 512 * 1024 * 1024);
-        assert!(usage.pids >= 2, "{usage:?}");
+        // The 20 MB file lives in tmpfs, which counts as memory.
+        if usage.cpu_percent > 5.0 && usage.memory_bytes > 10_000_000 && usage.pids >= 2 {
+            seen += 1;
+        } else {
+            assert!(Instant::now() < deadline, "load never showed: {usage:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let err = load.await?.unwrap_err();
     assert_eq!(err.category, ErrorCategory::Timeout);
@@ -645,15 +630,19 @@ async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
     Ok(())
 }
 
+/// Building is idempotent: a second call finds the image current. (How fast that is — one
+/// inspect — is measured by the benchmark; here only a liveness bound.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn image_build_is_idempotent_and_fast() -> TestResult {
+async fn image_build_is_idempotent() -> TestResult {
     let (provider, image) = provider().await;
+    let id = provider.docker().inspect_image(&image).await?.id;
     let begun = Instant::now();
     assert_eq!(ensure_busybox_image(provider.docker()).await?, image);
-    assert!(
-        begun.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        begun.elapsed()
+    assert!(begun.elapsed() < Duration::from_secs(60), "hung");
+    assert_eq!(
+        provider.docker().inspect_image(&image).await?.id,
+        id,
+        "the current image was rebuilt"
     );
     Ok(())
 }
