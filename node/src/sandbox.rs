@@ -1,14 +1,33 @@
 //! `chorus sandbox`: a thin command line over `chorus_io::sandbox` (the Docker provider).
+//!
+//! Repositories: `--repo PATH` is taken literally (a folder named `x:rw` is a folder, not a
+//! mode; read-write is `--rw`). It must lie inside `--repo-root` (default: the current
+//! directory), be given without symlinks or `..` anywhere in it, and is mounted read-only, or
+//! for `--rw` copied into the sandbox and synced back when the command ends.
+//!
+//! Ownership: every run owns its sandbox as its own process (pid + start time + boot id in the
+//! labels) and gives it a deadline of the timeout plus a minute; `chorus sandbox reap` removes
+//! only sandboxes whose owning process is gone or whose deadline passed, so it never touches
+//! another user's live run.
 
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::repo::RepoRoots;
 use chorus_io::sandbox::{
-    image, ExecRequest, ExecutionSandbox, RepoMount, SandboxPolicy, SandboxProvider, SandboxSpec,
+    image, ExecOutput, ExecRequest, ExecutionSandbox, RepoMount, SandboxPolicy, SandboxProvider,
+    SandboxSpec,
 };
+
+/// The node id CLI sandboxes are labelled with (each run is still its own owner).
+pub const CLI_NODE: &str = "chorus-cli";
+
+/// How long a CLI sandbox may outlive its command's timeout before its deadline.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
 
 /// The sandbox subcommands.
 #[derive(clap::Subcommand)]
@@ -18,10 +37,19 @@ pub enum Cmd {
         /// The image (never pulled; see `chorus sandbox image build`).
         #[arg(long)]
         image: String,
-        /// A repository to mount at /workspace: `PATH`, `PATH:ro` (default) or `PATH:rw`.
-        #[arg(long, value_name = "PATH[:ro|:rw]")]
-        repo: Option<String>,
-        /// Give the sandbox network access (default bridge).
+        /// A repository to show at /workspace, read-only unless `--rw`. Taken literally, inside
+        /// `--repo-root`, with no symlink or `..` in it.
+        #[arg(long, value_name = "PATH")]
+        repo: Option<PathBuf>,
+        /// Work on a copy of the repository and sync the changes back afterwards (never
+        /// `.git/hooks`, never symlinks made inside).
+        #[arg(long, requires = "repo")]
+        rw: bool,
+        /// The only directory repositories may come from (default: the current directory).
+        #[arg(long, value_name = "DIR")]
+        repo_root: Option<PathBuf>,
+        /// Give the sandbox network access: a dedicated network without inter-container
+        /// traffic, from which the host and private/link-local addresses are dropped.
         #[arg(long)]
         network: bool,
         /// Kill the command after this many seconds.
@@ -36,11 +64,12 @@ pub enum Cmd {
         #[command(subcommand)]
         command: ImageCmd,
     },
-    /// Remove sandboxes a node left behind.
+    /// Remove sandboxes whose owner process is gone or whose deadline passed (never a live
+    /// run's).
     Reap {
-        /// The node id whose sandboxes to remove.
-        #[arg(long, default_value = "chorus-cli")]
-        node: String,
+        /// Only sandboxes of this node id (default: every node's).
+        #[arg(long)]
+        node: Option<String>,
     },
 }
 
@@ -65,57 +94,194 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Reap { node } => {
-            let n = provider.reap(&node).await?;
-            println!("removed {n} sandbox(es) of node {node}");
+            let n = match &node {
+                Some(node) => provider.reap(node).await?,
+                None => provider.reap_stale().await?,
+            };
+            println!("removed {n} orphaned or expired sandbox(es)");
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run {
             image,
             repo,
+            rw,
+            repo_root,
             network,
             timeout,
             command,
         } => {
-            let task = format!("cli-{}", std::process::id());
-            let mut spec = SandboxSpec::new("chorus-cli", task, image);
+            let root = match repo_root {
+                Some(r) => r,
+                None => std::env::current_dir().context("the current directory")?,
+            };
+            let provider = provider.with_repo_roots(RepoRoots::new([&root])?);
+            let mut spec = SandboxSpec::new(CLI_NODE, format!("cli-{}", std::process::id()), image);
+            spec.lifetime = Duration::from_secs(timeout) + DEADLINE_MARGIN;
             if let Some(repo) = repo {
-                spec = spec.with_workspace(parse_repo(&repo)?);
+                spec = spec.with_workspace(repo_mount(&repo, rw)?);
             }
             let mut policy = SandboxPolicy::default();
             policy.network.enabled = network;
-            let sandbox = provider.create(&spec, &policy).await?;
-            let result = async {
-                sandbox.start().await?;
-                sandbox
-                    .exec(ExecRequest::new(command).timeout(Duration::from_secs(timeout)))
-                    .await
-            }
-            .await;
-            // Remove the sandbox whatever happened; report the command's error first.
-            let removed = sandbox.remove().await;
-            let out = result?;
-            removed?;
-            use std::io::Write;
-            std::io::stdout().write_all(&out.stdout)?;
-            std::io::stderr().write_all(&out.stderr)?;
+            let out = run_once(&provider, &spec, &policy, command, timeout).await?;
+            let limit = policy.output_limit_bytes;
+            report(
+                &out,
+                limit,
+                &mut std::io::stdout().lock(),
+                &mut std::io::stderr().lock(),
+            )?;
             let code = u8::try_from(out.exit_code.clamp(0, 255)).unwrap_or(1);
             Ok(ExitCode::from(code))
         }
     }
 }
 
-fn parse_repo(text: &str) -> anyhow::Result<RepoMount> {
-    let (path, mode) = match text.rsplit_once(':') {
-        Some((p, m @ ("ro" | "rw"))) => (p, m),
-        _ => (text, "ro"),
-    };
-    let path = PathBuf::from(path);
-    if !path.is_dir() {
-        bail!("--repo {}: not a directory", path.display());
+/// Creates, starts, runs and removes one sandbox; removal (and a read-write repository's sync
+/// back) happens whatever the command did, and the command's error is reported first.
+async fn run_once(
+    provider: &DockerProvider,
+    spec: &SandboxSpec,
+    policy: &SandboxPolicy,
+    command: Vec<String>,
+    timeout_s: u64,
+) -> anyhow::Result<ExecOutput> {
+    let sandbox = provider.create(spec, policy).await?;
+    let result = async {
+        sandbox.start().await?;
+        sandbox
+            .exec(ExecRequest::new(command).timeout(Duration::from_secs(timeout_s)))
+            .await
     }
-    let path = path.canonicalize()?;
-    Ok(match mode {
-        "rw" => RepoMount::read_write(path),
-        _ => RepoMount::read_only(path),
+    .await;
+    let removed = sandbox.remove().await;
+    let out = result?;
+    removed?;
+    Ok(out)
+}
+
+/// Writes the command's output, then says on stderr what the sandbox changed about it: output
+/// cut at the cap, processes killed after the command.
+pub fn report(
+    out: &ExecOutput,
+    limit_bytes: usize,
+    stdout: &mut impl Write,
+    stderr: &mut impl Write,
+) -> std::io::Result<()> {
+    stdout.write_all(&out.stdout)?;
+    stdout.flush()?;
+    stderr.write_all(&out.stderr)?;
+    for (name, cut) in [
+        ("stdout", out.stdout_truncated),
+        ("stderr", out.stderr_truncated),
+    ] {
+        if cut {
+            writeln!(
+                stderr,
+                "chorus: {name} truncated at {limit_bytes} bytes (the rest was dropped)"
+            )?;
+        }
+    }
+    if out.stray_processes_killed > 0 {
+        writeln!(
+            stderr,
+            "chorus: killed {} process(es) the command left running",
+            out.stray_processes_killed
+        )?;
+    }
+    Ok(())
+}
+
+/// The repository mount for `--repo PATH [--rw]`. The path is taken literally (no `:mode`
+/// suffix); a relative path is taken from the current directory, without resolving anything —
+/// the provider refuses it if it is not already resolved.
+fn repo_mount(path: &Path, rw: bool) -> anyhow::Result<RepoMount> {
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    Ok(if rw {
+        RepoMount::read_write(path)
+    } else {
+        RepoMount::read_only(path)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    /// Issue 16 case 8: a folder whose name ends in `:rw` is a folder, read-only.
+    #[test]
+    fn a_repo_named_like_a_mode_is_a_path() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "run",
+            "--image",
+            "i",
+            "--repo",
+            "/r/name:rw",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let Cmd::Run { repo, rw, .. } = cli.cmd else {
+            panic!("not run")
+        };
+        let mount = repo_mount(&repo.unwrap(), rw).unwrap();
+        assert_eq!(mount.host_path, PathBuf::from("/r/name:rw"));
+        assert!(mount.read_only);
+        let cli = Cli::try_parse_from([
+            "x", "run", "--image", "i", "--repo", "/r/a", "--rw", "--", "true",
+        ])
+        .unwrap();
+        let Cmd::Run { repo, rw, .. } = cli.cmd else {
+            panic!("not run")
+        };
+        assert!(!repo_mount(&repo.unwrap(), rw).unwrap().read_only);
+    }
+
+    /// Issue 16 case 6, on the real Docker Engine: output over the cap is flagged in the result
+    /// and the CLI says so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn truncated_output_is_flagged_and_printed() {
+        let provider = DockerProvider::connect()
+            .await
+            .expect("this test needs a reachable Docker Engine");
+        let image = image::ensure_busybox_image(provider.docker())
+            .await
+            .expect("busybox image");
+        let node = format!("test-cli-trunc-{}", std::process::id());
+        let spec = SandboxSpec::new(&node, "t", image);
+        let policy = SandboxPolicy::default();
+        let cap = policy.output_limit_bytes;
+        let out = run_once(
+            &provider,
+            &spec,
+            &policy,
+            ["sh", "-c", "head -c 2000000 /dev/zero; echo fine >&2"]
+                .map(String::from)
+                .to_vec(),
+            60,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit_code, 0);
+        assert!(out.stdout_truncated && !out.stderr_truncated);
+        let (mut o, mut e) = (Vec::new(), Vec::new());
+        report(&out, cap, &mut o, &mut e).unwrap();
+        assert_eq!(o.len(), cap);
+        let e = String::from_utf8(e).unwrap();
+        assert_eq!(
+            e,
+            format!("fine\nchorus: stdout truncated at {cap} bytes (the rest was dropped)\n")
+        );
+    }
 }

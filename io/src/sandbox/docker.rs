@@ -18,7 +18,7 @@
 //!   command dies by SIGKILL: Docker 20.10 sets `State.OOMKilled` only when the *main* process
 //!   is killed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -28,7 +28,8 @@ use bollard::container::LogOutput;
 use bollard::exec::{StartExecOptions, StartExecResults};
 use bollard::models::{
     ContainerCreateBody, ContainerStateStatusEnum, ContainerStatsResponse, ExecConfig, HostConfig,
-    HostConfigLogConfig, Mount, MountType, ResourcesUlimits, RestartPolicy, RestartPolicyNameEnum,
+    HostConfigLogConfig, Mount, MountBindOptions, MountType, ResourcesUlimits, RestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
@@ -40,7 +41,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use super::error::{ErrorCategory, SandboxError, SandboxResult};
-use super::policy::{SandboxPolicy, SeccompProfile};
+use super::network::SandboxNetwork;
+use super::owner::Owner;
+use super::policy::{SandboxPolicy, SeccompProfile, SUPERVISOR_USER};
+use super::repo::{RepoRoots, SyncReport};
 use super::{
     sanitize_name, unique_suffix, CappedBuffer, ExecOutput, ExecRequest, ExecutionSandbox,
     FileEntry, FileTree, OutputChunk, OutputStream, RepoMount, ResourceUsage, SandboxProvider,
@@ -59,6 +63,15 @@ pub const LABEL_CREATED: &str = "io.chorus.created";
 pub const LABEL_SANDBOX: &str = "io.chorus.sandbox";
 /// Label: the host staging directory to delete with the container.
 pub const LABEL_STAGING: &str = "io.chorus.staging";
+/// Label: the owning process, `<pid>.<start ticks>` (see [`Owner`]).
+pub const LABEL_OWNER: &str = "io.chorus.owner";
+/// Label: the boot id of the owner's host.
+pub const LABEL_BOOT: &str = "io.chorus.boot";
+/// Label: the deadline, seconds since the Unix epoch; the main process ends then.
+pub const LABEL_DEADLINE: &str = "io.chorus.deadline";
+/// Environment variable marking every process of one exec (inherited by its children), so the
+/// post-exec cleanup can tell them from a concurrent exec's.
+pub const EXEC_ID_ENV: &str = "CHORUS_EXEC_ID";
 
 /// How long a timed-out command gets to finish after its process group was killed before the
 /// whole container is killed.
@@ -71,6 +84,9 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct DockerProvider {
     docker: Docker,
     staging_root: PathBuf,
+    repo_roots: RepoRoots,
+    owner: Option<Owner>,
+    network: SandboxNetwork,
 }
 
 impl DockerProvider {
@@ -103,7 +119,88 @@ impl DockerProvider {
         Ok(DockerProvider {
             docker,
             staging_root: std::env::temp_dir().join("chorus-sandboxes"),
+            repo_roots: RepoRoots::default(),
+            owner: Owner::this_process(),
+            network: SandboxNetwork::default(),
         })
+    }
+
+    /// The same provider accepting repositories from inside `roots` only. Without roots (the
+    /// default) no repository can be mounted.
+    pub fn with_repo_roots(mut self, roots: RepoRoots) -> Self {
+        self.repo_roots = roots;
+        self
+    }
+
+    /// The same provider labelling its sandboxes as owned by `owner` (default: this process).
+    /// `reap` spares sandboxes whose owner still runs.
+    pub fn with_owner(mut self, owner: Owner) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The same provider putting networked sandboxes on `network` instead of the default
+    /// dedicated network.
+    pub fn with_sandbox_network(mut self, network: SandboxNetwork) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The dedicated network networked sandboxes join.
+    pub fn sandbox_network(&self) -> &SandboxNetwork {
+        &self.network
+    }
+
+    /// Removes the sandboxes of every node whose owner is gone or whose deadline passed (what
+    /// `chorus sandbox reap` does); returns how many.
+    pub async fn reap_stale(&self) -> SandboxResult<usize> {
+        self.reap_matching(format!("{LABEL_SANDBOX}=1")).await
+    }
+
+    async fn reap_matching(&self, label_filter: String) -> SandboxResult<usize> {
+        let filters: HashMap<&str, Vec<String>> = [("label", vec![label_filter])].into();
+        let options = ListContainersOptionsBuilder::new()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let containers = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| {
+                SandboxError::from_bollard(ErrorCategory::NotFound, "list containers", e)
+            })?;
+        let now_s = unix_now_s();
+        let mut removed = 0;
+        for c in containers {
+            let Some(id) = c.id else { continue };
+            let labels = c.labels.unwrap_or_default();
+            if !is_stale(&labels, now_s) {
+                continue;
+            }
+            match self
+                .docker
+                .remove_container(&id, Some(force_remove()))
+                .await
+            {
+                Ok(()) => removed += 1,
+                Err(bollard::errors::Error::DockerResponseServerError {
+                    status_code: 404 | 409,
+                    ..
+                }) => {} // gone already, or being removed by someone else
+                Err(e) => {
+                    return Err(SandboxError::from_bollard(
+                        ErrorCategory::NotFound,
+                        "remove container",
+                        e,
+                    ))
+                }
+            }
+            if let Some(dir) = labels.get(LABEL_STAGING) {
+                remove_staging_dir(&self.staging_root, Path::new(dir));
+            }
+        }
+        Ok(removed)
     }
 
     /// The same provider staging workspaces under `root` (it must be visible to the daemon at
@@ -162,6 +259,16 @@ impl SandboxProvider for DockerProvider {
         if policy.limits.disk_bytes.is_some() {
             self.check_disk_limit_supported().await?;
         }
+        // Checked before anything is made: a repository outside the roots, or reached through
+        // a symlink or `..`, is never mounted.
+        let repo_path = spec
+            .workspace
+            .as_ref()
+            .map(|w| self.repo_roots.confine(&w.host_path))
+            .transpose()?;
+        if policy.network.enabled && policy.network.network_name.is_none() {
+            self.network.ensure(&self.docker).await?;
+        }
         let name = sanitize_name(&format!(
             "chorus-{}-{}-{}",
             spec.node_id,
@@ -174,18 +281,28 @@ impl SandboxProvider for DockerProvider {
             })?),
             _ => None,
         };
-        let staged = stage_workspace(&self.staging_root, &name, spec.workspace.as_ref(), policy)?;
+        let staged = stage_workspace(
+            &self.staging_root,
+            &name,
+            spec.workspace.as_ref().zip(repo_path.as_deref()),
+            policy,
+        )?;
+        let created_unix_s = unix_now_s();
         let config = container_config(
             spec,
             policy,
             &ResolvedInputs {
-                workspace_source: staged.source.clone(),
+                workspace: staged.mount.clone(),
                 staging_dir: staged.staging_dir.clone(),
                 seccomp_json,
-                created_unix_s: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0),
+                created_unix_s,
+                deadline_unix_s: created_unix_s.saturating_add(spec.lifetime.as_secs().max(1)),
+                owner: self.owner.clone(),
+                network_name: policy
+                    .network
+                    .network_name
+                    .clone()
+                    .unwrap_or_else(|| self.network.name.clone()),
             },
         );
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
@@ -212,53 +329,41 @@ impl SandboxProvider for DockerProvider {
             workspace_path: spec.workspace_path.clone(),
             env: Mutex::new(BTreeMap::new()),
             staging_dir: staged.staging_dir,
+            copy_in: Mutex::new(staged.copy_in),
+            sync: staged.sync,
             last_cpu: Mutex::new(None),
             oom_kills_seen: Mutex::new(0),
+            exec_gate: tokio::sync::RwLock::new(()),
+            exec_counter: std::sync::atomic::AtomicU64::new(0),
             removed: AtomicBool::new(false),
         })
     }
 
     async fn reap(&self, node_id: &str) -> SandboxResult<usize> {
-        let filters: HashMap<&str, Vec<String>> =
-            [("label", vec![format!("{LABEL_NODE}={node_id}")])].into();
-        let options = ListContainersOptionsBuilder::new()
-            .all(true)
-            .filters(&filters)
-            .build();
-        let containers = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| {
-                SandboxError::from_bollard(ErrorCategory::NotFound, "list containers", e)
-            })?;
-        let mut removed = 0;
-        for c in containers {
-            let Some(id) = c.id else { continue };
-            match self
-                .docker
-                .remove_container(&id, Some(force_remove()))
-                .await
-            {
-                Ok(()) => removed += 1,
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404 | 409,
-                    ..
-                }) => {} // gone already, or being removed by someone else
-                Err(e) => {
-                    return Err(SandboxError::from_bollard(
-                        ErrorCategory::NotFound,
-                        "remove container",
-                        e,
-                    ))
-                }
-            }
-            if let Some(dir) = c.labels.as_ref().and_then(|l| l.get(LABEL_STAGING)) {
-                remove_staging_dir(&self.staging_root, Path::new(dir));
-            }
-        }
-        Ok(removed)
+        self.reap_matching(format!("{LABEL_NODE}={node_id}")).await
     }
+}
+
+/// Whether a sandbox with these labels may be reaped at `now_s`: its deadline passed, or its
+/// owner is gone (another boot, or no process with that pid and start time). A sandbox without
+/// owner labels (made before they existed) counts as orphaned.
+pub fn is_stale(labels: &HashMap<String, String>, now_s: u64) -> bool {
+    let deadline_passed = labels
+        .get(LABEL_DEADLINE)
+        .and_then(|d| d.parse::<u64>().ok())
+        .is_none_or(|d| d <= now_s);
+    let owner_alive = match (labels.get(LABEL_OWNER), labels.get(LABEL_BOOT)) {
+        (Some(owner), Some(boot)) => Owner::from_labels(owner, boot).is_some_and(|o| o.is_alive()),
+        _ => false,
+    };
+    deadline_passed || !owner_alive
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn force_remove() -> bollard::query_parameters::RemoveContainerOptions {
@@ -280,17 +385,39 @@ fn remove_staging_dir(root: &Path, dir: &Path) {
     }
 }
 
+/// What appears at the workspace path.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WorkspaceMount {
+    /// A tmpfs of the policy's `workspace_size_bytes`, owned by the sandbox user: the default
+    /// empty workspace, and a read-write repository's staged copy (copied in on start).
+    #[default]
+    Tmpfs,
+    /// A host directory, bind-mounted non-recursively (mounts below it are not carried along).
+    Bind {
+        /// The host directory.
+        source: PathBuf,
+        /// Whether the mount is read-only.
+        read_only: bool,
+    },
+}
+
 /// Inputs to the container configuration that come from the host at creation time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ResolvedInputs {
-    /// The host directory bind-mounted at the workspace path.
-    pub workspace_source: PathBuf,
+    /// What appears at the workspace path.
+    pub workspace: WorkspaceMount,
     /// The staging directory to delete with the container, when one was made.
     pub staging_dir: Option<PathBuf>,
     /// The contents of a custom seccomp profile.
     pub seccomp_json: Option<String>,
     /// Creation time for the `io.chorus.created` label.
     pub created_unix_s: u64,
+    /// The sandbox's deadline (`io.chorus.deadline`); the main process ends then.
+    pub deadline_unix_s: u64,
+    /// The owning process, for the `io.chorus.owner` and `io.chorus.boot` labels.
+    pub owner: Option<Owner>,
+    /// The network to join when the policy enables networking.
+    pub network_name: String,
 }
 
 /// The full create request for `spec` under `policy`.
@@ -311,6 +438,11 @@ pub fn container_config(
     if let Some(dir) = &inputs.staging_dir {
         labels.insert(LABEL_STAGING.into(), dir.display().to_string());
     }
+    labels.insert(LABEL_DEADLINE.into(), inputs.deadline_unix_s.to_string());
+    if let Some(owner) = &inputs.owner {
+        labels.insert(LABEL_OWNER.into(), owner.label());
+        labels.insert(LABEL_BOOT.into(), owner.boot_id.clone());
+    }
 
     let mut env = spec.base_env();
     for (k, v) in policy.network.proxy_env() {
@@ -326,10 +458,26 @@ pub fn container_config(
         env.insert("HOME".into(), home);
     }
 
+    // The deadline is enforced inside: the main process ends then, and with it the container.
+    let lifetime_s = inputs
+        .deadline_unix_s
+        .saturating_sub(inputs.created_unix_s)
+        .max(1)
+        .to_string();
+    let cmd = if spec.command.is_empty() {
+        vec!["sleep".to_string(), lifetime_s]
+    } else {
+        let mut cmd = vec!["timeout".into(), "-s".into(), "KILL".into(), lifetime_s];
+        cmd.extend(spec.command.iter().cloned());
+        cmd
+    };
+
     ContainerCreateBody {
         image: Some(spec.image.clone()),
-        cmd: Some(spec.command.clone()),
-        user: policy.user.clone(),
+        cmd: Some(cmd),
+        // The main process runs as its own user, out of the commands' reach (see
+        // `SUPERVISOR_USER`); commands run as the policy's user through exec.
+        user: Some(SUPERVISOR_USER.to_string()),
         env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         working_dir: Some(spec.workspace_path.clone()),
         labels: Some(labels),
@@ -371,26 +519,46 @@ pub fn host_config(
         security_opt.push(format!("label={label}"));
     }
 
-    let tmpfs: HashMap<String, String> = policy
+    let mut tmpfs: HashMap<String, String> = policy
         .tmpfs
         .iter()
         .map(|t| {
-            let mut opts = format!("rw,nosuid,nodev,size={},mode={:o}", t.size_bytes, t.mode);
-            if t.noexec {
-                opts.push_str(",noexec");
-            }
+            // Docker mounts tmpfs `noexec` unless told `exec`.
+            let exec = if t.noexec { "noexec" } else { "exec" };
+            let opts = format!(
+                "rw,nosuid,nodev,{exec},size={},mode={:o}",
+                t.size_bytes, t.mode
+            );
             (t.path.clone(), opts)
         })
         .collect();
-
-    let read_only_workspace = spec.workspace.as_ref().is_some_and(|w| w.read_only);
-    let mounts = vec![Mount {
-        target: Some(spec.workspace_path.clone()),
-        source: Some(inputs.workspace_source.display().to_string()),
-        typ: Some(MountType::BIND),
-        read_only: Some(read_only_workspace),
-        ..Default::default()
-    }];
+    let mut mounts = Vec::new();
+    match &inputs.workspace {
+        WorkspaceMount::Tmpfs => {
+            let owner = match policy.numeric_user() {
+                Some((uid, gid)) => format!("mode=755,uid={uid},gid={gid}"),
+                None => "mode=1777".into(),
+            };
+            tmpfs.insert(
+                spec.workspace_path.clone(),
+                format!(
+                    "rw,nosuid,nodev,exec,size={},{owner}",
+                    policy.workspace_size_bytes
+                ),
+            );
+        }
+        WorkspaceMount::Bind { source, read_only } => mounts.push(Mount {
+            target: Some(spec.workspace_path.clone()),
+            source: Some(source.display().to_string()),
+            typ: Some(MountType::BIND),
+            read_only: Some(*read_only),
+            bind_options: Some(MountBindOptions {
+                non_recursive: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
 
     let limits = &policy.limits;
     let mut ulimits = Vec::new();
@@ -416,10 +584,24 @@ pub fn host_config(
 
     let net = &policy.network;
     let network_mode = if net.enabled {
-        net.network_name.clone().unwrap_or_else(|| "bridge".into())
+        inputs.network_name.clone()
     } else {
         "none".into()
     };
+    // The dedicated network's firewall rules are IPv4 rules; IPv6 (link-local included) is
+    // switched off instead.
+    let sysctls = net.enabled.then(|| {
+        HashMap::from([
+            (
+                "net.ipv6.conf.all.disable_ipv6".to_string(),
+                "1".to_string(),
+            ),
+            (
+                "net.ipv6.conf.default.disable_ipv6".to_string(),
+                "1".to_string(),
+            ),
+        ])
+    });
     let non_empty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
 
     HostConfig {
@@ -452,6 +634,7 @@ pub fn host_config(
         ulimits: Some(ulimits),
         storage_opt,
         network_mode: Some(network_mode),
+        sysctls,
         dns: net
             .enabled
             .then(|| net.dns.clone())
@@ -488,75 +671,107 @@ pub fn host_config(
 /// The result of [`stage_workspace`].
 #[derive(Debug, Clone)]
 pub struct StagedWorkspace {
-    /// What to bind-mount at the workspace path.
-    pub source: PathBuf,
-    /// The directory made for it, to delete with the sandbox (`None`: the repository itself is
-    /// mounted).
+    /// What appears at the workspace path.
+    pub mount: WorkspaceMount,
+    /// The host directory made for it, to delete with the sandbox (`None`: nothing on the host).
     pub staging_dir: Option<PathBuf>,
+    /// A tar archive to unpack into the workspace when the sandbox starts (read-write
+    /// repositories).
+    pub copy_in: Option<Vec<u8>>,
+    /// Where a read-write workspace is synced back to.
+    pub sync: Option<SyncTarget>,
 }
 
-/// Prepares what is mounted at the workspace path.
+/// A read-write repository and the files copied from it, for the sync back.
+#[derive(Debug, Clone)]
+pub struct SyncTarget {
+    /// The repository on the host.
+    pub repo: PathBuf,
+    /// The regular files copied in (a file among them that is gone is deleted on sync).
+    pub copied_in: BTreeSet<PathBuf>,
+}
+
+/// Prepares what is mounted at the workspace path. `repo` is the mount and its path as already
+/// confined by [`RepoRoots::confine`].
 ///
-/// - No repository: an empty directory, owned by the sandbox user, so files can be written.
-/// - A repository without filters: the repository itself, bind-mounted (read-only unless asked).
-/// - A repository with include/exclude patterns: a **copy** of the files that pass the filters.
-///   Masking excluded files with empty mounts would still show their names, need one mount per
-///   file (thousands for a `node_modules`), and miss files created later; a copy shows exactly
-///   the filtered tree. Symlinks are copied as links, never followed, so a link to a host file
-///   cannot pull its contents in. The price: a read-write filtered workspace is a snapshot, and
-///   changes stay in the staging directory (read them back with `read_tree`).
+/// - No repository: a sized tmpfs owned by the sandbox user; nothing on the host's disk.
+/// - A read-only repository without filters: the repository itself, bind-mounted read-only and
+///   non-recursively.
+/// - A read-only repository with include/exclude patterns: a **copy** of the files that pass
+///   the filters, mounted read-only. Masking excluded files with empty mounts would still show
+///   their names, need one mount per file, and miss files created later; a copy shows exactly
+///   the filtered tree. Symlinks are copied as links, never followed.
+/// - A read-write repository: a sized tmpfs, into which the (filtered) repository is copied
+///   when the sandbox starts, without `.git/hooks`; [`DockerSandbox::sync_workspace`] (and
+///   `remove`) carries the changes back. The sandbox never writes to a host directory, so its
+///   writes are bounded by the tmpfs size and it cannot plant symlinks on the host.
 pub fn stage_workspace(
     staging_root: &Path,
     name: &str,
-    repo: Option<&RepoMount>,
+    repo: Option<(&RepoMount, &Path)>,
     policy: &SandboxPolicy,
 ) -> SandboxResult<StagedWorkspace> {
-    let Some(repo) = repo else {
-        let dir = staging_root.join(name);
-        make_dir(&dir)?;
-        set_owner_and_mode(&dir, policy.numeric_user(), Some(0o755))?;
-        return Ok(StagedWorkspace {
-            source: dir.clone(),
-            staging_dir: Some(dir),
-        });
+    let tmpfs = StagedWorkspace {
+        mount: WorkspaceMount::Tmpfs,
+        staging_dir: None,
+        copy_in: None,
+        sync: None,
     };
-    let repo_path = repo.host_path.canonicalize().map_err(|e| {
-        SandboxError::new(
-            ErrorCategory::PolicyViolation,
-            format!("workspace {}: {e}", repo.host_path.display()),
-        )
-    })?;
-    if !repo_path.is_dir() {
-        return Err(SandboxError::new(
-            ErrorCategory::PolicyViolation,
-            format!("workspace {} is not a directory", repo_path.display()),
-        ));
+    let Some((repo, repo_path)) = repo else {
+        return Ok(tmpfs);
+    };
+    let include = build_globs(&repo.include)?;
+    let exclude = build_globs(&repo.exclude)?;
+    if !repo.read_only {
+        let owner = repo
+            .owner
+            .or_else(|| policy.numeric_user())
+            .unwrap_or((0, 0));
+        let (archive, copied_in) =
+            super::repo::pack_repo(repo_path, include.as_ref(), exclude.as_ref(), owner)?;
+        return Ok(StagedWorkspace {
+            copy_in: Some(archive),
+            sync: Some(SyncTarget {
+                repo: repo_path.to_path_buf(),
+                copied_in,
+            }),
+            ..tmpfs
+        });
     }
     if !repo.is_filtered() {
         if repo.owner.is_some() || repo.mode.is_some() {
-            set_owner_and_mode(&repo_path, repo.owner, repo.mode)?;
+            set_owner_and_mode(repo_path, repo.owner, repo.mode)?;
         }
         return Ok(StagedWorkspace {
-            source: repo_path,
-            staging_dir: None,
+            mount: WorkspaceMount::Bind {
+                source: repo_path.to_path_buf(),
+                read_only: true,
+            },
+            ..tmpfs
         });
     }
-    let include = build_globs(&repo.include)?;
-    let exclude = build_globs(&repo.exclude)?;
     let dir = staging_root.join(name);
     make_dir(&dir)?;
-    let owner = repo
-        .owner
-        .or_else(|| (!repo.read_only).then(|| policy.numeric_user()).flatten());
-    let result = copy_filtered(&repo_path, &dir, Path::new(""), &include, &exclude, owner)
-        .and_then(|()| set_owner_and_mode(&dir, owner, repo.mode.or(Some(0o755))));
+    let result = copy_filtered(
+        repo_path,
+        &dir,
+        Path::new(""),
+        &include,
+        &exclude,
+        repo.owner,
+    )
+    .and_then(|()| set_owner_and_mode(&dir, repo.owner, repo.mode.or(Some(0o755))));
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&dir);
         return Err(e);
     }
     Ok(StagedWorkspace {
-        source: dir.clone(),
+        mount: WorkspaceMount::Bind {
+            source: dir.clone(),
+            read_only: true,
+        },
         staging_dir: Some(dir),
+        ..tmpfs
     })
 }
 
@@ -683,9 +898,53 @@ pub struct DockerSandbox {
     workspace_path: String,
     env: Mutex<BTreeMap<String, String>>,
     staging_dir: Option<PathBuf>,
+    /// The read-write repository's archive, unpacked into the workspace on the first start.
+    copy_in: Mutex<Option<Vec<u8>>>,
+    /// Where a read-write workspace syncs back to.
+    sync: Option<SyncTarget>,
     last_cpu: Mutex<Option<CpuSample>>,
     oom_kills_seen: Mutex<u64>,
+    /// Every exec holds it shared; the post-exec cleanup takes it exclusively to kill all of the
+    /// commands' user's processes, and falls back to killing only its own exec's when another
+    /// exec is in flight.
+    exec_gate: tokio::sync::RwLock<()>,
+    exec_counter: std::sync::atomic::AtomicU64,
     removed: AtomicBool,
+}
+
+/// The post-exec cleanup, run as the commands' user (so it can signal exactly their processes,
+/// never the main process, which runs as [`SUPERVISOR_USER`]). `$1` is `all` or `marked`; with
+/// `marked` only processes whose environment holds `$2` (`CHORUS_EXEC_ID=<n>`) are killed.
+/// Repeats until a round finds nothing (a forking process may spawn between rounds; bounded).
+/// Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
+/// `memory.events`).
+const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0
+while [ $round -lt 20 ]; do
+  found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$self" ] && continue
+    [ "$p" = 1 ] && continue
+    read -r st 2>/dev/null < "$d/stat" || continue
+    case "$st" in *") Z "*|*") X "*) continue;; esac
+    kill -0 "$p" 2>/dev/null || continue
+    if [ "$1" = marked ]; then
+      tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$2" || continue
+    fi
+    kill -9 "$p" 2>/dev/null && found=$((found+1))
+  done
+  [ $found -eq 0 ] && break
+  n=$((n+found)); round=$((round+1))
+done
+echo "killed $n"
+cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null
+exit 0"#;
+
+/// What the post-exec cleanup found.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cleanup {
+    killed: u32,
+    new_oom_kills: u64,
 }
 
 /// How a command's output stream ended.
@@ -710,20 +969,64 @@ impl DockerSandbox {
         &self.policy
     }
 
+    /// Carries a read-write workspace's changes back to its repository (see
+    /// [`super::repo::sync_back`] for what is and is not carried). Also done by `remove`.
+    /// Errors with [`ErrorCategory::Unsupported`] for a sandbox without a read-write repository.
+    pub async fn sync_workspace(&self) -> SandboxResult<SyncReport> {
+        let Some(target) = &self.sync else {
+            return Err(SandboxError::new(
+                ErrorCategory::Unsupported,
+                "this sandbox has no read-write repository to sync back",
+            ));
+        };
+        let cap = usize::try_from(self.policy.workspace_size_bytes)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1024 * 1024);
+        let mut req = self.file_request(
+            ["tar", "-c", "-f", "-", "-C", &self.workspace_path, "."]
+                .map(String::from)
+                .to_vec(),
+        );
+        req.output_limit_bytes = Some(cap);
+        let out = self.file_command("reading the workspace back", req).await?;
+        if out.stdout_truncated {
+            return Err(SandboxError::new(
+                ErrorCategory::Io,
+                "the workspace archive is larger than the workspace size bound",
+            ));
+        }
+        let tree = tar_to_tree(&out.stdout)
+            .map_err(|e| SandboxError::io("parsing the workspace archive", e))?;
+        let target = target.clone();
+        tokio::task::spawn_blocking(move || {
+            super::repo::sync_back(&target.repo, &tree, &target.copied_in)
+        })
+        .await
+        .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+    }
+
     fn lock_env(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         // A poisoned lock only means a panic elsewhere while holding a plain map; the map is
         // still consistent.
         self.env.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Runs one command. `clean_up`: afterwards kill what it left running and check the OOM
+    /// counter (for callers' commands; the sandbox's own file commands skip it).
     async fn run(
         &self,
         request: ExecRequest,
         sink: Option<&mpsc::Sender<OutputChunk>>,
+        clean_up: bool,
     ) -> SandboxResult<ExecOutput> {
         if request.argv.is_empty() {
             return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
         }
+        let gate = self.exec_gate.read().await;
+        let marker = format!(
+            "{EXEC_ID_ENV}={}",
+            self.exec_counter.fetch_add(1, Ordering::Relaxed)
+        );
         let wrapped = self.policy.exec_wrapper;
         let mut cmd = Vec::with_capacity(request.argv.len() + 4);
         if wrapped {
@@ -732,6 +1035,9 @@ impl DockerSandbox {
         cmd.extend(request.argv.iter().cloned());
         let mut env = self.lock_env().clone();
         env.extend(request.env.clone());
+        if let Some((k, v)) = marker.split_once('=') {
+            env.insert(k.to_string(), v.to_string());
+        }
         let config = ExecConfig {
             attach_stdin: Some(request.stdin.is_some()),
             attach_stdout: Some(true),
@@ -870,14 +1176,25 @@ impl DockerSandbox {
             task.abort();
         }
 
-        if let StreamEnd::TimedOut = end {
-            let how = self.kill_timed_out(pgid, &mut output).await;
+        let timed_out = match end {
+            StreamEnd::TimedOut => Some(self.kill_timed_out(pgid, &mut output).await),
+            StreamEnd::Finished => None,
+        };
+        drop(gate);
+        let cleanup = if clean_up {
+            self.clean_up_after(&marker).await
+        } else {
+            Cleanup::default()
+        };
+        if let Some(how) = timed_out {
             return Err(SandboxError::new(
                 ErrorCategory::Timeout,
                 format!(
-                    "command {:?} ran past its {timeout:?} timeout and was killed ({how}); \
-                     {} bytes of stdout, {} of stderr before that",
+                    "command {:?} ran past its {timeout:?} timeout and was killed ({how}; {} \
+                     stray process(es) killed after it); {} bytes of stdout, {} of stderr \
+                     before that",
                     request.argv,
+                    cleanup.killed,
                     stdout.data.len(),
                     stderr.data.len()
                 ),
@@ -886,17 +1203,26 @@ impl DockerSandbox {
 
         let exit_code = self.exec_exit_code(&exec.id).await?;
         let duration = started.elapsed();
+        // Judged from the cgroup's counter whatever the exit code: a pipeline or a shell can
+        // exit 0 after one of its processes was OOM-killed.
+        let oom_kills = if clean_up {
+            (cleanup.new_oom_kills > 0).then_some(cleanup.new_oom_kills)
+        } else if exit_code == 137 {
+            self.new_oom_kills().await
+        } else {
+            None
+        };
+        if let Some(kills) = oom_kills {
+            return Err(SandboxError::new(
+                ErrorCategory::ResourceLimit,
+                format!(
+                    "command {:?} (exit code {exit_code}) met the out-of-memory killer ({kills} \
+                     new OOM kill(s); memory limit {:?} bytes)",
+                    request.argv, self.policy.limits.memory_bytes
+                ),
+            ));
+        }
         if exit_code == 137 {
-            if let Some(kills) = self.new_oom_kills().await {
-                return Err(SandboxError::new(
-                    ErrorCategory::ResourceLimit,
-                    format!(
-                        "command {:?} was killed by the out-of-memory killer ({kills} new OOM \
-                         kill(s); memory limit {:?} bytes)",
-                        request.argv, self.policy.limits.memory_bytes
-                    ),
-                ));
-            }
             if let Ok(SandboxState::Exited {
                 exit_code,
                 oom_killed,
@@ -912,6 +1238,7 @@ impl DockerSandbox {
             stdout_truncated: stdout.truncated,
             stderr_truncated: stderr.truncated,
             duration,
+            stray_processes_killed: cleanup.killed,
         })
     }
 
@@ -1056,7 +1383,12 @@ impl DockerSandbox {
             ])
             .await
             .ok()?;
-        let text = String::from_utf8_lossy(&out);
+        let new = self.note_oom_count(&String::from_utf8_lossy(&out))?;
+        (new > 0).then_some(new)
+    }
+
+    /// Records the `oom_kill` count found in `text`; returns how many are new since last time.
+    fn note_oom_count(&self, text: &str) -> Option<u64> {
         let count: u64 = text
             .lines()
             .find_map(|l| l.strip_prefix("oom_kill "))
@@ -1067,12 +1399,44 @@ impl DockerSandbox {
             .unwrap_or_else(|p| p.into_inner());
         let new = count.saturating_sub(*seen);
         *seen = count.max(*seen);
-        (new > 0).then_some(new)
+        Some(new)
+    }
+
+    /// After a command: kills every process it left (all of the commands' user's processes
+    /// when no other exec is in flight, else those carrying its `marker`), and reads the OOM
+    /// counter. A cleanup that cannot run (the sandbox died) finds nothing.
+    async fn clean_up_after(&self, marker: &str) -> Cleanup {
+        let exclusive = self.exec_gate.try_write();
+        let mode = if exclusive.is_ok() { "all" } else { "marked" };
+        let out = self
+            .helper(
+                ["sh", "-c", CLEANUP_SCRIPT, "chorus-cleanup", mode, marker]
+                    .map(String::from)
+                    .to_vec(),
+            )
+            .await;
+        drop(exclusive);
+        let Ok(out) = out else {
+            return Cleanup::default();
+        };
+        let text = String::from_utf8_lossy(&out);
+        let killed = text
+            .lines()
+            .find_map(|l| l.strip_prefix("killed "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if killed > 0 {
+            tracing::debug!(sandbox = %self.name, killed, "killed processes a command left");
+        }
+        Cleanup {
+            killed,
+            new_oom_kills: self.note_oom_count(&text).unwrap_or(0),
+        }
     }
 
     /// Runs an internal file command, turning failures into [`ErrorCategory::Io`].
     async fn file_command(&self, what: &str, request: ExecRequest) -> SandboxResult<ExecOutput> {
-        let out = self.run(request, None).await?;
+        let out = self.run(request, None, false).await?;
         if out.success() {
             Ok(out)
         } else {
@@ -1177,17 +1541,33 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn start(&self) -> SandboxResult<()> {
         match self.docker.start_container(&self.name, None).await {
-            Ok(()) => Ok(()),
+            Ok(()) => {}
             // 304: already running.
             Err(bollard::errors::Error::DockerResponseServerError {
                 status_code: 304, ..
-            }) => Ok(()),
-            Err(e) => Err(SandboxError::from_bollard(ErrorCategory::Start, "start", e)),
+            }) => {}
+            Err(e) => return Err(SandboxError::from_bollard(ErrorCategory::Start, "start", e)),
         }
+        let copy_in = self
+            .copy_in
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(archive) = copy_in {
+            let mut req = self.file_request(
+                ["tar", "-x", "-f", "-", "-C", &self.workspace_path]
+                    .map(String::from)
+                    .to_vec(),
+            );
+            req.stdin = Some(archive);
+            self.file_command("copying the repository into the workspace", req)
+                .await?;
+        }
+        Ok(())
     }
 
     async fn exec(&self, request: ExecRequest) -> SandboxResult<ExecOutput> {
-        self.run(request, None).await
+        self.run(request, None, true).await
     }
 
     async fn exec_streaming(
@@ -1195,7 +1575,7 @@ impl ExecutionSandbox for DockerSandbox {
         request: ExecRequest,
         sink: mpsc::Sender<OutputChunk>,
     ) -> SandboxResult<ExecOutput> {
-        self.run(request, Some(&sink)).await
+        self.run(request, Some(&sink), true).await
     }
 
     async fn write_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
@@ -1371,6 +1751,11 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn remove(&self) -> SandboxResult<()> {
+        // A read-write workspace goes back to its repository first (while the tmpfs exists).
+        let synced = match &self.sync {
+            Some(_) if !self.removed.load(Ordering::Relaxed) => Some(self.sync_workspace().await),
+            _ => None,
+        };
         match self
             .docker
             .remove_container(&self.name, Some(force_remove()))
@@ -1399,6 +1784,12 @@ impl ExecutionSandbox for DockerSandbox {
             }
         }
         self.removed.store(true, Ordering::Relaxed);
+        if let Some(Err(e)) = synced {
+            return Err(SandboxError::new(
+                e.category,
+                format!("the sandbox was removed, but its workspace was not synced back: {e}"),
+            ));
+        }
         Ok(())
     }
 }
@@ -1455,10 +1846,19 @@ mod tests {
             &spec,
             policy,
             &ResolvedInputs {
-                workspace_source: "/repo".into(),
-                staging_dir: None,
-                seccomp_json: None,
+                workspace: WorkspaceMount::Bind {
+                    source: "/repo".into(),
+                    read_only: true,
+                },
                 created_unix_s: 42,
+                deadline_unix_s: 42 + 3600,
+                owner: Some(Owner {
+                    boot_id: "boot-1".into(),
+                    pid: 7,
+                    start_ticks: 99,
+                }),
+                network_name: "chorus-sandbox".into(),
+                ..ResolvedInputs::default()
             },
         )
     }
@@ -1495,18 +1895,29 @@ mod tests {
             tmp.contains("size=67108864") && tmp.contains("mode=1777"),
             "{tmp}"
         );
+        assert!(tmp.contains(",exec,"), "policy says executable: {tmp}");
         let mount = &h.mounts.unwrap()[0];
         assert_eq!(mount.target.as_deref(), Some("/workspace"));
         assert_eq!(mount.read_only, Some(true));
         assert_eq!(mount.typ, Some(MountType::BIND));
+        assert_eq!(
+            mount.bind_options.as_ref().and_then(|b| b.non_recursive),
+            Some(true),
+            "mounts below the repository must not come along"
+        );
         assert!(h.storage_opt.is_none());
         assert!(h.dns.is_none() && h.extra_hosts.is_none());
 
-        assert_eq!(c.user.as_deref(), Some("65534:65534"));
+        // The main process runs as the supervisor user and sleeps until the deadline.
+        assert_eq!(c.user.as_deref(), Some(SUPERVISOR_USER));
+        assert_eq!(c.cmd, Some(vec!["sleep".to_string(), "3600".to_string()]));
         let labels = c.labels.unwrap();
         assert_eq!(labels[LABEL_NODE], "node-a");
         assert_eq!(labels[LABEL_TASK], "task-1");
         assert_eq!(labels[LABEL_CREATED], "42");
+        assert_eq!(labels[LABEL_DEADLINE], "3642");
+        assert_eq!(labels[LABEL_OWNER], "7.99");
+        assert_eq!(labels[LABEL_BOOT], "boot-1");
         assert!(c.env.unwrap().contains(&"HOME=/tmp".to_string()));
     }
 
@@ -1549,8 +1960,14 @@ mod tests {
             assert!(sec.contains(&want.to_string()), "{sec:?}");
         }
         assert_eq!(h.readonly_rootfs, Some(false));
-        assert!(h.tmpfs.unwrap()["/scratch"].ends_with(",noexec"));
-        assert_eq!(h.network_mode.as_deref(), Some("bridge"));
+        assert!(h.tmpfs.unwrap()["/scratch"].contains(",noexec,"));
+        assert_eq!(h.network_mode.as_deref(), Some("chorus-sandbox"));
+        assert_eq!(
+            h.sysctls
+                .as_ref()
+                .map(|s| s["net.ipv6.conf.all.disable_ipv6"].as_str()),
+            Some("1")
+        );
         assert_eq!(h.dns, Some(vec!["192.0.2.53".to_string()]));
         assert_eq!(h.dns_search, Some(vec!["corp.invalid".to_string()]));
         assert_eq!(
@@ -1585,8 +2002,13 @@ mod tests {
             .security_opt
             .unwrap()
             .contains(&"seccomp={\"defaultAction\":\"SCMP_ACT_ERRNO\"}".to_string()));
-        // Without a repository the workspace is writable.
-        assert_eq!(h.mounts.unwrap()[0].read_only, Some(false));
+        // Without a repository the workspace is a sized tmpfs owned by the sandbox user.
+        assert!(h.mounts.unwrap().is_empty());
+        let ws = &h.tmpfs.unwrap()["/workspace"];
+        assert!(
+            ws.contains("size=268435456") && ws.contains("uid=65534"),
+            "{ws}"
+        );
     }
 
     #[test]
@@ -1645,10 +2067,11 @@ mod tests {
         let mount = RepoMount::read_only(repo.path())
             .exclude("secrets")
             .exclude("**/.env");
+        let repo_path = repo.path().canonicalize().unwrap();
         let staged = stage_workspace(
             staging.path(),
             "sb1",
-            Some(&mount),
+            Some((&mount, &repo_path)),
             &SandboxPolicy::default(),
         )
         .unwrap();
@@ -1666,7 +2089,7 @@ mod tests {
         let staged = stage_workspace(
             staging.path(),
             "sb2",
-            Some(&only_src),
+            Some((&only_src, &repo_path)),
             &SandboxPolicy::default(),
         )
         .unwrap();
@@ -1678,17 +2101,89 @@ mod tests {
         let direct = stage_workspace(
             staging.path(),
             "sb3",
-            Some(&RepoMount::read_only(repo.path())),
+            Some((&RepoMount::read_only(repo.path()), &repo_path)),
             &SandboxPolicy::default(),
         )
         .unwrap();
         assert!(direct.staging_dir.is_none());
-        assert_eq!(direct.source, repo.path().canonicalize().unwrap());
+        assert_eq!(
+            direct.mount,
+            WorkspaceMount::Bind {
+                source: repo_path.clone(),
+                read_only: true
+            }
+        );
+
+        // A read-write repository is a copy for a tmpfs: nothing staged on the host.
+        let rw = stage_workspace(
+            staging.path(),
+            "sb5",
+            Some((&RepoMount::read_write(repo.path()), &repo_path)),
+            &SandboxPolicy::default(),
+        )
+        .unwrap();
+        assert_eq!(rw.mount, WorkspaceMount::Tmpfs);
+        assert!(rw.staging_dir.is_none() && rw.copy_in.is_some());
+        assert!(rw
+            .sync
+            .unwrap()
+            .copied_in
+            .contains(Path::new("src/main.rs")));
 
         let bad = RepoMount::read_only(repo.path()).exclude("[");
-        let err = stage_workspace(staging.path(), "sb4", Some(&bad), &SandboxPolicy::default())
-            .unwrap_err();
+        let err = stage_workspace(
+            staging.path(),
+            "sb4",
+            Some((&bad, &repo_path)),
+            &SandboxPolicy::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.category, ErrorCategory::PolicyViolation);
+    }
+
+    #[test]
+    fn reap_judges_by_deadline_and_owner_liveness() {
+        let me = Owner::this_process().unwrap();
+        let labels = |deadline: u64, owner: &Owner| {
+            HashMap::from([
+                (LABEL_DEADLINE.to_string(), deadline.to_string()),
+                (LABEL_OWNER.to_string(), owner.label()),
+                (LABEL_BOOT.to_string(), owner.boot_id.clone()),
+            ])
+        };
+        assert!(
+            !is_stale(&labels(200, &me), 100),
+            "live owner, deadline ahead"
+        );
+        assert!(is_stale(&labels(100, &me), 100), "deadline passed");
+        let rebooted = Owner {
+            boot_id: "another-boot".into(),
+            ..me.clone()
+        };
+        assert!(
+            is_stale(&labels(200, &rebooted), 100),
+            "owner from another boot"
+        );
+        assert!(is_stale(&HashMap::new(), 100), "unlabelled: orphaned");
+    }
+
+    #[test]
+    fn a_custom_main_command_is_killed_at_the_deadline() {
+        let mut spec = SandboxSpec::new("n", "t", "i");
+        spec.command = vec!["sh".into(), "-c".into(), "exit 3".into()];
+        let c = container_config(
+            &spec,
+            &SandboxPolicy::default(),
+            &ResolvedInputs {
+                created_unix_s: 10,
+                deadline_unix_s: 70,
+                ..ResolvedInputs::default()
+            },
+        );
+        assert_eq!(
+            c.cmd.unwrap(),
+            ["timeout", "-s", "KILL", "60", "sh", "-c", "exit 3"].map(String::from)
+        );
     }
 
     #[test]

@@ -17,9 +17,12 @@ pub mod docker;
 pub mod double;
 pub mod error;
 pub mod image;
+pub mod network;
+pub mod owner;
 pub mod policy;
 pub mod pool;
 pub mod process;
+pub mod repo;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -35,6 +38,9 @@ pub use pool::{PoolConfig, PoolStatus, PooledSandbox, SandboxPool};
 /// The path inside the sandbox where the workspace (repository) is mounted by default.
 pub const DEFAULT_WORKSPACE_PATH: &str = "/workspace";
 
+/// The default [`SandboxSpec::lifetime`].
+pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(2 * 60 * 60);
+
 /// What to run: everything about a sandbox that is specific to one task.
 ///
 /// How it is confined is the separate [`SandboxPolicy`].
@@ -48,8 +54,11 @@ pub struct SandboxSpec {
     /// The image to run (never pulled: it must exist locally, see [`image`]).
     pub image: String,
     /// The main process. It only keeps the sandbox alive; commands run through `exec`.
-    /// Default: `sleep infinity`.
+    /// Default (empty): sleep until the deadline. A given command is killed at the deadline.
     pub command: Vec<String>,
+    /// How long the sandbox may live at most: the main process ends at this deadline (enforced
+    /// inside the container), and `reap` removes it after that whoever owns it. Default 2 h.
+    pub lifetime: Duration,
     /// Environment for every command (merged under each request's own env).
     pub env: BTreeMap<String, String>,
     /// Where the workspace appears inside the sandbox.
@@ -74,7 +83,8 @@ impl SandboxSpec {
             node_id: node_id.into(),
             task_id: task_id.into(),
             image: image.into(),
-            command: vec!["sleep".into(), "infinity".into()],
+            command: Vec::new(),
+            lifetime: DEFAULT_LIFETIME,
             env: BTreeMap::new(),
             workspace_path: DEFAULT_WORKSPACE_PATH.into(),
             workspace: None,
@@ -291,6 +301,9 @@ pub struct ExecOutput {
     pub stderr_truncated: bool,
     /// Wall-clock time from start to exit.
     pub duration: Duration,
+    /// Processes the command left running (background jobs, `setsid` escapees) that were
+    /// killed after it returned. 0 when it cleaned up after itself.
+    pub stray_processes_killed: u32,
 }
 
 impl ExecOutput {
@@ -475,8 +488,9 @@ pub trait SandboxProvider: Send + Sync {
         policy: &SandboxPolicy,
     ) -> impl Future<Output = SandboxResult<Self::Sandbox>> + Send;
 
-    /// Removes every sandbox that node `node_id` left behind (e.g. after a crash); returns how
-    /// many it removed.
+    /// Removes the sandboxes of node `node_id` that nobody can use any more — their owning
+    /// process is gone (e.g. it crashed) or their deadline passed — and leaves the others alone;
+    /// returns how many it removed.
     fn reap(&self, node_id: &str) -> impl Future<Output = SandboxResult<usize>> + Send;
 }
 

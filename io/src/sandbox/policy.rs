@@ -61,6 +61,11 @@ pub const DEFAULT_READONLY_PATHS: &[&str] = &[
 /// image without needing an `/etc/passwd` entry.
 pub const DEFAULT_USER: &str = "65534:65534";
 
+/// The user the sandbox's main process (its init and the deadline `sleep`) runs as: another
+/// uid than the commands', so a command cannot signal it, while the post-exec cleanup (run as
+/// the commands' user) can kill every process a command left without touching it.
+pub const SUPERVISOR_USER: &str = "65533:65533";
+
 /// The security policy of a sandbox. Start from [`SandboxPolicy::default`] and loosen only what
 /// a task needs.
 #[derive(Debug, Clone, PartialEq)]
@@ -92,6 +97,9 @@ pub struct SandboxPolicy {
     pub read_only_rootfs: bool,
     /// Writable scratch space in memory (counted against the memory limit).
     pub tmpfs: Vec<TmpfsMount>,
+    /// Size bound of a writable workspace (the default empty one, or a read-write repository's
+    /// staged copy): it lives in a tmpfs of this size, counted against the memory limit.
+    pub workspace_size_bytes: u64,
     /// CPU, memory, process, file and disk limits.
     pub limits: ResourceLimits,
     /// Network access.
@@ -129,6 +137,7 @@ impl Default for SandboxPolicy {
                 .collect(),
             read_only_rootfs: true,
             tmpfs: vec![TmpfsMount::new("/tmp", 64 * 1024 * 1024)],
+            workspace_size_bytes: 256 * 1024 * 1024,
             limits: ResourceLimits::default(),
             network: NetworkPolicy::default(),
             output_limit_bytes: 1024 * 1024,
@@ -165,6 +174,15 @@ impl SandboxPolicy {
                 ))
             }
             _ => {}
+        }
+        let supervisor_uid = SUPERVISOR_USER.split(':').next().unwrap_or(SUPERVISOR_USER);
+        if self.user.as_deref().and_then(|u| u.split(':').next()) == Some(supervisor_uid) {
+            return violation(format!(
+                "user {supervisor_uid} is reserved for the sandbox's own main process"
+            ));
+        }
+        if self.workspace_size_bytes == 0 {
+            return violation("workspace_size_bytes must be positive".into());
         }
         for cap in &self.capabilities_add {
             let name = cap.trim_start_matches("CAP_").to_ascii_uppercase();
@@ -293,9 +311,12 @@ impl Default for ResourceLimits {
 /// Network access.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NetworkPolicy {
-    /// `false` (default): only a loopback interface. `true`: the named Docker network.
+    /// `false` (default): only a loopback interface. `true`: the dedicated sandbox network (see
+    /// `sandbox::network`: no inter-container traffic, no host/private/link-local destinations)
+    /// or the named one.
     pub enabled: bool,
-    /// The Docker network to join when enabled; `None` = the default bridge.
+    /// The Docker network to join when enabled; `None` = the dedicated sandbox network. A named
+    /// network gets none of the dedicated network's firewall rules.
     pub network_name: Option<String>,
     /// DNS servers.
     pub dns: Vec<String>,

@@ -336,6 +336,8 @@ impl ProcessSandbox {
             stdout_truncated: stdout.truncated,
             stderr_truncated: stderr.truncated,
             duration: started.elapsed(),
+            // Only the command's process group is killed (above); escapees are not counted.
+            stray_processes_killed: 0,
         })
     }
 }

@@ -5,15 +5,20 @@
 
 use chorus_io::sandbox::docker::{DockerProvider, DockerSandbox, LABEL_NODE};
 use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::network::SandboxNetwork;
+use chorus_io::sandbox::repo::RepoRoots;
 use chorus_io::sandbox::{ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec};
 
-/// Connects to the local Docker Engine and makes sure the busybox image exists.
+/// Connects to the local Docker Engine and makes sure the busybox image exists. Repositories
+/// may come from the temp dir (where the tests make theirs).
 ///
 /// Panics with instructions when Docker is unreachable: these tests must fail, not skip, on a
 /// machine without Docker.
 pub async fn provider() -> (DockerProvider, String) {
     let provider = match DockerProvider::connect().await {
-        Ok(p) => p,
+        Ok(p) => {
+            p.with_repo_roots(RepoRoots::new([std::env::temp_dir()]).expect("the temp dir exists"))
+        }
         Err(e) => panic!(
             "the Docker sandbox tests need a reachable Docker Engine (DOCKER_HOST or \
              /var/run/docker.sock), and none answered: {e}"
@@ -98,4 +103,53 @@ pub fn containers_of(node: &str) -> usize {
         .output()
         .expect("docker CLI");
     String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Whether a container with this name or id exists, through the CLI.
+pub fn container_exists(name: &str) -> bool {
+    std::process::Command::new("docker")
+        .args(["inspect", "--type", "container", name])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// A dedicated sandbox network for one test (bridge names are at most 15 characters).
+pub fn test_network(test: &str) -> SandboxNetwork {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let tag = format!("{:x}", (std::process::id() << 20) ^ nanos);
+    let tag = &tag[tag.len().saturating_sub(6)..];
+    SandboxNetwork {
+        name: format!("chorus-test-{test}-{tag}"),
+        bridge: format!("chx{tag}"),
+    }
+}
+
+/// Removes a test's sandbox network, any container still on it, and its firewall rules when
+/// dropped (a `Drop` cannot await, so it shells out, as [`Cleanup`] does).
+pub struct NetworkCleanup(pub SandboxNetwork);
+
+impl Drop for NetworkCleanup {
+    fn drop(&mut self) {
+        // Containers still attached keep the network; remove them first.
+        let script = format!(
+            "ids=$(docker ps -aq --filter network={}); \
+             [ -z \"$ids\" ] || docker rm -f $ids >/dev/null 2>&1; \
+             docker network rm {} >/dev/null 2>&1; \
+             while iptables -w -D DOCKER-USER -i {b} -j {c} 2>/dev/null; do :; done; \
+             while iptables -w -D INPUT -i {b} -j DROP 2>/dev/null; do :; done; \
+             iptables -w -F {c} 2>/dev/null; iptables -w -X {c} 2>/dev/null; true",
+            self.0.name,
+            self.0.name,
+            b = self.0.bridge,
+            c = self.0.chain(),
+        );
+        let _ = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .status();
+    }
 }
