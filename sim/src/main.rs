@@ -176,7 +176,8 @@ pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall
         "best-scored live voter won {} of {} elections",
         st.best_won, st.elections
     );
-    println!("trace: {} lines, digest {:016x}", st.lines, f.digest);
+    // Lines as in the file (and as `replay` counts them): the header and every record.
+    println!("trace: {} lines, digest {:016x}", st.lines + 1, f.digest);
 }
 
 /// Prints violations with context and the reproduce command; true when there were none.
