@@ -46,6 +46,10 @@ enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+        /// One table of every node this node knows (role, term, admin, lease, last contact),
+        /// each from the node's own status where its HTTP API is reachable from here.
+        #[arg(long)]
+        cluster: bool,
     },
     /// Replay a node's event log and check its decisions.
     Replay {
@@ -70,7 +74,16 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
-        Cmd::Status { addr, json } => report(block_on(status::show(&addr, json))),
+        Cmd::Status {
+            addr,
+            json,
+            cluster: false,
+        } => report(block_on(status::show(&addr, json))),
+        Cmd::Status {
+            addr,
+            json,
+            cluster: true,
+        } => report(block_on(status::show_cluster(&addr, json))),
         Cmd::Replay { data_dir, trace } => {
             let (log_dir, _copy) = match replay_source(&data_dir) {
                 Ok(source) => source,

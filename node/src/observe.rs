@@ -51,7 +51,13 @@ pub struct Shared {
     pub stepped_at: Option<Instant>,
     /// When the process started (uptime).
     pub started_at: Option<Instant>,
+    /// When each peer was last heard from (a message or its arrival), by node id; at most
+    /// [`MAX_CONTACTS`] entries.
+    pub last_contact: BTreeMap<String, Instant>,
 }
+
+/// Most peers whose last contact is remembered.
+pub const MAX_CONTACTS: usize = 4_096;
 
 /// A handle on [`Shared`].
 #[derive(Clone, Debug, Default)]
@@ -97,6 +103,33 @@ pub const ROLES: [Role; 4] = [
     Role::Admin,
 ];
 
+/// The `/cluster` document: one node's view of every node it knows.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterView {
+    /// The node answering.
+    pub node_id: String,
+    /// Its term.
+    pub term: u64,
+    /// The admin it knows.
+    pub admin: Option<String>,
+    /// Itself first, then the others in id order.
+    pub members: Vec<Member>,
+}
+
+/// One node as another sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Member {
+    pub node_id: String,
+    /// The HTTP API it advertised (its own `/status` has its role, term and lease).
+    pub http: Option<String>,
+    /// A member of the electorate.
+    pub voter: bool,
+    /// Connected to the answering node right now.
+    pub connected: bool,
+    /// Milliseconds since the answering node last heard from it.
+    pub last_contact_ms: Option<u64>,
+}
+
 /// The role as the status API, the metrics and replay name it (one name per role, so `/status`
 /// and `/metrics` always agree; a pre-candidate is not yet a candidate).
 pub fn role_name(role: Role) -> &'static str {
@@ -139,6 +172,51 @@ impl Shared {
                 .started_at
                 .map_or_else(|| core.uptime_s(), |t| t.elapsed().as_secs()),
             shutting_down: self.shutting_down,
+        })
+    }
+
+    /// This node's view of the cluster: itself, every connected peer and every member of the
+    /// electorate, with the HTTP address each advertised and when it was last heard from.
+    pub fn cluster(&self, http: &str) -> Option<ClusterView> {
+        let core = self.core.as_ref()?;
+        let advertised = self
+            .transport_stats
+            .as_ref()
+            .map(|t| t.peer_http())
+            .unwrap_or_default();
+        let electorate: Vec<String> = core
+            .electorate()
+            .map(|e| e.members().iter().map(NodeId::to_string).collect())
+            .unwrap_or_default();
+        let mut ids: std::collections::BTreeSet<String> =
+            core.peers().keys().map(NodeId::to_string).collect();
+        ids.extend(electorate.iter().cloned());
+        ids.remove(&self.node_id);
+        let mut members = vec![Member {
+            node_id: self.node_id.clone(),
+            http: Some(http.to_owned()),
+            voter: electorate.contains(&self.node_id),
+            connected: true,
+            last_contact_ms: Some(0),
+        }];
+        for id in ids {
+            let connected = core.peers().keys().any(|k| k.as_str() == id);
+            members.push(Member {
+                http: advertised.get(&id).cloned(),
+                voter: electorate.contains(&id),
+                connected,
+                last_contact_ms: self
+                    .last_contact
+                    .get(&id)
+                    .map(|t| t.elapsed().as_millis() as u64),
+                node_id: id,
+            });
+        }
+        Some(ClusterView {
+            node_id: self.node_id.clone(),
+            term: core.term(),
+            admin: core.admin().map(NodeId::to_string),
+            members,
         })
     }
 
@@ -389,6 +467,12 @@ impl Observer for NodeObserver {
             debug_assert_eq!(discard.as_slice(), step.commands, "shadow core diverged");
         }
         s.stepped_at = Some(Instant::now());
+        if let Event::Message { from, .. } | Event::PeerUp { peer: from, .. } = step.event {
+            let id = from.to_string();
+            if s.last_contact.len() < MAX_CONTACTS || s.last_contact.contains_key(&id) {
+                s.last_contact.insert(id, Instant::now());
+            }
+        }
         let m = &mut s.metrics;
         m.log_appends += 1;
         if let Event::Message { msg, .. } = step.event {

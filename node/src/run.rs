@@ -109,10 +109,12 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         uptime_s: 0,
         resources,
     };
+    // The HTTP API first: its bound address is advertised to peers.
+    let shared = SharedState::default();
+    let (http_addr, server) = crate::http::serve(http, shared.clone()).await?;
+    transport_config.http = Some(http_addr.to_string());
     let (transport, addrs) = Libp2pTransport::start(keypair, transport_config).await?;
     let listen_addrs: Vec<String> = addrs.iter().map(|a| format!("{a}/p2p/{node_id}")).collect();
-
-    let shared = SharedState::default();
     {
         let mut s = shared.lock();
         s.started_at = Some(std::time::Instant::now());
@@ -121,7 +123,6 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         s.capabilities = config.capabilities.clone();
         s.transport_stats = Some(transport.stats());
     }
-    let (http_addr, server) = crate::http::serve(http, shared.clone()).await?;
     tokio::spawn(server);
     tracing::info!(
         node_id = %node_id,

@@ -478,3 +478,55 @@ fn is_zombie(pid: u32) -> bool {
         })
         .unwrap_or(false)
 }
+
+/// The value after `flag` on the command line of the process mentioning `needle`.
+fn flag_of(needle: &str, flag: &str) -> Option<String> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if args.iter().any(|a| a.contains(needle)) {
+            let i = args.iter().position(|a| a == flag)?;
+            return args.get(i + 1).cloned();
+        }
+    }
+    None
+}
+
+#[test]
+fn status_cluster_is_one_table_of_every_node() {
+    let mut args = vec!["--nodes", "3", "--plain", "--kills", "0"];
+    args.extend(FAST);
+    let mut dc = devcluster(&args);
+    let rx = lines(dc.0.as_mut().unwrap());
+    let mut seen = Vec::new();
+    wait_line(&rx, &mut seen, |l| l.contains(" nodes in "));
+    let root = root_of(&seen[0]);
+    wait_line(&rx, &mut seen, |l| l.starts_with("admin "));
+    let n0 = format!("{}/n0", root.display());
+    let http = flag_of(&n0, "--http").expect("n0's --http");
+
+    // Every node's row comes from its own status: one admin, one term, last contact known.
+    let table = wait_until(WAIT, Duration::from_millis(200), || {
+        let out = run_chorus(Path::new(BIN), &["status", "--cluster", "--addr", &http]);
+        let t = String::from_utf8_lossy(&out.stdout).into_owned();
+        let rows: Vec<&str> = t.lines().skip(1).take(3).collect();
+        let admins = rows.iter().filter(|r| r.contains(" admin ")).count();
+        (out.status.success() && admins == 1 && !t.contains(" ? ")).then_some(t)
+    })
+    .unwrap_or_else(|| panic!("no consistent table:\n{}", seen.join("\n")));
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].contains("last contact"), "{table}");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("127.0.0.1:")).count(),
+        3,
+        "{table}"
+    );
+    assert!(lines[1].contains("(asked)"), "{table}");
+    assert!(lines[2..4].iter().all(|l| l.contains(" s ago")), "{table}");
+    let mut child = dc.0.take().unwrap();
+    signal(child.id(), Signal::SIGTERM);
+    assert!(wait_until(WAIT, POLL, || child.try_wait().ok().flatten()).is_some());
+}

@@ -410,6 +410,7 @@ impl Driver {
                 if num_established == 0 || state.connections.is_empty() {
                     let was_up = state.up;
                     self.peers.remove(&peer_id);
+                    self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id, ?cause, "disconnected");
                     if was_up {
                         self.emit(TransportEvent::PeerDown {
@@ -615,7 +616,13 @@ impl Driver {
             .then(|| serde_json::from_str::<Advertisement>(&info.agent_version).ok())
             .flatten();
         let peer_info: PeerInfo = match advertised {
-            Some(ad) if ad.cluster == self.cluster_id => ad.info,
+            Some(ad) if ad.cluster == self.cluster_id => {
+                // Bounded: one entry per connected peer (removed when it disconnects), and
+                // the address itself is short or dropped.
+                let http = ad.http.filter(|h| h.len() <= 256);
+                self.stats.set_peer_http(peer.to_base58(), http);
+                ad.info
+            }
             Some(ad) => {
                 if self.first_warning(format!("cluster {peer}")) {
                     tracing::warn!(

@@ -22,6 +22,9 @@ pub struct Libp2pStats {
     connections_failed: AtomicU64,
     peers_connected: AtomicU64,
     peers_up: AtomicU64,
+    /// The HTTP API address each connected peer advertised (by base58 peer id); not a counter,
+    /// but shared the same way.
+    peer_http: Mutex<BTreeMap<String, String>>,
 }
 
 /// A copy of [`Libp2pStats`] at one instant.
@@ -87,6 +90,26 @@ impl Libp2pStats {
             connections_failed_by_reason: copy(&self.connections_failed_by_reason),
             peers_connected: self.peers_connected.load(Ordering::Relaxed),
             peers_up: self.peers_up.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The HTTP API address (host:port) each identified, connected peer advertised, by node id.
+    pub fn peer_http(&self) -> BTreeMap<String, String> {
+        self.peer_http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) fn set_peer_http(&self, peer: String, http: Option<String>) {
+        let mut m = self.peer_http.lock().unwrap_or_else(|p| p.into_inner());
+        match http {
+            Some(addr) => {
+                m.insert(peer, addr);
+            }
+            None => {
+                m.remove(&peer);
+            }
         }
     }
 
