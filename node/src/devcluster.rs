@@ -409,11 +409,12 @@ async fn watch(
 
         if table {
             if last_draw.elapsed() >= Duration::from_millis(250) {
-                draw(nodes, &agreed, &report.failovers);
+                draw(nodes, &agreement(nodes), &report.failovers);
                 last_draw = Instant::now();
             }
         } else {
-            let line = summary_line(nodes, &agreed);
+            // Fresh: a kill in this round has changed who is live.
+            let line = summary_line(nodes, &agreement(nodes));
             if line != last_line {
                 println!("{line}");
                 last_line = line;
