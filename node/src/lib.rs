@@ -37,6 +37,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a node (every setting has a default: `chorus run` alone is a one-node cluster).
+    ///
+    /// Alone, the node listens on loopback only with mDNS off: a local demo. To join machines,
+    /// listen on a reachable address (`--listen /ip4/0.0.0.0/tcp/7946`) and give `--bootstrap`,
+    /// `--bootstrap-expect`, `--cluster-id` and usually `--psk-file`.
+    ///
+    /// SIGINT, SIGTERM and SIGHUP all stop the node gracefully (an admin steps down first, the
+    /// event log is flushed, exit 0); SIGHUP does not reload. Exit code 2: a bad setting (one
+    /// line naming the key or flag); 1: a start-up or runtime failure (a port in use, a data
+    /// directory whose event log is gone, a corrupt log).
     Run(Box<RunFlags>),
     /// Show a node's status.
     Status {
@@ -51,7 +60,8 @@ enum Cmd {
         #[arg(long)]
         cluster: bool,
     },
-    /// Replay a node's event log and check its decisions.
+    /// Replay a node's event log and check its decisions (the node must be stopped; a
+    /// read-only copy works).
     Replay {
         /// The node's data directory (or its `log` directory).
         #[arg(long, value_name = "DIR")]
@@ -61,6 +71,10 @@ enum Cmd {
         trace: Option<PathBuf>,
     },
     /// Start a local cluster of `chorus run` processes and watch its admin.
+    ///
+    /// By default the admin is killed once, 5 s after the cluster agrees on it, the failover
+    /// time is printed, and the node is restarted. Ctrl-C, SIGTERM or SIGHUP stops every node,
+    /// removes the temporary data and prints a one-line summary.
     Devcluster(devcluster::Args),
     /// The Docker sandbox.
     Sandbox {

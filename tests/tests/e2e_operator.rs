@@ -530,3 +530,60 @@ fn status_cluster_is_one_table_of_every_node() {
     signal(child.id(), Signal::SIGTERM);
     assert!(wait_until(WAIT, POLL, || child.try_wait().ok().flatten()).is_some());
 }
+
+/// A node with a pre-shared key and one without: the failed connection is a WARN naming the
+/// likely cause, and `/metrics` labels it by reason.
+#[test]
+fn a_psk_mismatch_is_a_warning_with_its_likely_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("swarm.key");
+    std::fs::write(
+        &key,
+        format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", "ab".repeat(32)),
+    )
+    .unwrap();
+    let (a_http, a_p2p) = (port(), port());
+    let mut a_args = run_args(&dir.path().join("a"), a_http, a_p2p);
+    a_args.extend(["--psk-file".into(), key.to_str().unwrap().into()]);
+    let a_log = dir.path().join("a.log");
+    let _a = spawn(&a_args, &a_log);
+    let b_http = port();
+    let mut b_args = run_args(&dir.path().join("b"), b_http, port());
+    b_args.extend(["--bootstrap".into(), format!("/ip4/127.0.0.1/tcp/{a_p2p}")]);
+    let b_log = dir.path().join("b.log");
+    let _b = spawn(&b_args, &b_log);
+
+    let warned = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        let both = format!("{}{}", read(&a_log), read(&b_log));
+        both.lines()
+            .find(|l| l.contains("WARN") && l.contains("pre-shared key"))
+            .map(str::to_owned)
+    });
+    assert!(
+        warned.is_some(),
+        "A:\n{}\nB:\n{}",
+        read(&a_log),
+        read(&b_log)
+    );
+    let labelled = wait_until(WAIT, POLL, || {
+        [a_http, b_http].iter().find_map(|p| {
+            let (_, m) = http_get(*p, "/metrics")?;
+            m.lines()
+                .find(|l| {
+                    l.starts_with("chorus_transport_connections_failed_total{reason=")
+                        && !l.ends_with(" 0")
+                })
+                .map(str::to_owned)
+        })
+    });
+    assert!(labelled.is_some(), "no labelled failure in /metrics");
+    // Once per address: the node that failed repeatedly warned once.
+    for log in [&a_log, &b_log] {
+        let l = read(log);
+        let warnings = l
+            .lines()
+            .filter(|l| l.contains("WARN") && l.contains("pre-shared key"))
+            .count();
+        assert!(warnings <= 2, "{l}");
+    }
+}
