@@ -546,6 +546,23 @@ async fn a_port_in_use_is_a_clear_start_up_error() {
     let text = err.to_string();
     assert!(text.contains("already in use"), "{text}");
     assert!(text.contains(&port.to_string()), "{text}");
+    // One node on IPv4 and IPv6 with one port (wildcards: an IPv6 socket that is not v6-only
+    // would cover IPv4 too): its own two listeners do not clash.
+    let free = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut both = config(&[]);
+    both.listen = vec![
+        format!("/ip4/0.0.0.0/tcp/{free}").parse().unwrap(),
+        format!("/ip6/::/tcp/{free}").parse().unwrap(),
+    ];
+    let (dual, addrs) = Libp2pTransport::start(Keypair::generate_ed25519(), both)
+        .await
+        .expect("IPv4 and IPv6 on one port");
+    assert!(addrs.len() >= 2, "{addrs:?}");
+    drop(dual);
     // The wildcard address overlaps the loopback one: refused as well.
     second.listen = vec![format!("/ip4/0.0.0.0/tcp/{port}").parse().unwrap()];
     let err = Libp2pTransport::start(Keypair::generate_ed25519(), second)

@@ -153,8 +153,12 @@ impl Driver {
     pub(super) async fn listen(&mut self) -> Result<Vec<Multiaddr>, TransportError> {
         // `ListenerId` is neither `Ord` nor `Hash`; a few listeners fit a vector.
         let mut waiting: Vec<(ListenerId, Multiaddr)> = Vec::new();
+        // Every port is probed before any is bound, so two addresses of this node on one port
+        // (IPv4 and IPv6) do not refuse each other.
+        for addr in &self.listen {
+            probe_port(addr)?;
+        }
         for addr in self.listen.clone() {
-            probe_port(&addr)?;
             let id = self
                 .swarm
                 .listen_on(addr.clone())
@@ -799,10 +803,11 @@ fn probe_port(addr: &Multiaddr) -> Result<(), TransportError> {
     if port == 0 {
         return Ok(());
     }
-    match std::net::TcpListener::bind((ip, port)) {
+    let addr_in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+    match bind_like_libp2p(std::net::SocketAddr::new(ip, port)) {
         // Dropped at once: a listener that accepted nothing leaves no TIME_WAIT behind.
         Ok(_probe) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(TransportError::Listen {
+        Err(e) if addr_in_use(&e) => Err(TransportError::Listen {
             addr: addr.clone(),
             reason: format!(
                 "TCP port {port} is already in use (another chorus node or another program \
@@ -812,6 +817,24 @@ fn probe_port(addr: &Multiaddr) -> Result<(), TransportError> {
         // Anything else (no such interface, permissions) is libp2p's to report.
         Err(_) => Ok(()),
     }
+}
+
+/// A listening socket set up as libp2p-tcp sets up its own (IPv6 sockets v6-only, address
+/// reuse for TIME_WAIT), except for `SO_REUSEPORT`.
+fn bind_like_libp2p(addr: std::net::SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1)?;
+    Ok(socket)
 }
 
 /// An error and its sources on one line (libp2p's outer transport errors often display as
