@@ -294,6 +294,18 @@ async fn a_node_without_the_network_key_never_connects() {
     .await;
     assert!(a.stats().snapshot().connections_failed >= 1);
     assert!(c.stats().snapshot().connections_failed >= 1);
+    // A key mismatch is labelled as a handshake failure, the label the node's WARN line and
+    // metric use to name the likely cause.
+    for (name, t) in [("A", &a), ("C", &c)] {
+        let s = t.stats().snapshot();
+        let by = &s.connections_failed_by_reason;
+        assert!(
+            by.get("handshake")
+                .or(by.get("timeout"))
+                .is_some_and(|n| *n >= 1),
+            "{name}: {s:?}"
+        );
+    }
 
     let bad_file = dir.path().join("junk.psk");
     std::fs::write(&bad_file, "/key/swarm/psk/1.0.0/\n/base16/\nzz\n").unwrap();
@@ -513,4 +525,48 @@ async fn connections_over_the_limit_are_denied_and_counted() {
     .await;
     let denied = a.stats().snapshot().connections_denied;
     assert!(denied.get("limit").copied().unwrap_or(0) >= 1, "{denied:?}");
+}
+
+#[tokio::test]
+async fn a_port_in_use_is_a_clear_start_up_error() {
+    let (_a, a_addr) = start(config(&[])).await;
+    let port = a_addr
+        .iter()
+        .find_map(|p| match p {
+            Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .expect("a TCP port");
+    // libp2p's own listener sets SO_REUSEPORT, so without the check this would bind too.
+    let mut second = config(&[]);
+    second.listen = vec![format!("/ip4/127.0.0.1/tcp/{port}").parse().unwrap()];
+    let err = Libp2pTransport::start(Keypair::generate_ed25519(), second.clone())
+        .await
+        .expect_err("a second listener on the same port");
+    let text = err.to_string();
+    assert!(text.contains("already in use"), "{text}");
+    assert!(text.contains(&port.to_string()), "{text}");
+    // One node on IPv4 and IPv6 with one port (wildcards: an IPv6 socket that is not v6-only
+    // would cover IPv4 too): its own two listeners do not clash.
+    let free = std::net::TcpListener::bind("0.0.0.0:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut both = config(&[]);
+    both.listen = vec![
+        format!("/ip4/0.0.0.0/tcp/{free}").parse().unwrap(),
+        format!("/ip6/::/tcp/{free}").parse().unwrap(),
+    ];
+    let (dual, addrs) = Libp2pTransport::start(Keypair::generate_ed25519(), both)
+        .await
+        .expect("IPv4 and IPv6 on one port");
+    assert!(addrs.len() >= 2, "{addrs:?}");
+    drop(dual);
+    // The wildcard address overlaps the loopback one: refused as well.
+    second.listen = vec![format!("/ip4/0.0.0.0/tcp/{port}").parse().unwrap()];
+    let err = Libp2pTransport::start(Keypair::generate_ed25519(), second)
+        .await
+        .expect_err("a wildcard listener on the same port");
+    assert!(err.to_string().contains("already in use"), "{err}");
 }

@@ -1,12 +1,14 @@
 //! The node's configuration: a TOML file (every key optional, unknown keys refused), command-line
 //! flags that override it, embedded defaults for everything, and validation that names the
-//! offending key.
+//! offending key — or the flag, when the value came from one.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context};
 use chorus_core::ADMIN_ELECTION;
+use libp2p::pnet::PreSharedKey;
 use libp2p::Multiaddr;
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +22,14 @@ pub enum LogFormat {
     /// One JSON object per line.
     Json,
 }
+
+/// The capability names this build gives a meaning to. Others are advertised as they are (a
+/// task may require them), but one that looks like a known name is probably a typo.
+pub const KNOWN_CAPABILITIES: [&str; 2] = [ADMIN_ELECTION, "docker"];
+
+/// The default libp2p listen address: loopback only, so a node started without configuration
+/// is a local demo that no other machine can reach.
+pub const DEFAULT_LISTEN: &str = "/ip4/127.0.0.1/tcp/7946";
 
 /// Everything `chorus run` needs. In TOML, the protocol settings live in a `[protocol]` table
 /// whose keys are those of [`chorus_core::Config`].
@@ -48,22 +58,27 @@ pub struct NodeConfig {
     pub snapshot_every_events: u64,
     /// Protocol timings and thresholds.
     pub protocol: chorus_core::Config,
+    /// The keys whose value came from a command-line flag, and that flag, so an error names
+    /// what the user typed.
+    #[serde(skip)]
+    pub from_flags: BTreeMap<&'static str, &'static str>,
 }
 
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             data_dir: PathBuf::from("./chorus-data"),
-            listen: vec!["/ip4/0.0.0.0/tcp/7946".to_owned()],
+            listen: vec![DEFAULT_LISTEN.to_owned()],
             http: "127.0.0.1:7070".to_owned(),
             bootstrap: Vec::new(),
             capabilities: vec![ADMIN_ELECTION.to_owned()],
             psk_file: None,
-            mdns: true,
+            mdns: false,
             log_format: LogFormat::Human,
             cluster_seed: 0,
             snapshot_every_events: 1_024,
             protocol: chorus_core::Config::default(),
+            from_flags: BTreeMap::new(),
         }
     }
 }
@@ -77,7 +92,8 @@ pub struct RunFlags {
     /// Data directory (identity key, event log) [default: ./chorus-data].
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
-    /// libp2p listen multiaddr (repeatable) [default: /ip4/0.0.0.0/tcp/7946].
+    /// libp2p listen multiaddr (repeatable) [default: /ip4/127.0.0.1/tcp/7946, loopback only;
+    /// use /ip4/0.0.0.0/tcp/7946 to let other machines connect].
     #[arg(long, value_name = "MULTIADDR")]
     pub listen: Vec<String>,
     /// HTTP API address [default: 127.0.0.1:7070].
@@ -110,9 +126,21 @@ pub struct RunFlags {
     /// Log format [default: human].
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormat>,
-    /// Disable mDNS discovery.
+    /// Discover peers on the local network with mDNS (off by default).
+    #[arg(long, conflicts_with = "no_mdns")]
+    pub mdns: bool,
+    /// Disable mDNS discovery (the default; overrides `mdns = true` in the config file).
     #[arg(long)]
     pub no_mdns: bool,
+    /// Start even though the data directory holds this node's identity but no event log. The
+    /// log holds the node's term and vote: without it the node could vote twice in a term, so
+    /// only pass this once the cluster has moved past the terms the node may have voted in
+    /// (or it never ran), e.g. after restoring a lost disk.
+    #[arg(long)]
+    pub accept_log_reset: bool,
+    /// Stop gracefully when the parent process exits (used by `chorus devcluster`).
+    #[arg(long, hide = true)]
+    pub exit_with_parent: bool,
     /// Cluster seed for the core's RNG [default: 0].
     #[arg(long, value_name = "N")]
     pub cluster_seed: Option<u64>,
@@ -129,6 +157,14 @@ pub struct Resolved {
     pub bootstrap: Vec<Multiaddr>,
     /// Parsed HTTP address.
     pub http: SocketAddr,
+    /// The private network's key, read from `psk_file`.
+    pub psk: Option<PreSharedKey>,
+    /// Things that are allowed but probably not meant (logged at start, once logging is up).
+    pub warnings: Vec<String>,
+    /// Start even when the identity was kept but the event log is gone (`--accept-log-reset`).
+    pub accept_log_reset: bool,
+    /// Stop when the parent process exits (`--exit-with-parent`).
+    pub exit_with_parent: bool,
 }
 
 impl NodeConfig {
@@ -139,16 +175,20 @@ impl NodeConfig {
         NodeConfig::from_toml(&text).map_err(|e| anyhow!("config file {}: {e}", path.display()))
     }
 
-    /// Parses TOML text; the error is one line with the line number.
+    /// Parses TOML text; the error is one line with the line number and the key.
     pub fn from_toml(text: &str) -> anyhow::Result<NodeConfig> {
         toml::from_str(text).map_err(|e| {
-            let line = e
-                .span()
-                .map(|span| text[..span.start.min(text.len())].matches('\n').count() + 1);
             let message = e.message().trim().replace('\n', " ");
-            match line {
-                Some(line) => anyhow!("line {line}: {message}"),
-                None => anyhow!("{message}"),
+            let Some(span) = e.span() else {
+                return anyhow!("{message}");
+            };
+            let start = span.start.min(text.len());
+            let line = text[..start].matches('\n').count() + 1;
+            match key_at(text, start) {
+                Some(key) if !message.contains(&format!("`{key}`")) => {
+                    anyhow!("line {line}: `{key}`: {message}")
+                }
+                _ => anyhow!("line {line}: {message}"),
             }
         })
     }
@@ -157,30 +197,42 @@ impl NodeConfig {
     pub fn apply(&mut self, flags: &RunFlags) -> anyhow::Result<()> {
         if let Some(v) = &flags.data_dir {
             self.data_dir = v.clone();
+            self.from_flags.insert("data_dir", "--data-dir");
         }
         if !flags.listen.is_empty() {
             self.listen = flags.listen.clone();
+            self.from_flags.insert("listen", "--listen");
         }
         if let Some(v) = &flags.http {
             self.http = v.clone();
+            self.from_flags.insert("http", "--http");
         }
         if !flags.bootstrap.is_empty() {
             self.bootstrap = flags.bootstrap.clone();
+            self.from_flags.insert("bootstrap", "--bootstrap");
         }
         if let Some(v) = flags.bootstrap_expect {
             self.protocol.bootstrap_expect = v;
+            self.from_flags
+                .insert("protocol.bootstrap_expect", "--bootstrap-expect");
         }
         if let Some(v) = &flags.cluster_id {
             self.protocol.cluster_id = v.clone();
+            self.from_flags
+                .insert("protocol.cluster_id", "--cluster-id");
         }
         if let Some(v) = &flags.psk_file {
             self.psk_file = Some(v.clone());
+            self.from_flags.insert("psk_file", "--psk-file");
         }
         if !flags.capability.is_empty() {
             self.capabilities = flags.capability.clone();
+            self.from_flags.insert("capabilities", "--capability");
         }
         if let Some(v) = flags.heartbeat_ms {
             self.protocol.heartbeat_interval_ms = v;
+            self.from_flags
+                .insert("protocol.heartbeat_interval_ms", "--heartbeat-ms");
         }
         if let Some(v) = &flags.election_timeout_ms {
             let (min, max) = parse_range(v).with_context(|| {
@@ -188,12 +240,23 @@ impl NodeConfig {
             })?;
             self.protocol.election_timeout_min_ms = min;
             self.protocol.election_timeout_max_ms = max;
+            for key in [
+                "protocol.election_timeout_min_ms",
+                "protocol.election_timeout_max_ms",
+            ] {
+                self.from_flags.insert(key, "--election-timeout-ms");
+            }
         }
         if let Some(v) = flags.discovery_timeout_ms {
             self.protocol.discovery_timeout_ms = v;
+            self.from_flags
+                .insert("protocol.discovery_timeout_ms", "--discovery-timeout-ms");
         }
         if let Some(v) = flags.log_format {
             self.log_format = v;
+        }
+        if flags.mdns {
+            self.mdns = true;
         }
         if flags.no_mdns {
             self.mdns = false;
@@ -204,45 +267,139 @@ impl NodeConfig {
         Ok(())
     }
 
-    /// Checks every value, naming the key of the first bad one.
+    /// Checks every value, naming the key (or the flag) of the first bad one, and reads the
+    /// pre-shared key file.
     pub fn resolve(self) -> anyhow::Result<Resolved> {
-        self.protocol
-            .validate()
-            .map_err(|e| anyhow!("invalid config `protocol.{}`: {}", e.key, e.reason))?;
+        if let Err(e) = self.protocol.validate() {
+            let key = format!("protocol.{}", e.key);
+            return Err(self.invalid(&key, &e.reason));
+        }
         let addrs = |key: &str, values: &[String]| -> anyhow::Result<Vec<Multiaddr>> {
             values
                 .iter()
                 .map(|v| {
-                    v.parse::<Multiaddr>().map_err(|e| {
-                        anyhow!("invalid config `{key}`: {v:?} is not a multiaddr: {e}")
-                    })
+                    v.parse::<Multiaddr>()
+                        .map_err(|e| self.invalid(key, &format!("{v:?} is not a multiaddr: {e}")))
                 })
                 .collect()
         };
         let listen = addrs("listen", &self.listen)?;
         let bootstrap = addrs("bootstrap", &self.bootstrap)?;
-        let http: SocketAddr = self.http.parse().map_err(|e| {
-            anyhow!(
-                "invalid config `http`: {:?} is not HOST:PORT: {e}",
-                self.http
-            )
-        })?;
+        let http: SocketAddr = self
+            .http
+            .parse()
+            .map_err(|e| self.invalid("http", &format!("{:?} is not HOST:PORT: {e}", self.http)))?;
         if self.data_dir.as_os_str().is_empty() {
-            bail!("invalid config `data_dir`: must not be empty");
+            return Err(self.invalid("data_dir", "must not be empty"));
         }
         if self.capabilities.iter().any(|c| c.is_empty()) {
-            bail!("invalid config `capabilities`: a capability name is empty");
+            return Err(self.invalid("capabilities", "a capability name is empty"));
         }
         if self.snapshot_every_events == 0 {
             bail!("invalid config `snapshot_every_events`: must be at least 1");
         }
+        let psk = match &self.psk_file {
+            Some(path) => Some(
+                chorus_io::transport::load_psk(path)
+                    .map_err(|e| self.invalid("psk_file", &e.to_string()))?,
+            ),
+            None => None,
+        };
+        let warnings = capability_warnings(&self.capabilities);
         Ok(Resolved {
             config: self,
             listen,
             bootstrap,
             http,
+            psk,
+            warnings,
+            accept_log_reset: false,
+            exit_with_parent: false,
         })
     }
+
+    /// An error about `key`, named as the user set it: the flag when it came from one.
+    fn invalid(&self, key: &str, reason: &str) -> anyhow::Error {
+        match self.from_flags.get(key) {
+            Some(flag) => anyhow!("invalid flag `{flag}` (config `{key}`): {reason}"),
+            None => anyhow!("invalid config `{key}`: {reason}"),
+        }
+    }
+}
+
+/// Warnings for capability names that look like a known one but are not (`admin-election`,
+/// `Admin_Election`, `admin_electon`): such a node silently is not what was meant.
+pub fn capability_warnings(capabilities: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for c in capabilities {
+        if KNOWN_CAPABILITIES.contains(&c.as_str()) {
+            continue;
+        }
+        let normal: String = c
+            .trim()
+            .to_ascii_lowercase()
+            .chars()
+            .map(|ch| if ch == '-' || ch == ' ' { '_' } else { ch })
+            .collect();
+        let near = KNOWN_CAPABILITIES
+            .iter()
+            .find(|k| normal == **k || edit_distance(&normal, k) <= 2);
+        if let Some(known) = near {
+            let effect =
+                if *known == ADMIN_ELECTION && !capabilities.iter().any(|x| x == ADMIN_ELECTION) {
+                    " — as given, this node is NOT admin-eligible (not a voter)"
+                } else {
+                    ""
+                };
+            out.push(format!(
+                "capability {c:?} is not a known name; did you mean {known:?}?{effect}"
+            ));
+        }
+    }
+    out
+}
+
+/// Levenshtein distance, for short names only.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(cur).min(row[j])
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The dotted key of the TOML line holding byte `offset`: the `key = …` on that line, inside the
+/// last `[table]` header above it.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = &text[line_start..line_end];
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    if key.is_empty() || key.starts_with('[') {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('[') && !l.starts_with("[["))
+        .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key.to_owned(),
+    })
 }
 
 fn parse_range(v: &str) -> anyhow::Result<(u64, u64)> {
@@ -280,6 +437,70 @@ mod tests {
         assert!(text.contains("protocol.heartbeat_interval_ms"), "{text}");
         let c = NodeConfig::from_toml("listen = [\"nonsense\"]\n").unwrap();
         assert!(c.resolve().unwrap_err().to_string().contains("`listen`"));
+    }
+
+    #[test]
+    fn a_type_error_names_the_key() {
+        let err = NodeConfig::from_toml(
+            "http = \"127.0.0.1:1\"\n[protocol]\nheartbeat_interval_ms = \"fast\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("line 3"), "{err}");
+        assert!(err.contains("`protocol.heartbeat_interval_ms`"), "{err}");
+        assert!(err.contains("fast"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_flag_is_named_as_typed() {
+        let mut c = NodeConfig::default();
+        c.apply(&RunFlags {
+            heartbeat_ms: Some(0),
+            ..RunFlags::default()
+        })
+        .unwrap();
+        let err = c.resolve().unwrap_err().to_string();
+        assert!(err.contains("`--heartbeat-ms`"), "{err}");
+        // The same value from the file names the key.
+        let c = NodeConfig::from_toml("[protocol]\nheartbeat_interval_ms = 0\n").unwrap();
+        let err = c.resolve().unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid config `protocol.heartbeat_interval_ms`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_missing_psk_file_names_the_key() {
+        let c = NodeConfig::from_toml("psk_file = \"/nonexistent/swarm.key\"\n").unwrap();
+        let err = c.resolve().unwrap_err().to_string();
+        assert!(err.contains("`psk_file`"), "{err}");
+        assert!(err.contains("/nonexistent/swarm.key"), "{err}");
+        let mut c = NodeConfig::default();
+        c.apply(&RunFlags {
+            psk_file: Some("/nonexistent/k".into()),
+            ..RunFlags::default()
+        })
+        .unwrap();
+        let err = c.resolve().unwrap_err().to_string();
+        assert!(err.contains("`--psk-file`"), "{err}");
+    }
+
+    #[test]
+    fn capability_typos_are_warned_about() {
+        let w = capability_warnings(&["admin-election".into()]);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("\"admin_election\"") && w[0].contains("NOT admin-eligible"));
+        assert_eq!(capability_warnings(&["admin_electon".into()]).len(), 1);
+        assert_eq!(capability_warnings(&["Docker".into()]).len(), 1);
+        assert!(capability_warnings(&["admin_election".into(), "gpu".into()]).is_empty());
+    }
+
+    #[test]
+    fn the_default_listens_on_loopback_without_mdns() {
+        let r = NodeConfig::default().resolve().unwrap();
+        assert_eq!(r.listen[0].to_string(), DEFAULT_LISTEN);
+        assert!(!r.config.mdns);
     }
 
     #[test]

@@ -1,6 +1,12 @@
 //! `chorus devcluster`: N real `chorus run` processes on loopback with temporary data
 //! directories and short timings, a live table of who is admin, and admin kills that show
-//! (and measure) the failover.
+//! (and measure) the failover: by default the admin is killed once, a few seconds after the
+//! cluster settles, and restarted once a new admin is agreed.
+//!
+//! Ctrl-C, SIGTERM and SIGHUP all stop it the same way: every child gets SIGTERM (then SIGKILL
+//! if it lingers), the temporary directory is removed, and one summary line is printed. The
+//! children also watch their parent and stop on their own if devcluster dies without cleaning
+//! up (SIGKILL).
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -19,13 +25,15 @@ pub struct Args {
     /// Number of nodes.
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
-    /// Kill the admin once the cluster has been stable for this many seconds.
-    #[arg(long, value_name = "SECS")]
-    pub kill_admin_after: Option<f64>,
-    /// How many times to kill the admin (the killed node is restarted before the next kill).
+    /// Kill the admin once the cluster has agreed on it for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub kill_admin_after: f64,
+    /// How many times to kill the admin (the killed node is restarted after each failover);
+    /// 0 never kills.
     #[arg(long, default_value_t = 1)]
     pub kills: usize,
-    /// How to stop the admin: `kill` (SIGKILL, a crash) or `term` (SIGTERM, graceful).
+    /// How to stop the admin: `kill` (SIGKILL, a crash) or `term` (SIGTERM, a graceful stop:
+    /// the admin steps down and says so, and devcluster waits for it to exit).
     #[arg(long, default_value = "kill", value_parser = ["kill", "term"])]
     pub signal: String,
     /// Exit after the last kill's failover (with a summary) instead of waiting for Ctrl-C.
@@ -54,6 +62,8 @@ struct Node {
     p2p_port: u16,
     http: String,
     child: Option<Child>,
+    /// A process sent SIGTERM/SIGKILL and not reaped yet (it may still be stepping down).
+    stopping: Option<Child>,
     status: Option<Value>,
 }
 
@@ -93,6 +103,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             p2p_port: free_port()?,
             http: format!("127.0.0.1:{}", free_port()?),
             child: None,
+            stopping: None,
             status: None,
         });
     }
@@ -106,9 +117,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             ""
         }
     );
+    if args.kills > 0 {
+        println!(
+            "devcluster: the admin will be {} {} s after the cluster agrees on it{}, to show a \
+             failover (--kills 0: never; --signal term: a graceful stop)",
+            if args.signal == "term" {
+                "stopped (SIGTERM)"
+            } else {
+                "killed (SIGKILL)"
+            },
+            args.kill_admin_after,
+            if args.kills > 1 {
+                format!(", {} times", args.kills)
+            } else {
+                String::new()
+            }
+        );
+    }
     let ports: Vec<u16> = nodes.iter().map(|n| n.p2p_port).collect();
     for node in &mut nodes {
-        start(&exe, &args, root.path(), node, &ports)?;
+        start(&exe, &args, root.path(), node, &ports).await?;
     }
 
     let (keys_tx, mut keys) = mpsc::unbounded_channel();
@@ -125,6 +153,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     let table = !args.plain && std::io::stdout().is_terminal();
+    let started = Instant::now();
+    let mut report = Report::default();
     let result = watch(
         &exe,
         &args,
@@ -133,29 +163,92 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &ports,
         &mut keys,
         table,
+        &mut report,
     )
     .await;
 
     // Stop every child: SIGTERM, then SIGKILL for any still running after a moment.
     for node in &mut nodes {
-        if let Some(child) = &node.child {
+        for child in [&node.child, &node.stopping].into_iter().flatten() {
             signal(child, nix::sys::signal::Signal::SIGTERM);
         }
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     for node in &mut nodes {
-        if let Some(mut child) = node.child.take() {
+        for mut child in [node.child.take(), node.stopping.take()]
+            .into_iter()
+            .flatten()
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             if tokio::time::timeout(left, child.wait()).await.is_err() {
                 let _ = child.kill().await;
             }
         }
     }
-    if args.keep {
+    let data = if args.keep {
         let kept = root.keep();
-        println!("devcluster: data kept in {}", kept.display());
-    }
+        format!("data kept in {}", kept.display())
+    } else {
+        let path = root.path().to_path_buf();
+        match root.close() {
+            Ok(()) => "data removed".to_owned(),
+            Err(e) => format!("could not remove {}: {e}", path.display()),
+        }
+    };
+    println!("{}", report.line(&args, started.elapsed(), &data));
     result
+}
+
+/// What happened during a run, for the closing line.
+#[derive(Default)]
+struct Report {
+    /// Why the run ended.
+    stopped_by: &'static str,
+    /// The last agreed (admin id, term, node index).
+    last_admin: Option<(String, u64, usize)>,
+    /// (new admin elected, every live node agrees) per failover.
+    failovers: Vec<(Duration, Duration)>,
+    /// Children that exited without being told to.
+    unexpected_exits: usize,
+}
+
+impl Report {
+    fn line(&self, args: &Args, ran: Duration, data: &str) -> String {
+        let admin = match &self.last_admin {
+            Some((id, term, i)) => format!("last admin n{i} ({}) of term {term}", short(id)),
+            None => "no admin agreed".to_owned(),
+        };
+        let failovers = match self.failovers.as_slice() {
+            [] => "no failover".to_owned(),
+            [(first, all)] => format!(
+                "1 failover (new admin after {:.2} s, all agreed after {:.2} s)",
+                first.as_secs_f64(),
+                all.as_secs_f64()
+            ),
+            many => {
+                let mut firsts: Vec<f64> = many.iter().map(|d| d.0.as_secs_f64()).collect();
+                firsts.sort_by(f64::total_cmp);
+                format!(
+                    "{} failovers (new admin p50 {:.2} s, max {:.2} s)",
+                    many.len(),
+                    firsts[firsts.len() / 2],
+                    firsts[firsts.len() - 1]
+                )
+            }
+        };
+        format!(
+            "devcluster: stopped ({}) after {:.0} s: {} nodes, {admin}, {failovers}, {} \
+             unexpected exit(s); {data}",
+            if self.stopped_by.is_empty() {
+                "done"
+            } else {
+                self.stopped_by
+            },
+            ran.as_secs_f64(),
+            args.nodes,
+            self.unexpected_exits,
+        )
+    }
 }
 
 /// One admin kill in progress.
@@ -167,6 +260,17 @@ struct Failover {
     first_admin: Option<(Duration, String, u64)>,
 }
 
+/// Completes when `s` delivers a signal; never when there is no stream.
+async fn recv(s: Option<&mut tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 async fn watch(
     exe: &Path,
     args: &Args,
@@ -175,22 +279,39 @@ async fn watch(
     ports: &[u16],
     keys: &mut mpsc::UnboundedReceiver<String>,
     table: bool,
+    report: &mut Report,
 ) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal as unix_signal, SignalKind};
     let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
+    // SIGTERM (`kill`, `timeout`) and SIGHUP (a closed terminal) clean up like Ctrl-C.
+    let mut sigterm = unix_signal(SignalKind::terminate()).ok();
+    let mut sighup = unix_signal(SignalKind::hangup()).ok();
     let mut stable_since: Option<Instant> = None;
     let mut failover: Option<Failover> = None;
-    let mut durations: Vec<(Duration, Duration)> = Vec::new();
     let mut last_line = String::new();
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     let mut kills_done = 0;
-    let mut pending_restart: Option<usize> = None;
     loop {
         let tick = if failover.is_some() { 25 } else { 100 };
         tokio::select! {
-            _ = &mut ctrl_c => return Ok(()),
+            _ = &mut ctrl_c => {
+                report.stopped_by = "Ctrl-C";
+                return Ok(());
+            }
+            () = recv(sigterm.as_mut()) => {
+                report.stopped_by = "SIGTERM";
+                return Ok(());
+            }
+            () = recv(sighup.as_mut()) => {
+                report.stopped_by = "SIGHUP";
+                return Ok(());
+            }
             Some(key) = keys.recv() => match key.as_str() {
                 "k" if failover.is_none() => failover = kill_admin(nodes, args)?,
-                "q" => return Ok(()),
+                "q" => {
+                    report.stopped_by = "q";
+                    return Ok(());
+                }
                 _ => {}
             },
             () = tokio::time::sleep(Duration::from_millis(tick)) => {}
@@ -200,13 +321,25 @@ async fn watch(
             if let Some(child) = node.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     println!("devcluster: n{} exited ({status}); see its log", node.index);
+                    report.unexpected_exits += 1;
                     node.child = None;
                     node.status = None;
+                }
+            }
+            if let Some(child) = node.stopping.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    println!("devcluster: n{} has exited ({status})", node.index);
+                    node.stopping = None;
                 }
             }
         }
 
         let agreed = agreement(nodes);
+        if let Some((admin, term)) = &agreed {
+            if let Some(n) = nodes.iter().find(|n| n.id() == Some(admin.as_str())) {
+                report.last_admin = Some((admin.clone(), *term, n.index));
+            }
+        }
         if let Some(f) = failover.as_mut() {
             if f.first_admin.is_none() {
                 if let Some(n) = nodes
@@ -220,44 +353,54 @@ async fn watch(
             if let (Some((admin, term)), Some((first, _, _))) = (&agreed, &f.first_admin) {
                 if *term > f.old_term && admin != &f.killed_id {
                     let all = f.at.elapsed();
+                    let new = nodes
+                        .iter()
+                        .find(|n| n.id() == Some(admin.as_str()))
+                        .map_or(String::new(), |n| format!("n{} ", n.index));
                     println!(
-                        "devcluster: failover #{}: n{} killed; new admin {} (term {term}) after \
-                         {:.2} s, every live node agrees after {:.2} s",
+                        "devcluster: failover #{}: n{} {}; new admin {new}({}) of term {term} \
+                         after {:.2} s, every live node agrees after {:.2} s",
                         kills_done + 1,
                         f.killed,
+                        if args.signal == "term" {
+                            "stopped (SIGTERM)"
+                        } else {
+                            "killed (SIGKILL)"
+                        },
                         short(admin),
                         first.as_secs_f64(),
                         all.as_secs_f64()
                     );
-                    durations.push((*first, all));
+                    report.failovers.push((*first, all));
                     kills_done += 1;
-                    pending_restart = Some(f.killed);
+                    let killed = f.killed;
                     failover = None;
                     stable_since = None;
+                    if args.exit_when_done && kills_done >= args.kills {
+                        summary(&report.failovers);
+                        report.stopped_by = "done";
+                        return Ok(());
+                    }
+                    // Bring the old admin back: it rejoins as a follower of the new term.
+                    println!("devcluster: restarting n{killed}");
+                    start(exe, args, root, &mut nodes[killed], ports).await?;
+                    if kills_done == args.kills {
+                        summary(&report.failovers);
+                    }
                 }
             }
         }
         if failover.is_none() {
-            if let Some(i) = pending_restart {
-                let more = args.kill_admin_after.is_some() && kills_done < args.kills;
-                if more {
-                    start(exe, args, root, &mut nodes[i], ports)?;
-                    pending_restart = None;
-                } else if args.exit_when_done {
-                    summary(&durations);
-                    return Ok(());
-                }
-            }
             let all_up = nodes
                 .iter()
                 .all(|n| n.child.is_some() && n.status.is_some());
             match (&agreed, all_up) {
                 (Some(_), true) => {
                     let since = *stable_since.get_or_insert_with(Instant::now);
-                    if let Some(after) = args.kill_admin_after {
-                        if kills_done < args.kills && since.elapsed().as_secs_f64() >= after {
-                            failover = kill_admin(nodes, args)?;
-                        }
+                    if kills_done < args.kills
+                        && since.elapsed().as_secs_f64() >= args.kill_admin_after
+                    {
+                        failover = kill_admin(nodes, args)?;
                     }
                 }
                 _ => stable_since = None,
@@ -266,21 +409,15 @@ async fn watch(
 
         if table {
             if last_draw.elapsed() >= Duration::from_millis(250) {
-                draw(nodes, &agreed, &durations);
+                draw(nodes, &agreement(nodes), &report.failovers);
                 last_draw = Instant::now();
             }
         } else {
-            let line = summary_line(nodes, &agreed);
+            // Fresh: a kill in this round has changed who is live.
+            let line = summary_line(nodes, &agreement(nodes));
             if line != last_line {
                 println!("{line}");
                 last_line = line;
-            }
-        }
-        if durations.len() >= 2 && !args.exit_when_done && kills_done == args.kills {
-            // Print the summary once, when the last failover completes.
-            if pending_restart.is_some() {
-                summary(&durations);
-                pending_restart = None;
             }
         }
     }
@@ -294,18 +431,22 @@ fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover
     let Some(node) = nodes.iter_mut().find(|n| n.id() == Some(admin.as_str())) else {
         return Ok(None);
     };
-    let Some(child) = node.child.as_mut() else {
+    let Some(child) = node.child.take() else {
         return Ok(None);
     };
     let at = Instant::now();
-    if args.signal == "term" {
-        signal(child, nix::sys::signal::Signal::SIGTERM);
-    } else {
-        signal(child, nix::sys::signal::Signal::SIGKILL);
-    }
+    let graceful = args.signal == "term";
+    signal(
+        &child,
+        if graceful {
+            nix::sys::signal::Signal::SIGTERM
+        } else {
+            nix::sys::signal::Signal::SIGKILL
+        },
+    );
     println!(
         "devcluster: {} admin n{} ({}) of term {term}",
-        if args.signal == "term" {
+        if graceful {
             "stopping (SIGTERM)"
         } else {
             "killing (SIGKILL)"
@@ -313,8 +454,9 @@ fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover
         node.index,
         short(&admin)
     );
-    // The process is gone (or going); forget it so it is neither polled nor counted as live.
-    node.child = None;
+    // The process is going: it is no longer polled nor counted as live, but it is kept (not
+    // dropped, which would SIGKILL it) until it has exited, so a SIGTERM is really graceful.
+    node.stopping = Some(child);
     node.status = None;
     Ok(Some(Failover {
         killed: node.index,
@@ -412,13 +554,22 @@ impl LoopbackNode<'_> {
     }
 }
 
-fn start(
+async fn start(
     exe: &Path,
     args: &Args,
     root: &Path,
     node: &mut Node,
     ports: &[u16],
 ) -> anyhow::Result<()> {
+    // The old process must be gone: it holds the data directory's lock and the ports.
+    if let Some(mut old) = node.stopping.take() {
+        if tokio::time::timeout(Duration::from_secs(10), old.wait())
+            .await
+            .is_err()
+        {
+            let _ = old.kill().await;
+        }
+    }
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -435,6 +586,8 @@ fn start(
     };
     let mut cmd = Command::new(exe);
     cmd.args(spec.run_args(ports));
+    // Should devcluster die without cleaning up (SIGKILL), the node stops on its own.
+    cmd.arg("--exit-with-parent");
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -543,8 +696,9 @@ fn draw(nodes: &[Node], agreed: &Option<(String, u64)>, durations: &[(Duration, 
     let _ = std::io::stdout().flush();
 }
 
+/// Percentiles over several failovers (one failover's line already says it all).
 fn summary(durations: &[(Duration, Duration)]) {
-    if durations.is_empty() {
+    if durations.len() < 2 {
         return;
     }
     let mut first: Vec<f64> = durations.iter().map(|d| d.0.as_secs_f64()).collect();

@@ -1,4 +1,5 @@
-//! The HTTP API (127.0.0.1 by default): `/healthz`, `/readyz`, `/status`, `/metrics`.
+//! The HTTP API (127.0.0.1 by default): `/healthz`, `/readyz`, `/status`, `/metrics`, and
+//! `/cluster` (this node's view of every node it knows, with their HTTP addresses).
 
 use std::net::SocketAddr;
 
@@ -25,7 +26,8 @@ pub async fn serve(
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
-        .with_state(shared);
+        .route("/cluster", get(cluster))
+        .with_state((shared, bound));
     let server = async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::error!(error = %e, "HTTP API stopped");
@@ -39,7 +41,7 @@ async fn healthz() -> &'static str {
 }
 
 /// Ready once an admin is known (this node or another).
-async fn readyz(State(shared): State<SharedState>) -> Response {
+async fn readyz(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     let admin = shared.lock().core.as_ref().and_then(|c| c.admin().cloned());
     match admin {
         Some(admin) => (StatusCode::OK, format!("ready: admin {admin}\n")).into_response(),
@@ -47,14 +49,21 @@ async fn readyz(State(shared): State<SharedState>) -> Response {
     }
 }
 
-async fn status(State(shared): State<SharedState>) -> Response {
+async fn status(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     match shared.lock().status() {
         Some(status) => Json(status).into_response(),
         None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
     }
 }
 
-async fn metrics(State(shared): State<SharedState>) -> Response {
+async fn cluster(State((shared, bound)): State<(SharedState, SocketAddr)>) -> Response {
+    match shared.lock().cluster(&bound.to_string()) {
+        Some(view) => Json(view).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
+    }
+}
+
+async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     let body = shared.lock().metrics_text();
     (
         [(

@@ -16,7 +16,7 @@ pub mod run;
 pub mod sandbox;
 pub mod status;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -37,6 +37,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a node (every setting has a default: `chorus run` alone is a one-node cluster).
+    ///
+    /// Alone, the node listens on loopback only with mDNS off: a local demo. To join machines,
+    /// listen on a reachable address (`--listen /ip4/0.0.0.0/tcp/7946`) and give `--bootstrap`,
+    /// `--bootstrap-expect`, `--cluster-id` and usually `--psk-file`.
+    ///
+    /// SIGINT, SIGTERM and SIGHUP all stop the node gracefully (an admin steps down first, the
+    /// event log is flushed, exit 0); SIGHUP does not reload. Exit code 2: a bad setting (one
+    /// line naming the key or flag); 1: a start-up or runtime failure (a port in use, a data
+    /// directory whose event log is gone, a corrupt log).
     Run(Box<RunFlags>),
     /// Show a node's status.
     Status {
@@ -46,8 +55,13 @@ enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+        /// One table of every node this node knows (role, term, admin, lease, last contact),
+        /// each from the node's own status where its HTTP API is reachable from here.
+        #[arg(long)]
+        cluster: bool,
     },
-    /// Replay a node's event log and check its decisions.
+    /// Replay a node's event log and check its decisions (the node must be stopped; a
+    /// read-only copy works).
     Replay {
         /// The node's data directory (or its `log` directory).
         #[arg(long, value_name = "DIR")]
@@ -57,6 +71,10 @@ enum Cmd {
         trace: Option<PathBuf>,
     },
     /// Start a local cluster of `chorus run` processes and watch its admin.
+    ///
+    /// By default the admin is killed once, 5 s after the cluster agrees on it, the failover
+    /// time is printed, and the node is restarted. Ctrl-C, SIGTERM or SIGHUP stops every node,
+    /// removes the temporary data and prints a one-line summary.
     Devcluster(devcluster::Args),
     /// The Docker sandbox.
     Sandbox {
@@ -70,10 +88,25 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
-        Cmd::Status { addr, json } => report(block_on(status::show(&addr, json))),
+        Cmd::Status {
+            addr,
+            json,
+            cluster: false,
+        } => report(block_on(status::show(&addr, json))),
+        Cmd::Status {
+            addr,
+            json,
+            cluster: true,
+        } => report(block_on(status::show_cluster(&addr, json))),
         Cmd::Replay { data_dir, trace } => {
+            let (log_dir, _copy) = match replay_source(&data_dir) {
+                Ok(source) => source,
+                Err(e) => return fail(&e),
+            };
             let mut stdout = std::io::stdout().lock();
-            match replay::replay(&data_dir, trace.as_deref(), &mut stdout) {
+            match replay::replay(&log_dir, trace.as_deref(), &mut stdout)
+                .map_err(|e| replay_error(e, &data_dir))
+            {
                 Ok(r) if r.mismatches.is_empty() => ExitCode::SUCCESS,
                 Ok(r) => {
                     eprintln!(
@@ -99,6 +132,99 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// The log directory `chorus replay` should open for `data_dir`: checked to exist and hold a
+/// log, and copied to a temporary directory (returned, to keep it alive) when it is read-only,
+/// since opening a log may write to it.
+fn replay_source(data_dir: &Path) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    use anyhow::bail;
+    match std::fs::metadata(data_dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{} is not a directory", data_dir.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no such directory: {}", data_dir.display())
+        }
+        Err(e) => bail!("cannot read {}: {e}", data_dir.display()),
+    }
+    let nested = data_dir.join(run::LOG_DIR);
+    let log_dir = if nested.is_dir() {
+        nested
+    } else {
+        data_dir.to_path_buf()
+    };
+    if !log_dir.join("db").exists() && !log_dir.join("conf").exists() {
+        bail!(
+            "{} holds no event log (a node's data directory has it in `{}/`)",
+            data_dir.display(),
+            run::LOG_DIR
+        );
+    }
+    if !is_read_only(&log_dir) {
+        return Ok((log_dir, None));
+    }
+    let copy = tempfile::Builder::new()
+        .prefix("chorus-replay-")
+        .tempdir()
+        .map_err(|e| anyhow::anyhow!("cannot create a temporary copy of a read-only log: {e}"))?;
+    copy_dir(&log_dir, copy.path()).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot copy the read-only log {} to a temporary directory: {e}",
+            log_dir.display()
+        )
+    })?;
+    eprintln!(
+        "chorus: {} is read-only; replaying a temporary copy",
+        log_dir.display()
+    );
+    Ok((copy.path().to_path_buf(), Some(copy)))
+}
+
+/// Whether the log directory or its files cannot (or should not) be written.
+fn is_read_only(dir: &Path) -> bool {
+    let read_only = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly());
+    if read_only(dir) || read_only(&dir.join("db")) || read_only(&dir.join("conf")) {
+        return true;
+    }
+    // A read-only mount shows writable permission bits; only a write tells.
+    tempfile::tempfile_in(dir).is_err()
+}
+
+/// Copies a directory tree (a sled log: files and a few subdirectories), writable.
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+/// Says what a replay failure means when the cause is a known situation.
+fn replay_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
+    let text = format!("{e:#}");
+    let locked = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::WouldBlock)
+    }) || text.contains("WouldBlock")
+        || text.contains("os error 11")
+        || text.contains("temporarily unavailable");
+    if locked {
+        anyhow::anyhow!(
+            "the node using {} is running (its event log is locked); stop it, or copy the data \
+             directory and replay the copy",
+            data_dir.display()
+        )
+    } else {
+        e
+    }
+}
+
 fn run_node(flags: &RunFlags) -> ExitCode {
     // Configuration errors come before logging is set up: one plain line, exit 2.
     let resolved = (|| {
@@ -110,7 +236,11 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         config.resolve()
     })();
     let resolved = match resolved {
-        Ok(r) => r,
+        Ok(mut r) => {
+            r.accept_log_reset = flags.accept_log_reset;
+            r.exit_with_parent = flags.exit_with_parent;
+            r
+        }
         Err(e) => {
             eprintln!("chorus: {}", one_line(&e));
             return ExitCode::from(2);
@@ -165,8 +295,10 @@ fn init_logging(format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,libp2p=warn,libp2p_gossipsub=error,sled=warn"));
+    // Colour codes only for a person at a terminal, never into a file or a pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Human => builder.init(),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use chorus_core::{Command, Core, Event, NodeId, Notice, Refusal, Role};
 use chorus_io::eventlog::{NoticeRecorder, RecordedNotice};
@@ -50,7 +50,19 @@ pub struct Shared {
     pub shutting_down: bool,
     /// The transport's own counters (wire-level: gossip vs direct, denied connections, …).
     pub transport_stats: Option<std::sync::Arc<chorus_io::transport::Libp2pStats>>,
+    /// When the shadow core last stepped (or was recovered): with its `now_ms`, this gives the
+    /// node's time at any later instant, so status shows the time of the request, not of the
+    /// last event.
+    pub stepped_at: Option<Instant>,
+    /// When the process started (uptime).
+    pub started_at: Option<Instant>,
+    /// When each peer was last heard from (a message or its arrival), by node id; at most
+    /// [`MAX_CONTACTS`] entries.
+    pub last_contact: BTreeMap<String, Instant>,
 }
+
+/// Most peers whose last contact is remembered.
+pub const MAX_CONTACTS: usize = 4_096;
 
 /// A handle on [`Shared`].
 #[derive(Clone, Debug, Default)]
@@ -67,43 +79,92 @@ impl SharedState {
 #[derive(Clone, Debug, Serialize)]
 pub struct Status {
     pub node_id: String,
-    /// `admin`, `follower` or `candidate` (a pre-candidate shows as `candidate`).
+    /// `admin`, `follower`, `pre_candidate` or `candidate` — the same label as `chorus_role`
+    /// in `/metrics`.
     pub role: &'static str,
     pub term: u64,
     pub admin: Option<String>,
     pub voted_for: Option<String>,
     pub lease_until_ms: Option<u64>,
+    /// The node's clock at the time of the request (the lease is on this clock).
     pub now_ms: u64,
+    /// Milliseconds of lease left at the time of the request (admin only).
+    pub lease_left_ms: Option<u64>,
     pub peers: Vec<String>,
     pub beat: u64,
     pub electorate: Vec<String>,
     pub listen_addrs: Vec<String>,
     pub capabilities: Vec<String>,
+    /// Seconds since the process started, at the time of the request.
     pub uptime_s: u64,
     pub shutting_down: bool,
 }
 
-/// The role as the status API names it.
+/// Every role, in the order `/metrics` lists them.
+pub const ROLES: [Role; 4] = [
+    Role::Follower,
+    Role::PreCandidate,
+    Role::Candidate,
+    Role::Admin,
+];
+
+/// The `/cluster` document: one node's view of every node it knows.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterView {
+    /// The node answering.
+    pub node_id: String,
+    /// Its term.
+    pub term: u64,
+    /// The admin it knows.
+    pub admin: Option<String>,
+    /// Itself first, then the others in id order.
+    pub members: Vec<Member>,
+}
+
+/// One node as another sees it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Member {
+    pub node_id: String,
+    /// The HTTP API it advertised (its own `/status` has its role, term and lease).
+    pub http: Option<String>,
+    /// A member of the electorate.
+    pub voter: bool,
+    /// Connected to the answering node right now.
+    pub connected: bool,
+    /// Milliseconds since the answering node last heard from it.
+    pub last_contact_ms: Option<u64>,
+}
+
+/// The role as the status API, the metrics and replay name it (one name per role, so `/status`
+/// and `/metrics` always agree; a pre-candidate is not yet a candidate).
 pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Admin => "admin",
-        Role::Follower => "follower",
-        Role::PreCandidate | Role::Candidate => "candidate",
-    }
+    role.as_str()
 }
 
 impl Shared {
+    /// The node's clock now: the shadow core's time plus the time since its last step.
+    pub fn now_ms(&self) -> Option<u64> {
+        let core = self.core.as_ref()?;
+        let since = self
+            .stepped_at
+            .map_or(0, |t| t.elapsed().as_millis() as u64);
+        Some(core.now_ms() + since)
+    }
+
     /// The status document, or `None` before recovery finished.
     pub fn status(&self) -> Option<Status> {
         let core = self.core.as_ref()?;
+        let now_ms = self.now_ms()?;
+        let lease_until_ms = core.lease_until_ms().filter(|_| core.role() == Role::Admin);
         Some(Status {
             node_id: self.node_id.clone(),
             role: role_name(core.role()),
             term: core.term(),
             admin: core.admin().map(NodeId::to_string),
             voted_for: core.voted_for().map(NodeId::to_string),
-            lease_until_ms: core.lease_until_ms(),
-            now_ms: core.now_ms(),
+            lease_until_ms,
+            now_ms,
+            lease_left_ms: lease_until_ms.map(|l| l.saturating_sub(now_ms)),
             peers: core.peers().keys().map(NodeId::to_string).collect(),
             beat: core.beat(),
             electorate: core
@@ -112,8 +173,55 @@ impl Shared {
                 .unwrap_or_default(),
             listen_addrs: self.listen_addrs.clone(),
             capabilities: self.capabilities.clone(),
-            uptime_s: core.uptime_s(),
+            uptime_s: self
+                .started_at
+                .map_or_else(|| core.uptime_s(), |t| t.elapsed().as_secs()),
             shutting_down: self.shutting_down,
+        })
+    }
+
+    /// This node's view of the cluster: itself, every connected peer and every member of the
+    /// electorate, with the HTTP address each advertised and when it was last heard from.
+    pub fn cluster(&self, http: &str) -> Option<ClusterView> {
+        let core = self.core.as_ref()?;
+        let advertised = self
+            .transport_stats
+            .as_ref()
+            .map(|t| t.peer_http())
+            .unwrap_or_default();
+        let electorate: Vec<String> = core
+            .electorate()
+            .map(|e| e.members().iter().map(NodeId::to_string).collect())
+            .unwrap_or_default();
+        let mut ids: std::collections::BTreeSet<String> =
+            core.peers().keys().map(NodeId::to_string).collect();
+        ids.extend(electorate.iter().cloned());
+        ids.remove(&self.node_id);
+        let mut members = vec![Member {
+            node_id: self.node_id.clone(),
+            http: Some(http.to_owned()),
+            voter: electorate.contains(&self.node_id),
+            connected: true,
+            last_contact_ms: Some(0),
+        }];
+        for id in ids {
+            let connected = core.peers().keys().any(|k| k.as_str() == id);
+            members.push(Member {
+                http: advertised.get(&id).cloned(),
+                voter: electorate.contains(&id),
+                connected,
+                last_contact_ms: self
+                    .last_contact
+                    .get(&id)
+                    .map(|t| t.elapsed().as_millis() as u64),
+                node_id: id,
+            });
+        }
+        Some(ClusterView {
+            node_id: self.node_id.clone(),
+            term: core.term(),
+            admin: core.admin().map(NodeId::to_string),
+            members,
         })
     }
 
@@ -136,9 +244,9 @@ impl Shared {
             out,
             "# HELP chorus_role 1 for the node's current role.\n# TYPE chorus_role gauge"
         );
-        for r in ["admin", "follower", "candidate"] {
-            let v = u64::from(role_name(role) == r);
-            let _ = writeln!(out, "chorus_role{{role=\"{r}\"}} {v}");
+        for r in ROLES {
+            let v = u64::from(r == role);
+            let _ = writeln!(out, "chorus_role{{role=\"{}\"}} {v}", role_name(r));
         }
         let peers = self.core.as_ref().map_or(0, |c| c.peers().len() as u64);
         gauge(
@@ -262,11 +370,13 @@ impl Shared {
                 "reason",
                 &t.send_failures,
             );
-            counter(
+            labelled(
                 &mut out,
                 "chorus_transport_connections_failed_total",
-                "Outgoing connection attempts that failed.",
-                t.connections_failed,
+                "Connection attempts (in or out) that failed below the policy level, by reason: \
+                 handshake (most often a pre-shared key mismatch), refused, timeout, other.",
+                "reason",
+                &t.connections_failed_by_reason,
             );
             counter(
                 &mut out,
@@ -355,6 +465,7 @@ impl Observer for NodeObserver {
     fn on_recovered(&mut self, core: &Core, replayed: usize) {
         let mut s = self.shared.lock();
         s.core = Some(core.clone());
+        s.stepped_at = Some(Instant::now());
         s.metrics.recovered_events = replayed as u64;
         tracing::info!(
             term = core.term(),
@@ -374,6 +485,13 @@ impl Observer for NodeObserver {
             let mut discard = Vec::new();
             core.step(step.now_ms, step.event.clone(), &mut discard);
             debug_assert_eq!(discard.as_slice(), step.commands, "shadow core diverged");
+        }
+        s.stepped_at = Some(Instant::now());
+        if let Event::Message { from, .. } | Event::PeerUp { peer: from, .. } = step.event {
+            let id = from.to_string();
+            if s.last_contact.len() < MAX_CONTACTS || s.last_contact.contains_key(&id) {
+                s.last_contact.insert(id, Instant::now());
+            }
         }
         let m = &mut s.metrics;
         m.log_appends += 1;
@@ -494,10 +612,108 @@ fn record_latency(m: &mut Metrics, latency: Duration) {
 
 #[cfg(test)]
 mod tests {
-    use chorus_core::Refusal;
+    use super::*;
+    use chorus_core::{Config, Refusal, ADMIN_ELECTION};
     use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
 
-    use super::*;
+    /// The role `/metrics` reports with value 1.
+    fn metrics_role(text: &str) -> String {
+        let ones: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("chorus_role{") && l.ends_with(" 1"))
+            .collect();
+        assert_eq!(ones.len(), 1, "exactly one role is 1: {ones:?}");
+        ones[0]
+            .split('"')
+            .nth(1)
+            .expect("a quoted role label")
+            .to_owned()
+    }
+
+    /// Fires the core's timers until `until` holds, checking at every state that `/status`
+    /// and `/metrics` name the same role; returns the roles seen, in order.
+    fn walk(core: &mut Core, until: impl Fn(&Core) -> bool) -> Vec<&'static str> {
+        let mut shared = Shared::default();
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        // Bounded: discovery re-arms every 100 ms, the election within 45 s.
+        for _ in 0..2_000 {
+            shared.core = Some(core.clone());
+            let status = shared.status().unwrap();
+            assert_eq!(status.role, metrics_role(&shared.metrics_text()));
+            if seen.last() != Some(&status.role) {
+                seen.push(status.role);
+            }
+            if until(core) {
+                return seen;
+            }
+            let (at, timer) = core.next_deadline().expect("a timer is armed");
+            out.clear();
+            core.step(at, Event::TimerFired { timer }, &mut out);
+        }
+        panic!("the condition never held; roles seen: {seen:?}");
+    }
+
+    fn voter(bootstrap_expect: u32) -> Core {
+        let config = Config {
+            discovery_timeout_ms: 100,
+            bootstrap_expect,
+            ..Config::default()
+        };
+        let mut core = Core::new("me".into(), config, vec![ADMIN_ELECTION.into()], 1).unwrap();
+        core.step(0, Event::Started, &mut Vec::new());
+        core
+    }
+
+    #[test]
+    fn status_and_metrics_agree_on_a_pre_candidate() {
+        let mut core = voter(2);
+        let info = chorus_core::PeerInfo {
+            capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
+            ..chorus_core::PeerInfo::default()
+        };
+        core.step(
+            1,
+            Event::PeerUp {
+                peer: "other".into(),
+                info,
+            },
+            &mut Vec::new(),
+        );
+        // The other voter never answers: this node stays a pre-candidate.
+        let seen = walk(&mut core, |c| c.role() != Role::Follower);
+        assert_eq!(seen, ["follower", "pre_candidate"]);
+    }
+
+    #[test]
+    fn status_and_metrics_agree_on_an_admin() {
+        let mut core = voter(1);
+        let seen = walk(&mut core, |c| c.role() == Role::Admin);
+        assert_eq!(seen.first(), Some(&"follower"), "{seen:?}");
+        assert_eq!(seen.last(), Some(&"admin"), "{seen:?}");
+    }
+
+    #[test]
+    fn status_time_and_lease_are_those_of_the_request() {
+        let mut core = Core::new(
+            "me".into(),
+            Config::default(),
+            vec![ADMIN_ELECTION.into()],
+            1,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        core.step(5_000, Event::Started, &mut out);
+        let shared = Shared {
+            core: Some(core),
+            stepped_at: Some(Instant::now() - Duration::from_secs(10)),
+            started_at: Some(Instant::now() - Duration::from_secs(26)),
+            ..Shared::default()
+        };
+        let status = shared.status().unwrap();
+        assert!(status.now_ms >= 15_000, "{}", status.now_ms);
+        assert!(status.uptime_s >= 26, "{}", status.uptime_s);
+    }
 
     #[test]
     fn refusals_are_counted_by_reason_and_not_recorded() {

@@ -1,17 +1,21 @@
 //! `chorus run`: wires the sled event log, the libp2p transport, the tokio clock and the node's
 //! observer into the shared runtime loop, serves the HTTP API, and shuts down gracefully on
-//! SIGINT/SIGTERM (an admin steps down and says so, the log is flushed, exit 0).
+//! SIGINT, SIGTERM or SIGHUP (an admin steps down and says so, the log is flushed, exit 0).
+//!
+//! SIGHUP is a graceful stop, not a reload: the settings that matter (timings, electorate,
+//! addresses, keys) cannot change under a running node, and a supervisor restarts it with the
+//! new configuration.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
-use chorus_core::{Core, Event, Message, NodeId, PeerInfo, Resources};
+use chorus_core::{Core, Event, Message, NodeId, PeerInfo, Resources, Role, Timer, ADMIN_ELECTION};
 use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
 use chorus_io::runtime::{Runtime, RuntimeConfig, TokioClock, Transport, TransportEvent};
 use chorus_io::transport::libp2p::node_id as peer_node_id;
-use chorus_io::transport::{load_or_create_identity, load_psk, Libp2pConfig, Libp2pTransport};
+use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
 
 use crate::config::Resolved;
 use crate::observe::{NodeObserver, SharedState};
@@ -24,24 +28,55 @@ pub const IDENTITY_FILE: &str = "identity.key";
 /// The event log directory inside the data directory.
 pub const LOG_DIR: &str = "log";
 
-/// Runs the node until SIGINT/SIGTERM. Errors are reported by the caller as one line.
+/// How often a node without an admin says what it is waiting for.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Runs the node until SIGINT/SIGTERM/SIGHUP. Errors are reported by the caller as one line.
 pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let Resolved {
         config,
         listen,
         bootstrap,
         http,
+        psk,
+        warnings,
+        accept_log_reset,
+        exit_with_parent,
     } = resolved;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
     std::fs::create_dir_all(&config.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
             config.data_dir.display()
         )
     })?;
-    let keypair = load_or_create_identity(&config.data_dir.join(IDENTITY_FILE))?;
-    let node_id: NodeId = peer_node_id(&keypair.public().to_peer_id());
-
+    let identity_path = config.data_dir.join(IDENTITY_FILE);
     let log_path = config.data_dir.join(LOG_DIR);
+    let identity_kept = identity_path.exists();
+    let keypair = load_or_create_identity(&identity_path)?;
+    let node_id: NodeId = peer_node_id(&keypair.public().to_peer_id());
+    if identity_kept && !log_exists(&log_path) {
+        if !accept_log_reset {
+            anyhow::bail!(
+                "{} holds the identity of node {node_id} but no event log ({} is missing or \
+                 empty): the log holds this node's term and vote, and starting without it could \
+                 make the node vote twice in a term. Restore the log, or delete {} to join as a \
+                 new node, or pass --accept-log-reset once the cluster's term has moved past any \
+                 vote this node may have cast",
+                config.data_dir.display(),
+                log_path.display(),
+                identity_path.display(),
+            );
+        }
+        tracing::warn!(
+            node_id = %node_id,
+            "--accept-log-reset: starting with a new, empty event log under a kept identity \
+             (term 0, no vote)"
+        );
+    }
+
     let meta = LogMeta::new(
         node_id.clone(),
         config.protocol.clone(),
@@ -63,39 +98,62 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     )?;
 
     let mut transport_config = Libp2pConfig::new(config.protocol.cluster_id.clone());
+    let loopback_only = listen.iter().all(is_loopback);
     transport_config.listen = listen;
     transport_config.bootstrap = bootstrap;
     transport_config.mdns = config.mdns;
-    transport_config.psk = match &config.psk_file {
-        Some(path) => Some(load_psk(path)?),
-        None => None,
-    };
+    transport_config.psk = psk;
     let resources = sample_resources();
     transport_config.info = PeerInfo {
         capabilities: config.capabilities.clone().into(),
         uptime_s: 0,
         resources,
     };
+    // The HTTP API first: its bound address is advertised to peers.
+    let shared = SharedState::default();
+    let (http_addr, server) = crate::http::serve(http, shared.clone()).await?;
+    transport_config.http = Some(http_addr.to_string());
     let (transport, addrs) = Libp2pTransport::start(keypair, transport_config).await?;
     let listen_addrs: Vec<String> = addrs.iter().map(|a| format!("{a}/p2p/{node_id}")).collect();
-
-    let shared = SharedState::default();
     {
         let mut s = shared.lock();
+        s.started_at = Some(std::time::Instant::now());
         s.node_id = node_id.to_string();
         s.listen_addrs = listen_addrs.clone();
         s.capabilities = config.capabilities.clone();
         s.transport_stats = Some(transport.stats());
     }
-    let (http_addr, server) = crate::http::serve(http, shared.clone()).await?;
     tokio::spawn(server);
     tracing::info!(
         node_id = %node_id,
         data_dir = %config.data_dir.display(),
         http = %http_addr,
         listen = ?listen_addrs,
+        mdns = config.mdns,
         "chorus node started"
     );
+    if loopback_only {
+        tracing::info!(
+            "listening on loopback only: other machines cannot connect (a local node); pass \
+             --listen /ip4/0.0.0.0/tcp/7946 to join a network"
+        );
+    }
+    let expect = config.protocol.bootstrap_expect;
+    if config.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
+        tracing::info!(
+            capabilities = ?config.capabilities,
+            bootstrap_expect = expect,
+            "this node is a voter (capability admin_election): it votes and may become admin; \
+             the first election waits for {expect} voter(s)"
+        );
+    } else {
+        tracing::info!(
+            capabilities = ?config.capabilities,
+            "this node is a worker, not a voter (no capability admin_election): it never \
+             votes nor becomes admin"
+        );
+    }
+    tokio::spawn(progress(shared.clone()));
 
     let observer = NodeObserver::new(shared.clone(), log.notice_recorder(), log.next_seq());
     let slot = Arc::new(Mutex::new(None));
@@ -116,7 +174,9 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
                 config: config.protocol.clone(),
             },
         ]);
-    let result = runtime.run(shutdown_signal(shared.clone())).await;
+    let result = runtime
+        .run(shutdown_signal(shared.clone(), exit_with_parent))
+        .await;
     // The runtime handed the transport back when it dropped it; give the last messages (a
     // step-down broadcast) a moment to leave, then close every connection.
     let transport = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -133,27 +193,149 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal(shared: SharedState) {
+/// Whether the event log directory holds a log (sled's files).
+fn log_exists(path: &Path) -> bool {
+    path.join("conf").exists() || path.join("db").exists()
+}
+
+/// Whether a listen address is on loopback only.
+fn is_loopback(addr: &libp2p::Multiaddr) -> bool {
+    use libp2p::multiaddr::Protocol;
+    match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => ip.is_loopback(),
+        Some(Protocol::Ip6(ip)) => ip.is_loopback(),
+        _ => false,
+    }
+}
+
+/// While no admin is known, says every [`PROGRESS_EVERY`] what the node is waiting for, so a
+/// node that sits quietly through its discovery timeout does not look hung.
+async fn progress(shared: SharedState) {
+    let mut tick = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        PROGRESS_EVERY,
+    );
+    loop {
+        tick.tick().await;
+        let line = {
+            let s = shared.lock();
+            if s.shutting_down {
+                return;
+            }
+            match (&s.core, s.now_ms()) {
+                (Some(core), Some(now_ms)) => waiting_line(core, &s.capabilities, now_ms),
+                _ => None,
+            }
+        };
+        if let Some(line) = line {
+            tracing::info!("{line}");
+        }
+    }
+}
+
+/// What a node without an admin waits for, or `None` when it has one.
+pub fn waiting_line(core: &Core, capabilities: &[String], now_ms: u64) -> Option<String> {
+    if core.admin().is_some() {
+        return None;
+    }
+    let voter = capabilities.iter().any(|c| c == ADMIN_ELECTION);
+    if !voter {
+        return Some(
+            "no admin known yet; waiting to hear of one (this node is not a voter)".into(),
+        );
+    }
+    let secs = |at_ms: u64| at_ms.saturating_sub(now_ms).div_ceil(1_000);
+    let deadline = core.next_deadline();
+    match core.role() {
+        Role::PreCandidate => {
+            return Some(format!(
+                "no admin known; asking for pre-votes (term {})",
+                core.term()
+            ))
+        }
+        Role::Candidate => {
+            return Some(format!(
+                "no admin known; asking for votes in term {}",
+                core.term()
+            ))
+        }
+        _ => {}
+    }
+    let Some(electorate) = core.electorate() else {
+        let expect = core.config().bootstrap_expect;
+        let known = 1 + core.peers().values().filter(|p| p.eligible).count();
+        return Some(format!(
+            "waiting for peers: {known} of {expect} voter(s) known (bootstrap_expect {expect}); \
+             connected peers: {}",
+            core.peers().len()
+        ));
+    };
+    Some(match deadline {
+        Some((at, Timer::Election)) => format!(
+            "no admin known; electing in {} s (electorate of {})",
+            secs(at),
+            electorate.len()
+        ),
+        Some((at, Timer::Discovery)) => format!(
+            "no admin known; asking peers (discovery), electing in about {} s or later \
+             (electorate of {})",
+            secs(at),
+            electorate.len()
+        ),
+        _ => format!(
+            "no admin known (electorate of {}, {} peer(s) connected)",
+            electorate.len(),
+            core.peers().len()
+        ),
+    })
+}
+
+/// With `enabled`, completes once this process's parent has exited (it is re-parented);
+/// otherwise never.
+async fn parent_gone(enabled: bool) {
+    if !enabled {
+        return std::future::pending().await;
+    }
+    let parent = std::os::unix::process::parent_id();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if std::os::unix::process::parent_id() != parent {
+            return;
+        }
+    }
+}
+
+/// Completes when `s` delivers a signal; never when there is no stream.
+async fn wait(s: Option<&mut tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Completes on SIGINT, SIGTERM or SIGHUP (all three stop the node gracefully).
+async fn shutdown_signal(shared: SharedState, exit_with_parent: bool) {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
+    let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
         Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM");
+            tracing::warn!(error = %e, "cannot listen for {name}");
             None
         }
     };
-    let sigterm = async {
-        match term.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending().await,
-        }
-    };
+    let mut term = listen(SignalKind::terminate(), "SIGTERM");
+    let mut hup = listen(SignalKind::hangup(), "SIGHUP");
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        () = sigterm => tracing::info!("SIGTERM: shutting down"),
+        () = wait(term.as_mut()) => tracing::info!("SIGTERM: shutting down"),
+        () = wait(hup.as_mut()) => tracing::info!(
+            "SIGHUP: shutting down (SIGHUP stops the node gracefully; it does not reload)"
+        ),
+        () = parent_gone(exit_with_parent) => tracing::info!(
+            "the parent process exited: shutting down"
+        ),
     }
     shared.lock().shutting_down = true;
 }

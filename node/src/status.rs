@@ -1,4 +1,6 @@
-//! `chorus status`: fetches a node's `/status` and prints it for people.
+//! `chorus status`: fetches a node's `/status` and prints it for people; with `--cluster`, asks
+//! that node whom it knows (`/cluster`) and every one of them for its own `/status`, and prints
+//! one table.
 
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -67,5 +69,138 @@ pub fn render(v: &Value) -> String {
     for a in list("listen_addrs") {
         out.push_str(&format!("  {a}\n"));
     }
+    out
+}
+
+/// How long one node gets to answer `chorus status --cluster`.
+const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Prints one table of every node the node at `addr` knows: each row from that node's own
+/// `/status` where it answers, and this node's last contact with it.
+pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
+    let (code, body) = crate::http::get_text(addr, "/cluster")
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    if code != 200 {
+        bail!("{addr} answered {code}: {}", body.trim());
+    }
+    let view: Value = serde_json::from_str(&body).context("the cluster view is not JSON")?;
+    let members = view["members"].as_array().cloned().unwrap_or_default();
+    let mut statuses = Vec::new();
+    for m in &members {
+        let id = m["node_id"].as_str().unwrap_or_default();
+        // The node asked answers on the address the user gave (it may differ from its bind).
+        let http = if id == view["node_id"].as_str().unwrap_or_default() {
+            Some(addr.to_owned())
+        } else {
+            m["http"].as_str().map(str::to_owned)
+        };
+        statuses.push(match http {
+            Some(h) => member_status(&h, id).await,
+            None => Err("no HTTP address advertised".to_owned()),
+        });
+    }
+    if json {
+        let rows: Vec<Value> = members
+            .iter()
+            .zip(&statuses)
+            .map(|(m, st)| {
+                serde_json::json!({
+                    "member": m,
+                    "status": st.as_ref().ok(),
+                    "error": st.as_ref().err(),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "asked": view["node_id"], "nodes": rows })
+        );
+        return Ok(());
+    }
+    print!("{}", render_cluster(&view, &members, &statuses));
+    Ok(())
+}
+
+/// A member's own `/status`, checked to be that member's (a loopback address advertised by a
+/// node on another machine would reach a different node here).
+async fn member_status(http: &str, id: &str) -> Result<Value, String> {
+    let got = tokio::time::timeout(MEMBER_TIMEOUT, crate::http::get_text(http, "/status")).await;
+    let (code, body) = match got {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(format!("unreachable at {http}: {e}")),
+        Err(_) => return Err(format!("no answer from {http}")),
+    };
+    if code != 200 {
+        return Err(format!("{http} answered {code}"));
+    }
+    let v: Value = serde_json::from_str(&body).map_err(|_| format!("{http}: not JSON"))?;
+    if v["node_id"].as_str() != Some(id) {
+        return Err(format!(
+            "{http} is another node here (its HTTP API is on its own machine's loopback)"
+        ));
+    }
+    Ok(v)
+}
+
+/// The table of `chorus status --cluster`.
+pub fn render_cluster(
+    view: &Value,
+    members: &[Value],
+    statuses: &[Result<Value, String>],
+) -> String {
+    let short = |s: &str| s[s.len().saturating_sub(10)..].to_owned();
+    let asked = view["node_id"].as_str().unwrap_or_default();
+    let mut out = format!(
+        "{:<12} {:<6} {:<14} {:>5} {:<12} {:>10} {:>13}  {}\n",
+        "node", "voter", "role", "term", "admin", "lease", "last contact", "http"
+    );
+    for (m, st) in members.iter().zip(statuses) {
+        let id = m["node_id"].as_str().unwrap_or_default();
+        let mark = if id == asked { "*" } else { "" };
+        let contact = if id == asked {
+            "(asked)".to_owned()
+        } else {
+            match m["last_contact_ms"].as_u64() {
+                Some(ms) => format!("{:.1} s ago", ms as f64 / 1_000.0),
+                None if m["connected"].as_bool() == Some(true) => "connected".to_owned(),
+                None => "never".to_owned(),
+            }
+        };
+        let voter = if m["voter"].as_bool() == Some(true) {
+            "yes"
+        } else {
+            "no"
+        };
+        let http = m["http"].as_str().unwrap_or("-");
+        let (role, term, admin, lease) = match st {
+            Ok(s) => (
+                s["role"].as_str().unwrap_or("-").to_owned(),
+                s["term"].to_string(),
+                s["admin"].as_str().map_or("-".to_owned(), short),
+                s["lease_left_ms"]
+                    .as_u64()
+                    .map_or("-".to_owned(), |l| format!("{l} ms")),
+            ),
+            Err(_) => ("?".into(), "?".into(), "?".into(), "?".into()),
+        };
+        out.push_str(&format!(
+            "{:<12} {voter:<6} {role:<14} {term:>5} {admin:<12} {lease:>10} {contact:>13}  {http}\n",
+            format!("{}{mark}", short(id)),
+        ));
+    }
+    for (m, st) in members.iter().zip(statuses) {
+        if let Err(e) = st {
+            out.push_str(&format!(
+                "  {}: {e}\n",
+                short(m["node_id"].as_str().unwrap_or_default())
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "(* the node asked; last contact is as it sees it; term {}, admin {})\n",
+        view["term"],
+        view["admin"].as_str().map_or("none".to_owned(), short)
+    ));
     out
 }

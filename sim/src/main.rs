@@ -185,7 +185,8 @@ pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall
         let by_reason: Vec<String> = st.refused.iter().map(|(r, n)| format!("{r} {n}")).collect();
         println!("refused messages: {}", by_reason.join(" · "));
     }
-    println!("trace: {} lines, digest {:016x}", st.lines, f.digest);
+    // Lines as in the file (and as `replay` counts them): the header and every record.
+    println!("trace: {} lines, digest {:016x}", st.lines + 1, f.digest);
 }
 
 /// Prints violations with context and the reproduce command; true when there were none.

@@ -82,6 +82,8 @@ pub struct Libp2pConfig {
     pub max_connections_per_peer: u32,
     /// What this node advertises in identify: capabilities and score inputs.
     pub info: PeerInfo,
+    /// The node's HTTP API address, advertised in identify (see [`Libp2pStats::peer_http`]).
+    pub http: Option<String>,
     /// How long a direct message may wait for its ack before it counts as failed.
     pub request_timeout: Duration,
     /// How long a connection with no open stream is kept. Long by default: a peer reached only
@@ -115,6 +117,7 @@ impl Libp2pConfig {
             max_connections: 256,
             max_connections_per_peer: 4,
             info: PeerInfo::default(),
+            http: None,
             request_timeout: Duration::from_secs(10),
             idle_connection_timeout: Duration::from_secs(24 * 3600),
             handshake_timeout: Duration::from_secs(10),

@@ -53,14 +53,18 @@ pub(super) struct Advertisement {
     /// Capabilities and score inputs, as of when the transport started.
     #[serde(flatten)]
     pub(super) info: PeerInfo,
+    /// The node's HTTP API (host:port), so tools can ask every node for its own status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) http: Option<String>,
 }
 
 impl Advertisement {
-    pub(super) fn new(cluster: &str, info: &PeerInfo) -> Self {
+    pub(super) fn new(cluster: &str, info: &PeerInfo, http: Option<&str>) -> Self {
         Advertisement {
             agent: format!("chorus-rs/{}", env!("CARGO_PKG_VERSION")),
             cluster: cluster.to_owned(),
             info: info.clone(),
+            http: http.map(str::to_owned),
         }
     }
 }
@@ -116,8 +120,12 @@ impl Behaviour {
             .subscribe(&cluster_topic(&config.cluster_id))
             .map_err(|e| TransportError::Config(format!("gossipsub subscribe: {e}")))?;
 
-        let agent = serde_json::to_string(&Advertisement::new(&config.cluster_id, &config.info))
-            .map_err(|e| TransportError::Config(format!("identify advertisement: {e}")))?;
+        let agent = serde_json::to_string(&Advertisement::new(
+            &config.cluster_id,
+            &config.info,
+            config.http.as_deref(),
+        ))
+        .map_err(|e| TransportError::Config(format!("identify advertisement: {e}")))?;
         let identify = identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), keypair.public())
                 .with_agent_version(agent),

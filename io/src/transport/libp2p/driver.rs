@@ -42,6 +42,10 @@ pub(super) const STOP_LINGER: Duration = Duration::from_secs(1);
 /// acknowledgement to wait for).
 const STOP_LINGER_MIN: Duration = Duration::from_millis(100);
 
+/// Peer addresses whose first connection failure was logged at WARN; forgotten wholesale when
+/// full, so a flood of addresses cannot grow the set without bound.
+const MAX_WARNED: usize = 1024;
+
 /// How often the bootstrap addresses are checked for a re-dial.
 const REDIAL_TICK: Duration = Duration::from_millis(250);
 
@@ -84,6 +88,10 @@ pub(super) struct Driver {
     events: mpsc::Sender<TransportEvent>,
     /// Direct messages sent and neither acknowledged nor failed yet.
     in_flight: usize,
+    /// Whether this node uses a pre-shared key (to name the likely cause of a failed handshake).
+    has_psk: bool,
+    /// Addresses (or peers) whose first failure was logged at WARN; later ones go to DEBUG.
+    warned: BTreeSet<String>,
 }
 
 impl Driver {
@@ -94,6 +102,7 @@ impl Driver {
         events: mpsc::Sender<TransportEvent>,
     ) -> Result<Self, TransportError> {
         let local = keypair.public().to_peer_id();
+        let has_psk = config.psk.is_some();
         let transport = build_transport(keypair, config.psk, config.handshake_timeout)?;
         let behaviour = Behaviour::new(keypair, &config)?;
         let swarm = Swarm::new(
@@ -134,6 +143,8 @@ impl Driver {
             stats,
             events,
             in_flight: 0,
+            has_psk,
+            warned: BTreeSet::new(),
         })
     }
 
@@ -142,6 +153,11 @@ impl Driver {
     pub(super) async fn listen(&mut self) -> Result<Vec<Multiaddr>, TransportError> {
         // `ListenerId` is neither `Ord` nor `Hash`; a few listeners fit a vector.
         let mut waiting: Vec<(ListenerId, Multiaddr)> = Vec::new();
+        // Every port is probed before any is bound, so two addresses of this node on one port
+        // (IPv4 and IPv6) do not refuse each other.
+        for addr in &self.listen {
+            probe_port(addr)?;
+        }
         for addr in self.listen.clone() {
             let id = self
                 .swarm
@@ -398,6 +414,7 @@ impl Driver {
                 if num_established == 0 || state.connections.is_empty() {
                     let was_up = state.up;
                     self.peers.remove(&peer_id);
+                    self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id, ?cause, "disconnected");
                     if was_up {
                         self.emit(TransportEvent::PeerDown {
@@ -420,8 +437,16 @@ impl Driver {
                     tracing::debug!(?peer_id, %send_back_addr, reason, "incoming connection denied");
                 }
                 error => {
-                    self.stats.connection_failed();
-                    tracing::debug!(%send_back_addr, %error, "incoming connection failed");
+                    let text = error_chain(&error);
+                    let reason = failure_reason(&text);
+                    self.stats.connection_failed(reason);
+                    // Per remote IP: the port of an incoming connection changes every time.
+                    let from = match send_back_addr.iter().next() {
+                        Some(Protocol::Ip4(ip)) => ip.to_string(),
+                        Some(Protocol::Ip6(ip)) => ip.to_string(),
+                        _ => send_back_addr.to_string(),
+                    };
+                    self.warn_failure(format!("from {from}"), reason, &text);
                 }
             },
             SwarmEvent::OutgoingConnectionError {
@@ -446,7 +471,18 @@ impl Driver {
                         }
                     }
                     DialError::DialPeerConditionFalse(_) | DialError::Aborted => {}
-                    _ => self.stats.connection_failed(),
+                    DialError::Transport(errors) => {
+                        for (addr, e) in errors {
+                            let text = error_chain(e);
+                            let reason = failure_reason(&text);
+                            self.stats.connection_failed(reason);
+                            self.warn_failure(format!("to {addr}"), reason, &text);
+                        }
+                    }
+                    other => {
+                        let text = other.to_string();
+                        self.stats.connection_failed(failure_reason(&text));
+                    }
                 }
                 tracing::debug!(?peer_id, %error, "outgoing connection failed");
             }
@@ -584,9 +620,26 @@ impl Driver {
             .then(|| serde_json::from_str::<Advertisement>(&info.agent_version).ok())
             .flatten();
         let peer_info: PeerInfo = match advertised {
-            Some(ad) if ad.cluster == self.cluster_id => ad.info,
+            Some(ad) if ad.cluster == self.cluster_id => {
+                // Bounded: one entry per connected peer (removed when it disconnects), and
+                // the address itself is short or dropped.
+                let http = ad.http.filter(|h| h.len() <= 256);
+                self.stats.set_peer_http(peer.to_base58(), http);
+                ad.info
+            }
             Some(ad) => {
-                tracing::debug!(%peer, cluster = %ad.cluster, "peer of another cluster; disconnecting");
+                if self.first_warning(format!("cluster {peer}")) {
+                    tracing::warn!(
+                        %peer,
+                        addrs = ?info.listen_addrs,
+                        "a peer of another cluster ({:?}; this node's is {:?}) connected: \
+                         disconnecting. Check --cluster-id / protocol.cluster_id on both nodes",
+                        ad.cluster,
+                        self.cluster_id
+                    );
+                } else {
+                    tracing::debug!(%peer, cluster = %ad.cluster, "peer of another cluster; disconnecting");
+                }
                 self.exclude(peer, "wrong_cluster").await;
                 return;
             }
@@ -690,6 +743,35 @@ impl Driver {
         let _ = self.events.send(event).await;
     }
 
+    /// Whether `key` has not been warned about yet (and remembers it).
+    fn first_warning(&mut self, key: String) -> bool {
+        if self.warned.len() >= MAX_WARNED {
+            self.warned.clear();
+        }
+        self.warned.insert(key)
+    }
+
+    /// Logs a failed connection: the first handshake failure per address at WARN with its
+    /// likely cause, everything else at DEBUG (unreachable peers are normal while they start).
+    fn warn_failure(&mut self, whom: String, reason: &'static str, error: &str) {
+        let suspicious = reason == "handshake" || reason == "timeout";
+        if suspicious && self.first_warning(format!("failed {whom}")) {
+            let cause = if self.has_psk {
+                "most likely the other node has a different pre-shared key (psk_file) or none"
+            } else {
+                "most likely the other node requires a pre-shared key (psk_file) that this one \
+                 lacks, or it is not a CHORUS node"
+            };
+            tracing::warn!(
+                reason,
+                "connection {whom} failed ({reason}): {cause} (further failures of this \
+                 address are logged at debug level): {error}"
+            );
+        } else {
+            tracing::debug!(reason, "connection {whom} failed: {error}");
+        }
+    }
+
     fn publish_peer_counts(&self) {
         let up = self.peers.values().filter(|p| p.up).count();
         self.stats.set_peers(self.peers.len() as u64, up as u64);
@@ -702,6 +784,98 @@ fn listen_addr(waiting: &[(ListenerId, Multiaddr)], listener: ListenerId) -> Mul
         .find(|(id, _)| *id == listener)
         .map(|(_, a)| a.clone())
         .unwrap_or_else(Multiaddr::empty)
+}
+
+/// Refuses a TCP listen address whose port another process already listens on. libp2p's TCP
+/// listener sets `SO_REUSEPORT` (in libp2p-tcp 0.45 always, with no option to turn it off), so
+/// without this check a second node would bind the same port and share its connections. A
+/// plain bind (no `SO_REUSEPORT`) fails on a port held by any listener, libp2p's included.
+fn probe_port(addr: &Multiaddr) -> Result<(), TransportError> {
+    let mut parts = addr.iter();
+    let ip: std::net::IpAddr = match parts.next() {
+        Some(Protocol::Ip4(ip)) => ip.into(),
+        Some(Protocol::Ip6(ip)) => ip.into(),
+        _ => return Ok(()),
+    };
+    let Some(Protocol::Tcp(port)) = parts.next() else {
+        return Ok(());
+    };
+    if port == 0 {
+        return Ok(());
+    }
+    let addr_in_use = |e: &std::io::Error| e.kind() == std::io::ErrorKind::AddrInUse;
+    match bind_like_libp2p(std::net::SocketAddr::new(ip, port)) {
+        // Dropped at once: a listener that accepted nothing leaves no TIME_WAIT behind.
+        Ok(_probe) => Ok(()),
+        Err(e) if addr_in_use(&e) => Err(TransportError::Listen {
+            addr: addr.clone(),
+            reason: format!(
+                "TCP port {port} is already in use (another chorus node or another program \
+                 listens on it; stop it or choose another port)"
+            ),
+        }),
+        // Anything else (no such interface, permissions) is libp2p's to report.
+        Err(_) => Ok(()),
+    }
+}
+
+/// A listening socket set up as libp2p-tcp sets up its own (IPv6 sockets v6-only, address
+/// reuse for TIME_WAIT), except for `SO_REUSEPORT`.
+fn bind_like_libp2p(addr: std::net::SocketAddr) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1)?;
+    Ok(socket)
+}
+
+/// An error and its sources on one line (libp2p's outer transport errors often display as
+/// nothing at all; the cause is in the chain).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !part.is_empty() && !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// A label for why a connection failed, from the error's text (libp2p's transport errors are
+/// nested and mostly opaque; their messages are stable enough to sort into a few causes).
+fn failure_reason(error: &str) -> &'static str {
+    let e = error.to_ascii_lowercase();
+    if e.contains("refused") {
+        "refused"
+    } else if e.contains("timed out") || e.contains("timeout") {
+        "timeout"
+    } else if e.contains("handshake")
+        || e.contains("negotiat")
+        || e.contains("noise")
+        || e.contains("decrypt")
+        || e.contains("protocol")
+        || e.contains("unexpected eof")
+        || e.contains("reset by peer")
+        || e.contains("upgrade")
+    {
+        "handshake"
+    } else {
+        "other"
+    }
 }
 
 /// A short label for why a behaviour denied a connection.

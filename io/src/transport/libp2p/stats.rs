@@ -16,11 +16,15 @@ pub struct Libp2pStats {
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     connections_denied: Mutex<BTreeMap<&'static str, u64>>,
     send_failures: Mutex<BTreeMap<&'static str, u64>>,
+    connections_failed_by_reason: Mutex<BTreeMap<&'static str, u64>>,
     broadcasts_gossiped: AtomicU64,
     broadcasts_direct: AtomicU64,
     connections_failed: AtomicU64,
     peers_connected: AtomicU64,
     peers_up: AtomicU64,
+    /// The HTTP API address each connected peer advertised (by base58 peer id); not a counter,
+    /// but shared the same way.
+    peer_http: Mutex<BTreeMap<String, String>>,
 }
 
 /// A copy of [`Libp2pStats`] at one instant.
@@ -50,6 +54,11 @@ pub struct StatsSnapshot {
     /// Incoming or outgoing connection attempts that failed below the policy level (handshake,
     /// wrong key, garbage, unreachable address).
     pub connections_failed: u64,
+    /// The same, by reason: `handshake` (the security handshake failed: most often a
+    /// different or missing pre-shared key, or a peer that is not a CHORUS node), `refused`
+    /// (nothing listens there), `timeout` (no answer in time, or a handshake that went silent:
+    /// also a sign of a key mismatch), `other`.
+    pub connections_failed_by_reason: BTreeMap<&'static str, u64>,
     /// Peers with at least one open connection.
     pub peers_connected: u64,
     /// Peers announced to the runtime with `PeerUp` and not yet `PeerDown`.
@@ -78,8 +87,29 @@ impl Libp2pStats {
             broadcasts_gossiped: self.broadcasts_gossiped.load(Ordering::Relaxed),
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
             connections_failed: self.connections_failed.load(Ordering::Relaxed),
+            connections_failed_by_reason: copy(&self.connections_failed_by_reason),
             peers_connected: self.peers_connected.load(Ordering::Relaxed),
             peers_up: self.peers_up.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The HTTP API address (host:port) each identified, connected peer advertised, by node id.
+    pub fn peer_http(&self) -> BTreeMap<String, String> {
+        self.peer_http
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) fn set_peer_http(&self, peer: String, http: Option<String>) {
+        let mut m = self.peer_http.lock().unwrap_or_else(|p| p.into_inner());
+        match http {
+            Some(addr) => {
+                m.insert(peer, addr);
+            }
+            None => {
+                m.remove(&peer);
+            }
         }
     }
 
@@ -109,7 +139,8 @@ impl Libp2pStats {
     pub(super) fn broadcast_direct(&self, copies: u64) {
         self.broadcasts_direct.fetch_add(copies, Ordering::Relaxed);
     }
-    pub(super) fn connection_failed(&self) {
+    pub(super) fn connection_failed(&self, reason: &'static str) {
+        bump(&self.connections_failed_by_reason, reason);
         self.connections_failed.fetch_add(1, Ordering::Relaxed);
     }
     pub(super) fn set_peers(&self, connected: u64, up: u64) {
