@@ -74,11 +74,12 @@ pub fn main() -> ExitCode {
         Cmd::Replay { data_dir, trace } => {
             let mut stdout = std::io::stdout().lock();
             match replay::replay(&data_dir, trace.as_deref(), &mut stdout) {
-                Ok(r) if r.mismatches.is_empty() => ExitCode::SUCCESS,
+                Ok(r) if r.ok() => ExitCode::SUCCESS,
                 Ok(r) => {
                     eprintln!(
-                        "chorus: replay does not match the recorded decisions ({} mismatches)",
-                        r.mismatches.len()
+                        "chorus: replay does not match the recorded decisions ({} mismatches, {} double votes)",
+                        r.mismatches.len(),
+                        r.vote_violations.len()
                     );
                     ExitCode::from(3)
                 }
