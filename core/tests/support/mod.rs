@@ -532,7 +532,7 @@ impl VoteLedger {
         }
     }
 
-    /// Votes recorded so far: ((voter, term), candidate).
+    /// How many (voter, term) pairs have a recorded vote.
     pub fn len(&self) -> usize {
         self.votes.len()
     }
