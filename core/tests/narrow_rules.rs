@@ -10,13 +10,15 @@
 //! | a won lease is measured from the vote round's start | measured from the win |
 //! | a restarted voter grants nothing for a minimum election timeout | `on_started` keeps no promise |
 //!
+//! and pins the boundaries of the lease timer and check-quorum, which each hung on one test.
+//!
 //! Only the public API is used, and every peer is an honest member of the electorate (known
 //! through `PeerUp`, answering only what it was asked), so the tests stay valid under the
 //! hostile-peer hardening of the core.
 
 use chorus_core::{
-    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Role, Timer,
-    ADMIN_ELECTION,
+    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Role,
+    StepDownReason, Timer, ADMIN_ELECTION,
 };
 
 const MIN: u64 = 30_000;
@@ -34,6 +36,10 @@ fn voter_info() -> PeerInfo {
 fn voter(id: &str, members: &[&str]) -> Core {
     let config = Config::default();
     assert_eq!(config.election_timeout_min_ms, MIN);
+    voter_with(id, members, config)
+}
+
+fn voter_with(id: &str, members: &[&str], config: Config) -> Core {
     let mut c = Core::new(id.into(), config, vec![ADMIN_ELECTION.to_owned()], 42).unwrap();
     c.set_electorate_for_test(Electorate::new(
         1,
@@ -312,4 +318,102 @@ fn restart_from_the_replayed_log_renews_the_promise() {
     assert_eq!(vote_reply(&out, "c"), (1, false));
     let out = b.step_vec(restart_at + MIN, from("c", vote_req(&b, 2)));
     assert_eq!(vote_reply(&out, "c"), (2, true));
+}
+
+// ---- Lease timer and check-quorum boundaries ----------------------------------------------------
+
+/// Check-quorum counts from the send time of the newest heartbeat a majority acknowledged (not
+/// from the win, not from when the acknowledgement arrived), and fires at exactly a maximum
+/// election timeout after it; the lease from that heartbeat ends at exactly its send time plus
+/// the lease, and the lease timer says so at that instant.
+#[test]
+fn check_quorum_and_lease_count_from_the_acknowledged_heartbeat_send_time() {
+    // Heartbeats every 9 s: the 6th after the win lands exactly on the check-quorum deadline.
+    let config = Config {
+        heartbeat_interval_ms: 9_000,
+        election_timeout_min_ms: 30_000,
+        election_timeout_max_ms: 45_000,
+        ..Config::default()
+    };
+    let mut a = voter_with("a", ABC, config.clone());
+    stand(&mut a);
+    let won_at = a.now_ms();
+    for msg in [
+        Message::PreVoteReply {
+            term: 1,
+            granted: true,
+        },
+        Message::VoteReply {
+            term: 1,
+            granted: true,
+        },
+    ] {
+        a.step_vec(won_at, from("b", msg));
+    }
+    assert_eq!(a.role(), Role::Admin);
+
+    // The first timed heartbeat; b acknowledges it 2 s late.
+    let (sent_at, timer) = a.next_deadline().unwrap();
+    assert_eq!((sent_at, timer), (won_at + 9_000, Timer::Heartbeat));
+    let out = a.step_vec(sent_at, Event::TimerFired { timer });
+    let beat = out
+        .iter()
+        .find_map(|c| match c {
+            Command::Broadcast {
+                msg: Message::Heartbeat { beat, .. },
+            } => Some(*beat),
+            _ => None,
+        })
+        .expect("a heartbeat");
+    let out = a.step_vec(
+        sent_at + 2_000,
+        from("b", Message::HeartbeatAck { term: 1, beat }),
+    );
+    let lease_end = sent_at + config.lease_ms();
+    assert!(
+        out.contains(&Command::Notice(Notice::LeaseRenewed {
+            term: 1,
+            lease_until_ms: lease_end,
+        })),
+        "lease from the heartbeat's send time: {out:?}"
+    );
+
+    // No more acknowledgements: fire every timer in order and note what happens when.
+    let quorum_deadline = sent_at + config.election_timeout_max_ms;
+    let mut expired_at = None;
+    let mut stepped_down_at = None;
+    for _ in 0..20 {
+        let Some((at, timer)) = a.next_deadline() else {
+            break;
+        };
+        if at > quorum_deadline + config.heartbeat_interval_ms {
+            break;
+        }
+        let out = a.step_vec(at, Event::TimerFired { timer });
+        if out.contains(&Command::Notice(Notice::LeaseExpired { term: 1 })) {
+            expired_at.get_or_insert(at);
+        }
+        if out.contains(&Command::Notice(Notice::SteppedDown {
+            term: 1,
+            reason: StepDownReason::CheckQuorum,
+        })) {
+            stepped_down_at = Some(at);
+            break;
+        }
+        if a.role() == Role::Admin {
+            assert_eq!(a.holds_lease(at), at < lease_end, "duties at {at}");
+        }
+    }
+    assert_eq!(
+        expired_at,
+        Some(lease_end),
+        "the lease timer fires at the lease end"
+    );
+    assert!(!a.holds_lease(lease_end));
+    assert_eq!(
+        stepped_down_at,
+        Some(quorum_deadline),
+        "check-quorum: a full maximum timeout after the acknowledged heartbeat left \
+         (won at {won_at}, heartbeat sent at {sent_at})"
+    );
 }
