@@ -291,12 +291,38 @@ async fn runtime_over_sled_recovers_term_and_vote() {
         discovery_timeout_ms: 30,
         ..Config::default()
     };
+    /// Says when the node first becomes admin, so the run stops on an event, not a timer.
+    struct Elected(Option<tokio::sync::oneshot::Sender<()>>);
+    impl chorus_io::runtime::Observer for Elected {
+        fn on_role_changed(&mut self, _: u64, role: chorus_core::Role, _: u64, _: Option<u64>) {
+            if role == chorus_core::Role::Admin {
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    }
     let m = LogMeta::new("a".into(), fast, vec![ADMIN_ELECTION.to_owned()], 1);
     let log = SledLog::open(dir.path(), m.clone(), SledLogOptions::default()).unwrap();
-    let core = Runtime::new(m.fresh_core().unwrap(), Silent, log, TokioClock::new(), ())
-        .run(tokio::time::sleep(std::time::Duration::from_millis(400)))
-        .await
-        .unwrap();
+    let (tx, elected) = tokio::sync::oneshot::channel();
+    // A generous liveness bound (the election itself takes ~100 ms): the run ends as soon as the
+    // node is admin, and a node that never wins fails the test instead of hanging it.
+    let stop = async {
+        tokio::time::timeout(std::time::Duration::from_secs(30), elected)
+            .await
+            .expect("the lone voter becomes admin")
+            .unwrap();
+    };
+    let core = Runtime::new(
+        m.fresh_core().unwrap(),
+        Silent,
+        log,
+        TokioClock::new(),
+        Elected(Some(tx)),
+    )
+    .run(stop)
+    .await
+    .unwrap();
     assert_eq!(core.term(), 1);
     let log = SledLog::open(dir.path(), m.clone(), SledLogOptions::default()).unwrap();
     let core = Runtime::new(m.fresh_core().unwrap(), Silent, log, TokioClock::new(), ())

@@ -95,6 +95,43 @@ async fn expect_none(
     seen
 }
 
+/// Polls until a broadcast from `t` goes out by gossip alone, with no direct copy: gossipsub
+/// has seen the SUBSCRIBE of all `peers` connected peers. The probes are WHOAMIs, so counts of
+/// other kinds stay exact.
+async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
+    let stats = t.stats();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline, "gossipsub never settled");
+        let before = stats.snapshot();
+        t.broadcast(&Message::Whoami {
+            electorate_version: 0,
+        });
+        // The driver accounts for a broadcast on its own task: wait for this one.
+        let after = loop {
+            let s = stats.snapshot();
+            if (s.broadcasts_gossiped, s.broadcasts_direct)
+                != (before.broadcasts_gossiped, before.broadcasts_direct)
+            {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the probe broadcast never went out"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let gossiped = after.broadcasts_gossiped > before.broadcasts_gossiped;
+        if gossiped
+            && after.broadcasts_direct == before.broadcasts_direct
+            && after.peers_up >= peers
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn is_up(peer: &NodeId) -> impl FnMut(&TransportEvent) -> bool + '_ {
     move |ev| matches!(ev, TransportEvent::PeerUp { peer: p, .. } if p == peer)
 }
@@ -159,7 +196,7 @@ async fn peers_connect_identify_send_and_broadcast() {
     expect(&mut a, "C's vote request at A", is_msg(&idc, &vote)).await;
 
     // Once gossipsub has settled, a broadcast reaches every peer exactly once.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    gossip_settled(&mut a, 2).await;
     a.broadcast(&heartbeat(2));
     for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
         expect(

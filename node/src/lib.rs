@@ -107,11 +107,12 @@ pub fn main() -> ExitCode {
             match replay::replay(&log_dir, trace.as_deref(), &mut stdout)
                 .map_err(|e| replay_error(e, &data_dir))
             {
-                Ok(r) if r.mismatches.is_empty() => ExitCode::SUCCESS,
+                Ok(r) if r.ok() => ExitCode::SUCCESS,
                 Ok(r) => {
                     eprintln!(
-                        "chorus: replay does not match the recorded decisions ({} mismatches)",
-                        r.mismatches.len()
+                        "chorus: replay does not match the recorded decisions ({} mismatches, {} double votes)",
+                        r.mismatches.len(),
+                        r.vote_violations.len()
                     );
                     ExitCode::from(3)
                 }

@@ -1,12 +1,13 @@
 //! `chorus replay`: re-runs a data directory's event log through a fresh core (or the oldest
 //! retained snapshot), prints the decisions with their times, checks them against the notices
-//! the node recorded as it ran, and can write a DESIGN §6 trace.
+//! the node recorded as it ran, checks vote safety from the vote replies the node sent, and can
+//! write a DESIGN §6 trace.
 
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use chorus_core::{Command, Core, Event, Notice};
+use chorus_core::{Command, Core, Event, Message, NodeId, Notice};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
 use serde::Serialize;
 
@@ -25,6 +26,52 @@ pub struct ReplayReport {
     pub matched: usize,
     pub mismatches: Vec<String>,
     pub unrecorded_tail: usize,
+    /// Terms in which the node gave its vote to two candidates (DESIGN §5.3).
+    pub vote_violations: Vec<String>,
+}
+
+impl ReplayReport {
+    /// Whether the replay matched the record and the node kept one vote per term.
+    pub fn ok(&self) -> bool {
+        self.mismatches.is_empty() && self.vote_violations.is_empty()
+    }
+}
+
+/// Vote safety judged from what the node did: every `VoteReply { granted: true }` it sent is a
+/// vote for the recipient in the reply's term, and so is every `Voted` notice. The same
+/// candidate again is a re-sent reply; a second candidate in one term is a violation, however
+/// many notices the node reported — the wire decides.
+#[derive(Debug, Default)]
+struct VoteLedger {
+    votes: std::collections::BTreeMap<u64, NodeId>,
+}
+
+impl VoteLedger {
+    /// Records one command of the node's; returns the violation it shows, if any.
+    fn observe(&mut self, c: &Command) -> Option<String> {
+        let (term, candidate) = match c {
+            Command::Send {
+                to,
+                msg:
+                    Message::VoteReply {
+                        term,
+                        granted: true,
+                    },
+            } => (*term, to),
+            Command::Notice(Notice::Voted { term, candidate }) => (*term, candidate),
+            _ => return None,
+        };
+        match self.votes.get(&term) {
+            Some(prev) if prev != candidate => {
+                Some(format!("term {term}: voted for {prev} and for {candidate}"))
+            }
+            Some(_) => None,
+            None => {
+                self.votes.insert(term, candidate.clone());
+                None
+            }
+        }
+    }
 }
 
 /// DESIGN §6 trace lines (field names as in `sim/src/trace.rs`).
@@ -69,6 +116,11 @@ enum Record<'a> {
         term: u64,
         #[serde(rename = "for")]
         candidate: &'a str,
+    },
+    VoteGranted {
+        node: &'a str,
+        term: u64,
+        to: &'a str,
     },
     AdminKnown {
         node: &'a str,
@@ -181,7 +233,9 @@ pub fn replay(
         matched: 0,
         mismatches: Vec::new(),
         unrecorded_tail: 0,
+        vote_violations: Vec::new(),
     };
+    let mut ledger = VoteLedger::default();
     let mut commands = Vec::new();
     for (seq, now_ms, event) in basis.events {
         if now_ms < core.now_ms() {
@@ -200,7 +254,35 @@ pub fn replay(
         }
         let mut produced = Vec::new();
         for c in &commands {
+            if let Some(v) = ledger.observe(c) {
+                report
+                    .vote_violations
+                    .push(format!("event #{seq} at {}: {v}", fmt_ms(now_ms)));
+            }
             match c {
+                Command::Send {
+                    to,
+                    msg:
+                        Message::VoteReply {
+                            term,
+                            granted: true,
+                        },
+                } => {
+                    writeln!(
+                        out,
+                        "{:>10}  #{seq:<6} granted its vote to {to} in term {term}",
+                        fmt_ms(now_ms)
+                    )?;
+                    write_line(
+                        &mut trace_out,
+                        now_ms,
+                        Record::VoteGranted {
+                            node: &node,
+                            term: *term,
+                            to: to.as_str(),
+                        },
+                    )?;
+                }
                 Command::RoleChanged { role, term, .. } => {
                     let d = Decision::Role {
                         role: *role,
@@ -260,7 +342,10 @@ pub fn replay(
         core.admin().map_or("-".to_owned(), |a| a.to_string()),
         core.voted_for().map_or("-".to_owned(), |a| a.to_string()),
     )?;
-    if report.mismatches.is_empty() {
+    for v in &report.vote_violations {
+        writeln!(out, "VOTE SAFETY  {v}")?;
+    }
+    if report.ok() {
         writeln!(
             out,
             "check     OK: {} decisions match what the node recorded{}",
@@ -364,4 +449,70 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
 /// Node-clock milliseconds as seconds with three decimals.
 fn fmt_ms(ms: u64) -> String {
     format!("{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted(to: &str, term: u64) -> Command {
+        Command::Send {
+            to: to.into(),
+            msg: Message::VoteReply {
+                term,
+                granted: true,
+            },
+        }
+    }
+
+    fn voted(term: u64, candidate: &str) -> Command {
+        Command::Notice(Notice::Voted {
+            term,
+            candidate: candidate.into(),
+        })
+    }
+
+    #[test]
+    fn ledger_catches_a_node_that_grants_twice_but_reports_once() {
+        let mut l = VoteLedger::default();
+        // One notice, one reply: the honest vote of term 1.
+        assert_eq!(l.observe(&voted(1, "b")), None);
+        assert_eq!(l.observe(&granted("b", 1)), None);
+        // A re-sent reply to the same candidate, and a refusal, are fine.
+        assert_eq!(l.observe(&granted("b", 1)), None);
+        let refused = Command::Send {
+            to: "c".into(),
+            msg: Message::VoteReply {
+                term: 1,
+                granted: false,
+            },
+        };
+        assert_eq!(l.observe(&refused), None);
+        // The second grant of term 1, never reported as a notice.
+        let v = l.observe(&granted("c", 1)).expect("caught");
+        assert_eq!(v, "term 1: voted for b and for c");
+        // A new term is a new vote.
+        assert_eq!(l.observe(&granted("c", 2)), None);
+    }
+
+    #[test]
+    fn ledger_catches_a_candidate_that_grants_in_its_own_term() {
+        let mut l = VoteLedger::default();
+        assert_eq!(l.observe(&voted(3, "a")), None);
+        assert!(l.observe(&granted("b", 3)).is_some());
+    }
+
+    #[test]
+    fn a_report_with_a_vote_violation_is_not_ok() {
+        let mut r = ReplayReport {
+            matched: 3,
+            mismatches: Vec::new(),
+            unrecorded_tail: 0,
+            vote_violations: Vec::new(),
+        };
+        assert!(r.ok());
+        r.vote_violations
+            .push("term 1: voted for b and for c".into());
+        assert!(!r.ok());
+    }
 }

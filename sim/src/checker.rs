@@ -2,7 +2,9 @@
 //!
 //! 1. election safety — at most one admin per term;
 //! 2. lease safety — no two nodes hold an unexpired lease at the same instant;
-//! 3. vote safety — no node votes for two candidates in one term, restarts included;
+//! 3. vote safety — no node votes for two candidates in one term, restarts included, judged from
+//!    the granted vote replies a node sent (`vote_granted`) together with its `voted` notices, so
+//!    a node that grants twice but reports once is caught;
 //! 4. liveness — once the network is healed and a majority of voters is up, within the bound an
 //!    admin holds a lease and every live node knows it;
 //! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
@@ -144,19 +146,10 @@ impl Checker {
                 term,
                 candidate,
             } => {
-                match self.votes.get(&(node.clone(), *term)) {
-                    Some(prev) if prev != candidate => {
-                        let msg =
-                            format!("{node} voted for {prev} and for {candidate} in term {term}");
-                        self.fail(3, t, line_no, msg);
-                    }
-                    Some(_) => {}
-                    None => {
-                        self.votes.insert((node.clone(), *term), candidate.clone());
-                    }
-                }
+                self.vote(node, *term, candidate, t, line_no);
                 self.check_term(*term, t, line_no, node);
             }
+            Record::VoteGranted { node, term, to } => self.vote(node, *term, to, t, line_no),
             Record::AdminKnown { node, admin, term } => {
                 self.known.insert(node.clone(), (admin.clone(), *term));
             }
@@ -212,6 +205,22 @@ impl Checker {
     /// Call at the end of the run with the final simulated time.
     pub fn finish(&mut self, end_t: u64, line_no: usize) {
         self.check_deadline(end_t, line_no);
+    }
+
+    /// One vote of `node` in `term`, from its notice or from a granted reply on the wire: the
+    /// same candidate again is a re-sent reply, another candidate a second vote.
+    fn vote(&mut self, node: &str, term: u64, candidate: &str, t: u64, line_no: usize) {
+        match self.votes.get(&(node.to_owned(), term)) {
+            Some(prev) if prev != candidate => {
+                let msg = format!("{node} voted for {prev} and for {candidate} in term {term}");
+                self.fail(3, t, line_no, msg);
+            }
+            Some(_) => {}
+            None => {
+                self.votes
+                    .insert((node.to_owned(), term), candidate.to_owned());
+            }
+        }
     }
 
     fn take_lease(&mut self, node: &str, term: u64, until: u64, t: u64, line_no: usize) {
@@ -313,6 +322,7 @@ fn subject(record: &Record) -> Option<&str> {
         | Record::LeaseRenewed { node, .. }
         | Record::SteppedDown { node, .. }
         | Record::Voted { node, .. }
+        | Record::VoteGranted { node, .. }
         | Record::AdminKnown { node, .. }
         | Record::Role { node, .. }
         | Record::Crash { node }

@@ -307,6 +307,10 @@ impl<'s> Des<'s> {
                     return;
                 };
                 sink.count_message(msg.is_election());
+                if Sink::traced(c) {
+                    let node = &self.nodes[i];
+                    sink.core_output(&node.name, c, |local| node.global(local));
+                }
                 self.send(i, j, msg.clone());
             }
             Command::Broadcast { msg } => {

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::io::Write;
 
-use chorus_core::{Command, Notice};
+use chorus_core::{Command, Message, Notice};
 
 use crate::checker::{Checker, Violation};
 use crate::trace::{Header, Line, Record, TraceWriter};
@@ -218,6 +218,20 @@ impl Sink {
         }
     }
 
+    /// Whether `command` becomes a trace record: notices, role changes, and granted vote
+    /// replies (the checker judges vote safety from what was sent). Engines pass these on.
+    pub fn traced(command: &Command) -> bool {
+        matches!(
+            command,
+            Command::Notice(_)
+                | Command::RoleChanged { .. }
+                | Command::Send {
+                    msg: Message::VoteReply { granted: true, .. },
+                    ..
+                }
+        )
+    }
+
     /// Turns a core command into trace records. `global` converts the node's local times.
     pub fn core_output(&mut self, node: &str, command: &Command, global: impl Fn(u64) -> u64) {
         if let Command::Notice(Notice::Refused { reason, .. }) = command {
@@ -251,6 +265,18 @@ impl Sink {
                 node,
                 term: *term,
                 candidate: candidate.to_string(),
+            },
+            Command::Send {
+                to,
+                msg:
+                    Message::VoteReply {
+                        term,
+                        granted: true,
+                    },
+            } => Record::VoteGranted {
+                node,
+                term: *term,
+                to: to.to_string(),
             },
             Command::Notice(Notice::AdminKnown { admin, term }) => Record::AdminKnown {
                 node,

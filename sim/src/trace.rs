@@ -91,6 +91,16 @@ pub enum Record {
         #[serde(rename = "for")]
         candidate: String,
     },
+    /// A node sent a granted vote reply (extension): its vote of `term` went to `to`. Vote
+    /// safety is judged from these, the messages actually sent, as well as from `voted`.
+    VoteGranted {
+        /// The voter.
+        node: String,
+        /// Term of the reply.
+        term: u64,
+        /// The candidate the reply went to.
+        to: String,
+    },
     /// A node learned the admin of `term`.
     AdminKnown {
         /// Node id.
@@ -246,6 +256,18 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&vote).unwrap(),
             r#"{"t":7,"kind":"voted","node":"n1","term":2,"for":"n3"}"#
+        );
+        let granted = Line {
+            t: 7,
+            record: Record::VoteGranted {
+                node: "n3".into(),
+                term: 7,
+                to: "n1".into(),
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&granted).unwrap(),
+            r#"{"t":7,"kind":"vote_granted","node":"n3","term":7,"to":"n1"}"#
         );
         let heal = Line {
             t: 9,

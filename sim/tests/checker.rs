@@ -45,6 +45,14 @@ fn vote(n: &str, term: u64, c: &str) -> Record {
     }
 }
 
+fn granted(n: &str, term: u64, to: &str) -> Record {
+    Record::VoteGranted {
+        node: n.into(),
+        term,
+        to: to.into(),
+    }
+}
+
 /// Three nodes up; n0 elected in term 1 and known to all at t=3000.
 fn healthy_start() -> Vec<Line> {
     vec![
@@ -53,6 +61,7 @@ fn healthy_start() -> Vec<Line> {
         at(0, restart("n2")),
         at(2_900, vote("n0", 1, "n0")),
         at(2_950, vote("n1", 1, "n0")),
+        at(2_950, granted("n1", 1, "n0")),
         at(3_000, admin("n0", 1, 33_000)),
         at(3_000, known("n0", "n0", 1)),
         at(3_010, known("n1", "n0", 1)),
@@ -99,7 +108,7 @@ fn a_clean_trace_passes() {
 #[test]
 fn two_admins_in_one_term_are_reported() {
     let mut t = healthy_start();
-    t.insert(6, at(3_000, admin("n1", 1, 3_001)));
+    t.insert(7, at(3_000, admin("n1", 1, 3_001)));
     let found = invariants(&t, 3);
     assert!(found.contains(&1), "{found:?}");
 }
@@ -117,7 +126,7 @@ fn overlapping_leases_are_reported() {
 #[test]
 fn a_lease_after_step_down_or_crash_is_fine() {
     let mut t = healthy_start();
-    t.truncate(9);
+    t.truncate(10);
     t.push(at(
         10_000,
         Record::SteppedDown {
@@ -136,7 +145,7 @@ fn a_lease_after_step_down_or_crash_is_fine() {
 #[test]
 fn a_double_vote_is_reported_even_across_a_restart() {
     let mut t = healthy_start();
-    t.truncate(5);
+    t.truncate(6);
     t.push(at(2_960, Record::Crash { node: "n1".into() }));
     t.push(at(2_970, restart("n1")));
     t.push(at(2_980, vote("n1", 1, "n2")));
@@ -178,7 +187,7 @@ fn an_admin_unknown_to_one_live_node_is_not_enough() {
 #[test]
 fn a_term_raised_by_a_returning_minority_node_is_reported() {
     let mut t = healthy_start();
-    t.truncate(10); // n0 holds a lease until 60 000
+    t.truncate(11); // n0 holds a lease until 60 000
     t.push(at(
         31_000,
         Record::Partition {
@@ -194,8 +203,86 @@ fn a_term_raised_by_a_returning_minority_node_is_reported() {
 #[test]
 fn violations_name_the_line_and_time() {
     let mut t = healthy_start();
-    t.insert(6, at(3_000, admin("n1", 1, 3_001)));
+    t.insert(7, at(3_000, admin("n1", 1, 3_001)));
     let v = &check(&header(3), &t)[0];
-    assert_eq!((v.invariant, v.t, v.line), (1, 3_000, 8));
+    assert_eq!((v.invariant, v.t, v.line), (1, 3_000, 9));
     assert!(v.to_string().contains("election safety"), "{v}");
+}
+
+#[test]
+fn a_second_grant_on_the_wire_is_reported_though_only_one_vote_was_noticed() {
+    let mut t = healthy_start();
+    // n1 reported one vote (for n0) but later sent a granted reply to n2 in the same term.
+    t.push(at(40_000, granted("n1", 1, "n2")));
+    t.sort_by_key(|l| l.t);
+    let v = check(&header(3), &t);
+    assert_eq!(v.iter().map(|v| v.invariant).collect::<Vec<_>>(), [3]);
+    assert!(
+        v[0].message
+            .contains("n1 voted for n0 and for n2 in term 1"),
+        "{}",
+        v[0]
+    );
+}
+
+#[test]
+fn grants_alone_are_judged_too() {
+    // A node whose notices say nothing: two grants in one term.
+    let mut t = healthy_start();
+    t.push(at(50_000, granted("n2", 4, "n0")));
+    t.push(at(50_001, granted("n2", 4, "n1")));
+    assert!(invariants(&t, 3).contains(&3));
+}
+
+#[test]
+fn a_candidate_that_grants_another_its_own_term_is_reported() {
+    let mut t = healthy_start();
+    t.insert(5, at(2_900, granted("n0", 1, "n1")));
+    assert!(invariants(&t, 3).contains(&3));
+}
+
+#[test]
+fn the_same_grant_sent_again_is_fine() {
+    let mut t = healthy_start();
+    t.insert(6, at(2_960, granted("n1", 1, "n0")));
+    t.push(at(40_000, granted("n1", 2, "n2")));
+    assert_eq!(invariants(&t, 3), Vec::<u8>::new());
+}
+
+/// Both engines trace the granted replies they send, each after the voter's `voted` notice.
+#[test]
+fn both_engines_trace_granted_vote_replies() {
+    use chorus_sim::run::{run_to_bytes, Engine};
+    for engine in [Engine::Des, Engine::Turmoil] {
+        let mut s = builtin("steady").unwrap();
+        s.duration_ms = 60_000;
+        let (bytes, f) = run_to_bytes(&s, 1, engine, false).unwrap();
+        assert!(f.violations.is_empty(), "{:?}", f.violations);
+        let (_, lines) = chorus_sim::trace::read(std::str::from_utf8(&bytes).unwrap()).unwrap();
+        let mut noticed = std::collections::BTreeSet::new();
+        let mut grants = 0;
+        for l in &lines {
+            match &l.record {
+                Record::Voted {
+                    node,
+                    term,
+                    candidate,
+                } if node != candidate => {
+                    noticed.insert((node.clone(), *term, candidate.clone()));
+                }
+                Record::VoteGranted { node, term, to } => {
+                    grants += 1;
+                    assert!(
+                        noticed.contains(&(node.clone(), *term, to.clone())),
+                        "{engine:?}: grant {node}->{to} in term {term} before its notice"
+                    );
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            grants >= 2,
+            "{engine:?}: an election needs granted replies ({grants})"
+        );
+    }
 }

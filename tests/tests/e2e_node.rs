@@ -5,17 +5,18 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use chorus_tests::{free_port, http_get, run_chorus, wait_until, ChildGuard};
+use chorus_tests::{http_get, reported_ports, run_chorus, wait_until, ChildGuard};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
-fn run_args(data_dir: &Path, http_port: u16) -> Vec<String> {
+/// A lone node on ports the OS picks (it reports them in its log).
+fn run_args(data_dir: &Path) -> Vec<String> {
     [
         "run",
         "--data-dir",
         data_dir.to_str().unwrap(),
         "--http",
-        &format!("127.0.0.1:{http_port}"),
+        "127.0.0.1:0",
         "--listen",
         "/ip4/127.0.0.1/tcp/0",
         "--no-mdns",
@@ -33,18 +34,20 @@ fn run_args(data_dir: &Path, http_port: u16) -> Vec<String> {
 
 /// Runs a lone node until it is admin, then stops it with SIGTERM; returns its stderr.
 fn lone_node_until_admin(data_dir: &Path) -> String {
-    let port = free_port();
     let log = data_dir.with_extension("log");
     let file = std::fs::File::create(&log).unwrap();
     let mut guard = ChildGuard(Some(
         Command::new(BIN)
-            .args(run_args(data_dir, port))
+            .args(run_args(data_dir))
+            // The ports are read from the info-level start line.
+            .env("RUST_LOG", "info,libp2p=warn")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
             .unwrap(),
     ));
+    let port = reported_ports(guard.0.as_mut().unwrap(), &log, 0).http;
     let admin = wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
         let (code, body) = http_get(port, "/status")?;
         let s: serde_json::Value = serde_json::from_str(&body).ok()?;
@@ -115,7 +118,7 @@ fn corrupt_log_stops_the_node_with_a_clear_error() {
     }
     let out = run_chorus(
         Path::new(BIN),
-        &run_args(&data, free_port())
+        &run_args(&data)
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
@@ -152,7 +155,7 @@ fn unreadable_log_files_stop_the_node() {
             std::fs::write(&p, b"garbage").unwrap();
         }
     }
-    let args = run_args(&data, free_port());
+    let args = run_args(&data);
     let out = run_chorus(
         Path::new(BIN),
         &args.iter().map(String::as_str).collect::<Vec<_>>(),

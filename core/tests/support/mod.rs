@@ -1,7 +1,9 @@
 //! A small deterministic network of pure cores for property tests: a seeded queue of timed
 //! deliveries with delays, loss, directed cuts, crashes and restarts (a restart replays the
-//! node's own event log). No tokio, no threads, no clock. The invariants of DESIGN §5 (1, 2, 3)
-//! are checked on every step; a violation panics with the seed.
+//! node's own event log), and optionally a clock per node (offset and rate drift within the
+//! configured bound). No tokio, no threads, no clock. The invariants of DESIGN §5 (1, 2, 3)
+//! are checked on every step, in global time, vote safety from the replies actually sent; a
+//! violation panics with the seed.
 
 #![allow(dead_code)]
 
@@ -39,6 +41,37 @@ enum Item {
     },
 }
 
+/// A node's clock: `local(t) = offset_ms + t × (1 + drift_ppm / 10⁶)` at global time `t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Clock {
+    pub offset_ms: u64,
+    pub drift_ppm: i64,
+}
+
+impl Clock {
+    /// The node's clock at global time `t`.
+    pub fn local(self, t: u64) -> u64 {
+        let rate = (1_000_000 + self.drift_ppm) as u128;
+        self.offset_ms + (u128::from(t) * rate / 1_000_000) as u64
+    }
+
+    /// The first global instant at which the node's clock reads at least `local`.
+    pub fn global(self, local: u64) -> u64 {
+        let rate = (1_000_000 + self.drift_ppm) as u128;
+        (u128::from(local.saturating_sub(self.offset_ms)) * 1_000_000).div_ceil(rate) as u64
+    }
+}
+
+/// How the nodes' clocks relate to global time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clocks {
+    /// Every node reads global time.
+    Shared,
+    /// Each node gets a seeded offset (up to an hour) and a rate drift within ±half the
+    /// configured `max_clock_drift_ppm`, so any two clocks differ in rate by at most the bound.
+    Drifting,
+}
+
 pub struct Net {
     pub seed: u64,
     pub ids: Vec<NodeId>,
@@ -56,9 +89,12 @@ pub struct Net {
     pub delay_ms: (u64, u64),
     config: Config,
     eligible: Vec<bool>,
+    pub clocks: Vec<Clock>,
     // Observations for the invariants.
     pub admins_by_term: BTreeMap<u64, usize>,
-    votes: BTreeMap<(usize, u64), NodeId>,
+    /// Vote safety, judged from what each node sent.
+    pub votes: VoteLedger,
+    /// Each admin's lease end in global time (its clock's reading converted).
     pub lease_until: Vec<Option<u64>>,
     /// Every step's commands, in order: the determinism fingerprint.
     pub history: Vec<(u64, usize, Vec<Command>)>,
@@ -71,7 +107,24 @@ impl Net {
 
     /// `voters` admin-eligible nodes plus `workers` that only follow.
     pub fn with_workers(seed: u64, voters: usize, workers: usize, config: Config) -> Net {
+        Net::build(seed, voters, workers, config, Clocks::Shared)
+    }
+
+    /// As [`Net::with_workers`], with the nodes' clocks chosen by `clocks`.
+    pub fn build(seed: u64, voters: usize, workers: usize, config: Config, clocks: Clocks) -> Net {
         let total = voters + workers;
+        // Drawn from their own stream, so the network's draws do not depend on the clock mode.
+        let mut clock_rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc10c_c10c_c10c_c10c);
+        let half = u64::from(config.max_clock_drift_ppm / 2);
+        let clocks: Vec<Clock> = (0..total)
+            .map(|_| match clocks {
+                Clocks::Shared => Clock::default(),
+                Clocks::Drifting => Clock {
+                    offset_ms: below(&mut clock_rng, 3_600_000),
+                    drift_ppm: below(&mut clock_rng, 2 * half + 1) as i64 - half as i64,
+                },
+            })
+            .collect();
         let ids: Vec<NodeId> = (0..total).map(|i| NodeId::from(format!("n{i}"))).collect();
         let config = Config {
             bootstrap_expect: voters as u32,
@@ -92,8 +145,9 @@ impl Net {
             delay_ms: (1, 10),
             config,
             eligible: (0..total).map(|i| i < voters).collect(),
+            clocks,
             admins_by_term: BTreeMap::new(),
-            votes: BTreeMap::new(),
+            votes: VoteLedger::default(),
             lease_until: vec![None; total],
             history: Vec::new(),
         };
@@ -186,9 +240,10 @@ impl Net {
         let Some(core) = self.nodes[i].as_mut() else {
             return;
         };
-        self.logs[i].push((self.now, event.clone()));
+        let local = self.clocks[i].local(self.now);
+        self.logs[i].push((local, event.clone()));
         let mut out = Vec::new();
-        core.step(self.now, event, &mut out);
+        core.step(local, event, &mut out);
         let role = core.role();
         for c in &out {
             self.observe(i, c);
@@ -210,6 +265,9 @@ impl Net {
     }
 
     fn observe(&mut self, i: usize, c: &Command) {
+        if let Err(e) = self.votes.observe(&self.ids[i], c) {
+            self.fail(e);
+        }
         let Command::Notice(n) = c else { return };
         match n {
             Notice::BecameAdmin {
@@ -221,17 +279,10 @@ impl Net {
                         self.fail(format!("two admins in term {term}: n{other} and n{i}"));
                     }
                 }
-                self.check_lease(i, *lease_until_ms);
+                self.check_lease(i, self.clocks[i].global(*lease_until_ms));
             }
-            Notice::LeaseRenewed { lease_until_ms, .. } => self.check_lease(i, *lease_until_ms),
-            Notice::Voted { term, candidate } => {
-                if let Some(prev) = self.votes.insert((i, *term), candidate.clone()) {
-                    if prev != *candidate {
-                        self.fail(format!(
-                            "n{i} voted for {prev} and {candidate} in term {term}"
-                        ));
-                    }
-                }
+            Notice::LeaseRenewed { lease_until_ms, .. } => {
+                self.check_lease(i, self.clocks[i].global(*lease_until_ms))
             }
             _ => {}
         }
@@ -266,8 +317,9 @@ impl Net {
             }
             Command::SetTimer { timer, at_ms } => {
                 let incarnation = self.incarnation[i];
+                let at = self.clocks[i].global(at_ms).max(self.now);
                 self.push(
-                    at_ms,
+                    at,
                     Item::Timer {
                         node: i,
                         incarnation,
@@ -350,6 +402,17 @@ impl Net {
         self.connect_all(i);
     }
 
+    /// Restarts a crashed node whose clock comes back `jump_ms` ahead (a new process on another
+    /// time base): time still never moves backwards for the core, but every promise the node
+    /// made before the crash now looks expired to it — only its restart promise holds.
+    pub fn restart_with_clock_jump(&mut self, i: usize, jump_ms: u64) {
+        if self.nodes[i].is_some() {
+            return;
+        }
+        self.clocks[i].offset_ms += jump_ms;
+        self.restart(i);
+    }
+
     /// Cuts every link between the two groups, both ways.
     pub fn partition(&mut self, group: &[usize]) {
         let others: Vec<usize> = (0..self.ids.len()).filter(|j| !group.contains(j)).collect();
@@ -426,5 +489,51 @@ impl Net {
 
     pub fn rand(&mut self, span: u64) -> u64 {
         below(&mut self.rng, span)
+    }
+}
+
+/// Vote safety (DESIGN §5.3) judged from the wire: every `VoteReply { granted: true }` a node
+/// sends is a vote for the recipient in the reply's term, and a node's `Voted` notice for
+/// itself is its candidate's own vote. A node may give one candidate its vote any number of
+/// times (lost replies are re-requested), never two candidates in one term, restarts included.
+/// The wire decides: a core that grants twice but reports one `Voted` notice is caught.
+#[derive(Debug, Default)]
+pub struct VoteLedger {
+    votes: BTreeMap<(NodeId, u64), NodeId>,
+}
+
+impl VoteLedger {
+    /// Records what `voter` emitted; an error names the two candidates of one term.
+    pub fn observe(&mut self, voter: &NodeId, c: &Command) -> Result<(), String> {
+        let (term, candidate) = match c {
+            Command::Send {
+                to,
+                msg:
+                    Message::VoteReply {
+                        term,
+                        granted: true,
+                    },
+            } => (*term, to),
+            // Only a candidate's vote for itself leaves no reply on the wire.
+            Command::Notice(Notice::Voted { term, candidate }) if candidate == voter => {
+                (*term, candidate)
+            }
+            _ => return Ok(()),
+        };
+        match self.votes.get(&(voter.clone(), term)) {
+            Some(prev) if prev != candidate => Err(format!(
+                "{voter} granted its term-{term} vote to {prev} and to {candidate}"
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.votes.insert((voter.clone(), term), candidate.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// How many (voter, term) pairs have a recorded vote.
+    pub fn len(&self) -> usize {
+        self.votes.len()
     }
 }

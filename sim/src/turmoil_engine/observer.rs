@@ -10,7 +10,8 @@ use chorus_io::runtime::{Observer, StepInfo};
 /// One buffered output of a node.
 #[derive(Debug)]
 pub(crate) enum Output {
-    /// A notice or role change, with the node time it was made at.
+    /// A traced command (notice, role change, granted vote reply), with the node time it was
+    /// made at.
     Core { command: Command, local_ms: u64 },
     /// A full step record.
     Step {
@@ -51,7 +52,7 @@ impl Observer for SimObserver {
             outputs.push(t, self.node, Output::Step { event, commands });
         }
         for command in step.commands {
-            if matches!(command, Command::Notice(_) | Command::RoleChanged { .. }) {
+            if crate::sink::Sink::traced(command) {
                 outputs.push(
                     t,
                     self.node,
