@@ -16,6 +16,7 @@
 
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod codec;
 mod command;
 mod config;
@@ -35,6 +36,7 @@ mod trust;
 #[cfg(test)]
 mod testutil;
 
+pub use audit::VoteLedger;
 pub use command::{Command, Notice, Role, StepDownReason};
 pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
 pub use electorate::Electorate;

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use chorus_core::{Command, Core, Event, Message, NodeId, Notice};
+use chorus_core::{Command, Core, Event, Message, Notice, VoteLedger};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
 use serde::Serialize;
 
@@ -34,43 +34,6 @@ impl ReplayReport {
     /// Whether the replay matched the record and the node kept one vote per term.
     pub fn ok(&self) -> bool {
         self.mismatches.is_empty() && self.vote_violations.is_empty()
-    }
-}
-
-/// Vote safety judged from what the node did: every `VoteReply { granted: true }` it sent is a
-/// vote for the recipient in the reply's term, and so is every `Voted` notice. The same
-/// candidate again is a re-sent reply; a second candidate in one term is a violation, however
-/// many notices the node reported — the wire decides.
-#[derive(Debug, Default)]
-struct VoteLedger {
-    votes: std::collections::BTreeMap<u64, NodeId>,
-}
-
-impl VoteLedger {
-    /// Records one command of the node's; returns the violation it shows, if any.
-    fn observe(&mut self, c: &Command) -> Option<String> {
-        let (term, candidate) = match c {
-            Command::Send {
-                to,
-                msg:
-                    Message::VoteReply {
-                        term,
-                        granted: true,
-                    },
-            } => (*term, to),
-            Command::Notice(Notice::Voted { term, candidate }) => (*term, candidate),
-            _ => return None,
-        };
-        match self.votes.get(&term) {
-            Some(prev) if prev != candidate => {
-                Some(format!("term {term}: voted for {prev} and for {candidate}"))
-            }
-            Some(_) => None,
-            None => {
-                self.votes.insert(term, candidate.clone());
-                None
-            }
-        }
     }
 }
 
@@ -235,7 +198,9 @@ pub fn replay(
         unrecorded_tail: 0,
         vote_violations: Vec::new(),
     };
+    // Vote safety judged from the wire (`chorus_core::VoteLedger`), not from the notices.
     let mut ledger = VoteLedger::default();
+    let voter = core.id().clone();
     let mut commands = Vec::new();
     for (seq, now_ms, event) in basis.events {
         if now_ms < core.now_ms() {
@@ -254,7 +219,7 @@ pub fn replay(
         }
         let mut produced = Vec::new();
         for c in &commands {
-            if let Some(v) = ledger.observe(c) {
+            if let Err(v) = ledger.observe(&voter, c) {
                 report
                     .vote_violations
                     .push(format!("event #{seq} at {}: {v}", fmt_ms(now_ms)));
@@ -454,6 +419,7 @@ fn fmt_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chorus_core::NodeId;
 
     fn granted(to: &str, term: u64) -> Command {
         Command::Send {
@@ -474,12 +440,12 @@ mod tests {
 
     #[test]
     fn ledger_catches_a_node_that_grants_twice_but_reports_once() {
-        let mut l = VoteLedger::default();
+        let (mut l, me) = (VoteLedger::default(), NodeId::from("a"));
         // One notice, one reply: the honest vote of term 1.
-        assert_eq!(l.observe(&voted(1, "b")), None);
-        assert_eq!(l.observe(&granted("b", 1)), None);
+        assert_eq!(l.observe(&me, &voted(1, "b")), Ok(()));
+        assert_eq!(l.observe(&me, &granted("b", 1)), Ok(()));
         // A re-sent reply to the same candidate, and a refusal, are fine.
-        assert_eq!(l.observe(&granted("b", 1)), None);
+        assert_eq!(l.observe(&me, &granted("b", 1)), Ok(()));
         let refused = Command::Send {
             to: "c".into(),
             msg: Message::VoteReply {
@@ -487,19 +453,19 @@ mod tests {
                 granted: false,
             },
         };
-        assert_eq!(l.observe(&refused), None);
+        assert_eq!(l.observe(&me, &refused), Ok(()));
         // The second grant of term 1, never reported as a notice.
-        let v = l.observe(&granted("c", 1)).expect("caught");
-        assert_eq!(v, "term 1: voted for b and for c");
+        let v = l.observe(&me, &granted("c", 1)).unwrap_err();
+        assert!(v.contains("to b and to c"), "{v}");
         // A new term is a new vote.
-        assert_eq!(l.observe(&granted("c", 2)), None);
+        assert_eq!(l.observe(&me, &granted("c", 2)), Ok(()));
     }
 
     #[test]
     fn ledger_catches_a_candidate_that_grants_in_its_own_term() {
-        let mut l = VoteLedger::default();
-        assert_eq!(l.observe(&voted(3, "a")), None);
-        assert!(l.observe(&granted("b", 3)).is_some());
+        let (mut l, me) = (VoteLedger::default(), NodeId::from("a"));
+        assert_eq!(l.observe(&me, &voted(3, "a")), Ok(()));
+        assert!(l.observe(&me, &granted("b", 3)).is_err());
     }
 
     #[test]

@@ -492,48 +492,4 @@ impl Net {
     }
 }
 
-/// Vote safety (DESIGN §5.3) judged from the wire: every `VoteReply { granted: true }` a node
-/// sends is a vote for the recipient in the reply's term, and a node's `Voted` notice for
-/// itself is its candidate's own vote. A node may give one candidate its vote any number of
-/// times (lost replies are re-requested), never two candidates in one term, restarts included.
-/// The wire decides: a core that grants twice but reports one `Voted` notice is caught.
-#[derive(Debug, Default)]
-pub struct VoteLedger {
-    votes: BTreeMap<(NodeId, u64), NodeId>,
-}
-
-impl VoteLedger {
-    /// Records what `voter` emitted; an error names the two candidates of one term.
-    pub fn observe(&mut self, voter: &NodeId, c: &Command) -> Result<(), String> {
-        let (term, candidate) = match c {
-            Command::Send {
-                to,
-                msg:
-                    Message::VoteReply {
-                        term,
-                        granted: true,
-                    },
-            } => (*term, to),
-            // Only a candidate's vote for itself leaves no reply on the wire.
-            Command::Notice(Notice::Voted { term, candidate }) if candidate == voter => {
-                (*term, candidate)
-            }
-            _ => return Ok(()),
-        };
-        match self.votes.get(&(voter.clone(), term)) {
-            Some(prev) if prev != candidate => Err(format!(
-                "{voter} granted its term-{term} vote to {prev} and to {candidate}"
-            )),
-            Some(_) => Ok(()),
-            None => {
-                self.votes.insert((voter.clone(), term), candidate.clone());
-                Ok(())
-            }
-        }
-    }
-
-    /// How many (voter, term) pairs have a recorded vote.
-    pub fn len(&self) -> usize {
-        self.votes.len()
-    }
-}
+pub use chorus_core::VoteLedger;
