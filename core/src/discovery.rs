@@ -225,7 +225,8 @@ mod tests {
         }
         n.step_vec(1, from("b", reply(Some("a"), 2)));
         assert_eq!(n.admin(), None, "one report of three peers is not enough");
-        n.step_vec(2, from("c", reply(Some("x"), 2)));
+        // Another member as admin of the same term, and the same admin in another term.
+        n.step_vec(2, from("c", reply(Some("b"), 2)));
         assert_eq!(n.admin(), None, "disagreeing reports do not add up");
         let out = n.step_vec(3, from("a", reply(Some("a"), 2)));
         assert!(out.contains(&Command::Notice(Notice::AdminKnown {
@@ -234,6 +235,71 @@ mod tests {
         })));
         assert_eq!((n.term(), n.beat()), (2, 3));
         assert_eq!(n.timers.deadline(Timer::Discovery), None, "discovery over");
+        // Accepted by reports, the admin gets the same loyalty as after a heartbeat.
+        assert_eq!(n.timers.deadline(Timer::Election), Some(3 + MIN));
+    }
+
+    /// Reports count only for the node's own term or later, and only while it knows no admin.
+    #[test]
+    fn reports_of_older_terms_or_while_an_admin_is_known_are_not_taken() {
+        let asked = |n: &mut Core, t| {
+            for p in ["a", "b", "c"] {
+                n.step_vec(t, up(p, true));
+            }
+        };
+        // At term 5 with no admin: two reports of term 3 move nothing.
+        let mut n = voter("n", &["a", "b", "c", "n"]);
+        n.step_vec(0, from("c", vote_req(&n, 5)));
+        n.step_vec(1, Event::PeerDown { peer: "c".into() });
+        asked(&mut n, MIN + 1);
+        n.step_vec(MIN + 2, from("a", reply(Some("b"), 3)));
+        n.step_vec(MIN + 3, from("b", reply(Some("b"), 3)));
+        assert_eq!((n.term(), n.admin()), (5, None));
+        // The same term is taken.
+        asked(&mut n, MIN + 4);
+        n.step_vec(MIN + 5, from("a", reply(Some("b"), 5)));
+        n.step_vec(MIN + 6, from("b", reply(Some("b"), 5)));
+        assert_eq!((n.term(), n.admin().map(|a| a.as_str())), (5, Some("b")));
+
+        // Knowing admin a of term 2, reports of another admin in a later term are not taken.
+        let mut n = voter("n", &["a", "b", "c", "n"]);
+        asked(&mut n, 0);
+        n.step_vec(
+            1,
+            from(
+                "a",
+                Message::Heartbeat {
+                    term: 2,
+                    beat: 1,
+                    membership_version: 1,
+                },
+            ),
+        );
+        asked(&mut n, 2);
+        n.step_vec(3, from("b", reply(Some("c"), 3)));
+        n.step_vec(4, from("c", reply(Some("c"), 3)));
+        assert_eq!((n.term(), n.admin().map(|a| a.as_str())), (2, Some("a")));
+    }
+
+    /// A reply carries the electorate only to an asker with an older one.
+    #[test]
+    fn the_electorate_goes_only_to_askers_behind() {
+        let mut n = voter("n", &["a", "n"]);
+        let electorate_in = |out: &[Command]| match sent_to(out, "a").as_slice() {
+            [Message::WhoamiReply { electorate, .. }] => electorate.is_some(),
+            other => panic!("one reply expected, got {other:?}"),
+        };
+        let ask = |v| {
+            from(
+                "a",
+                Message::Whoami {
+                    electorate_version: v,
+                },
+            )
+        };
+        assert!(electorate_in(&n.step_vec(1, ask(0))));
+        assert!(!electorate_in(&n.step_vec(2, ask(1))));
+        assert!(!electorate_in(&n.step_vec(3, ask(2))));
     }
 
     #[test]
