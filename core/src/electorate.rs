@@ -135,5 +135,7 @@ mod tests {
             Electorate::new(1, ids(&["a", "bc"])).fingerprint()
         );
         assert!(a.contains(&"b".into()) && !a.contains(&"d".into()));
+        assert_eq!((a.len(), a.is_empty()), (3, false));
+        assert!(Electorate::new(1, vec![]).is_empty());
     }
 }

@@ -247,13 +247,72 @@ mod tests {
             Some(sent + a.config().lease_ms()),
             "b counted once"
         );
-        let out = a.step_vec(sent + 7, from("c", ack));
+        let out = a.step_vec(sent + 7, from("c", ack.clone()));
         let until = sent + a.config().lease_ms();
         assert_eq!(a.lease_until_ms(), Some(until));
         assert!(out.contains(&Command::Notice(Notice::LeaseRenewed {
             term: 1,
             lease_until_ms: until
         })));
+        // A further ack of the same round renews nothing new, and says nothing.
+        let out = a.step_vec(sent + 8, from("d", ack));
+        assert_eq!(a.lease_until_ms(), Some(until));
+        assert!(out.is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_follower_behind_on_membership_asks_the_admin_and_only_then() {
+        let hb = |v| Message::Heartbeat {
+            term: 1,
+            beat: 1,
+            membership_version: v,
+        };
+        let whoami = Message::Whoami {
+            electorate_version: 1,
+        };
+        let mut b = voter("b", ABCDE);
+        let out = b.step_vec(5, from("a", hb(2)));
+        assert!(sent_to(&out, "a").contains(&&whoami), "{out:?}");
+        for v in [0, 1] {
+            let out = b.step_vec(6, from("a", hb(v)));
+            assert!(
+                !sent_to(&out, "a").contains(&&whoami),
+                "version {v}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_late_ack_after_stepping_down_is_stale_and_one_beyond_is_unsolicited() {
+        let mut a = elect("a", ABCDE, &["b", "c"]);
+        // No acks: check-quorum retires the admin, still in term 1.
+        while a.role() == Role::Admin {
+            fire(&mut a, Timer::Heartbeat);
+        }
+        let beat = a.beat();
+        assert_eq!(a.term(), 1);
+        let refused = |out: &[Command]| match out {
+            [Command::Notice(Notice::Refused { reason, .. })] => *reason,
+            other => panic!("one refusal expected, got {other:?}"),
+        };
+        let late = a.step_vec(
+            a.now_ms(),
+            from("b", Message::HeartbeatAck { term: 1, beat }),
+        );
+        assert_eq!(refused(&late), crate::Refusal::Stale);
+        let beyond = Message::HeartbeatAck {
+            term: 1,
+            beat: beat + 1,
+        };
+        assert_eq!(
+            refused(&a.step_vec(a.now_ms(), from("b", beyond))),
+            crate::Refusal::Unsolicited
+        );
+        let higher = Message::HeartbeatAck { term: 2, beat };
+        assert_eq!(
+            refused(&a.step_vec(a.now_ms(), from("b", higher))),
+            crate::Refusal::Unsolicited
+        );
     }
 
     // Issue 9, case 4: under loss and reordering voters ack different beats; a majority that
@@ -302,7 +361,8 @@ mod tests {
         let mut a = elect("a", ABCDE, &["b", "c"]);
         let out = fire(&mut a, Timer::Heartbeat);
         let (beat, sent) = (beat_of(&out), a.now_ms());
-        let late = sent + a.config().lease_ms() + 1;
+        // Exactly when the lease it would renew ends: too late to renew anything.
+        let late = sent + a.config().lease_ms();
         a.step_vec(late, from("b", Message::HeartbeatAck { term: 1, beat }));
         let out = a.step_vec(late, from("c", Message::HeartbeatAck { term: 1, beat }));
         assert!(!a.holds_lease(late));
