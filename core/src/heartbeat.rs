@@ -260,6 +260,33 @@ mod tests {
         assert!(out.is_empty(), "{out:?}");
     }
 
+    fn step_down_refusal(c: &mut crate::Core, t: u64, sender: &str, term: u64) -> crate::Refusal {
+        match c
+            .step_vec(t, from(sender, Message::StepDown { term }))
+            .as_slice()
+        {
+            [Command::Notice(Notice::Refused { reason, .. })] => *reason,
+            other => panic!("one refusal expected, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn step_downs_not_from_the_terms_admin_are_refused_by_reason() {
+        use crate::Refusal::{ConflictingAdmin, Stale, Unsolicited};
+        let mut b = voter("b", ABCDE);
+        // No admin known for the term: nothing was asked of anyone.
+        assert_eq!(step_down_refusal(&mut b, 1, "a", 0), Unsolicited);
+        assert_eq!(step_down_refusal(&mut b, 2, "a", 3), Unsolicited);
+        let hb = Message::Heartbeat {
+            term: 2,
+            beat: 1,
+            membership_version: 1,
+        };
+        b.step_vec(3, from("a", hb));
+        assert_eq!(step_down_refusal(&mut b, 4, "a", 1), Stale);
+        assert_eq!(step_down_refusal(&mut b, 5, "c", 2), ConflictingAdmin);
+    }
+
     #[test]
     fn a_follower_behind_on_membership_asks_the_admin_and_only_then() {
         let hb = |v| Message::Heartbeat {
