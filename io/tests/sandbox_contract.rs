@@ -253,7 +253,13 @@ async fn leftover_processes_are_killed_and_counted<P: SandboxProvider>(s: Subjec
         .await
         .unwrap();
     assert_eq!(out.stdout_text(), "started\n");
-    assert_eq!(out.stray_processes_killed, 2);
+    // Both sleeps at least; on a loaded machine a helper of theirs that has not exited yet (the
+    // `setsid` fork) can be caught and counted too. That nothing is left is checked below.
+    assert!(
+        out.stray_processes_killed >= 2,
+        "{}",
+        out.stray_processes_killed
+    );
     let ps = sb
         .exec(ExecRequest::new(["ps", "-o", "args"]))
         .await
