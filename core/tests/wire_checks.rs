@@ -31,8 +31,16 @@ fn ledger_catches_a_second_grant_that_was_never_reported() {
     for c in [voted(1, "b"), granted("b", 1)] {
         ledger.observe(&a, &c).unwrap();
     }
-    // A lost reply re-requested: the same candidate again is fine.
+    // A lost reply re-requested: the same candidate again is fine; a refusal is no vote.
     ledger.observe(&a, &granted("b", 1)).unwrap();
+    let refused = Command::Send {
+        to: "c".into(),
+        msg: Message::VoteReply {
+            term: 1,
+            granted: false,
+        },
+    };
+    ledger.observe(&a, &refused).unwrap();
     // A different term is a different vote.
     ledger.observe(&a, &granted("c", 2)).unwrap();
     // The lie: a second grant in term 1, with no notice at all.

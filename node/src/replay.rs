@@ -419,55 +419,8 @@ fn fmt_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chorus_core::NodeId;
 
-    fn granted(to: &str, term: u64) -> Command {
-        Command::Send {
-            to: to.into(),
-            msg: Message::VoteReply {
-                term,
-                granted: true,
-            },
-        }
-    }
-
-    fn voted(term: u64, candidate: &str) -> Command {
-        Command::Notice(Notice::Voted {
-            term,
-            candidate: candidate.into(),
-        })
-    }
-
-    #[test]
-    fn ledger_catches_a_node_that_grants_twice_but_reports_once() {
-        let (mut l, me) = (VoteLedger::default(), NodeId::from("a"));
-        // One notice, one reply: the honest vote of term 1.
-        assert_eq!(l.observe(&me, &voted(1, "b")), Ok(()));
-        assert_eq!(l.observe(&me, &granted("b", 1)), Ok(()));
-        // A re-sent reply to the same candidate, and a refusal, are fine.
-        assert_eq!(l.observe(&me, &granted("b", 1)), Ok(()));
-        let refused = Command::Send {
-            to: "c".into(),
-            msg: Message::VoteReply {
-                term: 1,
-                granted: false,
-            },
-        };
-        assert_eq!(l.observe(&me, &refused), Ok(()));
-        // The second grant of term 1, never reported as a notice.
-        let v = l.observe(&me, &granted("c", 1)).unwrap_err();
-        assert!(v.contains("to b and to c"), "{v}");
-        // A new term is a new vote.
-        assert_eq!(l.observe(&me, &granted("c", 2)), Ok(()));
-    }
-
-    #[test]
-    fn ledger_catches_a_candidate_that_grants_in_its_own_term() {
-        let (mut l, me) = (VoteLedger::default(), NodeId::from("a"));
-        assert_eq!(l.observe(&me, &voted(3, "a")), Ok(()));
-        assert!(l.observe(&me, &granted("b", 3)).is_err());
-    }
-
+    // The ledger itself is tested with `chorus_core::VoteLedger` (core/tests/wire_checks.rs).
     #[test]
     fn a_report_with_a_vote_violation_is_not_ok() {
         let mut r = ReplayReport {
