@@ -60,6 +60,8 @@ fn heartbeats(c: &mut Criterion) {
                 term: 1,
                 beat: t,
                 membership_version: 1,
+                genesis: 0,
+                electorate: None,
             };
             core.step(
                 t,
@@ -89,6 +91,7 @@ fn heartbeats(c: &mut Criterion) {
                 term,
                 electorate_version: version,
                 electorate_hash: hash,
+                electorate_term: 0,
             };
             let from = ids[(term as usize % (N - 2)) + 2].clone();
             core.step(now, Event::Message { from, msg }, &mut out);
@@ -131,6 +134,7 @@ fn heartbeats(c: &mut Criterion) {
                     let msg = Message::VoteReply {
                         term: 1,
                         granted: true,
+                        promise_ms: 30_000,
                     };
                     c.step(
                         60_001,

@@ -26,6 +26,7 @@ impl VoteLedger {
                     Message::VoteReply {
                         term,
                         granted: true,
+                        ..
                     },
             } => (*term, to),
             Command::Notice(Notice::Voted { term, candidate }) if candidate == voter => {

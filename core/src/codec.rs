@@ -111,7 +111,8 @@ mod tests {
                     cpu_millicores: 2000,
                     mem_free_mb: 512,
                 },
-                electorate: Some(e),
+                electorate: Some(e.clone()),
+                genesis: e.genesis,
             },
             Message::WhoamiReply {
                 admin: None,
@@ -122,11 +123,13 @@ mod tests {
                 uptime_s: 0,
                 resources: Default::default(),
                 electorate: None,
+                genesis: 0,
             },
             Message::PreVoteRequest {
                 term: 4,
                 electorate_version: 1,
                 electorate_hash: u64::MAX,
+                electorate_term: 0,
             },
             Message::PreVoteReply {
                 term: 4,
@@ -136,17 +139,25 @@ mod tests {
                 term: 4,
                 electorate_version: 1,
                 electorate_hash: 7,
+                electorate_term: 0,
             },
             Message::VoteReply {
                 term: 4,
                 granted: false,
+                promise_ms: 0,
             },
             Message::Heartbeat {
                 term: 4,
                 beat: 10,
                 membership_version: 1,
+                genesis: 0,
+                electorate: None,
             },
-            Message::HeartbeatAck { term: 4, beat: 10 },
+            Message::HeartbeatAck {
+                term: 4,
+                beat: 10,
+                promise_ms: 30_000,
+            },
             Message::StepDown { term: 4 },
         ]
     }
@@ -167,6 +178,8 @@ mod tests {
                 term: 4,
                 beat: 10,
                 membership_version: 1,
+                genesis: 0,
+                electorate: None,
             },
         )
         .unwrap();
@@ -212,6 +225,7 @@ mod tests {
             uptime_s: 0,
             resources: Default::default(),
             electorate: Some(Arc::new(Electorate::new(1, members))),
+            genesis: 0,
         };
         assert!(matches!(encode("c", &m), Err(CodecError::TooLarge(_))));
     }

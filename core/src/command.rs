@@ -94,6 +94,23 @@ pub enum Notice {
         /// Its term.
         term: u64,
     },
+    /// This node's electorate changed: agreed at bootstrap, adopted from its cluster, or a
+    /// membership change.
+    ElectorateChanged {
+        /// The new version.
+        version: u64,
+        /// The term that proposed it (0 at bootstrap).
+        term: u64,
+        /// The voters.
+        members: Vec<NodeId>,
+    },
+    /// What became of a membership change: proposed, committed, or refused with a reason.
+    MembershipChange {
+        /// The change.
+        change: crate::MemberChange,
+        /// Its outcome.
+        outcome: crate::ChangeOutcome,
+    },
     /// A message was refused and dropped without changing any state (see `trust.rs`).
     Refused {
         /// The authenticated sender.
@@ -115,6 +132,8 @@ pub enum StepDownReason {
     CheckQuorum,
     /// Graceful shutdown.
     Shutdown,
+    /// A membership change that removed it committed.
+    Removed,
 }
 
 impl StepDownReason {
@@ -124,6 +143,7 @@ impl StepDownReason {
             StepDownReason::HigherTerm => "higher_term",
             StepDownReason::CheckQuorum => "check_quorum",
             StepDownReason::Shutdown => "shutdown",
+            StepDownReason::Removed => "removed",
         }
     }
 }

@@ -46,6 +46,16 @@ pub struct Config {
     /// At most this many WHOAMI requests per discovery round, which bounds discovery traffic in
     /// large clusters.
     pub discovery_fanout: u32,
+    /// Autopilot: the admin promotes stable standbys and removes dead voters by itself.
+    pub autopilot: bool,
+    /// Autopilot removes a voter it has not heard from for this long.
+    pub dead_voter_timeout_ms: u64,
+    /// Autopilot promotes a standby connected for at least this long.
+    pub stabilization_time_ms: u64,
+    /// Autopilot never removes a voter when that would leave fewer than this many.
+    pub min_quorum: u32,
+    /// Autopilot promotes standbys while the electorate has fewer voters than this (0: all).
+    pub max_voters: u32,
 }
 
 impl Default for Config {
@@ -62,6 +72,11 @@ impl Default for Config {
             score_bias: true,
             election_slot_min_ms: 100,
             discovery_fanout: 16,
+            autopilot: true,
+            dead_voter_timeout_ms: 300_000,
+            stabilization_time_ms: 30_000,
+            min_quorum: 3,
+            max_voters: 5,
         }
     }
 }
@@ -80,8 +95,14 @@ impl Config {
     /// The admin lease: the minimum election timeout shortened by twice the drift bound, so that a
     /// lease measured on a slow admin clock still ends before a fast voter's promise does.
     pub fn lease_ms(&self) -> u64 {
+        self.lease_for(self.election_timeout_min_ms)
+    }
+
+    /// How much of a voter's promise of `promise_ms` (on its clock) an admin may count on its
+    /// own clock: shortened by twice the drift bound.
+    pub fn lease_for(&self, promise_ms: u64) -> u64 {
         let keep_ppm = 1_000_000u64.saturating_sub(2 * u64::from(self.max_clock_drift_ppm));
-        self.election_timeout_min_ms * keep_ppm / 1_000_000
+        promise_ms * keep_ppm / 1_000_000
     }
 
     /// Checks that the values can work together.
@@ -97,6 +118,8 @@ impl Config {
             ("election_timeout_max_ms", self.election_timeout_max_ms),
             ("discovery_timeout_ms", self.discovery_timeout_ms),
             ("election_slot_min_ms", self.election_slot_min_ms),
+            ("dead_voter_timeout_ms", self.dead_voter_timeout_ms),
+            ("stabilization_time_ms", self.stabilization_time_ms),
         ] {
             if ms > MAX_TIMING_MS {
                 return err(key, format!("{ms} ms is over a day ({MAX_TIMING_MS} ms)"));
@@ -134,6 +157,9 @@ impl Config {
         }
         if self.bootstrap_expect == 0 {
             return err("bootstrap_expect", "must be at least 1".into());
+        }
+        if self.min_quorum == 0 {
+            return err("min_quorum", "must be at least 1".into());
         }
         if self.discovery_fanout == 0 {
             return err("discovery_fanout", "must be at least 1".into());

@@ -1,5 +1,5 @@
-//! Discovery: WHOAMI requests and replies, admin acceptance by confirmations, and the bootstrap of
-//! the electorate once `bootstrap_expect` eligible nodes are known.
+//! Discovery: WHOAMI requests and replies, admin acceptance by confirmations, and adopting the
+//! electorate of an existing cluster (founding one is `bootstrap.rs`).
 
 use std::sync::Arc;
 
@@ -8,10 +8,10 @@ use crate::{Command, Core, Electorate, Message, NodeId, Refusal, Resources, Time
 
 /// The view in a WHOAMI reply, unpacked.
 pub(crate) struct Report {
+    pub(crate) genesis: u64,
     pub(crate) admin: Option<NodeId>,
     pub(crate) term: u64,
     pub(crate) beat: u64,
-    pub(crate) eligible: bool,
     pub(crate) uptime_s: u64,
     pub(crate) resources: Resources,
 }
@@ -55,10 +55,12 @@ impl Core {
     }
 
     pub(crate) fn on_whoami(&mut self, from: NodeId, their_version: u64, out: &mut Vec<Command>) {
+        // The electorate goes to an asker on another version: behind, or ahead on a change
+        // that may never have been committed (the asker decides what to do with it).
         let electorate = self
             .electorate
             .as_ref()
-            .filter(|e| e.version > their_version)
+            .filter(|e| e.version != their_version)
             .cloned();
         let msg = Message::WhoamiReply {
             admin: self.admin.clone(),
@@ -69,6 +71,7 @@ impl Core {
             uptime_s: self.uptime_s(),
             resources: self.resources,
             electorate,
+            genesis: self.genesis(),
         };
         out.push(Command::Send { to: from, msg });
     }
@@ -84,21 +87,24 @@ impl Core {
             return self.refuse(from, "whoami_reply", Refusal::Unsolicited, out);
         }
         let Report {
+            genesis,
             admin,
             term,
             beat,
-            eligible,
             uptime_s,
             resources,
         } = report;
+        // Eligibility comes from the peer's advertisement when it connected, never from a reply.
         if let Some(peer) = self.peers.get_mut(&from) {
-            peer.eligible = eligible;
             peer.uptime_s = uptime_s;
             peer.seen_at_ms = self.now_ms;
             peer.resources = resources;
         }
+        if self.is_foreign(genesis) {
+            return self.refuse(from, "whoami_reply", Refusal::ForeignCluster, out);
+        }
         if let Some(theirs) = electorate {
-            self.consider_electorate(from.clone(), theirs);
+            self.consider_electorate(from.clone(), theirs, out);
         }
         // Only members speak for the cluster: a worker's beat, term or admin is not taken.
         if !self.is_member(&from) {
@@ -130,13 +136,39 @@ impl Core {
         }
     }
 
+    /// The genesis of this node's electorate (0 = none yet).
+    pub(crate) fn genesis(&self) -> u64 {
+        self.electorate.as_ref().map_or(0, |e| e.genesis)
+    }
+
+    /// Whether a peer's genesis names another cluster than this node's (0 on either side
+    /// means unknown).
+    pub(crate) fn is_foreign(&self, theirs: u64) -> bool {
+        let mine = self.genesis();
+        mine != 0 && theirs != 0 && mine != theirs
+    }
+
     /// An electorate reported by an asked peer. One is adopted only by a node that has none,
-    /// and only once `confirmations` asked peers (capped by the peers known) reported the same
-    /// one: a single peer cannot hand a node a made-up electorate. A node never replaces its
-    /// electorate from a reply; changes arrive through the admin (the membership issue).
-    fn consider_electorate(&mut self, from: NodeId, theirs: Arc<Electorate>) {
+    /// only from eligible peers (a worker cannot hand a node a made-up electorate), and only
+    /// once `confirmations` of them (capped by how many reported one at all) reported the same
+    /// one. A node never replaces its electorate from a reply of anyone but its admin
+    /// (`membership.rs`).
+    fn consider_electorate(
+        &mut self,
+        from: NodeId,
+        theirs: Arc<Electorate>,
+        out: &mut Vec<Command>,
+    ) {
         if self.electorate.is_some() {
             return;
+        }
+        if !self.peers.get(&from).is_some_and(|p| p.eligible) {
+            return self.refuse(from, "whoami_reply", Refusal::NotEligible, out);
+        }
+        let founder = self.is_eligible();
+        if founder && theirs.version == 1 && theirs.len() != self.config.bootstrap_expect as usize {
+            // A bootstrap electorate of another size: founded with other settings.
+            return self.refuse(from, "whoami_reply", Refusal::SettingsMismatch, out);
         }
         let key = (theirs.version, theirs.fingerprint());
         self.electorate_reports.insert(from, theirs);
@@ -145,35 +177,18 @@ impl Core {
             .values()
             .filter(|e| (e.version, e.fingerprint()) == key)
             .count();
-        let needed = (self.config.confirmations as usize).min(self.peers.len().max(1));
-        if agreeing >= needed {
-            let adopted = self
-                .electorate_reports
-                .values()
-                .find(|e| (e.version, e.fingerprint()) == key)
-                .cloned();
-            self.electorate = adopted;
-            self.electorate_reports.clear();
-        }
-    }
-
-    /// Fixes the initial electorate once `bootstrap_expect` eligible nodes (this one included)
-    /// are known. Only eligible nodes bootstrap; the others adopt an electorate from replies.
-    pub(crate) fn maybe_bootstrap(&mut self) {
-        let expect = self.config.bootstrap_expect as usize;
-        // Cheap test first: this runs on every PeerUp, and counting is linear.
-        if self.electorate.is_some() || !self.is_eligible() || self.peers.len() + 1 < expect {
+        let Some(reported) = self
+            .electorate_reports
+            .values()
+            .find(|e| (e.version, e.fingerprint()) == key)
+            .cloned()
+        else {
             return;
-        }
-        let eligible: Vec<NodeId> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.eligible)
-            .map(|(id, _)| id.clone())
-            .chain(std::iter::once(self.id.clone()))
-            .collect();
-        if eligible.len() >= expect {
-            self.electorate = Some(Arc::new(Electorate::new(1, eligible)));
+        };
+        let needed = (self.config.confirmations as usize).min(self.electorate_reports.len());
+        if agreeing >= needed {
+            // Whatever bootstrap this node took part in lost: a cluster exists.
+            self.adopt_electorate(reported, out);
         }
     }
 
@@ -199,6 +214,7 @@ mod tests {
             uptime_s: 0,
             resources: Default::default(),
             electorate: None,
+            genesis: 0,
         }
     }
 
@@ -272,6 +288,8 @@ mod tests {
                     term: 2,
                     beat: 1,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
@@ -281,9 +299,10 @@ mod tests {
         assert_eq!((n.term(), n.admin().map(|a| a.as_str())), (2, Some("a")));
     }
 
-    /// A reply carries the electorate only to an asker with an older one.
+    /// A reply carries the electorate only to an asker on another version (behind, or ahead on
+    /// a change that may not have committed).
     #[test]
-    fn the_electorate_goes_only_to_askers_behind() {
+    fn the_electorate_goes_only_to_askers_on_another_version() {
         let mut n = voter("n", &["a", "n"]);
         let electorate_in = |out: &[Command]| match sent_to(out, "a").as_slice() {
             [Message::WhoamiReply { electorate, .. }] => electorate.is_some(),
@@ -299,7 +318,7 @@ mod tests {
         };
         assert!(electorate_in(&n.step_vec(1, ask(0))));
         assert!(!electorate_in(&n.step_vec(2, ask(1))));
-        assert!(!electorate_in(&n.step_vec(3, ask(2))));
+        assert!(electorate_in(&n.step_vec(3, ask(2))));
     }
 
     #[test]
@@ -328,6 +347,8 @@ mod tests {
                     term: 1,
                     beat: 1,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
@@ -335,36 +356,18 @@ mod tests {
     }
 
     #[test]
-    fn bootstrap_waits_for_expected_eligible_nodes() {
+    fn only_eligible_nodes_found_a_cluster() {
         let config = Config {
             bootstrap_expect: 3,
             ..Config::default()
         };
-        let mut n = Core::new("n".into(), config.clone(), vec![ADMIN_ELECTION.into()], 1).unwrap();
-        n.step_vec(0, Event::Started);
-        n.step_vec(0, up("w", false));
-        n.step_vec(0, up("a", true));
-        assert!(n.electorate().is_none(), "a worker does not count");
-        fire(&mut n, Timer::Discovery);
-        assert_eq!(
-            n.timers.deadline(Timer::Election),
-            None,
-            "no electorate, no election"
-        );
-        n.step_vec(n.now_ms(), up("b", true));
-        let e = n.electorate().unwrap();
-        let members: Vec<&str> = e.members().iter().map(|m| m.as_str()).collect();
-        assert_eq!((e.version, members), (1, vec!["a", "b", "n"]));
-
         let mut worker = Core::new("w".into(), config, vec!["docker".into()], 1).unwrap();
         worker.step_vec(0, Event::Started);
         for p in ["a", "b", "c"] {
             worker.step_vec(0, up(p, true));
         }
-        assert!(
-            worker.electorate().is_none(),
-            "only eligible nodes bootstrap"
-        );
+        assert_eq!(worker.timers.deadline(Timer::Bootstrap), None);
+        assert!(worker.electorate().is_none());
     }
 
     #[test]
@@ -386,6 +389,7 @@ mod tests {
             uptime_s: 0,
             resources: Default::default(),
             electorate: Some(theirs.clone().into()),
+            genesis: 0,
         };
         n.step_vec(1, from("a", msg));
         assert_eq!(n.electorate(), Some(&theirs));

@@ -11,9 +11,10 @@
 //!    anyone else for `election_timeout_min_ms`; admin leases rest on it.
 //! 5. A strict majority of the electorate wins; any higher term sends a node back to follower.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::node::{AdminState, BeatRound, ElectionPhase, Round};
+use crate::node::{AdminState, BeatRound, ElectionPhase, Round, VoterAck};
 use crate::{rng, score, Command, Core, Message, NodeId, Notice, Refusal, Role, Timer};
 
 impl Core {
@@ -85,10 +86,12 @@ impl Core {
         }
     }
 
-    fn electorate_key(&self) -> (u64, u64) {
+    /// (version, proposing term, fingerprint) of this node's electorate, as vote requests
+    /// carry it.
+    fn electorate_key(&self) -> (u64, u64, u64) {
         self.electorate
             .as_ref()
-            .map_or((0, 0), |e| (e.version, e.fingerprint()))
+            .map_or((0, 0, 0), |e| (e.version, e.term, e.fingerprint()))
     }
 
     /// Sends `msg` to every voter except this node.
@@ -110,13 +113,14 @@ impl Core {
         if !self.can_stand() {
             return;
         }
-        let (version, hash) = self.electorate_key();
+        let (version, electorate_term, hash) = self.electorate_key();
         self.role = Role::PreCandidate;
         self.admin = None;
         self.round = Some(Round {
             term: self.term + 1,
             pre_vote: true,
             granted: vec![self.id.clone()],
+            promises: Default::default(),
             started_at_ms: self.now_ms,
         });
         out.push(Command::RoleChanged {
@@ -130,6 +134,7 @@ impl Core {
         let msg = Message::PreVoteRequest {
             term: self.term + 1,
             electorate_version: version,
+            electorate_term,
             electorate_hash: hash,
         };
         self.send_to_voters(msg, out);
@@ -146,6 +151,7 @@ impl Core {
             term: self.term,
             pre_vote: false,
             granted: vec![self.id.clone()],
+            promises: Default::default(),
             started_at_ms: self.now_ms,
         });
         out.push(Command::Notice(Notice::Voted {
@@ -158,26 +164,32 @@ impl Core {
             lease_until_ms: None,
         });
         self.arm_suspect(self.now_ms + self.config.election_timeout_max_ms, out);
-        let (version, hash) = self.electorate_key();
+        let (version, electorate_term, hash) = self.electorate_key();
         let msg = Message::VoteRequest {
             term: self.term,
             electorate_version: version,
+            electorate_term,
             electorate_hash: hash,
         };
         self.send_to_voters(msg, out);
         self.check_round(out);
     }
 
-    /// Whether a (pre-)vote for `candidate` may be considered at all: both are voters of the
-    /// same electorate, and no promise to someone else is live.
-    fn may_support(&self, candidate: &NodeId, key: (u64, u64)) -> bool {
+    /// Whether a (pre-)vote for `candidate` may be considered at all: this node is a voter,
+    /// the candidate's electorate is this node's or a later one (by version, then proposing
+    /// term; see `membership.rs` for why that keeps old and new majorities from both electing),
+    /// and no promise to someone else is live. A candidate on a later electorate may not be
+    /// a member of this node's: its own electorate decides whose votes it counts.
+    fn may_support(&self, candidate: &NodeId, key: (u64, u64, u64)) -> bool {
         let Some(e) = &self.electorate else {
             return false;
         };
+        let (version, term, hash) = key;
+        let later = (version, term) > e.key();
+        let same = (version, term, hash) == (e.version, e.term, e.fingerprint());
         self.is_eligible()
             && e.contains(&self.id)
-            && e.contains(candidate)
-            && key == (e.version, e.fingerprint())
+            && (same && e.contains(candidate) || later)
             && (self.now_ms >= self.promise_until_ms
                 || self.promised_to.as_ref() == Some(candidate))
     }
@@ -186,7 +198,7 @@ impl Core {
         &mut self,
         from: NodeId,
         term: u64,
-        key: (u64, u64),
+        key: (u64, u64, u64),
         out: &mut Vec<Command>,
     ) {
         if self.role == Role::PreCandidate {
@@ -243,7 +255,7 @@ impl Core {
             return;
         }
         match self.round.as_ref().map(|r| r.term) {
-            Some(t) if t == term => self.record_grant(from, out),
+            Some(t) if t == term => self.record_grant(from, None, out),
             Some(t) if term < t => self.refuse(from, "pre_vote_reply", Refusal::Stale, out),
             _ => self.refuse(from, "pre_vote_reply", Refusal::Unsolicited, out),
         }
@@ -253,7 +265,7 @@ impl Core {
         &mut self,
         from: NodeId,
         term: u64,
-        key: (u64, u64),
+        key: (u64, u64, u64),
         out: &mut Vec<Command>,
     ) {
         if term < self.term || !self.may_support(&from, key) {
@@ -262,6 +274,7 @@ impl Core {
                 msg: Message::VoteReply {
                     term: self.term,
                     granted: false,
+                    promise_ms: 0,
                 },
             });
             return;
@@ -286,6 +299,12 @@ impl Core {
             msg: Message::VoteReply {
                 term: self.term,
                 granted,
+                // A granted vote is a promise for this node's own minimum election timeout.
+                promise_ms: if granted {
+                    self.config.election_timeout_min_ms
+                } else {
+                    0
+                },
             },
         });
     }
@@ -295,6 +314,7 @@ impl Core {
         from: NodeId,
         term: u64,
         granted: bool,
+        promise_ms: u64,
         out: &mut Vec<Command>,
     ) {
         let asking = self.role == Role::Candidate
@@ -311,21 +331,24 @@ impl Core {
             return self.refuse(from, "vote_reply", reason, out);
         }
         if granted {
-            self.record_grant(from, out);
+            self.record_grant(from, Some(promise_ms), out);
         } else {
             // A voter ahead of us: we are behind.
             self.observe_term(term, out);
         }
     }
 
-    fn record_grant(&mut self, from: NodeId, out: &mut Vec<Command>) {
+    fn record_grant(&mut self, from: NodeId, promise_ms: Option<u64>, out: &mut Vec<Command>) {
         let Some(e) = &self.electorate else { return };
         if !e.contains(&from) {
             return;
         }
         let Some(round) = &mut self.round else { return };
         if !round.granted.contains(&from) {
-            round.granted.push(from);
+            round.granted.push(from.clone());
+        }
+        if let Some(p) = promise_ms {
+            round.promises.insert(from, p);
         }
         self.check_round(out);
     }
@@ -346,21 +369,45 @@ impl Core {
     }
 
     fn become_admin(&mut self, out: &mut Vec<Command>) {
-        // Every granting voter promised at or after the round started, so the lease may be
-        // measured from then.
         let Some(round) = self.round.take() else {
             return;
         };
-        let lease_until_ms = round.started_at_ms + self.config.lease_ms();
+        // Every granting voter promised at or after the round started, each for its own
+        // promise length: the lease rests on the promises of a majority (`heartbeat.rs`).
+        let mut voters = BTreeMap::new();
+        let own = self.config.election_timeout_min_ms;
+        for v in &round.granted {
+            let promise_ms = if *v == self.id {
+                own
+            } else {
+                round.promises.get(v).copied().unwrap_or(0)
+            };
+            voters.insert(
+                v.clone(),
+                VoterAck {
+                    beat: 0,
+                    sent_at_ms: round.started_at_ms,
+                    promise_ms,
+                },
+            );
+        }
         self.role = Role::Admin;
         self.admin_state = Some(AdminState {
-            lease_until_ms,
+            lease_until_ms: round.started_at_ms,
             quorum_at_ms: round.started_at_ms,
             // `can_stand` keeps the beat below the top of its range.
             first_beat: self.beat + 1,
             beats: Vec::new(),
-            last_ack: Default::default(),
+            voters,
+            established: false,
+            change: None,
+            elected_at_ms: self.now_ms,
+            standbys: BTreeMap::new(),
         });
+        let lease_until_ms = self.tally().map_or(self.now_ms, |t| t.lease_until_ms);
+        if let Some(admin) = &mut self.admin_state {
+            admin.lease_until_ms = lease_until_ms;
+        }
         out.push(Command::RoleChanged {
             role: Role::Admin,
             term: self.term,
@@ -379,9 +426,9 @@ impl Core {
 
     /// Starts a heartbeat round (also used right after winning).
     pub(crate) fn send_heartbeat(&mut self, out: &mut Vec<Command>) {
-        let Some(admin) = &mut self.admin_state else {
+        if self.admin_state.is_none() {
             return;
-        };
+        }
         if self.beat >= crate::MAX_WIRE_INT {
             // Out of beats (only a lying member can push the counter this far): send nothing,
             // so no acknowledgement renews the lease and check-quorum retires this admin.
@@ -393,23 +440,37 @@ impl Core {
             return;
         }
         self.beat += 1;
-        admin.beats.push(BeatRound {
-            beat: self.beat,
-            sent_at_ms: self.now_ms,
-            acks: 1,
-        });
-        if admin.beats.len() > crate::node::MAX_BEAT_ROUNDS {
-            admin.beats.remove(0);
+        let (beat, now, own) = (self.beat, self.now_ms, self.config.election_timeout_min_ms);
+        let id = self.id.clone();
+        if let Some(admin) = &mut self.admin_state {
+            admin.beats.push(BeatRound {
+                beat,
+                sent_at_ms: now,
+            });
+            if admin.beats.len() > crate::node::MAX_BEAT_ROUNDS {
+                admin.beats.remove(0);
+            }
+            // The admin is its own first acknowledgement: it too promises not to vote for
+            // others.
+            admin.voters.insert(
+                id.clone(),
+                VoterAck {
+                    beat,
+                    sent_at_ms: now,
+                    promise_ms: own,
+                },
+            );
         }
-        // The admin is its own first acknowledgement: it too promises not to vote for others.
-        self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
-        self.promised_to = Some(self.id.clone());
+        self.promise_until_ms = now + own;
+        self.promised_to = Some(id);
         let membership_version = self.electorate.as_ref().map_or(0, |e| e.version);
         out.push(Command::Broadcast {
             msg: Message::Heartbeat {
                 term: self.term,
                 beat: self.beat,
                 membership_version,
+                genesis: self.genesis(),
+                electorate: self.pending_electorate(),
             },
         });
         self.timers.set(
@@ -418,9 +479,7 @@ impl Core {
             out,
         );
         // A single-voter electorate renews on its own acknowledgement.
-        if self.electorate.as_ref().map_or(1, |e| e.quorum()) <= 1 {
-            self.renew_lease(self.now_ms, out);
-        }
+        self.after_acks(out);
     }
 
     /// Stores an electorate given explicitly (tests and tools).
@@ -470,7 +529,8 @@ mod tests {
             sent_to(&out, "c"),
             [&Message::VoteReply {
                 term: 3,
-                granted: false
+                granted: false,
+                promise_ms: 0
             }]
         );
     }
@@ -486,6 +546,8 @@ mod tests {
                     term: 1,
                     beat: 1,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
@@ -527,6 +589,7 @@ mod tests {
             term: 1,
             electorate_version: 1,
             electorate_hash: 1,
+            electorate_term: 0,
         };
         assert!(!granted(&a.step_vec(0, from("b", wrong)), "b"));
         // An outsider is not even answered: it is refused and reported.
@@ -615,6 +678,7 @@ mod tests {
                 Message::VoteReply {
                     term: 1,
                     granted: true,
+                    promise_ms: 30_000,
                 },
             ),
         );
@@ -625,6 +689,7 @@ mod tests {
                 Message::VoteReply {
                     term: 1,
                     granted: true,
+                    promise_ms: 30_000,
                 },
             ),
         );
@@ -665,12 +730,20 @@ mod tests {
         let unasked = Message::VoteReply {
             term: 7,
             granted: false,
+            promise_ms: 0,
         };
         admin.step_vec(admin.now_ms(), from("c", unasked));
         assert_eq!((admin.role(), admin.term()), (Role::Admin, 1));
         let out = admin.step_vec(
             admin.now_ms(),
-            from("c", Message::HeartbeatAck { term: 7, beat: 1 }),
+            from(
+                "c",
+                Message::HeartbeatAck {
+                    term: 7,
+                    beat: 1,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!((admin.role(), admin.term()), (Role::Follower, 7));
         assert!(out

@@ -1,4 +1,6 @@
-//! The electorate: the admin-eligible nodes that vote, fixed at bootstrap and shared by version.
+//! The electorate: the admin-eligible nodes that vote. The first one is agreed at bootstrap
+//! (`bootstrap.rs`); each later one differs from its predecessor by one member and is committed
+//! by the admin (`membership.rs`).
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +12,12 @@ use crate::NodeId;
 pub struct Electorate {
     /// Starts at 1 when bootstrap fixes the electorate; each committed change adds one.
     pub version: u64,
+    /// The term of the admin that proposed this version (0 for the bootstrap electorate). Two
+    /// proposals of one version (the first never committed) are ordered by it: see [`Key`].
+    pub term: u64,
+    /// The fingerprint of the cluster's bootstrap electorate, kept by every later version: two
+    /// nodes with different geneses belong to different clusters.
+    pub genesis: u64,
     /// Members, sorted and without duplicates (so lookups are binary searches and the
     /// fingerprint does not depend on discovery order).
     members: Vec<NodeId>,
@@ -23,26 +31,63 @@ pub struct Electorate {
 #[derive(Deserialize)]
 struct RawElectorate {
     version: u64,
+    #[serde(default)]
+    term: u64,
+    #[serde(default)]
+    genesis: u64,
     members: Vec<NodeId>,
 }
 
 impl From<RawElectorate> for Electorate {
     fn from(raw: RawElectorate) -> Self {
-        Electorate::new(raw.version, raw.members)
+        let mut e = Electorate::new(raw.version, raw.members);
+        if raw.version != 1 || raw.term != 0 {
+            e = e.successor_raw(raw.version, raw.term, raw.genesis);
+        }
+        e
     }
 }
 
+/// How electorates are ordered: by version, then by the term that proposed them. A voter grants
+/// votes only to candidates whose key is at least its own (see `membership.rs`).
+pub type Key = (u64, u64);
+
 impl Electorate {
-    /// Builds an electorate from any list of members.
+    /// Builds an electorate from any list of members. Version 1 is a bootstrap electorate and
+    /// is its own genesis.
     pub fn new(version: u64, mut members: Vec<NodeId>) -> Self {
         members.sort();
         members.dedup();
-        let fingerprint = digest(version, &members);
+        let fingerprint = digest(version, 0, &members);
         Electorate {
             version,
+            term: 0,
+            genesis: fingerprint,
             members,
             fingerprint,
         }
+    }
+
+    /// The next version with `members`, proposed in `term`, of the same cluster.
+    pub fn successor(&self, term: u64, members: Vec<NodeId>) -> Self {
+        Electorate::new(self.version + 1, members).successor_raw(
+            self.version + 1,
+            term,
+            self.genesis,
+        )
+    }
+
+    fn successor_raw(mut self, version: u64, term: u64, genesis: u64) -> Self {
+        self.version = version;
+        self.term = term;
+        self.genesis = genesis;
+        self.fingerprint = digest(version, term, &self.members);
+        self
+    }
+
+    /// The order key: (version, proposing term).
+    pub fn key(&self) -> Key {
+        (self.version, self.term)
     }
 
     /// Members in id order.
@@ -78,9 +123,13 @@ impl Electorate {
     }
 }
 
-fn digest(version: u64, members: &[NodeId]) -> u64 {
+fn digest(version: u64, term: u64, members: &[NodeId]) -> u64 {
     let mut h = Fnv::new();
     h.write(&version.to_be_bytes());
+    if term != 0 {
+        // Bootstrap electorates keep the digest they always had.
+        h.write(&term.to_be_bytes());
+    }
     for m in members {
         h.write(m.as_str().as_bytes());
         h.write(&[0]);

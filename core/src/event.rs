@@ -44,6 +44,12 @@ pub enum Event {
     },
     /// Graceful shutdown: an admin steps down and tells the cluster first.
     Shutdown,
+    /// An operator asks for a membership change (`chorus members add|remove`). Only the admin
+    /// proposes it; a [`crate::Notice::MembershipChange`] says what became of it.
+    ChangeMembers {
+        /// The change.
+        change: crate::MemberChange,
+    },
     /// The operator changed the protocol settings; the runtime logs this at start when the
     /// configured settings differ from the recovered ones, so the change is part of the fold.
     /// Invalid settings, or another cluster id, are ignored (a node never changes cluster).

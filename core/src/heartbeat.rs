@@ -1,16 +1,38 @@
 //! Heartbeats, acknowledgements, the admin lease and check-quorum.
 //!
-//! The lease: a heartbeat sent at `t` and acknowledged by a strict majority (the admin counting
-//! itself) extends the lease to `t + lease_ms`, where `lease_ms` is the minimum election timeout
-//! less twice the drift bound. Each acknowledging voter promised at receipt (≥ `t`) to grant no
-//! vote for a full minimum election timeout on its own clock, so the lease ends before any
-//! majority could elect someone else. Admin duties run only under the lease.
+//! The lease: each acknowledging voter promised at receipt (≥ the beat's send time `t`) to grant
+//! no vote to anyone else for its own minimum election timeout, which its ack states (voters may
+//! be configured differently). The lease ends where the promises of a strict majority (the
+//! admin counting itself) still run, each shortened by twice the drift bound and capped at the
+//! admin's own timeout: no majority can elect anyone else before. See [`Core::tally`]. Admin
+//! duties run only under the lease.
 //!
 //! Check-quorum: an admin that no majority has acknowledged for a full maximum election timeout
 //! steps down. It is measured from the same send times as the lease but is longer, so a network
 //! whose round trip exceeds the lease (duties pause) still keeps a stable admin.
 
-use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role, StepDownReason, Timer};
+use std::sync::Arc;
+
+use crate::node::VoterAck;
+use crate::{
+    Command, Core, Electorate, Message, NodeId, Notice, Refusal, Role, StepDownReason, Timer,
+};
+
+/// A heartbeat as received, unpacked.
+pub(crate) struct BeatIn {
+    pub(crate) term: u64,
+    pub(crate) beat: u64,
+    pub(crate) membership_version: u64,
+    pub(crate) genesis: u64,
+    pub(crate) electorate: Option<Arc<Electorate>>,
+}
+
+/// What the promises on record support (see [`Core::tally`]).
+pub(crate) struct Tally {
+    pub(crate) lease_until_ms: u64,
+    pub(crate) quorum_at_ms: u64,
+    pub(crate) established: bool,
+}
 
 impl Core {
     pub(crate) fn on_heartbeat_timer(&mut self, out: &mut Vec<Command>) {
@@ -19,7 +41,7 @@ impl Core {
         };
         if self.now_ms >= admin.quorum_at_ms + self.config.election_timeout_max_ms {
             self.step_down(StepDownReason::CheckQuorum, out);
-        } else {
+        } else if !self.autopilot(out) {
             self.send_heartbeat(out);
         }
     }
@@ -30,14 +52,21 @@ impl Core {
         }
     }
 
-    pub(crate) fn on_heartbeat(
-        &mut self,
-        from: NodeId,
-        term: u64,
-        beat: u64,
-        membership_version: u64,
-        out: &mut Vec<Command>,
-    ) {
+    pub(crate) fn on_heartbeat(&mut self, from: NodeId, hb: BeatIn, out: &mut Vec<Command>) {
+        let BeatIn {
+            term,
+            beat,
+            membership_version,
+            genesis,
+            electorate,
+        } = hb;
+        if self.is_foreign(genesis)
+            || electorate
+                .as_ref()
+                .is_some_and(|e| self.is_foreign(e.genesis))
+        {
+            return self.refuse(from, "heartbeat", Refusal::ForeignCluster, out);
+        }
         if term < self.term {
             // A stale admin: our higher term in the ack makes it step down.
             out.push(Command::Send {
@@ -45,6 +74,7 @@ impl Core {
                 msg: Message::HeartbeatAck {
                     term: self.term,
                     beat,
+                    promise_ms: 0,
                 },
             });
             return;
@@ -68,16 +98,31 @@ impl Core {
         self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
         self.promised_to = Some(from.clone());
         self.arm_suspect(self.promise_until_ms, out);
-        let my_version = self.electorate.as_ref().map_or(0, |e| e.version);
-        if self.is_member(&self.id) {
+        // A voter before a change carried here must acknowledge it (the admin counts the old
+        // majority), even when the change removes it. A standby (eligible, not a voter)
+        // acknowledges too, promising nothing: autopilot promotes only standbys that follow.
+        let was_member = self.is_member(&self.id);
+        if let Some(e) = electorate {
+            self.follow_admin_electorate(e, out);
+        }
+        let voter = was_member || self.is_member(&self.id);
+        if voter || (self.is_eligible() && self.electorate.is_some()) {
             out.push(Command::Send {
                 to: from.clone(),
-                msg: Message::HeartbeatAck { term, beat },
+                msg: Message::HeartbeatAck {
+                    term,
+                    beat,
+                    promise_ms: if voter {
+                        self.config.election_timeout_min_ms
+                    } else {
+                        0
+                    },
+                },
             });
         }
-        if membership_version > my_version {
-            // Behind on membership: ask the admin (its reply is heard, not obeyed; see
-            // `discovery.rs`).
+        let my_version = self.electorate.as_ref().map_or(0, |e| e.version);
+        if membership_version != my_version && !self.whoami_pending.contains(&from) {
+            // On another version than the admin: ask it (see `membership.rs`).
             self.send_whoami(from, out);
         }
     }
@@ -87,6 +132,7 @@ impl Core {
         from: NodeId,
         term: u64,
         beat: u64,
+        promise_ms: u64,
         out: &mut Vec<Command>,
     ) {
         // Only an admin asked, and only for beats it sent in its term.
@@ -110,51 +156,121 @@ impl Core {
         if self.observe_term(term, out) {
             return;
         }
-        let quorum = self.electorate.as_ref().map_or(1, |e| e.quorum());
+        let voter = self.is_member(&from)
+            || self
+                .admin_state
+                .as_ref()
+                .and_then(|a| a.change.as_ref())
+                .is_some_and(|c| c.old.contains(&from));
+        let now = self.now_ms;
         let Some(admin) = &mut self.admin_state else {
             return;
         };
-        // Each voter counts toward every beat up to the newest it acknowledged: it promised on
-        // receipt, and every beat up to that one was sent no later. So acks of different beats
-        // add up, and a late or duplicated ack never counts twice.
-        let last = admin.last_ack.entry(from).or_insert(0);
-        if beat <= *last {
+        if !voter {
+            // A standby following this admin.
+            let seen = admin.standbys.entry(from).or_insert((now, now));
+            seen.1 = now;
             return;
         }
-        let previous = std::mem::replace(last, beat);
-        let mut renew_from = None;
-        for round in admin.beats.iter_mut() {
-            if round.beat > previous && round.beat <= beat {
-                round.acks += 1;
-            }
-            if round.acks >= quorum {
-                renew_from = Some(round.sent_at_ms);
-            }
+        // A voter's newest ack stands for every beat up to it: it promised on receipt, and
+        // every earlier beat was sent no later. A late or duplicated ack never counts twice.
+        if admin.voters.get(&from).is_some_and(|v| v.beat >= beat) {
+            return;
         }
-        if let Some(sent_at) = renew_from {
-            self.renew_lease(sent_at, out);
+        let Some(sent_at_ms) = admin
+            .beats
+            .iter()
+            .find(|r| r.beat == beat)
+            .map(|r| r.sent_at_ms)
+        else {
+            // Older than the rounds kept: it can renew nothing the newer ones do not.
+            return self.refuse(from, "heartbeat_ack", Refusal::Stale, out);
+        };
+        admin.voters.insert(
+            from,
+            VoterAck {
+                beat,
+                sent_at_ms,
+                promise_ms,
+            },
+        );
+        self.after_acks(out);
+    }
+
+    /// The lease and check-quorum base that the promises on record support, or `None` when no
+    /// majority has promised anything yet.
+    ///
+    /// Voter `v` promised, on receipt of a beat sent at `s_v`, to vote for nobody else for
+    /// `p_v` of its own clock; on the admin's clock (drift-corrected, and never longer than the
+    /// admin's own timeout) that covers up to `c_v = s_v + lease(p_v)`. Another node needs a
+    /// majority to win, so while at least a majority's promises run nobody else can: the lease
+    /// is the quorum-th largest `c_v`. During a membership change both the old and the new
+    /// electorate must have such a majority, so it is the smaller of the two.
+    pub(crate) fn tally(&self) -> Option<Tally> {
+        let admin = self.admin_state.as_ref()?;
+        let own = self.config.election_timeout_min_ms;
+        let one = |e: &Electorate| -> Option<Tally> {
+            let mut covers = Vec::new();
+            let mut sent = Vec::new();
+            let mut this_term = 0;
+            for m in e.members() {
+                if let Some(v) = admin.voters.get(m) {
+                    covers.push(v.sent_at_ms + self.config.lease_for(v.promise_ms.min(own)));
+                    sent.push(v.sent_at_ms);
+                    if v.beat >= admin.first_beat {
+                        this_term += 1;
+                    }
+                }
+            }
+            let q = e.quorum();
+            if covers.len() < q {
+                return None;
+            }
+            covers.sort_unstable_by(|a, b| b.cmp(a));
+            sent.sort_unstable_by(|a, b| b.cmp(a));
+            Some(Tally {
+                lease_until_ms: covers[q - 1],
+                quorum_at_ms: sent[q - 1],
+                established: this_term >= q,
+            })
+        };
+        let new = one(self.electorate.as_deref()?)?;
+        match &admin.change {
+            None => Some(new),
+            Some(c) => {
+                let old = one(&c.old)?;
+                Some(Tally {
+                    lease_until_ms: new.lease_until_ms.min(old.lease_until_ms),
+                    quorum_at_ms: new.quorum_at_ms.min(old.quorum_at_ms),
+                    established: new.established && old.established,
+                })
+            }
         }
     }
 
-    /// A majority acknowledged what was sent at `sent_at_ms`: extends the lease to
-    /// `sent_at_ms + lease_ms` if that is later, and resets check-quorum.
-    pub(crate) fn renew_lease(&mut self, sent_at_ms: u64, out: &mut Vec<Command>) {
-        let lease_ms = self.config.lease_ms();
+    /// Applies what the promises on record now support: a longer lease, a later check-quorum
+    /// base, an established term, a committed membership change.
+    pub(crate) fn after_acks(&mut self, out: &mut Vec<Command>) {
+        let Some(t) = self.tally() else {
+            return;
+        };
         let term = self.term;
+        let now = self.now_ms;
         let Some(admin) = &mut self.admin_state else {
             return;
         };
-        admin.quorum_at_ms = admin.quorum_at_ms.max(sent_at_ms);
-        let until = sent_at_ms + lease_ms;
-        // Acks that come back later than the lease is long renew check-quorum, not the lease.
-        if until > admin.lease_until_ms && until > self.now_ms {
-            admin.lease_until_ms = until;
+        admin.quorum_at_ms = admin.quorum_at_ms.max(t.quorum_at_ms);
+        admin.established |= t.established;
+        // Promises that end before now renew check-quorum, not the lease.
+        if t.lease_until_ms > admin.lease_until_ms && t.lease_until_ms > now {
+            admin.lease_until_ms = t.lease_until_ms;
             out.push(Command::Notice(Notice::LeaseRenewed {
                 term,
-                lease_until_ms: until,
+                lease_until_ms: t.lease_until_ms,
             }));
-            self.timers.set(Timer::Lease, until, out);
+            self.timers.set(Timer::Lease, t.lease_until_ms, out);
         }
+        self.check_commit(out);
     }
 
     pub(crate) fn on_step_down(&mut self, from: NodeId, term: u64, out: &mut Vec<Command>) {
@@ -205,7 +321,14 @@ mod tests {
         let beat = beat_of(&out);
         a.step_vec(
             a.now_ms(),
-            from("b", Message::HeartbeatAck { term: 1, beat }),
+            from(
+                "b",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(a.lease_until_ms(), Some(lease));
         let out = a.step_vec(
@@ -239,7 +362,11 @@ mod tests {
         let mut a = elect("a", ABCDE, &["b", "c"]);
         let out = fire(&mut a, Timer::Heartbeat);
         let (beat, sent) = (beat_of(&out), a.now_ms());
-        let ack = Message::HeartbeatAck { term: 1, beat };
+        let ack = Message::HeartbeatAck {
+            term: 1,
+            beat,
+            promise_ms: 30_000,
+        };
         a.step_vec(sent + 5, from("b", ack.clone()));
         a.step_vec(sent + 6, from("b", ack.clone()));
         assert_ne!(
@@ -281,6 +408,8 @@ mod tests {
             term: 2,
             beat: 1,
             membership_version: 1,
+            genesis: 0,
+            electorate: None,
         };
         b.step_vec(3, from("a", hb));
         assert_eq!(step_down_refusal(&mut b, 4, "a", 1), Stale);
@@ -293,6 +422,8 @@ mod tests {
             term: 1,
             beat: 1,
             membership_version: v,
+            genesis: 0,
+            electorate: None,
         };
         let whoami = Message::Whoami {
             electorate_version: 1,
@@ -324,18 +455,30 @@ mod tests {
         };
         let late = a.step_vec(
             a.now_ms(),
-            from("b", Message::HeartbeatAck { term: 1, beat }),
+            from(
+                "b",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(refused(&late), crate::Refusal::Stale);
         let beyond = Message::HeartbeatAck {
             term: 1,
             beat: beat + 1,
+            promise_ms: 30_000,
         };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", beyond))),
             crate::Refusal::Unsolicited
         );
-        let higher = Message::HeartbeatAck { term: 2, beat };
+        let higher = Message::HeartbeatAck {
+            term: 2,
+            beat,
+            promise_ms: 30_000,
+        };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", higher))),
             crate::Refusal::Unsolicited
@@ -355,12 +498,26 @@ mod tests {
         let before = a.lease_until_ms().unwrap();
         a.step_vec(
             sent3 + 1,
-            from("b", Message::HeartbeatAck { term: 1, beat: b2 }),
+            from(
+                "b",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat: b2,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(a.lease_until_ms(), Some(before), "a and b: no majority yet");
         let out = a.step_vec(
             sent3 + 2,
-            from("c", Message::HeartbeatAck { term: 1, beat: b3 }),
+            from(
+                "c",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat: b3,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         // a, b and c all promised at or after beat b2 was sent; only a and c after b3.
         let until = sent2 + a.config().lease_ms();
@@ -372,13 +529,27 @@ mod tests {
         // A late ack of the older beat from d adds nothing past what d acknowledged...
         a.step_vec(
             sent3 + 3,
-            from("d", Message::HeartbeatAck { term: 1, beat: b2 }),
+            from(
+                "d",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat: b2,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(a.lease_until_ms(), Some(until));
         // ...but d's later ack of b3 completes a majority for b3.
         a.step_vec(
             sent3 + 4,
-            from("d", Message::HeartbeatAck { term: 1, beat: b3 }),
+            from(
+                "d",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat: b3,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(a.lease_until_ms(), Some(sent3 + a.config().lease_ms()));
     }
@@ -390,8 +561,28 @@ mod tests {
         let (beat, sent) = (beat_of(&out), a.now_ms());
         // Exactly when the lease it would renew ends: too late to renew anything.
         let late = sent + a.config().lease_ms();
-        a.step_vec(late, from("b", Message::HeartbeatAck { term: 1, beat }));
-        let out = a.step_vec(late, from("c", Message::HeartbeatAck { term: 1, beat }));
+        a.step_vec(
+            late,
+            from(
+                "b",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat,
+                    promise_ms: 30_000,
+                },
+            ),
+        );
+        let out = a.step_vec(
+            late,
+            from(
+                "c",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat,
+                    promise_ms: 30_000,
+                },
+            ),
+        );
         assert!(!a.holds_lease(late));
         assert!(!out
             .iter()
@@ -416,7 +607,14 @@ mod tests {
         let mut a = elect("a", ABCDE, &["b", "c"]);
         let out = a.step_vec(
             a.now_ms(),
-            from("d", Message::HeartbeatAck { term: 2, beat: 1 }),
+            from(
+                "d",
+                Message::HeartbeatAck {
+                    term: 2,
+                    beat: 1,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!((a.role(), a.term()), (Role::Follower, 2));
         assert!(out.contains(&Command::Notice(Notice::SteppedDown {
@@ -437,12 +635,19 @@ mod tests {
                     term: 2,
                     beat: 4,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
         assert_eq!(
             sent_to(&out, "a"),
-            [&Message::HeartbeatAck { term: 3, beat: 4 }]
+            [&Message::HeartbeatAck {
+                term: 3,
+                beat: 4,
+                promise_ms: 0
+            }],
+            "a stale admin gets no promise"
         );
         assert_eq!(b.admin(), None);
     }
@@ -458,6 +663,8 @@ mod tests {
                     term: 1,
                     beat: 9,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
@@ -467,7 +674,11 @@ mod tests {
         })));
         assert_eq!(
             sent_to(&out, "a"),
-            [&Message::HeartbeatAck { term: 1, beat: 9 }]
+            [&Message::HeartbeatAck {
+                term: 1,
+                beat: 9,
+                promise_ms: 30_000
+            }]
         );
         assert_eq!((b.term(), b.beat()), (1, 9));
         assert_eq!(b.timers.deadline(Timer::Election), Some(5 + MIN));
@@ -491,6 +702,8 @@ mod tests {
                     term: 1,
                     beat: 1,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );
@@ -554,6 +767,8 @@ mod config_change {
                     term: 1,
                     beat: 1,
                     membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
                 },
             ),
         );

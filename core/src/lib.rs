@@ -7,9 +7,11 @@
 //! same numbers. See [`Core`] for the calling contract.
 //!
 //! Where to find each rule of the protocol (DESIGN §4):
-//! * [`discovery`](crate::discovery) — WHOAMI, confirmations, electorate bootstrap;
+//! * `bootstrap` — the one initial electorate, agreed by Paxos over any `bootstrap_expect` nodes;
+//! * [`discovery`](crate::discovery) — WHOAMI, confirmations, adopting an existing electorate;
 //! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;
 //! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
+//! * `membership` — one-voter changes, their commit rule, autopilot;
 //! * [`score`] — the weighted score and rank slots;
 //! * `trust` — bounds on peer input, who may send what, refusals ([`Refusal`]);
 //! * [`codec`] — the wire envelope.
@@ -17,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+mod bootstrap;
 pub mod codec;
 mod command;
 mod config;
@@ -26,6 +29,7 @@ mod electorate;
 mod event;
 mod heartbeat;
 mod id;
+mod membership;
 mod message;
 mod node;
 pub mod rng;
@@ -42,7 +46,8 @@ pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
 pub use electorate::Electorate;
 pub use event::{Event, PeerInfo, Resources};
 pub use id::NodeId;
-pub use message::Message;
+pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};
+pub use message::{Ballot, Message};
 pub use node::{Core, Peer};
 pub use timer::{Timer, TimerTable};
-pub use trust::{Refusal, MAX_CAPABILITIES, MAX_UPTIME_S, MAX_WIRE_INT};
+pub use trust::{Refusal, MAX_CAPABILITIES, MAX_MEMBERS, MAX_UPTIME_S, MAX_WIRE_INT};

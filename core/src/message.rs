@@ -36,6 +36,10 @@ pub enum Message {
         /// The replier's electorate, when newer than the asker's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         electorate: Option<Arc<Electorate>>,
+        /// The genesis of the replier's electorate (0 = none): a different one than the
+        /// asker's means another cluster.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        genesis: u64,
     },
     /// Pre-vote: "would you vote for me in `term`?" Changes no state at the receiver.
     PreVoteRequest {
@@ -43,6 +47,9 @@ pub enum Message {
         term: u64,
         /// Candidate's electorate version.
         electorate_version: u64,
+        /// The term that proposed the candidate's electorate (0 at bootstrap).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_term: u64,
         /// Candidate's electorate fingerprint.
         electorate_hash: u64,
     },
@@ -59,6 +66,9 @@ pub enum Message {
         term: u64,
         /// Candidate's electorate version.
         electorate_version: u64,
+        /// The term that proposed the candidate's electorate (0 at bootstrap).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_term: u64,
         /// Candidate's electorate fingerprint.
         electorate_hash: u64,
     },
@@ -68,6 +78,10 @@ pub enum Message {
         term: u64,
         /// Whether the vote was granted.
         granted: bool,
+        /// When granted: how long the voter promised to grant no other vote, its own
+        /// `election_timeout_min_ms` (0 when absent: no promise is assumed).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        promise_ms: u64,
     },
     /// The admin's periodic heartbeat (broadcast).
     Heartbeat {
@@ -77,6 +91,13 @@ pub enum Message {
         beat: u64,
         /// The admin's electorate version.
         membership_version: u64,
+        /// The genesis of the admin's electorate (0 = unknown).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        genesis: u64,
+        /// While a membership change is being committed: the new electorate, which every
+        /// receiver adopts before it acknowledges.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        electorate: Option<Arc<Electorate>>,
     },
     /// A voter's acknowledgement of a heartbeat; a majority of them renews the lease.
     HeartbeatAck {
@@ -84,12 +105,73 @@ pub enum Message {
         term: u64,
         /// The beat acknowledged.
         beat: u64,
+        /// How long the voter promised, on receipt, to grant no vote to anyone else: its own
+        /// `election_timeout_min_ms` (0 when absent: no promise is assumed).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        promise_ms: u64,
     },
     /// An admin gives up its lease (graceful shutdown), so voters may elect at once.
     StepDown {
         /// The term the admin leaves.
         term: u64,
     },
+    /// Bootstrap, phase 1: "promise to accept no bootstrap proposal below `ballot`".
+    BootstrapPrepare {
+        /// The proposal number; its node is the sender.
+        ballot: Ballot,
+        /// The sender's `bootstrap_expect`: every node must use the same.
+        expect: u32,
+    },
+    /// Bootstrap: the promise, with the proposal this node accepted before, if any.
+    BootstrapPromise {
+        /// The ballot promised.
+        ballot: Ballot,
+        /// The highest-ballot proposal this node accepted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        accepted: Option<(Ballot, Arc<Electorate>)>,
+    },
+    /// Bootstrap, phase 2: "accept this initial electorate".
+    BootstrapAccept {
+        /// The proposal number.
+        ballot: Ballot,
+        /// The proposed electorate (version 1, exactly `bootstrap_expect` members).
+        electorate: Arc<Electorate>,
+    },
+    /// Bootstrap: the proposal of `ballot` was accepted.
+    BootstrapAccepted {
+        /// The ballot accepted.
+        ballot: Ballot,
+    },
+    /// Bootstrap: a prepare or accept refused, because of a higher promise or because the
+    /// replier already belongs to a cluster.
+    BootstrapRefused {
+        /// The ballot refused.
+        ballot: Ballot,
+        /// The replier's promise, when that is the reason.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        promised: Option<Ballot>,
+        /// The replier knows an electorate already (the asker should ask it WHOAMI).
+        #[serde(default)]
+        formed: bool,
+    },
+    /// Bootstrap: the electorate was chosen (accepted by `bootstrap_expect` nodes).
+    BootstrapChosen {
+        /// The chosen electorate.
+        electorate: Arc<Electorate>,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A bootstrap proposal number: ordered by round, then by the proposer's id.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Ballot {
+    /// The round, starting at 1.
+    pub round: u64,
+    /// The proposer.
+    pub node: NodeId,
 }
 
 impl Message {
@@ -105,6 +187,12 @@ impl Message {
             Message::Heartbeat { .. } => "heartbeat",
             Message::HeartbeatAck { .. } => "heartbeat_ack",
             Message::StepDown { .. } => "step_down",
+            Message::BootstrapPrepare { .. } => "bootstrap_prepare",
+            Message::BootstrapPromise { .. } => "bootstrap_promise",
+            Message::BootstrapAccept { .. } => "bootstrap_accept",
+            Message::BootstrapAccepted { .. } => "bootstrap_accepted",
+            Message::BootstrapRefused { .. } => "bootstrap_refused",
+            Message::BootstrapChosen { .. } => "bootstrap_chosen",
         }
     }
 

@@ -16,6 +16,10 @@ use crate::{
 /// can be computed at any later time the same way the peer computes its own.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Peer {
+    /// When the connection came up (this node's clock): autopilot promotes only standbys
+    /// connected for `stabilization_time_ms`.
+    #[serde(default)]
+    pub up_since_ms: u64,
     /// Whether the peer advertises `admin_election`.
     pub eligible: bool,
     /// Its advertised capabilities.
@@ -47,18 +51,37 @@ pub(crate) struct Round {
     pub(crate) pre_vote: bool,
     /// Voters that said yes (this node included).
     pub(crate) granted: Vec<NodeId>,
+    /// The promise each granting voter made (vote rounds only).
+    #[serde(default)]
+    pub(crate) promises: BTreeMap<NodeId, u64>,
     /// When the round's requests left; a won vote's lease is measured from here.
     pub(crate) started_at_ms: u64,
 }
 
-/// A heartbeat still collecting acknowledgements.
+/// A heartbeat sent in this term, kept so an acknowledgement can be dated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct BeatRound {
     pub(crate) beat: u64,
     pub(crate) sent_at_ms: u64,
-    /// Voters (the admin included) whose newest acknowledged beat is this one or a later one:
-    /// each of them promised at or after `sent_at_ms`.
-    pub(crate) acks: usize,
+}
+
+/// The newest promise a voter made to this admin: on receipt of `beat` (sent at `sent_at_ms`)
+/// or of the vote request (`beat` 0), for `promise_ms` of its own clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct VoterAck {
+    pub(crate) beat: u64,
+    pub(crate) sent_at_ms: u64,
+    pub(crate) promise_ms: u64,
+}
+
+/// A membership change proposed and not yet committed: `electorate` is already the new one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PendingChange {
+    /// The electorate before the change.
+    pub(crate) old: Arc<Electorate>,
+    /// The first heartbeat that carried the new electorate: a voter that acknowledged it or
+    /// a later one holds the new electorate.
+    pub(crate) from_beat: u64,
 }
 
 /// State only an admin has.
@@ -66,14 +89,29 @@ pub(crate) struct BeatRound {
 pub(crate) struct AdminState {
     pub(crate) lease_until_ms: u64,
     /// When the newest heartbeat (or the winning vote round) that a majority acknowledged was
-    /// sent: the base of both the lease and check-quorum.
+    /// sent: the base of check-quorum.
     pub(crate) quorum_at_ms: u64,
     /// The first beat sent in this term: acknowledgements of earlier beats were never asked for.
     pub(crate) first_beat: u64,
     /// The most recent heartbeats, oldest first, bounded by `MAX_BEAT_ROUNDS`.
     pub(crate) beats: Vec<BeatRound>,
-    /// The newest beat each voter acknowledged, so a duplicate ack never counts twice.
-    pub(crate) last_ack: BTreeMap<NodeId, u64>,
+    /// Each voter's newest promise (this admin's own included), so duplicates never count twice.
+    #[serde(default)]
+    pub(crate) voters: BTreeMap<NodeId, VoterAck>,
+    /// A majority acknowledged a heartbeat of this term: the electorate this admin was elected
+    /// with is the cluster's, and a membership change may be proposed.
+    #[serde(default)]
+    pub(crate) established: bool,
+    /// The membership change being committed, if any.
+    #[serde(default)]
+    pub(crate) change: Option<PendingChange>,
+    /// When this node won: autopilot dates voters it has not heard from in this term from here.
+    #[serde(default)]
+    pub(crate) elected_at_ms: u64,
+    /// Standbys (eligible non-voters following this admin): when each first and last
+    /// acknowledged a heartbeat of this term. Autopilot promotes only these.
+    #[serde(default)]
+    pub(crate) standbys: BTreeMap<NodeId, (u64, u64)>,
 }
 
 /// Heartbeats older than this many rounds no longer collect acknowledgements.
@@ -121,6 +159,9 @@ pub struct Core {
     pub(crate) electorate: Option<Arc<Electorate>>,
     pub(crate) beat: u64,
     pub(crate) ever_started: bool,
+    /// Bootstrap promises and acceptances (`bootstrap.rs`).
+    #[serde(default)]
+    pub(crate) acceptor: crate::bootstrap::Acceptor,
 
     // Volatile: reset by a restart.
     pub(crate) running: bool,
@@ -144,6 +185,9 @@ pub struct Core {
     #[serde(default)]
     pub(crate) electorate_reports: BTreeMap<NodeId, Arc<Electorate>>,
     pub(crate) round: Option<Round>,
+    /// The bootstrap proposal this node runs, if any.
+    #[serde(default)]
+    pub(crate) proposal: Option<crate::bootstrap::Proposal>,
     pub(crate) admin_state: Option<AdminState>,
     pub(crate) election_phase: ElectionPhase,
     pub(crate) timers: TimerTable,
@@ -171,6 +215,8 @@ impl Core {
             electorate: None,
             beat: 0,
             ever_started: false,
+            acceptor: Default::default(),
+            proposal: None,
             running: false,
             now_ms: 0,
             started_at_ms: 0,
@@ -221,6 +267,9 @@ impl Core {
                 self.electorate_reports.remove(&peer);
             }
             Event::ResourcesSampled { resources } => self.resources = resources,
+            Event::ChangeMembers { change } => {
+                self.on_change_members(change, out);
+            }
             Event::Shutdown => self.on_shutdown(out),
             Event::ConfigChanged { config } => {
                 // The node validated it before logging it; a bad one in an old log is skipped.
@@ -258,18 +307,20 @@ impl Core {
         self.whoami_pending.clear();
         self.electorate_reports.clear();
         self.round = None;
+        self.proposal = None;
         self.admin_state = None;
         self.timers.clear();
         self.election_phase = ElectionPhase::Suspect;
         if restart {
-            // Promises made before the crash come back with the replayed log, but a runtime whose
-            // clock restarted could see them as expired: grant nothing for a full minimum
-            // election timeout either way.
-            self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
+            // Grant nothing for a full minimum election timeout, and never less than a promise
+            // made before the crash (the replayed log restores it, with the settings of then).
+            self.promise_until_ms = self
+                .promise_until_ms
+                .max(self.now_ms + self.config.election_timeout_min_ms);
             self.promised_to = None;
         }
-        self.maybe_bootstrap();
         self.begin_discovery(out);
+        self.maybe_bootstrap(out);
     }
 
     fn on_timer(&mut self, timer: Timer, out: &mut Vec<Command>) {
@@ -278,6 +329,7 @@ impl Core {
             Timer::Election => self.on_election_timeout(out),
             Timer::Heartbeat => self.on_heartbeat_timer(out),
             Timer::Lease => self.on_lease_timer(out),
+            Timer::Bootstrap => self.on_bootstrap_timer(out),
         }
     }
 
@@ -294,16 +346,17 @@ impl Core {
                 term,
                 membership_version: _,
                 beat,
-                eligible,
+                eligible: _,
                 uptime_s,
                 resources,
                 electorate,
+                genesis,
             } => {
                 let report = crate::discovery::Report {
+                    genesis,
                     admin,
                     term,
                     beat,
-                    eligible,
                     uptime_s,
                     resources,
                 };
@@ -312,22 +365,65 @@ impl Core {
             M::PreVoteRequest {
                 term,
                 electorate_version,
+                electorate_term,
                 electorate_hash,
-            } => self.on_pre_vote_request(from, term, (electorate_version, electorate_hash), out),
+            } => {
+                let key = (electorate_version, electorate_term, electorate_hash);
+                self.on_pre_vote_request(from, term, key, out)
+            }
             M::PreVoteReply { term, granted } => self.on_pre_vote_reply(from, term, granted, out),
             M::VoteRequest {
                 term,
                 electorate_version,
+                electorate_term,
                 electorate_hash,
-            } => self.on_vote_request(from, term, (electorate_version, electorate_hash), out),
-            M::VoteReply { term, granted } => self.on_vote_reply(from, term, granted, out),
+            } => {
+                let key = (electorate_version, electorate_term, electorate_hash);
+                self.on_vote_request(from, term, key, out)
+            }
+            M::VoteReply {
+                term,
+                granted,
+                promise_ms,
+            } => self.on_vote_reply(from, term, granted, promise_ms, out),
             M::Heartbeat {
                 term,
                 beat,
                 membership_version,
-            } => self.on_heartbeat(from, term, beat, membership_version, out),
-            M::HeartbeatAck { term, beat } => self.on_heartbeat_ack(from, term, beat, out),
+                genesis,
+                electorate,
+            } => {
+                let beat_in = crate::heartbeat::BeatIn {
+                    term,
+                    beat,
+                    membership_version,
+                    genesis,
+                    electorate,
+                };
+                self.on_heartbeat(from, beat_in, out)
+            }
+            M::HeartbeatAck {
+                term,
+                beat,
+                promise_ms,
+            } => self.on_heartbeat_ack(from, term, beat, promise_ms, out),
             M::StepDown { term } => self.on_step_down(from, term, out),
+            M::BootstrapPrepare { ballot, expect } => {
+                self.on_bootstrap_prepare(from, ballot, expect, out)
+            }
+            M::BootstrapPromise { ballot, accepted } => {
+                self.on_bootstrap_promise(from, ballot, accepted, out)
+            }
+            M::BootstrapAccept { ballot, electorate } => {
+                self.on_bootstrap_accept(from, ballot, electorate, out)
+            }
+            M::BootstrapAccepted { ballot } => self.on_bootstrap_accepted(from, ballot, out),
+            M::BootstrapRefused {
+                ballot,
+                promised,
+                formed,
+            } => self.on_bootstrap_refused(from, ballot, promised, formed, out),
+            M::BootstrapChosen { electorate } => self.on_bootstrap_chosen(from, electorate, out),
         }
     }
 
@@ -338,6 +434,7 @@ impl Core {
         let info = info.bounded();
         let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
         let peer_state = Peer {
+            up_since_ms: self.peers.get(&peer).map_or(self.now_ms, |p| p.up_since_ms),
             eligible,
             capabilities: info.capabilities,
             uptime_s: info.uptime_s,
@@ -345,7 +442,7 @@ impl Core {
             resources: info.resources,
         };
         self.peers.insert(peer.clone(), peer_state);
-        self.maybe_bootstrap();
+        self.maybe_bootstrap(out);
         if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
             self.send_whoami(peer, out);
         }

@@ -50,25 +50,27 @@ pub(crate) fn broadcasts(out: &[Command]) -> Vec<&Message> {
         .collect()
 }
 
-pub(crate) fn key(c: &Core) -> (u64, u64) {
+pub(crate) fn key(c: &Core) -> (u64, u64, u64) {
     let e = c.electorate().unwrap();
-    (e.version, e.fingerprint())
+    (e.version, e.term, e.fingerprint())
 }
 
 pub(crate) fn vote_req(c: &Core, term: u64) -> Message {
-    let (electorate_version, electorate_hash) = key(c);
+    let (electorate_version, electorate_term, electorate_hash) = key(c);
     Message::VoteRequest {
         term,
         electorate_version,
+        electorate_term,
         electorate_hash,
     }
 }
 
 pub(crate) fn pre_vote_req(c: &Core, term: u64) -> Message {
-    let (electorate_version, electorate_hash) = key(c);
+    let (electorate_version, electorate_term, electorate_hash) = key(c);
     Message::PreVoteRequest {
         term,
         electorate_version,
+        electorate_term,
         electorate_hash,
     }
 }
@@ -105,6 +107,7 @@ pub(crate) fn elect(id: &str, members: &[&str], voters: &[&str]) -> Core {
                 Message::VoteReply {
                     term: 1,
                     granted: true,
+                    promise_ms: 30_000,
                 },
             ),
         );

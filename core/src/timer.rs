@@ -17,21 +17,24 @@ pub enum Timer {
     Heartbeat,
     /// Admin: the lease runs out (check-quorum).
     Lease,
+    /// Bootstrap: propose an initial electorate, or retry a proposal that stalled.
+    Bootstrap,
 }
 
 impl Timer {
     /// All timers, in table order.
-    pub const ALL: [Timer; 4] = [
+    pub const ALL: [Timer; 5] = [
         Timer::Discovery,
         Timer::Election,
         Timer::Heartbeat,
         Timer::Lease,
+        Timer::Bootstrap,
     ];
 }
 
 /// Deadlines of armed timers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimerTable([Option<u64>; 4]);
+pub struct TimerTable(#[serde(with = "table")] [Option<u64>; 5]);
 
 impl TimerTable {
     /// Arms `timer` at `at_ms` and tells the adapter.
@@ -49,7 +52,7 @@ impl TimerTable {
 
     /// Disarms everything without telling the adapter (its timers died with the process).
     pub fn clear(&mut self) {
-        self.0 = [None; 4];
+        self.0 = [None; 5];
     }
 
     /// Consumes a firing: true if `timer` was armed and due at `now_ms`.
@@ -74,5 +77,30 @@ impl TimerTable {
             .iter()
             .filter_map(|t| self.0[*t as usize].map(|at| (at, *t)))
             .min()
+    }
+}
+
+/// Serde for the table: a list, so a state saved before a timer was added still loads (the new
+/// timers start disarmed).
+mod table {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    type Table = [Option<u64>; 5];
+
+    pub(super) fn serialize<S: Serializer>(t: &Table, s: S) -> Result<S::Ok, S::Error> {
+        t.as_slice().serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Table, D::Error> {
+        let list = Vec::<Option<u64>>::deserialize(d)?;
+        let mut t = Table::default();
+        if list.len() > t.len() {
+            return Err(serde::de::Error::invalid_length(
+                list.len(),
+                &"at most 5 timers",
+            ));
+        }
+        t[..list.len()].copy_from_slice(&list);
+        Ok(t)
     }
 }

@@ -46,16 +46,27 @@ pub enum Refusal {
     ConflictingAdmin,
     /// A reply that arrived after its round ended: normal under delay and duplication.
     Stale,
+    /// A bootstrap message from a peer that does not advertise `admin_election`.
+    NotEligible,
+    /// A peer of another cluster: its electorate descends from another bootstrap. An
+    /// operator's mistake (two clusters founded); neither takes over the other's nodes.
+    ForeignCluster,
+    /// A peer whose settings cannot work with this node's (another `bootstrap_expect`, or an
+    /// electorate of another size at bootstrap). An operator's mistake, reported loudly.
+    SettingsMismatch,
 }
 
 impl Refusal {
     /// Every reason, for metrics that list them all.
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::NotMember,
         Refusal::OutOfRange,
         Refusal::Unsolicited,
         Refusal::ConflictingAdmin,
         Refusal::Stale,
+        Refusal::NotEligible,
+        Refusal::ForeignCluster,
+        Refusal::SettingsMismatch,
     ];
 
     /// The snake_case name used in metrics, logs and traces.
@@ -66,6 +77,9 @@ impl Refusal {
             Refusal::Unsolicited => "unsolicited",
             Refusal::ConflictingAdmin => "conflicting_admin",
             Refusal::Stale => "stale",
+            Refusal::NotEligible => "not_eligible",
+            Refusal::ForeignCluster => "foreign_cluster",
+            Refusal::SettingsMismatch => "settings_mismatch",
         }
     }
 
@@ -80,6 +94,43 @@ impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The most members an electorate may have (a 64 KiB message holds about this many ids).
+pub const MAX_MEMBERS: usize = 1_024;
+
+fn promise_in_range(ms: u64) -> Result<(), Refusal> {
+    if ms <= crate::MAX_TIMING_MS {
+        Ok(())
+    } else {
+        Err(Refusal::OutOfRange)
+    }
+}
+
+fn check_ballot(b: &crate::Ballot) -> Result<(), Refusal> {
+    if b.round == 0 {
+        return Err(Refusal::OutOfRange);
+    }
+    in_range(b.round)
+}
+
+/// An electorate from the wire: a version and proposing term in range, 1 to [`MAX_MEMBERS`]
+/// members.
+fn check_electorate(e: &crate::Electorate) -> Result<(), Refusal> {
+    if e.version == 0 || e.is_empty() || e.len() > MAX_MEMBERS {
+        return Err(Refusal::OutOfRange);
+    }
+    in_range(e.version)?;
+    in_range(e.term)
+}
+
+/// A bootstrap proposal is always version 1, proposed in no term.
+fn check_bootstrap_electorate(e: &crate::Electorate) -> Result<(), Refusal> {
+    check_electorate(e)?;
+    if e.version != 1 || e.term != 0 {
+        return Err(Refusal::OutOfRange);
+    }
+    Ok(())
 }
 
 fn in_range(n: u64) -> Result<(), Refusal> {
@@ -110,47 +161,96 @@ impl Message {
                 if *uptime_s > MAX_UPTIME_S {
                     return Err(Refusal::OutOfRange);
                 }
-                match electorate {
-                    Some(e) if e.version == 0 || e.is_empty() => Err(Refusal::OutOfRange),
-                    Some(e) => in_range(e.version),
-                    None => Ok(()),
-                }
+                electorate.as_deref().map_or(Ok(()), check_electorate)
             }
             M::PreVoteRequest {
                 term,
                 electorate_version,
+                electorate_term,
                 ..
             }
             | M::VoteRequest {
                 term,
                 electorate_version,
+                electorate_term,
                 ..
             } => {
                 in_range(*term)?;
+                in_range(*electorate_term)?;
                 in_range(*electorate_version)
             }
-            M::PreVoteReply { term, .. } | M::VoteReply { term, .. } | M::StepDown { term } => {
-                in_range(*term)
+            M::PreVoteReply { term, .. } | M::StepDown { term } => in_range(*term),
+            M::VoteReply {
+                term, promise_ms, ..
+            } => {
+                in_range(*term)?;
+                promise_in_range(*promise_ms)
             }
             M::Heartbeat {
                 term,
                 beat,
                 membership_version,
+                electorate,
+                ..
             } => {
                 in_range(*term)?;
                 in_range(*beat)?;
-                in_range(*membership_version)
+                in_range(*membership_version)?;
+                electorate.as_deref().map_or(Ok(()), check_electorate)
             }
-            M::HeartbeatAck { term, beat } => {
+            M::HeartbeatAck {
+                term,
+                beat,
+                promise_ms,
+            } => {
                 in_range(*term)?;
-                in_range(*beat)
+                in_range(*beat)?;
+                promise_in_range(*promise_ms)
             }
+            M::BootstrapPrepare { ballot, expect } => {
+                check_ballot(ballot)?;
+                if *expect == 0 || *expect as usize > MAX_MEMBERS {
+                    return Err(Refusal::OutOfRange);
+                }
+                Ok(())
+            }
+            M::BootstrapPromise { ballot, accepted } => {
+                check_ballot(ballot)?;
+                if let Some((b, e)) = accepted {
+                    check_ballot(b)?;
+                    check_bootstrap_electorate(e)?;
+                }
+                Ok(())
+            }
+            M::BootstrapAccept { ballot, electorate } => {
+                check_ballot(ballot)?;
+                check_bootstrap_electorate(electorate)
+            }
+            M::BootstrapAccepted { ballot } => check_ballot(ballot),
+            M::BootstrapRefused {
+                ballot, promised, ..
+            } => {
+                check_ballot(ballot)?;
+                promised.as_ref().map_or(Ok(()), check_ballot)
+            }
+            M::BootstrapChosen { electorate } => check_bootstrap_electorate(electorate),
         }
     }
 
     /// Whether the message carries a term, so only a member of the electorate may send it.
+    /// (Bootstrap messages carry none: they come before any electorate, from eligible peers.)
     pub fn carries_term(&self) -> bool {
-        !matches!(self, Message::Whoami { .. } | Message::WhoamiReply { .. })
+        !matches!(
+            self,
+            Message::Whoami { .. }
+                | Message::WhoamiReply { .. }
+                | Message::BootstrapPrepare { .. }
+                | Message::BootstrapPromise { .. }
+                | Message::BootstrapAccept { .. }
+                | Message::BootstrapAccepted { .. }
+                | Message::BootstrapRefused { .. }
+                | Message::BootstrapChosen { .. }
+        )
     }
 }
 
@@ -170,10 +270,27 @@ impl Core {
     /// Rules 1 and 2: the checks every message passes before its handler sees it.
     pub(crate) fn admit(&self, from: &NodeId, msg: &Message) -> Result<(), Refusal> {
         msg.check_bounds()?;
-        if msg.carries_term() && !self.is_member(from) {
+        // A standby acknowledges its admin's heartbeats too (autopilot's evidence).
+        let standby_ack = matches!(msg, Message::HeartbeatAck { .. })
+            && self.role == crate::Role::Admin
+            && self.peers.get(from).is_some_and(|p| p.eligible);
+        if msg.carries_term() && !self.speaks_for_cluster(from) && !standby_ack {
             return Err(Refusal::NotMember);
         }
         Ok(())
+    }
+
+    /// Who may send messages that carry a term: members of this node's electorate; while an
+    /// admin commits a change, the members of the electorate before it too; and the admin this
+    /// node knows for its term (which may be committing its own removal).
+    pub(crate) fn speaks_for_cluster(&self, id: &NodeId) -> bool {
+        self.is_member(id)
+            || self.admin.as_ref() == Some(id)
+            || self
+                .admin_state
+                .as_ref()
+                .and_then(|a| a.change.as_ref())
+                .is_some_and(|c| c.old.contains(id))
     }
 
     /// Whether `id` is a member of this node's electorate.
@@ -231,6 +348,8 @@ mod tests {
             term,
             beat,
             membership_version: 1,
+            genesis: 0,
+            electorate: None,
         }
     }
 
@@ -283,10 +402,15 @@ mod tests {
         for term in huge {
             let msgs = [
                 heartbeat(term, 1),
-                Message::HeartbeatAck { term, beat: 1 },
+                Message::HeartbeatAck {
+                    term,
+                    beat: 1,
+                    promise_ms: 30_000,
+                },
                 Message::VoteReply {
                     term,
                     granted: false,
+                    promise_ms: 0,
                 },
                 Message::PreVoteReply {
                     term,
@@ -302,6 +426,7 @@ mod tests {
                     uptime_s: 0,
                     resources: Default::default(),
                     electorate: None,
+                    genesis: 0,
                 },
             ];
             for msg in msgs {
@@ -362,6 +487,7 @@ mod tests {
             uptime_s: 0,
             resources: Default::default(),
             electorate: Some(fake.clone()),
+            genesis: 0,
         };
         let out = a.step_vec(5, from("w", reply.clone()));
         assert_eq!(refusals(&out), [("w".to_owned(), Refusal::Unsolicited)]);
@@ -388,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn a_node_without_an_electorate_adopts_one_only_when_peers_agree() {
+    fn a_node_without_an_electorate_adopts_one_only_from_eligible_peers() {
         let mut n = Core::new("n".into(), Default::default(), vec!["docker".into()], 1).unwrap();
         n.step_vec(0, Event::Started);
         let e = |members: &[&str]| {
@@ -406,8 +532,38 @@ mod tests {
             uptime_s: 0,
             resources: Default::default(),
             electorate: Some(e),
+            genesis: 0,
         };
-        for p in ["a", "b", "w"] {
+        for p in ["a", "b", "c", "w"] {
+            let caps = if p == "w" { "docker" } else { ADMIN_ELECTION };
+            let info = PeerInfo {
+                capabilities: vec![caps.to_owned()].into(),
+                ..Default::default()
+            };
+            n.step_vec(
+                0,
+                Event::PeerUp {
+                    peer: p.into(),
+                    info,
+                },
+            );
+        }
+        let out = n.step_vec(1, from("w", reply(e(&["w"]))));
+        assert_eq!(refusals(&out), [("w".to_owned(), Refusal::NotEligible)]);
+        assert_eq!(n.electorate(), None);
+        n.step_vec(2, from("a", reply(e(&["a", "b"]))));
+        assert_eq!(
+            n.electorate(),
+            Some(&*e(&["a", "b"])),
+            "an eligible peer is heard"
+        );
+    }
+
+    #[test]
+    fn confirmations_are_capped_by_the_peers_that_know_a_cluster() {
+        let mut n = Core::new("n".into(), Default::default(), vec!["docker".into()], 1).unwrap();
+        n.step_vec(0, Event::Started);
+        for p in ["a", "j"] {
             let info = PeerInfo {
                 capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
                 ..Default::default()
@@ -420,16 +576,25 @@ mod tests {
                 },
             );
         }
-        n.step_vec(1, from("w", reply(e(&["w"]))));
-        assert_eq!(n.electorate(), None, "one peer's word is not enough");
-        n.step_vec(2, from("a", reply(e(&["a", "b"]))));
-        assert_eq!(
-            n.electorate(),
-            None,
-            "two different electorates do not add up"
-        );
-        n.step_vec(3, from("b", reply(e(&["a", "b"]))));
-        assert_eq!(n.electorate(), Some(&*e(&["a", "b"])));
+        // a is the only peer that knows a cluster: its word is enough (a late node that met
+        // one member and another late node must still join the cluster).
+        let e = Arc::new(Electorate::new(
+            1,
+            ["a", "b", "c"].map(NodeId::from).to_vec(),
+        ));
+        let reply = Message::WhoamiReply {
+            admin: None,
+            term: 0,
+            membership_version: 1,
+            beat: 0,
+            eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
+            electorate: Some(e.clone()),
+            genesis: e.genesis,
+        };
+        n.step_vec(1, from("a", reply));
+        assert_eq!(n.electorate(), Some(&*e));
     }
 
     // Issue 9, case 5: a worker forged heartbeats for term + 1 and acks with a higher term.
@@ -445,7 +610,14 @@ mod tests {
         let mut a = elect("a", ABC, &["b"]);
         let out = a.step_vec(
             a.now_ms(),
-            from("w", Message::HeartbeatAck { term: 2, beat: 1 }),
+            from(
+                "w",
+                Message::HeartbeatAck {
+                    term: 2,
+                    beat: 1,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(refusals(&out), [("w".to_owned(), Refusal::NotMember)]);
         assert_eq!((a.role(), a.term()), (Role::Admin, 1));
@@ -459,6 +631,7 @@ mod tests {
             Message::VoteReply {
                 term: 9,
                 granted: false,
+                promise_ms: 0,
             },
             Message::PreVoteReply {
                 term: 9,
@@ -467,6 +640,7 @@ mod tests {
             Message::VoteReply {
                 term: 9,
                 granted: true,
+                promise_ms: 30_000,
             },
         ] {
             let out = b.step_vec(1, from("c", msg.clone()));
@@ -482,7 +656,14 @@ mod tests {
         let lease = a.lease_until_ms();
         let out = a.step_vec(
             a.now_ms(),
-            from("b", Message::HeartbeatAck { term: 1, beat: 77 }),
+            from(
+                "b",
+                Message::HeartbeatAck {
+                    term: 1,
+                    beat: 77,
+                    promise_ms: 30_000,
+                },
+            ),
         );
         assert_eq!(refusals(&out), [("b".to_owned(), Refusal::Unsolicited)]);
         assert_eq!(a.lease_until_ms(), lease);
@@ -494,6 +675,7 @@ mod tests {
                 Message::VoteReply {
                     term: 1,
                     granted: true,
+                    promise_ms: 30_000,
                 },
             ),
         );
@@ -514,7 +696,10 @@ mod tests {
                 "out_of_range",
                 "unsolicited",
                 "conflicting_admin",
-                "stale"
+                "stale",
+                "not_eligible",
+                "foreign_cluster",
+                "settings_mismatch"
             ]
         );
         for r in Refusal::ALL {
@@ -541,6 +726,7 @@ mod tests {
             resources: Default::default(),
             eligible: true,
             electorate,
+            genesis: 0,
         };
         let ok = MAX_WIRE_INT;
         let bad = MAX_WIRE_INT + 1;
@@ -579,12 +765,14 @@ mod tests {
                     term,
                     electorate_version: v,
                     electorate_hash: u64::MAX,
+                    electorate_term: 0,
                 }
             } else {
                 Message::VoteRequest {
                     term,
                     electorate_version: v,
                     electorate_hash: u64::MAX,
+                    electorate_term: 0,
                 }
             }
         };
@@ -601,6 +789,7 @@ mod tests {
                 Message::VoteReply {
                     term,
                     granted: true,
+                    promise_ms: 30_000,
                 },
                 Message::StepDown { term },
             ]
@@ -612,11 +801,17 @@ mod tests {
             term,
             beat,
             membership_version: v,
+            genesis: 0,
+            electorate: None,
         };
         cases.push((hb(ok, 1, 1), hb(bad, 1, 1)));
         cases.push((hb(1, ok, 1), hb(1, bad, 1)));
         cases.push((hb(1, 1, ok), hb(1, 1, bad)));
-        let ack = |term, beat| Message::HeartbeatAck { term, beat };
+        let ack = |term, beat| Message::HeartbeatAck {
+            term,
+            beat,
+            promise_ms: 0,
+        };
         cases.push((ack(ok, 1), ack(bad, 1)));
         cases.push((ack(1, ok), ack(1, bad)));
         for (inside, outside) in cases {

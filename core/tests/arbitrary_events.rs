@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chorus_core::{
-    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Resources, Timer,
-    VoteLedger, ADMIN_ELECTION, MAX_WIRE_INT,
+    Ballot, Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Resources,
+    Timer, VoteLedger, ADMIN_ELECTION, MAX_WIRE_INT,
 };
 use proptest::prelude::*;
 
@@ -64,6 +64,7 @@ fn message() -> impl Strategy<Value = Message> {
                         resources: Resources::default(),
                         eligible,
                         electorate,
+                        genesis: 0,
                     }
                 }
             ),
@@ -74,28 +75,79 @@ fn message() -> impl Strategy<Value = Message> {
                 Message::PreVoteRequest {
                     term,
                     electorate_version,
+                    electorate_term: h % 3,
                     electorate_hash,
                 }
             } else {
                 Message::VoteRequest {
                     term,
                     electorate_version,
+                    electorate_term: h % 3,
                     electorate_hash,
                 }
             }
         }),
         (number(), any::<bool>())
             .prop_map(|(term, granted)| Message::PreVoteReply { term, granted }),
-        (number(), any::<bool>()).prop_map(|(term, granted)| Message::VoteReply { term, granted }),
-        (number(), number(), number()).prop_map(|(term, beat, membership_version)| {
-            Message::Heartbeat {
+        (number(), any::<bool>(), number()).prop_map(|(term, granted, promise_ms)| {
+            Message::VoteReply {
+                term,
+                granted,
+                promise_ms,
+            }
+        }),
+        (number(), number(), number(), electorate()).prop_map(
+            |(term, beat, membership_version, electorate)| Message::Heartbeat {
                 term,
                 beat,
                 membership_version,
+                genesis: electorate.as_ref().map_or(0, |e| e.genesis),
+                electorate,
+            }
+        ),
+        (number(), number(), number()).prop_map(|(term, beat, promise_ms)| {
+            Message::HeartbeatAck {
+                term,
+                beat,
+                promise_ms,
             }
         }),
-        (number(), number()).prop_map(|(term, beat)| Message::HeartbeatAck { term, beat }),
         number().prop_map(|term| Message::StepDown { term }),
+        (number(), peer(), 0u32..6).prop_map(|(round, node, expect)| {
+            Message::BootstrapPrepare {
+                ballot: Ballot { round, node },
+                expect,
+            }
+        }),
+        (number(), peer(), electorate()).prop_map(|(round, node, e)| {
+            let ballot = Ballot { round, node };
+            match e {
+                Some(electorate) if round % 2 == 0 => {
+                    Message::BootstrapAccept { ballot, electorate }
+                }
+                Some(e) => Message::BootstrapPromise {
+                    accepted: Some((ballot.clone(), e)),
+                    ballot,
+                },
+                None => Message::BootstrapAccepted { ballot },
+            }
+        }),
+        (number(), peer(), any::<bool>()).prop_map(|(round, node, formed)| {
+            Message::BootstrapRefused {
+                promised: formed.then(|| Ballot {
+                    round: round.saturating_add(1),
+                    node: node.clone(),
+                }),
+                ballot: Ballot { round, node },
+                formed,
+            }
+        }),
+        electorate().prop_map(|e| match e {
+            Some(electorate) => Message::BootstrapChosen { electorate },
+            None => Message::Whoami {
+                electorate_version: 0,
+            },
+        }),
     ]
 }
 
@@ -161,6 +213,7 @@ fn elected() -> (Core, u64) {
         Message::VoteReply {
             term: 1,
             granted: true,
+            promise_ms: 30_000,
         },
     ] {
         for p in ["b", "c"] {

@@ -13,11 +13,14 @@ fn valid() -> Vec<Vec<u8>> {
             term: 9,
             beat: 100,
             membership_version: 1,
+            genesis: 0,
+            electorate: None,
         },
         Message::VoteRequest {
             term: 2,
             electorate_version: 1,
             electorate_hash: 99,
+            electorate_term: 0,
         },
         Message::PreVoteReply {
             term: 2,

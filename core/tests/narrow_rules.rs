@@ -76,6 +76,7 @@ fn vote_req(c: &Core, term: u64) -> Message {
         term,
         electorate_version: e.version,
         electorate_hash: e.fingerprint(),
+        electorate_term: 0,
     }
 }
 
@@ -86,7 +87,7 @@ fn vote_reply(out: &[Command], to: &str) -> (u64, bool) {
         .filter_map(|c| match c {
             Command::Send {
                 to: t,
-                msg: Message::VoteReply { term, granted },
+                msg: Message::VoteReply { term, granted, .. },
             } if t.as_str() == to => Some((*term, *granted)),
             _ => None,
         })
@@ -176,6 +177,8 @@ fn vote_request_for_a_stale_term_refused_by_the_term_alone() {
                 term: 3,
                 beat: 1,
                 membership_version: 1,
+                genesis: 0,
+                electorate: None,
             },
         ),
     );
@@ -222,6 +225,7 @@ fn lease_of_a_won_election_counts_from_the_vote_round_start_not_the_win() {
                 Message::VoteReply {
                     term: 1,
                     granted: true,
+                    promise_ms: 30_000,
                 },
             ),
         ));
@@ -346,6 +350,7 @@ fn check_quorum_and_lease_count_from_the_acknowledged_heartbeat_send_time() {
         Message::VoteReply {
             term: 1,
             granted: true,
+            promise_ms: 30_000,
         },
     ] {
         a.step_vec(won_at, from("b", msg));
@@ -367,7 +372,14 @@ fn check_quorum_and_lease_count_from_the_acknowledged_heartbeat_send_time() {
         .expect("a heartbeat");
     let out = a.step_vec(
         sent_at + 2_000,
-        from("b", Message::HeartbeatAck { term: 1, beat }),
+        from(
+            "b",
+            Message::HeartbeatAck {
+                term: 1,
+                beat,
+                promise_ms: 30_000,
+            },
+        ),
     );
     let lease_end = sent_at + config.lease_ms();
     assert!(

@@ -12,6 +12,7 @@ fn granted(to: &str, term: u64) -> Command {
         msg: Message::VoteReply {
             term,
             granted: true,
+            promise_ms: 30_000,
         },
     }
 }
@@ -38,6 +39,7 @@ fn ledger_catches_a_second_grant_that_was_never_reported() {
         msg: Message::VoteReply {
             term: 1,
             granted: false,
+            promise_ms: 0,
         },
     };
     ledger.observe(&a, &refused).unwrap();
@@ -80,6 +82,7 @@ fn ledger_catches_a_double_that_grants_twice_and_reports_once() {
         term: 1,
         electorate_version: e.version,
         electorate_hash: e.fingerprint(),
+        electorate_term: 0,
     };
     let lie = |out: Vec<Command>| -> Vec<Command> {
         out.into_iter()
@@ -92,6 +95,7 @@ fn ledger_catches_a_double_that_grants_twice_and_reports_once() {
                     msg: Message::VoteReply {
                         term,
                         granted: true,
+                        promise_ms: 30_000,
                     },
                 },
                 c => c,

@@ -20,6 +20,7 @@ fn main() {
         msg: Message::HeartbeatAck {
             term: 7,
             beat: 123_456,
+            promise_ms: 30_000,
         },
     };
     println!("eventlog bench: {total} events per run");

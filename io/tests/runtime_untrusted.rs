@@ -127,6 +127,8 @@ async fn a_forged_heartbeat_for_the_admins_term_is_refused_and_restarts_are_clea
             term: 1,
             beat: 1_000,
             membership_version: 1,
+            genesis: 0,
+            electorate: None,
         };
         tx.send(TransportEvent::Message {
             from: "w".into(),

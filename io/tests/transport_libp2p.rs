@@ -145,6 +145,8 @@ fn heartbeat(beat: u64) -> Message {
         term: 3,
         beat,
         membership_version: 1,
+        genesis: 0,
+        electorate: None,
     }
 }
 
@@ -189,6 +191,7 @@ async fn peers_connect_identify_send_and_broadcast() {
         term: 4,
         electorate_version: 1,
         electorate_hash: 99,
+        electorate_term: 0,
     };
     expect(&mut c, "C sees A up", is_up(&ida)).await;
     expect(&mut c, "C sees B up", is_up(&idb)).await;
@@ -252,7 +255,11 @@ async fn identity_persists_and_bootstrap_redials_after_a_restart() {
 
     // A graceful shutdown lets what was already sent leave first.
     let idb = b.node_id();
-    let ack = Message::HeartbeatAck { term: 1, beat: 1 };
+    let ack = Message::HeartbeatAck {
+        term: 1,
+        beat: 1,
+        promise_ms: 30_000,
+    };
     a.send(&idb, &ack);
     a.broadcast(&Message::StepDown { term: 1 });
     a.shutdown().await;
@@ -486,7 +493,11 @@ async fn bad_input_is_rejected_and_counted_and_the_transport_keeps_serving() {
     let (mut b, _) = start(cb).await;
     let ida = a.node_id();
     expect(&mut b, "B sees A up", is_up(&ida)).await;
-    let ack = Message::HeartbeatAck { term: 3, beat: 1 };
+    let ack = Message::HeartbeatAck {
+        term: 3,
+        beat: 1,
+        promise_ms: 30_000,
+    };
     b.send(&ida, &ack);
     let idb = b.node_id();
     let deadline = Instant::now() + WAIT;

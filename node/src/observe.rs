@@ -431,6 +431,8 @@ pub fn notice_kind(notice: &Notice) -> &'static str {
         Notice::Voted { .. } => "voted",
         Notice::AdminKnown { .. } => "admin_known",
         Notice::Refused { .. } => "refused",
+        Notice::ElectorateChanged { .. } => "electorate_changed",
+        Notice::MembershipChange { .. } => "membership_change",
     }
 }
 

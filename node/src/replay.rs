@@ -231,6 +231,7 @@ pub fn replay(
                         Message::VoteReply {
                             term,
                             granted: true,
+                            ..
                         },
                 } => {
                     writeln!(
@@ -378,7 +379,9 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
             admin: admin.as_str(),
             term: *term,
         },
-        Notice::Refused { .. } => return None,
+        Notice::Refused { .. }
+        | Notice::ElectorateChanged { .. }
+        | Notice::MembershipChange { .. } => return None,
     })
 }
 
@@ -405,6 +408,21 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
                 message,
                 reason,
             } => format!("refused {message} from {from} ({reason})"),
+            Notice::ElectorateChanged {
+                version,
+                term,
+                members,
+            } => format!(
+                "electorate version {version} (term {term}): {}",
+                members
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Notice::MembershipChange { change, outcome } => {
+                format!("membership change {change:?}: {outcome:?}")
+            }
         },
     };
     writeln!(out, "{:>10}  #{seq:<6} {what}", fmt_ms(now_ms))?;

@@ -47,7 +47,7 @@ impl Liar {
     /// Takes note of a message delivered to the hostile node.
     pub fn hear(&mut self, msg: &Message) {
         let (term, beat) = match msg {
-            Message::Heartbeat { term, beat, .. } | Message::HeartbeatAck { term, beat } => {
+            Message::Heartbeat { term, beat, .. } | Message::HeartbeatAck { term, beat, .. } => {
                 (*term, *beat)
             }
             Message::WhoamiReply { term, beat, .. } => (*term, *beat),
@@ -56,7 +56,7 @@ impl Liar {
             | Message::PreVoteReply { term, .. }
             | Message::VoteReply { term, .. }
             | Message::StepDown { term } => (*term, 0),
-            Message::Whoami { .. } => (0, 0),
+            _ => (0, 0),
         };
         // Only plausible values: a liar that believed another liar would aim at nothing.
         if term <= MAX_WIRE_INT {
@@ -127,14 +127,18 @@ impl Liar {
                 term: self.term(),
                 beat: self.big(),
                 membership_version: below(&mut self.rng, 4),
+                genesis: 0,
+                electorate: None,
             },
             1 => Message::HeartbeatAck {
                 term: self.term(),
                 beat: self.big(),
+                promise_ms: 30_000,
             },
             2 => Message::VoteReply {
                 term: self.term(),
                 granted: true,
+                promise_ms: 30_000,
             },
             3 => Message::PreVoteReply {
                 term: self.term(),
@@ -144,11 +148,13 @@ impl Liar {
                 term: self.term(),
                 electorate_version: below(&mut self.rng, 3),
                 electorate_hash: self.rng.next_u64(),
+                electorate_term: 0,
             },
             5 => Message::PreVoteRequest {
                 term: self.term(),
                 electorate_version: below(&mut self.rng, 3),
                 electorate_hash: self.rng.next_u64(),
+                electorate_term: 0,
             },
             6 => Message::StepDown { term: self.term() },
             7 | 8 => {
@@ -174,6 +180,7 @@ impl Liar {
                         mem_free_mb: u32::MAX,
                     },
                     electorate: Some(self.electorate(me, nodes)),
+                    genesis: self.big(),
                 }
             }
             9 => Message::Whoami {
@@ -203,6 +210,8 @@ mod tests {
                 term: 4,
                 beat: 40,
                 membership_version: 1,
+                genesis: 0,
+                electorate: None,
             });
             (0..200).map(|_| l.lie(&me, 10)).collect::<Vec<_>>()
         };

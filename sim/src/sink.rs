@@ -272,6 +272,7 @@ impl Sink {
                     Message::VoteReply {
                         term,
                         granted: true,
+                        ..
                     },
             } => Record::VoteGranted {
                 node,

@@ -50,7 +50,7 @@ fn start(kind: u8) -> (Core, u64) {
         }
         for msg in [
             Message::PreVoteReply { term: 1, granted: true },
-            Message::VoteReply { term: 1, granted: true },
+            Message::VoteReply { term: 1, granted: true, promise_ms: 30_000 },
         ] {
             for p in ["b", "c"] {
                 core.step_vec(now, Event::Message { from: p.into(), msg: msg.clone() });
@@ -118,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
                 Command::Notice(Notice::Voted { term, candidate }) => {
                     assert_eq!(voted.entry(*term).or_insert_with(|| candidate.clone()), candidate);
                 }
-                Command::Send { to, msg: Message::VoteReply { term, granted: true } } => {
+                Command::Send { to, msg: Message::VoteReply { term, granted: true, promise_ms: 30_000 } } => {
                     assert_eq!(granted.entry(*term).or_insert_with(|| to.clone()), to);
                 }
                 _ => {}

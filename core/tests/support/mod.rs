@@ -39,6 +39,20 @@ enum Item {
         incarnation: u32,
         timer: chorus_core::Timer,
     },
+    /// The connection between two live nodes comes up (uneven discovery).
+    Link { a: usize, b: usize },
+}
+
+/// How a network starts, beyond the defaults of [`Net::build`]: settings per node, links
+/// that come up at random times, nodes that start later.
+#[derive(Clone, Debug, Default)]
+pub struct Start {
+    /// Each node's settings (default: the network's config, `bootstrap_expect` = voters).
+    pub configs: Vec<Option<Config>>,
+    /// Each pair's connection comes up at a seeded-random time in `[0, spread]` ms.
+    pub link_spread_ms: u64,
+    /// Nodes not started at once (see [`Net::start`]).
+    pub late: Vec<usize>,
 }
 
 /// A node's clock: `local(t) = offset_ms + t × (1 + drift_ppm / 10⁶)` at global time `t`.
@@ -87,11 +101,13 @@ pub struct Net {
     cut: BTreeSet<(usize, usize)>,
     pub loss_pct: u64,
     pub delay_ms: (u64, u64),
-    config: Config,
+    configs: Vec<Config>,
     eligible: Vec<bool>,
     pub clocks: Vec<Clock>,
     // Observations for the invariants.
-    pub admins_by_term: BTreeMap<u64, usize>,
+    /// The admin of each (cluster genesis, term): two clusters founded by mistake each have
+    /// their own terms.
+    pub admins_by_term: BTreeMap<(u64, u64), usize>,
     /// Vote safety, judged from what each node sent.
     pub votes: VoteLedger,
     /// Each admin's lease end in global time (its clock's reading converted).
@@ -112,6 +128,18 @@ impl Net {
 
     /// As [`Net::with_workers`], with the nodes' clocks chosen by `clocks`.
     pub fn build(seed: u64, voters: usize, workers: usize, config: Config, clocks: Clocks) -> Net {
+        Net::build_with(seed, voters, workers, config, clocks, Start::default())
+    }
+
+    /// As [`Net::build`], started as `start` says.
+    pub fn build_with(
+        seed: u64,
+        voters: usize,
+        workers: usize,
+        config: Config,
+        clocks: Clocks,
+        start: Start,
+    ) -> Net {
         let total = voters + workers;
         // Drawn from their own stream, so the network's draws do not depend on the clock mode.
         let mut clock_rng = ChaCha8Rng::seed_from_u64(seed ^ 0xc10c_c10c_c10c_c10c);
@@ -143,7 +171,16 @@ impl Net {
             cut: BTreeSet::new(),
             loss_pct: 0,
             delay_ms: (1, 10),
-            config,
+            configs: (0..total)
+                .map(|i| {
+                    start
+                        .configs
+                        .get(i)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or(config.clone())
+                })
+                .collect(),
             eligible: (0..total).map(|i| i < voters).collect(),
             clocks,
             admins_by_term: BTreeMap::new(),
@@ -151,13 +188,47 @@ impl Net {
             lease_until: vec![None; total],
             history: Vec::new(),
         };
-        for i in 0..total {
+        for i in (0..total).filter(|i| !start.late.contains(i)) {
             net.boot(i);
         }
-        for i in 0..total {
-            net.connect_all(i);
+        for i in (0..total).filter(|i| !start.late.contains(i)) {
+            if start.link_spread_ms == 0 {
+                net.connect_all(i);
+            } else {
+                for j in (i + 1..total).filter(|j| !start.late.contains(j)) {
+                    let at = below(&mut net.rng, start.link_spread_ms + 1);
+                    net.push(at, Item::Link { a: i, b: j });
+                }
+            }
         }
         net
+    }
+
+    /// Starts a node that has not started yet (or restarts a crashed one).
+    pub fn start(&mut self, i: usize) {
+        self.restart(i);
+    }
+
+    fn link_up(&mut self, a: usize, b: usize) {
+        if !self.connected(a, b) {
+            return;
+        }
+        let info = self.peer_info(b);
+        self.apply(
+            a,
+            Event::PeerUp {
+                peer: self.ids[b].clone(),
+                info,
+            },
+        );
+        let info = self.peer_info(a);
+        self.apply(
+            b,
+            Event::PeerUp {
+                peer: self.ids[a].clone(),
+                info,
+            },
+        );
     }
 
     fn caps(&self, i: usize) -> Vec<String> {
@@ -171,7 +242,7 @@ impl Net {
     pub fn fresh_core(&self, i: usize) -> Core {
         Core::new(
             self.ids[i].clone(),
-            self.config.clone(),
+            self.configs[i].clone(),
             self.caps(i),
             self.seed,
         )
@@ -274,7 +345,11 @@ impl Net {
                 term,
                 lease_until_ms,
             } => {
-                if let Some(other) = self.admins_by_term.insert(*term, i) {
+                let genesis = self.nodes[i]
+                    .as_ref()
+                    .and_then(|c| c.electorate())
+                    .map_or(0, |e| e.genesis);
+                if let Some(other) = self.admins_by_term.insert((genesis, *term), i) {
                     if other != i {
                         self.fail(format!("two admins in term {term}: n{other} and n{i}"));
                     }
@@ -289,10 +364,13 @@ impl Net {
     }
 
     fn check_lease(&mut self, i: usize, until: u64) {
+        let genesis = |c: &Core| c.electorate().map_or(0, |e| e.genesis);
+        let mine = self.nodes[i].as_ref().map_or(0, genesis);
         for (j, l) in self.lease_until.iter().enumerate() {
+            // Leases exclude each other within one cluster.
             let still_admin = self.nodes[j]
                 .as_ref()
-                .is_some_and(|c| c.role() == Role::Admin);
+                .is_some_and(|c| c.role() == Role::Admin && genesis(c) == mine);
             if j != i && still_admin && l.is_some_and(|l| l > self.now) {
                 self.fail(format!(
                     "n{i} took a lease while n{j} holds one until {l:?}"
@@ -370,6 +448,7 @@ impl Net {
                         self.apply(node, Event::TimerFired { timer });
                     }
                 }
+                Item::Link { a, b } => self.link_up(a, b),
             }
         }
         self.now = until;

@@ -1,0 +1,594 @@
+//! Bootstrap: how the eligible nodes of a new cluster agree on one initial electorate, whatever
+//! the order and completeness of discovery.
+//!
+//! It is single-decree Paxos whose value is the electorate and whose quorum is *any*
+//! `bootstrap_expect` (k) eligible nodes. The operator's promise is that k is more than half of
+//! the eligible nodes that start, so any two quorums share a node, and Paxos guarantees that at
+//! most one electorate is ever chosen. A proposer that gathers k promises proposes the highest
+//! proposal any of them accepted before, or else exactly those k nodes. Rules, each checked by a
+//! test in this file:
+//! 1. An acceptor persists its promise and its acceptance (they are core state, so the event
+//!    log holds them) and accepts nothing below its promise.
+//! 2. Only eligible peers take part, and only with the same `bootstrap_expect`: a prepare with
+//!    another is refused (`settings_mismatch`) and reported.
+//! 3. A node that knows of an existing electorate — its own, or one reported by an eligible
+//!    member of it — never proposes and never promises: a late node joins the existing cluster
+//!    (by WHOAMI, `discovery.rs`) and never founds its own.
+//! 4. A proposal is chosen once k nodes accepted it; the proposer adopts it and tells its
+//!    eligible peers, who adopt it if it has exactly k members.
+//!
+//! With k = 1 the node's own acceptance is a quorum: a lone node founds its cluster at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{rng, Ballot, Command, Core, Electorate, Message, NodeId, Notice, Refusal, Timer};
+
+/// A bootstrap proposal this node is running (volatile: a restart abandons it).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Proposal {
+    pub(crate) ballot: Ballot,
+    /// Phase 1: promises so far, with what each promiser had accepted.
+    pub(crate) promises: BTreeMap<NodeId, Option<(Ballot, Arc<Electorate>)>>,
+    /// Phase 2: the value proposed, and who accepted it.
+    pub(crate) value: Option<Arc<Electorate>>,
+    pub(crate) accepted_by: BTreeSet<NodeId>,
+}
+
+/// The durable acceptor state of bootstrap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Acceptor {
+    /// The highest ballot promised.
+    pub(crate) promised: Option<Ballot>,
+    /// The highest-ballot proposal accepted.
+    pub(crate) accepted: Option<(Ballot, Arc<Electorate>)>,
+    /// The highest round this node has seen anywhere, so its next ballot is above it.
+    pub(crate) highest_round: u64,
+}
+
+impl Core {
+    fn expect(&self) -> usize {
+        self.config.bootstrap_expect as usize
+    }
+
+    /// Eligible peers known now, in id order.
+    fn eligible_peers(&self) -> Vec<NodeId> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| p.eligible)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Whether this node knows of an existing electorate (its own or a reported one): then it
+    /// takes no part in founding one (rule 3).
+    pub(crate) fn knows_a_cluster(&self) -> bool {
+        self.electorate.is_some() || !self.electorate_reports.is_empty()
+    }
+
+    /// Arms the first proposal once `bootstrap_expect` eligible nodes are known. The lowest id
+    /// goes first; the others wait a slot per rank, which also gives WHOAMI replies time to
+    /// say a cluster exists already.
+    pub(crate) fn maybe_bootstrap(&mut self, out: &mut Vec<Command>) {
+        if self.knows_a_cluster() || !self.is_eligible() || self.proposal.is_some() {
+            return;
+        }
+        let expect = self.expect();
+        if expect <= 1 {
+            // A quorum of one: this node alone founds the cluster.
+            let e = Arc::new(Electorate::new(1, vec![self.id.clone()]));
+            self.acceptor.accepted = Some((
+                Ballot {
+                    round: 1,
+                    node: self.id.clone(),
+                },
+                e.clone(),
+            ));
+            return self.adopt_electorate(e, out);
+        }
+        let eligible = self.eligible_peers();
+        if eligible.len() + 1 < expect || self.timers.deadline(Timer::Bootstrap).is_some() {
+            return;
+        }
+        let rank = eligible.iter().filter(|p| **p < self.id).count() as u64;
+        let delay = self.config.election_slot_min_ms * (rank + 1);
+        self.timers.set(Timer::Bootstrap, self.now_ms + delay, out);
+    }
+
+    pub(crate) fn on_bootstrap_timer(&mut self, out: &mut Vec<Command>) {
+        // A proposal still running has failed (lost messages, a rival): start over higher.
+        self.proposal = None;
+        if self.knows_a_cluster() || !self.is_eligible() {
+            return;
+        }
+        let eligible = self.eligible_peers();
+        if eligible.len() + 1 < self.expect() || self.acceptor.highest_round >= crate::MAX_WIRE_INT
+        {
+            return;
+        }
+        let round = self.acceptor.highest_round + 1;
+        let ballot = Ballot {
+            round,
+            node: self.id.clone(),
+        };
+        self.acceptor.highest_round = round;
+        // This node is its own first acceptor.
+        self.acceptor.promised = Some(ballot.clone());
+        let mut promises = BTreeMap::new();
+        promises.insert(self.id.clone(), self.acceptor.accepted.clone());
+        self.proposal = Some(Proposal {
+            ballot: ballot.clone(),
+            promises,
+            value: None,
+            accepted_by: BTreeSet::new(),
+        });
+        let expect = self.config.bootstrap_expect;
+        for peer in eligible {
+            out.push(Command::Send {
+                to: peer,
+                msg: Message::BootstrapPrepare {
+                    ballot: ballot.clone(),
+                    expect,
+                },
+            });
+        }
+        self.arm_bootstrap_retry(out);
+    }
+
+    /// Retries after a random wait, so duelling proposers draw apart.
+    fn arm_bootstrap_retry(&mut self, out: &mut Vec<Command>) {
+        let wait = self.config.discovery_timeout_ms
+            + rng::below(&mut self.rng, self.config.discovery_timeout_ms + 1);
+        self.timers.set(Timer::Bootstrap, self.now_ms + wait, out);
+    }
+
+    /// Rule 2: bootstrap messages count only from eligible peers.
+    fn bootstrap_sender_ok(
+        &self,
+        from: &NodeId,
+        kind: &'static str,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        if self.peers.get(from).is_some_and(|p| p.eligible) {
+            return true;
+        }
+        self.refuse(from.clone(), kind, Refusal::NotEligible, out);
+        false
+    }
+
+    fn reply(&self, to: NodeId, msg: Message, out: &mut Vec<Command>) {
+        out.push(Command::Send { to, msg });
+    }
+
+    fn refusal(&self, ballot: Ballot) -> Message {
+        Message::BootstrapRefused {
+            ballot,
+            promised: self.acceptor.promised.clone(),
+            formed: self.knows_a_cluster(),
+        }
+    }
+
+    /// Sees `round` in a peer's ballot: this node's next proposal goes above it.
+    fn saw_round(&mut self, round: u64) {
+        self.acceptor.highest_round = self.acceptor.highest_round.max(round);
+    }
+
+    /// A promise to a higher ballot than this node's own proposal ends that proposal: it could
+    /// no longer accept it itself.
+    fn yield_to(&mut self, ballot: &Ballot, out: &mut Vec<Command>) {
+        if self.proposal.as_ref().is_some_and(|p| p.ballot < *ballot) {
+            self.proposal = None;
+            self.arm_bootstrap_retry(out);
+        }
+    }
+
+    pub(crate) fn on_bootstrap_prepare(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        expect: u32,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_prepare", out) {
+            return;
+        }
+        if ballot.node != from {
+            return self.refuse(from, "bootstrap_prepare", Refusal::Unsolicited, out);
+        }
+        if expect != self.config.bootstrap_expect {
+            return self.refuse(from, "bootstrap_prepare", Refusal::SettingsMismatch, out);
+        }
+        self.saw_round(ballot.round);
+        let may = !self.knows_a_cluster()
+            && self.is_eligible()
+            && self.acceptor.promised.as_ref().is_none_or(|p| ballot >= *p);
+        if !may {
+            let msg = self.refusal(ballot);
+            return self.reply(from, msg, out);
+        }
+        self.acceptor.promised = Some(ballot.clone());
+        self.yield_to(&ballot, out);
+        let msg = Message::BootstrapPromise {
+            ballot,
+            accepted: self.acceptor.accepted.clone(),
+        };
+        self.reply(from, msg, out);
+    }
+
+    pub(crate) fn on_bootstrap_promise(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        accepted: Option<(Ballot, Arc<Electorate>)>,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_promise", out) {
+            return;
+        }
+        let expect = self.expect();
+        let Some(p) = self.proposal.as_mut().filter(|p| p.ballot == ballot) else {
+            return self.refuse_reply(from, "bootstrap_promise", &ballot, out);
+        };
+        if p.value.is_some() {
+            return; // Phase 2 already: a late promise adds nothing.
+        }
+        p.promises.insert(from, accepted);
+        if p.promises.len() < expect {
+            return;
+        }
+        // k promises: propose the highest accepted proposal among them, or else these k.
+        let value = p
+            .promises
+            .values()
+            .flatten()
+            .max_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, e)| e.clone())
+            .unwrap_or_else(|| Arc::new(Electorate::new(1, p.promises.keys().cloned().collect())));
+        p.value = Some(value.clone());
+        p.accepted_by.insert(self.id.clone());
+        self.acceptor.accepted = Some((ballot.clone(), value.clone()));
+        for peer in self.eligible_peers() {
+            out.push(Command::Send {
+                to: peer,
+                msg: Message::BootstrapAccept {
+                    ballot: ballot.clone(),
+                    electorate: value.clone(),
+                },
+            });
+        }
+        self.check_chosen(out);
+    }
+
+    /// A reply about a ballot this node is not running: stale if it was one of ours.
+    fn refuse_reply(
+        &self,
+        from: NodeId,
+        kind: &'static str,
+        ballot: &Ballot,
+        out: &mut Vec<Command>,
+    ) {
+        let ours = ballot.node == self.id && ballot.round <= self.acceptor.highest_round;
+        let reason = if ours {
+            Refusal::Stale
+        } else {
+            Refusal::Unsolicited
+        };
+        self.refuse(from, kind, reason, out);
+    }
+
+    pub(crate) fn on_bootstrap_accept(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        electorate: Arc<Electorate>,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_accept", out) {
+            return;
+        }
+        if ballot.node != from {
+            return self.refuse(from, "bootstrap_accept", Refusal::Unsolicited, out);
+        }
+        if electorate.len() != self.expect() {
+            return self.refuse(from, "bootstrap_accept", Refusal::SettingsMismatch, out);
+        }
+        self.saw_round(ballot.round);
+        let may = !self.knows_a_cluster()
+            && self.is_eligible()
+            && self.acceptor.promised.as_ref().is_none_or(|p| ballot >= *p);
+        if !may {
+            let msg = self.refusal(ballot);
+            return self.reply(from, msg, out);
+        }
+        self.acceptor.promised = Some(ballot.clone());
+        self.acceptor.accepted = Some((ballot.clone(), electorate));
+        self.yield_to(&ballot, out);
+        self.reply(from, Message::BootstrapAccepted { ballot }, out);
+    }
+
+    pub(crate) fn on_bootstrap_accepted(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_accepted", out) {
+            return;
+        }
+        match self.proposal.as_mut() {
+            Some(p) if p.ballot == ballot && p.value.is_some() => {
+                p.accepted_by.insert(from);
+                self.check_chosen(out);
+            }
+            _ => self.refuse_reply(from, "bootstrap_accepted", &ballot, out),
+        }
+    }
+
+    pub(crate) fn on_bootstrap_refused(
+        &mut self,
+        from: NodeId,
+        ballot: Ballot,
+        promised: Option<Ballot>,
+        formed: bool,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_refused", out) {
+            return;
+        }
+        if !self.proposal.as_ref().is_some_and(|p| p.ballot == ballot) {
+            return self.refuse_reply(from, "bootstrap_refused", &ballot, out);
+        }
+        if let Some(p) = &promised {
+            self.saw_round(p.round);
+        }
+        if formed {
+            // A cluster exists: stop founding one and ask the replier for its electorate.
+            self.proposal = None;
+            self.timers.cancel(Timer::Bootstrap, out);
+            if !self.whoami_pending.contains(&from) {
+                self.send_whoami(from, out);
+            }
+        } else if promised.is_some_and(|p| p > ballot) {
+            self.proposal = None;
+            self.arm_bootstrap_retry(out);
+        }
+    }
+
+    fn check_chosen(&mut self, out: &mut Vec<Command>) {
+        let Some(p) = &self.proposal else { return };
+        let Some(value) = &p.value else { return };
+        if p.accepted_by.len() < self.expect() {
+            return;
+        }
+        let value = value.clone();
+        for peer in self.eligible_peers() {
+            out.push(Command::Send {
+                to: peer,
+                msg: Message::BootstrapChosen {
+                    electorate: value.clone(),
+                },
+            });
+        }
+        self.adopt_electorate(value, out);
+    }
+
+    pub(crate) fn on_bootstrap_chosen(
+        &mut self,
+        from: NodeId,
+        electorate: Arc<Electorate>,
+        out: &mut Vec<Command>,
+    ) {
+        if !self.bootstrap_sender_ok(&from, "bootstrap_chosen", out) {
+            return;
+        }
+        if let Some(mine) = &self.electorate {
+            if mine.genesis != electorate.genesis {
+                self.refuse(from, "bootstrap_chosen", Refusal::ForeignCluster, out);
+            }
+            return;
+        }
+        // Chosen means accepted by k nodes; the proposer need not be one of the members.
+        if electorate.len() != self.expect() {
+            return self.refuse(from, "bootstrap_chosen", Refusal::SettingsMismatch, out);
+        }
+        self.adopt_electorate(electorate, out);
+    }
+
+    /// Takes `e` as this node's electorate: bootstrap ends, and the node may stand.
+    pub(crate) fn adopt_electorate(&mut self, e: Arc<Electorate>, out: &mut Vec<Command>) {
+        self.proposal = None;
+        self.timers.cancel(Timer::Bootstrap, out);
+        self.electorate_reports.clear();
+        out.push(Command::Notice(Notice::ElectorateChanged {
+            version: e.version,
+            term: e.term,
+            members: e.members().to_vec(),
+        }));
+        // The next discovery timeout arms the election, as for a node that restarted.
+        self.electorate = Some(e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testutil::*;
+    use crate::{Command, Config, Core, Event, Message, PeerInfo, Refusal, Timer, ADMIN_ELECTION};
+
+    fn cfg(expect: u32) -> Config {
+        Config {
+            bootstrap_expect: expect,
+            ..Config::default()
+        }
+    }
+
+    fn fresh(id: &str, expect: u32) -> Core {
+        let mut c = Core::new(id.into(), cfg(expect), vec![ADMIN_ELECTION.into()], 7).unwrap();
+        c.step_vec(0, Event::Started);
+        c
+    }
+
+    fn up(peer: &str, eligible: bool) -> Event {
+        let caps: Vec<String> = if eligible {
+            vec![ADMIN_ELECTION.into()]
+        } else {
+            vec!["docker".into()]
+        };
+        Event::PeerUp {
+            peer: peer.into(),
+            info: PeerInfo {
+                capabilities: caps.into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn a_lone_node_founds_its_cluster_when_one_is_expected() {
+        let c = fresh("solo", 1);
+        let e = c.electorate().unwrap();
+        assert_eq!((e.version, e.members().len()), (1, 1));
+    }
+
+    #[test]
+    fn nobody_founds_before_k_eligible_nodes_are_known() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("w", false));
+        assert_eq!(c.timers.deadline(Timer::Bootstrap), None);
+        c.step_vec(0, up("c", true));
+        assert!(c.timers.deadline(Timer::Bootstrap).is_some());
+        assert!(c.electorate().is_none());
+    }
+
+    #[test]
+    fn a_prepare_with_another_expect_or_from_a_worker_is_refused() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("w", false));
+        let prep = |node: &str, expect| Message::BootstrapPrepare {
+            ballot: crate::Ballot {
+                round: 1,
+                node: node.into(),
+            },
+            expect,
+        };
+        let refused = |out: &[Command]| match out {
+            [Command::Notice(crate::Notice::Refused { reason, .. })] => *reason,
+            other => panic!("one refusal expected: {other:?}"),
+        };
+        assert_eq!(
+            refused(&c.step_vec(1, from("b", prep("b", 5)))),
+            Refusal::SettingsMismatch
+        );
+        assert_eq!(
+            refused(&c.step_vec(1, from("w", prep("w", 3)))),
+            Refusal::NotEligible
+        );
+        assert_eq!(
+            refused(&c.step_vec(1, from("b", prep("x", 3)))),
+            Refusal::Unsolicited
+        );
+        assert_eq!(c.acceptor.promised, None);
+    }
+
+    #[test]
+    fn an_acceptor_never_goes_below_its_promise() {
+        let mut c = fresh("a", 3);
+        for p in ["b", "c"] {
+            c.step_vec(0, up(p, true));
+        }
+        let ballot = |round, node: &str| crate::Ballot {
+            round,
+            node: node.into(),
+        };
+        let out = c.step_vec(
+            1,
+            from(
+                "c",
+                Message::BootstrapPrepare {
+                    ballot: ballot(2, "c"),
+                    expect: 3,
+                },
+            ),
+        );
+        assert!(matches!(
+            sent_to(&out, "c").as_slice(),
+            [Message::BootstrapPromise { .. }]
+        ));
+        let e = std::sync::Arc::new(crate::Electorate::new(
+            1,
+            vec!["a".into(), "b".into(), "c".into()],
+        ));
+        let out = c.step_vec(
+            2,
+            from(
+                "b",
+                Message::BootstrapAccept {
+                    ballot: ballot(1, "b"),
+                    electorate: e.clone(),
+                },
+            ),
+        );
+        assert!(
+            matches!(
+                sent_to(&out, "b").as_slice(),
+                [Message::BootstrapRefused { promised: Some(p), formed: false, .. }] if *p == ballot(2, "c")
+            ),
+            "{out:?}"
+        );
+        assert_eq!(c.acceptor.accepted, None);
+        // Its own next proposal goes above every round it has seen.
+        fire(&mut c, Timer::Bootstrap);
+        assert_eq!(c.proposal.as_ref().unwrap().ballot, ballot(3, "a"));
+    }
+
+    /// Rule 3: a node that has heard of an electorate neither proposes nor promises.
+    #[test]
+    fn a_node_that_knows_a_cluster_does_not_found_one() {
+        let mut c = fresh("j", 3);
+        let e = std::sync::Arc::new(crate::Electorate::new(
+            1,
+            vec!["a".into(), "b".into(), "c".into()],
+        ));
+        c.step_vec(0, up("a", true));
+        let reply = Message::WhoamiReply {
+            admin: None,
+            term: 3,
+            membership_version: 1,
+            beat: 0,
+            eligible: true,
+            uptime_s: 0,
+            resources: Default::default(),
+            electorate: Some(e.clone()),
+            genesis: e.genesis,
+        };
+        c.step_vec(1, from("a", reply));
+        assert_eq!(
+            c.electorate(),
+            Some(&*e),
+            "one member's word is enough here"
+        );
+        c.step_vec(2, up("k", true));
+        c.step_vec(2, up("l", true));
+        assert_eq!(c.timers.deadline(Timer::Bootstrap), None);
+        let out = c.step_vec(
+            3,
+            from(
+                "k",
+                Message::BootstrapPrepare {
+                    ballot: crate::Ballot {
+                        round: 1,
+                        node: "k".into(),
+                    },
+                    expect: 3,
+                },
+            ),
+        );
+        assert!(matches!(
+            sent_to(&out, "k").as_slice(),
+            [Message::BootstrapRefused { formed: true, .. }]
+        ));
+    }
+}

@@ -1,0 +1,367 @@
+//! Membership changes: one voter added or removed at a time, by the admin, and autopilot.
+//!
+//! Rules, each checked by a test in this file or in `core/tests/membership.rs`:
+//! 1. Only an admin proposes, only while it holds its lease, only once a majority has
+//!    acknowledged a heartbeat of its term (so the electorate it was elected with is the
+//!    cluster's), and only one change at a time.
+//! 2. The admin adopts the new electorate at once (version + 1, stamped with its term) and
+//!    carries it in every heartbeat until it commits. A receiver adopts it before it acknowledges,
+//!    so an ack of a beat from the first such heartbeat on means "I hold the new electorate".
+//! 3. The change commits once a majority of the old electorate *and* a majority of the new one
+//!    hold it. Until then the lease and check-quorum need majorities of both. An admin that
+//!    removed itself steps down once the change commits.
+//! 4. Electorates are ordered by (version, proposing term). A voter grants (pre-)votes only to a
+//!    candidate whose electorate is its own or later (`election.rs`).
+//!
+//! Why no old-version majority and new-version majority can both elect. Two electorates that
+//! differ by one member have intersecting majorities: for `n` and `n + 1` members the two
+//! quorums add up to more than the `n + 1` nodes there are. So in any one term the two cannot
+//! both elect (each voter votes once per term). Across terms: once a change to version `v + 1`
+//! commits, a majority of version `v` holds `v + 1` or later and refuses every candidate still on
+//! `v`, so no candidate on `v` can win again, and the next change is only proposed after that.
+//! A proposal that never committed (its admin died) is either carried on by a later admin that
+//! holds it, or overwritten: an admin elected without it has an electorate a majority holds,
+//! and a follower on an electorate from an older term than its admin's takes the admin's
+//! (rule 5; the uncommitted one cannot have committed, or that admin could not have won).
+//! 5. A follower takes the electorate of its term's admin — from a heartbeat during a change,
+//!    or from a WHOAMI reply when its version differs — when it is later than its own, or when
+//!    its own was proposed in an earlier term; never an older one from the admin of its own term
+//!    (a delayed message).
+//!
+//! Autopilot (the admin, on each heartbeat): a standby — an eligible node outside the electorate
+//! — connected for `stabilization_time_ms` is promoted while the electorate is below
+//! `max_voters` (best score first); otherwise a voter not heard from for `dead_voter_timeout_ms`
+//! is removed while at least `min_quorum` voters remain.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::node::PendingChange;
+use crate::{Command, Core, Electorate, Message, NodeId, Notice, Role, StepDownReason};
+
+/// A change of one voter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum MemberChange {
+    /// Make an eligible node a voter.
+    Add {
+        /// The node.
+        node: NodeId,
+    },
+    /// Make a voter a standby (or forget it, if it is gone).
+    Remove {
+        /// The node.
+        node: NodeId,
+    },
+}
+
+impl MemberChange {
+    /// The node the change is about.
+    pub fn node(&self) -> &NodeId {
+        match self {
+            MemberChange::Add { node } | MemberChange::Remove { node } => node,
+        }
+    }
+}
+
+/// What became of a requested change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ChangeOutcome {
+    /// Proposed: version `version` is being committed.
+    Proposed {
+        /// The new electorate's version.
+        version: u64,
+    },
+    /// Committed: a majority of the old and of the new electorate hold `version`.
+    Committed {
+        /// The committed version.
+        version: u64,
+    },
+    /// Not proposed.
+    Refused {
+        /// Why.
+        reason: ChangeRefusal,
+    },
+}
+
+/// Why a change was not proposed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeRefusal {
+    /// This node is not the admin (ask the admin).
+    NotAdmin,
+    /// The admin's lease is not valid now.
+    NoLease,
+    /// No majority has acknowledged a heartbeat of this admin's term yet.
+    NotEstablished,
+    /// Another change is being committed.
+    ChangePending,
+    /// `add` of a node that is a voter already.
+    AlreadyVoter,
+    /// `remove` of a node that is not a voter.
+    NotVoter,
+    /// `add` of a node that is not connected and admin-eligible.
+    NotEligible,
+    /// `remove` of the last voter.
+    LastVoter,
+}
+
+impl ChangeRefusal {
+    /// A sentence for operators.
+    pub fn explain(self) -> &'static str {
+        match self {
+            ChangeRefusal::NotAdmin => "this node is not the admin",
+            ChangeRefusal::NoLease => "the admin's lease is not valid now; retry shortly",
+            ChangeRefusal::NotEstablished => {
+                "the admin was just elected and no majority has acknowledged it yet; retry shortly"
+            }
+            ChangeRefusal::ChangePending => "another membership change is being committed",
+            ChangeRefusal::AlreadyVoter => "the node is a voter already",
+            ChangeRefusal::NotVoter => "the node is not a voter",
+            ChangeRefusal::NotEligible => {
+                "the node is not connected to the admin or does not advertise admin_election"
+            }
+            ChangeRefusal::LastVoter => "the last voter cannot be removed",
+        }
+    }
+}
+
+impl Core {
+    /// The electorate to carry in heartbeats: the new one while a change is being committed.
+    pub(crate) fn pending_electorate(&self) -> Option<Arc<Electorate>> {
+        let pending = self.admin_state.as_ref()?.change.is_some();
+        pending.then(|| self.electorate.clone()).flatten()
+    }
+
+    /// The membership change being committed, if this node is an admin with one.
+    pub fn pending_change(&self) -> Option<&Electorate> {
+        let change = self.admin_state.as_ref()?.change.as_ref()?;
+        Some(&change.old)
+    }
+
+    /// Rule 5: takes `theirs`, the electorate of the admin of this node's term, if it is later
+    /// than this node's or this node's came from an earlier term.
+    pub(crate) fn follow_admin_electorate(
+        &mut self,
+        theirs: Arc<Electorate>,
+        out: &mut Vec<Command>,
+    ) {
+        let take = match &self.electorate {
+            None => false, // A node joins a cluster through discovery, not a heartbeat.
+            Some(mine) => {
+                mine.genesis == theirs.genesis
+                    && mine.key() != theirs.key()
+                    && (theirs.key() > mine.key() || mine.term < self.term)
+            }
+        };
+        if take {
+            out.push(Command::Notice(Notice::ElectorateChanged {
+                version: theirs.version,
+                term: theirs.term,
+                members: theirs.members().to_vec(),
+            }));
+            self.electorate = Some(theirs);
+        }
+    }
+
+    /// An operator's (or autopilot's) request to change the electorate.
+    /// Returns whether the change was proposed (and a heartbeat carrying it sent).
+    pub(crate) fn on_change_members(
+        &mut self,
+        change: MemberChange,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        let result = self.propose(&change, out);
+        let outcome = match result {
+            Ok(version) => ChangeOutcome::Proposed { version },
+            Err(reason) => ChangeOutcome::Refused { reason },
+        };
+        out.push(Command::Notice(Notice::MembershipChange {
+            change,
+            outcome,
+        }));
+        if result.is_ok() {
+            // The heartbeat that carries the change goes out now, not at the next interval.
+            self.send_heartbeat(out);
+        }
+        result.is_ok()
+    }
+
+    fn propose(
+        &mut self,
+        change: &MemberChange,
+        out: &mut Vec<Command>,
+    ) -> Result<u64, ChangeRefusal> {
+        let now = self.now_ms;
+        if self.role != Role::Admin {
+            return Err(ChangeRefusal::NotAdmin);
+        }
+        let Some(admin) = &self.admin_state else {
+            return Err(ChangeRefusal::NotAdmin);
+        };
+        if admin.lease_until_ms <= now {
+            return Err(ChangeRefusal::NoLease);
+        }
+        if !admin.established {
+            return Err(ChangeRefusal::NotEstablished);
+        }
+        if admin.change.is_some() {
+            return Err(ChangeRefusal::ChangePending);
+        }
+        let Some(old) = self.electorate.clone() else {
+            return Err(ChangeRefusal::NotAdmin);
+        };
+        let mut members = old.members().to_vec();
+        match change {
+            MemberChange::Add { node } => {
+                if old.contains(node) {
+                    return Err(ChangeRefusal::AlreadyVoter);
+                }
+                if !self.peers.get(node).is_some_and(|p| p.eligible) {
+                    return Err(ChangeRefusal::NotEligible);
+                }
+                members.push(node.clone());
+            }
+            MemberChange::Remove { node } => {
+                if !old.contains(node) {
+                    return Err(ChangeRefusal::NotVoter);
+                }
+                if old.len() == 1 {
+                    return Err(ChangeRefusal::LastVoter);
+                }
+                members.retain(|m| m != node);
+            }
+        }
+        if old.version >= crate::MAX_WIRE_INT {
+            return Err(ChangeRefusal::ChangePending);
+        }
+        let new = Arc::new(old.successor(self.term, members));
+        let version = new.version;
+        let from_beat = self.beat + 1;
+        if let Some(admin) = &mut self.admin_state {
+            admin.change = Some(PendingChange { old, from_beat });
+        }
+        out.push(Command::Notice(Notice::ElectorateChanged {
+            version,
+            term: new.term,
+            members: new.members().to_vec(),
+        }));
+        self.electorate = Some(new);
+        Ok(version)
+    }
+
+    /// Rule 3: commits the pending change once majorities of the old and the new electorate
+    /// acknowledged a heartbeat that carried it.
+    pub(crate) fn check_commit(&mut self, out: &mut Vec<Command>) {
+        let (Some(admin), Some(new)) = (&self.admin_state, &self.electorate) else {
+            return;
+        };
+        let Some(change) = &admin.change else { return };
+        let holds = |e: &Electorate| {
+            e.members()
+                .iter()
+                .filter(|m| {
+                    admin
+                        .voters
+                        .get(*m)
+                        .is_some_and(|v| v.beat >= change.from_beat)
+                })
+                .count()
+                >= e.quorum()
+        };
+        if !(holds(new) && holds(&change.old)) {
+            return;
+        }
+        let (version, removed_self) = (new.version, !new.contains(&self.id));
+        let change_done = diff(&change.old, new);
+        if let Some(admin) = &mut self.admin_state {
+            admin.change = None;
+        }
+        if let Some(change) = change_done {
+            out.push(Command::Notice(Notice::MembershipChange {
+                change,
+                outcome: ChangeOutcome::Committed { version },
+            }));
+        }
+        if removed_self {
+            // Its own removal committed: hand over at once, as a graceful shutdown does.
+            self.step_down(StepDownReason::Removed, out);
+            out.push(Command::Broadcast {
+                msg: Message::StepDown { term: self.term },
+            });
+        }
+    }
+
+    /// Autopilot: at most one change per heartbeat, only when a change could be proposed.
+    /// Returns whether it proposed one (and so sent a heartbeat).
+    pub(crate) fn autopilot(&mut self, out: &mut Vec<Command>) -> bool {
+        if !self.config.autopilot || self.role != Role::Admin {
+            return false;
+        }
+        let Some(admin) = &self.admin_state else {
+            return false;
+        };
+        let Some(e) = &self.electorate else {
+            return false;
+        };
+        let now = self.now_ms;
+        if admin.change.is_some() || !admin.established || admin.lease_until_ms <= now {
+            return false;
+        }
+        let max = self.config.max_voters as usize;
+        if max == 0 || e.len() < max {
+            // Stable: connected, and following this admin, for the stabilization time.
+            let stab = self.config.stabilization_time_ms;
+            let recent = now.saturating_sub(2 * self.config.heartbeat_interval_ms);
+            let best = admin
+                .standbys
+                .iter()
+                .filter(|(id, (first, last))| {
+                    !e.contains(id) && first + stab <= now && *last >= recent
+                })
+                .filter_map(|(id, _)| {
+                    let p = self.peers.get(id)?;
+                    (p.eligible && p.up_since_ms + stab <= now)
+                        .then(|| (std::cmp::Reverse(p.score_at(now)), id))
+                })
+                .min()
+                .map(|(_, id)| id.clone());
+            if let Some(node) = best {
+                return self.on_change_members(MemberChange::Add { node }, out);
+            }
+        }
+        if e.len() > self.config.min_quorum as usize {
+            let dead_timeout = self.config.dead_voter_timeout_ms;
+            let dead = e
+                .members()
+                .iter()
+                .filter(|m| **m != self.id)
+                .map(|m| {
+                    let heard = admin.voters.get(m).map_or(admin.elected_at_ms, |v| {
+                        v.sent_at_ms.max(admin.elected_at_ms)
+                    });
+                    (heard, m)
+                })
+                .filter(|(heard, _)| heard + dead_timeout <= now)
+                .min()
+                .map(|(_, m)| m.clone());
+            if let Some(node) = dead {
+                return self.on_change_members(MemberChange::Remove { node }, out);
+            }
+        }
+        false
+    }
+}
+
+/// The one-voter change from `old` to `new`, if they differ by one.
+fn diff(old: &Electorate, new: &Electorate) -> Option<MemberChange> {
+    if let Some(node) = new.members().iter().find(|m| !old.contains(m)) {
+        return Some(MemberChange::Add { node: node.clone() });
+    }
+    old.members()
+        .iter()
+        .find(|m| !new.contains(m))
+        .map(|node| MemberChange::Remove { node: node.clone() })
+}
