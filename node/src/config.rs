@@ -62,6 +62,9 @@ pub struct NodeConfig {
     /// what the user typed.
     #[serde(skip)]
     pub from_flags: BTreeMap<&'static str, &'static str>,
+    /// Whether `bootstrap_expect` was given (file or flag) rather than defaulted.
+    #[serde(skip)]
+    pub expect_given: bool,
 }
 
 impl Default for NodeConfig {
@@ -79,6 +82,7 @@ impl Default for NodeConfig {
             snapshot_every_events: 1_024,
             protocol: chorus_core::Config::default(),
             from_flags: BTreeMap::new(),
+            expect_given: false,
         }
     }
 }
@@ -177,6 +181,16 @@ impl NodeConfig {
 
     /// Parses TOML text; the error is one line with the line number and the key.
     pub fn from_toml(text: &str) -> anyhow::Result<NodeConfig> {
+        let mut config = NodeConfig::parse_toml(text)?;
+        config.expect_given = text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get("protocol")?.get("bootstrap_expect").cloned())
+            .is_some();
+        Ok(config)
+    }
+
+    fn parse_toml(text: &str) -> anyhow::Result<NodeConfig> {
         toml::from_str(text).map_err(|e| {
             let message = e.message().trim().replace('\n', " ");
             let Some(span) = e.span() else {
@@ -213,6 +227,7 @@ impl NodeConfig {
         }
         if let Some(v) = flags.bootstrap_expect {
             self.protocol.bootstrap_expect = v;
+            self.expect_given = true;
             self.from_flags
                 .insert("protocol.bootstrap_expect", "--bootstrap-expect");
         }
@@ -285,6 +300,7 @@ impl NodeConfig {
         };
         let listen = addrs("listen", &self.listen)?;
         let bootstrap = addrs("bootstrap", &self.bootstrap)?;
+        self.check_founding(&listen, &bootstrap)?;
         let http: SocketAddr = self
             .http
             .parse()
@@ -318,6 +334,36 @@ impl NodeConfig {
         })
     }
 
+    /// A voter left at the default `bootstrap_expect` of 1 founds a one-node cluster the moment
+    /// it starts. That is right for a node only this machine can reach, and a mistake for one
+    /// that can meet others (several such nodes would found several clusters): there it must
+    /// be asked for.
+    fn check_founding(&self, listen: &[Multiaddr], bootstrap: &[Multiaddr]) -> anyhow::Result<()> {
+        let voter = self.capabilities.iter().any(|c| c == ADMIN_ELECTION);
+        if !voter || self.expect_given || self.protocol.bootstrap_expect != 1 {
+            return Ok(());
+        }
+        let reachable = listen.iter().any(|a| !is_loopback(a));
+        let why = if reachable {
+            "it listens on an address other machines can reach"
+        } else if !bootstrap.is_empty() {
+            "it has bootstrap peers"
+        } else if self.mdns {
+            "mDNS is on"
+        } else {
+            return Ok(());
+        };
+        Err(self.invalid(
+            "protocol.bootstrap_expect",
+            &format!(
+                "not set, and {why}: a voter would found a one-node cluster of its own at once. \
+                 Set it (--bootstrap-expect N) to the number of admin-eligible nodes that start \
+                 the cluster together — the same on each, more than half of them — or to 1 to \
+                 found a one-node cluster on purpose"
+            ),
+        ))
+    }
+
     /// An error about `key`, named as the user set it: the flag when it came from one.
     fn invalid(&self, key: &str, reason: &str) -> anyhow::Error {
         match self.from_flags.get(key) {
@@ -325,6 +371,16 @@ impl NodeConfig {
             None => anyhow!("invalid config `{key}`: {reason}"),
         }
     }
+}
+
+/// Whether a listen address is loopback-only (127.0.0.0/8 or ::1).
+fn is_loopback(addr: &Multiaddr) -> bool {
+    use libp2p::multiaddr::Protocol;
+    addr.iter().any(|p| match p {
+        Protocol::Ip4(ip) => ip.is_loopback(),
+        Protocol::Ip6(ip) => ip.is_loopback(),
+        _ => false,
+    })
 }
 
 /// Warnings for capability names that look like a known one but are not (`admin-election`,
@@ -501,6 +557,52 @@ mod tests {
         let r = NodeConfig::default().resolve().unwrap();
         assert_eq!(r.listen[0].to_string(), DEFAULT_LISTEN);
         assert!(!r.config.mdns);
+    }
+
+    // Issue 10, case 3: three voters started with the defaults but reachable founded three
+    // clusters. A voter others can reach founds alone only when asked to.
+    #[test]
+    fn a_reachable_voter_must_be_told_how_many_found_the_cluster() {
+        let reachable = [
+            (vec!["/ip4/0.0.0.0/tcp/7946"], vec![], false),
+            (vec![DEFAULT_LISTEN], vec!["/ip4/10.0.0.1/tcp/7946"], false),
+            (vec![DEFAULT_LISTEN], vec![], true),
+        ];
+        for (listen, bootstrap, mdns) in reachable {
+            let config = NodeConfig {
+                listen: listen.iter().map(|s| s.to_string()).collect(),
+                bootstrap: bootstrap.iter().map(|s| s.to_string()).collect(),
+                mdns,
+                ..NodeConfig::default()
+            };
+            let err = config.clone().resolve().unwrap_err().to_string();
+            assert!(err.contains("protocol.bootstrap_expect"), "{err}");
+            assert!(err.contains("--bootstrap-expect"), "{err}");
+            // Said on purpose (flag or file), or any other number, or a worker: fine.
+            let mut flagged = config.clone();
+            flagged
+                .apply(&RunFlags {
+                    bootstrap_expect: Some(1),
+                    ..RunFlags::default()
+                })
+                .unwrap();
+            flagged.resolve().unwrap();
+            let mut three = config.clone();
+            three.protocol.bootstrap_expect = 3;
+            three.resolve().unwrap();
+            let worker = NodeConfig {
+                capabilities: vec!["docker".into()],
+                ..config.clone()
+            };
+            worker.resolve().unwrap();
+        }
+        let file = NodeConfig::from_toml(
+            "listen = [\"/ip4/0.0.0.0/tcp/7946\"]\n[protocol]\nbootstrap_expect = 1\n",
+        )
+        .unwrap();
+        file.resolve().unwrap();
+        let file = NodeConfig::from_toml("listen = [\"/ip4/0.0.0.0/tcp/7946\"]\n").unwrap();
+        assert!(file.resolve().is_err());
     }
 
     #[test]
