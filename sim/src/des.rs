@@ -141,30 +141,47 @@ pub struct Des<'s> {
 pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()> {
     let mut des = Des::new(scenario, seed);
     let mut driver = Driver::new(scenario, seed);
-    sink.at(0);
-    driver.start_initial(&mut des, sink);
-    loop {
-        let next_event = des.queue.peek().map(|Reverse(e)| e.at);
-        let next_action = driver.next_at();
-        let t = match (next_event, next_action) {
-            (None, None) => break,
-            (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
-        };
-        if t >= scenario.duration_ms || sink.stopped() {
-            break;
-        }
-        des.now = t;
-        sink.at(t);
-        if next_action == Some(t) {
-            driver.fire_due(t, &mut des, sink);
-        } else if let Some(Reverse(entry)) = des.queue.pop() {
-            des.process(entry.item, sink);
-        }
-    }
+    des.drive(&mut driver, sink, scenario.duration_ms);
     Ok(())
 }
 
+/// The nodes' cores (`None` for a node that is down or not started) once `scenario` has run
+/// up to global time `until`: for tests and tools that need a node's state, not its trace.
+pub fn cores_at(scenario: &Scenario, seed: u64, until: u64) -> anyhow::Result<Vec<Option<Core>>> {
+    scenario.validate().map_err(anyhow::Error::msg)?;
+    let header = crate::trace::Header::new(scenario, seed, "des", false);
+    let mut sink = Sink::new(&header, None)?;
+    let mut des = Des::new(scenario, seed);
+    let mut driver = Driver::new(scenario, seed);
+    des.drive(&mut driver, &mut sink, until.min(scenario.duration_ms));
+    Ok(des.nodes.into_iter().map(|n| n.core).collect())
+}
+
 impl<'s> Des<'s> {
+    /// Runs the scenario's actions and the queued events in time order until `until`.
+    fn drive(&mut self, driver: &mut Driver, sink: &mut Sink, until: u64) {
+        sink.at(0);
+        driver.start_initial(self, sink);
+        loop {
+            let next_event = self.queue.peek().map(|Reverse(e)| e.at);
+            let next_action = driver.next_at();
+            let t = match (next_event, next_action) {
+                (None, None) => break,
+                (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
+            };
+            if t >= until || sink.stopped() {
+                break;
+            }
+            self.now = t;
+            sink.at(t);
+            if next_action == Some(t) {
+                driver.fire_due(t, self, sink);
+            } else if let Some(Reverse(entry)) = self.queue.pop() {
+                self.process(entry.item, sink);
+            }
+        }
+    }
+
     fn new(scenario: &'s Scenario, seed: u64) -> Des<'s> {
         let net = &scenario.network;
         let drifts = crate::driver::clock_drifts(scenario, seed);
