@@ -5,14 +5,17 @@
 //! Modelled: per-link latency (a fixed per-link base plus uniform jitter), loss, duplication,
 //! reordering, two-way partitions and one-way cuts (silent drops the transport does not notice),
 //! crashes and restarts (a restart rebuilds the node from its own event log: a snapshot plus the
-//! replayed tail), late joiners, and per-node clock drift (each node's clock runs at
-//! `1 + d/1e6` of global time; every time written to the trace is converted to global time).
+//! replayed tail), late joiners, per-node clock drift (each node's clock runs at
+//! `1 + d/1e6` of global time; every time written to the trace is converted to global time),
+//! per-node settings (a restart with new ones steps `ConfigChanged` after `Started`, as
+//! `chorus run` does), connections that come up after a per-pair delay (`link_spread`), and
+//! groups kept apart from the start until a heal.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use chorus_core::rng::below;
-use chorus_core::{Command, Core, Event, Message, NodeId, Notice, PeerInfo, Timer};
+use chorus_core::{Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, Timer};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -42,6 +45,12 @@ enum Item {
     Lie {
         node: u32,
         incarnation: u32,
+    },
+    /// A connection delayed by `link_spread` comes up (if `token` is still the pair's).
+    Connect {
+        a: u32,
+        b: u32,
+        token: u64,
     },
 }
 
@@ -84,6 +93,11 @@ struct Node {
     started_at: u64,
     /// Partition group; messages cross only within a group.
     group: u32,
+    /// `apart_at_start` group (0: none); nodes of different groups neither connect nor talk.
+    apart: u32,
+    /// The configuration of the node's first start; restarts rebuild the core from it and
+    /// the log.
+    first_config: Option<Config>,
     /// The lying half of a hostile node.
     liar: Option<Liar>,
 }
@@ -116,36 +130,58 @@ pub struct Des<'s> {
     reorder_ppm: u32,
     out: Vec<Command>,
     voters: usize,
+    /// Connections waiting out their `link_spread` delay: (lower, higher index) → token.
+    pending_links: BTreeMap<(u32, u32), u64>,
+    link_token: u64,
+    /// Draws the `link_spread` delays: a stream of its own, so runs without one draw as before.
+    link_rng: ChaCha8Rng,
 }
 
 /// Runs `scenario` on the discrete-event engine, writing records to `sink`.
 pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()> {
     let mut des = Des::new(scenario, seed);
     let mut driver = Driver::new(scenario, seed);
-    sink.at(0);
-    driver.start_initial(&mut des, sink);
-    loop {
-        let next_event = des.queue.peek().map(|Reverse(e)| e.at);
-        let next_action = driver.next_at();
-        let t = match (next_event, next_action) {
-            (None, None) => break,
-            (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
-        };
-        if t >= scenario.duration_ms || sink.stopped() {
-            break;
-        }
-        des.now = t;
-        sink.at(t);
-        if next_action == Some(t) {
-            driver.fire_due(t, &mut des, sink);
-        } else if let Some(Reverse(entry)) = des.queue.pop() {
-            des.process(entry.item, sink);
-        }
-    }
+    des.drive(&mut driver, sink, scenario.duration_ms);
     Ok(())
 }
 
+/// The nodes' cores (`None` for a node that is down or not started) once `scenario` has run
+/// up to global time `until`: for tests and tools that need a node's state, not its trace.
+pub fn cores_at(scenario: &Scenario, seed: u64, until: u64) -> anyhow::Result<Vec<Option<Core>>> {
+    scenario.validate().map_err(anyhow::Error::msg)?;
+    let header = crate::trace::Header::new(scenario, seed, "des", false);
+    let mut sink = Sink::new(&header, None)?;
+    let mut des = Des::new(scenario, seed);
+    let mut driver = Driver::new(scenario, seed);
+    des.drive(&mut driver, &mut sink, until.min(scenario.duration_ms));
+    Ok(des.nodes.into_iter().map(|n| n.core).collect())
+}
+
 impl<'s> Des<'s> {
+    /// Runs the scenario's actions and the queued events in time order until `until`.
+    fn drive(&mut self, driver: &mut Driver, sink: &mut Sink, until: u64) {
+        sink.at(0);
+        driver.start_initial(self, sink);
+        loop {
+            let next_event = self.queue.peek().map(|Reverse(e)| e.at);
+            let next_action = driver.next_at();
+            let t = match (next_event, next_action) {
+                (None, None) => break,
+                (a, b) => a.unwrap_or(u64::MAX).min(b.unwrap_or(u64::MAX)),
+            };
+            if t >= until || sink.stopped() {
+                break;
+            }
+            self.now = t;
+            sink.at(t);
+            if next_action == Some(t) {
+                driver.fire_due(t, self, sink);
+            } else if let Some(Reverse(entry)) = self.queue.pop() {
+                self.process(entry.item, sink);
+            }
+        }
+    }
+
     fn new(scenario: &'s Scenario, seed: u64) -> Des<'s> {
         let net = &scenario.network;
         let drifts = crate::driver::clock_drifts(scenario, seed);
@@ -163,6 +199,8 @@ impl<'s> Des<'s> {
                     profile: node_profile(scenario, seed, i),
                     started_at: 0,
                     group: 0,
+                    apart: 0,
+                    first_config: None,
                     liar: scenario.is_hostile(i).then(|| Liar::new(seed, i)),
                 }
             })
@@ -181,6 +219,9 @@ impl<'s> Des<'s> {
             reorder_ppm: net.reorder_ppm,
             out: Vec::new(),
             voters: scenario.voter_count(),
+            pending_links: BTreeMap::new(),
+            link_token: 0,
+            link_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x11c5_9e4d_0000_0004),
         }
     }
 
@@ -222,7 +263,59 @@ impl<'s> Des<'s> {
                     self.lie(i, sink);
                 }
             }
+            Item::Connect { a, b, token } => {
+                let key = (a.min(b), a.max(b));
+                if self.pending_links.get(&key) == Some(&token) {
+                    self.pending_links.remove(&key);
+                    self.peer_up(a as usize, b as usize, sink);
+                }
+            }
         }
+    }
+
+    /// Both ends of a new connection learn of each other: `a` first.
+    fn peer_up(&mut self, a: usize, b: usize, sink: &mut Sink) {
+        if self.nodes[a].core.is_none() || self.nodes[b].core.is_none() {
+            return;
+        }
+        let info = self.profile_at(b);
+        let peer = self.nodes[b].id.clone();
+        self.step(a, Event::PeerUp { peer, info }, sink);
+        let info = self.profile_at(a);
+        let peer = self.nodes[a].id.clone();
+        self.step(b, Event::PeerUp { peer, info }, sink);
+    }
+
+    /// Brings the connection of `a` and `b` up: at once, or after a `link_spread` delay.
+    fn connect(&mut self, a: usize, b: usize, sink: &mut Sink) {
+        let spread = self.scenario.link_spread;
+        if spread == 0 {
+            return self.peer_up(a, b, sink);
+        }
+        let delay = below(&mut self.link_rng, spread + 1);
+        self.link_token += 1;
+        let token = self.link_token;
+        self.pending_links
+            .insert((a.min(b) as u32, a.max(b) as u32), token);
+        let (a, b) = (a as u32, b as u32);
+        self.push(self.now + delay, Item::Connect { a, b, token });
+    }
+
+    /// Whether `a` and `b` belong to different `apart_at_start` groups not yet healed.
+    fn apart(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (self.nodes[a].apart, self.nodes[b].apart);
+        x != 0 && y != 0 && x != y
+    }
+
+    /// Whether `a` and `b` hold a connection now.
+    fn connected(&self, a: usize, b: usize) -> bool {
+        self.nodes[a].core.is_some()
+            && self.nodes[b].core.is_some()
+            && self.peered(a, b)
+            && !self.apart(a, b)
+            && !self
+                .pending_links
+                .contains_key(&(a.min(b) as u32, a.max(b) as u32))
     }
 
     /// Sends hostile node `i`'s next burst of lies to random nodes, and schedules the next.
@@ -266,6 +359,7 @@ impl<'s> Des<'s> {
 
     fn reachable(&self, from: usize, to: usize) -> bool {
         self.nodes[from].group == self.nodes[to].group
+            && !self.apart(from, to)
             && !self.cuts.contains(&(from as u32, to as u32))
     }
 
@@ -425,16 +519,22 @@ impl Cluster for Des<'_> {
     }
 
     fn crash(&mut self, i: usize, sink: &mut Sink) {
-        let node = &mut self.nodes[i];
-        if node.core.take().is_none() {
+        if self.nodes[i].core.is_none() {
             return;
         }
+        // Only the peers that saw the connection come up see it go down.
+        let peers: Vec<usize> = (0..self.nodes.len())
+            .filter(|j| *j != i && self.connected(i, *j))
+            .collect();
+        let i32 = i as u32;
+        self.pending_links
+            .retain(|(a, b), _| *a != i32 && *b != i32);
+        let node = &mut self.nodes[i];
+        node.core = None;
         node.incarnation += 1;
         let gone = node.id.clone();
-        for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].core.is_some() && self.peered(i, j) {
-                self.step(j, Event::PeerDown { peer: gone.clone() }, sink);
-            }
+        for j in peers {
+            self.step(j, Event::PeerDown { peer: gone.clone() }, sink);
         }
     }
 
@@ -443,12 +543,14 @@ impl Cluster for Des<'_> {
             return;
         }
         // Recovery: the snapshot, then the tail of the log replayed through the core.
+        let wanted = self.scenario.node_config_at(i, self.now);
         let node = &mut self.nodes[i];
+        let first = node.first_config.get_or_insert_with(|| wanted.clone());
         let mut core = match &node.snapshot {
             Some(s) => s.clone(),
             None => Core::new(
                 node.id.clone(),
-                self.scenario.node_config(),
+                first.clone(),
                 node.profile.capabilities.to_vec(),
                 self.seed,
             )
@@ -476,21 +578,16 @@ impl Cluster for Des<'_> {
         }
         self.step(i, Event::Started, sink);
         self.step(i, Event::ResourcesSampled { resources }, sink);
-        let me = self.nodes[i].id.clone();
+        let changed = self.nodes[i]
+            .core
+            .as_ref()
+            .is_some_and(|c| *c.config() != wanted);
+        if changed {
+            self.step(i, Event::ConfigChanged { config: wanted }, sink);
+        }
         for j in 0..self.nodes.len() {
-            if j != i && self.nodes[j].core.is_some() && self.peered(i, j) {
-                let theirs = self.profile_at(j);
-                let peer = self.nodes[j].id.clone();
-                self.step(i, Event::PeerUp { peer, info: theirs }, sink);
-                let mine = self.profile_at(i);
-                self.step(
-                    j,
-                    Event::PeerUp {
-                        peer: me.clone(),
-                        info: mine,
-                    },
-                    sink,
-                );
+            if j != i && self.nodes[j].core.is_some() && self.peered(i, j) && !self.apart(i, j) {
+                self.connect(i, j, sink);
             }
         }
     }
@@ -507,10 +604,35 @@ impl Cluster for Des<'_> {
         }
     }
 
-    fn heal(&mut self) {
+    fn set_apart(&mut self, groups: &[Vec<usize>]) {
+        for (g, members) in groups.iter().enumerate() {
+            for &i in members {
+                self.nodes[i].apart = g as u32 + 1;
+            }
+        }
+    }
+
+    fn heal(&mut self, sink: &mut Sink) {
         self.cuts.clear();
         for n in &mut self.nodes {
             n.group = 0;
+        }
+        if self.nodes.iter().all(|n| n.apart == 0) {
+            return;
+        }
+        // The pairs kept apart connect now, in index order.
+        let n = self.nodes.len();
+        let pairs: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| self.apart(a, b))
+            .collect();
+        for node in &mut self.nodes {
+            node.apart = 0;
+        }
+        for (a, b) in pairs {
+            if self.connected(a, b) {
+                self.connect(a, b, sink);
+            }
         }
     }
 

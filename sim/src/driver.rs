@@ -2,7 +2,7 @@
 //! resolves targets with its own seeded RNG, writes the fault records, and asks the engine (a
 //! [`Cluster`]) to carry them out.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chorus_core::rng::below;
 use rand_chacha::rand_core::SeedableRng;
@@ -40,8 +40,11 @@ pub trait Cluster {
             }
         }
     }
-    /// Restore every link.
-    fn heal(&mut self);
+    /// Keep the nodes of different groups apart from the start: no connection, no messages,
+    /// until [`Cluster::heal`]. Called before any node starts.
+    fn set_apart(&mut self, groups: &[Vec<usize>]);
+    /// Restore every link, and connect the pairs kept apart (if both ends are up).
+    fn heal(&mut self, sink: &mut Sink);
     /// Change loss, duplication and reordering (ppm).
     fn set_network(&mut self, loss_ppm: u32, duplicate_ppm: u32, reorder_ppm: u32);
 }
@@ -51,6 +54,8 @@ enum Pending {
     Act(Action),
     /// Second half of a bounce: restart exactly these nodes.
     RestartNodes(Vec<usize>),
+    /// The delayed first start of a node (`start_spread`).
+    Start(usize),
     /// Remaining toggles of a flap: (link, currently cut, toggles left, period).
     Flap {
         link: (usize, usize),
@@ -68,18 +73,39 @@ pub struct Driver {
     nodes: usize,
     /// Late joiners not started yet.
     waiting: Vec<usize>,
+    /// Nodes not started yet: late joiners and nodes whose spread start is still due.
+    unstarted: BTreeSet<usize>,
+    /// `apart_at_start`, as indices.
+    apart: Vec<Vec<usize>>,
 }
 
 impl Driver {
     /// A driver for `scenario` (with `nodes` as run), seeded apart from the engine's own RNG.
     pub fn new(scenario: &Scenario, seed: u64) -> Driver {
+        let waiting = scenario.late_nodes();
         let mut d = Driver {
             pending: BTreeMap::new(),
             seq: 0,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5ce7_a810_d21e_c70f),
             nodes: scenario.nodes,
-            waiting: (scenario.nodes - scenario.late_joiners..scenario.nodes).collect(),
+            unstarted: waiting.iter().copied().collect(),
+            waiting,
+            apart: scenario.apart_groups(),
         };
+        if scenario.start_spread > 0 {
+            // A stream of its own, so runs without a spread draw exactly as before.
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x57a2_75b2_ead0_0003);
+            for i in 0..scenario.nodes {
+                if d.unstarted.contains(&i) {
+                    continue;
+                }
+                let at = below(&mut rng, scenario.start_spread + 1);
+                if at > 0 {
+                    d.unstarted.insert(i);
+                    d.push(at, Pending::Start(i));
+                }
+            }
+        }
         for (t, a) in scenario.timeline() {
             d.push(t, Pending::Act(a));
         }
@@ -88,7 +114,7 @@ impl Driver {
 
     /// Nodes that start at time zero.
     pub fn initial_nodes(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.nodes).filter(|i| !self.waiting.contains(i))
+        (0..self.nodes).filter(|i| !self.unstarted.contains(i))
     }
 
     fn push(&mut self, t: u64, p: Pending) {
@@ -132,8 +158,12 @@ impl Driver {
                 self.pick(&followers).into_iter().collect()
             }
             Target::All => live,
+            Target::Followers => {
+                let admin = cluster.admin();
+                live.into_iter().filter(|i| Some(*i) != admin).collect()
+            }
             Target::Crashed => (0..self.nodes)
-                .filter(|i| !cluster.is_live(*i) && !self.waiting.contains(i))
+                .filter(|i| !cluster.is_live(*i) && !self.unstarted.contains(i))
                 .collect(),
             Target::Percent(p) => {
                 let want = ((live.len() as u64 * u64::from(*p)).div_ceil(100)).max(1) as usize;
@@ -147,6 +177,7 @@ impl Driver {
                 chosen
             }
             Target::Node(i) => vec![*i],
+            Target::Nodes(a, b) => (*a..=*b).collect(),
         }
     }
 
@@ -161,7 +192,7 @@ impl Driver {
 
     fn restart(&mut self, nodes: &[usize], cluster: &mut dyn Cluster, sink: &mut Sink) {
         for &i in nodes {
-            if !cluster.is_live(i) && !self.waiting.contains(&i) {
+            if !cluster.is_live(i) && !self.unstarted.contains(&i) {
                 sink.record(Record::Restart { node: name(i) });
                 cluster.restart(i, sink);
             }
@@ -184,6 +215,7 @@ impl Driver {
                 self.push(now + down_for, Pending::RestartNodes(nodes));
             }
             Pending::RestartNodes(nodes) => self.restart(&nodes, cluster, sink),
+            Pending::Start(i) => self.start(&[i], cluster, sink),
             Pending::Act(Action::Partition {
                 minority,
                 with_admin,
@@ -263,7 +295,7 @@ impl Driver {
                 }
                 if cut {
                     sink.record(Record::Heal);
-                    cluster.heal();
+                    cluster.heal(sink);
                 } else {
                     sink.record(Record::Partition {
                         groups: vec![vec![name(a)], vec![name(b)]],
@@ -283,7 +315,7 @@ impl Driver {
             }
             Pending::Act(Action::Heal) => {
                 sink.record(Record::Heal);
-                cluster.heal();
+                cluster.heal(sink);
             }
             Pending::Act(Action::Network {
                 loss_ppm,
@@ -297,15 +329,17 @@ impl Driver {
                 });
                 cluster.set_network(loss_ppm, duplicate_ppm, reorder_ppm);
             }
-            Pending::Act(Action::Join { count }) => {
-                let joining: Vec<usize> = self
-                    .waiting
-                    .drain(..count.min(self.waiting.len()))
-                    .collect();
-                for i in joining {
-                    sink.record(Record::Restart { node: name(i) });
-                    cluster.restart(i, sink);
-                }
+            Pending::Act(Action::Join { count, nodes }) => {
+                let joining: Vec<usize> = if nodes.is_empty() {
+                    self.waiting
+                        .drain(..count.min(self.waiting.len()))
+                        .collect()
+                } else {
+                    let named = crate::scenario::expand(&nodes);
+                    self.waiting.retain(|i| !named.contains(i));
+                    named
+                };
+                self.start(&joining, cluster, sink);
             }
         }
     }
@@ -321,12 +355,29 @@ fn names(nodes: &[usize]) -> Vec<String> {
 }
 
 impl Driver {
-    /// Starts the nodes that start at time zero, recording a `restart` for each.
+    /// Starts the nodes that start at time zero, recording a `restart` for each (after the
+    /// `partition` that keeps `apart_at_start` groups apart, if any).
     pub fn start_initial(&mut self, cluster: &mut dyn Cluster, sink: &mut Sink) {
+        if !self.apart.is_empty() {
+            sink.record(Record::Partition {
+                groups: self.apart.iter().map(|g| names(g)).collect(),
+            });
+            cluster.set_apart(&self.apart);
+        }
         let initial: Vec<usize> = self.initial_nodes().collect();
         for i in initial {
             sink.record(Record::Restart { node: name(i) });
             cluster.restart(i, sink);
+        }
+    }
+
+    /// First starts of nodes not started yet (a node already started is left alone).
+    fn start(&mut self, nodes: &[usize], cluster: &mut dyn Cluster, sink: &mut Sink) {
+        for &i in nodes {
+            if self.unstarted.remove(&i) {
+                sink.record(Record::Restart { node: name(i) });
+                cluster.restart(i, sink);
+            }
         }
     }
 }

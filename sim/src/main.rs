@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         Cmd::Scenarios => {
             for name in BUILTINS {
                 let s = chorus_sim::scenario::builtin(name).expect("built-in");
-                println!("{name:<12} {}", s.description);
+                println!("{name:<16} {}", s.description);
             }
             Ok(true)
         }

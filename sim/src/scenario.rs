@@ -24,9 +24,18 @@ pub struct Scenario {
     /// Simulated time to run (`--duration` overrides), e.g. "10m".
     #[serde(with = "duration_ms", default = "default_duration")]
     pub duration_ms: u64,
-    /// Protocol configuration; `bootstrap_expect` is set to the number of voters by the engine.
+    /// Protocol configuration every node starts with. Its `bootstrap_expect` must be left
+    /// alone: the top-level `bootstrap_expect` (default: the number of voters) sets it.
     #[serde(default)]
     pub config: Config,
+    /// How many voters every node waits for before fixing the electorate. Default: the number
+    /// of voters. `node_settings` can give single nodes another value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_expect: Option<u32>,
+    /// Settings that differ between nodes, applied over `config` in file order (a later entry
+    /// wins for the keys it sets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_settings: Vec<NodeSettings>,
     /// Network behaviour at start.
     #[serde(default)]
     pub network: Network,
@@ -39,6 +48,25 @@ pub struct Scenario {
     /// Nodes that join late (the highest-numbered ones), started by `join` actions.
     #[serde(default)]
     pub late_joiners: usize,
+    /// Named nodes that join late, voters included (beside `late_joiners`), started by `join`
+    /// actions, e.g. `["n3", "n4"]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub late: Vec<NodeRef>,
+    /// Each node that starts at once starts instead at a seeded-random time in `[0, spread]`,
+    /// e.g. "20s".
+    #[serde(default, with = "duration_ms", skip_serializing_if = "is_zero")]
+    pub start_spread: u64,
+    /// Once both ends of a pair are up, their connection (the `PeerUp` each side gets) comes
+    /// up after a seeded-random delay in `[0, spread]`, drawn per pair and per connection, so
+    /// nodes see their peers in different orders and at different times.
+    #[serde(default, with = "duration_ms", skip_serializing_if = "is_zero")]
+    pub link_spread: u64,
+    /// Groups of nodes kept apart from the start: two nodes listed in different groups neither
+    /// connect (no `PeerUp`) nor exchange messages until a `heal` action; unlisted nodes are
+    /// not affected. E.g. `[["n3", "n4"], ["n0..=n2"]]`. Written to the trace as a `partition`
+    /// at t=0.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apart_at_start: Vec<Vec<NodeRef>>,
     /// Workers that lie (see `hostile.rs`); off unless set. Left out of the trace header when
     /// off, so honest runs keep their exact bytes.
     #[serde(default, skip_serializing_if = "Hostile::is_off")]
@@ -63,6 +91,151 @@ pub enum Peering {
     /// Voters connect to everyone; workers connect only to voters (workers bootstrapped from
     /// the voters' addresses). The discrete-event engine only; turmoil always peers fully.
     Voters,
+}
+
+/// One node (`"n3"`) or an inclusive range of nodes (`"n1..=n3"`) in a node list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum NodeRef {
+    /// `n<i>`.
+    One(usize),
+    /// `n<a>..=n<b>`, both included.
+    Range(usize, usize),
+}
+
+impl NodeRef {
+    /// The node indices named, in order.
+    pub fn indices(self) -> std::ops::RangeInclusive<usize> {
+        match self {
+            NodeRef::One(i) => i..=i,
+            NodeRef::Range(a, b) => a..=b,
+        }
+    }
+
+    /// The highest index named.
+    fn last(self) -> usize {
+        *self.indices().end()
+    }
+}
+
+/// Parses `n<index>`.
+fn parse_node(text: &str) -> Option<usize> {
+    text.strip_prefix('n')?.parse().ok()
+}
+
+impl TryFrom<String> for NodeRef {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let bad = || format!("bad node {s:?}: expected n<index> or a range n<a>..=n<b>");
+        match s.split_once("..=") {
+            Some((a, b)) => {
+                let (a, b) = (
+                    parse_node(a).ok_or_else(bad)?,
+                    parse_node(b).ok_or_else(bad)?,
+                );
+                if a > b {
+                    return Err(format!("bad node range {s:?}: n{a} is above n{b}"));
+                }
+                Ok(NodeRef::Range(a, b))
+            }
+            None => parse_node(&s).map(NodeRef::One).ok_or_else(bad),
+        }
+    }
+}
+
+impl From<NodeRef> for String {
+    fn from(r: NodeRef) -> String {
+        match r {
+            NodeRef::One(i) => format!("n{i}"),
+            NodeRef::Range(a, b) => format!("n{a}..=n{b}"),
+        }
+    }
+}
+
+/// Every node index a list names, sorted, without duplicates.
+pub fn expand(list: &[NodeRef]) -> Vec<usize> {
+    let mut out: Vec<usize> = list.iter().flat_map(|r| r.indices()).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Protocol settings for some nodes: every key of [`Config`] but `cluster_id` (a node of
+/// another cluster cannot talk to this one at all), each optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeSettings {
+    /// Which nodes, e.g. `["n0", "n2..=n4"]`.
+    pub nodes: Vec<NodeRef>,
+    /// Apply only to starts at or after this time (first start or restart), e.g. "1m": a
+    /// restart with new settings, as an operator rolls out a change. Default: every start.
+    /// A restarted node gets the new settings as `ConfigChanged` right after `Started`, as
+    /// `chorus run` logs them, so its start-up timers still follow its old settings.
+    #[serde(
+        default,
+        with = "opt_duration_ms",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub from: Option<u64>,
+    /// See [`Config::heartbeat_interval_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_interval_ms: Option<u64>,
+    /// See [`Config::election_timeout_min_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub election_timeout_min_ms: Option<u64>,
+    /// See [`Config::election_timeout_max_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub election_timeout_max_ms: Option<u64>,
+    /// See [`Config::discovery_timeout_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery_timeout_ms: Option<u64>,
+    /// See [`Config::confirmations`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmations: Option<u32>,
+    /// See [`Config::bootstrap_expect`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootstrap_expect: Option<u32>,
+    /// See [`Config::max_clock_drift_ppm`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_clock_drift_ppm: Option<u32>,
+    /// See [`Config::score_bias`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score_bias: Option<bool>,
+    /// See [`Config::election_slot_min_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub election_slot_min_ms: Option<u64>,
+    /// See [`Config::discovery_fanout`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery_fanout: Option<u32>,
+}
+
+impl NodeSettings {
+    /// Writes the keys this entry sets into `c`.
+    fn apply(&self, c: &mut Config) {
+        fn set<T: Copy>(to: &mut T, from: Option<T>) {
+            if let Some(v) = from {
+                *to = v;
+            }
+        }
+        set(&mut c.heartbeat_interval_ms, self.heartbeat_interval_ms);
+        set(&mut c.election_timeout_min_ms, self.election_timeout_min_ms);
+        set(&mut c.election_timeout_max_ms, self.election_timeout_max_ms);
+        set(&mut c.discovery_timeout_ms, self.discovery_timeout_ms);
+        set(&mut c.confirmations, self.confirmations);
+        set(&mut c.bootstrap_expect, self.bootstrap_expect);
+        set(&mut c.max_clock_drift_ppm, self.max_clock_drift_ppm);
+        set(&mut c.score_bias, self.score_bias);
+        set(&mut c.election_slot_min_ms, self.election_slot_min_ms);
+        set(&mut c.discovery_fanout, self.discovery_fanout);
+    }
+
+    fn names(&self, i: usize) -> bool {
+        self.nodes.iter().any(|r| r.indices().contains(&i))
+    }
+}
+
+fn is_zero(ms: &u64) -> bool {
+    *ms == 0
 }
 
 /// Hostile workers: the highest-numbered `nodes` nodes (never voters) each send `burst` lies to
@@ -207,10 +380,15 @@ pub enum Action {
         #[serde(default)]
         reorder_ppm: u32,
     },
-    /// Start `count` late joiners that have not started yet.
+    /// Start late nodes that have not started yet: the named `nodes`, or else the first
+    /// `count` of them in index order.
     Join {
         /// How many.
+        #[serde(default)]
         count: usize,
+        /// Which ones, e.g. `["n3", "n4"]` (each must be late: `late` or `late_joiners`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        nodes: Vec<NodeRef>,
     },
 }
 
@@ -224,6 +402,8 @@ pub enum Target {
     Random,
     /// One random live node that is not the admin.
     RandomFollower,
+    /// Every live node but the admin.
+    Followers,
     /// Every live node.
     All,
     /// Every crashed node.
@@ -232,6 +412,8 @@ pub enum Target {
     Percent(u32),
     /// One node by index.
     Node(usize),
+    /// Nodes `a..=b` by index (`n1..=n3`).
+    Nodes(usize, usize),
 }
 
 impl TryFrom<String> for Target {
@@ -241,17 +423,19 @@ impl TryFrom<String> for Target {
             "admin" => Target::Admin,
             "random" => Target::Random,
             "random_follower" => Target::RandomFollower,
+            "followers" => Target::Followers,
             "all" => Target::All,
             "crashed" => Target::Crashed,
             p if p.ends_with('%') => Target::Percent(
                 p[..p.len() - 1].parse().map_err(|_| format!("bad percentage {p:?}"))?,
             ),
-            n if n.starts_with('n') => Target::Node(
-                n[1..].parse().map_err(|_| format!("bad node {n:?}: expected n<index>"))?,
-            ),
+            n if n.starts_with('n') => match NodeRef::try_from(n.to_owned())? {
+                NodeRef::One(i) => Target::Node(i),
+                NodeRef::Range(a, b) => Target::Nodes(a, b),
+            },
             other => {
                 return Err(format!(
-                    "unknown target {other:?}: expected admin, random, random_follower, all, crashed, N%, or n<index>"
+                    "unknown target {other:?}: expected admin, random, random_follower, followers, all, crashed, N%, n<index> or n<a>..=n<b>"
                 ))
             }
         })
@@ -264,10 +448,12 @@ impl From<Target> for String {
             Target::Admin => "admin".into(),
             Target::Random => "random".into(),
             Target::RandomFollower => "random_follower".into(),
+            Target::Followers => "followers".into(),
             Target::All => "all".into(),
             Target::Crashed => "crashed".into(),
             Target::Percent(p) => format!("{p}%"),
             Target::Node(i) => format!("n{i}"),
+            Target::Nodes(a, b) => format!("n{a}..=n{b}"),
         }
     }
 }
@@ -286,12 +472,49 @@ impl Scenario {
         self.voters.unwrap_or(self.nodes).min(self.nodes)
     }
 
-    /// The protocol configuration every node runs.
+    /// The protocol configuration every node starts with, before `node_settings`.
     pub fn node_config(&self) -> Config {
         Config {
-            bootstrap_expect: self.voter_count().max(1) as u32,
+            bootstrap_expect: self
+                .bootstrap_expect
+                .unwrap_or(self.voter_count().max(1) as u32),
             ..self.config.clone()
         }
+    }
+
+    /// Node `i`'s configuration for a start at time `t`: the shared one with every
+    /// `node_settings` entry that names `i` and applies from `t` on, in file order.
+    pub fn node_config_at(&self, i: usize, t: u64) -> Config {
+        let mut c = self.node_config();
+        for s in &self.node_settings {
+            if s.from.unwrap_or(0) <= t && s.names(i) {
+                s.apply(&mut c);
+            }
+        }
+        c
+    }
+
+    /// Every configuration some node may run, deduplicated (the shared one first).
+    fn all_configs(&self) -> Vec<Config> {
+        let mut out = vec![self.node_config()];
+        for s in &self.node_settings {
+            for i in expand(&s.nodes) {
+                let c = self.node_config_at(i, s.from.unwrap_or(0));
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+        out
+    }
+
+    /// The smallest minimum election timeout any node runs with (the turmoil tick follows it).
+    pub fn shortest_election_timeout_min_ms(&self) -> u64 {
+        self.all_configs()
+            .iter()
+            .map(|c| c.election_timeout_min_ms)
+            .min()
+            .unwrap_or(self.config.election_timeout_min_ms)
     }
 
     /// Whether node `i` is hostile: the highest-numbered `hostile.nodes` nodes.
@@ -299,17 +522,46 @@ impl Scenario {
         i >= self.nodes - self.hostile.nodes.min(self.nodes)
     }
 
-    /// The liveness bound in force.
+    /// Nodes that start late, by `join`: the named `late` ones and the highest-numbered
+    /// `late_joiners`, in index order.
+    pub fn late_nodes(&self) -> Vec<usize> {
+        let mut out = expand(&self.late);
+        out.extend(self.nodes.saturating_sub(self.late_joiners)..self.nodes);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The groups of `apart_at_start`, as node indices.
+    pub fn apart_groups(&self) -> Vec<Vec<usize>> {
+        self.apart_at_start.iter().map(|g| expand(g)).collect()
+    }
+
+    /// The liveness bound in force: by default the slowest node's discovery timeout + 3 ×
+    /// maximum election timeout + 2 × heartbeat, plus `link_spread`.
     pub fn liveness_bound(&self) -> u64 {
-        self.liveness_bound_ms.unwrap_or(
-            self.config.discovery_timeout_ms
-                + 3 * self.config.election_timeout_max_ms
-                + 2 * self.config.heartbeat_interval_ms,
-        )
+        self.liveness_bound_ms.unwrap_or_else(|| {
+            let slowest = self
+                .all_configs()
+                .iter()
+                .map(|c| {
+                    c.discovery_timeout_ms
+                        + 3 * c.election_timeout_max_ms
+                        + 2 * c.heartbeat_interval_ms
+                })
+                .max()
+                .unwrap_or(0);
+            slowest + self.link_spread
+        })
     }
 
     /// Checks what the types cannot.
     pub fn validate(&self) -> Result<(), String> {
+        if self.config.bootstrap_expect != Config::default().bootstrap_expect {
+            return Err(
+                "config.bootstrap_expect is not read: set the top-level `bootstrap_expect` (default: the number of voters), or `bootstrap_expect` in `[[node_settings]]`".into(),
+            );
+        }
         self.node_config().validate().map_err(|e| e.to_string())?;
         if self.nodes == 0 {
             return Err("nodes must be at least 1".into());
@@ -319,6 +571,48 @@ impl Scenario {
         }
         if self.late_joiners >= self.nodes {
             return Err("late_joiners must leave at least one node starting at once".into());
+        }
+        let in_range = |what: &str, list: &[NodeRef]| -> Result<(), String> {
+            match list.iter().find(|r| r.last() >= self.nodes) {
+                Some(r) => Err(format!(
+                    "{what} names {}, but there are {} nodes (n0..=n{})",
+                    String::from(*r),
+                    self.nodes,
+                    self.nodes - 1
+                )),
+                None => Ok(()),
+            }
+        };
+        in_range("late", &self.late)?;
+        if self.late_nodes().len() >= self.nodes {
+            return Err(
+                "late and late_joiners must leave at least one node starting at once".into(),
+            );
+        }
+        for (k, s) in self.node_settings.iter().enumerate() {
+            let what = format!("node_settings[{k}]");
+            if s.nodes.is_empty() {
+                return Err(format!("{what}: `nodes` is empty"));
+            }
+            in_range(&what, &s.nodes)?;
+            let from = s.from.unwrap_or(0);
+            for i in expand(&s.nodes) {
+                self.node_config_at(i, from)
+                    .validate()
+                    .map_err(|e| format!("{what}: n{i}: {e}"))?;
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (k, g) in self.apart_at_start.iter().enumerate() {
+            in_range(&format!("apart_at_start[{k}]"), g)?;
+            for i in expand(g) {
+                if !seen.insert(i) {
+                    return Err(format!("apart_at_start: n{i} is in more than one group"));
+                }
+            }
+        }
+        if self.apart_at_start.len() == 1 {
+            return Err("apart_at_start needs at least two groups to keep apart".into());
         }
         if self.hostile.nodes > self.nodes - self.voter_count() {
             return Err(format!(
@@ -343,23 +637,39 @@ impl Scenario {
                 return Err("probabilities are parts per million, at most 1000000".into());
             }
         }
+        let late = self.late_nodes();
         for s in &self.events {
-            if let Action::Crash {
-                target: Target::Node(i),
+            let what = format!("event at {} ms", s.at);
+            let targets: Vec<&Target> = match &s.action {
+                Action::Crash { target }
+                | Action::Restart { target }
+                | Action::Bounce { target, .. } => vec![target],
+                Action::OneWay { from, to } => vec![from, to],
+                _ => vec![],
+            };
+            for t in targets {
+                if let Target::Node(i) | Target::Nodes(_, i) = t {
+                    if *i >= self.nodes {
+                        return Err(format!(
+                            "{what} names n{i}, but there are {} nodes",
+                            self.nodes
+                        ));
+                    }
+                }
             }
-            | Action::Restart {
-                target: Target::Node(i),
-            } = &s.action
-            {
-                if *i >= self.nodes {
+            if let Action::Join { count, nodes } = &s.action {
+                in_range(&what, nodes)?;
+                if let Some(i) = expand(nodes).into_iter().find(|i| !late.contains(i)) {
                     return Err(format!(
-                        "event at {} ms names n{i}, but there are {} nodes",
-                        s.at, self.nodes
+                        "{what}: join names n{i}, which is not late (list it in `late`)"
                     ));
+                }
+                if *count == 0 && nodes.is_empty() {
+                    return Err(format!("{what}: join needs `count` or `nodes`"));
                 }
             }
             if s.every == Some(0) {
-                return Err(format!("event at {} ms repeats every 0 ms", s.at));
+                return Err(format!("{what} repeats every 0 ms"));
             }
         }
         Ok(())
@@ -424,7 +734,15 @@ pub const BUILTINS: &[&str] = &[
     "churn",
     "drift",
     "hostile",
+    "uneven-bootstrap",
+    "late-voters",
+    "mixed-timeouts",
 ];
+
+/// The built-ins that reproduce known bugs of today's core (issue 10: uneven bootstrap,
+/// late voters, mixed settings). `sim/tests/bootstrap.rs` sweeps them expecting no violation,
+/// so it fails until the core is fixed; the CI sweeps of `sim/tests/sweep.rs` leave them out.
+pub const REPRODUCERS: &[&str] = &["uneven-bootstrap", "late-voters", "mixed-timeouts"];
 
 /// Built-in scenarios, written in the same TOML users write.
 pub fn builtin(name: &str) -> Option<Scenario> {
@@ -439,6 +757,9 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "churn" => CHURN,
         "drift" => DRIFT,
         "hostile" => HOSTILE,
+        "uneven-bootstrap" => UNEVEN_BOOTSTRAP,
+        "late-voters" => LATE_VOTERS,
+        "mixed-timeouts" => MIXED_TIMEOUTS,
         _ => return None,
     };
     // The built-ins are tested to parse and validate.
@@ -471,6 +792,55 @@ with_admin = true
 [[events]]
 at = "6m30s"
 action = "heal"
+"#;
+
+// The three below reproduce known bootstrap and settings bugs of the core (issue 10): they
+// are swept by `sim/tests/bootstrap.rs`, which expects no violation and fails until the core
+// is fixed.
+
+const UNEVEN_BOOTSTRAP: &str = r#"
+name = "uneven-bootstrap"
+description = "Five voters that expect three start over 20 s and see their peers in different orders"
+bootstrap_expect = 3
+start_spread = "20s"
+link_spread = "10s"
+"#;
+
+const LATE_VOTERS: &str = r#"
+name = "late-voters"
+description = "Three voters (expect 3) elect; two late voters (expect 3) meet each other first, then the rest; the admin is bounced"
+bootstrap_expect = 3
+late = ["n3", "n4"]
+apart_at_start = [["n3", "n4"], ["n0..=n2"]]
+[[events]]
+at = "2m"
+action = "join"
+nodes = ["n3", "n4"]
+[[events]]
+at = "2m10s"
+action = "heal"
+[[events]]
+at = "5m"
+action = "bounce"
+target = "admin"
+down_for = "20s"
+"#;
+
+const MIXED_TIMEOUTS: &str = r#"
+name = "mixed-timeouts"
+description = "The followers are restarted with 3 s election timeouts while the admin keeps 30 s: its lease outlives their promises"
+[[node_settings]]
+nodes = ["n0..=n4"]
+from = "1m"
+heartbeat_interval_ms = 1000
+election_timeout_min_ms = 3000
+election_timeout_max_ms = 4500
+discovery_timeout_ms = 1500
+[[events]]
+at = "1m"
+action = "bounce"
+target = "followers"
+down_for = "5s"
 "#;
 
 const STEADY: &str = r#"

@@ -85,6 +85,12 @@ fn trial_scenario(min: u64, max: u64, kill_at: u64, horizon: u64) -> Scenario {
         equal_scores: true,
         peering: Default::default(),
         late_joiners: 0,
+        late: Vec::new(),
+        start_spread: 0,
+        link_spread: 0,
+        apart_at_start: Vec::new(),
+        bootstrap_expect: None,
+        node_settings: Vec::new(),
         hostile: Default::default(),
         events: vec![Scheduled {
             at: kill_at,

@@ -9,8 +9,14 @@
 //! delivery happens at tick boundaries, so latencies are rounded up to the tick.
 //!
 //! Connection events: when a node starts, it gets `PeerUp` for every live node and every live
-//! node gets `PeerUp` for it; when it crashes, every live node gets `PeerDown` (as connection
-//! resets would tell them). Partitions cause no peer events.
+//! node gets `PeerUp` for it (with `link_spread`, each pair after its own seeded delay, at the
+//! next tick boundary); when it crashes, every node connected to it gets `PeerDown` (as
+//! connection resets would tell them). Partitions cause no peer events; `apart_at_start`
+//! groups connect only at the first heal.
+//!
+//! Settings: each node's core starts with its own configuration; a restart whose settings
+//! differ (`node_settings` with `from`) logs `ConfigChanged` after `Started`, as `chorus run`
+//! does.
 //!
 //! Clocks: without drift, each node runs on [`TokioClock`]; with `network.drift_ppm`, on a
 //! [`clock::DriftClock`] at `1 + d/1e6` of the simulated rate (`d` drawn as the discrete-event
@@ -24,13 +30,16 @@ mod transport;
 mod tests;
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
+use chorus_core::rng::below;
+use chorus_core::{Command, Config, Core, Event, NodeId, Notice, Role};
 use chorus_io::runtime::{Clock, MemoryLog, Runtime, TokioClock};
+use rand_chacha::rand_core::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{self, UnboundedSender};
 use turmoil::Sim;
 
@@ -65,7 +74,7 @@ pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()
 pub fn tick_ms(scenario: &Scenario, options: &Options) -> u64 {
     options
         .tick_ms
-        .unwrap_or(if scenario.config.election_timeout_min_ms >= 1_000 {
+        .unwrap_or(if scenario.shortest_election_timeout_min_ms() >= 1_000 {
             10
         } else {
             1
@@ -113,6 +122,7 @@ pub fn run_with(
             .map_err(|e| anyhow::anyhow!("turmoil engine at {now} ms: {e}"))?;
         now = cluster.sim.elapsed().as_millis() as u64;
         cluster.drain(sink);
+        cluster.release_links(now);
         if driver.next_at().is_some_and(|t| t <= now) {
             sink.at(now);
             driver.fire_due(now, &mut cluster, sink);
@@ -134,6 +144,8 @@ struct NodeSpec {
     outputs: Rc<RefCell<Outputs>>,
     control: Rc<RefCell<Vec<Option<UnboundedSender<Control>>>>>,
     incarnations: Rc<RefCell<Vec<u64>>>,
+    /// Settings the engine wants the next start of each node to log (`ConfigChanged`).
+    new_config: Rc<RefCell<Vec<Option<Config>>>>,
     steps: bool,
     drift_ppm: i64,
 }
@@ -157,16 +169,21 @@ impl NodeSpec {
             let rng_id = NodeId::from(format!("{id}#{incarnation}"));
             let rng = chorus_core::rng::node_rng(spec.seed ^ 0x7e4b_0111_5eed_d47a, &rng_id);
             let transport = SimTransport::new(socket, spec.dir.clone(), spec.net.clone(), rx, rng);
+            let mut start_events = spec.start_events.clone();
+            if let Some(config) = spec.new_config.borrow_mut()[spec.index].take() {
+                start_events.push(Event::ConfigChanged { config });
+            }
             let observer = SimObserver {
                 node: spec.index,
                 outputs: spec.outputs.clone(),
                 steps: spec.steps,
             };
             if spec.drift_ppm == 0 {
-                spec.run(transport, observer, TokioClock::new()).await?;
+                spec.run(transport, observer, TokioClock::new(), start_events)
+                    .await?;
             } else {
                 let clock = clock::DriftClock::new(spec.drift_ppm);
-                spec.run(transport, observer, clock).await?;
+                spec.run(transport, observer, clock, start_events).await?;
             }
             Ok(())
         }
@@ -178,6 +195,7 @@ impl NodeSpec {
         transport: SimTransport,
         observer: SimObserver,
         clock: impl Clock,
+        start_events: Vec<Event>,
     ) -> Result<Core, chorus_io::runtime::RuntimeError> {
         Runtime::new(
             self.core.clone(),
@@ -186,7 +204,7 @@ impl NodeSpec {
             clock,
             observer,
         )
-        .with_start_events(self.start_events.clone())
+        .with_start_events(start_events)
         .run(std::future::pending())
         .await
     }
@@ -208,6 +226,18 @@ struct TurmoilCluster {
     outputs: Rc<RefCell<Outputs>>,
     net: Rc<RefCell<NetShared>>,
     control: Rc<RefCell<Vec<Option<UnboundedSender<Control>>>>>,
+    scenario: Scenario,
+    seed: u64,
+    /// The settings each node ran with at its latest start.
+    configs: Vec<Option<Config>>,
+    new_config: Rc<RefCell<Vec<Option<Config>>>>,
+    /// `apart_at_start` group per node (0: none), until the first heal.
+    apart: Vec<u32>,
+    /// Connections waiting out their `link_spread` delay: pair → token, and by due time.
+    pending_links: BTreeMap<(usize, usize), u64>,
+    link_queue: BTreeMap<(u64, u64), (usize, usize)>,
+    link_token: u64,
+    link_rng: ChaCha8Rng,
 }
 
 impl TurmoilCluster {
@@ -242,6 +272,8 @@ impl TurmoilCluster {
         let outputs = Rc::new(RefCell::new(Outputs::default()));
         let control = Rc::new(RefCell::new(vec![None; n]));
         let incarnations = Rc::new(RefCell::new(vec![0; n]));
+        let new_config = Rc::new(RefCell::new(vec![None; n]));
+        // Replaced by the node's own settings at its first start.
         let config = scenario.node_config();
         let drifts = crate::driver::clock_drifts(scenario, seed);
         let specs = (0..n)
@@ -268,6 +300,7 @@ impl TurmoilCluster {
                     outputs: outputs.clone(),
                     control: control.clone(),
                     incarnations: incarnations.clone(),
+                    new_config: new_config.clone(),
                     steps,
                     drift_ppm: drifts[i],
                 }
@@ -290,6 +323,64 @@ impl TurmoilCluster {
             outputs,
             net,
             control,
+            scenario: scenario.clone(),
+            seed,
+            configs: vec![None; n],
+            new_config,
+            apart: vec![0; n],
+            pending_links: BTreeMap::new(),
+            link_queue: BTreeMap::new(),
+            link_token: 0,
+            // The discrete-event engine's stream for the same purpose, so both spread alike.
+            link_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x11c5_9e4d_0000_0004),
+        }
+    }
+
+    fn apart_pair(&self, a: usize, b: usize) -> bool {
+        let (x, y) = (self.apart[a], self.apart[b]);
+        x != 0 && y != 0 && x != y
+    }
+
+    /// Whether `a` and `b` hold a connection now.
+    fn connected(&self, a: usize, b: usize) -> bool {
+        self.live[a]
+            && self.live[b]
+            && !self.apart_pair(a, b)
+            && !self.pending_links.contains_key(&(a.min(b), a.max(b)))
+    }
+
+    /// Brings the connection of `a` and `b` up now, or after a `link_spread` delay.
+    fn connect(&mut self, a: usize, b: usize, now: u64) {
+        let spread = self.scenario.link_spread;
+        if spread == 0 {
+            self.tell(a, Control::Up(b));
+            self.tell(b, Control::Up(a));
+            return;
+        }
+        let delay = below(&mut self.link_rng, spread + 1);
+        self.link_token += 1;
+        self.pending_links
+            .insert((a.min(b), a.max(b)), self.link_token);
+        self.link_queue
+            .insert((now + delay, self.link_token), (a, b));
+    }
+
+    /// Connections whose delay is over by `now` come up (turmoil delivers at tick boundaries).
+    fn release_links(&mut self, now: u64) {
+        while let Some(entry) = self.link_queue.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let token = entry.key().1;
+            let (a, b) = entry.remove();
+            let key = (a.min(b), a.max(b));
+            if self.pending_links.get(&key) == Some(&token) {
+                self.pending_links.remove(&key);
+                if self.live[a] && self.live[b] {
+                    self.tell(a, Control::Up(b));
+                    self.tell(b, Control::Up(a));
+                }
+            }
         }
     }
 
@@ -371,21 +462,41 @@ impl Cluster for TurmoilCluster {
         if !self.live[i] {
             return;
         }
+        let peers: Vec<usize> = (0..self.live.len())
+            .filter(|j| *j != i && self.connected(i, *j))
+            .collect();
+        self.pending_links.retain(|(a, b), _| *a != i && *b != i);
         self.sim.crash(name(i));
         self.live[i] = false;
         self.roles[i] = None;
         self.control.borrow_mut()[i] = None;
-        for j in 0..self.live.len() {
-            if self.live[j] {
-                self.tell(j, Control::Down(i));
-            }
+        for j in peers {
+            self.tell(j, Control::Down(i));
         }
     }
 
-    fn restart(&mut self, i: usize, _sink: &mut Sink) {
+    fn restart(&mut self, i: usize, sink: &mut Sink) {
         if self.live[i] {
             return;
         }
+        let now = sink.now();
+        let wanted = self.scenario.node_config_at(i, now);
+        match &self.configs[i] {
+            // Logged at this start: the core takes it after `Started`, as `chorus run` does.
+            Some(c) if *c != wanted => self.new_config.borrow_mut()[i] = Some(wanted.clone()),
+            Some(_) => {}
+            None => {
+                let profile = &self.specs[i].dir.profiles[i];
+                self.specs[i].core = Core::new(
+                    self.specs[i].dir.ids[i].clone(),
+                    wanted.clone(),
+                    profile.capabilities.to_vec(),
+                    self.seed,
+                )
+                .expect("validated configuration");
+            }
+        }
+        self.configs[i] = Some(wanted);
         if self.registered[i] {
             self.sim.bounce(name(i));
         } else {
@@ -405,9 +516,8 @@ impl Cluster for TurmoilCluster {
         self.live[i] = true;
         self.roles[i] = Some((Role::Follower, 0));
         for j in 0..self.live.len() {
-            if j != i && self.live[j] {
-                self.tell(i, Control::Up(j));
-                self.tell(j, Control::Up(i));
+            if j != i && self.live[j] && !self.apart_pair(i, j) {
+                self.connect(i, j, now);
             }
         }
     }
@@ -421,10 +531,40 @@ impl Cluster for TurmoilCluster {
         }
     }
 
-    fn heal(&mut self) {
+    fn set_apart(&mut self, groups: &[Vec<usize>]) {
+        for (g, members) in groups.iter().enumerate() {
+            for &i in members {
+                self.apart[i] = g as u32 + 1;
+            }
+        }
+        let n = self.apart.len();
+        for a in 0..n {
+            for b in 0..n {
+                if self.apart_pair(a, b) {
+                    self.cut(a, b);
+                }
+            }
+        }
+    }
+
+    fn heal(&mut self, sink: &mut Sink) {
         for (a, b) in std::mem::take(&mut self.cuts) {
             if self.registered[a] && self.registered[b] {
                 self.sim.repair_oneway(name(a), name(b));
+            }
+        }
+        if self.apart.iter().all(|g| *g == 0) {
+            return;
+        }
+        let n = self.apart.len();
+        let pairs: Vec<(usize, usize)> = (0..n)
+            .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
+            .filter(|&(a, b)| self.apart_pair(a, b))
+            .collect();
+        self.apart = vec![0; n];
+        for (a, b) in pairs {
+            if self.connected(a, b) {
+                self.connect(a, b, sink.now());
             }
         }
     }
