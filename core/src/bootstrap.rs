@@ -35,7 +35,15 @@ pub(crate) struct Proposal {
     /// Phase 2: the value proposed, and who accepted it.
     pub(crate) value: Option<Arc<Electorate>>,
     pub(crate) accepted_by: BTreeSet<NodeId>,
+    /// Resends so far of the current phase to the peers that have not answered.
+    #[serde(default)]
+    pub(crate) resends: u32,
 }
+
+/// A proposal resends its phase to silent peers this many times before it starts over higher:
+/// on a lossy network each phase needs every one of k messages through, and a resend is far
+/// cheaper than a new round.
+const MAX_RESENDS: u32 = 8;
 
 /// The durable acceptor state of bootstrap.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,7 +106,10 @@ impl Core {
     }
 
     pub(crate) fn on_bootstrap_timer(&mut self, out: &mut Vec<Command>) {
-        // A proposal still running has failed (lost messages, a rival): start over higher.
+        if self.resend_phase(out) {
+            return;
+        }
+        // A proposal that resent enough has failed (a rival, peers gone): start over higher.
         self.proposal = None;
         if self.knows_a_cluster() || !self.is_eligible() {
             return;
@@ -123,6 +134,7 @@ impl Core {
             promises,
             value: None,
             accepted_by: BTreeSet::new(),
+            resends: 0,
         });
         let expect = self.config.bootstrap_expect;
         for peer in eligible {
@@ -134,7 +146,42 @@ impl Core {
                 },
             });
         }
-        self.arm_bootstrap_retry(out);
+        self.arm_resend(out);
+    }
+
+    fn arm_resend(&mut self, out: &mut Vec<Command>) {
+        let every = (self.config.discovery_timeout_ms / 10).max(self.config.election_slot_min_ms);
+        self.timers.set(Timer::Bootstrap, self.now_ms + every, out);
+    }
+
+    /// Resends the running proposal's phase to the eligible peers that have not answered it.
+    /// Returns false when there is nothing to resend or the resends are used up.
+    fn resend_phase(&mut self, out: &mut Vec<Command>) -> bool {
+        let peers = self.eligible_peers();
+        let expect = self.config.bootstrap_expect;
+        let Some(p) = self.proposal.as_mut() else {
+            return false;
+        };
+        if p.resends >= MAX_RESENDS {
+            return false;
+        }
+        p.resends += 1;
+        for peer in peers {
+            let msg = match &p.value {
+                None if !p.promises.contains_key(&peer) => Message::BootstrapPrepare {
+                    ballot: p.ballot.clone(),
+                    expect,
+                },
+                Some(v) if !p.accepted_by.contains(&peer) => Message::BootstrapAccept {
+                    ballot: p.ballot.clone(),
+                    electorate: v.clone(),
+                },
+                _ => continue,
+            };
+            out.push(Command::Send { to: peer, msg });
+        }
+        self.arm_resend(out);
+        true
     }
 
     /// Retries after a random wait, so duelling proposers draw apart.
@@ -337,7 +384,7 @@ impl Core {
         if !self.bootstrap_sender_ok(&from, "bootstrap_refused", out) {
             return;
         }
-        if !self.proposal.as_ref().is_some_and(|p| p.ballot == ballot) {
+        if self.proposal.as_ref().is_none_or(|p| p.ballot != ballot) {
             return self.refuse_reply(from, "bootstrap_refused", &ballot, out);
         }
         if let Some(p) = &promised {

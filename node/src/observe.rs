@@ -682,6 +682,10 @@ mod tests {
             },
             &mut Vec::new(),
         );
+        core.set_electorate_for_test(chorus_core::Electorate::new(
+            1,
+            vec!["me".into(), "other".into()],
+        ));
         // The other voter never answers: this node stays a pre-candidate.
         let seen = walk(&mut core, |c| c.role() != Role::Follower);
         assert_eq!(seen, ["follower", "pre_candidate"]);

@@ -739,9 +739,9 @@ pub const BUILTINS: &[&str] = &[
     "mixed-timeouts",
 ];
 
-/// The built-ins that reproduce known bugs of today's core (issue 10: uneven bootstrap,
-/// late voters, mixed settings). `sim/tests/bootstrap.rs` sweeps them expecting no violation,
-/// so it fails until the core is fixed; the CI sweeps of `sim/tests/sweep.rs` leave them out.
+/// The built-ins that reproduced the bootstrap and mixed-settings bugs of issue 10 (uneven
+/// bootstrap, late voters, mixed settings); `sim/tests/bootstrap.rs` sweeps them over more seeds
+/// than the general CI sweep does.
 pub const REPRODUCERS: &[&str] = &["uneven-bootstrap", "late-voters", "mixed-timeouts"];
 
 /// Built-in scenarios, written in the same TOML users write.

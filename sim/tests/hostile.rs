@@ -2,7 +2,7 @@
 //! terms, extreme terms, unasked replies with made-up electorates, replays — on top of every
 //! built-in scenario's faults. The checker judges the honest nodes: invariants 1–5 must hold.
 
-use chorus_sim::scenario::{Scenario, BUILTINS, REPRODUCERS};
+use chorus_sim::scenario::{Scenario, BUILTINS};
 use chorus_sim::sweep::{jobs, sweep, EngineChoice, Job};
 
 fn with_liars(name: &str) -> anyhow::Result<Scenario> {
@@ -36,12 +36,7 @@ fn failures(all: &[Job]) -> Vec<String> {
 
 #[test]
 fn liars_break_no_invariant_in_any_scenario() {
-    // The built-ins that reproduce known core bugs fail without liars (tests/bootstrap.rs).
-    let names: Vec<&str> = BUILTINS
-        .iter()
-        .filter(|n| !REPRODUCERS.contains(n))
-        .copied()
-        .collect();
+    let names: Vec<&str> = BUILTINS.to_vec();
     let all = jobs(&names.join(","), 0..24, EngineChoice::Des, with_liars).unwrap();
     assert_eq!(all.len(), 24 * names.len());
     assert!(all.iter().all(|j| j.scenario.hostile.nodes == 2));

@@ -1,16 +1,15 @@
-//! The CI sweep: over 550 seeded runs across every built-in scenario, on both engines, with zero
+//! The CI sweep: over 700 seeded runs across every built-in scenario, on both engines, with zero
 //! invariant violations; a few seeds also run twice to check byte-identical traces. The
-//! built-ins that reproduce known core bugs (`REPRODUCERS`) are swept by `tests/bootstrap.rs`.
+//! bootstrap reproducers (`REPRODUCERS`) get more seeds in `tests/bootstrap.rs`.
 
-use chorus_sim::scenario::{Scenario, BUILTINS, REPRODUCERS};
+use chorus_sim::scenario::{Scenario, BUILTINS};
 use chorus_sim::sweep::{jobs, sweep, EngineChoice, Job};
 
-/// The built-ins expected to pass on today's core, as a `--scenario` list; `des_only` keeps
-/// the hostile one (turmoil has no liars) when false.
+/// The built-ins as a `--scenario` list; `des_only` keeps the hostile one (turmoil has no
+/// liars) when false.
 fn passing(des_only: bool) -> String {
     BUILTINS
         .iter()
-        .filter(|n| !REPRODUCERS.contains(n))
         .filter(|n| des_only || Scenario::load(n).unwrap().hostile.is_off())
         .copied()
         .collect::<Vec<_>>()
@@ -52,20 +51,20 @@ fn assert_clean(all: &[Job], determinism: bool) {
 }
 
 #[test]
-fn des_500_runs_all_scenarios_no_violations() {
+fn des_650_runs_all_scenarios_no_violations() {
     let all = jobs(&passing(true), 0..50, EngineChoice::Des, |n| load(n, None)).unwrap();
-    assert_eq!(all.len(), 500);
+    assert_eq!(all.len(), 650);
     assert_clean(&all, false);
 }
 
 #[test]
-fn turmoil_54_runs_all_scenarios_no_violations() {
+fn turmoil_72_runs_all_scenarios_no_violations() {
     // Five simulated minutes each: turmoil runs the real runtime loop and codec, so it is slower.
     let all = jobs(&passing(false), 0..6, EngineChoice::Turmoil, |n| {
         load(n, Some(5 * 60 * 1000))
     })
     .unwrap();
-    assert_eq!(all.len(), 54);
+    assert_eq!(all.len(), 72);
     assert_clean(&all, false);
 }
 
