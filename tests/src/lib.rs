@@ -324,11 +324,111 @@ impl Drop for ChildGuard {
     }
 }
 
+/// `chorus run` arguments for a lone node with short timings (200 ms heartbeats, 600–900 ms
+/// elections, 300 ms discovery), HTTP on `http` and libp2p on `listen`, mDNS off.
+pub fn lone_node_args_on(data_dir: &Path, http: &str, listen: &str) -> Vec<String> {
+    [
+        "run",
+        "--data-dir",
+        data_dir.to_str().expect("a UTF-8 path"),
+        "--http",
+        http,
+        "--listen",
+        listen,
+        "--no-mdns",
+        "--heartbeat-ms",
+        "200",
+        "--election-timeout-ms",
+        "600..900",
+        "--discovery-timeout-ms",
+        "300",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// [`lone_node_args_on`] with ports the OS picks; the node reports them in its log (read them
+/// with [`reported_ports`]).
+pub fn lone_node_args(data_dir: &Path) -> Vec<String> {
+    lone_node_args_on(data_dir, "127.0.0.1:0", "/ip4/127.0.0.1/tcp/0")
+}
+
+/// Starts `bin` with `args` and the environment `env`, stdout and stderr into a new file `log`
+/// (at info level, so the start line with the ports is there); killed when the guard drops.
+pub fn spawn_logged(bin: &Path, args: &[String], env: &[(&str, &str)], log: &Path) -> ChildGuard {
+    let file = std::fs::File::create(log).expect("log file");
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .env("RUST_LOG", "info,libp2p=warn")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("log file"))
+        .stderr(file);
+    ChildGuard(Some(cmd.spawn().expect("chorus starts")))
+}
+
+/// [`spawn_logged`], then waits for the process to report its ports.
+pub fn spawn_reported(
+    bin: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    log: &Path,
+) -> (ChildGuard, Ports) {
+    let mut guard = spawn_logged(bin, args, env, log);
+    let ports = reported_ports(guard.0.as_mut().expect("spawned"), log, 0);
+    (guard, ports)
+}
+
+/// How long [`stop`] waits for an exit: a liveness bound for a loaded machine.
+pub const STOP_BOUND: Duration = Duration::from_secs(30);
+
+/// Sends `sig` to the guarded process and waits (up to [`STOP_BOUND`]) for its exit status;
+/// fails the test when it does not exit.
+pub fn stop(guard: &mut ChildGuard, sig: nix::sys::signal::Signal) -> ExitStatus {
+    let mut child = guard.0.take().expect("a running child");
+    signal(&child, sig);
+    let status = wait_until(STOP_BOUND, Duration::from_millis(20), || {
+        child.try_wait().ok().flatten()
+    });
+    status.unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("no exit within {STOP_BOUND:?} after {sig}")
+    })
+}
+
+/// A node's `/status` on `http_port`, when it answers 200 with JSON.
+pub fn status(http_port: u16) -> Option<Value> {
+    let (code, body) = http_get(http_port, "/status")?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Waits (up to `timeout`) until the node on `http_port` says it is admin; fails the test with
+/// the node's `log` otherwise.
+pub fn wait_admin(http_port: u16, timeout: Duration, log: &Path) -> Value {
+    wait_until(timeout, Duration::from_millis(50), || {
+        status(http_port).filter(|s| s["role"] == "admin")
+    })
+    .unwrap_or_else(|| panic!("no admin within {timeout:?}:\n{}", read(log)))
+}
+
+/// A file's text, or empty when it cannot be read.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 /// Runs `bin` with `args` to completion, capturing its output. A run that is still going after
 /// 30 s is killed (and the test fails on its output), so a wrongly healthy node cannot hang it.
 pub fn run_chorus(bin: &Path, args: &[&str]) -> Output {
+    run_chorus_env(bin, args, &[])
+}
+
+/// [`run_chorus`] with the extra environment variables `env`.
+pub fn run_chorus_env(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
