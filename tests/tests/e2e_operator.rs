@@ -9,8 +9,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use chorus_tests::{
-    http_get, lone_node_args as run_args, lone_node_args_on, read, run_chorus, spawn_reported,
-    status, stop, wait_admin, wait_until, ChildGuard, Ports,
+    http_get, lone_node_args as run_args, lone_node_args_on, parse_started_line, read, run_chorus,
+    spawn_reported, status, stop, wait_admin, wait_until, ChildGuard, Ports,
 };
 use nix::sys::signal::Signal;
 
@@ -414,22 +414,6 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// The value after `flag` on the command line of the process mentioning `needle`.
-fn flag_of(needle: &str, flag: &str) -> Option<String> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a.contains(needle)) {
-            let i = args.iter().position(|a| a == flag)?;
-            return args.get(i + 1).cloned();
-        }
-    }
-    None
-}
-
 #[test]
 fn status_cluster_is_one_table_of_every_node() {
     let mut args = vec!["--nodes", "3", "--plain", "--kills", "0"];
@@ -440,8 +424,12 @@ fn status_cluster_is_one_table_of_every_node() {
     wait_line(&rx, &mut seen, |l| l.contains(" nodes in "));
     let root = root_of(&seen[0]);
     wait_line(&rx, &mut seen, |l| l.starts_with("admin "));
-    let n0 = format!("{}/n0", root.display());
-    let http = flag_of(&n0, "--http").expect("n0's --http");
+    // n0's HTTP port, as it reported it in its log (devcluster's nodes bind port 0).
+    let n0 = read(&root.join("n0.log"))
+        .lines()
+        .find_map(parse_started_line)
+        .expect("n0 reported its ports");
+    let http = format!("127.0.0.1:{}", n0.http);
 
     // Every node's row comes from its own status: one admin, one term, last contact known.
     let table = wait_until(WAIT, Duration::from_millis(200), || {
