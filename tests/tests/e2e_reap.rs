@@ -6,47 +6,24 @@
 //!
 //! The Docker test needs the real Docker Engine and fails (never skips) without it.
 
+// The Docker test helpers of chorus-io's own tests: connecting (failing loudly without Docker),
+// the busybox image, container checks through the CLI, cleanup on panic.
+#[path = "../../io/tests/common/mod.rs"]
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use chorus_io::sandbox::docker::{DockerProvider, LABEL_NODE};
-use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::owner::Owner;
 use chorus_io::sandbox::{ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec};
 use chorus_tests::{
     lone_node_args, read, run_chorus_env, spawn_reported, status, stop, wait_until,
 };
+use common::{container_exists, provider, Cleanup};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
-
-/// Removes every container of these node ids when dropped, even when the test panicked.
-struct Cleanup(Vec<String>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for node in &self.0 {
-            let script = format!(
-                "ids=$(docker ps -aq --filter label={LABEL_NODE}={node}); \
-                 [ -z \"$ids\" ] || docker rm -f $ids >/dev/null 2>&1"
-            );
-            let _ = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .status();
-        }
-    }
-}
-
-/// Whether a container with this name exists, asked through the docker CLI (an independent
-/// check of what the node did).
-fn container_exists(name: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["inspect", "--type", "container", name])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
 
 /// A process that existed and is gone now: its owner labels name nobody alive.
 fn dead_owner() -> Owner {
@@ -109,16 +86,11 @@ fn a_docker_node_reaps_what_its_earlier_runs_left_and_nothing_else() {
 
     // What such runs, and others, left behind.
     let other_node = format!("test-reap-other-{}", std::process::id());
-    let _cleanup = Cleanup(vec![node_id.clone(), other_node.clone()]);
+    let _cleanup = [&node_id, &other_node].map(|node| Cleanup { node: node.clone() });
     let rt = tokio::runtime::Runtime::new().unwrap();
     let hour = Duration::from_secs(3_600);
     let (dead, expired, live, others) = rt.block_on(async {
-        let provider = DockerProvider::connect().await.unwrap_or_else(|e| {
-            panic!("this test needs a reachable Docker Engine, and none answered: {e}")
-        });
-        let image = ensure_busybox_image(provider.docker())
-            .await
-            .unwrap_or_else(|e| panic!("cannot build the busybox test image: {e}"));
+        let (provider, image) = provider().await;
         let me = Owner::this_process().expect("a Linux /proc");
         let dead = leftover(&provider, &image, &node_id, "dead", dead_owner(), hour).await;
         let expired = leftover(
