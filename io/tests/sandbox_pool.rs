@@ -12,7 +12,7 @@ use chorus_io::sandbox::{
     ErrorCategory, ExecRequest, ExecutionSandbox, PoolConfig, SandboxError, SandboxPolicy,
     SandboxPool, SandboxSpec, SandboxState,
 };
-use common::{containers_of, provider, unique_node, Cleanup};
+use common::{container_exists, containers_of, provider, unique_node, Cleanup};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -25,15 +25,6 @@ async fn eventually(what: &str, timeout: Duration, mut cond: impl FnMut() -> boo
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Whether a container with this name exists, through the CLI.
-fn container_exists(name: &str) -> bool {
-    std::process::Command::new("docker")
-        .args(["inspect", "--type", "container", name])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
 }
 
 fn label_of(name: &str, label: &str) -> String {

@@ -25,7 +25,10 @@ pub enum LogFormat {
 
 /// The capability names this build gives a meaning to. Others are advertised as they are (a
 /// task may require them), but one that looks like a known name is probably a typo.
-pub const KNOWN_CAPABILITIES: [&str; 2] = [ADMIN_ELECTION, "docker"];
+pub const KNOWN_CAPABILITIES: [&str; 2] = [ADMIN_ELECTION, DOCKER];
+
+/// The capability of a node that runs tasks in Docker sandboxes.
+pub const DOCKER: &str = "docker";
 
 /// The default libp2p listen address: loopback only, so a node started without configuration
 /// is a local demo that no other machine can reach.
@@ -58,6 +61,8 @@ pub struct NodeConfig {
     pub snapshot_every_events: u64,
     /// Protocol timings and thresholds.
     pub protocol: chorus_core::Config,
+    /// The task sandbox (`[sandbox]`).
+    pub sandbox: SandboxConfig,
     /// The keys whose value came from a command-line flag, and that flag, so an error names
     /// what the user typed.
     #[serde(skip)]
@@ -81,10 +86,22 @@ impl Default for NodeConfig {
             cluster_seed: 0,
             snapshot_every_events: 1_024,
             protocol: chorus_core::Config::default(),
+            sandbox: SandboxConfig::default(),
             from_flags: BTreeMap::new(),
             expect_given: false,
         }
     }
+}
+
+/// The `[sandbox]` table: where the node runs tasks.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Use the local Docker Engine (`DOCKER_HOST` or `/var/run/docker.sock`) for task sandboxes.
+    /// At start the node connects to it — and does not start when it does not answer — and
+    /// removes the sandboxes earlier runs of this node left behind (owner gone or deadline
+    /// passed). Off by default, so a node needs no Docker unless asked.
+    pub docker: bool,
 }
 
 /// Command-line overrides of [`NodeConfig`] (`chorus run`).
@@ -136,6 +153,15 @@ pub struct RunFlags {
     /// Disable mDNS discovery (the default; overrides `mdns = true` in the config file).
     #[arg(long)]
     pub no_mdns: bool,
+    /// Run task sandboxes on the local Docker Engine (DOCKER_HOST or /var/run/docker.sock;
+    /// config `sandbox.docker`, off by default). At start the node removes the sandboxes its
+    /// earlier runs left behind (owner gone or deadline passed; never a live process's, never
+    /// another node's), and it does not start when Docker does not answer.
+    #[arg(long, conflicts_with = "no_docker")]
+    pub docker: bool,
+    /// Do not use Docker (the default; overrides `sandbox.docker = true` in the config file).
+    #[arg(long)]
+    pub no_docker: bool,
     /// Start even though the data directory holds this node's identity but no event log. The
     /// log holds the node's term and vote: without it the node could vote twice in a term, so
     /// only pass this once the cluster has moved past the terms the node may have voted in
@@ -276,6 +302,12 @@ impl NodeConfig {
         if flags.no_mdns {
             self.mdns = false;
         }
+        if flags.docker {
+            self.sandbox.docker = true;
+        }
+        if flags.no_docker {
+            self.sandbox.docker = false;
+        }
         if let Some(v) = flags.cluster_seed {
             self.cluster_seed = v;
         }
@@ -321,7 +353,15 @@ impl NodeConfig {
             ),
             None => None,
         };
-        let warnings = capability_warnings(&self.capabilities);
+        let mut warnings = capability_warnings(&self.capabilities);
+        if self.capabilities.iter().any(|c| c == DOCKER) && !self.sandbox.docker {
+            warnings.push(
+                "capability \"docker\" is advertised, but the Docker sandbox is off: this node \
+                 neither connects to Docker nor reaps the sandboxes it left (pass --docker or \
+                 set `docker = true` in `[sandbox]`)"
+                    .to_owned(),
+            );
+        }
         Ok(Resolved {
             config: self,
             listen,
@@ -623,5 +663,37 @@ mod tests {
         assert_eq!(c.protocol.election_timeout_min_ms, 3_000);
         assert_eq!(c.protocol.election_timeout_max_ms, 4_500);
         assert!(!c.mdns);
+    }
+
+    #[test]
+    fn docker_is_off_unless_asked_for() {
+        let r = NodeConfig::default().resolve().unwrap();
+        assert!(!r.config.sandbox.docker);
+        let mut c = NodeConfig::from_toml("[sandbox]\ndocker = true\n").unwrap();
+        assert!(c.sandbox.docker);
+        c.apply(&RunFlags {
+            no_docker: true,
+            ..RunFlags::default()
+        })
+        .unwrap();
+        assert!(!c.sandbox.docker);
+        c.apply(&RunFlags {
+            docker: true,
+            ..RunFlags::default()
+        })
+        .unwrap();
+        assert!(c.sandbox.docker);
+        let err = NodeConfig::from_toml("[sandbox]\ndokcer = true\n").unwrap_err();
+        assert!(err.to_string().contains("dokcer"), "{err}");
+    }
+
+    #[test]
+    fn the_docker_capability_without_docker_is_warned_about() {
+        let mut c = NodeConfig::from_toml("capabilities = [\"docker\"]\n").unwrap();
+        let w = c.clone().resolve().unwrap().warnings;
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("--docker"), "{w:?}");
+        c.sandbox.docker = true;
+        assert!(c.resolve().unwrap().warnings.is_empty());
     }
 }

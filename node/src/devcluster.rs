@@ -7,9 +7,14 @@
 //! if it lingers), the temporary directory is removed, and one summary line is printed. The
 //! children also watch their parent and stop on their own if devcluster dies without cleaning
 //! up (SIGKILL).
+//!
+//! Ports: every node binds port 0, so the OS picks free ones, and devcluster reads them from the
+//! node's "chorus node started" log line ([`parse_started_line`]) before starting the next node,
+//! which bootstraps off the running ones. Nothing picks a port number and hopes it is still free
+//! when the child binds it.
 
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Read, Seek};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -59,7 +64,9 @@ pub struct Args {
 struct Node {
     index: usize,
     data_dir: PathBuf,
+    /// The libp2p port the current (or last) process reported; 0 before the first start.
     p2p_port: u16,
+    /// The HTTP address the current (or last) process reported.
     http: String,
     child: Option<Child>,
     /// A process sent SIGTERM/SIGKILL and not reaped yet (it may still be stepping down).
@@ -100,8 +107,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodes.push(Node {
             index,
             data_dir: root.path().join(format!("n{index}")),
-            p2p_port: free_port()?,
-            http: format!("127.0.0.1:{}", free_port()?),
+            p2p_port: 0,
+            http: String::new(),
             child: None,
             stopping: None,
             status: None,
@@ -134,9 +141,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             }
         );
     }
-    let ports: Vec<u16> = nodes.iter().map(|n| n.p2p_port).collect();
-    for node in &mut nodes {
-        start(&exe, &args, root.path(), node, &ports).await?;
+    for i in 0..nodes.len() {
+        start(&exe, &args, root.path(), &mut nodes, i).await?;
     }
 
     let (keys_tx, mut keys) = mpsc::unbounded_channel();
@@ -160,7 +166,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         &args,
         root.path(),
         &mut nodes,
-        &ports,
         &mut keys,
         table,
         &mut report,
@@ -276,7 +281,6 @@ async fn watch(
     args: &Args,
     root: &Path,
     nodes: &mut [Node],
-    ports: &[u16],
     keys: &mut mpsc::UnboundedReceiver<String>,
     table: bool,
     report: &mut Report,
@@ -383,7 +387,7 @@ async fn watch(
                     }
                     // Bring the old admin back: it rejoins as a follower of the new term.
                     println!("devcluster: restarting n{killed}");
-                    start(exe, args, root, &mut nodes[killed], ports).await?;
+                    start(exe, args, root, nodes, killed).await?;
                     if kills_done == args.kills {
                         summary(&report.failovers);
                     }
@@ -502,14 +506,11 @@ async fn poll(nodes: &mut [Node]) {
     }
 }
 
-/// A node of a loopback cluster, as `chorus run` should start it.
+/// A node of a loopback cluster, as `chorus run` should start it: on 127.0.0.1, libp2p and HTTP
+/// on ports the OS picks (the node reports them: [`parse_started_line`]).
 pub struct LoopbackNode<'a> {
     /// Its data directory.
     pub data_dir: &'a Path,
-    /// Its libp2p TCP port on 127.0.0.1.
-    pub p2p_port: u16,
-    /// Its HTTP address (host:port).
-    pub http: &'a str,
     /// The voters that start the cluster (every node of it).
     pub bootstrap_expect: usize,
     /// The cluster id.
@@ -523,17 +524,18 @@ pub struct LoopbackNode<'a> {
 }
 
 impl LoopbackNode<'_> {
-    /// The `chorus run` arguments: loopback listen address, no mDNS, and every other node's port
-    /// (of `ports`) as a bootstrap address. Shared by devcluster and the end-to-end tests.
+    /// The `chorus run` arguments: loopback addresses on port 0, no mDNS, and every port of
+    /// `ports` (the running nodes') as a bootstrap address. Shared by devcluster and the
+    /// end-to-end tests.
     pub fn run_args(&self, ports: &[u16]) -> Vec<std::ffi::OsString> {
         let mut args: Vec<std::ffi::OsString> = vec![
             "run".into(),
             "--data-dir".into(),
             self.data_dir.into(),
             "--listen".into(),
-            format!("/ip4/127.0.0.1/tcp/{}", self.p2p_port).into(),
+            "/ip4/127.0.0.1/tcp/0".into(),
             "--http".into(),
-            self.http.into(),
+            "127.0.0.1:0".into(),
             "--bootstrap-expect".into(),
             self.bootstrap_expect.to_string().into(),
             "--no-mdns".into(),
@@ -546,7 +548,7 @@ impl LoopbackNode<'_> {
             "--discovery-timeout-ms".into(),
             self.discovery_timeout_ms.to_string().into(),
         ];
-        for port in ports.iter().filter(|p| **p != self.p2p_port) {
+        for port in ports {
             args.push("--bootstrap".into());
             args.push(format!("/ip4/127.0.0.1/tcp/{port}").into());
         }
@@ -554,13 +556,61 @@ impl LoopbackNode<'_> {
     }
 }
 
+/// How long a starting node may take to report its ports: a liveness bound for a loaded
+/// machine (a start takes well under a second).
+pub const START_BOUND: Duration = Duration::from_secs(30);
+
+/// The ports a `chorus run` process bound, as it reported them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ports {
+    /// The first libp2p TCP port on 127.0.0.1.
+    pub p2p: u16,
+    /// The HTTP API's port on 127.0.0.1.
+    pub http: u16,
+}
+
+/// Parses the ports out of a "chorus node started" log line (human or JSON format): the HTTP
+/// address `http=127.0.0.1:<port>` and the first `/ip4/127.0.0.1/tcp/<port>` listen address.
+/// Shared by devcluster and the end-to-end tests.
+pub fn parse_started_line(line: &str) -> Option<Ports> {
+    fn digits(s: &str) -> Option<u16> {
+        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+        s[..end].parse().ok()
+    }
+    if !line.contains("chorus node started") {
+        return None;
+    }
+    let p2p = digits(line.split("/ip4/127.0.0.1/tcp/").nth(1)?)?;
+    // The HTTP address is the one `127.0.0.1:<port>` in the line.
+    let http = digits(line.split("127.0.0.1:").nth(1)?)?;
+    Some(Ports { p2p, http })
+}
+
+/// `log`'s text from byte `offset` on, when it can be read (what a process appended to its log
+/// since it was started). Shared by devcluster and the end-to-end tests.
+pub fn log_since(log: &Path, offset: u64) -> Option<String> {
+    let mut f = std::fs::File::open(log).ok()?;
+    f.seek(std::io::SeekFrom::Start(offset)).ok()?;
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    Some(text)
+}
+
+/// (Re)starts node `i` on ports the OS picks, bootstrapping off every other running node, and
+/// waits (up to [`START_BOUND`]) for it to report its ports.
 async fn start(
     exe: &Path,
     args: &Args,
     root: &Path,
-    node: &mut Node,
-    ports: &[u16],
+    nodes: &mut [Node],
+    i: usize,
 ) -> anyhow::Result<()> {
+    let ports: Vec<u16> = nodes
+        .iter()
+        .filter(|n| n.index != i && n.child.is_some())
+        .map(|n| n.p2p_port)
+        .collect();
+    let node = &mut nodes[i];
     // The old process must be gone: it holds the data directory's lock and the ports.
     if let Some(mut old) = node.stopping.take() {
         if tokio::time::timeout(Duration::from_secs(10), old.wait())
@@ -570,14 +620,14 @@ async fn start(
             let _ = old.kill().await;
         }
     }
+    let log_path = root.join(format!("n{}.log", node.index));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(root.join(format!("n{}.log", node.index)))?;
+        .open(&log_path)?;
+    let offset = log.metadata()?.len();
     let spec = LoopbackNode {
         data_dir: &node.data_dir,
-        p2p_port: node.p2p_port,
-        http: &node.http,
         bootstrap_expect: args.nodes,
         cluster_id: "devcluster",
         heartbeat_ms: args.heartbeat_ms,
@@ -585,15 +635,45 @@ async fn start(
         discovery_timeout_ms: args.discovery_timeout_ms,
     };
     let mut cmd = Command::new(exe);
-    cmd.args(spec.run_args(ports));
+    cmd.args(spec.run_args(&ports));
     // Should devcluster die without cleaning up (SIGKILL), the node stops on its own.
     cmd.arg("--exit-with-parent");
+    // The ports are read from the info-level start line, whatever else RUST_LOG asks for.
+    if let Ok(filter) = std::env::var("RUST_LOG") {
+        cmd.env("RUST_LOG", format!("{filter},chorus_node::run=info"));
+    }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .kill_on_drop(true);
-    node.child = Some(cmd.spawn().context("cannot start chorus run")?);
+    let mut child = cmd.spawn().context("cannot start chorus run")?;
     node.status = None;
+    let deadline = Instant::now() + START_BOUND;
+    let ports = loop {
+        let reported =
+            log_since(&log_path, offset).and_then(|text| text.lines().find_map(parse_started_line));
+        if let Some(ports) = reported {
+            break ports;
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "n{} exited ({status}) before reporting its ports; see {}",
+                node.index,
+                log_path.display()
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "n{} reported no ports within {START_BOUND:?}; see {}",
+                node.index,
+                log_path.display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    node.p2p_port = ports.p2p;
+    node.http = format!("127.0.0.1:{}", ports.http);
+    node.child = Some(child);
     Ok(())
 }
 
@@ -601,13 +681,6 @@ fn signal(child: &Child, sig: nix::sys::signal::Signal) {
     if let Some(pid) = child.id() {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
     }
-}
-
-/// A port free right now on loopback (the OS picks it; the small race is fine for a dev tool).
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn short(id: &str) -> &str {
@@ -717,4 +790,32 @@ fn summary(durations: &[(Duration, Duration)]) {
         pct(&all, 0.99),
         all[all.len() - 1],
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_parse_from_the_started_line() {
+        let human = "2026-01-01T00:00:00Z  INFO chorus_node::run: chorus node started \
+            node_id=12D3KooWabc data_dir=/tmp/x/n0 http=127.0.0.1:40123 \
+            listen=[\"/ip4/127.0.0.1/tcp/39001/p2p/12D3KooWabc\"]";
+        assert_eq!(
+            parse_started_line(human),
+            Some(Ports {
+                p2p: 39001,
+                http: 40123
+            })
+        );
+        let ansi = "\x1b[3mhttp\x1b[0m\x1b[2m=\x1b[0m127.0.0.1:8080 \x1b[3mlisten\x1b[0m\x1b[2m=\x1b[0m[\"/ip4/127.0.0.1/tcp/7946/p2p/x\"] chorus node started";
+        assert_eq!(
+            parse_started_line(ansi),
+            Some(Ports {
+                p2p: 7946,
+                http: 8080
+            })
+        );
+        assert_eq!(parse_started_line("event log flushed"), None);
+    }
 }

@@ -42,6 +42,11 @@ enum Cmd {
     /// listen on a reachable address (`--listen /ip4/0.0.0.0/tcp/7946`) and give `--bootstrap`,
     /// `--bootstrap-expect`, `--cluster-id` and usually `--psk-file`.
     ///
+    /// Docker is not needed unless asked for: with `--docker` (`[sandbox] docker = true`) the
+    /// node connects to the Docker Engine at start, removes the sandboxes its earlier runs left
+    /// behind (owner gone or deadline passed) and logs how many, and does not start when Docker
+    /// does not answer.
+    ///
     /// SIGINT, SIGTERM and SIGHUP all stop the node gracefully (an admin steps down first, the
     /// event log is flushed, exit 0); SIGHUP does not reload. Exit code 2: a bad setting (one
     /// line naming the key or flag); 1: a start-up or runtime failure (a port in use, a data

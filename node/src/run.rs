@@ -90,6 +90,17 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
              new ones are logged as a config change and apply from now on"
         );
     }
+    // Reaped once the data directory's log is open (and locked: no other process of this node
+    // id runs) and before the node says it started, so what it reports is the cleaned state.
+    if config.sandbox.docker {
+        let removed = crate::sandbox::reap_on_start(node_id.as_str()).await?;
+        tracing::info!(
+            node_id = %node_id,
+            removed,
+            "Docker sandbox: removed {removed} sandbox(es) that earlier runs of this node left \
+             behind (owner gone or deadline passed)"
+        );
+    }
     let core = Core::new(
         node_id.clone(),
         config.protocol.clone(),

@@ -6,12 +6,13 @@
 //! reports in its "chorus node started" log line. Nothing picks a port number and hopes it is
 //! still free when the child binds it.
 
-use std::io::{Read, Seek, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+pub use chorus_node::devcluster::{log_since, parse_started_line, Ports, START_BOUND};
 pub use serde_json::Value;
 
 /// Protocol timings handed to every node.
@@ -52,43 +53,10 @@ pub struct Cluster {
     pub timings: Timings,
 }
 
-/// How long a starting `chorus run` may take to report its ports: a liveness bound, generous
-/// for a loaded machine (a start takes well under a second).
-pub const START_BOUND: Duration = Duration::from_secs(30);
-
-/// The ports a `chorus run` process bound, as it reported them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Ports {
-    pub p2p: u16,
-    pub http: u16,
-}
-
-/// Parses the ports out of a "chorus node started" log line (human or JSON format): the HTTP
-/// address `http=127.0.0.1:<port>` and the first `/ip4/127.0.0.1/tcp/<port>` listen address.
-pub fn parse_started_line(line: &str) -> Option<Ports> {
-    fn digits(s: &str) -> Option<u16> {
-        let end = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-        s[..end].parse().ok()
-    }
-    if !line.contains("chorus node started") {
-        return None;
-    }
-    let p2p = digits(line.split("/ip4/127.0.0.1/tcp/").nth(1)?)?;
-    // The HTTP address is the one `127.0.0.1:<port>` in the line.
-    let http = digits(line.split("127.0.0.1:").nth(1)?)?;
-    Some(Ports { p2p, http })
-}
-
 /// Waits for `child` to report its ports in `log` (written from byte `offset` on). Fails the
 /// test with the log if the child exits first or reports nothing within [`START_BOUND`].
 pub fn reported_ports(child: &mut Child, log: &Path, offset: u64) -> Ports {
-    let read = || {
-        let mut f = std::fs::File::open(log).ok()?;
-        f.seek(std::io::SeekFrom::Start(offset)).ok()?;
-        let mut text = String::new();
-        f.read_to_string(&mut text).ok()?;
-        Some(text)
-    };
+    let read = || log_since(log, offset);
     let found = wait_until(START_BOUND, Duration::from_millis(10), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!(
@@ -146,8 +114,7 @@ impl Cluster {
     pub fn start_node(&mut self, i: usize) {
         let t = self.timings;
         let n = self.nodes.len();
-        // The running nodes' ports; the new process binds port 0 (`run_args` leaves its own
-        // port, 0, out of the bootstrap list).
+        // The running nodes' ports; the new process binds port 0.
         let ports: Vec<u16> = (0..n)
             .filter(|j| *j != i && self.is_up(*j))
             .map(|j| self.nodes[j].p2p_port)
@@ -160,12 +127,9 @@ impl Cluster {
             .open(&node.log)
             .expect("log file");
         let offset = log.metadata().expect("log file").len();
-        let http = "127.0.0.1:0".to_owned();
         let election_timeout_ms = format!("{}..{}", t.election_min_ms, t.election_max_ms);
         let spec = chorus_node::devcluster::LoopbackNode {
             data_dir: &node.data_dir,
-            p2p_port: 0,
-            http: &http,
             bootstrap_expect: n,
             cluster_id: "e2e",
             heartbeat_ms: t.heartbeat_ms,
@@ -324,11 +288,111 @@ impl Drop for ChildGuard {
     }
 }
 
+/// `chorus run` arguments for a lone node with short timings (200 ms heartbeats, 600–900 ms
+/// elections, 300 ms discovery), HTTP on `http` and libp2p on `listen`, mDNS off.
+pub fn lone_node_args_on(data_dir: &Path, http: &str, listen: &str) -> Vec<String> {
+    [
+        "run",
+        "--data-dir",
+        data_dir.to_str().expect("a UTF-8 path"),
+        "--http",
+        http,
+        "--listen",
+        listen,
+        "--no-mdns",
+        "--heartbeat-ms",
+        "200",
+        "--election-timeout-ms",
+        "600..900",
+        "--discovery-timeout-ms",
+        "300",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// [`lone_node_args_on`] with ports the OS picks; the node reports them in its log (read them
+/// with [`reported_ports`]).
+pub fn lone_node_args(data_dir: &Path) -> Vec<String> {
+    lone_node_args_on(data_dir, "127.0.0.1:0", "/ip4/127.0.0.1/tcp/0")
+}
+
+/// Starts `bin` with `args` and the environment `env`, stdout and stderr into a new file `log`
+/// (at info level, so the start line with the ports is there); killed when the guard drops.
+pub fn spawn_logged(bin: &Path, args: &[String], env: &[(&str, &str)], log: &Path) -> ChildGuard {
+    let file = std::fs::File::create(log).expect("log file");
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .env("RUST_LOG", "info,libp2p=warn")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().expect("log file"))
+        .stderr(file);
+    ChildGuard(Some(cmd.spawn().expect("chorus starts")))
+}
+
+/// [`spawn_logged`], then waits for the process to report its ports.
+pub fn spawn_reported(
+    bin: &Path,
+    args: &[String],
+    env: &[(&str, &str)],
+    log: &Path,
+) -> (ChildGuard, Ports) {
+    let mut guard = spawn_logged(bin, args, env, log);
+    let ports = reported_ports(guard.0.as_mut().expect("spawned"), log, 0);
+    (guard, ports)
+}
+
+/// How long [`stop`] waits for an exit: a liveness bound for a loaded machine.
+pub const STOP_BOUND: Duration = Duration::from_secs(30);
+
+/// Sends `sig` to the guarded process and waits (up to [`STOP_BOUND`]) for its exit status;
+/// fails the test when it does not exit.
+pub fn stop(guard: &mut ChildGuard, sig: nix::sys::signal::Signal) -> ExitStatus {
+    let mut child = guard.0.take().expect("a running child");
+    signal(&child, sig);
+    let status = wait_until(STOP_BOUND, Duration::from_millis(20), || {
+        child.try_wait().ok().flatten()
+    });
+    status.unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("no exit within {STOP_BOUND:?} after {sig}")
+    })
+}
+
+/// A node's `/status` on `http_port`, when it answers 200 with JSON.
+pub fn status(http_port: u16) -> Option<Value> {
+    let (code, body) = http_get(http_port, "/status")?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Waits (up to `timeout`) until the node on `http_port` says it is admin; fails the test with
+/// the node's `log` otherwise.
+pub fn wait_admin(http_port: u16, timeout: Duration, log: &Path) -> Value {
+    wait_until(timeout, Duration::from_millis(50), || {
+        status(http_port).filter(|s| s["role"] == "admin")
+    })
+    .unwrap_or_else(|| panic!("no admin within {timeout:?}:\n{}", read(log)))
+}
+
+/// A file's text, or empty when it cannot be read.
+pub fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
 /// Runs `bin` with `args` to completion, capturing its output. A run that is still going after
 /// 30 s is killed (and the test fails on its output), so a wrongly healthy node cannot hang it.
 pub fn run_chorus(bin: &Path, args: &[&str]) -> Output {
+    run_chorus_env(bin, args, &[])
+}
+
+/// [`run_chorus`] with the extra environment variables `env`.
+pub fn run_chorus_env(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = Command::new(bin)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -386,33 +450,5 @@ pub fn wait_until<T>(
             return None;
         }
         std::thread::sleep(every);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_parse_from_the_started_line() {
-        let human = "2026-01-01T00:00:00Z  INFO chorus_node::run: chorus node started \
-            node_id=12D3KooWabc data_dir=/tmp/x/n0 http=127.0.0.1:40123 \
-            listen=[\"/ip4/127.0.0.1/tcp/39001/p2p/12D3KooWabc\"]";
-        assert_eq!(
-            parse_started_line(human),
-            Some(Ports {
-                p2p: 39001,
-                http: 40123
-            })
-        );
-        let ansi = "\x1b[3mhttp\x1b[0m\x1b[2m=\x1b[0m127.0.0.1:8080 \x1b[3mlisten\x1b[0m\x1b[2m=\x1b[0m[\"/ip4/127.0.0.1/tcp/7946/p2p/x\"] chorus node started";
-        assert_eq!(
-            parse_started_line(ansi),
-            Some(Ports {
-                p2p: 7946,
-                http: 8080
-            })
-        );
-        assert_eq!(parse_started_line("event log flushed"), None);
     }
 }

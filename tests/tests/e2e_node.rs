@@ -2,62 +2,21 @@
 //! log and a bad config stop `chorus run` with one clear line and a non-zero exit.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use chorus_tests::{http_get, reported_ports, run_chorus, wait_until, ChildGuard};
+use chorus_tests::{
+    http_get, lone_node_args as run_args, run_chorus, spawn_reported, stop, wait_admin,
+};
+use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
-/// A lone node on ports the OS picks (it reports them in its log).
-fn run_args(data_dir: &Path) -> Vec<String> {
-    [
-        "run",
-        "--data-dir",
-        data_dir.to_str().unwrap(),
-        "--http",
-        "127.0.0.1:0",
-        "--listen",
-        "/ip4/127.0.0.1/tcp/0",
-        "--no-mdns",
-        "--heartbeat-ms",
-        "200",
-        "--election-timeout-ms",
-        "600..900",
-        "--discovery-timeout-ms",
-        "300",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// Runs a lone node until it is admin, then stops it with SIGTERM; returns its stderr.
+/// Runs a lone node until it is admin, then stops it with SIGTERM; returns its log.
 fn lone_node_until_admin(data_dir: &Path) -> String {
     let log = data_dir.with_extension("log");
-    let file = std::fs::File::create(&log).unwrap();
-    let mut guard = ChildGuard(Some(
-        Command::new(BIN)
-            .args(run_args(data_dir))
-            // The ports are read from the info-level start line.
-            .env("RUST_LOG", "info,libp2p=warn")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-    ));
-    let port = reported_ports(guard.0.as_mut().unwrap(), &log, 0).http;
-    let admin = wait_until(Duration::from_secs(15), Duration::from_millis(50), || {
-        let (code, body) = http_get(port, "/status")?;
-        let s: serde_json::Value = serde_json::from_str(&body).ok()?;
-        (code == 200 && s["role"] == "admin").then_some(s)
-    });
-    assert!(
-        admin.is_some(),
-        "{}",
-        std::fs::read_to_string(&log).unwrap()
-    );
+    let (mut guard, ports) = spawn_reported(Path::new(BIN), &run_args(data_dir), &[], &log);
+    let port = ports.http;
+    wait_admin(port, Duration::from_secs(15), &log);
     let (code, _) = http_get(port, "/readyz").unwrap();
     assert_eq!(code, 200);
     let (code, metrics) = http_get(port, "/metrics").unwrap();
@@ -74,13 +33,8 @@ fn lone_node_until_admin(data_dir: &Path) -> String {
         metrics.contains("chorus_transport_peers_connected 0"),
         "{metrics}"
     );
-    let child = guard.0.take().unwrap();
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "graceful exit: {:?}", out.status);
+    let exit = stop(&mut guard, Signal::SIGTERM);
+    assert!(exit.success(), "graceful exit: {exit:?}");
     std::fs::read_to_string(&log).unwrap()
 }
 

@@ -8,7 +8,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use chorus_tests::{http_get, run_chorus, wait_until, ChildGuard};
+use chorus_tests::{
+    http_get, lone_node_args as run_args, lone_node_args_on, parse_started_line, read, run_chorus,
+    spawn_reported, status, stop, wait_admin, wait_until, ChildGuard, Ports,
+};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
@@ -17,84 +20,13 @@ const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 const WAIT: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
 
-/// A loopback port free right now.
-fn port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-/// `chorus run` for a lone node with short timings.
-fn run_args(data_dir: &Path, http_port: u16, p2p_port: u16) -> Vec<String> {
-    [
-        "run",
-        "--data-dir",
-        data_dir.to_str().unwrap(),
-        "--http",
-        &format!("127.0.0.1:{http_port}"),
-        "--listen",
-        &format!("/ip4/127.0.0.1/tcp/{p2p_port}"),
-        "--no-mdns",
-        "--heartbeat-ms",
-        "200",
-        "--election-timeout-ms",
-        "600..900",
-        "--discovery-timeout-ms",
-        "300",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
-/// Starts `chorus` with `args`, stdout and stderr into `log`.
-fn spawn(args: &[String], log: &Path) -> ChildGuard {
-    let file = std::fs::File::create(log).unwrap();
-    ChildGuard(Some(
-        Command::new(BIN)
-            .args(args)
-            .env("RUST_LOG", "info,libp2p=warn")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap(),
-    ))
+/// Starts `chorus` with `args`, stdout and stderr into `log`, and waits for its ports.
+fn spawn(args: &[String], log: &Path) -> (ChildGuard, Ports) {
+    spawn_reported(Path::new(BIN), args, &[], log)
 }
 
 fn signal(pid: u32, sig: Signal) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig);
-}
-
-/// Sends `sig` and waits (bounded) for the exit.
-fn stop(guard: &mut ChildGuard, sig: Signal) -> std::process::ExitStatus {
-    let mut child = guard.0.take().expect("a running child");
-    signal(child.id(), sig);
-    let status = wait_until(WAIT, POLL, || child.try_wait().ok().flatten());
-    match status {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            panic!("no exit within {WAIT:?} after {sig}");
-        }
-    }
-}
-
-fn status(http_port: u16) -> Option<serde_json::Value> {
-    let (code, body) = http_get(http_port, "/status")?;
-    (code == 200).then(|| serde_json::from_str(&body).ok())?
-}
-
-fn wait_admin(http_port: u16, log: &Path) -> serde_json::Value {
-    wait_until(WAIT, POLL, || {
-        status(http_port).filter(|s| s["role"] == "admin")
-    })
-    .unwrap_or_else(|| panic!("no admin: {}", read(log)))
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 fn text(out: &Output) -> String {
@@ -119,17 +51,20 @@ fn metrics_role(http_port: u16) -> String {
 #[test]
 fn a_p2p_port_in_use_stops_the_second_node_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (http, p2p) = (port(), port());
     let log = dir.path().join("a.log");
-    let mut a = spawn(&run_args(&dir.path().join("a"), http, p2p), &log);
-    wait_until(WAIT, POLL, || status(http)).unwrap_or_else(|| panic!("{}", read(&log)));
+    let (mut a, ports) = spawn(&run_args(&dir.path().join("a")), &log);
+    let p2p = ports.p2p;
 
     let out = run_chorus(
         Path::new(BIN),
-        &run_args(&dir.path().join("b"), port(), p2p)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
+        &lone_node_args_on(
+            &dir.path().join("b"),
+            "127.0.0.1:0",
+            &format!("/ip4/127.0.0.1/tcp/{p2p}"),
+        )
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>(),
     );
     let t = text(&out);
     assert!(!out.status.success(), "the impostor started: {t}");
@@ -146,11 +81,11 @@ fn a_p2p_port_in_use_stops_the_second_node_with_a_clear_error() {
 fn sighup_replay_messages_and_a_deleted_log() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("node");
-    let (http, p2p) = (port(), port());
-    let args = run_args(&data, http, p2p);
+    let args = run_args(&data);
     let log = dir.path().join("node.log");
-    let mut node = spawn(&args, &log);
-    let first = wait_admin(http, &log);
+    let (mut node, ports) = spawn(&args, &log);
+    let http = ports.http;
+    let first = wait_admin(http, WAIT, &log);
     assert_eq!(metrics_role(http), "admin");
 
     // Status is computed at the request: the node's clock moves and the lease counts down
@@ -219,8 +154,8 @@ fn sighup_replay_messages_and_a_deleted_log() {
     let mut with_flag = args.clone();
     with_flag.push("--accept-log-reset".into());
     let log2 = dir.path().join("node2.log");
-    let mut node = spawn(&with_flag, &log2);
-    wait_until(WAIT, POLL, || status(http)).unwrap_or_else(|| panic!("{}", read(&log2)));
+    let (mut node, ports) = spawn(&with_flag, &log2);
+    wait_until(WAIT, POLL, || status(ports.http)).unwrap_or_else(|| panic!("{}", read(&log2)));
     assert!(
         read(&log2).contains("--accept-log-reset"),
         "{}",
@@ -270,11 +205,11 @@ fn set_writable(path: &Path, writable: bool) {
 #[test]
 fn a_node_says_what_it_waits_for_and_warns_about_a_typo() {
     let dir = tempfile::tempdir().unwrap();
-    let mut waiting_args = run_args(&dir.path().join("w"), port(), port());
+    let mut waiting_args = run_args(&dir.path().join("w"));
     waiting_args.extend(["--bootstrap-expect".into(), "2".into()]);
     let waiting_log = dir.path().join("w.log");
     let _waiting = spawn(&waiting_args, &waiting_log);
-    let mut typo_args = run_args(&dir.path().join("t"), port(), port());
+    let mut typo_args = run_args(&dir.path().join("t"));
     typo_args.extend(["--capability".into(), "admin-election".into()]);
     let typo_log = dir.path().join("t.log");
     let _typo = spawn(&typo_args, &typo_log);
@@ -479,22 +414,6 @@ fn is_zombie(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// The value after `flag` on the command line of the process mentioning `needle`.
-fn flag_of(needle: &str, flag: &str) -> Option<String> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if args.iter().any(|a| a.contains(needle)) {
-            let i = args.iter().position(|a| a == flag)?;
-            return args.get(i + 1).cloned();
-        }
-    }
-    None
-}
-
 #[test]
 fn status_cluster_is_one_table_of_every_node() {
     let mut args = vec!["--nodes", "3", "--plain", "--kills", "0"];
@@ -505,8 +424,12 @@ fn status_cluster_is_one_table_of_every_node() {
     wait_line(&rx, &mut seen, |l| l.contains(" nodes in "));
     let root = root_of(&seen[0]);
     wait_line(&rx, &mut seen, |l| l.starts_with("admin "));
-    let n0 = format!("{}/n0", root.display());
-    let http = flag_of(&n0, "--http").expect("n0's --http");
+    // n0's HTTP port, as it reported it in its log (devcluster's nodes bind port 0).
+    let n0 = read(&root.join("n0.log"))
+        .lines()
+        .find_map(parse_started_line)
+        .expect("n0 reported its ports");
+    let http = format!("127.0.0.1:{}", n0.http);
 
     // Every node's row comes from its own status: one admin, one term, last contact known.
     let table = wait_until(WAIT, Duration::from_millis(200), || {
@@ -542,16 +465,18 @@ fn a_psk_mismatch_is_a_warning_with_its_likely_cause() {
         format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", "ab".repeat(32)),
     )
     .unwrap();
-    let (a_http, a_p2p) = (port(), port());
-    let mut a_args = run_args(&dir.path().join("a"), a_http, a_p2p);
+    let mut a_args = run_args(&dir.path().join("a"));
     a_args.extend(["--psk-file".into(), key.to_str().unwrap().into()]);
     let a_log = dir.path().join("a.log");
-    let _a = spawn(&a_args, &a_log);
-    let b_http = port();
-    let mut b_args = run_args(&dir.path().join("b"), b_http, port());
-    b_args.extend(["--bootstrap".into(), format!("/ip4/127.0.0.1/tcp/{a_p2p}")]);
+    let (_a, a_ports) = spawn(&a_args, &a_log);
+    let mut b_args = run_args(&dir.path().join("b"));
+    b_args.extend([
+        "--bootstrap".into(),
+        format!("/ip4/127.0.0.1/tcp/{}", a_ports.p2p),
+    ]);
     let b_log = dir.path().join("b.log");
-    let _b = spawn(&b_args, &b_log);
+    let (_b, b_ports) = spawn(&b_args, &b_log);
+    let (a_http, b_http) = (a_ports.http, b_ports.http);
 
     let warned = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
         let both = format!("{}{}", read(&a_log), read(&b_log));

@@ -40,7 +40,7 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use super::error::{ErrorCategory, SandboxError, SandboxResult};
+use super::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 use super::network::SandboxNetwork;
 use super::owner::Owner;
 use super::policy::{SandboxPolicy, SeccompProfile, SUPERVISOR_USER};
@@ -178,24 +178,16 @@ impl DockerProvider {
             if !is_stale(&labels, now_s) {
                 continue;
             }
-            match self
-                .docker
-                .remove_container(&id, Some(force_remove()))
-                .await
-            {
-                Ok(()) => removed += 1,
-                Err(bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404 | 409,
-                    ..
-                }) => {} // gone already, or being removed by someone else
-                Err(e) => {
-                    return Err(SandboxError::from_bollard(
-                        ErrorCategory::NotFound,
-                        "remove container",
-                        e,
-                    ))
-                }
-            }
+            // 404, 409: gone already, or being removed by someone else.
+            let done = unless_answered(
+                self.docker
+                    .remove_container(&id, Some(force_remove()))
+                    .await,
+                &[404, 409],
+                ErrorCategory::NotFound,
+                "remove container",
+            )?;
+            removed += usize::from(done.is_some());
             if let Some(dir) = labels.get(LABEL_STAGING) {
                 remove_staging_dir(&self.staging_root, Path::new(dir));
             }
@@ -1540,14 +1532,13 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn start(&self) -> SandboxResult<()> {
-        match self.docker.start_container(&self.name, None).await {
-            Ok(()) => {}
-            // 304: already running.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304, ..
-            }) => {}
-            Err(e) => return Err(SandboxError::from_bollard(ErrorCategory::Start, "start", e)),
-        }
+        // 304: already running.
+        unless_answered(
+            self.docker.start_container(&self.name, None).await,
+            &[304],
+            ErrorCategory::Start,
+            "start",
+        )?;
         let copy_in = self
             .copy_in
             .lock()
@@ -1709,18 +1700,14 @@ impl ExecutionSandbox for DockerSandbox {
         if self.removed.load(Ordering::Relaxed) {
             return Ok(SandboxState::Removed);
         }
-        let info = match self.docker.inspect_container(&self.name, None).await {
-            Ok(info) => info,
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => return Ok(SandboxState::Removed),
-            Err(e) => {
-                return Err(SandboxError::from_bollard(
-                    ErrorCategory::NotFound,
-                    "inspect",
-                    e,
-                ))
-            }
+        let Some(info) = unless_answered(
+            self.docker.inspect_container(&self.name, None).await,
+            &[404],
+            ErrorCategory::NotFound,
+            "inspect",
+        )?
+        else {
+            return Ok(SandboxState::Removed);
         };
         let state = info.state.unwrap_or_default();
         Ok(match state.status {
@@ -1740,14 +1727,14 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn stop(&self) -> SandboxResult<()> {
         let options = StopContainerOptionsBuilder::new().t(1).build();
-        match self.docker.stop_container(&self.name, Some(options)).await {
-            Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 304 | 404,
-                ..
-            }) => Ok(()),
-            Err(e) => Err(SandboxError::from_bollard(ErrorCategory::Start, "stop", e)),
-        }
+        // 304: stopped already; 404: gone.
+        unless_answered(
+            self.docker.stop_container(&self.name, Some(options)).await,
+            &[304, 404],
+            ErrorCategory::Start,
+            "stop",
+        )?;
+        Ok(())
     }
 
     async fn remove(&self) -> SandboxResult<()> {
@@ -1756,23 +1743,14 @@ impl ExecutionSandbox for DockerSandbox {
             Some(_) if !self.removed.load(Ordering::Relaxed) => Some(self.sync_workspace().await),
             _ => None,
         };
-        match self
-            .docker
-            .remove_container(&self.name, Some(force_remove()))
-            .await
-        {
-            Ok(()) => {}
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(e) => {
-                return Err(SandboxError::from_bollard(
-                    ErrorCategory::NotFound,
-                    "remove",
-                    e,
-                ))
-            }
-        }
+        unless_answered(
+            self.docker
+                .remove_container(&self.name, Some(force_remove()))
+                .await,
+            &[404],
+            ErrorCategory::NotFound,
+            "remove",
+        )?;
         if let Some(dir) = &self.staging_dir {
             if let Err(e) = std::fs::remove_dir_all(dir) {
                 if e.kind() != std::io::ErrorKind::NotFound {

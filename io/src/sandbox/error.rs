@@ -180,6 +180,27 @@ impl SandboxError {
 /// The result type of sandbox operations.
 pub type SandboxResult<T> = Result<T, SandboxError>;
 
+/// A daemon call's result where some answers are expected and fine — a 404 for something gone
+/// already, a 304 for a container started already, a 409 for a network made meanwhile or a
+/// removal in progress: `Ok(Some(value))` on success, `Ok(None)` when the daemon answered one
+/// of `statuses`, and any other error mapped as [`SandboxError::from_bollard`] maps it.
+pub(crate) fn unless_answered<T>(
+    result: Result<T, bollard::errors::Error>,
+    statuses: &[u16],
+    category: ErrorCategory,
+    op: &str,
+) -> SandboxResult<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code, .. })
+            if statuses.contains(&status_code) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(SandboxError::from_bollard(category, op, e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +269,24 @@ mod tests {
         assert_eq!(e.category, ErrorCategory::DaemonUnavailable);
         assert!(e.retryable);
         assert!(e.to_string().contains("daemon_unavailable"));
+    }
+
+    #[test]
+    fn expected_answers_are_none_and_others_are_errors() {
+        let ok: Result<u8, _> = Ok(7);
+        assert_eq!(
+            unless_answered(ok, &[404], ErrorCategory::NotFound, "x").unwrap(),
+            Some(7)
+        );
+        let gone: Result<u8, _> = Err(server(404, "No such container: x"));
+        assert_eq!(
+            unless_answered(gone, &[304, 404], ErrorCategory::NotFound, "x").unwrap(),
+            None
+        );
+        let other: Result<u8, _> = Err(server(500, "boom"));
+        let e = unless_answered(other, &[404], ErrorCategory::Start, "stop").unwrap_err();
+        assert_eq!(e.category, ErrorCategory::Start);
+        assert!(e.message.contains("stop: daemon answered 500"), "{e}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use bollard::Docker;
 use futures_util::StreamExt;
 use tokio::sync::Mutex;
 
-use super::error::{ErrorCategory, SandboxError, SandboxResult};
+use super::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 
 /// The tag of the busybox image.
 pub const BUSYBOX_IMAGE: &str = "chorus/busybox:latest";
@@ -57,26 +57,18 @@ pub async fn ensure_busybox_image_from(
     })?;
     let fingerprint = format!("{:016x}-{}", fnv1a(&binary), binary.len());
 
-    match docker.inspect_image(tag).await {
-        Ok(image) => {
-            let existing = image
-                .config
-                .and_then(|c| c.labels)
-                .and_then(|l| l.get(FINGERPRINT_LABEL).cloned());
-            if existing.as_deref() == Some(fingerprint.as_str()) {
-                return Ok(tag.to_string());
-            }
-        }
-        Err(bollard::errors::Error::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {}
-        Err(e) => {
-            return Err(SandboxError::from_bollard(
-                ErrorCategory::Image,
-                "inspect image",
-                e,
-            ))
-        }
+    let existing = unless_answered(
+        docker.inspect_image(tag).await,
+        &[404],
+        ErrorCategory::Image,
+        "inspect image",
+    )?;
+    let fingerprint_label = existing
+        .and_then(|image| image.config)
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get(FINGERPRINT_LABEL).cloned());
+    if fingerprint_label.as_deref() == Some(fingerprint.as_str()) {
+        return Ok(tag.to_string());
     }
 
     let applets = list_applets(busybox).await?;

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use bollard::models::NetworkCreateRequest;
 use bollard::Docker;
 
-use super::error::{ErrorCategory, SandboxError, SandboxResult};
+use super::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 
 /// IPv4 destinations a networked sandbox may never reach: "this" network, RFC 1918 private
 /// ranges, CGNAT, loopback, link-local (cloud metadata services), IETF protocol assignments,
@@ -84,36 +84,30 @@ impl SandboxNetwork {
     }
 
     async fn ensure_docker_network(&self, docker: &Docker) -> SandboxResult<()> {
-        match docker.inspect_network(&self.name, None).await {
-            Ok(net) => {
-                let opts = net.options.unwrap_or_default();
-                let ok = opts.get("com.docker.network.bridge.name") == Some(&self.bridge)
-                    && opts
-                        .get("com.docker.network.bridge.enable_icc")
-                        .map(String::as_str)
-                        == Some("false");
-                if ok {
-                    return Ok(());
-                }
-                return Err(SandboxError::new(
-                    ErrorCategory::PolicyViolation,
-                    format!(
-                        "network {} exists but is not a CHORUS sandbox network (bridge {}, \
-                         inter-container traffic off); remove it or pick another name",
-                        self.name, self.bridge
-                    ),
-                ));
+        let existing = unless_answered(
+            docker.inspect_network(&self.name, None).await,
+            &[404],
+            ErrorCategory::Create,
+            "inspect network",
+        )?;
+        if let Some(net) = existing {
+            let opts = net.options.unwrap_or_default();
+            let ok = opts.get("com.docker.network.bridge.name") == Some(&self.bridge)
+                && opts
+                    .get("com.docker.network.bridge.enable_icc")
+                    .map(String::as_str)
+                    == Some("false");
+            if ok {
+                return Ok(());
             }
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(e) => {
-                return Err(SandboxError::from_bollard(
-                    ErrorCategory::Create,
-                    "inspect network",
-                    e,
-                ))
-            }
+            return Err(SandboxError::new(
+                ErrorCategory::PolicyViolation,
+                format!(
+                    "network {} exists but is not a CHORUS sandbox network (bridge {}, \
+                     inter-container traffic off); remove it or pick another name",
+                    self.name, self.bridge
+                ),
+            ));
         }
         let options: HashMap<String, String> = [
             ("com.docker.network.bridge.name", self.bridge.as_str()),
@@ -136,18 +130,14 @@ impl SandboxNetwork {
             )])),
             ..Default::default()
         };
-        match docker.create_network(request).await {
-            Ok(_) => Ok(()),
-            // Someone else made it meanwhile.
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 409, ..
-            }) => Ok(()),
-            Err(e) => Err(SandboxError::from_bollard(
-                ErrorCategory::Create,
-                "create sandbox network",
-                e,
-            )),
-        }
+        // 409: someone else made it meanwhile.
+        unless_answered(
+            docker.create_network(request).await,
+            &[409],
+            ErrorCategory::Create,
+            "create sandbox network",
+        )?;
+        Ok(())
     }
 
     fn ensure_firewall(&self) -> SandboxResult<()> {
@@ -179,19 +169,12 @@ impl SandboxNetwork {
 
     /// Removes the firewall rules and the Docker network (for tests and uninstalling).
     pub async fn remove(&self, docker: &Docker) -> SandboxResult<()> {
-        match docker.remove_network(&self.name).await {
-            Ok(()) => {}
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => {}
-            Err(e) => {
-                return Err(SandboxError::from_bollard(
-                    ErrorCategory::NotFound,
-                    "remove sandbox network",
-                    e,
-                ))
-            }
-        }
+        unless_answered(
+            docker.remove_network(&self.name).await,
+            &[404],
+            ErrorCategory::NotFound,
+            "remove sandbox network",
+        )?;
         let chain = self.chain();
         let bridge = self.bridge.clone();
         tokio::task::spawn_blocking(move || {
@@ -205,8 +188,9 @@ impl SandboxNetwork {
     }
 }
 
-/// Runs `iptables -w <args>`; an error when it cannot run or fails.
-fn iptables(args: &[&str]) -> SandboxResult<()> {
+/// Runs `iptables -w <args>` and returns its exit status and stderr; an error only when it
+/// cannot run at all.
+fn run_iptables(args: &[&str]) -> SandboxResult<(std::process::ExitStatus, String)> {
     let out = std::process::Command::new("iptables")
         .arg("-w")
         .args(args)
@@ -217,16 +201,21 @@ fn iptables(args: &[&str]) -> SandboxResult<()> {
                 format!("cannot run iptables for the sandbox network's firewall: {e}"),
             )
         })?;
-    if out.status.success() {
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_owned();
+    Ok((out.status, stderr))
+}
+
+/// Runs `iptables -w <args>`; an error when it cannot run or fails.
+fn iptables(args: &[&str]) -> SandboxResult<()> {
+    let (status, stderr) = run_iptables(args)?;
+    if status.success() {
         Ok(())
     } else {
         Err(SandboxError::new(
             ErrorCategory::Unsupported,
             format!(
-                "iptables {args:?} failed ({}): {}; the sandbox network needs root on the \
-                 Docker host",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                "iptables {args:?} failed ({status}): {stderr}; the sandbox network needs root \
+                 on the Docker host"
             ),
         ))
     }
@@ -235,27 +224,14 @@ fn iptables(args: &[&str]) -> SandboxResult<()> {
 /// Whether rule `spec` (chain first) exists. `iptables -C` exits 1 for "no such rule" and other
 /// codes for real failures (no permission, no such chain).
 fn iptables_check(spec: &[&str]) -> SandboxResult<bool> {
-    let out = std::process::Command::new("iptables")
-        .arg("-w")
-        .arg("-C")
-        .args(spec)
-        .output()
-        .map_err(|e| {
-            SandboxError::new(
-                ErrorCategory::Unsupported,
-                format!("cannot run iptables for the sandbox network's firewall: {e}"),
-            )
-        })?;
-    match out.status.code() {
+    let args: Vec<&str> = std::iter::once("-C").chain(spec.iter().copied()).collect();
+    let (status, stderr) = run_iptables(&args)?;
+    match status.code() {
         Some(0) => Ok(true),
         Some(1) => Ok(false),
         _ => Err(SandboxError::new(
             ErrorCategory::Unsupported,
-            format!(
-                "iptables -C {spec:?} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
+            format!("iptables -C {spec:?} failed ({status}): {stderr}"),
         )),
     }
 }

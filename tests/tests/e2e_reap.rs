@@ -1,0 +1,180 @@
+//! End to end, issue 16's last item: a node reaps on start. A node that uses Docker (`chorus run
+//! --docker`) removes, when it starts, the sandboxes earlier runs of the same node id left
+//! behind — their owner is gone or their deadline passed — and leaves alone a live owner's
+//! sandbox and every other node's. A node configured for Docker that cannot reach it says so
+//! and does not start.
+//!
+//! The Docker test needs the real Docker Engine and fails (never skips) without it.
+
+// The Docker test helpers of chorus-io's own tests: connecting (failing loudly without Docker),
+// the busybox image, container checks through the CLI, cleanup on panic.
+#[path = "../../io/tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::owner::Owner;
+use chorus_io::sandbox::{ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec};
+use chorus_tests::{
+    lone_node_args, read, run_chorus_env, spawn_reported, status, stop, wait_until,
+};
+use common::{container_exists, provider, Cleanup};
+use nix::sys::signal::Signal;
+
+const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
+
+/// A process that existed and is gone now: its owner labels name nobody alive.
+fn dead_owner() -> Owner {
+    let mut child = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("sleep runs");
+    let owner = Owner::of_process(child.id()).expect("a Linux /proc");
+    child.kill().expect("kill sleep");
+    child.wait().expect("reap sleep");
+    assert!(!owner.is_alive());
+    owner
+}
+
+fn unix_now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
+}
+
+/// Creates and starts a sandbox of `node` owned by `owner` with `lifetime`; returns its name.
+async fn leftover(
+    provider: &DockerProvider,
+    image: &str,
+    node: &str,
+    task: &str,
+    owner: Owner,
+    lifetime: Duration,
+) -> String {
+    let mut spec = SandboxSpec::new(node, task, image);
+    spec.lifetime = lifetime;
+    let sandbox = provider
+        .clone()
+        .with_owner(owner)
+        .create(&spec, &SandboxPolicy::default())
+        .await
+        .unwrap_or_else(|e| panic!("create {task}: {e}"));
+    sandbox
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start {task}: {e}"));
+    sandbox.id().to_owned()
+}
+
+#[test]
+fn a_docker_node_reaps_what_its_earlier_runs_left_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    let args = lone_node_args(&data);
+
+    // An earlier run of the node: it fixes the node id (kept in the data directory).
+    let log1 = dir.path().join("run1.log");
+    let (mut first, ports) = spawn_reported(Path::new(BIN), &args, &[], &log1);
+    let node_id = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+        status(ports.http)?["node_id"].as_str().map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("no status:\n{}", read(&log1)));
+    assert!(stop(&mut first, Signal::SIGTERM).success());
+
+    // What such runs, and others, left behind.
+    let other_node = format!("test-reap-other-{}", std::process::id());
+    let _cleanup = [&node_id, &other_node].map(|node| Cleanup { node: node.clone() });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let hour = Duration::from_secs(3_600);
+    let (dead, expired, live, others) = rt.block_on(async {
+        let (provider, image) = provider().await;
+        let me = Owner::this_process().expect("a Linux /proc");
+        let dead = leftover(&provider, &image, &node_id, "dead", dead_owner(), hour).await;
+        let expired = leftover(
+            &provider,
+            &image,
+            &node_id,
+            "expired",
+            me.clone(),
+            Duration::from_secs(1),
+        )
+        .await;
+        let live = leftover(&provider, &image, &node_id, "live", me, hour).await;
+        let others = leftover(&provider, &image, &other_node, "others", dead_owner(), hour).await;
+        (dead, expired, live, others)
+    });
+    // The expired sandbox's deadline label is creation + 1 s, in whole seconds.
+    let deadline = unix_now_s() + 2;
+    while unix_now_s() <= deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for name in [&dead, &expired, &live, &others] {
+        assert!(container_exists(name), "{name} was not created");
+    }
+
+    // The next run of the same node, with Docker: it reaps before it reports its start.
+    let mut docker_args = args.clone();
+    docker_args.push("--docker".into());
+    let log2 = dir.path().join("run2.log");
+    let (mut second, _) = spawn_reported(Path::new(BIN), &docker_args, &[], &log2);
+    let log = read(&log2);
+    assert!(
+        !container_exists(&dead),
+        "a dead owner's sandbox was kept:\n{log}"
+    );
+    assert!(
+        !container_exists(&expired),
+        "an expired sandbox was kept:\n{log}"
+    );
+    assert!(
+        container_exists(&live),
+        "a live owner's sandbox was removed:\n{log}"
+    );
+    assert!(
+        container_exists(&others),
+        "another node's sandbox was removed:\n{log}"
+    );
+    assert!(
+        log.contains("removed 2 sandbox(es)"),
+        "the count is not logged:\n{log}"
+    );
+    assert!(
+        stop(&mut second, Signal::SIGTERM).success(),
+        "{}",
+        read(&log2)
+    );
+}
+
+/// `--docker` with no Engine to answer: one line that says so, exit 1; without `--docker` the
+/// same node starts (a node that does not use Docker never needs it).
+#[test]
+fn a_docker_node_without_docker_says_so_and_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let nowhere = format!("unix://{}", dir.path().join("no-docker.sock").display());
+    let mut args = lone_node_args(&dir.path().join("node"));
+    args.push("--docker".into());
+    let out = run_chorus_env(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[("DOCKER_HOST", nowhere.as_str())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.trim().lines().last().unwrap_or_default();
+    assert!(last.contains("Docker Engine"), "{stderr}");
+    assert!(last.contains("--docker"), "{stderr}");
+    assert!(last.contains("no-docker.sock"), "{stderr}");
+
+    args.pop();
+    let log = dir.path().join("plain.log");
+    let (mut node, _) = spawn_reported(
+        Path::new(BIN),
+        &args,
+        &[("DOCKER_HOST", nowhere.as_str())],
+        &log,
+    );
+    assert!(stop(&mut node, Signal::SIGTERM).success(), "{}", read(&log));
+}
