@@ -274,6 +274,8 @@ pub fn replay(
                     // fill the disk twice): replay shows them but has nothing to compare.
                     if let Some(record) = notice_record(&node, n) {
                         write_line(&mut trace_out, now_ms, record)?;
+                    }
+                    if !matches!(n, Notice::Refused { .. }) {
                         produced.push(n.clone());
                     }
                 }

@@ -470,9 +470,12 @@ fn a_psk_mismatch_is_a_warning_with_its_likely_cause() {
     let a_log = dir.path().join("a.log");
     let (_a, a_ports) = spawn(&a_args, &a_log);
     let mut b_args = run_args(&dir.path().join("b"));
+    // b never gets in (another key), so it founds a one-node cluster of its own: on purpose.
     b_args.extend([
         "--bootstrap".into(),
         format!("/ip4/127.0.0.1/tcp/{}", a_ports.p2p),
+        "--bootstrap-expect".into(),
+        "1".into(),
     ]);
     let b_log = dir.path().join("b.log");
     let (_b, b_ports) = spawn(&b_args, &b_log);
