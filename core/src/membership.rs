@@ -135,12 +135,6 @@ impl Core {
         pending.then(|| self.electorate.clone()).flatten()
     }
 
-    /// The membership change being committed, if this node is an admin with one.
-    pub fn pending_change(&self) -> Option<&Electorate> {
-        let change = self.admin_state.as_ref()?.change.as_ref()?;
-        Some(&change.old)
-    }
-
     /// Rule 5: takes `theirs`, the electorate of the admin of this node's term, if it is later
     /// than this node's or this node's came from an earlier term.
     pub(crate) fn follow_admin_electorate(

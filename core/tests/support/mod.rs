@@ -209,6 +209,7 @@ impl Net {
         self.restart(i);
     }
 
+    /// Tells `a` and `b` that they see each other, if they can.
     fn link_up(&mut self, a: usize, b: usize) {
         if !self.connected(a, b) {
             return;
@@ -279,25 +280,8 @@ impl Net {
 
     /// Tells `i` and everyone it can reach that they see each other.
     fn connect_all(&mut self, i: usize) {
-        for j in 0..self.ids.len() {
-            if j != i && self.connected(i, j) {
-                let info = self.peer_info(j);
-                self.apply(
-                    i,
-                    Event::PeerUp {
-                        peer: self.ids[j].clone(),
-                        info,
-                    },
-                );
-                let info = self.peer_info(i);
-                self.apply(
-                    j,
-                    Event::PeerUp {
-                        peer: self.ids[i].clone(),
-                        info,
-                    },
-                );
-            }
+        for j in (0..self.ids.len()).filter(|j| *j != i) {
+            self.link_up(i, j);
         }
     }
 
@@ -529,22 +513,7 @@ impl Net {
         for (a, b) in cut {
             let pair = (a.min(b), a.max(b));
             if self.connected(a, b) && reconnected.insert(pair) {
-                let info = self.peer_info(b);
-                self.apply(
-                    a,
-                    Event::PeerUp {
-                        peer: self.ids[b].clone(),
-                        info,
-                    },
-                );
-                let info = self.peer_info(a);
-                self.apply(
-                    b,
-                    Event::PeerUp {
-                        peer: self.ids[a].clone(),
-                        info,
-                    },
-                );
+                self.link_up(a, b);
             }
         }
     }
