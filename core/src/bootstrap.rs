@@ -231,6 +231,39 @@ impl Core {
         }
     }
 
+    /// The acceptor's checks, shared by prepare and accept: an eligible sender proposing in its
+    /// own name with this node's settings (else a counted refusal), and a ballot at least this
+    /// node's promise while it knows no cluster (else a `bootstrap_refused` reply).
+    fn may_promise(
+        &mut self,
+        from: &NodeId,
+        ballot: &Ballot,
+        kind: &'static str,
+        same_settings: bool,
+        out: &mut Vec<Command>,
+    ) -> bool {
+        if !self.bootstrap_sender_ok(from, kind, out) {
+            return false;
+        }
+        if ballot.node != *from {
+            self.refuse(from.clone(), kind, Refusal::Unsolicited, out);
+            return false;
+        }
+        if !same_settings {
+            self.refuse(from.clone(), kind, Refusal::SettingsMismatch, out);
+            return false;
+        }
+        self.saw_round(ballot.round);
+        let may = !self.knows_a_cluster()
+            && self.is_eligible()
+            && self.acceptor.promised.as_ref().is_none_or(|p| ballot >= p);
+        if !may {
+            let msg = self.refusal(ballot.clone());
+            self.reply(from.clone(), msg, out);
+        }
+        may
+    }
+
     pub(crate) fn on_bootstrap_prepare(
         &mut self,
         from: NodeId,
@@ -238,22 +271,9 @@ impl Core {
         expect: u32,
         out: &mut Vec<Command>,
     ) {
-        if !self.bootstrap_sender_ok(&from, "bootstrap_prepare", out) {
+        let same_settings = expect == self.config.bootstrap_expect;
+        if !self.may_promise(&from, &ballot, "bootstrap_prepare", same_settings, out) {
             return;
-        }
-        if ballot.node != from {
-            return self.refuse(from, "bootstrap_prepare", Refusal::Unsolicited, out);
-        }
-        if expect != self.config.bootstrap_expect {
-            return self.refuse(from, "bootstrap_prepare", Refusal::SettingsMismatch, out);
-        }
-        self.saw_round(ballot.round);
-        let may = !self.knows_a_cluster()
-            && self.is_eligible()
-            && self.acceptor.promised.as_ref().is_none_or(|p| ballot >= *p);
-        if !may {
-            let msg = self.refusal(ballot);
-            return self.reply(from, msg, out);
         }
         self.acceptor.promised = Some(ballot.clone());
         self.yield_to(&ballot, out);
@@ -332,22 +352,9 @@ impl Core {
         electorate: Arc<Electorate>,
         out: &mut Vec<Command>,
     ) {
-        if !self.bootstrap_sender_ok(&from, "bootstrap_accept", out) {
+        let same_settings = electorate.len() == self.expect();
+        if !self.may_promise(&from, &ballot, "bootstrap_accept", same_settings, out) {
             return;
-        }
-        if ballot.node != from {
-            return self.refuse(from, "bootstrap_accept", Refusal::Unsolicited, out);
-        }
-        if electorate.len() != self.expect() {
-            return self.refuse(from, "bootstrap_accept", Refusal::SettingsMismatch, out);
-        }
-        self.saw_round(ballot.round);
-        let may = !self.knows_a_cluster()
-            && self.is_eligible()
-            && self.acceptor.promised.as_ref().is_none_or(|p| ballot >= *p);
-        if !may {
-            let msg = self.refusal(ballot);
-            return self.reply(from, msg, out);
         }
         self.acceptor.promised = Some(ballot.clone());
         self.acceptor.accepted = Some((ballot.clone(), electorate));

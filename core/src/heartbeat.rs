@@ -156,12 +156,7 @@ impl Core {
         if self.observe_term(term, out) {
             return;
         }
-        let voter = self.is_member(&from)
-            || self
-                .admin_state
-                .as_ref()
-                .and_then(|a| a.change.as_ref())
-                .is_some_and(|c| c.old.contains(&from));
+        let voter = self.counts_as_voter(&from);
         let now = self.now_ms;
         let Some(admin) = &mut self.admin_state else {
             return;

@@ -135,6 +135,17 @@ impl Core {
         pending.then(|| self.electorate.clone()).flatten()
     }
 
+    /// Whether `id` is a voter whose acknowledgements count: a member of this node's
+    /// electorate, or, while this admin commits a change, of the electorate before it.
+    pub(crate) fn counts_as_voter(&self, id: &NodeId) -> bool {
+        self.is_member(id)
+            || self
+                .admin_state
+                .as_ref()
+                .and_then(|a| a.change.as_ref())
+                .is_some_and(|c| c.old.contains(id))
+    }
+
     /// Rule 5: takes `theirs`, the electorate of the admin of this node's term, if it is later
     /// than this node's or this node's came from an earlier term.
     pub(crate) fn follow_admin_electorate(

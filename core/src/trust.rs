@@ -284,13 +284,7 @@ impl Core {
     /// admin commits a change, the members of the electorate before it too; and the admin this
     /// node knows for its term (which may be committing its own removal).
     pub(crate) fn speaks_for_cluster(&self, id: &NodeId) -> bool {
-        self.is_member(id)
-            || self.admin.as_ref() == Some(id)
-            || self
-                .admin_state
-                .as_ref()
-                .and_then(|a| a.change.as_ref())
-                .is_some_and(|c| c.old.contains(id))
+        self.counts_as_voter(id) || self.admin.as_ref() == Some(id)
     }
 
     /// Whether `id` is a member of this node's electorate.
