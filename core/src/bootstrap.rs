@@ -468,7 +468,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use crate::testutil::*;
-    use crate::{Command, Config, Core, Event, Message, PeerInfo, Refusal, Timer, ADMIN_ELECTION};
+    use crate::{Command, Config, Core, Event, Message, Refusal, Timer, ADMIN_ELECTION};
 
     fn cfg(expect: u32) -> Config {
         Config {
@@ -481,21 +481,6 @@ mod tests {
         let mut c = Core::new(id.into(), cfg(expect), vec![ADMIN_ELECTION.into()], 7).unwrap();
         c.step_vec(0, Event::Started);
         c
-    }
-
-    fn up(peer: &str, eligible: bool) -> Event {
-        let caps: Vec<String> = if eligible {
-            vec![ADMIN_ELECTION.into()]
-        } else {
-            vec!["docker".into()]
-        };
-        Event::PeerUp {
-            peer: peer.into(),
-            info: PeerInfo {
-                capabilities: caps.into(),
-                ..Default::default()
-            },
-        }
     }
 
     #[test]

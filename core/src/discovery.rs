@@ -202,7 +202,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use crate::testutil::*;
-    use crate::{Command, Config, Core, Event, Message, Notice, PeerInfo, Timer, ADMIN_ELECTION};
+    use crate::{Command, Config, Core, Event, Message, Notice, Timer, ADMIN_ELECTION};
 
     fn reply(admin: Option<&str>, term: u64) -> Message {
         Message::WhoamiReply {
@@ -215,21 +215,6 @@ mod tests {
             resources: Default::default(),
             electorate: None,
             genesis: 0,
-        }
-    }
-
-    fn up(peer: &str, eligible: bool) -> Event {
-        let caps: Vec<String> = if eligible {
-            vec![ADMIN_ELECTION.into()]
-        } else {
-            vec!["docker".into()]
-        };
-        Event::PeerUp {
-            peer: peer.into(),
-            info: PeerInfo {
-                capabilities: caps.into(),
-                ..Default::default()
-            },
         }
     }
 

@@ -24,6 +24,22 @@ pub(crate) fn node_with(id: &str, members: &[&str], caps: Vec<String>, config: C
     c
 }
 
+/// `peer` connects, advertising `admin_election` when `eligible` (else only `docker`).
+pub(crate) fn up(peer: &str, eligible: bool) -> Event {
+    let caps: Vec<String> = if eligible {
+        vec![ADMIN_ELECTION.into()]
+    } else {
+        vec!["docker".into()]
+    };
+    Event::PeerUp {
+        peer: peer.into(),
+        info: crate::PeerInfo {
+            capabilities: caps.into(),
+            ..Default::default()
+        },
+    }
+}
+
 pub(crate) fn from(peer: &str, msg: Message) -> Event {
     Event::Message {
         from: peer.into(),

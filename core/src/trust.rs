@@ -314,7 +314,7 @@ mod tests {
 
     use super::*;
     use crate::testutil::*;
-    use crate::{Electorate, Event, Role, Timer, ADMIN_ELECTION};
+    use crate::{Electorate, Event, Role, Timer};
 
     const ABC: &[&str] = &["a", "b", "c"];
 
@@ -529,18 +529,7 @@ mod tests {
             genesis: 0,
         };
         for p in ["a", "b", "c", "w"] {
-            let caps = if p == "w" { "docker" } else { ADMIN_ELECTION };
-            let info = PeerInfo {
-                capabilities: vec![caps.to_owned()].into(),
-                ..Default::default()
-            };
-            n.step_vec(
-                0,
-                Event::PeerUp {
-                    peer: p.into(),
-                    info,
-                },
-            );
+            n.step_vec(0, up(p, p != "w"));
         }
         let out = n.step_vec(1, from("w", reply(e(&["w"]))));
         assert_eq!(refusals(&out), [("w".to_owned(), Refusal::NotEligible)]);
@@ -558,17 +547,7 @@ mod tests {
         let mut n = Core::new("n".into(), Default::default(), vec!["docker".into()], 1).unwrap();
         n.step_vec(0, Event::Started);
         for p in ["a", "j"] {
-            let info = PeerInfo {
-                capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
-                ..Default::default()
-            };
-            n.step_vec(
-                0,
-                Event::PeerUp {
-                    peer: p.into(),
-                    info,
-                },
-            );
+            n.step_vec(0, up(p, true));
         }
         // a is the only peer that knows a cluster: its word is enough (a late node that met
         // one member and another late node must still join the cluster).
