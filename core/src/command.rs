@@ -110,6 +110,10 @@ pub enum Notice {
         change: crate::MemberChange,
         /// Its outcome.
         outcome: crate::ChangeOutcome,
+        /// The `request` of the [`crate::Event::ChangeMembers`] at this node that asked for it
+        /// (0: not asked for here — autopilot, or another node's request).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
     },
     /// A message was refused and dropped without changing any state (see `trust.rs`).
     Refused {

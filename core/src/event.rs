@@ -44,11 +44,15 @@ pub enum Event {
     },
     /// Graceful shutdown: an admin steps down and tells the cluster first.
     Shutdown,
-    /// An operator asks for a membership change (`chorus members add|remove`). Only the admin
-    /// proposes it; a [`crate::Notice::MembershipChange`] says what became of it.
+    /// An operator asks for a membership change (`chorus members add|remove`). The admin
+    /// proposes it; any other node forwards it to the admin it follows. Notices
+    /// [`crate::Notice::MembershipChange`] carrying the same `request` say what became of it.
     ChangeMembers {
         /// The change.
         change: crate::MemberChange,
+        /// The caller's id for this request, echoed in the notices about it (0: none).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
     },
     /// The operator changed the protocol settings; the runtime logs this at start when the
     /// configured settings differ from the recovered ones, so the change is part of the fold.

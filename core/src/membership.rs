@@ -69,6 +69,11 @@ impl MemberChange {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum ChangeOutcome {
+    /// Forwarded by a node that is not the admin to the admin it follows.
+    Forwarded {
+        /// The admin asked.
+        admin: NodeId,
+    },
     /// Proposed: version `version` is being committed.
     Proposed {
         /// The new electorate's version.
@@ -90,8 +95,10 @@ pub enum ChangeOutcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeRefusal {
-    /// This node is not the admin (ask the admin).
+    /// The node asked is not the admin (it was when the request was sent, or it stepped down).
     NotAdmin,
+    /// No admin is known to forward the request to.
+    NoAdmin,
     /// The admin's lease is not valid now.
     NoLease,
     /// No majority has acknowledged a heartbeat of this admin's term yet.
@@ -106,13 +113,16 @@ pub enum ChangeRefusal {
     NotEligible,
     /// `remove` of the last voter.
     LastVoter,
+    /// The electorate version reached the wire's limit (2⁵³ − 1); no change can follow.
+    VersionExhausted,
 }
 
 impl ChangeRefusal {
     /// A sentence for operators.
     pub fn explain(self) -> &'static str {
         match self {
-            ChangeRefusal::NotAdmin => "this node is not the admin",
+            ChangeRefusal::NotAdmin => "the node asked is no longer the admin; retry",
+            ChangeRefusal::NoAdmin => "no admin is known (an election is running?); retry shortly",
             ChangeRefusal::NoLease => "the admin's lease is not valid now; retry shortly",
             ChangeRefusal::NotEstablished => {
                 "the admin was just elected and no majority has acknowledged it yet; retry shortly"
@@ -124,6 +134,9 @@ impl ChangeRefusal {
                 "the node is not connected to the admin or does not advertise admin_election"
             }
             ChangeRefusal::LastVoter => "the last voter cannot be removed",
+            ChangeRefusal::VersionExhausted => {
+                "the electorate version reached its limit (2^53 - 1); no further change is possible"
+            }
         }
     }
 }
@@ -171,21 +184,45 @@ impl Core {
         }
     }
 
-    /// An operator's (or autopilot's) request to change the electorate.
-    /// Returns whether the change was proposed (and a heartbeat carrying it sent).
+    /// An operator's request at this node (`request` is echoed in the notices about it), or
+    /// autopilot's (`request` 0). The admin proposes it; any other node forwards it to the admin
+    /// it follows, whose [`Message::ChangeResult`] comes back as a notice with the same
+    /// `request`. Returns whether this node proposed the change (and so sent a heartbeat).
     pub(crate) fn on_change_members(
         &mut self,
         change: MemberChange,
+        request: u64,
         out: &mut Vec<Command>,
     ) -> bool {
-        let result = self.propose(&change, out);
-        let outcome = match result {
-            Ok(version) => ChangeOutcome::Proposed { version },
-            Err(reason) => ChangeOutcome::Refused { reason },
-        };
+        if self.role != Role::Admin {
+            let outcome = match self.admin.clone().filter(|a| *a != self.id) {
+                Some(admin) => {
+                    out.push(Command::Send {
+                        to: admin.clone(),
+                        msg: Message::ChangeRequest {
+                            request,
+                            change: change.clone(),
+                        },
+                    });
+                    ChangeOutcome::Forwarded { admin }
+                }
+                None => ChangeOutcome::Refused {
+                    reason: ChangeRefusal::NoAdmin,
+                },
+            };
+            out.push(Command::Notice(Notice::MembershipChange {
+                change,
+                outcome,
+                request,
+            }));
+            return false;
+        }
+        let requester = (request != 0).then(|| (self.id.clone(), request));
+        let result = self.propose(&change, requester, out);
         out.push(Command::Notice(Notice::MembershipChange {
             change,
-            outcome,
+            outcome: outcome_of(result),
+            request,
         }));
         if result.is_ok() {
             // The heartbeat that carries the change goes out now, not at the next interval.
@@ -194,9 +231,44 @@ impl Core {
         result.is_ok()
     }
 
+    /// A change forwarded by `from`. Only a voter or an admin-eligible peer may ask (a worker
+    /// asks through one); the answer goes back now if refused, or when the change commits.
+    pub(crate) fn on_change_request(
+        &mut self,
+        from: NodeId,
+        request: u64,
+        change: MemberChange,
+        out: &mut Vec<Command>,
+    ) {
+        let may_ask =
+            self.counts_as_voter(&from) || self.peers.get(&from).is_some_and(|p| p.eligible);
+        if !may_ask {
+            self.refuse(from, "change_request", crate::Refusal::NotEligible, out);
+            return;
+        }
+        let result = self.propose(&change, Some((from.clone(), request)), out);
+        out.push(Command::Notice(Notice::MembershipChange {
+            change: change.clone(),
+            outcome: outcome_of(result),
+            request: 0,
+        }));
+        match result {
+            Ok(_) => self.send_heartbeat(out),
+            Err(reason) => out.push(Command::Send {
+                to: from,
+                msg: Message::ChangeResult {
+                    request,
+                    change,
+                    outcome: ChangeOutcome::Refused { reason },
+                },
+            }),
+        }
+    }
+
     fn propose(
         &mut self,
         change: &MemberChange,
+        requested_by: Option<(NodeId, u64)>,
         out: &mut Vec<Command>,
     ) -> Result<u64, ChangeRefusal> {
         let now = self.now_ms;
@@ -240,13 +312,17 @@ impl Core {
             }
         }
         if old.version >= crate::MAX_WIRE_INT {
-            return Err(ChangeRefusal::ChangePending);
+            return Err(ChangeRefusal::VersionExhausted);
         }
         let new = Arc::new(old.successor(self.term, members));
         let version = new.version;
         let from_beat = self.beat + 1;
         if let Some(admin) = &mut self.admin_state {
-            admin.change = Some(PendingChange { old, from_beat });
+            admin.change = Some(PendingChange {
+                old,
+                from_beat,
+                requested_by,
+            });
         }
         out.push(Command::Notice(Notice::ElectorateChanged {
             version,
@@ -281,13 +357,31 @@ impl Core {
         }
         let (version, removed_self) = (new.version, !new.contains(&self.id));
         let change_done = diff(&change.old, new);
+        let requested_by = change.requested_by.clone();
         if let Some(admin) = &mut self.admin_state {
             admin.change = None;
         }
         if let Some(change) = change_done {
+            let outcome = ChangeOutcome::Committed { version };
+            let request = match requested_by {
+                Some((node, request)) if node == self.id => request,
+                Some((node, request)) => {
+                    out.push(Command::Send {
+                        to: node,
+                        msg: Message::ChangeResult {
+                            request,
+                            change: change.clone(),
+                            outcome: outcome.clone(),
+                        },
+                    });
+                    0
+                }
+                None => 0,
+            };
             out.push(Command::Notice(Notice::MembershipChange {
                 change,
-                outcome: ChangeOutcome::Committed { version },
+                outcome,
+                request,
             }));
         }
         if removed_self {
@@ -334,7 +428,7 @@ impl Core {
                 .min()
                 .map(|(_, id)| id.clone());
             if let Some(node) = best {
-                return self.on_change_members(MemberChange::Add { node }, out);
+                return self.on_change_members(MemberChange::Add { node }, 0, out);
             }
         }
         if e.len() > self.config.min_quorum as usize {
@@ -353,10 +447,17 @@ impl Core {
                 .min()
                 .map(|(_, m)| m.clone());
             if let Some(node) = dead {
-                return self.on_change_members(MemberChange::Remove { node }, out);
+                return self.on_change_members(MemberChange::Remove { node }, 0, out);
             }
         }
         false
+    }
+}
+
+fn outcome_of(result: Result<u64, ChangeRefusal>) -> ChangeOutcome {
+    match result {
+        Ok(version) => ChangeOutcome::Proposed { version },
+        Err(reason) => ChangeOutcome::Refused { reason },
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Electorate, NodeId, Resources};
+use crate::{ChangeOutcome, Electorate, MemberChange, NodeId, Resources};
 
 /// Every message of the protocol (DESIGN §4). The wire format is in `docs/wire-format.md`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,9 +159,26 @@ pub enum Message {
         /// The chosen electorate.
         electorate: Arc<Electorate>,
     },
+    /// A membership change an operator asked for at the sender, forwarded to the admin the
+    /// sender follows. Only voters and admin-eligible peers may ask.
+    ChangeRequest {
+        /// The sender's id for the request, echoed in the answer.
+        request: u64,
+        /// The change.
+        change: MemberChange,
+    },
+    /// The admin's answer to a [`Message::ChangeRequest`]: refused at once, or committed.
+    ChangeResult {
+        /// The request answered.
+        request: u64,
+        /// The change.
+        change: MemberChange,
+        /// What became of it.
+        outcome: ChangeOutcome,
+    },
 }
 
-fn is_zero(n: &u64) -> bool {
+pub(crate) fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
@@ -193,6 +210,8 @@ impl Message {
             Message::BootstrapAccepted { .. } => "bootstrap_accepted",
             Message::BootstrapRefused { .. } => "bootstrap_refused",
             Message::BootstrapChosen { .. } => "bootstrap_chosen",
+            Message::ChangeRequest { .. } => "change_request",
+            Message::ChangeResult { .. } => "change_result",
         }
     }
 

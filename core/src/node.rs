@@ -82,6 +82,9 @@ pub(crate) struct PendingChange {
     /// The first heartbeat that carried the new electorate: a voter that acknowledged it or
     /// a later one holds the new electorate.
     pub(crate) from_beat: u64,
+    /// Who asked for it: the node and its request id, answered when the change commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) requested_by: Option<(NodeId, u64)>,
 }
 
 /// State only an admin has.
@@ -267,8 +270,8 @@ impl Core {
                 self.electorate_reports.remove(&peer);
             }
             Event::ResourcesSampled { resources } => self.resources = resources,
-            Event::ChangeMembers { change } => {
-                self.on_change_members(change, out);
+            Event::ChangeMembers { change, request } => {
+                self.on_change_members(change, request, out);
             }
             Event::Shutdown => self.on_shutdown(out),
             Event::ConfigChanged { config } => {
@@ -424,6 +427,18 @@ impl Core {
                 formed,
             } => self.on_bootstrap_refused(from, ballot, promised, formed, out),
             M::BootstrapChosen { electorate } => self.on_bootstrap_chosen(from, electorate, out),
+            M::ChangeRequest { request, change } => {
+                self.on_change_request(from, request, change, out)
+            }
+            M::ChangeResult {
+                request,
+                change,
+                outcome,
+            } => out.push(Command::Notice(Notice::MembershipChange {
+                change,
+                outcome,
+                request,
+            })),
         }
     }
 

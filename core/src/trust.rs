@@ -234,11 +234,19 @@ impl Message {
                 promised.as_ref().map_or(Ok(()), check_ballot)
             }
             M::BootstrapChosen { electorate } => check_bootstrap_electorate(electorate),
+            M::ChangeRequest { .. } => Ok(()),
+            M::ChangeResult { outcome, .. } => match outcome {
+                crate::ChangeOutcome::Proposed { version }
+                | crate::ChangeOutcome::Committed { version } => in_range(*version),
+                _ => Ok(()),
+            },
         }
     }
 
     /// Whether the message carries a term, so only a member of the electorate may send it.
-    /// (Bootstrap messages carry none: they come before any electorate, from eligible peers.)
+    /// (Bootstrap messages carry none: they come before any electorate, from eligible peers.
+    /// A change request may come from a standby; `change_result` comes from the admin, so it
+    /// is gated like the messages that carry a term.)
     pub fn carries_term(&self) -> bool {
         !matches!(
             self,
@@ -250,6 +258,7 @@ impl Message {
                 | Message::BootstrapAccepted { .. }
                 | Message::BootstrapRefused { .. }
                 | Message::BootstrapChosen { .. }
+                | Message::ChangeRequest { .. }
         )
     }
 }

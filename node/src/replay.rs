@@ -422,7 +422,9 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            Notice::MembershipChange { change, outcome } => {
+            Notice::MembershipChange {
+                change, outcome, ..
+            } => {
                 format!("membership change {change:?}: {outcome:?}")
             }
         },

@@ -85,12 +85,15 @@ pub struct Runtime<T, L, C, O> {
     /// Added to the clock so core time never goes backwards across restarts.
     offset_ms: u64,
     since_snapshot: u64,
+    /// Inputs from this node's operator (the HTTP API): logged and stepped like the rest.
+    operator: Option<tokio::sync::mpsc::Receiver<Event>>,
 }
 
 /// What one select round produced.
 enum Input {
     Shutdown,
     Transport(TransportEvent),
+    Operator(Option<Event>),
     Timer,
 }
 
@@ -109,7 +112,15 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
             timers: [None; Timer::ALL.len()],
             offset_ms: 0,
             since_snapshot: 0,
+            operator: None,
         }
+    }
+
+    /// Operator requests (e.g. [`Event::ChangeMembers`] from the HTTP API) arrive on `inputs`;
+    /// each is logged and stepped like a network input.
+    pub fn with_operator_inputs(mut self, inputs: tokio::sync::mpsc::Receiver<Event>) -> Self {
+        self.operator = Some(inputs);
+        self
     }
 
     /// Replaces the tuning.
@@ -149,6 +160,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
                 biased;
                 () = &mut shutdown => Input::Shutdown,
                 ev = self.transport.next() => Input::Transport(ev),
+                ev = next_operator_input(&mut self.operator) => Input::Operator(ev),
                 () = self.clock.sleep_until(deadline.unwrap_or(0)), if deadline.is_some() => {
                     Input::Timer
                 }
@@ -157,6 +169,9 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
             match input {
                 Input::Shutdown => return self.shut_down(),
                 Input::Transport(ev) => self.admit(ev, &mut batch),
+                Input::Operator(Some(ev)) => batch.push(ev),
+                // The API went away: no more operator input, the node runs on.
+                Input::Operator(None) => self.operator = None,
                 Input::Timer => {}
             }
             // Take whatever else is ready now, so one sync covers it all.
@@ -321,6 +336,16 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         self.commit(now, vec![Event::Shutdown])?;
         self.log.snapshot(&self.core)?;
         Ok(self.core)
+    }
+}
+
+/// The next operator input; pending for ever when there is no operator channel.
+async fn next_operator_input(
+    inputs: &mut Option<tokio::sync::mpsc::Receiver<Event>>,
+) -> Option<Event> {
+    match inputs {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
     }
 }
 
