@@ -3,7 +3,8 @@
 
 use std::net::SocketAddr;
 
-use axum::extract::State;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -27,6 +28,7 @@ pub async fn serve(
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/cluster", get(cluster))
+        .route("/members", get(members).post(change_members))
         .with_state((shared, bound));
     let server = async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -63,6 +65,40 @@ async fn cluster(State((shared, bound)): State<(SharedState, SocketAddr)>) -> Re
     }
 }
 
+async fn members(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
+    match shared.lock().members() {
+        Some(view) => Json(view).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
+    }
+}
+
+/// `POST /members?wait_ms=N` with `{"op": "add"|"remove", "node": "<id>"}`: waits until the
+/// change commits (200), is refused (409, with the reason) or `wait_ms` passes (504).
+async fn change_members(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Query(query): Query<std::collections::BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let change = match crate::members::parse_change(&body) {
+        Ok(c) => c,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+    };
+    let wait = match query.get("wait_ms").map(|w| w.parse::<u64>()) {
+        None => crate::members::DEFAULT_WAIT,
+        Some(Ok(ms)) => std::time::Duration::from_millis(ms).min(crate::members::MAX_WAIT),
+        Some(Err(_)) => {
+            return (
+                StatusCode::BAD_REQUEST,
+                "wait_ms: not a number of milliseconds\n",
+            )
+                .into_response()
+        }
+    };
+    let (code, answer) = crate::members::submit(&shared, change, wait).await;
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, Json(answer)).into_response()
+}
+
 async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     let body = shared.lock().metrics_text();
     (
@@ -78,9 +114,27 @@ async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Respon
 /// A minimal HTTP/1.1 GET for `chorus status` and `chorus devcluster` (no client library
 /// needed for one loopback request). Returns (status code, body).
 pub async fn get_text(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    request(addr, "GET", path, None).await
+}
+
+/// A minimal HTTP/1.1 request with an optional JSON body. Returns (status code, body).
+pub async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(body) = body {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    request.push_str("\r\n");
+    request.push_str(body.unwrap_or_default());
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     // Bounded: status documents are small.

@@ -10,6 +10,7 @@
 pub mod config;
 pub mod devcluster;
 pub mod http;
+pub mod members;
 pub mod observe;
 pub mod replay;
 pub mod run;
@@ -65,6 +66,27 @@ enum Cmd {
         #[arg(long)]
         cluster: bool,
     },
+    /// List the cluster's voters and standbys, or add or remove a voter.
+    ///
+    /// Without a subcommand: the membership as the node at `--addr` sees it (each node's role,
+    /// whether it is reachable from that node, its last contact and score). `add ID` makes an
+    /// admin-eligible node (connected to the admin) a voter; `remove ID` makes a voter a
+    /// standby, or forgets it if it is gone for good. Any node forwards the change to the
+    /// admin; the command returns once a majority of the old and of the new electorate hold it,
+    /// or fails with the reason (exit 1). One change at a time.
+    Members {
+        /// The HTTP API of any node of the cluster.
+        #[arg(long, default_value = "127.0.0.1:7070", global = true)]
+        addr: String,
+        /// Print the raw JSON (listing only).
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for a change to commit, in seconds.
+        #[arg(long, default_value_t = 10, global = true)]
+        timeout: u64,
+        #[command(subcommand)]
+        change: Option<MembersCmd>,
+    },
     /// Replay a node's event log and check its decisions (the node must be stopped; a
     /// read-only copy works).
     Replay {
@@ -88,6 +110,20 @@ enum Cmd {
     },
 }
 
+#[derive(Subcommand)]
+enum MembersCmd {
+    /// Make an admin-eligible node a voter.
+    Add {
+        /// The node's id (its libp2p peer id, as `chorus members` lists it).
+        id: String,
+    },
+    /// Make a voter a standby (or forget a voter that is gone for good).
+    Remove {
+        /// The node's id.
+        id: String,
+    },
+}
+
 /// The `chorus` command line: parses the arguments and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -103,6 +139,22 @@ pub fn main() -> ExitCode {
             json,
             cluster: true,
         } => report(block_on(status::show_cluster(&addr, json))),
+        Cmd::Members {
+            addr,
+            json,
+            timeout,
+            change,
+        } => {
+            let wait = std::time::Duration::from_secs(timeout.clamp(1, 300));
+            let change = change.map(|c| match c {
+                MembersCmd::Add { id } => chorus_core::MemberChange::Add { node: id.into() },
+                MembersCmd::Remove { id } => chorus_core::MemberChange::Remove { node: id.into() },
+            });
+            match change {
+                None => report(block_on(members::show(&addr, json))),
+                Some(change) => report(block_on(members::change(&addr, change, wait))),
+            }
+        }
         Cmd::Replay { data_dir, trace } => {
             let (log_dir, _copy) = match replay_source(&data_dir) {
                 Ok(source) => source,

@@ -59,6 +59,8 @@ pub struct Shared {
     /// When each peer was last heard from (a message or its arrival), by node id; at most
     /// [`MAX_CONTACTS`] entries.
     pub last_contact: BTreeMap<String, Instant>,
+    /// Operator requests into the runtime loop (`POST /members`), once it runs.
+    pub operator: Option<crate::members::OperatorInputs>,
 }
 
 /// Most peers whose last contact is remembered.
@@ -93,6 +95,13 @@ pub struct Status {
     pub peers: Vec<String>,
     pub beat: u64,
     pub electorate: Vec<String>,
+    /// The electorate's version and the term that proposed it (0 at bootstrap; both 0 before
+    /// the cluster formed).
+    pub electorate_version: u64,
+    pub electorate_term: u64,
+    /// Messages refused because their sender belongs to another cluster (an operator's
+    /// mistake: two clusters founded where one was meant; see `foreign_cluster` in `/metrics`).
+    pub foreign_cluster_refusals: u64,
     pub listen_addrs: Vec<String>,
     pub capabilities: Vec<String>,
     /// Seconds since the process started, at the time of the request.
@@ -171,6 +180,14 @@ impl Shared {
                 .electorate()
                 .map(|e| e.members().iter().map(NodeId::to_string).collect())
                 .unwrap_or_default(),
+            electorate_version: core.electorate().map_or(0, |e| e.version),
+            electorate_term: core.electorate().map_or(0, |e| e.term),
+            foreign_cluster_refusals: self
+                .metrics
+                .refused
+                .get(Refusal::ForeignCluster.as_str())
+                .copied()
+                .unwrap_or(0),
             listen_addrs: self.listen_addrs.clone(),
             capabilities: self.capabilities.clone(),
             uptime_s: self
@@ -584,6 +601,7 @@ impl Observer for NodeObserver {
         if failed {
             s.metrics.notice_record_errors += 1;
         }
+        crate::members::deliver(&mut s, notice);
     }
 
     fn on_rejected(&mut self, from: Option<&NodeId>, reason: &str) {

@@ -172,6 +172,13 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         inner: Some(transport),
         slot: slot.clone(),
     };
+    // Operator requests (`POST /members`) reach the loop here; a few may queue, more are
+    // refused as busy rather than piling up.
+    let (operator_tx, operator_rx) = tokio::sync::mpsc::channel(16);
+    shared.lock().operator = Some(crate::members::OperatorInputs::new(
+        operator_tx,
+        crate::members::first_request_id(),
+    ));
     let runtime = Runtime::new(core, transport, log, TokioClock::new(), observer)
         .with_config(RuntimeConfig {
             snapshot_every_events: config.snapshot_every_events,
@@ -184,7 +191,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
             Event::ConfigChanged {
                 config: config.protocol.clone(),
             },
-        ]);
+        ])
+        .with_operator_inputs(operator_rx);
     let result = runtime
         .run(shutdown_signal(shared.clone(), exit_with_parent))
         .await;

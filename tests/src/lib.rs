@@ -51,6 +51,8 @@ pub struct Cluster {
     root: tempfile::TempDir,
     pub nodes: Vec<Node>,
     pub timings: Timings,
+    /// Every node's `bootstrap_expect`: the number of nodes started together.
+    pub expect: usize,
 }
 
 /// Waits for `child` to report its ports in `log` (written from byte `offset` on). Fails the
@@ -82,26 +84,34 @@ impl Cluster {
             .prefix("chorus-e2e-")
             .tempdir()
             .expect("temp dir");
-        let nodes = (0..n)
-            .map(|index| Node {
-                index,
-                data_dir: root.path().join(format!("n{index}")),
-                p2p_port: 0,
-                http_port: 0,
-                log: root.path().join(format!("n{index}.log")),
-                child: None,
-            })
-            .collect();
         let mut cluster = Cluster {
             bin: PathBuf::from(bin),
             root,
-            nodes,
+            nodes: Vec::new(),
             timings,
+            expect: n,
         };
-        for i in 0..n {
-            cluster.start_node(i);
+        for _ in 0..n {
+            cluster.add_node();
         }
         cluster
+    }
+
+    /// Starts one more node (the next index) with the cluster's settings; it joins the formed
+    /// cluster as a standby (voter) that is not in the electorate. Returns its index.
+    pub fn add_node(&mut self) -> usize {
+        let index = self.nodes.len();
+        let root = self.root.path();
+        self.nodes.push(Node {
+            index,
+            data_dir: root.join(format!("n{index}")),
+            p2p_port: 0,
+            http_port: 0,
+            log: root.join(format!("n{index}.log")),
+            child: None,
+        });
+        self.start_node(index);
+        index
     }
 
     /// The temporary directory holding data directories and logs.
@@ -130,7 +140,7 @@ impl Cluster {
         let election_timeout_ms = format!("{}..{}", t.election_min_ms, t.election_max_ms);
         let spec = chorus_node::devcluster::LoopbackNode {
             data_dir: &node.data_dir,
-            bootstrap_expect: n,
+            bootstrap_expect: self.expect,
             cluster_id: "e2e",
             heartbeat_ms: t.heartbeat_ms,
             election_timeout_ms: &election_timeout_ms,

@@ -348,3 +348,43 @@ async fn rejected_input_is_counted_not_logged() {
         vec![&Event::Started, &Event::Shutdown]
     );
 }
+
+/// Operator inputs (issue 10, `POST /members`) are logged like network input and stepped: a
+/// lone admin refuses to remove its only voter, and the notice carries the request id.
+#[tokio::test(start_paused = true)]
+async fn operator_inputs_are_logged_and_answered() {
+    let log = MemoryLog::new();
+    let (tx, rx) = mpsc::channel(4);
+    let mut n = node(voter("a"), &log, RuntimeConfig::default());
+    n.runtime = n.runtime.with_operator_inputs(rx);
+    let change = chorus_core::MemberChange::Remove { node: "a".into() };
+    let ask = Event::ChangeMembers {
+        change: change.clone(),
+        request: 42,
+    };
+    let sender = tokio::spawn({
+        let ask = ask.clone();
+        async move {
+            // After the lone voter has elected itself.
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            tx.send(ask).await.unwrap();
+            // Dropping the sender leaves the node running.
+        }
+    });
+    let _core = n
+        .runtime
+        .run(tokio::time::sleep(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    sender.await.unwrap();
+    assert!(log.events().iter().any(|(_, e)| *e == ask), "logged");
+    let notices = n.seen.notices.lock().unwrap().clone();
+    assert!(notices.contains(&Notice::MembershipChange {
+        change,
+        outcome: chorus_core::ChangeOutcome::Refused {
+            reason: chorus_core::ChangeRefusal::LastVoter
+        },
+        request: 42,
+    }));
+    assert_eq!(log.events().last().map(|e| &e.1), Some(&Event::Shutdown));
+}

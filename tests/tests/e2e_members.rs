@@ -1,0 +1,151 @@
+//! End to end: `chorus members` on real `chorus run` processes — a standby that joined late is
+//! added as a voter through a follower (which forwards to the admin), a voter is removed, a
+//! bad request fails with the admin's reason, and the forwarding node's log replays.
+
+use std::time::Duration;
+
+use chorus_tests::{wait_until, Cluster, Timings, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
+
+/// Generous: a change commits after one heartbeat round (300 ms here); this bounds liveness
+/// on two loaded cores, it is not a performance figure.
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn addr(c: &Cluster, i: usize) -> String {
+    format!("127.0.0.1:{}", c.nodes[i].http_port)
+}
+
+fn id(c: &Cluster, i: usize) -> String {
+    c.status(i).expect("status")["node_id"]
+        .as_str()
+        .expect("node id")
+        .to_owned()
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits until every running node holds an electorate of `version` with exactly `members`.
+fn wait_electorate(c: &Cluster, version: u64, members: &[String]) {
+    let mut want = members.to_vec();
+    want.sort();
+    let agreed = wait_until(SETTLE, Duration::from_millis(50), || {
+        (0..c.nodes.len())
+            .filter(|i| c.is_up(*i))
+            .all(|i| {
+                c.status(i).is_some_and(|s| {
+                    let got: Vec<String> = s["electorate"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|x| x.as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    s["electorate_version"] == version && got == want
+                })
+            })
+            .then_some(())
+    });
+    assert!(
+        agreed.is_some(),
+        "not every node holds version {version} {want:?}: {:?}",
+        (0..c.nodes.len())
+            .map(|i| c
+                .status(i)
+                .map(|s| (s["electorate_version"].clone(), s["electorate"].clone())))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Issue 10: a real cluster adds and removes a voter through `chorus members`.
+#[test]
+fn members_add_and_remove_a_voter_through_any_node() {
+    let mut c = Cluster::start(BIN, 3, Timings::FAST);
+    let (admin, _, a) = c.wait_agreed(Duration::from_secs(20));
+    let ids: Vec<String> = (0..3).map(|i| id(&c, i)).collect();
+    wait_electorate(&c, 1, &ids);
+
+    // A fourth voter starts late: it joins as a standby, never founds its own cluster.
+    let d = c.add_node();
+    let d_id = id(&c, d);
+    let listed = wait_until(SETTLE, Duration::from_millis(100), || {
+        let out = c.chorus(&["members", "--addr", &addr(&c, a), "--json"]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        v["members"]
+            .as_array()?
+            .iter()
+            .any(|m| {
+                m["node_id"] == d_id.as_str() && m["role"] == "standby" && m["reachable"] == true
+            })
+            .then_some(v)
+    });
+    assert!(
+        listed.is_some(),
+        "the late node is not listed as a reachable standby"
+    );
+    let table = c.chorus(&["members", "--addr", &addr(&c, a)]);
+    let table_text = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{}", text(&table));
+    assert!(
+        table_text.contains("electorate version 1 (agreed at bootstrap)"),
+        "{table_text}"
+    );
+    assert!(
+        table_text.contains(admin.as_str()) && table_text.contains("voter*"),
+        "{table_text}"
+    );
+
+    // Added through a follower, which forwards to the admin and answers once it committed.
+    let f = (0..3).find(|i| *i != a).expect("a follower");
+    let out = c.chorus(&["members", "--addr", &addr(&c, f), "add", &d_id]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("committed: the electorate is now version 2"),
+        "{}",
+        text(&out)
+    );
+    let mut four = ids.clone();
+    four.push(d_id.clone());
+    wait_electorate(&c, 2, &four);
+
+    // A bad request fails with the admin's reason (exit 1).
+    let out = c.chorus(&["members", "--addr", &addr(&c, f), "add", "no-such-node"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not connected to the admin"),
+        "{}",
+        text(&out)
+    );
+    let out = c.chorus(&["members", "--addr", &addr(&c, d), "add", &ids[f]]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a voter already"),
+        "{}",
+        text(&out)
+    );
+
+    // Removed through the new voter: the follower that forwarded before leaves the electorate.
+    let out = c.chorus(&["members", "--addr", &addr(&c, d), "remove", &ids[f]]);
+    assert!(out.status.success(), "{}", text(&out));
+    let remaining: Vec<String> = four.iter().filter(|m| **m != ids[f]).cloned().collect();
+    wait_electorate(&c, 3, &remaining);
+    // The cluster keeps one admin throughout; the removed node follows as a standby.
+    let (admin_after, _, _) = c.wait_agreed(SETTLE);
+    assert_eq!(admin_after, admin, "no election was needed");
+    let s = c.status(f).expect("status");
+    assert_eq!(s["role"], "follower");
+
+    // The forwarding node's log replays to the decisions it recorded (request ids included).
+    c.terminate(f).expect("stops");
+    let data_dir = c.nodes[f].data_dir.to_string_lossy().into_owned();
+    let out = c.chorus(&["replay", "--data-dir", &data_dir]);
+    assert!(out.status.success(), "{}", text(&out));
+}
