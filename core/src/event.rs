@@ -54,6 +54,12 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,
     },
+    /// Operator recovery of a cluster that lost its quorum for good (`chorus recover
+    /// --force-new-cluster`, on one stopped survivor): this node's electorate becomes itself
+    /// alone, one version later and in a new term, so it elects itself and voters can be added
+    /// back with membership changes. Unsafe if the other voters are not gone: they could still
+    /// elect among themselves. Ignored unless [`crate::Core::check_force_new_electorate`] passes.
+    ForceNewElectorate,
     /// The operator changed the protocol settings; the runtime logs this at start when the
     /// configured settings differ from the recovered ones, so the change is part of the fold.
     /// Invalid settings, or another cluster id, are ignored (a node never changes cluster).

@@ -393,6 +393,41 @@ impl Core {
         }
     }
 
+    /// Whether [`Event::ForceNewElectorate`](crate::Event::ForceNewElectorate) would act, and
+    /// if not, why (a sentence for operators).
+    pub fn check_force_new_electorate(&self) -> Result<(), &'static str> {
+        let Some(e) = &self.electorate else {
+            return Err("this node never joined a cluster: start it normally instead");
+        };
+        if !self.is_eligible() {
+            return Err("this node is a worker (no admin_election): run it on a voter");
+        }
+        if e.version >= crate::MAX_WIRE_INT || self.term >= crate::MAX_WIRE_INT {
+            return Err("the term or electorate version reached its limit (2^53 - 1)");
+        }
+        Ok(())
+    }
+
+    /// Operator recovery: the electorate becomes this node alone, version + 1, proposed in a
+    /// new term (so it orders after every electorate of the old terms and this node's own
+    /// election cannot collide with an old vote).
+    pub(crate) fn force_new_electorate(&mut self, out: &mut Vec<Command>) {
+        if self.check_force_new_electorate().is_err() {
+            return;
+        }
+        let Some(old) = self.electorate.clone() else {
+            return;
+        };
+        self.observe_term(self.term + 1, out);
+        let new = Arc::new(old.successor(self.term, vec![self.id.clone()]));
+        out.push(Command::Notice(Notice::ElectorateChanged {
+            version: new.version,
+            term: new.term,
+            members: new.members().to_vec(),
+        }));
+        self.electorate = Some(new);
+    }
+
     /// Autopilot: at most one change per heartbeat, only when a change could be proposed.
     /// Returns whether it proposed one (and so sent a heartbeat).
     pub(crate) fn autopilot(&mut self, out: &mut Vec<Command>) -> bool {
@@ -470,4 +505,66 @@ fn diff(old: &Electorate, new: &Electorate) -> Option<MemberChange> {
         .iter()
         .find(|m| !new.contains(m))
         .map(|node| MemberChange::Remove { node: node.clone() })
+}
+
+#[cfg(test)]
+mod force_tests {
+    use crate::testutil::*;
+    use crate::{Event, NodeId, Notice, Role, Timer};
+
+    const ABC: &[&str] = &["a", "b", "c"];
+
+    /// Operator recovery: a stopped survivor of {a, b, c} forced to {a} alone, one version
+    /// later in a new term, elects itself once started, with no other vote.
+    #[test]
+    fn a_forced_survivor_elects_itself_alone() {
+        let mut a = elect("a", ABC, &["b"]);
+        a.step_vec(a.now_ms() + 10, Event::Shutdown);
+        let (term, t) = (a.term(), a.now_ms() + 10);
+        assert!(a.check_force_new_electorate().is_ok());
+        let out = a.step_vec(t, Event::ForceNewElectorate);
+        let e = a.electorate().expect("electorate");
+        assert_eq!(
+            (e.version, e.term, e.members()),
+            (2, term + 1, &[NodeId::from("a")][..])
+        );
+        assert_eq!(a.term(), term + 1);
+        assert_eq!(a.voted_for(), None);
+        assert!(
+            out.contains(&crate::Command::Notice(Notice::ElectorateChanged {
+                version: 2,
+                term: term + 1,
+                members: vec!["a".into()],
+            }))
+        );
+        a.step_vec(t + 10, Event::Started);
+        fire(&mut a, Timer::Discovery);
+        fire(&mut a, Timer::Election);
+        if a.role() != Role::Admin {
+            fire(&mut a, Timer::Election);
+        }
+        assert_eq!(a.role(), Role::Admin, "a quorum of one");
+    }
+
+    /// Nothing to force on a node that never joined a cluster or that is a worker; the event
+    /// changes nothing there.
+    #[test]
+    fn force_is_refused_without_an_electorate_or_on_a_worker() {
+        let mut fresh = crate::Core::new(
+            "x".into(),
+            crate::Config::default(),
+            vec![crate::ADMIN_ELECTION.to_owned()],
+            1,
+        )
+        .unwrap();
+        assert!(fresh.check_force_new_electorate().is_err());
+        fresh.step_vec(0, Event::ForceNewElectorate);
+        assert!(fresh.electorate().is_none());
+        assert_eq!(fresh.term(), 0);
+
+        let mut w = node_with("w", ABC, vec!["docker".into()], crate::Config::default());
+        assert!(w.check_force_new_electorate().is_err());
+        w.step_vec(5, Event::ForceNewElectorate);
+        assert_eq!(w.electorate().map(|e| e.version), Some(1));
+    }
 }

@@ -252,6 +252,8 @@ impl Core {
         let vote_before = self.voted_for.clone();
         match event {
             Event::Started => self.on_started(out),
+            // Applied to a stopped node's log by `chorus recover`, so it acts while not running.
+            Event::ForceNewElectorate => self.force_new_electorate(out),
             _ if !self.running => {}
             Event::TimerFired { timer } => {
                 if self.timers.fire(timer, now_ms) {

@@ -12,6 +12,7 @@ pub mod devcluster;
 pub mod http;
 pub mod members;
 pub mod observe;
+pub mod recover;
 pub mod replay;
 pub mod run;
 pub mod sandbox;
@@ -97,6 +98,23 @@ enum Cmd {
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
     },
+    /// Last-resort recovery of a cluster that lost its quorum for good (run on one STOPPED
+    /// survivor).
+    ///
+    /// `--force-new-cluster` makes this node's electorate itself alone (one version later, in
+    /// a new term), written into its event log. Start the node afterwards: it elects itself;
+    /// add voters back with `chorus members add`. Pick the survivor with the highest electorate
+    /// version (`chorus status` shows it). Unsafe if the other voters are not gone for good: a
+    /// majority of the old electorate that comes back on its own can still elect its own admin
+    /// — keep them stopped, or wipe their data directories before they rejoin.
+    Recover {
+        /// The stopped node's data directory.
+        #[arg(long, value_name = "DIR")]
+        data_dir: PathBuf,
+        /// Required: says that you mean it.
+        #[arg(long, required = true)]
+        force_new_cluster: bool,
+    },
     /// Start a local cluster of `chorus run` processes and watch its admin.
     ///
     /// By default the admin is killed once, 5 s after the cluster agrees on it, the failover
@@ -153,6 +171,23 @@ pub fn main() -> ExitCode {
             match change {
                 None => report(block_on(members::show(&addr, json))),
                 Some(change) => report(block_on(members::change(&addr, change, wait))),
+            }
+        }
+        Cmd::Recover { data_dir, .. } => {
+            let log_dir = match replay_source(&data_dir) {
+                Ok((dir, None)) => dir,
+                Ok((_, Some(_copy))) => {
+                    return fail(&anyhow::anyhow!(
+                        "{} is read-only: recovery writes to the event log",
+                        data_dir.display()
+                    ))
+                }
+                Err(e) => return fail(&e),
+            };
+            let mut stdout = std::io::stdout().lock();
+            match recover::force_new_cluster(&log_dir, &mut stdout) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => fail(&replay_error(e, &data_dir)),
             }
         }
         Cmd::Replay { data_dir, trace } => {

@@ -149,3 +149,69 @@ fn members_add_and_remove_a_voter_through_any_node() {
     let out = c.chorus(&["replay", "--data-dir", &data_dir]);
     assert!(out.status.success(), "{}", text(&out));
 }
+
+/// Issue 10: a cluster that lost its quorum for good comes back only through the loudly named
+/// operator action on one survivor, and grows again with `chorus members add`.
+#[test]
+fn a_lost_quorum_comes_back_only_by_force_new_cluster() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start(BIN, 3, t);
+    let (_, _, a) = c.wait_agreed(Duration::from_secs(20));
+    // Two of three voters are gone for good, the admin among them.
+    let s = (0..3).find(|i| *i != a).expect("a survivor");
+    for i in (0..3).filter(|i| *i != s) {
+        c.kill(i);
+    }
+    // The survivor alone never elects: wait out several election bounds.
+    let bound = Duration::from_millis(3 * (t.election_max_ms + 2 * t.heartbeat_ms));
+    let elected = wait_until(bound, Duration::from_millis(100), || {
+        c.status(s).filter(|st| st["role"] == "admin")
+    });
+    assert!(elected.is_none(), "one voter of three elected itself");
+
+    let data_dir = c.nodes[s].data_dir.to_string_lossy().into_owned();
+    // Not while it runs, and not without saying so.
+    let out = c.chorus(&["recover", "--data-dir", &data_dir, "--force-new-cluster"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is running"),
+        "{}",
+        text(&out)
+    );
+    c.terminate(s).expect("stops");
+    let out = c.chorus(&["recover", "--data-dir", &data_dir]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+
+    let out = c.chorus(&["recover", "--data-dir", &data_dir, "--force-new-cluster"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("FORCED A NEW ELECTORATE") && said.contains("WARNING"),
+        "{said}"
+    );
+
+    // Started again, it elects itself with the one-node electorate, version 2.
+    c.start_node(s);
+    let st = chorus_tests::wait_admin(
+        c.nodes[s].http_port,
+        Duration::from_secs(20),
+        &c.nodes[s].log,
+    );
+    assert_eq!(st["electorate_version"], 2);
+    assert_eq!(st["electorate"].as_array().map(Vec::len), Some(1));
+
+    // A new voter joins as a standby and is added back.
+    let n = c.add_node();
+    let new_id = id(&c, n);
+    let added = wait_until(SETTLE, Duration::from_millis(200), || {
+        let out = c.chorus(&["members", "--addr", &addr(&c, s), "add", &new_id]);
+        out.status.success().then_some(())
+    });
+    assert!(added.is_some(), "the new node was never added");
+    wait_electorate(&c, 3, &[id(&c, s), new_id]);
+
+    // The survivor's log, forced event included, replays to what it recorded.
+    c.terminate(s).expect("stops");
+    let out = c.chorus(&["replay", "--data-dir", &data_dir]);
+    assert!(out.status.success(), "{}", text(&out));
+}
