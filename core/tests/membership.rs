@@ -643,6 +643,69 @@ fn the_removed_admin_steps_down_once_its_removal_commits() {
     }
 }
 
+// ---- Rule 5: following the admin's electorate ----------------------------------------------------
+
+/// Rule 5 through discovery: a follower whose electorate version differs from its admin's asks
+/// the admin (WHOAMI) and takes the electorate of the reply when it is later than its own, or
+/// when its own was proposed in an earlier term (a change whose admin died before committing);
+/// never from another peer, and never an older one when its own was proposed in this term.
+#[test]
+fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let genesis = v1.genesis;
+    let heartbeat = |version| Message::Heartbeat {
+        term: 2,
+        beat: 5,
+        membership_version: version,
+        genesis,
+        electorate: None,
+    };
+    let reply = |e: &Electorate| Message::WhoamiReply {
+        admin: Some("c".into()),
+        term: 2,
+        membership_version: e.version,
+        beat: 5,
+        uptime_s: 0,
+        resources: Default::default(),
+        eligible: true,
+        electorate: Some(Arc::new(e.clone())),
+        genesis,
+    };
+
+    // b holds version 2 proposed in term 1 (its admin died before committing it); c was
+    // elected in term 2 on version 1.
+    // (b asked every peer when it connected; the replies come after the heartbeat.)
+    let v2_t1 = v1.successor(1, ids(ABCD));
+    let mut b = node("b", ABC);
+    b.set_electorate_for_test(v2_t1.clone());
+    b.step_vec(10, from("c", heartbeat(1)));
+    assert_eq!(b.admin().map(NodeId::as_str), Some("c"));
+    // A member that is not the admin does not speak for the electorate.
+    b.step_vec(11, from("a", reply(&v1)));
+    assert_eq!(b.electorate(), Some(&v2_t1));
+    let out = b.step_vec(12, from("c", reply(&v1)));
+    assert_eq!(b.electorate(), Some(&v1), "b takes its admin's: {out:?}");
+    assert!(out.contains(&Command::Notice(Notice::ElectorateChanged {
+        version: 1,
+        term: 0,
+        members: ids(ABC),
+    })));
+
+    // b is behind: its admin's electorate is later.
+    let v2_t2 = v1.successor(2, ids(ABCD));
+    let mut b = node("b", ABC);
+    b.step_vec(10, from("c", heartbeat(2)));
+    b.step_vec(12, from("c", reply(&v2_t2)));
+    assert_eq!(b.electorate(), Some(&v2_t2));
+
+    // b holds a version proposed in its own term: an older one is a delayed message.
+    let mut b = node("b", ABC);
+    b.set_electorate_for_test(v2_t2.clone());
+    b.step_vec(10, from("c", heartbeat(1)));
+    b.step_vec(12, from("c", reply(&v1)));
+    assert_eq!(b.electorate(), Some(&v2_t2));
+}
+
 // ---- Rule 4: electorate order in votes -----------------------------------------------------------
 
 /// A voter on version 2 refuses (pre-)votes to a candidate on version 1, and to one on a
@@ -1118,5 +1181,144 @@ fn scenario_c_five_voters_rolled_to_five_new_ones_never_long_without_an_admin() 
             d.max_gap_ms,
             d.bound_ms
         );
+    }
+}
+
+/// The admin proposes `change` and crashes at once: its heartbeat carrying the new electorate
+/// reaches exactly the nodes of `reached`. Returns the proposed version.
+fn propose_and_crash(d: &mut Driver, admin: usize, change: MemberChange, reached: &[usize]) {
+    let mark = d.net.history.len();
+    d.request += 1;
+    let request = d.request;
+    d.net.apply(admin, Event::ChangeMembers { change, request });
+    assert_eq!(
+        d.outcomes(mark, admin, request),
+        [proposed(2)],
+        "seed {}",
+        d.net.seed
+    );
+    let missed: Vec<usize> = (0..d.net.ids.len())
+        .filter(|i| !reached.contains(i))
+        .collect();
+    d.net.drop_in_flight(admin, &missed);
+    d.net.crash(admin);
+}
+
+/// Acceptance (d): the admin crashes right after proposing a change, before it commits; its
+/// heartbeat reached every other node, none, or some. The others still elect within the bound,
+/// and every live node — the old admin too, once it restarts — ends on one electorate: the old
+/// or the new one, the same everywhere. The network checks one admin per term and no
+/// overlapping leases throughout.
+#[test]
+fn scenario_d_an_admin_crashing_mid_change_leaves_one_electorate() {
+    for seed in 0..36 {
+        let config = settings(5, false);
+        let mut d = Driver::new(cluster(seed, 5, 1, &config), &config);
+        d.settle("bootstrap");
+        d.net.start(5);
+        d.run(200);
+        let admin = d.settle("with the newcomer");
+        let follower = (admin + 1) % 5;
+        let (change, old, new): (MemberChange, Vec<usize>, Vec<usize>) = match seed % 3 {
+            0 => (add_n(5), (0..5).collect(), (0..6).collect()),
+            1 => (
+                remove_n(follower),
+                (0..5).collect(),
+                (0..5).filter(|&i| i != follower).collect(),
+            ),
+            _ => (
+                remove_n(admin),
+                (0..5).collect(),
+                (0..5).filter(|&i| i != admin).collect(),
+            ),
+        };
+        let others: Vec<usize> = (0..6).filter(|&i| i != admin).collect();
+        let reached: Vec<usize> = match (seed / 3) % 3 {
+            0 => others.clone(),
+            1 => vec![],
+            _ => others
+                .iter()
+                .copied()
+                .filter(|_| d.net.rand(2) == 0)
+                .collect(),
+        };
+        propose_and_crash(&mut d, admin, change.clone(), &reached);
+        d.settle(&format!(
+            "after the admin crashed proposing {change:?} to {reached:?}"
+        ));
+        d.run(d.bound_ms);
+        let what = format!("{change:?} reached {reached:?}");
+        let one = d.electorates();
+        assert_eq!(one.len(), 1, "seed {seed}: {what}: {:#?}", d.views());
+        let members: Vec<usize> = one[0].2.iter().map(|m| d.net.index_of(m)).collect();
+        assert!(
+            members == old || members == new,
+            "seed {seed}: {what}: {members:?}"
+        );
+        // The crashed admin returns, holding the proposal in its log.
+        d.net.restart(admin);
+        d.run(d.bound_ms);
+        d.settle(&format!("{what}, after the old admin returned"));
+        d.all_hold(&members, &format!("{what}, after the old admin returned"));
+    }
+}
+
+/// Acceptance (e): the admin and the node it adds (a minority of the new electorate: 2 of 6) are
+/// cut off from the rest just after the proposal — before the heartbeat carrying it arrived, or
+/// after it arrived but before any ack came back. The cut-off admin cannot commit and loses its
+/// lease; the other four (a majority of the old and of the new electorate) elect within the
+/// bound. After the heal every node ends on one electorate, with one admin.
+#[test]
+fn scenario_e_a_partition_during_a_change_cuts_off_the_admin_with_a_minority() {
+    for seed in 0..20 {
+        let config = settings(5, false);
+        let mut d = Driver::new(cluster(seed, 5, 1, &config), &config);
+        d.settle("bootstrap");
+        d.net.start(5);
+        d.run(200);
+        let admin = d.settle("with the newcomer");
+        let rest: Vec<usize> = (0..5).filter(|&i| i != admin).collect();
+        let arrived = seed % 2 == 1;
+        if arrived {
+            // The acks will not come back.
+            for &i in &rest {
+                d.net.cut_link(i, admin);
+            }
+        }
+        let mark = d.net.history.len();
+        d.net.apply(
+            admin,
+            Event::ChangeMembers {
+                change: add_n(5),
+                request: 1,
+            },
+        );
+        assert_eq!(d.outcomes(mark, admin, 1), [proposed(2)], "seed {seed}");
+        if arrived {
+            d.run(20);
+        }
+        d.net.partition(&[admin, 5]);
+        let cut_at = d.now();
+        let elected = d.settle_in(&rest, "in the majority");
+        assert!(rest.contains(&elected), "seed {seed}: n{elected}");
+        assert!(d.now() - cut_at <= d.bound_ms);
+        let old_admin = d.net.nodes[admin].as_ref().unwrap();
+        assert!(!old_admin.holds_lease(d.now()), "seed {seed}");
+        assert!(
+            !d.outcomes(mark, admin, 1)
+                .iter()
+                .any(|o| matches!(o, ChangeOutcome::Committed { .. })),
+            "seed {seed}: committed without the majority"
+        );
+        d.run(d.bound_ms);
+        d.net.heal();
+        d.run(d.bound_ms);
+        d.settle("after the heal");
+        let expected: Vec<usize> = if arrived {
+            (0..6).collect()
+        } else {
+            (0..5).collect()
+        };
+        d.all_hold(&expected, &format!("after the heal (arrived: {arrived})"));
     }
 }
