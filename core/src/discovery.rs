@@ -104,7 +104,18 @@ impl Core {
             return self.refuse(from, "whoami_reply", Refusal::ForeignCluster, out);
         }
         if let Some(theirs) = electorate {
-            self.consider_electorate(from.clone(), theirs, out);
+            if self.electorate.is_some() {
+                // Rule 5 of `membership.rs`: a node asks its admin when their versions differ
+                // (`on_heartbeat`), and only the admin of its term, answering as that admin,
+                // may replace its electorate. Without this a node that missed a change, or
+                // holds an uncommitted one whose admin died, kept it after the cluster moved on.
+                let its_admin = self.admin.as_ref() == Some(&from);
+                if its_admin && admin.as_ref() == Some(&from) && term == self.term {
+                    self.follow_admin_electorate(theirs, out);
+                }
+            } else {
+                self.consider_electorate(from.clone(), theirs, out);
+            }
         }
         // Only members speak for the cluster: a worker's beat, term or admin is not taken.
         if !self.is_member(&from) {
