@@ -706,6 +706,80 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
     assert_eq!(b.electorate(), Some(&v2_t2));
 }
 
+/// A node whose electorate lacks the cluster's admin — it holds a change that removed that node
+/// and never committed (here), or missed the change that added it — refuses the admin's
+/// heartbeats (not a member), so only its members can lead it there: once its own round has
+/// failed it asks its peers again, takes the admin that members report although that admin is
+/// not a member of its electorate, and then takes the admin's electorate (rule 5).
+#[test]
+fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
+    let v1 = Electorate::new(1, ids(ABCD));
+    let genesis = v1.genesis;
+    // a, admin in term 1, proposed removing c, reached only b, and died.
+    let v2 = v1.successor(1, ids(&["a", "b", "d"]));
+    let mut b = node("b", ABCD);
+    let carrying = Message::Heartbeat {
+        term: 1,
+        beat: 3,
+        membership_version: 2,
+        genesis,
+        electorate: Some(Arc::new(v2.clone())),
+    };
+    b.step_vec(10, from("a", carrying));
+    assert_eq!(b.electorate(), Some(&v2));
+    b.step_vec(20, Event::PeerDown { peer: "a".into() });
+    // c was elected in term 2 on version 1; b refuses its heartbeats.
+    let heartbeat = Message::Heartbeat {
+        term: 2,
+        beat: 9,
+        membership_version: 1,
+        genesis,
+        electorate: None,
+    };
+    let out = b.step_vec(30, from("c", heartbeat.clone()));
+    assert!(out.contains(&Command::Notice(Notice::Refused {
+        from: "c".into(),
+        message: "heartbeat".into(),
+        reason: Refusal::NotMember,
+    })));
+    // b suspects a, stands, finds no support (d follows c), and asks its peers again.
+    let mut asked = false;
+    for _ in 0..6 {
+        let (at, timer) = b.next_deadline().expect("a timer is armed");
+        let out = b.step_vec(at, Event::TimerFired { timer });
+        if sent_to(&out, "d").contains(&&Message::Whoami {
+            electorate_version: 2,
+        }) {
+            asked = true;
+            break;
+        }
+    }
+    assert!(asked, "b never asked its peers who the admin is");
+    let reply = |e: &Electorate| Message::WhoamiReply {
+        admin: Some("c".into()),
+        term: 2,
+        membership_version: e.version,
+        beat: 9,
+        uptime_s: 0,
+        resources: Default::default(),
+        eligible: true,
+        electorate: Some(Arc::new(e.clone())),
+        genesis,
+    };
+    // d is the only member of b's electorate still up: its report is enough.
+    let t = b.now_ms();
+    b.step_vec(t, from("d", reply(&v1)));
+    assert_eq!(b.admin().map(NodeId::as_str), Some("c"), "b follows c");
+    let out = b.step_vec(t + 1, from("c", heartbeat));
+    assert!(sent_to(&out, "c").contains(&&Message::HeartbeatAck {
+        term: 2,
+        beat: 9,
+        promise_ms: b.config().election_timeout_min_ms,
+    }));
+    b.step_vec(t + 2, from("c", reply(&v1)));
+    assert_eq!(b.electorate(), Some(&v1), "b takes its admin's electorate");
+}
+
 // ---- Rule 4: electorate order in votes -----------------------------------------------------------
 
 /// A voter on version 2 refuses (pre-)votes to a candidate on version 1, and to one on a
