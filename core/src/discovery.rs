@@ -127,7 +127,11 @@ impl Core {
             self.beat = self.beat.max(beat);
         }
         let Some(admin) = admin else { return };
-        if self.admin.is_some() || term < self.term || admin == self.id || !self.is_member(&admin) {
+        // The admin need not be a member of this node's electorate: then that electorate is
+        // out of date (the node missed the change that added the admin, or holds one that
+        // removed it and never committed), and following the admin is how the node catches up
+        // (rule 5 of `membership.rs`). The reports still come from members, enough agreeing.
+        if self.admin.is_some() || term < self.term || admin == self.id {
             return;
         }
         self.reports.insert(from, (admin.clone(), term));

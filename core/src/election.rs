@@ -74,11 +74,21 @@ impl Core {
             (Role::Admin, _) => {}
             (_, ElectionPhase::Suspect) => {
                 // The admin (or our own round) went quiet for the minimum election timeout.
+                let round_failed = self.round.is_some();
                 self.become_follower(out);
                 self.admin = None;
-                if self.can_stand() {
+                let can_stand = self.can_stand();
+                if can_stand {
                     self.arm_stand(out);
-                } else if self.timers.deadline(Timer::Discovery).is_none() {
+                }
+                // While no admin is known a node keeps asking its peers (DESIGN §4, Discovery),
+                // also once its own round failed: the voters may follow an admin outside this
+                // node's electorate (it missed a membership change, or holds one that never
+                // committed), whose heartbeats it refuses, and only members' reports lead it
+                // there (`discovery.rs`). A round fails a full timeout after the node suspected
+                // its admin, so by then no live member still reports a dead admin.
+                if (!can_stand || round_failed) && self.timers.deadline(Timer::Discovery).is_none()
+                {
                     self.begin_discovery(out);
                 }
             }
