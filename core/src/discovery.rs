@@ -144,6 +144,11 @@ impl Core {
         let needed = (self.config.confirmations as usize).min(members_known.max(1));
         if agreeing >= needed {
             self.observe_term(term, out);
+            if self.role == crate::Role::PreCandidate {
+                // A pre-candidate has changed nothing yet: a confirmed admin of its term ends
+                // its round, as that admin's heartbeat would.
+                self.become_follower(out);
+            }
             if self.role == crate::Role::Follower {
                 self.set_admin(admin, out);
                 self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);

@@ -75,7 +75,7 @@ impl Core {
             (Role::Admin, _) => {}
             (_, ElectionPhase::Suspect) => {
                 // The admin (or our own round) went quiet for the minimum election timeout.
-                let round_failed = self.round.is_some();
+                let knew_none = self.admin.is_none();
                 self.become_follower(out);
                 self.admin = None;
                 let can_stand = self.can_stand();
@@ -83,13 +83,13 @@ impl Core {
                     self.arm_stand(out);
                 }
                 // While no admin is known a node keeps asking its peers (DESIGN §4, Discovery),
-                // also once its own round failed: the voters may follow an admin outside this
+                // a node that could stand too once a whole timeout passed without one (its round
+                // failed, or a higher term ended it): the voters may follow an admin outside this
                 // node's electorate (it missed a membership change, or holds one that never
                 // committed), whose heartbeats it refuses, and only members' reports lead it
-                // there (`discovery.rs`). A round fails a full timeout after the node suspected
-                // its admin, so by then no live member still reports a dead admin.
-                if (!can_stand || round_failed) && self.timers.deadline(Timer::Discovery).is_none()
-                {
+                // there (`discovery.rs`). Not when the admin just went quiet: members that have
+                // not suspected it yet would still report it.
+                if (!can_stand || knew_none) && self.timers.deadline(Timer::Discovery).is_none() {
                     self.begin_discovery(out);
                 }
             }
