@@ -756,6 +756,47 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
     assert_eq!(b.electorate(), Some(&v2_t2));
 }
 
+/// A follower behind its admin asks again at every heartbeat until it has caught up: a question
+/// or an answer that was lost does not leave it on its old electorate for good.
+#[test]
+fn a_follower_behind_its_admin_asks_again_until_answered() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let v2 = v1.successor(1, ids(ABCD));
+    let mut b = node("b", ABC);
+    let heartbeat = |beat| Message::Heartbeat {
+        term: 1,
+        beat,
+        membership_version: 2,
+        genesis: v1.genesis,
+        electorate: None,
+    };
+    let whoami = Message::Whoami {
+        electorate_version: 1,
+    };
+    for (t, beat) in [(10, 1), (20, 2), (30, 3)] {
+        let out = b.step_vec(t, from("a", heartbeat(beat)));
+        assert!(
+            sent_to(&out, "a").contains(&&whoami),
+            "no question at beat {beat}: {out:?}"
+        );
+    }
+    let reply = Message::WhoamiReply {
+        admin: Some("a".into()),
+        term: 1,
+        membership_version: 2,
+        beat: 3,
+        uptime_s: 0,
+        resources: Default::default(),
+        eligible: true,
+        electorate: Some(Arc::new(v2.clone())),
+        genesis: v1.genesis,
+    };
+    b.step_vec(31, from("a", reply));
+    assert_eq!(b.electorate(), Some(&v2));
+    let out = b.step_vec(40, from("a", heartbeat(4)));
+    assert!(!sent_to(&out, "a").contains(&&whoami), "caught up: {out:?}");
+}
+
 /// A node whose electorate lacks the cluster's admin — it holds a change that removed that node
 /// and never committed (here), or missed the change that added it — refuses the admin's
 /// heartbeats (not a member), so only its members can lead it there: once its own round has
@@ -1487,5 +1528,45 @@ fn scenario_e_a_partition_during_a_change_cuts_off_the_admin_with_a_minority() {
             (0..5).collect()
         };
         d.all_hold(&expected, &format!("after the heal (arrived: {arrived})"));
+    }
+}
+
+/// Acceptance (d) on a lossy network: one message in ten is lost while the cluster recovers
+/// from the admin's crash mid-change. Once the loss stops, every node ends on one electorate,
+/// with one admin known to all within the bound.
+#[test]
+fn scenario_d_under_message_loss_still_leaves_one_electorate() {
+    for seed in 0..100 {
+        let config = settings(5, false);
+        let mut d = Driver::new(cluster(seed, 5, 1, &config), &config);
+        d.settle("bootstrap");
+        d.net.start(5);
+        d.run(200);
+        let admin = d.settle("with the newcomer");
+        let follower = (admin + 1) % 5;
+        let change = match seed % 3 {
+            0 => add_n(5),
+            1 => remove_n(follower),
+            _ => remove_n(admin),
+        };
+        let others: Vec<usize> = (0..6).filter(|&i| i != admin).collect();
+        let reached: Vec<usize> = others
+            .iter()
+            .copied()
+            .filter(|_| d.net.rand(2) == 0)
+            .collect();
+        d.net.loss_pct = 10;
+        propose_and_crash(&mut d, admin, change.clone(), &reached);
+        d.run(3 * d.bound_ms);
+        d.net.loss_pct = 0;
+        d.settle(&format!("{change:?} reached {reached:?}, after the loss"));
+        d.run(d.bound_ms);
+        let one = d.electorates();
+        assert_eq!(
+            one.len(),
+            1,
+            "seed {seed}: {change:?} reached {reached:?}: {:#?}",
+            d.views()
+        );
     }
 }
