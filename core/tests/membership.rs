@@ -643,6 +643,51 @@ fn the_removed_admin_steps_down_once_its_removal_commits() {
     }
 }
 
+// ---- Rule 4: electorate order in votes -----------------------------------------------------------
+
+/// A voter on version 2 refuses (pre-)votes to a candidate on version 1, and to one on a
+/// version 2 proposed in an earlier term; it grants them to a candidate on its own electorate
+/// or a later one.
+#[test]
+fn a_voter_refuses_candidates_with_an_older_electorate() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let v2_t1 = v1.successor(1, ids(ABCD));
+    let v2_t3 = v1.successor(3, ids(&["a", "b", "c", "w"]));
+    let v3 = v2_t3.successor(4, ids(ABC));
+    let key = |e: &Electorate| (e.version, e.term, e.fingerprint());
+
+    let mut b = node("b", ABC);
+    b.set_electorate_for_test(v2_t3.clone());
+    let at = 100_000; // long past any promise
+    let vote =
+        |term, (electorate_version, electorate_term, electorate_hash)| Message::VoteRequest {
+            term,
+            electorate_version,
+            electorate_term,
+            electorate_hash,
+        };
+    let pre_vote =
+        |term, (electorate_version, electorate_term, electorate_hash)| Message::PreVoteRequest {
+            term,
+            electorate_version,
+            electorate_term,
+            electorate_hash,
+        };
+    let granted = |out: &[Command]| match sent_to(out, "c").as_slice() {
+        [Message::VoteReply { granted, .. }] | [Message::PreVoteReply { granted, .. }] => *granted,
+        other => panic!("one reply expected, got {other:?}"),
+    };
+    for (e, expected) in [(&v1, false), (&v2_t1, false), (&v2_t3, true), (&v3, true)] {
+        let mut twin = b.clone();
+        let out = twin.step_vec(at, from("c", pre_vote(5, key(e))));
+        assert_eq!(granted(&out), expected, "pre-vote on {:?}", e.key());
+        let mut twin = b.clone();
+        let out = twin.step_vec(at, from("c", vote(5, key(e))));
+        assert_eq!(granted(&out), expected, "vote on {:?}", e.key());
+        assert_eq!(twin.voted_for().is_some(), expected);
+    }
+}
+
 /// Of two pre-candidates, the one on the later electorate goes on whatever their ranks: voters
 /// on the later electorate refuse the older one, so a better-ranked pre-candidate on the older
 /// one that turned the other away would block the only one that can win (after a change that
@@ -912,51 +957,6 @@ fn a_pre_candidate_follows_an_admin_of_its_term_that_members_report() {
         (b.role(), b.admin().map(NodeId::as_str)),
         (Role::Follower, Some("a"))
     );
-}
-
-// ---- Rule 4: electorate order in votes -----------------------------------------------------------
-
-/// A voter on version 2 refuses (pre-)votes to a candidate on version 1, and to one on a
-/// version 2 proposed in an earlier term; it grants them to a candidate on its own electorate
-/// or a later one.
-#[test]
-fn a_voter_refuses_candidates_with_an_older_electorate() {
-    let v1 = Electorate::new(1, ids(ABC));
-    let v2_t1 = v1.successor(1, ids(ABCD));
-    let v2_t3 = v1.successor(3, ids(&["a", "b", "c", "w"]));
-    let v3 = v2_t3.successor(4, ids(ABC));
-    let key = |e: &Electorate| (e.version, e.term, e.fingerprint());
-
-    let mut b = node("b", ABC);
-    b.set_electorate_for_test(v2_t3.clone());
-    let at = 100_000; // long past any promise
-    let vote =
-        |term, (electorate_version, electorate_term, electorate_hash)| Message::VoteRequest {
-            term,
-            electorate_version,
-            electorate_term,
-            electorate_hash,
-        };
-    let pre_vote =
-        |term, (electorate_version, electorate_term, electorate_hash)| Message::PreVoteRequest {
-            term,
-            electorate_version,
-            electorate_term,
-            electorate_hash,
-        };
-    let granted = |out: &[Command]| match sent_to(out, "c").as_slice() {
-        [Message::VoteReply { granted, .. }] | [Message::PreVoteReply { granted, .. }] => *granted,
-        other => panic!("one reply expected, got {other:?}"),
-    };
-    for (e, expected) in [(&v1, false), (&v2_t1, false), (&v2_t3, true), (&v3, true)] {
-        let mut twin = b.clone();
-        let out = twin.step_vec(at, from("c", pre_vote(5, key(e))));
-        assert_eq!(granted(&out), expected, "pre-vote on {:?}", e.key());
-        let mut twin = b.clone();
-        let out = twin.step_vec(at, from("c", vote(5, key(e))));
-        assert_eq!(granted(&out), expected, "vote on {:?}", e.key());
-        assert_eq!(twin.voted_for().is_some(), expected);
-    }
 }
 
 // ---- On the network ------------------------------------------------------------------------------
@@ -1393,7 +1393,7 @@ fn scenario_c_five_voters_rolled_to_five_new_ones_never_long_without_an_admin() 
 }
 
 /// The admin proposes `change` and crashes at once: its heartbeat carrying the new electorate
-/// reaches exactly the nodes of `reached`. Returns the proposed version.
+/// reaches exactly the nodes of `reached`.
 fn propose_and_crash(d: &mut Driver, admin: usize, change: MemberChange, reached: &[usize]) {
     let mark = d.net.history.len();
     d.request += 1;
