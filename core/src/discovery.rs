@@ -104,7 +104,18 @@ impl Core {
             return self.refuse(from, "whoami_reply", Refusal::ForeignCluster, out);
         }
         if let Some(theirs) = electorate {
-            self.consider_electorate(from.clone(), theirs, out);
+            if self.electorate.is_some() {
+                // Rule 5 of `membership.rs`: a node asks its admin when their versions differ
+                // (`on_heartbeat`), and only the admin of its term, answering as that admin,
+                // may replace its electorate. Without this a node that missed a change, or
+                // holds an uncommitted one whose admin died, kept it after the cluster moved on.
+                let its_admin = self.admin.as_ref() == Some(&from);
+                if its_admin && admin.as_ref() == Some(&from) && term == self.term {
+                    self.follow_admin_electorate(theirs, out);
+                }
+            } else {
+                self.consider_electorate(from.clone(), theirs, out);
+            }
         }
         // Only members speak for the cluster: a worker's beat, term or admin is not taken.
         if !self.is_member(&from) {
@@ -116,7 +127,11 @@ impl Core {
             self.beat = self.beat.max(beat);
         }
         let Some(admin) = admin else { return };
-        if self.admin.is_some() || term < self.term || admin == self.id || !self.is_member(&admin) {
+        // The admin need not be a member of this node's electorate: then that electorate is
+        // out of date (the node missed the change that added the admin, or holds one that
+        // removed it and never committed), and following the admin is how the node catches up
+        // (rule 5 of `membership.rs`). The reports still come from members, enough agreeing.
+        if self.admin.is_some() || term < self.term || admin == self.id {
             return;
         }
         self.reports.insert(from, (admin.clone(), term));
@@ -129,6 +144,11 @@ impl Core {
         let needed = (self.config.confirmations as usize).min(members_known.max(1));
         if agreeing >= needed {
             self.observe_term(term, out);
+            if self.role == crate::Role::PreCandidate {
+                // A pre-candidate has changed nothing yet: a confirmed admin of its term ends
+                // its round, as that admin's heartbeat would.
+                self.become_follower(out);
+            }
             if self.role == crate::Role::Follower {
                 self.set_admin(admin, out);
                 self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);

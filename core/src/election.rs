@@ -5,7 +5,8 @@
 //! 2. Pre-vote changes no state at voters; a voter says yes only if the proposed term is above its
 //!    own, the candidate is a voter of the same electorate, and it has no live promise. A voter
 //!    that says yes leaves the candidate time to win before standing itself; of two
-//!    pre-candidates, the lower-ranked stands back.
+//!    pre-candidates, the one on the older electorate stands back, on one electorate the
+//!    lower-ranked.
 //! 3. A voter grants at most one vote per term (the vote is state, persisted via the event log).
 //! 4. A promise (from an admin's heartbeat, from voting, or from a restart) blocks (pre-)votes for
 //!    anyone else for `election_timeout_min_ms`; admin leases rest on it.
@@ -74,11 +75,21 @@ impl Core {
             (Role::Admin, _) => {}
             (_, ElectionPhase::Suspect) => {
                 // The admin (or our own round) went quiet for the minimum election timeout.
+                let knew_none = self.admin.is_none();
                 self.become_follower(out);
                 self.admin = None;
-                if self.can_stand() {
+                let can_stand = self.can_stand();
+                if can_stand {
                     self.arm_stand(out);
-                } else if self.timers.deadline(Timer::Discovery).is_none() {
+                }
+                // While no admin is known a node keeps asking its peers (DESIGN §4, Discovery),
+                // a node that could stand too once a whole timeout passed without one (its round
+                // failed, or a higher term ended it): the voters may follow an admin outside this
+                // node's electorate (it missed a membership change, or holds one that never
+                // committed), whose heartbeats it refuses, and only members' reports lead it
+                // there (`discovery.rs`). Not when the admin just went quiet: members that have
+                // not suspected it yet would still report it.
+                if (!can_stand || knew_none) && self.timers.deadline(Timer::Discovery).is_none() {
                     self.begin_discovery(out);
                 }
             }
@@ -203,8 +214,17 @@ impl Core {
     ) {
         if self.role == Role::PreCandidate {
             // Two pre-candidates at once: the better-ranked one goes on, the other stands back,
-            // so simultaneous timeouts do not split the vote (ties break by node id).
-            if self.ranks_above(&from) {
+            // so simultaneous timeouts do not split the vote (ties break by node id). On
+            // different electorates the later one goes on whatever the ranks: voters holding it
+            // refuse the older one, so a better-ranked node on the older one could not win and
+            // turning the other away livelocked the two.
+            let mine = self.electorate.as_ref().map_or((0, 0), |e| e.key());
+            let goes_on = match (key.0, key.1).cmp(&mine) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Equal => self.ranks_above(&from),
+                std::cmp::Ordering::Greater => false,
+            };
+            if goes_on {
                 let msg = Message::PreVoteReply {
                     term: self.term,
                     granted: false,

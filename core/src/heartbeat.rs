@@ -121,8 +121,12 @@ impl Core {
             });
         }
         let my_version = self.electorate.as_ref().map_or(0, |e| e.version);
-        if membership_version != my_version && !self.whoami_pending.contains(&from) {
-            // On another version than the admin: ask it (see `membership.rs`).
+        if membership_version != 0 && membership_version != my_version {
+            // On another version than the admin: ask it (see `membership.rs`), at every
+            // heartbeat until the versions agree, even with a question still unanswered: the
+            // question or its answer may have been lost, and then a node asking only once
+            // stayed on its old electorate for good. (Version 0 says nothing: an admin has an
+            // electorate.)
             self.send_whoami(from, out);
         }
     }

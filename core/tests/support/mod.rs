@@ -27,6 +27,19 @@ pub fn fast_config() -> Config {
     }
 }
 
+/// The bound within which a cluster with a live, connected majority elects an admin known to
+/// all: the slowest discovery timeout + 3 × the maximum election timeout + 2 × the heartbeat
+/// interval, the bound the simulator's liveness checker uses (`sim/src/scenario.rs`).
+pub fn election_bound_ms(configs: &[Config]) -> u64 {
+    configs
+        .iter()
+        .map(|c| {
+            c.discovery_timeout_ms + 3 * c.election_timeout_max_ms + 2 * c.heartbeat_interval_ms
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 #[derive(Clone, Debug)]
 enum Item {
     Deliver {
@@ -397,6 +410,11 @@ impl Net {
         id.as_str()[1..].parse().expect("simulated ids are n<i>")
     }
 
+    /// The index of the node called `id` (`n<i>`).
+    pub fn index_of(&self, id: &NodeId) -> usize {
+        self.index(id)
+    }
+
     fn send(&mut self, from: usize, to: usize, msg: Message) {
         if self.cut.contains(&(from, to)) || below(&mut self.rng, 100) < self.loss_pct {
             return;
@@ -507,6 +525,14 @@ impl Net {
         }
     }
 
+    /// Drops the messages from `from` to each of `to` that are still in flight, as if `from`
+    /// had crashed before they left.
+    pub fn drop_in_flight(&mut self, from: usize, to: &[usize]) {
+        self.queue.retain(|_, item| {
+            !matches!(item, Item::Deliver { from: f, to: t, .. } if *f == from && to.contains(t))
+        });
+    }
+
     pub fn heal(&mut self) {
         let cut: Vec<_> = std::mem::take(&mut self.cut).into_iter().collect();
         let mut reconnected = BTreeSet::new();
@@ -529,6 +555,36 @@ impl Net {
         let mut admins = self.live().map(|c| c.admin().cloned());
         let first = admins.next()??;
         admins.all(|a| a.as_ref() == Some(&first)).then_some(first)
+    }
+
+    /// The live node that holds an unexpired admin lease now, if any (at most one can: the
+    /// lease invariant is checked on every step).
+    pub fn lease_holder(&self) -> Option<usize> {
+        (0..self.nodes.len()).find(|&i| {
+            self.nodes[i]
+                .as_ref()
+                .is_some_and(|c| c.holds_lease(self.clocks[i].local(self.now)))
+        })
+    }
+
+    /// The notices node `i` emitted from step `since` of [`Net::history`] on, with their
+    /// global times.
+    pub fn notices_since(&self, since: usize, i: usize) -> Vec<(u64, Notice)> {
+        self.history[since.min(self.history.len())..]
+            .iter()
+            .filter(|(_, node, _)| *node == i)
+            .flat_map(|(t, _, out)| {
+                out.iter().filter_map(move |c| match c {
+                    Command::Notice(n) => Some((*t, n.clone())),
+                    _ => None,
+                })
+            })
+            .collect()
+    }
+
+    /// Every notice node `i` emitted, with its global time.
+    pub fn notices(&self, i: usize) -> Vec<(u64, Notice)> {
+        self.notices_since(0, i)
     }
 
     pub fn max_term(&self) -> u64 {
