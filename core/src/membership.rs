@@ -99,6 +99,8 @@ pub enum ChangeRefusal {
     NotAdmin,
     /// No admin is known to forward the request to.
     NoAdmin,
+    /// Asked at a worker: only voters and admin-eligible nodes may ask for changes.
+    AskAVoter,
     /// The admin's lease is not valid now.
     NoLease,
     /// No majority has acknowledged a heartbeat of this admin's term yet.
@@ -123,6 +125,9 @@ impl ChangeRefusal {
         match self {
             ChangeRefusal::NotAdmin => "the node asked is no longer the admin; retry",
             ChangeRefusal::NoAdmin => "no admin is known (an election is running?); retry shortly",
+            ChangeRefusal::AskAVoter => {
+                "this node is a worker; ask a voter or an admin-eligible node (its --addr)"
+            }
             ChangeRefusal::NoLease => "the admin's lease is not valid now; retry shortly",
             ChangeRefusal::NotEstablished => {
                 "the admin was just elected and no majority has acknowledged it yet; retry shortly"
@@ -196,6 +201,13 @@ impl Core {
     ) -> bool {
         if self.role != Role::Admin {
             let outcome = match self.admin.clone().filter(|a| *a != self.id) {
+                // The admin takes requests only from voters and eligible nodes (trust.rs), so a
+                // worker says so at once instead of forwarding into silence.
+                Some(_) if !self.is_eligible() && !self.is_member(&self.id) => {
+                    ChangeOutcome::Refused {
+                        reason: ChangeRefusal::AskAVoter,
+                    }
+                }
                 Some(admin) => {
                     out.push(Command::Send {
                         to: admin.clone(),
@@ -231,8 +243,9 @@ impl Core {
         result.is_ok()
     }
 
-    /// A change forwarded by `from`. Only a voter or an admin-eligible peer may ask (a worker
-    /// asks through one); the answer goes back now if refused, or when the change commits.
+    /// A change forwarded by `from`. Only a voter or an admin-eligible peer may ask (an
+    /// operator at a worker is told to ask a voter); the answer goes back now if refused, or
+    /// when the change commits.
     pub(crate) fn on_change_request(
         &mut self,
         from: NodeId,

@@ -315,6 +315,44 @@ fn refused_no_admin_by_a_follower_that_knows_none_and_forwarded_once_it_does() {
     );
 }
 
+/// A worker that follows an admin does not forward (the admin would refuse it silently): it
+/// tells its operator to ask a voter. An eligible follower in the same state forwards.
+#[test]
+fn a_worker_tells_its_operator_to_ask_a_voter() {
+    let follow = |c: &mut Core| {
+        let hb = Message::Heartbeat {
+            term: 1,
+            beat: 1,
+            membership_version: 1,
+            genesis: c.electorate().unwrap().genesis,
+            electorate: None,
+        };
+        c.step_vec(10, from("a", hb));
+        assert_eq!(c.admin(), Some(&"a".into()));
+    };
+    let mut w = Core::new("w".into(), Config::default(), vec!["docker".to_owned()], 7).unwrap();
+    w.set_electorate_for_test(Electorate::new(1, ids(ABC)));
+    w.step_vec(0, Event::Started);
+    for m in ABC {
+        w.step_vec(0, up(m, true));
+    }
+    follow(&mut w);
+    let out = ask(&mut w, add("d"), 5);
+    assert_eq!(
+        outcomes(&out),
+        [(add("d"), refused(ChangeRefusal::AskAVoter), 5)]
+    );
+    assert!(sent_to(&out, "a").is_empty(), "nothing forwarded");
+
+    let mut b = node("b", ABC);
+    follow(&mut b);
+    let out = ask(&mut b, add("d"), 5);
+    assert_eq!(
+        outcomes(&out),
+        [(add("d"), ChangeOutcome::Forwarded { admin: "a".into() }, 5)]
+    );
+}
+
 /// An admin whose lease has run out (no acknowledgements, check-quorum not yet due) refuses
 /// with `no_lease`, though it is still admin and established; one instant earlier it proposes.
 #[test]
