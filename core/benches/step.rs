@@ -62,6 +62,7 @@ fn heartbeats(c: &mut Criterion) {
                 membership_version: 1,
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             };
             core.step(
                 t,

@@ -99,6 +99,7 @@ mod tests {
         vec![
             Message::Whoami {
                 electorate_version: 0,
+                electorate_term: 0,
             },
             Message::WhoamiReply {
                 admin: Some(NodeId::from("a")),
@@ -152,6 +153,7 @@ mod tests {
                 membership_version: 1,
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             },
             Message::HeartbeatAck {
                 term: 4,
@@ -180,6 +182,7 @@ mod tests {
                 membership_version: 1,
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             },
         )
         .unwrap();

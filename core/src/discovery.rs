@@ -36,10 +36,13 @@ impl Core {
     pub(crate) fn send_whoami(&mut self, peer: NodeId, out: &mut Vec<Command>) {
         self.whoami_sent = self.whoami_sent.saturating_add(1);
         self.whoami_pending.insert(peer.clone());
-        let electorate_version = self.electorate.as_ref().map_or(0, |e| e.version);
+        let (electorate_version, electorate_term) = self.electorate_version_key();
         out.push(Command::Send {
             to: peer,
-            msg: Message::Whoami { electorate_version },
+            msg: Message::Whoami {
+                electorate_version,
+                electorate_term,
+            },
         });
     }
 
@@ -54,13 +57,14 @@ impl Core {
         self.begin_discovery(out);
     }
 
-    pub(crate) fn on_whoami(&mut self, from: NodeId, their_version: u64, out: &mut Vec<Command>) {
-        // The electorate goes to an asker on another version: behind, or ahead on a change
-        // that may never have been committed (the asker decides what to do with it).
+    pub(crate) fn on_whoami(&mut self, from: NodeId, theirs: (u64, u64), out: &mut Vec<Command>) {
+        // The electorate goes to an asker on another version (or the same version from another
+        // term): behind, or ahead on a change that may never have been committed (the asker
+        // decides what to do with it).
         let electorate = self
             .electorate
             .as_ref()
-            .filter(|e| e.version != their_version)
+            .filter(|e| e.key() != theirs)
             .cloned();
         let msg = Message::WhoamiReply {
             admin: self.admin.clone(),
@@ -295,6 +299,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );
@@ -318,6 +323,7 @@ mod tests {
                 "a",
                 Message::Whoami {
                     electorate_version: v,
+                    electorate_term: 0,
                 },
             )
         };
@@ -341,7 +347,8 @@ mod tests {
         assert_eq!(
             sent_to(&out, "a"),
             [&Message::Whoami {
-                electorate_version: 1
+                electorate_version: 1,
+                electorate_term: 0,
             }]
         );
         n.step_vec(
@@ -354,6 +361,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );

@@ -483,12 +483,13 @@ impl Core {
         }
         self.promise_until_ms = now + own;
         self.promised_to = Some(id);
-        let membership_version = self.electorate.as_ref().map_or(0, |e| e.version);
+        let (membership_version, membership_term) = self.electorate_version_key();
         out.push(Command::Broadcast {
             msg: Message::Heartbeat {
                 term: self.term,
                 beat: self.beat,
                 membership_version,
+                membership_term,
                 genesis: self.genesis(),
                 electorate: self.pending_electorate(),
             },
@@ -568,6 +569,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );

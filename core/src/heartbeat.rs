@@ -22,7 +22,8 @@ use crate::{
 pub(crate) struct BeatIn {
     pub(crate) term: u64,
     pub(crate) beat: u64,
-    pub(crate) membership_version: u64,
+    /// The admin's electorate (version, proposing term).
+    pub(crate) membership: (u64, u64),
     pub(crate) genesis: u64,
     pub(crate) electorate: Option<Arc<Electorate>>,
 }
@@ -56,7 +57,7 @@ impl Core {
         let BeatIn {
             term,
             beat,
-            membership_version,
+            membership,
             genesis,
             electorate,
         } = hb;
@@ -120,13 +121,12 @@ impl Core {
                 },
             });
         }
-        let my_version = self.electorate.as_ref().map_or(0, |e| e.version);
-        if membership_version != 0 && membership_version != my_version {
-            // On another version than the admin: ask it (see `membership.rs`), at every
-            // heartbeat until the versions agree, even with a question still unanswered: the
-            // question or its answer may have been lost, and then a node asking only once
-            // stayed on its old electorate for good. (Version 0 says nothing: an admin has an
-            // electorate.)
+        if membership.0 != 0 && membership != self.electorate_version_key() {
+            // On another electorate than the admin (another version, or the same version
+            // proposed in another term): ask it (see `membership.rs`), at every heartbeat until
+            // they agree, even with a question still unanswered: the question or its answer may
+            // have been lost, and then a node asking only once stayed on its old electorate for
+            // good. (Version 0 says nothing: an admin has an electorate.)
             self.send_whoami(from, out);
         }
     }
@@ -409,6 +409,7 @@ mod tests {
             membership_version: 1,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         };
         b.step_vec(3, from("a", hb));
         assert_eq!(step_down_refusal(&mut b, 4, "a", 1), Stale);
@@ -423,9 +424,11 @@ mod tests {
             membership_version: v,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         };
         let whoami = Message::Whoami {
             electorate_version: 1,
+            electorate_term: 0,
         };
         let mut b = voter("b", ABCDE);
         let out = b.step_vec(5, from("a", hb(2)));
@@ -636,6 +639,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );
@@ -664,6 +668,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );
@@ -703,6 +708,7 @@ mod tests {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );
@@ -768,6 +774,7 @@ mod config_change {
                     membership_version: 1,
                     genesis: 0,
                     electorate: None,
+                    membership_term: 0,
                 },
             ),
         );

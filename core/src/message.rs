@@ -16,6 +16,10 @@ pub enum Message {
     Whoami {
         /// The asker's electorate version (0 = none).
         electorate_version: u64,
+        /// The term that proposed the asker's electorate (0 at bootstrap): with the version,
+        /// tells apart two electorates of one version proposed in different terms.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_term: u64,
     },
     /// Discovery reply: the replier's view.
     WhoamiReply {
@@ -91,6 +95,10 @@ pub enum Message {
         beat: u64,
         /// The admin's electorate version.
         membership_version: u64,
+        /// The term that proposed the admin's electorate (0 at bootstrap): a follower on the
+        /// same version from another term asks for the admin's.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        membership_term: u64,
         /// The genesis of the admin's electorate (0 = unknown).
         #[serde(default, skip_serializing_if = "is_zero")]
         genesis: u64,

@@ -345,7 +345,10 @@ impl Core {
             return;
         }
         match msg {
-            M::Whoami { electorate_version } => self.on_whoami(from, electorate_version, out),
+            M::Whoami {
+                electorate_version,
+                electorate_term,
+            } => self.on_whoami(from, (electorate_version, electorate_term), out),
             M::WhoamiReply {
                 admin,
                 term,
@@ -395,13 +398,14 @@ impl Core {
                 term,
                 beat,
                 membership_version,
+                membership_term,
                 genesis,
                 electorate,
             } => {
                 let beat_in = crate::heartbeat::BeatIn {
                     term,
                     beat,
-                    membership_version,
+                    membership: (membership_version, membership_term),
                     genesis,
                     electorate,
                 };
@@ -613,6 +617,11 @@ impl Core {
     /// The highest beat seen.
     pub fn beat(&self) -> u64 {
         self.beat
+    }
+
+    /// (version, proposing term) of the electorate; (0, 0) before it is fixed.
+    pub(crate) fn electorate_version_key(&self) -> (u64, u64) {
+        self.electorate.as_ref().map_or((0, 0), |e| e.key())
     }
 
     /// The electorate, once fixed.

@@ -146,7 +146,13 @@ impl Message {
     pub fn check_bounds(&self) -> Result<(), Refusal> {
         use Message as M;
         match self {
-            M::Whoami { electorate_version } => in_range(*electorate_version),
+            M::Whoami {
+                electorate_version,
+                electorate_term,
+            } => {
+                in_range(*electorate_version)?;
+                in_range(*electorate_term)
+            }
             M::WhoamiReply {
                 term,
                 membership_version,
@@ -190,12 +196,14 @@ impl Message {
                 term,
                 beat,
                 membership_version,
+                membership_term,
                 electorate,
                 ..
             } => {
                 in_range(*term)?;
                 in_range(*beat)?;
                 in_range(*membership_version)?;
+                in_range(*membership_term)?;
                 electorate.as_deref().map_or(Ok(()), check_electorate)
             }
             M::HeartbeatAck {
@@ -353,6 +361,7 @@ mod tests {
             membership_version: 1,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         }
     }
 
@@ -716,9 +725,11 @@ mod tests {
             (
                 Message::Whoami {
                     electorate_version: ok,
+                    electorate_term: 0,
                 },
                 Message::Whoami {
                     electorate_version: bad,
+                    electorate_term: 0,
                 },
             ),
             (reply(ok, 1, 1, 0, None), reply(bad, 1, 1, 0, None)),
@@ -785,6 +796,7 @@ mod tests {
             membership_version: v,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         };
         cases.push((hb(ok, 1, 1), hb(bad, 1, 1)));
         cases.push((hb(1, ok, 1), hb(1, bad, 1)));

@@ -43,7 +43,10 @@ fn electorate() -> impl Strategy<Value = Option<Arc<Electorate>>> {
 
 fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
-        number().prop_map(|electorate_version| Message::Whoami { electorate_version }),
+        number().prop_map(|electorate_version| Message::Whoami {
+            electorate_version,
+            electorate_term: 0
+        }),
         (
             prop::option::of(peer()),
             number(),
@@ -103,6 +106,7 @@ fn message() -> impl Strategy<Value = Message> {
                 membership_version,
                 genesis: electorate.as_ref().map_or(0, |e| e.genesis),
                 electorate,
+                membership_term: 0,
             }
         ),
         (number(), number(), number()).prop_map(|(term, beat, promise_ms)| {
@@ -146,6 +150,7 @@ fn message() -> impl Strategy<Value = Message> {
             Some(electorate) => Message::BootstrapChosen { electorate },
             None => Message::Whoami {
                 electorate_version: 0,
+                electorate_term: 0,
             },
         }),
     ]

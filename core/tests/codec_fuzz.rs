@@ -8,6 +8,7 @@ fn valid() -> Vec<Vec<u8>> {
     [
         Message::Whoami {
             electorate_version: 3,
+            electorate_term: 0,
         },
         Message::Heartbeat {
             term: 9,
@@ -15,6 +16,7 @@ fn valid() -> Vec<Vec<u8>> {
             membership_version: 1,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         },
         Message::VoteRequest {
             term: 2,

@@ -256,6 +256,7 @@ fn refused_not_admin_by_a_follower_and_by_an_admin_that_stepped_down() {
         membership_version: 1,
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
+        membership_term: 0,
     };
     b.step_vec(10, from("a", hb));
     assert_eq!(b.admin().map(NodeId::as_str), Some("a"));
@@ -299,6 +300,7 @@ fn refused_no_admin_by_a_follower_that_knows_none_and_forwarded_once_it_does() {
         membership_version: 1,
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
+        membership_term: 0,
     };
     b.step_vec(10, from("a", hb));
     let out = ask(&mut b, add("d"), 12);
@@ -326,6 +328,7 @@ fn a_worker_tells_its_operator_to_ask_a_voter() {
             membership_version: 1,
             genesis: c.electorate().unwrap().genesis,
             electorate: None,
+            membership_term: 0,
         };
         c.step_vec(10, from("a", hb));
         assert_eq!(c.admin(), Some(&"a".into()));
@@ -578,6 +581,7 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
         membership_version: 2,
         genesis: carried.genesis,
         electorate: Some(carried.clone()),
+        membership_term: carried.term,
     };
 
     // d: an eligible standby of {a, b, c}.
@@ -632,6 +636,7 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
                 membership_version: 2,
                 genesis: carried.genesis,
                 electorate: Some(carried.clone()),
+                membership_term: carried.term,
             },
         ),
     );
@@ -792,6 +797,7 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
         membership_version: version,
         genesis,
         electorate: None,
+        membership_term: 0,
     };
     let reply = |e: &Electorate| Message::WhoamiReply {
         admin: Some("c".into()),
@@ -839,6 +845,104 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
     assert_eq!(b.electorate(), Some(&v2_t2));
 }
 
+/// Sibling electorates: b holds version 2 proposed in term 1 (never committed), its admin c
+/// holds a version 2 it proposed and committed in term 2 while b was away. The versions are
+/// equal, so only the proposing term in the heartbeat tells b to ask; the reply then carries
+/// c's electorate (the keys differ) and b takes it.
+#[test]
+fn a_follower_on_a_sibling_of_the_same_version_asks_and_takes_its_admins() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let v2_t1 = v1.successor(1, ids(ABCD));
+    let v2_t2 = v1.successor(2, ids(&["a", "b", "c", "e"]));
+    let mut b = node("b", ABC);
+    b.set_electorate_for_test(v2_t1.clone());
+    let hb = Message::Heartbeat {
+        term: 2,
+        beat: 5,
+        membership_version: 2,
+        membership_term: 2,
+        genesis: v1.genesis,
+        electorate: None,
+    };
+    let out = b.step_vec(10, from("c", hb));
+    assert_eq!(b.admin().map(NodeId::as_str), Some("c"));
+    assert_eq!(
+        sent_to(&out, "c")
+            .into_iter()
+            .filter(|m| matches!(m, Message::Whoami { .. }))
+            .collect::<Vec<_>>(),
+        [&Message::Whoami {
+            electorate_version: 2,
+            electorate_term: 1,
+        }],
+        "b asks its admin: {out:?}"
+    );
+
+    // c answers with its electorate because the (version, term) keys differ.
+    let mut c = node("c", &["a", "b", "c", "e"]);
+    c.set_electorate_for_test(v2_t2.clone());
+    let out = c.step_vec(
+        11,
+        from(
+            "b",
+            Message::Whoami {
+                electorate_version: 2,
+                electorate_term: 1,
+            },
+        ),
+    );
+    let reply = sent_to(&out, "b")
+        .into_iter()
+        .find(|m| matches!(m, Message::WhoamiReply { .. }))
+        .expect("a reply")
+        .clone();
+    let Message::WhoamiReply { electorate, .. } = &reply else {
+        unreachable!()
+    };
+    assert_eq!(electorate.as_deref(), Some(&v2_t2));
+    // On the same key, nothing is carried.
+    let out = c.step_vec(
+        12,
+        from(
+            "b",
+            Message::Whoami {
+                electorate_version: 2,
+                electorate_term: 2,
+            },
+        ),
+    );
+    assert!(sent_to(&out, "b").iter().all(|m| !matches!(
+        m,
+        Message::WhoamiReply {
+            electorate: Some(_),
+            ..
+        }
+    )));
+
+    // b, with c's answer (as c's term-2 reply), takes the later sibling.
+    let Message::WhoamiReply {
+        electorate,
+        genesis,
+        ..
+    } = reply
+    else {
+        unreachable!()
+    };
+    let answer = Message::WhoamiReply {
+        admin: Some("c".into()),
+        term: 2,
+        membership_version: 2,
+        beat: 5,
+        uptime_s: 0,
+        resources: Default::default(),
+        eligible: true,
+        electorate,
+        genesis,
+    };
+    b.step_vec(13, from("c", answer));
+    assert_eq!(b.electorate(), Some(&v2_t2));
+}
+
 /// A follower behind its admin asks again at every heartbeat until it has caught up: a question
 /// or an answer that was lost does not leave it on its old electorate for good.
 #[test]
@@ -852,9 +956,11 @@ fn a_follower_behind_its_admin_asks_again_until_answered() {
         membership_version: 2,
         genesis: v1.genesis,
         electorate: None,
+        membership_term: 0,
     };
     let whoami = Message::Whoami {
         electorate_version: 1,
+        electorate_term: 0,
     };
     for (t, beat) in [(10, 1), (20, 2), (30, 3)] {
         let out = b.step_vec(t, from("a", heartbeat(beat)));
@@ -898,6 +1004,7 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         membership_version: 2,
         genesis,
         electorate: Some(Arc::new(v2.clone())),
+        membership_term: v2.term,
     };
     b.step_vec(10, from("a", carrying));
     assert_eq!(b.electorate(), Some(&v2));
@@ -909,6 +1016,7 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         membership_version: 1,
         genesis,
         electorate: None,
+        membership_term: 0,
     };
     let out = b.step_vec(30, from("c", heartbeat.clone()));
     assert!(out.contains(&Command::Notice(Notice::Refused {
@@ -923,6 +1031,7 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         let out = b.step_vec(at, Event::TimerFired { timer });
         if sent_to(&out, "d").contains(&&Message::Whoami {
             electorate_version: 2,
+            electorate_term: 1,
         }) {
             asked = true;
             break;

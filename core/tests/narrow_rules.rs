@@ -179,6 +179,7 @@ fn vote_request_for_a_stale_term_refused_by_the_term_alone() {
                 membership_version: 1,
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             },
         ),
     );

@@ -129,6 +129,7 @@ async fn a_forged_heartbeat_for_the_admins_term_is_refused_and_restarts_are_clea
             membership_version: 1,
             genesis: 0,
             electorate: None,
+            membership_term: 0,
         };
         tx.send(TransportEvent::Message {
             from: "w".into(),

@@ -106,6 +106,7 @@ async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
         let before = stats.snapshot();
         t.broadcast(&Message::Whoami {
             electorate_version: 0,
+            electorate_term: 0,
         });
         // The driver accounts for a broadcast on its own task: wait for this one.
         let after = loop {
@@ -147,6 +148,7 @@ fn heartbeat(beat: u64) -> Message {
         membership_version: 1,
         genesis: 0,
         electorate: None,
+        membership_term: 0,
     }
 }
 

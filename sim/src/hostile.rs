@@ -129,6 +129,7 @@ impl Liar {
                 membership_version: below(&mut self.rng, 4),
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             },
             1 => Message::HeartbeatAck {
                 term: self.term(),
@@ -185,6 +186,7 @@ impl Liar {
             }
             9 => Message::Whoami {
                 electorate_version: self.big(),
+                electorate_term: 0,
             },
             _ => match self.heard.len() {
                 0 => Message::StepDown { term: self.term },
@@ -212,6 +214,7 @@ mod tests {
                 membership_version: 1,
                 genesis: 0,
                 electorate: None,
+                membership_term: 0,
             });
             (0..200).map(|_| l.lie(&me, 10)).collect::<Vec<_>>()
         };
