@@ -380,6 +380,26 @@ pub enum Action {
         #[serde(default)]
         reorder_ppm: u32,
     },
+    /// Ask for a membership change that makes `node` a voter, as an operator would
+    /// (`chorus members add`), at `target` (default: the admin; any other node forwards it to
+    /// the admin it follows). Each node asked gets its own request id (1, 2, … in firing
+    /// order), which the `membership_change` records echo.
+    Add {
+        /// The node to add, e.g. "n5" (it must be admin-eligible and connected to the admin,
+        /// or the admin refuses).
+        node: NodeRef,
+        /// Where to ask.
+        #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
+        target: Target,
+    },
+    /// Ask for a membership change that removes voter `node` (live or dead), as `add` does.
+    Remove {
+        /// The node to remove, e.g. "n0".
+        node: NodeRef,
+        /// Where to ask.
+        #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
+        target: Target,
+    },
     /// Start late nodes that have not started yet: the named `nodes`, or else the first
     /// `count` of them in index order.
     Join {
@@ -456,6 +476,14 @@ impl From<Target> for String {
             Target::Nodes(a, b) => format!("n{a}..=n{b}"),
         }
     }
+}
+
+fn admin_target() -> Target {
+    Target::Admin
+}
+
+fn is_admin_target(t: &Target) -> bool {
+    *t == Target::Admin
 }
 
 fn default_nodes() -> usize {
@@ -643,7 +671,9 @@ impl Scenario {
             let targets: Vec<&Target> = match &s.action {
                 Action::Crash { target }
                 | Action::Restart { target }
-                | Action::Bounce { target, .. } => vec![target],
+                | Action::Bounce { target, .. }
+                | Action::Add { target, .. }
+                | Action::Remove { target, .. } => vec![target],
                 Action::OneWay { from, to } => vec![from, to],
                 _ => vec![],
             };
@@ -655,6 +685,20 @@ impl Scenario {
                             self.nodes
                         ));
                     }
+                }
+            }
+            if let Action::Add { node, .. } | Action::Remove { node, .. } = &s.action {
+                let NodeRef::One(i) = node else {
+                    return Err(format!(
+                        "{what}: a membership change names one node, not {}",
+                        String::from(*node)
+                    ));
+                };
+                if *i >= self.nodes {
+                    return Err(format!(
+                        "{what} names n{i}, but there are {} nodes",
+                        self.nodes
+                    ));
                 }
             }
             if let Action::Join { count, nodes } = &s.action {
