@@ -90,6 +90,19 @@ enum Record<'a> {
         admin: &'a str,
         term: u64,
     },
+    ElectorateChanged {
+        node: &'a str,
+        version: u64,
+        term: u64,
+        members: &'a [chorus_core::NodeId],
+    },
+    MembershipChange {
+        node: &'a str,
+        change: &'a chorus_core::MemberChange,
+        outcome: &'a chorus_core::ChangeOutcome,
+        #[serde(skip_serializing_if = "is_zero")]
+        request: u64,
+    },
     Role {
         node: &'a str,
         role: &'static str,
@@ -381,10 +394,32 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
             admin: admin.as_str(),
             term: *term,
         },
-        Notice::Refused { .. }
-        | Notice::ElectorateChanged { .. }
-        | Notice::MembershipChange { .. } => return None,
+        Notice::ElectorateChanged {
+            version,
+            term,
+            members,
+        } => Record::ElectorateChanged {
+            node,
+            version: *version,
+            term: *term,
+            members,
+        },
+        Notice::MembershipChange {
+            change,
+            outcome,
+            request,
+        } => Record::MembershipChange {
+            node,
+            change,
+            outcome,
+            request: *request,
+        },
+        Notice::Refused { .. } => return None,
     })
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> anyhow::Result<()> {
@@ -441,6 +476,47 @@ fn fmt_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The electorate and membership kinds have the shape the simulator writes (DESIGN §6;
+    /// `sim/src/trace.rs`).
+    #[test]
+    fn electorate_and_membership_notices_become_trace_lines() {
+        use chorus_core::{ChangeOutcome, ChangeRefusal, MemberChange, NodeId};
+        let line = |n: &Notice| {
+            let record = notice_record("n0", n).expect("traced");
+            serde_json::to_string(&Line { t: 5, record }).unwrap()
+        };
+        let members = vec![NodeId::from("n0"), NodeId::from("n1"), NodeId::from("n3")];
+        assert_eq!(
+            line(&Notice::ElectorateChanged {
+                version: 3,
+                term: 2,
+                members
+            }),
+            r#"{"t":5,"kind":"electorate_changed","node":"n0","version":3,"term":2,"members":["n0","n1","n3"]}"#
+        );
+        let add = MemberChange::Add {
+            node: NodeId::from("n3"),
+        };
+        assert_eq!(
+            line(&Notice::MembershipChange {
+                change: add.clone(),
+                outcome: ChangeOutcome::Committed { version: 3 },
+                request: 7,
+            }),
+            r#"{"t":5,"kind":"membership_change","node":"n0","change":{"op":"add","node":"n3"},"outcome":{"outcome":"committed","version":3},"request":7}"#
+        );
+        assert_eq!(
+            line(&Notice::MembershipChange {
+                change: add,
+                outcome: ChangeOutcome::Refused {
+                    reason: ChangeRefusal::NoLease
+                },
+                request: 0,
+            }),
+            r#"{"t":5,"kind":"membership_change","node":"n0","change":{"op":"add","node":"n3"},"outcome":{"outcome":"refused","reason":"no_lease"}}"#
+        );
+    }
 
     // The ledger itself is tested with `chorus_core::VoteLedger` (core/tests/wire_checks.rs).
     #[test]

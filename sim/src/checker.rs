@@ -5,15 +5,27 @@
 //! 3. vote safety — no node votes for two candidates in one term, restarts included, judged from
 //!    the granted vote replies a node sent (`vote_granted`) together with its `voted` notices, so
 //!    a node that grants twice but reports once is caught;
-//! 4. liveness — once the network is healed and a majority of voters is up, within the bound an
-//!    admin holds a lease and every live node knows it;
+//! 4. liveness — once the network is healed and a majority of the electorate is up, within the
+//!    bound an admin holds a lease and every live node knows it; an admin whose own removal
+//!    committed starts the clock again (it steps down on purpose, so the next admin must follow
+//!    within the bound);
 //! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
 //!    term appears until the next fault (a node back from a minority raised nothing).
 //!
 //! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
+//!
+//! "The electorate" is the one in force at that moment, learned from the trace: the bootstrap
+//! electorate (the first `electorate_changed`), then the electorate of each newly elected admin,
+//! and while that admin commits a change both the old and the new one (a majority of each must
+//! be up, as the protocol needs a majority of each). Before any electorate is known, the
+//! admin-eligible nodes stand in for it. A voter that died for good therefore counts against
+//! the majority until a committed change removes it, and a standby counts once it is added: the
+//! checker demands liveness only when the electorate of that moment can elect.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+
+use chorus_core::ChangeOutcome;
 
 use crate::trace::{Header, Line, Record};
 
@@ -49,9 +61,34 @@ impl fmt::Display for Violation {
     }
 }
 
+/// An electorate as a trace reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Voters {
+    version: u64,
+    term: u64,
+    members: BTreeSet<String>,
+}
+
+impl Voters {
+    /// Whether a strict majority of the members is in `up`.
+    fn majority_in(&self, up: impl Fn(&str) -> bool) -> bool {
+        let count = self.members.iter().filter(|m| up(m)).count();
+        count > self.members.len() / 2
+    }
+}
+
 /// Streaming checker: feed lines in order, then `finish`.
 pub struct Checker {
-    voters: BTreeSet<String>,
+    /// The admin-eligible nodes: the electorate until one is known.
+    eligible: BTreeSet<String>,
+    /// Each node's electorate as it last reported it, and the one it held before.
+    held: BTreeMap<String, Voters>,
+    held_before: BTreeMap<String, Voters>,
+    /// The electorates of which a majority must be up (see the module comment); empty until
+    /// the first one is reported.
+    in_force: Vec<Voters>,
+    /// The admin of the latest election, until it steps down or crashes.
+    admin_now: Option<String>,
     /// Hostile nodes: their own records are not judged, and they need not know the admin.
     hostile: BTreeSet<String>,
     bound_ms: u64,
@@ -76,7 +113,11 @@ impl Checker {
     /// A checker for the run described by `header`.
     pub fn new(header: &Header) -> Checker {
         Checker {
-            voters: (0..header.voters).map(|i| format!("n{i}")).collect(),
+            eligible: (0..header.voters).map(|i| format!("n{i}")).collect(),
+            held: BTreeMap::new(),
+            held_before: BTreeMap::new(),
+            in_force: Vec::new(),
+            admin_now: None,
             hostile: (0..header.nodes)
                 .filter(|i| header.spec.is_hostile(*i))
                 .map(|i| format!("n{i}"))
@@ -132,14 +173,27 @@ impl Checker {
                     self.admins_by_term.insert(*term, node.clone());
                 }
                 self.take_lease(node, *term, *lease_until, t, line_no);
+                self.admin_now = Some(node.clone());
+                // The electorate it was elected with is the cluster's from now on.
+                if let Some(e) = self.held.get(node).cloned() {
+                    self.set_in_force(vec![e], t);
+                }
             }
             Record::LeaseRenewed {
                 node,
                 term,
                 lease_until,
             } => self.take_lease(node, *term, *lease_until, t, line_no),
-            Record::SteppedDown { node, .. } => {
+            Record::SteppedDown { node, reason, .. } => {
                 self.leases.remove(node);
+                if self.admin_now.as_ref() == Some(node) {
+                    self.admin_now = None;
+                }
+                if reason == "removed" {
+                    // Its own removal committed and it handed over: a fault-free leadership
+                    // change that the next admin must complete within the bound.
+                    self.restart_liveness_clock(t);
+                }
             }
             Record::Voted {
                 node,
@@ -154,7 +208,32 @@ impl Checker {
                 self.known.insert(node.clone(), (admin.clone(), *term));
             }
             Record::Role { node, term, .. } => self.check_term(*term, t, line_no, node),
+            Record::ElectorateChanged {
+                node,
+                version,
+                term,
+                members,
+            } => {
+                let e = Voters {
+                    version: *version,
+                    term: *term,
+                    members: members.iter().cloned().collect(),
+                };
+                if let Some(before) = self.held.insert(node.clone(), e.clone()) {
+                    self.held_before.insert(node.clone(), before);
+                }
+                if self.in_force.is_empty() {
+                    // The bootstrap electorate.
+                    self.set_in_force(vec![e], t);
+                }
+            }
+            Record::MembershipChange { node, outcome, .. } => {
+                self.membership_change(node, outcome, t);
+            }
             Record::Crash { node } => {
+                if self.admin_now.as_ref() == Some(node) {
+                    self.admin_now = None;
+                }
                 self.live.remove(node);
                 self.leases.remove(node);
                 self.known.remove(node);
@@ -238,19 +317,74 @@ impl Checker {
         self.leases.insert(node.to_owned(), (term, until));
     }
 
+    /// A change proposed or committed by the current admin changes the electorate in force;
+    /// the same outcome elsewhere (a forwarded request answered, or a stale admin) does not.
+    fn membership_change(&mut self, node: &str, outcome: &ChangeOutcome, t: u64) {
+        if self.admin_now.as_deref() != Some(node) {
+            return;
+        }
+        let Some(now) = self.held.get(node).cloned() else {
+            return;
+        };
+        match outcome {
+            ChangeOutcome::Proposed { version } if *version == now.version => {
+                // Until it commits, a majority of the old electorate is needed too.
+                let old = self.held_before.get(node).cloned();
+                self.set_in_force(old.into_iter().chain([now]).collect(), t);
+            }
+            ChangeOutcome::Committed { version } if *version == now.version => {
+                self.set_in_force(vec![now], t);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether `n` is up (for majorities).
+    fn is_up(&self, n: &str) -> bool {
+        self.live.contains(n)
+    }
+
+    /// Whether a majority of every electorate in force (or of the eligible nodes, before one is
+    /// known) is in the set `up`.
+    fn majority_of_electorate(&self, up: impl Fn(&str) -> bool) -> bool {
+        if self.in_force.is_empty() {
+            let count = self.eligible.iter().filter(|v| up(v)).count();
+            return count > self.eligible.len() / 2;
+        }
+        self.in_force.iter().all(|e| e.majority_in(&up))
+    }
+
     fn healthy(&self) -> bool {
-        let up = self
-            .voters
-            .iter()
-            .filter(|v| self.live.contains(*v))
-            .count();
-        self.cuts.is_empty() && up > self.voters.len() / 2
+        self.cuts.is_empty() && self.majority_of_electorate(|n| self.is_up(n))
     }
 
     fn topology_changed(&mut self, t: u64) {
         self.term_guard = None;
+        self.restart_liveness_clock(t);
+    }
+
+    /// Liveness is owed anew from `t`, if the cluster is healthy now.
+    fn restart_liveness_clock(&mut self, t: u64) {
         self.stable_since = self.healthy().then_some(t);
         self.satisfied = false;
+    }
+
+    /// Another electorate is in force: a fault-free period goes on (an admin changing the
+    /// electorate keeps its lease), but it ends if no majority of the new one is up, and one
+    /// begins if only the new one made the cluster healthy.
+    fn set_in_force(&mut self, electorates: Vec<Voters>, t: u64) {
+        if self.in_force == electorates {
+            return;
+        }
+        self.in_force = electorates;
+        match (self.stable_since, self.healthy()) {
+            (Some(_), false) => {
+                self.stable_since = None;
+                self.satisfied = false;
+            }
+            (None, true) => self.restart_liveness_clock(t),
+            _ => {}
+        }
     }
 
     /// Whether some live node holds a lease and every live node knows it as admin.
@@ -287,9 +421,9 @@ impl Checker {
     }
 
     fn guard_terms_after_heal(&mut self, groups: &[Vec<String>], t: u64) {
-        let majority = groups.iter().find(|g| {
-            g.iter().filter(|n| self.voters.contains(*n)).count() > self.voters.len() / 2
-        });
+        let majority = groups
+            .iter()
+            .find(|g| self.majority_of_electorate(|n| g.iter().any(|m| m == n)));
         let Some(majority) = majority else { return };
         let leased = majority
             .iter()
@@ -324,6 +458,8 @@ fn subject(record: &Record) -> Option<&str> {
         | Record::Voted { node, .. }
         | Record::VoteGranted { node, .. }
         | Record::AdminKnown { node, .. }
+        | Record::ElectorateChanged { node, .. }
+        | Record::MembershipChange { node, .. }
         | Record::Role { node, .. }
         | Record::Crash { node }
         | Record::Restart { node }

@@ -641,6 +641,17 @@ impl Cluster for Des<'_> {
         self.duplicate_ppm = duplicate_ppm;
         self.reorder_ppm = reorder_ppm;
     }
+
+    fn change_members(
+        &mut self,
+        i: usize,
+        change: chorus_core::MemberChange,
+        request: u64,
+        sink: &mut Sink,
+    ) {
+        // Logged and stepped like any input; a node that is down ignores it (`step`).
+        self.step(i, Event::ChangeMembers { change, request }, sink);
+    }
 }
 
 /// `n<i>` → `i`, if in range.

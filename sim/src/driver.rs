@@ -47,6 +47,15 @@ pub trait Cluster {
     fn heal(&mut self, sink: &mut Sink);
     /// Change loss, duplication and reordering (ppm).
     fn set_network(&mut self, loss_ppm: u32, duplicate_ppm: u32, reorder_ppm: u32);
+    /// Ask live node `i` for a membership change, as its operator would: the node steps
+    /// [`chorus_core::Event::ChangeMembers`] with `request`.
+    fn change_members(
+        &mut self,
+        i: usize,
+        change: chorus_core::MemberChange,
+        request: u64,
+        sink: &mut Sink,
+    );
 }
 
 #[derive(Clone, Debug)]
@@ -77,6 +86,8 @@ pub struct Driver {
     unstarted: BTreeSet<usize>,
     /// `apart_at_start`, as indices.
     apart: Vec<Vec<usize>>,
+    /// The last operator request id handed out (`add` and `remove` actions).
+    request: u64,
 }
 
 impl Driver {
@@ -91,6 +102,7 @@ impl Driver {
             unstarted: waiting.iter().copied().collect(),
             waiting,
             apart: scenario.apart_groups(),
+            request: 0,
         };
         if scenario.start_spread > 0 {
             // A stream of its own, so runs without a spread draw exactly as before.
@@ -195,6 +207,22 @@ impl Driver {
             if !cluster.is_live(i) && !self.unstarted.contains(&i) {
                 sink.record(Record::Restart { node: name(i) });
                 cluster.restart(i, sink);
+            }
+        }
+    }
+
+    /// Asks each live node `target` names for `change`, each with a request id of its own.
+    fn change_members(
+        &mut self,
+        target: &Target,
+        change: chorus_core::MemberChange,
+        cluster: &mut dyn Cluster,
+        sink: &mut Sink,
+    ) {
+        for i in self.resolve(target, cluster) {
+            if cluster.is_live(i) {
+                self.request += 1;
+                cluster.change_members(i, change.clone(), self.request, sink);
             }
         }
     }
@@ -328,6 +356,18 @@ impl Driver {
                     reorder_ppm,
                 });
                 cluster.set_network(loss_ppm, duplicate_ppm, reorder_ppm);
+            }
+            Pending::Act(Action::Add { node, target }) => {
+                let change = chorus_core::MemberChange::Add {
+                    node: name(*node.indices().start()).into(),
+                };
+                self.change_members(&target, change, cluster, sink);
+            }
+            Pending::Act(Action::Remove { node, target }) => {
+                let change = chorus_core::MemberChange::Remove {
+                    node: name(*node.indices().start()).into(),
+                };
+                self.change_members(&target, change, cluster, sink);
             }
             Pending::Act(Action::Join { count, nodes }) => {
                 let joining: Vec<usize> = if nodes.is_empty() {

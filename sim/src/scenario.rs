@@ -380,6 +380,26 @@ pub enum Action {
         #[serde(default)]
         reorder_ppm: u32,
     },
+    /// Ask for a membership change that makes `node` a voter, as an operator would
+    /// (`chorus members add`), at `target` (default: the admin; any other node forwards it to
+    /// the admin it follows). Each node asked gets its own request id (1, 2, … in firing
+    /// order), which the `membership_change` records echo.
+    Add {
+        /// The node to add, e.g. "n5" (it must be admin-eligible and connected to the admin,
+        /// or the admin refuses).
+        node: NodeRef,
+        /// Where to ask.
+        #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
+        target: Target,
+    },
+    /// Ask for a membership change that removes voter `node` (live or dead), as `add` does.
+    Remove {
+        /// The node to remove, e.g. "n0".
+        node: NodeRef,
+        /// Where to ask.
+        #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
+        target: Target,
+    },
     /// Start late nodes that have not started yet: the named `nodes`, or else the first
     /// `count` of them in index order.
     Join {
@@ -456,6 +476,14 @@ impl From<Target> for String {
             Target::Nodes(a, b) => format!("n{a}..=n{b}"),
         }
     }
+}
+
+fn admin_target() -> Target {
+    Target::Admin
+}
+
+fn is_admin_target(t: &Target) -> bool {
+    *t == Target::Admin
 }
 
 fn default_nodes() -> usize {
@@ -643,7 +671,9 @@ impl Scenario {
             let targets: Vec<&Target> = match &s.action {
                 Action::Crash { target }
                 | Action::Restart { target }
-                | Action::Bounce { target, .. } => vec![target],
+                | Action::Bounce { target, .. }
+                | Action::Add { target, .. }
+                | Action::Remove { target, .. } => vec![target],
                 Action::OneWay { from, to } => vec![from, to],
                 _ => vec![],
             };
@@ -655,6 +685,20 @@ impl Scenario {
                             self.nodes
                         ));
                     }
+                }
+            }
+            if let Action::Add { node, .. } | Action::Remove { node, .. } = &s.action {
+                let NodeRef::One(i) = node else {
+                    return Err(format!(
+                        "{what}: a membership change names one node, not {}",
+                        String::from(*node)
+                    ));
+                };
+                if *i >= self.nodes {
+                    return Err(format!(
+                        "{what} names n{i}, but there are {} nodes",
+                        self.nodes
+                    ));
                 }
             }
             if let Action::Join { count, nodes } = &s.action {
@@ -737,12 +781,27 @@ pub const BUILTINS: &[&str] = &[
     "uneven-bootstrap",
     "late-voters",
     "mixed-timeouts",
+    "replace",
+    "replace-manual",
+    "change-interrupted",
 ];
 
-/// The built-ins that reproduced the bootstrap and mixed-settings bugs of issue 10 (uneven
-/// bootstrap, late voters, mixed settings); `sim/tests/bootstrap.rs` sweeps them over more seeds
-/// than the general CI sweep does.
-pub const REPRODUCERS: &[&str] = &["uneven-bootstrap", "late-voters", "mixed-timeouts"];
+/// The built-ins of issue 10: those that reproduced its bootstrap and mixed-settings bugs
+/// (uneven bootstrap, late voters, mixed settings), swept over more seeds than the general CI
+/// sweep by `sim/tests/bootstrap.rs`, and those that exercise membership changes (`MEMBERSHIP`,
+/// swept by `sim/tests/membership.rs`). Both engines check them for determinism.
+pub const REPRODUCERS: &[&str] = &[
+    "uneven-bootstrap",
+    "late-voters",
+    "mixed-timeouts",
+    "replace",
+    "replace-manual",
+    "change-interrupted",
+];
+
+/// The built-ins that change the electorate while the cluster runs: a voter lost for good and
+/// replaced by autopilot or by hand, and changes cut short by a crash or a partition.
+pub const MEMBERSHIP: &[&str] = &["replace", "replace-manual", "change-interrupted"];
 
 /// Built-in scenarios, written in the same TOML users write.
 pub fn builtin(name: &str) -> Option<Scenario> {
@@ -760,6 +819,9 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "uneven-bootstrap" => UNEVEN_BOOTSTRAP,
         "late-voters" => LATE_VOTERS,
         "mixed-timeouts" => MIXED_TIMEOUTS,
+        "replace" => REPLACE,
+        "replace-manual" => REPLACE_MANUAL,
+        "change-interrupted" => CHANGE_INTERRUPTED,
         _ => return None,
     };
     // The built-ins are tested to parse and validate.
@@ -841,6 +903,134 @@ at = "1m"
 action = "bounce"
 target = "followers"
 down_for = "5s"
+"#;
+
+// Membership changes (issue 10). Second-scale timings (1 s heartbeats, 3–4.5 s election
+// timeouts, a 15 s dead-voter timeout, 5 s stabilization) fit several changes and elections
+// into a few simulated minutes, so both engines sweep them cheaply. The liveness bound is the
+// default one (17 s here): the checker counts majorities of the electorate in force, so a voter
+// dead for good asks nothing of autopilot's timeout before it is removed.
+
+const REPLACE: &str = r#"
+name = "replace"
+description = "Three voters; the admin dies for good, a standby joins and autopilot replaces the dead voter with it; then the admin dies for good again and the two voters left must elect"
+nodes = 4
+duration_ms = "3m"
+bootstrap_expect = 3
+late = ["n3"]
+[config]
+heartbeat_interval_ms = 1000
+election_timeout_min_ms = 3000
+election_timeout_max_ms = 4500
+discovery_timeout_ms = 1500
+dead_voter_timeout_ms = 15000
+stabilization_time_ms = 5000
+[[events]]
+at = "30s"
+action = "crash"
+target = "admin"
+[[events]]
+at = "40s"
+action = "join"
+nodes = ["n3"]
+[[events]]
+at = "1m40s"
+action = "crash"
+target = "admin"
+"#;
+
+const REPLACE_MANUAL: &str = r#"
+name = "replace-manual"
+description = "As replace, by hand with autopilot off: n0 dies for good, the operator removes it at the admin and adds the standby n3 through a follower (retrying); then n1 dies for good and n2, n3 must elect"
+nodes = 4
+duration_ms = "3m"
+bootstrap_expect = 3
+late = ["n3"]
+[config]
+heartbeat_interval_ms = 1000
+election_timeout_min_ms = 3000
+election_timeout_max_ms = 4500
+discovery_timeout_ms = 1500
+autopilot = false
+[[events]]
+at = "30s"
+action = "crash"
+target = "n0"
+[[events]]
+at = "40s"
+action = "join"
+nodes = ["n3"]
+[[events]]
+at = "50s"
+every = "5s"
+until = "1m5s"
+action = "remove"
+node = "n0"
+[[events]]
+at = "1m10s"
+every = "5s"
+until = "1m25s"
+action = "add"
+node = "n3"
+target = "random_follower"
+[[events]]
+at = "1m40s"
+action = "crash"
+target = "n1"
+"#;
+
+const CHANGE_INTERRUPTED: &str = r#"
+name = "change-interrupted"
+description = "Changes cut short: the admin crashes 10 ms after proposing one, is partitioned away 10 ms after proposing another, and crashes right after proposing a removal; each time it comes back later"
+nodes = 5
+duration_ms = "4m"
+bootstrap_expect = 3
+late = ["n3", "n4"]
+[config]
+heartbeat_interval_ms = 1000
+election_timeout_min_ms = 3000
+election_timeout_max_ms = 4500
+discovery_timeout_ms = 1500
+autopilot = false
+[[events]]
+at = "10s"
+action = "join"
+nodes = ["n3", "n4"]
+[[events]]
+at = "30s"
+action = "add"
+node = "n3"
+[[events]]
+at = "30s10ms"
+action = "crash"
+target = "admin"
+[[events]]
+at = "1m"
+action = "restart"
+target = "crashed"
+[[events]]
+at = "1m30s"
+action = "add"
+node = "n4"
+[[events]]
+at = "1m30s10ms"
+action = "partition"
+with_admin = true
+[[events]]
+at = "2m"
+action = "heal"
+[[events]]
+at = "2m30s"
+action = "remove"
+node = "n0"
+[[events]]
+at = "2m30s10ms"
+action = "crash"
+target = "admin"
+[[events]]
+at = "3m"
+action = "restart"
+target = "crashed"
 "#;
 
 const STEADY: &str = r#"

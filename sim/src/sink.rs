@@ -284,6 +284,26 @@ impl Sink {
                 admin: admin.to_string(),
                 term: *term,
             },
+            Command::Notice(Notice::ElectorateChanged {
+                version,
+                term,
+                members,
+            }) => Record::ElectorateChanged {
+                node,
+                version: *version,
+                term: *term,
+                members: members.iter().map(|m| m.to_string()).collect(),
+            },
+            Command::Notice(Notice::MembershipChange {
+                change,
+                outcome,
+                request,
+            }) => Record::MembershipChange {
+                node,
+                change: change.clone(),
+                outcome: outcome.clone(),
+                request: (*request != 0).then_some(*request),
+            },
             Command::RoleChanged { role, term, .. } => Record::Role {
                 node,
                 role: role.as_str().to_owned(),

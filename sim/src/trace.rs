@@ -110,6 +110,33 @@ pub enum Record {
         /// Term.
         term: u64,
     },
+    /// A node's electorate changed: agreed at bootstrap, adopted from its cluster, or a
+    /// membership change proposed by this node (as admin) or taken from its admin.
+    ElectorateChanged {
+        /// Node id.
+        node: String,
+        /// The electorate's version (1 at bootstrap).
+        version: u64,
+        /// The term of the admin that proposed it (0 at bootstrap).
+        term: u64,
+        /// The voters, in id order.
+        members: Vec<String>,
+    },
+    /// What became of a membership change at a node: `forwarded` (to its admin), `proposed`
+    /// or `committed` (at the admin), `refused`, or the admin's answer at the node that asked.
+    MembershipChange {
+        /// Node id.
+        node: String,
+        /// `{"op":"add"|"remove","node":"<id>"}`, as on the wire.
+        change: chorus_core::MemberChange,
+        /// `{"outcome":"forwarded","admin":..}`, `{"outcome":"proposed"|"committed","version":V}`
+        /// or `{"outcome":"refused","reason":".."}`, as on the wire.
+        outcome: chorus_core::ChangeOutcome,
+        /// The operator's request id at this node (absent for autopilot and for changes other
+        /// nodes asked for).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
     /// A node's role changed (extension: drives the timeline picture).
     Role {
         /// Node id.
@@ -269,6 +296,34 @@ mod tests {
             serde_json::to_string(&granted).unwrap(),
             r#"{"t":7,"kind":"vote_granted","node":"n3","term":7,"to":"n1"}"#
         );
+        let electorate = Line {
+            t: 8,
+            record: Record::ElectorateChanged {
+                node: "n0".into(),
+                version: 2,
+                term: 3,
+                members: vec!["n0".into(), "n1".into(), "n2".into(), "n5".into()],
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&electorate).unwrap(),
+            r#"{"t":8,"kind":"electorate_changed","node":"n0","version":2,"term":3,"members":["n0","n1","n2","n5"]}"#
+        );
+        let change = Line {
+            t: 8,
+            record: Record::MembershipChange {
+                node: "n1".into(),
+                change: chorus_core::MemberChange::Remove { node: "n4".into() },
+                outcome: chorus_core::ChangeOutcome::Forwarded { admin: "n0".into() },
+                request: Some(2),
+            },
+        };
+        let text = serde_json::to_string(&change).unwrap();
+        assert_eq!(
+            text,
+            r#"{"t":8,"kind":"membership_change","node":"n1","change":{"op":"remove","node":"n4"},"outcome":{"outcome":"forwarded","admin":"n0"},"request":2}"#
+        );
+        assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), change);
         let heal = Line {
             t: 9,
             record: Record::Heal,

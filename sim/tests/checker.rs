@@ -1,6 +1,7 @@
 //! The checker itself is tested: hand-made traces that break each invariant must be reported,
 //! and a clean one must not.
 
+use chorus_core::{ChangeOutcome, MemberChange, NodeId};
 use chorus_sim::checker::check;
 use chorus_sim::scenario::builtin;
 use chorus_sim::trace::{Header, Line, Record};
@@ -285,4 +286,184 @@ fn both_engines_trace_granted_vote_replies() {
             "{engine:?}: an election needs granted replies ({grants})"
         );
     }
+}
+
+// Liveness judged against the electorate in force, learned from `electorate_changed` and the
+// admin's `membership_change` records.
+
+fn electorate(n: &str, version: u64, term: u64, members: &[&str]) -> Record {
+    Record::ElectorateChanged {
+        node: n.into(),
+        version,
+        term,
+        members: members.iter().map(|m| m.to_string()).collect(),
+    }
+}
+
+fn change(n: &str, add: bool, who: &str, outcome: ChangeOutcome) -> Record {
+    let node = NodeId::from(who);
+    Record::MembershipChange {
+        node: n.into(),
+        change: if add {
+            MemberChange::Add { node }
+        } else {
+            MemberChange::Remove { node }
+        },
+        outcome,
+        request: None,
+    }
+}
+
+fn crash(n: &str) -> Record {
+    Record::Crash { node: n.into() }
+}
+
+/// Five eligible nodes; the bootstrap electorate is n0..=n2 and n3, n4 are standbys. n0 is
+/// elected in term 1 and known to all at t=3000, with a lease to 60 000.
+fn three_of_five() -> Vec<Line> {
+    let e1 = ["n0", "n1", "n2"];
+    let mut t: Vec<Line> = (0..5).map(|i| at(0, restart(&format!("n{i}")))).collect();
+    for i in 0..5 {
+        t.push(at(1_000, electorate(&format!("n{i}"), 1, 0, &e1)));
+    }
+    t.push(at(3_000, admin("n0", 1, 60_000)));
+    for i in 0..5 {
+        t.push(at(3_000, known(&format!("n{i}"), "n0", 1)));
+    }
+    t
+}
+
+#[test]
+fn no_liveness_is_demanded_once_a_majority_of_the_electorate_is_down() {
+    // Two of the three voters die for good: three of the five eligible nodes are up, but only
+    // one voter. Nobody can be elected, and the checker must not demand it.
+    let mut t = three_of_five();
+    t.push(at(10_000, crash("n1")));
+    t.push(at(10_000, crash("n2")));
+    t.push(at(
+        10_000,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "check_quorum".into(),
+        },
+    ));
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
+}
+
+/// n2 dies for good; the admin n0 removes it, then adds the standby n3 (each committed).
+fn n2_replaced_by_n3() -> Vec<Line> {
+    let mut t = three_of_five();
+    t.push(at(10_000, crash("n2")));
+    t.push(at(20_000, electorate("n0", 2, 1, &["n0", "n1"])));
+    t.push(at(
+        20_000,
+        change("n0", false, "n2", ChangeOutcome::Proposed { version: 2 }),
+    ));
+    t.push(at(20_020, electorate("n1", 2, 1, &["n0", "n1"])));
+    t.push(at(
+        20_040,
+        change("n0", false, "n2", ChangeOutcome::Committed { version: 2 }),
+    ));
+    t.push(at(21_000, electorate("n0", 3, 1, &["n0", "n1", "n3"])));
+    t.push(at(
+        21_000,
+        change("n0", true, "n3", ChangeOutcome::Proposed { version: 3 }),
+    ));
+    t.push(at(21_020, electorate("n1", 3, 1, &["n0", "n1", "n3"])));
+    t.push(at(21_020, electorate("n3", 3, 1, &["n0", "n1", "n3"])));
+    t.push(at(
+        21_040,
+        change("n0", true, "n3", ChangeOutcome::Committed { version: 3 }),
+    ));
+    t
+}
+
+#[test]
+fn after_a_replacement_a_second_lost_voter_must_not_stop_elections() {
+    // Electorate n0, n1, n3 with n1 and n3 up after n0 dies: a majority, so an admin is owed.
+    // (Counted over the five eligible nodes — n1, n3, n4 — it would be too; counted over the
+    // bootstrap electorate — n1 only — it would not.)
+    let mut t = n2_replaced_by_n3();
+    t.push(at(30_000, crash("n0")));
+    assert_eq!(invariants(&t, 5), vec![4]);
+    t.push(at(35_000, admin("n3", 2, 65_000)));
+    for n in ["n1", "n3", "n4"] {
+        t.push(at(35_010, known(n, "n3", 2)));
+    }
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
+}
+
+#[test]
+fn during_a_change_a_majority_of_both_electorates_is_needed() {
+    // n0 proposes adding n3 and dies with n3 before it commits: n1 and n2 are a majority of
+    // the old electorate but not of the new one, so no admin is owed…
+    let mut t = three_of_five();
+    t.push(at(
+        10_000,
+        electorate("n0", 2, 1, &["n0", "n1", "n2", "n3"]),
+    ));
+    t.push(at(
+        10_000,
+        change("n0", true, "n3", ChangeOutcome::Proposed { version: 2 }),
+    ));
+    t.push(at(10_005, crash("n0")));
+    t.push(at(10_005, crash("n3")));
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
+    // …until n1 is elected with the old one: that overrides the change, and n1 must be known.
+    t.push(at(20_000, admin("n1", 2, 50_000)));
+    t.push(at(20_000, known("n1", "n1", 2)));
+    t.push(at(20_010, known("n2", "n1", 2)));
+    // n4 never learns of n1: reported once the bound has passed.
+    assert_eq!(invariants(&t, 5), vec![4]);
+}
+
+#[test]
+fn outcomes_reported_by_a_node_that_is_not_the_admin_change_nothing() {
+    // n1 hears that a change it asked for committed; the electorate in force stays the
+    // bootstrap one, so with n1 and n2 down no admin is owed.
+    let mut t = three_of_five();
+    t.push(at(
+        9_000,
+        change("n1", true, "n3", ChangeOutcome::Committed { version: 2 }),
+    ));
+    t.push(at(10_000, crash("n1")));
+    t.push(at(10_000, crash("n2")));
+    t.push(at(
+        10_000,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "check_quorum".into(),
+        },
+    ));
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
+}
+
+#[test]
+fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
+    let mut t = three_of_five();
+    t.push(at(10_000, electorate("n0", 2, 1, &["n1", "n2"])));
+    t.push(at(
+        10_000,
+        change("n0", false, "n0", ChangeOutcome::Proposed { version: 2 }),
+    ));
+    t.push(at(
+        10_040,
+        change("n0", false, "n0", ChangeOutcome::Committed { version: 2 }),
+    ));
+    t.push(at(
+        10_040,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "removed".into(),
+        },
+    ));
+    assert_eq!(invariants(&t, 5), vec![4]);
+    t.push(at(12_000, admin("n2", 2, 40_000)));
+    for i in 0..5 {
+        t.push(at(12_010, known(&format!("n{i}"), "n2", 2)));
+    }
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
 }

@@ -14,6 +14,9 @@
 //! connection resets would tell them). Partitions cause no peer events; `apart_at_start`
 //! groups connect only at the first heal.
 //!
+//! Operator requests (`add` and `remove` actions) reach a node's runtime on its operator
+//! channel, as the HTTP API's do in production; the node steps them during the next tick.
+//!
 //! Settings: each node's core starts with its own configuration; a restart whose settings
 //! differ (`node_settings` with `from`) logs `ConfigChanged` after `Started`, as `chorus run`
 //! does.
@@ -40,7 +43,7 @@ use chorus_core::{Command, Config, Core, Event, NodeId, Notice, Role};
 use chorus_io::runtime::{Clock, MemoryLog, Runtime, TokioClock};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::sync::mpsc::{self, Sender, UnboundedSender};
 use turmoil::Sim;
 
 use crate::driver::{name, node_profile, Cluster, Driver};
@@ -60,6 +63,9 @@ pub struct Options {
 
 /// A fixed epoch, so nothing in a run depends on the wall clock (2024-01-01T00:00:00Z).
 const EPOCH_S: u64 = 1_704_067_200;
+
+/// Operator requests a node's channel holds; a scenario asks a node a few times at most.
+const OPERATOR_QUEUE: usize = 64;
 
 /// Datagrams a socket queues before turmoil drops the excess silently (its default is 64). A
 /// node receives at most a few messages per peer per tick, so this is never reached here.
@@ -143,6 +149,8 @@ struct NodeSpec {
     net: Rc<RefCell<NetShared>>,
     outputs: Rc<RefCell<Outputs>>,
     control: Rc<RefCell<Vec<Option<UnboundedSender<Control>>>>>,
+    /// Each live node's operator channel (the HTTP API's, in production).
+    operators: Rc<RefCell<Vec<Option<Sender<Event>>>>>,
     incarnations: Rc<RefCell<Vec<u64>>>,
     /// Settings the engine wants the next start of each node to log (`ConfigChanged`).
     new_config: Rc<RefCell<Vec<Option<Config>>>>,
@@ -155,6 +163,8 @@ impl NodeSpec {
     fn software(&self) -> impl std::future::Future<Output = turmoil::Result> + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         self.control.borrow_mut()[self.index] = Some(tx);
+        let (operator_tx, operator_rx) = mpsc::channel(OPERATOR_QUEUE);
+        self.operators.borrow_mut()[self.index] = Some(operator_tx);
         let incarnation = {
             let mut inc = self.incarnations.borrow_mut();
             inc[self.index] += 1;
@@ -179,11 +189,13 @@ impl NodeSpec {
                 steps: spec.steps,
             };
             if spec.drift_ppm == 0 {
-                spec.run(transport, observer, TokioClock::new(), start_events)
+                let clock = TokioClock::new();
+                spec.run(transport, observer, clock, start_events, operator_rx)
                     .await?;
             } else {
                 let clock = clock::DriftClock::new(spec.drift_ppm);
-                spec.run(transport, observer, clock, start_events).await?;
+                spec.run(transport, observer, clock, start_events, operator_rx)
+                    .await?;
             }
             Ok(())
         }
@@ -196,6 +208,7 @@ impl NodeSpec {
         observer: SimObserver,
         clock: impl Clock,
         start_events: Vec<Event>,
+        operator: mpsc::Receiver<Event>,
     ) -> Result<Core, chorus_io::runtime::RuntimeError> {
         Runtime::new(
             self.core.clone(),
@@ -205,6 +218,7 @@ impl NodeSpec {
             observer,
         )
         .with_start_events(start_events)
+        .with_operator_inputs(operator)
         .run(std::future::pending())
         .await
     }
@@ -226,6 +240,7 @@ struct TurmoilCluster {
     outputs: Rc<RefCell<Outputs>>,
     net: Rc<RefCell<NetShared>>,
     control: Rc<RefCell<Vec<Option<UnboundedSender<Control>>>>>,
+    operators: Rc<RefCell<Vec<Option<Sender<Event>>>>>,
     scenario: Scenario,
     seed: u64,
     /// The settings each node ran with at its latest start.
@@ -271,6 +286,7 @@ impl TurmoilCluster {
         }));
         let outputs = Rc::new(RefCell::new(Outputs::default()));
         let control = Rc::new(RefCell::new(vec![None; n]));
+        let operators = Rc::new(RefCell::new(vec![None; n]));
         let incarnations = Rc::new(RefCell::new(vec![0; n]));
         let new_config = Rc::new(RefCell::new(vec![None; n]));
         // Replaced by the node's own settings at its first start.
@@ -299,6 +315,7 @@ impl TurmoilCluster {
                     net: net.clone(),
                     outputs: outputs.clone(),
                     control: control.clone(),
+                    operators: operators.clone(),
                     incarnations: incarnations.clone(),
                     new_config: new_config.clone(),
                     steps,
@@ -323,6 +340,7 @@ impl TurmoilCluster {
             outputs,
             net,
             control,
+            operators,
             scenario: scenario.clone(),
             seed,
             configs: vec![None; n],
@@ -470,6 +488,7 @@ impl Cluster for TurmoilCluster {
         self.live[i] = false;
         self.roles[i] = None;
         self.control.borrow_mut()[i] = None;
+        self.operators.borrow_mut()[i] = None;
         for j in peers {
             self.tell(j, Control::Down(i));
         }
@@ -574,5 +593,19 @@ impl Cluster for TurmoilCluster {
         net.net.loss_ppm = loss_ppm;
         net.net.duplicate_ppm = duplicate_ppm;
         net.net.reorder_ppm = reorder_ppm;
+    }
+
+    fn change_members(
+        &mut self,
+        i: usize,
+        change: chorus_core::MemberChange,
+        request: u64,
+        _sink: &mut Sink,
+    ) {
+        if let Some(tx) = &self.operators.borrow()[i] {
+            // The queue holds far more than a scenario asks of one node per tick; a node that
+            // is down has dropped its receiver, and misses the request as its API would.
+            let _ = tx.try_send(Event::ChangeMembers { change, request });
+        }
     }
 }
