@@ -1,4 +1,5 @@
-//! Core step rate: heartbeat handling and vote handling in a 100-node view.
+//! Core step rate: heartbeat handling and vote handling in a 100-node view, and an admin's
+//! heartbeat round (one heartbeat, every voter's ack) with 5, 100 and 1,000 voters.
 //!
 //! `cargo bench -p chorus-core --bench step`
 
@@ -10,7 +11,11 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 const N: usize = 100;
 
 fn ids() -> Vec<NodeId> {
-    (0..N)
+    ids_n(N)
+}
+
+fn ids_n(n: usize) -> Vec<NodeId> {
+    (0..n)
         .map(|i| NodeId::from(format!("12D3KooWnode{i:040}")))
         .collect()
 }
@@ -154,5 +159,74 @@ fn heartbeats(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, heartbeats);
+/// `ids[1]` elected admin of the electorate `ids` by every other member.
+fn admin_of(ids: &[NodeId]) -> Core {
+    let mut c = follower(ids);
+    let mut out = Vec::new();
+    for (t, timer) in [
+        (15_000, chorus_core::Timer::Discovery),
+        (60_000, chorus_core::Timer::Election),
+    ] {
+        c.step(t, Event::TimerFired { timer }, &mut out);
+    }
+    let others: Vec<&NodeId> = ids.iter().filter(|v| *v != &ids[1]).collect();
+    for granted in [
+        Message::PreVoteReply {
+            term: 1,
+            granted: true,
+        },
+        Message::VoteReply {
+            term: 1,
+            granted: true,
+            promise_ms: 30_000,
+        },
+    ] {
+        for v in &others {
+            if c.role() == chorus_core::Role::Admin {
+                break;
+            }
+            let msg = granted.clone();
+            let from = (*v).clone();
+            c.step(60_000, Event::Message { from, msg }, &mut out);
+        }
+    }
+    assert_eq!(c.role(), chorus_core::Role::Admin);
+    c
+}
+
+/// One heartbeat round at the admin: the heartbeat timer fires, every other voter acks it.
+/// Each ack re-tallies the lease over the electorate, so this is where electorate size costs.
+fn ack_rounds(c: &mut Criterion) {
+    let mut g = c.benchmark_group("admin");
+    for n in [5usize, 100, 1_000] {
+        let ids = ids_n(n);
+        let mut core = admin_of(&ids);
+        let mut out: Vec<Command> = Vec::with_capacity(8);
+        let interval = core.config().heartbeat_interval_ms;
+        let mut t = 60_000u64;
+        g.throughput(Throughput::Elements(n as u64 - 1));
+        g.bench_function(format!("heartbeat_round_{n}_voters"), |b| {
+            b.iter(|| {
+                t += interval;
+                out.clear();
+                let timer = chorus_core::Timer::Heartbeat;
+                core.step(t, Event::TimerFired { timer }, &mut out);
+                let beat = core.beat();
+                for v in ids.iter().filter(|v| *v != &ids[1]) {
+                    let msg = Message::HeartbeatAck {
+                        term: 1,
+                        beat,
+                        promise_ms: 30_000,
+                    };
+                    let from = v.clone();
+                    core.step(t + 1, Event::Message { from, msg }, &mut out);
+                }
+                assert_eq!(core.role(), chorus_core::Role::Admin);
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, heartbeats, ack_rounds);
 criterion_main!(benches);

@@ -26,7 +26,9 @@
 //! 5. A follower takes the electorate of its term's admin — from a heartbeat during a change,
 //!    or from a WHOAMI reply when its version differs — when it is later than its own, or when
 //!    its own was proposed in an earlier term; never an older one from the admin of its own term
-//!    (a delayed message).
+//!    (a delayed message). With no admin known, a node takes the next electorate (version + 1,
+//!    one member apart) from an eligible member of its own (`discovery.rs`): a change cut short
+//!    by its admin's death must not leave the two sides refusing each other's candidates.
 //!
 //! Autopilot (the admin, on each heartbeat): a standby — an eligible node outside the electorate
 //! — connected for `stabilization_time_ms` is promoted while the electorate is below

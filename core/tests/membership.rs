@@ -943,6 +943,58 @@ fn a_follower_on_a_sibling_of_the_same_version_asks_and_takes_its_admins() {
     assert_eq!(b.electorate(), Some(&v2_t2));
 }
 
+/// A change cut short: its admin died after the new electorate reached some nodes only. With
+/// no admin anywhere, a node takes the next electorate (version + 1, one member apart, same
+/// cluster) from an eligible member of its own; never from a non-member, never one two members
+/// apart or two versions ahead, and not while it or the replier knows an admin (rule 5 then).
+#[test]
+fn with_no_admin_a_node_takes_the_next_electorate_from_a_member() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let v2 = Arc::new(v1.successor(1, ids(ABCD)));
+    let reply = |admin: Option<&str>, e: &Arc<Electorate>| Message::WhoamiReply {
+        admin: admin.map(Into::into),
+        term: 1,
+        membership_version: e.version,
+        beat: 5,
+        uptime_s: 0,
+        resources: Default::default(),
+        eligible: true,
+        electorate: Some(e.clone()),
+        genesis: v1.genesis,
+    };
+    // c asked everyone when it started (`node` connects a, b and d).
+    let fresh = || node("c", ABC);
+
+    let mut c = fresh();
+    let out = c.step_vec(10, from("b", reply(None, &v2)));
+    assert_eq!(c.electorate(), Some(&*v2), "{out:?}");
+    assert!(out.contains(&Command::Notice(Notice::ElectorateChanged {
+        version: 2,
+        term: 1,
+        members: ids(ABCD),
+    })));
+
+    // d, the member being added, is not a member of c's electorate: it does not speak for it.
+    let mut c = fresh();
+    c.step_vec(10, from("d", reply(None, &v2)));
+    assert_eq!(c.electorate(), Some(&v1));
+
+    // Two members apart, or two versions ahead: not the next electorate.
+    let two_apart = Arc::new(v1.successor(1, ids(&["a", "b", "d"])));
+    let mut c = fresh();
+    c.step_vec(10, from("b", reply(None, &two_apart)));
+    assert_eq!(c.electorate(), Some(&v1));
+    let v3 = Arc::new(v2.successor(1, ids(&["a", "b", "c", "d", "e"])));
+    let mut c = fresh();
+    c.step_vec(10, from("b", reply(None, &v3)));
+    assert_eq!(c.electorate(), Some(&v1));
+
+    // The replier follows an admin: c finds that admin instead (and then takes its electorate).
+    let mut c = fresh();
+    c.step_vec(10, from("b", reply(Some("a"), &v2)));
+    assert_eq!(c.electorate(), Some(&v1));
+}
+
 /// A follower behind its admin asks again at every heartbeat until it has caught up: a question
 /// or an answer that was lost does not leave it on its old electorate for good.
 #[test]

@@ -439,14 +439,12 @@ fn the_membership_scenarios_break_no_invariant_on_turmoil_either() {
 }
 
 /// A protocol liveness bug the lossy variant of `change-interrupted` found (see the file):
-/// when one survivor misses the heartbeat that carried an uncommitted electorate, the others
-/// can stay without an admin for good. Seeds 51 (an old voter missed it: it refuses the new
-/// member as a non-member, while the new member, the better-ranked pre-candidate, turns the
-/// old voters' pre-votes away) and 173 (the new member missed it: as a standby it grants no
-/// pre-vote, and the new electorate's majority needs it). Run with `--ignored`; it fails until
-/// the core is fixed.
+/// when one survivor missed the heartbeat that carried an uncommitted electorate, the others
+/// could stay without an admin for good. Seeds 51 (an old voter missed it: it refused the new
+/// member as a non-member, while the new member, the better-ranked pre-candidate, turned the
+/// old voters' pre-votes away) and 173 (the new member missed it: as a standby it granted no
+/// pre-vote, and the new electorate's majority needed it). Failed on the core of c29c7b9.
 #[test]
-#[ignore = "fails on the core of c29c7b9: a membership change cut short can leave the survivors without an admin"]
 fn a_change_cut_short_under_loss_never_loses_liveness() {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
