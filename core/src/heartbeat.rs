@@ -209,11 +209,15 @@ impl Core {
         let admin = self.admin_state.as_ref()?;
         let own = self.config.election_timeout_min_ms;
         let one = |e: &Electorate| -> Option<Tally> {
-            let mut covers = Vec::new();
-            let mut sent = Vec::new();
+            let mut covers = Vec::with_capacity(e.len());
+            let mut sent = Vec::with_capacity(e.len());
             let mut this_term = 0;
+            // Both sorted by id: a merge walk, not a map lookup per member (this runs on every
+            // ack, so an electorate of n costs O(n) per ack).
+            let mut acks = admin.voters.iter().peekable();
             for m in e.members() {
-                if let Some(v) = admin.voters.get(m) {
+                while acks.next_if(|(id, _)| *id < m).is_some() {}
+                if let Some((_, v)) = acks.next_if(|(id, _)| *id == m) {
                     covers.push(v.sent_at_ms + self.config.lease_for(v.promise_ms.min(own)));
                     sent.push(v.sent_at_ms);
                     if v.beat >= admin.first_beat {
@@ -225,11 +229,12 @@ impl Core {
             if covers.len() < q {
                 return None;
             }
-            covers.sort_unstable_by(|a, b| b.cmp(a));
-            sent.sort_unstable_by(|a, b| b.cmp(a));
+            // The q-th largest of each: a selection, not a sort.
+            let (_, lease_until_ms, _) = covers.select_nth_unstable_by(q - 1, |a, b| b.cmp(a));
+            let (_, quorum_at_ms, _) = sent.select_nth_unstable_by(q - 1, |a, b| b.cmp(a));
             Some(Tally {
-                lease_until_ms: covers[q - 1],
-                quorum_at_ms: sent[q - 1],
+                lease_until_ms: *lease_until_ms,
+                quorum_at_ms: *quorum_at_ms,
                 established: this_term >= q,
             })
         };
