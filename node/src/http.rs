@@ -117,6 +117,19 @@ pub async fn get_text(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
     request(addr, "GET", path, None).await
 }
 
+/// `GET path` from a chorus node's API: the body of a 200 answer, or an error naming the node
+/// and what it answered.
+pub async fn get_document(addr: &str, path: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    let (code, body) = get_text(addr, path)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    if code != 200 {
+        anyhow::bail!("{addr} answered {code}: {}", body.trim());
+    }
+    Ok(body)
+}
+
 /// A minimal HTTP/1.1 request with an optional JSON body. Returns (status code, body).
 pub async fn request(
     addr: &str,

@@ -303,12 +303,7 @@ fn answer(
 
 /// `chorus members`: prints the membership as the node at `addr` sees it.
 pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
-    let (code, body) = crate::http::request(addr, "GET", "/members", None)
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-    if code != 200 {
-        bail!("{addr} answered {code}: {}", body.trim());
-    }
+    let body = crate::http::get_document(addr, "/members").await?;
     if json {
         println!("{}", body.trim());
         return Ok(());

@@ -2,17 +2,12 @@
 //! that node whom it knows (`/cluster`) and every one of them for its own `/status`, and prints
 //! one table.
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde_json::Value;
 
 /// Prints the status of the node whose HTTP API is at `addr`.
 pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
-    let (code, body) = crate::http::get_text(addr, "/status")
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-    if code != 200 {
-        bail!("{addr} answered {code}: {}", body.trim());
-    }
+    let body = crate::http::get_document(addr, "/status").await?;
     if json {
         println!("{}", body.trim());
         return Ok(());
@@ -78,12 +73,7 @@ const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Prints one table of every node the node at `addr` knows: each row from that node's own
 /// `/status` where it answers, and this node's last contact with it.
 pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
-    let (code, body) = crate::http::get_text(addr, "/cluster")
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-    if code != 200 {
-        bail!("{addr} answered {code}: {}", body.trim());
-    }
+    let body = crate::http::get_document(addr, "/cluster").await?;
     let view: Value = serde_json::from_str(&body).context("the cluster view is not JSON")?;
     let members = view["members"].as_array().cloned().unwrap_or_default();
     let mut statuses = Vec::new();

@@ -10,6 +10,8 @@
 //! overlapping leases, no agreed admin — which is what they are for: they reproduce the bugs
 //! the core's bootstrap rewrite must fix.
 
+mod common;
+use common::{error_of, parse};
 use std::collections::BTreeMap;
 
 use chorus_core::Role;
@@ -19,22 +21,6 @@ use chorus_sim::scenario::{builtin, Scenario, REPRODUCERS};
 use chorus_sim::sink::Finished;
 use chorus_sim::sweep::{jobs, sweep, EngineChoice};
 use chorus_sim::trace::{read, Header, Line, Record};
-
-fn parse(text: &str) -> Scenario {
-    let s: Scenario = toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    s.validate().unwrap_or_else(|e| panic!("{e}\n{text}"));
-    s
-}
-
-fn error_of(text: &str) -> String {
-    match toml::from_str::<Scenario>(text) {
-        Err(e) => e.to_string(),
-        Ok(s) => s
-            .validate()
-            .err()
-            .unwrap_or_else(|| panic!("accepted:\n{text}")),
-    }
-}
 
 fn trace(s: &Scenario, seed: u64, engine: Engine, steps: bool) -> (Header, Vec<Line>, Finished) {
     let (bytes, f) = run_to_bytes(s, seed, engine, steps).unwrap();

@@ -2,27 +2,13 @@
 //! the trace records of electorate changes, and the built-ins `replace`, `replace-manual` and
 //! `change-interrupted` — that they do what they say, and break no invariant on any seed.
 
+mod common;
 use chorus_core::{ChangeOutcome, MemberChange};
 use chorus_sim::run::{repro_command, run_to_bytes, Engine};
 use chorus_sim::scenario::{Scenario, MEMBERSHIP};
 use chorus_sim::sweep::{jobs, sweep, EngineChoice};
 use chorus_sim::trace::{read, Line, Record};
-
-fn parse(text: &str) -> Scenario {
-    let s: Scenario = toml::from_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-    s.validate().unwrap_or_else(|e| panic!("{e}\n{text}"));
-    s
-}
-
-fn error_of(text: &str) -> String {
-    match toml::from_str::<Scenario>(text) {
-        Err(e) => e.to_string(),
-        Ok(s) => s
-            .validate()
-            .err()
-            .unwrap_or_else(|| panic!("accepted:\n{text}")),
-    }
-}
+use common::{error_of, parse};
 
 fn lines(s: &Scenario, seed: u64, engine: Engine) -> Vec<Line> {
     let (bytes, f) = run_to_bytes(s, seed, engine, false).unwrap();
