@@ -135,6 +135,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         s.transport_stats = Some(transport.stats());
     }
     tokio::spawn(server);
+    // Before the start line: whoever reads it may stop the node at once.
+    let signals = stop_signals();
     tracing::info!(
         node_id = %node_id,
         data_dir = %config.data_dir.display(),
@@ -194,7 +196,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         ])
         .with_operator_inputs(operator_rx);
     let result = runtime
-        .run(shutdown_signal(shared.clone(), exit_with_parent))
+        .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
         .await;
     // The runtime handed the transport back when it dropped it; give the last messages (a
     // step-down broadcast) a moment to leave, then close every connection.
@@ -335,7 +337,16 @@ async fn wait(s: Option<&mut tokio::signal::unix::Signal>) {
 }
 
 /// Completes on SIGINT, SIGTERM or SIGHUP (all three stop the node gracefully).
-async fn shutdown_signal(shared: SharedState, exit_with_parent: bool) {
+/// The signals that stop the node, listened for from the moment this is created: a signal
+/// that arrives between "chorus node started" and the runtime's first poll must stop the node
+/// gracefully too, not kill it with the default action.
+struct StopSignals {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+fn stop_signals() -> StopSignals {
     use tokio::signal::unix::{signal, SignalKind};
     let listen = |kind: SignalKind, name: &'static str| match signal(kind) {
         Ok(s) => Some(s),
@@ -344,12 +355,18 @@ async fn shutdown_signal(shared: SharedState, exit_with_parent: bool) {
             None
         }
     };
-    let mut term = listen(SignalKind::terminate(), "SIGTERM");
-    let mut hup = listen(SignalKind::hangup(), "SIGHUP");
+    StopSignals {
+        int: listen(SignalKind::interrupt(), "SIGINT"),
+        term: listen(SignalKind::terminate(), "SIGTERM"),
+        hup: listen(SignalKind::hangup(), "SIGHUP"),
+    }
+}
+
+async fn shutdown_signal(mut signals: StopSignals, shared: SharedState, exit_with_parent: bool) {
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-        () = wait(term.as_mut()) => tracing::info!("SIGTERM: shutting down"),
-        () = wait(hup.as_mut()) => tracing::info!(
+        () = wait(signals.int.as_mut()) => tracing::info!("SIGINT: shutting down"),
+        () = wait(signals.term.as_mut()) => tracing::info!("SIGTERM: shutting down"),
+        () = wait(signals.hup.as_mut()) => tracing::info!(
             "SIGHUP: shutting down (SIGHUP stops the node gracefully; it does not reload)"
         ),
         () = parent_gone(exit_with_parent) => tracing::info!(

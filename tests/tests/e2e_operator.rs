@@ -515,3 +515,19 @@ fn a_psk_mismatch_is_a_warning_with_its_likely_cause() {
         assert!(warnings <= 2, "{l}");
     }
 }
+
+/// A SIGTERM that follows the start line at once stops the node gracefully (exit 0), every
+/// time: the handlers are installed before the line is written. (A SIGTERM that arrived before
+/// the runtime first polled its shutdown future used to kill the node with the default action;
+/// seen once in CI under load.)
+#[test]
+fn sigterm_right_after_the_start_line_is_graceful() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        let args = run_args(&dir.path().join(format!("node{i}")));
+        let log = dir.path().join(format!("node{i}.log"));
+        let (mut node, _) = spawn_reported(Path::new(BIN), &args, &[], &log);
+        let status = stop(&mut node, Signal::SIGTERM);
+        assert!(status.success(), "run {i}: {status}\n{}", read(&log));
+    }
+}
