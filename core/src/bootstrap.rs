@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{rng, Ballot, Command, Core, Electorate, Message, NodeId, Notice, Refusal, Timer};
+use crate::{rng, Ballot, Command, Core, Electorate, Message, NodeId, Refusal, Timer};
 
 /// A bootstrap proposal this node is running (volatile: a restart abandons it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -455,13 +455,8 @@ impl Core {
         self.proposal = None;
         self.timers.cancel(Timer::Bootstrap, out);
         self.electorate_reports.clear();
-        out.push(Command::Notice(Notice::ElectorateChanged {
-            version: e.version,
-            term: e.term,
-            members: e.members().to_vec(),
-        }));
         // The next discovery timeout arms the election, as for a node that restarted.
-        self.electorate = Some(e);
+        self.set_electorate(e, out);
     }
 }
 

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::node::ElectionPhase;
-use crate::{Command, Core, Electorate, Message, NodeId, Notice, Refusal, Resources, Timer};
+use crate::{Command, Core, Electorate, Message, NodeId, Refusal, Resources, Timer};
 
 /// The view in a WHOAMI reply, unpacked.
 pub(crate) struct Report {
@@ -241,12 +241,7 @@ impl Core {
             && theirs.key() > mine.key()
             && one_apart(mine, &theirs);
         if eligible_member && next {
-            out.push(Command::Notice(Notice::ElectorateChanged {
-                version: theirs.version,
-                term: theirs.term,
-                members: theirs.members().to_vec(),
-            }));
-            self.electorate = Some(theirs);
+            self.set_electorate(theirs, out);
         }
     }
 

@@ -218,8 +218,7 @@ impl Core {
             // different electorates the later one goes on whatever the ranks: voters holding it
             // refuse the older one, so a better-ranked node on the older one could not win and
             // turning the other away livelocked the two.
-            let mine = self.electorate.as_ref().map_or((0, 0), |e| e.key());
-            let goes_on = match (key.0, key.1).cmp(&mine) {
+            let goes_on = match (key.0, key.1).cmp(&self.electorate_version_key()) {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => self.ranks_above(&from),
                 std::cmp::Ordering::Greater => false,

@@ -182,12 +182,7 @@ impl Core {
             }
         };
         if take {
-            out.push(Command::Notice(Notice::ElectorateChanged {
-                version: theirs.version,
-                term: theirs.term,
-                members: theirs.members().to_vec(),
-            }));
-            self.electorate = Some(theirs);
+            self.set_electorate(theirs, out);
         }
     }
 
@@ -232,17 +227,30 @@ impl Core {
             return false;
         }
         let requester = (request != 0).then(|| (self.id.clone(), request));
-        let result = self.propose(&change, requester, out);
+        self.propose_announced(&change, requester, request, out)
+            .is_ok()
+    }
+
+    /// Proposes `change` for `requester`, says what became of it (a notice carrying
+    /// `request`), and sends the heartbeat that carries a proposed change now, not at the next
+    /// interval.
+    fn propose_announced(
+        &mut self,
+        change: &MemberChange,
+        requester: Option<(NodeId, u64)>,
+        request: u64,
+        out: &mut Vec<Command>,
+    ) -> Result<u64, ChangeRefusal> {
+        let result = self.propose(change, requester, out);
         out.push(Command::Notice(Notice::MembershipChange {
-            change,
+            change: change.clone(),
             outcome: outcome_of(result),
             request,
         }));
         if result.is_ok() {
-            // The heartbeat that carries the change goes out now, not at the next interval.
             self.send_heartbeat(out);
         }
-        result.is_ok()
+        result
     }
 
     /// A change forwarded by `from`. Only a voter or an admin-eligible peer may ask (an
@@ -261,22 +269,16 @@ impl Core {
             self.refuse(from, "change_request", crate::Refusal::NotEligible, out);
             return;
         }
-        let result = self.propose(&change, Some((from.clone(), request)), out);
-        out.push(Command::Notice(Notice::MembershipChange {
-            change: change.clone(),
-            outcome: outcome_of(result),
-            request: 0,
-        }));
-        match result {
-            Ok(_) => self.send_heartbeat(out),
-            Err(reason) => out.push(Command::Send {
+        let result = self.propose_announced(&change, Some((from.clone(), request)), 0, out);
+        if let Err(reason) = result {
+            out.push(Command::Send {
                 to: from,
                 msg: Message::ChangeResult {
                     request,
                     change,
                     outcome: ChangeOutcome::Refused { reason },
                 },
-            }),
+            });
         }
     }
 
@@ -339,12 +341,7 @@ impl Core {
                 requested_by,
             });
         }
-        out.push(Command::Notice(Notice::ElectorateChanged {
-            version,
-            term: new.term,
-            members: new.members().to_vec(),
-        }));
-        self.electorate = Some(new);
+        self.set_electorate(new, out);
         Ok(version)
     }
 
@@ -435,12 +432,7 @@ impl Core {
         };
         self.observe_term(self.term + 1, out);
         let new = Arc::new(old.successor(self.term, vec![self.id.clone()]));
-        out.push(Command::Notice(Notice::ElectorateChanged {
-            version: new.version,
-            term: new.term,
-            members: new.members().to_vec(),
-        }));
-        self.electorate = Some(new);
+        self.set_electorate(new, out);
     }
 
     /// Autopilot: at most one change per heartbeat, only when a change could be proposed.

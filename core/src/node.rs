@@ -619,6 +619,17 @@ impl Core {
         self.beat
     }
 
+    /// Makes `e` this node's electorate and says so (every way an electorate changes: bootstrap,
+    /// adoption, a change proposed or followed, operator recovery).
+    pub(crate) fn set_electorate(&mut self, e: Arc<Electorate>, out: &mut Vec<Command>) {
+        out.push(Command::Notice(Notice::ElectorateChanged {
+            version: e.version,
+            term: e.term,
+            members: e.members().to_vec(),
+        }));
+        self.electorate = Some(e);
+    }
+
     /// (version, proposing term) of the electorate; (0, 0) before it is fixed.
     pub(crate) fn electorate_version_key(&self) -> (u64, u64) {
         self.electorate.as_ref().map_or((0, 0), |e| e.key())
