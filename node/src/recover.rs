@@ -16,9 +16,9 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use chorus_core::{Command, Core, Event, Notice};
+use chorus_core::{Command, Event, Notice};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
-use chorus_io::runtime::EventLog;
+use chorus_io::runtime::{restore, EventLog};
 
 /// What the recovery did, for the caller and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,16 +35,8 @@ pub struct Forced {
 pub fn force_new_cluster(log_dir: &Path, out: &mut dyn Write) -> anyhow::Result<Forced> {
     let mut log = SledLog::open_existing(log_dir)?;
     let meta = log.meta().clone();
-    let recovery = log.recover()?;
-    let mut core = match &recovery.snapshot {
-        Some(bytes) => Core::restore(bytes).context("the log's snapshot does not restore")?,
-        None => meta.fresh_core()?,
-    };
-    let mut discard = Vec::new();
-    for (now_ms, event) in recovery.tail {
-        core.step(now_ms, event, &mut discard);
-        discard.clear();
-    }
+    // As the node itself would recover, checks included.
+    let mut core = restore(log.recover()?, meta.fresh_core()?)?;
     core.check_force_new_electorate()
         .map_err(|why| anyhow::anyhow!("nothing forced: {why}"))?;
     let before = core.electorate().map_or((0, Vec::new()), |e| {

@@ -336,7 +336,6 @@ async fn wait(s: Option<&mut tokio::signal::unix::Signal>) {
     }
 }
 
-/// Completes on SIGINT, SIGTERM or SIGHUP (all three stop the node gracefully).
 /// The signals that stop the node, listened for from the moment this is created: a signal
 /// that arrives between "chorus node started" and the runtime's first poll must stop the node
 /// gracefully too, not kill it with the default action.
@@ -362,6 +361,8 @@ fn stop_signals() -> StopSignals {
     }
 }
 
+/// Completes on SIGINT, SIGTERM or SIGHUP (all three stop the node gracefully), or when the
+/// parent exits (if asked).
 async fn shutdown_signal(mut signals: StopSignals, shared: SharedState, exit_with_parent: bool) {
     tokio::select! {
         () = wait(signals.int.as_mut()) => tracing::info!("SIGINT: shutting down"),

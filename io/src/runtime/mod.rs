@@ -20,6 +20,6 @@ mod tests;
 pub use clock::{Clock, TokioClock};
 pub use log::{EventLog, LogError, Recovery};
 pub use memory_log::MemoryLog;
-pub use node_loop::{Runtime, RuntimeConfig, RuntimeError};
+pub use node_loop::{restore, Runtime, RuntimeConfig, RuntimeError};
 pub use observer::{Observer, StepInfo};
 pub use transport::{Transport, TransportEvent};

@@ -7,7 +7,7 @@ use std::time::Instant;
 use chorus_core::{Command, Core, Event, NodeId, Timer};
 use futures_util::FutureExt;
 
-use super::{Clock, EventLog, LogError, Observer, StepInfo, Transport, TransportEvent};
+use super::{Clock, EventLog, LogError, Observer, Recovery, StepInfo, Transport, TransportEvent};
 
 /// Tuning of the loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,8 +189,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         }
     }
 
-    /// Restores the state: latest snapshot, then the tail replayed through `Core::step` with
-    /// its commands discarded (they were carried out before the crash, or never will be).
+    /// Restores the state from the log (see [`restore`]); continues the clock after it.
     fn recover(&mut self) -> Result<(), RuntimeError> {
         let recovery = self.log.recover()?;
         if recovery.is_empty() {
@@ -198,36 +197,8 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
             self.observer.on_recovered(&self.core, 0);
             return Ok(());
         }
-        if let Some(bytes) = &recovery.snapshot {
-            let restored = Core::restore(bytes)
-                .map_err(|e| LogError::Corrupt(format!("snapshot does not restore: {e}")))?;
-            if restored.id() != self.core.id() {
-                return Err(RuntimeError::WrongNode {
-                    expected: self.core.id().clone(),
-                    found: restored.id().clone(),
-                });
-            }
-            self.core = restored;
-        }
         let replayed = recovery.tail.len();
-        let mut discard = Vec::new();
-        for (index, (now_ms, event)) in recovery.tail.into_iter().enumerate() {
-            if now_ms < self.core.now_ms() {
-                return Err(LogError::Corrupt(format!(
-                    "logged time went backwards: {now_ms} after {}",
-                    self.core.now_ms()
-                ))
-                .into());
-            }
-            if let Err(message) = step_guarded(&mut self.core, now_ms, &event, &mut discard) {
-                return Err(RuntimeError::ReplayFailed {
-                    index,
-                    event: describe(&event),
-                    message,
-                });
-            }
-            discard.clear();
-        }
+        self.core = restore(recovery, self.core.clone())?;
         // Continue strictly after the last logged time, whatever the clock restarted from.
         self.offset_ms = (self.core.now_ms() + 1).saturating_sub(self.clock.now_ms());
         self.observer.on_recovered(&self.core, replayed);
@@ -337,6 +308,44 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         self.log.snapshot(&self.core)?;
         Ok(self.core)
     }
+}
+
+/// A node's state from what its log recovered: the latest snapshot (or `fresh`, the node that
+/// has never run), then the tail replayed through `Core::step` with its commands discarded
+/// (they were carried out before the crash, or never will be). Refuses another node's
+/// snapshot, a time that goes backwards, and an event whose step panics.
+pub fn restore(recovery: Recovery, fresh: Core) -> Result<Core, RuntimeError> {
+    let mut core = fresh;
+    if let Some(bytes) = &recovery.snapshot {
+        let restored = Core::restore(bytes)
+            .map_err(|e| LogError::Corrupt(format!("snapshot does not restore: {e}")))?;
+        if restored.id() != core.id() {
+            return Err(RuntimeError::WrongNode {
+                expected: core.id().clone(),
+                found: restored.id().clone(),
+            });
+        }
+        core = restored;
+    }
+    let mut discard = Vec::new();
+    for (index, (now_ms, event)) in recovery.tail.into_iter().enumerate() {
+        if now_ms < core.now_ms() {
+            return Err(LogError::Corrupt(format!(
+                "logged time went backwards: {now_ms} after {}",
+                core.now_ms()
+            ))
+            .into());
+        }
+        if let Err(message) = step_guarded(&mut core, now_ms, &event, &mut discard) {
+            return Err(RuntimeError::ReplayFailed {
+                index,
+                event: describe(&event),
+                message,
+            });
+        }
+        discard.clear();
+    }
+    Ok(core)
 }
 
 /// The next operator input; pending for ever when there is no operator channel.
