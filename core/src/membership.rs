@@ -42,6 +42,10 @@ use serde::{Deserialize, Serialize};
 use crate::node::PendingChange;
 use crate::{Command, Core, Electorate, Message, NodeId, Notice, Role, StepDownReason};
 
+/// At most this many forwarded change requests await their answer at one node (an operator
+/// asks one at a time; the bound only keeps a flood of requests from growing the state).
+pub(crate) const MAX_FORWARDED: usize = 64;
+
 /// A change of one voter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -206,6 +210,10 @@ impl Core {
                     }
                 }
                 Some(admin) => {
+                    if self.forwarded.len() >= MAX_FORWARDED {
+                        self.forwarded.pop_first();
+                    }
+                    self.forwarded.insert(request, admin.clone());
                     out.push(Command::Send {
                         to: admin.clone(),
                         msg: Message::ChangeRequest {
@@ -280,6 +288,31 @@ impl Core {
                 },
             });
         }
+    }
+
+    /// The admin's answer to a request this node forwarded to it; any other (unasked, from
+    /// another node, or a second answer) is refused. A refused or committed change is settled.
+    pub(crate) fn on_change_result(
+        &mut self,
+        from: NodeId,
+        request: u64,
+        change: MemberChange,
+        outcome: ChangeOutcome,
+        out: &mut Vec<Command>,
+    ) {
+        let settles = matches!(
+            outcome,
+            ChangeOutcome::Committed { .. } | ChangeOutcome::Refused { .. }
+        );
+        if self.forwarded.get(&request) != Some(&from) || !settles {
+            return self.refuse(from, "change_result", crate::Refusal::Unsolicited, out);
+        }
+        self.forwarded.remove(&request);
+        out.push(Command::Notice(Notice::MembershipChange {
+            change,
+            outcome,
+            request,
+        }));
     }
 
     fn propose(

@@ -187,6 +187,11 @@ pub struct Core {
     /// Electorates reported by asked peers while this node has none, adopted once enough agree.
     #[serde(default)]
     pub(crate) electorate_reports: BTreeMap<NodeId, Arc<Electorate>>,
+    /// Change requests this node forwarded and the admin has not answered, by request id, with
+    /// the admin asked: a `change_result` for anything else is refused. At most
+    /// [`crate::membership::MAX_FORWARDED`], the oldest dropped first.
+    #[serde(default)]
+    pub(crate) forwarded: BTreeMap<u64, NodeId>,
     pub(crate) round: Option<Round>,
     /// The bootstrap proposal this node runs, if any.
     #[serde(default)]
@@ -233,6 +238,7 @@ impl Core {
             whoami_sent: 0,
             whoami_pending: BTreeSet::new(),
             electorate_reports: BTreeMap::new(),
+            forwarded: BTreeMap::new(),
             round: None,
             admin_state: None,
             election_phase: ElectionPhase::Suspect,
@@ -311,6 +317,7 @@ impl Core {
         self.peers.clear();
         self.whoami_pending.clear();
         self.electorate_reports.clear();
+        self.forwarded.clear();
         self.round = None;
         self.proposal = None;
         self.admin_state = None;
@@ -440,11 +447,7 @@ impl Core {
                 request,
                 change,
                 outcome,
-            } => out.push(Command::Notice(Notice::MembershipChange {
-                change,
-                outcome,
-                request,
-            })),
+            } => self.on_change_result(from, request, change, outcome, out),
         }
     }
 

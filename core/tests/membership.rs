@@ -356,6 +356,48 @@ fn a_worker_tells_its_operator_to_ask_a_voter() {
     );
 }
 
+/// A `change_result` counts only as the answer to a request this node forwarded, from the
+/// admin it was forwarded to, once: one nobody asked for, one from another member, and a
+/// second copy are refused as unsolicited, and no notice reaches the operator.
+#[test]
+fn a_change_result_nobody_asked_for_is_refused() {
+    let mut b = node("b", ABC);
+    let hb = Message::Heartbeat {
+        term: 1,
+        beat: 1,
+        membership_version: 1,
+        membership_term: 0,
+        genesis: b.electorate().unwrap().genesis,
+        electorate: None,
+    };
+    b.step_vec(10, from("a", hb));
+    let result = |request| Message::ChangeResult {
+        request,
+        change: add("d"),
+        outcome: ChangeOutcome::Committed { version: 2 },
+    };
+    let unsolicited = |out: &[Command], sender: &str| {
+        out == [Command::Notice(Notice::Refused {
+            from: sender.into(),
+            message: "change_result".into(),
+            reason: Refusal::Unsolicited,
+        })]
+    };
+    let out = b.step_vec(11, from("a", result(9)));
+    assert!(unsolicited(&out, "a"), "nothing was forwarded: {out:?}");
+
+    ask(&mut b, add("d"), 9);
+    let out = b.step_vec(12, from("c", result(9)));
+    assert!(unsolicited(&out, "c"), "forwarded to a, not c: {out:?}");
+    let out = b.step_vec(13, from("a", result(9)));
+    assert_eq!(
+        outcomes(&out),
+        [(add("d"), ChangeOutcome::Committed { version: 2 }, 9)]
+    );
+    let out = b.step_vec(14, from("a", result(9)));
+    assert!(unsolicited(&out, "a"), "answered already: {out:?}");
+}
+
 /// An admin whose lease has run out (no acknowledgements, check-quorum not yet due) refuses
 /// with `no_lease`, though it is still admin and established; one instant earlier it proposes.
 #[test]
