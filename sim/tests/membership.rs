@@ -4,11 +4,11 @@
 
 mod common;
 use chorus_core::{ChangeOutcome, MemberChange};
-use chorus_sim::run::{repro_command, run_to_bytes, Engine};
+use chorus_sim::run::{run_to_bytes, Engine};
 use chorus_sim::scenario::{Scenario, MEMBERSHIP};
-use chorus_sim::sweep::{jobs, sweep, EngineChoice};
+use chorus_sim::sweep::{jobs, EngineChoice};
 use chorus_sim::trace::{read, Line, Record};
-use common::{error_of, parse};
+use common::{assert_clean, error_of, parse};
 
 fn lines(s: &Scenario, seed: u64, engine: Engine) -> Vec<Line> {
     let (bytes, f) = run_to_bytes(s, seed, engine, false).unwrap();
@@ -387,29 +387,9 @@ fn change_interrupted_cuts_changes_short() {
 /// Sweeps `scenarios` over `seeds`; fails listing every failing run with the command that
 /// reproduces it.
 fn assert_no_violation(scenarios: &str, seeds: std::ops::Range<u64>, engine: EngineChoice) {
-    let all = jobs(scenarios, seeds, engine, Scenario::load).unwrap();
-    let results = sweep(&all, 2, false, &|_, _| {});
-    let failed: Vec<String> = results
-        .iter()
-        .filter(|r| !r.failures.is_empty())
-        .map(|r| {
-            let j = &r.job;
-            format!(
-                "{} seed {} ({}): {}\n  reproduce: {}",
-                j.name,
-                j.seed,
-                j.engine.as_str(),
-                r.failures[0],
-                repro_command(&j.name, &j.scenario, j.seed, j.engine)
-            )
-        })
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{} of {} runs broke an invariant:\n{}",
-        failed.len(),
-        results.len(),
-        failed.join("\n")
+    assert_clean(
+        &jobs(scenarios, seeds, engine, Scenario::load).unwrap(),
+        false,
     );
 }
 

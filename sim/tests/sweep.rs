@@ -3,8 +3,10 @@
 //! issue-10 reproducers (`REPRODUCERS`) get more seeds in `tests/bootstrap.rs` and
 //! `tests/membership.rs`.
 
+mod common;
 use chorus_sim::scenario::{Scenario, BUILTINS};
-use chorus_sim::sweep::{jobs, sweep, EngineChoice, Job};
+use chorus_sim::sweep::{jobs, EngineChoice};
+use common::assert_clean;
 
 /// The built-ins as a `--scenario` list; `des_only` keeps the hostile one (turmoil has no
 /// liars) when false.
@@ -23,32 +25,6 @@ fn load(name: &str, duration_ms: Option<u64>) -> anyhow::Result<Scenario> {
         s.duration_ms = d;
     }
     Ok(s)
-}
-
-fn assert_clean(all: &[Job], determinism: bool) {
-    let results = sweep(all, 2, determinism, &|_, _| {});
-    let failed: Vec<String> = results
-        .iter()
-        .filter(|r| !r.failures.is_empty())
-        .map(|r| {
-            let j = &r.job;
-            format!(
-                "{} seed {} ({}): {}\n  reproduce: {}",
-                j.name,
-                j.seed,
-                j.engine.as_str(),
-                r.failures.join("; "),
-                chorus_sim::run::repro_command(&j.name, &j.scenario, j.seed, j.engine)
-            )
-        })
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "{} of {} runs failed:\n{}",
-        failed.len(),
-        results.len(),
-        failed.join("\n")
-    );
 }
 
 #[test]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use chorus_sim::scenario::Scenario;
+use chorus_sim::sweep::{sweep, Job};
 
 /// A scenario from TOML text that must parse and validate.
 pub fn parse(text: &str) -> Scenario {
@@ -20,4 +21,32 @@ pub fn error_of(text: &str) -> String {
             .err()
             .unwrap_or_else(|| panic!("accepted:\n{text}")),
     }
+}
+
+/// Runs `all` (checking determinism too when asked); fails listing every failing run with its
+/// failures and the command that reproduces it.
+pub fn assert_clean(all: &[Job], determinism: bool) {
+    let results = sweep(all, 2, determinism, &|_, _| {});
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|r| !r.failures.is_empty())
+        .map(|r| {
+            let j = &r.job;
+            format!(
+                "{} seed {} ({}): {}\n  reproduce: {}",
+                j.name,
+                j.seed,
+                j.engine.as_str(),
+                r.failures.join("; "),
+                chorus_sim::run::repro_command(&j.name, &j.scenario, j.seed, j.engine)
+            )
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} runs failed:\n{}",
+        failed.len(),
+        results.len(),
+        failed.join("\n")
+    );
 }
