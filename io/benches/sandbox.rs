@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use chorus_io::sandbox::docker::DockerProvider;
-use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::image::ensure_sandbox_image;
 use chorus_io::sandbox::{
     ExecRequest, ExecutionSandbox, PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider,
     SandboxSpec,
@@ -63,9 +63,9 @@ async fn main() {
     let provider = DockerProvider::connect()
         .await
         .expect("the sandbox benchmark needs a reachable Docker Engine");
-    let image = ensure_busybox_image(provider.docker())
+    let image = ensure_sandbox_image(provider.docker())
         .await
-        .expect("busybox image");
+        .expect("sandbox image");
     let node = format!("bench-{}", std::process::id());
     let policy = SandboxPolicy::default();
 
@@ -251,9 +251,9 @@ async fn main() {
     let mut image_check = Vec::new();
     for _ in 0..20 {
         let begun = Instant::now();
-        ensure_busybox_image(provider.docker())
+        ensure_sandbox_image(provider.docker())
             .await
-            .expect("busybox image");
+            .expect("sandbox image");
         image_check.push(begun.elapsed());
     }
     println!(

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chorus_io::sandbox::docker::{
     DockerProvider, LABEL_BOOT, LABEL_CREATED, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_TASK,
 };
-use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::image::ensure_sandbox_image;
 use chorus_io::sandbox::owner::Owner;
 use chorus_io::sandbox::policy::NetworkPolicy;
 use chorus_io::sandbox::{
@@ -270,7 +270,7 @@ async fn fork_bomb_is_held_by_the_pids_limit() -> TestResult {
         let sb = Arc::clone(&sb);
         tokio::spawn(async move {
             // The classic bomb, with each copy also parking a sleeper so the pressure on the
-            // limit lasts (busybox sh exits when fork fails, so a bare bomb collapses fast).
+            // limit lasts (a shell may exit when fork fails, so a bare bomb collapses fast).
             sb.exec(
                 ExecRequest::shell("b() { sleep 5 & b | b & }; b; wait")
                     .timeout(Duration::from_secs(3)),
@@ -604,7 +604,9 @@ async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
     let node = unique_node("deadline");
     let _c = Cleanup { node: node.clone() };
     let mut spec = SandboxSpec::new(&node, "short", &image);
-    spec.lifetime = Duration::from_secs(2);
+    // Long enough that create, start and one exec fit before it on a loaded machine (the
+    // deadline label is in whole seconds, so the margin is up to a second less).
+    spec.lifetime = Duration::from_secs(5);
     let sb = provider.create(&spec, &SandboxPolicy::default()).await?;
     sb.start().await?;
     let ps = sb.exec(ExecRequest::new(["ps", "-o", "args"])).await?;
@@ -614,7 +616,7 @@ async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
         ps.stdout_text()
     );
     assert_eq!(provider.reap(&node).await?, 0, "deadline not reached yet");
-    // Liveness bound, not a timing assert: the deadline is 2 s.
+    // Liveness bound, not a timing assert: the deadline is 5 s.
     let deadline = Instant::now() + Duration::from_secs(60);
     while sb.state().await?.is_running() {
         assert!(
@@ -637,7 +639,7 @@ async fn image_build_is_idempotent() -> TestResult {
     let (provider, image) = provider().await;
     let id = provider.docker().inspect_image(&image).await?.id;
     let begun = Instant::now();
-    assert_eq!(ensure_busybox_image(provider.docker()).await?, image);
+    assert_eq!(ensure_sandbox_image(provider.docker()).await?, image);
     assert!(begun.elapsed() < Duration::from_secs(60), "hung");
     assert_eq!(
         provider.docker().inspect_image(&image).await?.id,

@@ -35,6 +35,7 @@ fn info(caps: &[&str], uptime_s: u64) -> PeerInfo {
         resources: Resources {
             cpu_millicores: 1500,
             mem_free_mb: 256,
+            task_slots: 0,
         },
     }
 }

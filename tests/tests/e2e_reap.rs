@@ -7,7 +7,7 @@
 //! The Docker test needs the real Docker Engine and fails (never skips) without it.
 
 // The Docker test helpers of chorus-io's own tests: connecting (failing loudly without Docker),
-// the busybox image, container checks through the CLI, cleanup on panic.
+// the sandbox image, container checks through the CLI, cleanup on panic.
 #[path = "../../io/tests/common/mod.rs"]
 mod common;
 

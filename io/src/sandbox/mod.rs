@@ -23,6 +23,7 @@ pub mod policy;
 pub mod pool;
 pub mod process;
 pub mod repo;
+pub mod tasks;
 
 use std::collections::BTreeMap;
 use std::future::Future;

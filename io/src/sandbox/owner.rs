@@ -93,14 +93,18 @@ mod tests {
 
     #[test]
     fn a_dead_process_or_another_boot_is_not_alive() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        let owner = Owner::of_process(pid);
+        // The child blocks on its stdin until it is read: one that exits at once can be gone
+        // from /proc before `of_process` looks.
+        let mut child = std::process::Command::new("cat")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let owner = Owner::of_process(child.id()).expect("a live child");
+        assert!(owner.is_alive());
+        drop(child.stdin.take());
         child.wait().unwrap();
         // Reaped: the pid names no process now (or, rarely, a new one with another start time).
-        if let Some(owner) = owner {
-            assert!(!owner.is_alive());
-        }
+        assert!(!owner.is_alive());
         let mut me = Owner::this_process().unwrap();
         me.boot_id = "another-boot".into();
         assert!(!me.is_alive());

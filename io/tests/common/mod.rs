@@ -1,15 +1,15 @@
 //! Shared helpers for the Docker sandbox tests: connecting (failing loudly when Docker is
-//! missing), the busybox image, unique node ids and container cleanup on panic.
+//! missing), the sandbox image, unique node ids and container cleanup on panic.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
 use chorus_io::sandbox::docker::{DockerProvider, DockerSandbox, LABEL_NODE};
-use chorus_io::sandbox::image::ensure_busybox_image;
+use chorus_io::sandbox::image::ensure_sandbox_image;
 use chorus_io::sandbox::network::SandboxNetwork;
 use chorus_io::sandbox::repo::RepoRoots;
 use chorus_io::sandbox::{ExecutionSandbox, SandboxPolicy, SandboxProvider, SandboxSpec};
 
-/// Connects to the local Docker Engine and makes sure the busybox image exists. Repositories
+/// Connects to the local Docker Engine and makes sure the sandbox image exists. Repositories
 /// may come from the temp dir (where the tests make theirs).
 ///
 /// Panics with instructions when Docker is unreachable: these tests must fail, not skip, on a
@@ -24,9 +24,9 @@ pub async fn provider() -> (DockerProvider, String) {
              /var/run/docker.sock), and none answered: {e}"
         ),
     };
-    let image = ensure_busybox_image(provider.docker())
+    let image = ensure_sandbox_image(provider.docker())
         .await
-        .unwrap_or_else(|e| panic!("cannot build the busybox test image: {e}"));
+        .unwrap_or_else(|e| panic!("cannot build the sandbox image: {e}"));
     (provider, image)
 }
 

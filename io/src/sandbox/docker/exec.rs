@@ -1,0 +1,555 @@
+//! Running one command in a sandbox: the exec request, output collection with a hard timeout,
+//! killing a timed-out command's process group, the post-exec cleanup of what a command left
+//! running, and OOM detection from the cgroup's counter (see the module notes in [`super`]).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use bollard::query_parameters::KillContainerOptionsBuilder;
+use futures_util::{Stream, StreamExt};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::sandbox::DockerSandbox;
+use super::EXEC_ID_ENV;
+use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
+use crate::sandbox::{
+    CappedBuffer, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, OutputStream,
+    SandboxState,
+};
+
+/// How long a timed-out command gets to finish after its process group was killed before the
+/// whole container is killed.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Time limit for the sandbox's own helper commands (kill, OOM check).
+const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The post-exec cleanup, run as the commands' user (so it can signal exactly their processes,
+/// never the main process, which runs as [`SUPERVISOR_USER`]). `$1` is `all` or `marked`; with
+/// `marked` only processes whose environment holds `$2` (`CHORUS_EXEC_ID=<n>`) are killed.
+/// Repeats until a round finds nothing (a forking process may spawn between rounds; bounded).
+/// Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
+/// `memory.events`).
+const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0
+while [ $round -lt 20 ]; do
+  found=0
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$self" ] && continue
+    [ "$p" = 1 ] && continue
+    read -r st 2>/dev/null < "$d/stat" || continue
+    case "$st" in *") Z "*|*") X "*) continue;; esac
+    kill -0 "$p" 2>/dev/null || continue
+    if [ "$1" = marked ]; then
+      tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$2" || continue
+    fi
+    kill -9 "$p" 2>/dev/null && found=$((found+1))
+  done
+  [ $found -eq 0 ] && break
+  n=$((n+found)); round=$((round+1))
+done
+echo "killed $n"
+cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null
+exit 0"#;
+
+/// What the post-exec cleanup found.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cleanup {
+    killed: u32,
+    new_oom_kills: u64,
+}
+
+/// How a command's output stream ended.
+enum StreamEnd {
+    Finished,
+    TimedOut,
+}
+
+/// An exec's output as the daemon sends it.
+type OutputStreamOf =
+    std::pin::Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+/// A started exec: its id, its output, and the task feeding its stdin.
+struct Attached {
+    exec_id: String,
+    output: OutputStreamOf,
+    stdin_task: Option<JoinHandle<()>>,
+}
+
+/// Collects a command's output under the caps, and takes the wrapper's pid line off stdout.
+struct OutputCollector {
+    stdout: CappedBuffer,
+    stderr: CappedBuffer,
+    /// The wrapper's first stdout line (its pid) while it is still being read; `None` once
+    /// read, or when the command is not wrapped.
+    pid_line: Option<Vec<u8>>,
+    /// The command's process group, from the pid line.
+    pgid: Option<u32>,
+}
+
+impl OutputCollector {
+    fn new(cap: usize, wrapped: bool) -> Self {
+        OutputCollector {
+            stdout: CappedBuffer::new(cap),
+            stderr: CappedBuffer::new(cap),
+            pid_line: wrapped.then(Vec::new),
+            pgid: None,
+        }
+    }
+
+    /// Takes one item of output; returns what the caller should see of it, if anything.
+    fn push(&mut self, item: LogOutput) -> Option<OutputChunk> {
+        match item {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                let bytes = self.strip_pid_line(&message)?;
+                if bytes.is_empty() {
+                    return None;
+                }
+                self.stdout.push(bytes);
+                Some(OutputChunk {
+                    stream: OutputStream::Stdout,
+                    data: bytes.to_vec(),
+                })
+            }
+            LogOutput::StdErr { message } => {
+                self.stderr.push(&message);
+                Some(OutputChunk {
+                    stream: OutputStream::Stderr,
+                    data: message.to_vec(),
+                })
+            }
+            LogOutput::StdIn { .. } => None,
+        }
+    }
+
+    /// The wrapper's first stdout line is its pid; hide it from the caller. Returns the rest of
+    /// `bytes`, or `None` while the line is not complete yet.
+    fn strip_pid_line<'a>(&mut self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        let Some(line) = self.pid_line.as_mut() else {
+            return Some(bytes);
+        };
+        match bytes.iter().position(|b| *b == b'\n') {
+            Some(i) => {
+                line.extend_from_slice(&bytes[..i]);
+                self.pgid = std::str::from_utf8(line)
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok());
+                self.pid_line = None;
+                Some(&bytes[i + 1..])
+            }
+            None => {
+                // Bounded: a pid is a few digits.
+                if line.len() < 32 {
+                    line.extend_from_slice(bytes);
+                }
+                None
+            }
+        }
+    }
+
+    /// Reads the output until it ends or `deadline` passes, forwarding chunks to `sink` while
+    /// its receiver listens.
+    async fn drain(
+        &mut self,
+        output: &mut OutputStreamOf,
+        deadline: tokio::time::Instant,
+        mut sink: Option<&mpsc::Sender<OutputChunk>>,
+    ) -> Result<StreamEnd, bollard::errors::Error> {
+        loop {
+            match tokio::time::timeout_at(deadline, output.next()).await {
+                Err(_) => return Ok(StreamEnd::TimedOut),
+                Ok(None) => return Ok(StreamEnd::Finished),
+                Ok(Some(Err(e))) => return Err(e),
+                Ok(Some(Ok(item))) => {
+                    let (Some(chunk), Some(tx)) = (self.push(item), sink) else {
+                        continue;
+                    };
+                    if tx.send(chunk).await.is_err() {
+                        sink = None; // receiver gone; keep collecting
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl DockerSandbox {
+    /// Runs one command. `clean_up`: afterwards kill what it left running and check the OOM
+    /// counter (for callers' commands; the sandbox's own file commands skip it).
+    pub(super) async fn run(
+        &self,
+        mut request: ExecRequest,
+        sink: Option<&mpsc::Sender<OutputChunk>>,
+        clean_up: bool,
+    ) -> SandboxResult<ExecOutput> {
+        if request.argv.is_empty() {
+            return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
+        }
+        let gate = self.exec_gate.read().await;
+        let marker = format!(
+            "{EXEC_ID_ENV}={}",
+            self.exec_counter.fetch_add(1, Ordering::Relaxed)
+        );
+        let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
+        let cap = request
+            .output_limit_bytes
+            .unwrap_or(self.policy.output_limit_bytes);
+        let config = self.exec_config(&request, &marker);
+
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut attached = self.attach(config, request.stdin.take()).await?;
+        let mut collected = OutputCollector::new(cap, self.policy.exec_wrapper);
+        let end = collected
+            .drain(&mut attached.output, deadline, sink)
+            .await
+            .map_err(|e| self.exec_error("reading exec output", e))?;
+        if let Some(task) = attached.stdin_task {
+            task.abort();
+        }
+        let timed_out = match end {
+            StreamEnd::TimedOut => Some(
+                self.kill_timed_out(collected.pgid, &mut attached.output)
+                    .await,
+            ),
+            StreamEnd::Finished => None,
+        };
+        drop(gate);
+
+        let cleanup = if clean_up {
+            self.clean_up_after(&marker).await
+        } else {
+            Cleanup::default()
+        };
+        if let Some(how) = timed_out {
+            return Err(timeout_error(&request, timeout, how, cleanup, &collected));
+        }
+        let exit_code = self.exec_exit_code(&attached.exec_id).await?;
+        let duration = started.elapsed();
+        self.check_oom_and_main_process(&request, exit_code, clean_up.then_some(cleanup))
+            .await?;
+        Ok(ExecOutput {
+            exit_code,
+            stdout: collected.stdout.data,
+            stderr: collected.stderr.data,
+            stdout_truncated: collected.stdout.truncated,
+            stderr_truncated: collected.stderr.truncated,
+            duration,
+            stray_processes_killed: cleanup.killed,
+        })
+    }
+
+    /// The exec request: the command (wrapped to report its process group, when the policy
+    /// says so), the sandbox's and the request's environment plus this exec's `marker`, the
+    /// policy's user and the working directory.
+    fn exec_config(&self, request: &ExecRequest, marker: &str) -> ExecConfig {
+        let mut cmd = Vec::with_capacity(request.argv.len() + 4);
+        if self.policy.exec_wrapper {
+            cmd.extend(["/bin/sh", "-c", "echo $$; exec \"$@\"", "chorus-exec"].map(String::from));
+        }
+        cmd.extend(request.argv.iter().cloned());
+        let mut env = self.lock_env().clone();
+        env.extend(request.env.clone());
+        if let Some((k, v)) = marker.split_once('=') {
+            env.insert(k.to_string(), v.to_string());
+        }
+        ExecConfig {
+            attach_stdin: Some(request.stdin.is_some()),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(cmd),
+            user: self.policy.user.clone(),
+            working_dir: Some(
+                request
+                    .working_dir
+                    .clone()
+                    .unwrap_or_else(|| self.workspace_path.clone()),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// Creates and starts the exec, attached, and starts feeding `stdin`.
+    async fn attach(&self, config: ExecConfig, stdin: Option<Vec<u8>>) -> SandboxResult<Attached> {
+        let exec = self
+            .docker
+            .create_exec(&self.name, config)
+            .await
+            .map_err(|e| self.exec_error("create exec", e))?;
+        let attached = self
+            .docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(64 * 1024),
+                }),
+            )
+            .await
+            .map_err(|e| self.exec_error("start exec", e))?;
+        let StartExecResults::Attached { output, mut input } = attached else {
+            return Err(SandboxError::new(
+                ErrorCategory::Exec,
+                "daemon started the exec detached",
+            ));
+        };
+        // Feed stdin from its own task so a command that writes before it reads cannot
+        // deadlock against us; closing our write half closes the command's stdin.
+        let stdin_task = stdin.map(|data| {
+            tokio::spawn(async move {
+                let _ = input.write_all(&data).await;
+                let _ = input.shutdown().await;
+            })
+        });
+        Ok(Attached {
+            exec_id: exec.id,
+            output,
+            stdin_task,
+        })
+    }
+
+    /// Fails a finished command that met the OOM killer, or whose exit by SIGKILL came from
+    /// the main process ending. `cleanup` is the post-exec cleanup's finding, when it ran.
+    async fn check_oom_and_main_process(
+        &self,
+        request: &ExecRequest,
+        exit_code: i64,
+        cleanup: Option<Cleanup>,
+    ) -> SandboxResult<()> {
+        // Judged from the cgroup's counter whatever the exit code: a pipeline or a shell can
+        // exit 0 after one of its processes was OOM-killed.
+        let oom_kills = match cleanup {
+            Some(cleanup) => (cleanup.new_oom_kills > 0).then_some(cleanup.new_oom_kills),
+            None if exit_code == 137 => self.new_oom_kills().await,
+            None => None,
+        };
+        if let Some(kills) = oom_kills {
+            return Err(SandboxError::new(
+                ErrorCategory::ResourceLimit,
+                format!(
+                    "command {:?} (exit code {exit_code}) met the out-of-memory killer ({kills} \
+                     new OOM kill(s); memory limit {:?} bytes)",
+                    request.argv, self.policy.limits.memory_bytes
+                ),
+            ));
+        }
+        if exit_code == 137 {
+            if let Ok(SandboxState::Exited {
+                exit_code,
+                oom_killed,
+            }) = self.state().await
+            {
+                return Err(self.exited_error(exit_code, oom_killed));
+            }
+        }
+        Ok(())
+    }
+
+    fn exec_error(&self, op: &str, e: bollard::errors::Error) -> SandboxError {
+        SandboxError::from_bollard(ErrorCategory::Exec, &format!("{op} in {}", self.name), e)
+    }
+
+    /// The exit code of a finished exec. The output stream can end a moment before the daemon
+    /// records the exit, so poll briefly (bounded).
+    async fn exec_exit_code(&self, exec_id: &str) -> SandboxResult<i64> {
+        for attempt in 0..50u32 {
+            let info = self
+                .docker
+                .inspect_exec(exec_id)
+                .await
+                .map_err(|e| self.exec_error("inspect exec", e))?;
+            if info.running != Some(true) {
+                if let Some(code) = info.exit_code {
+                    return Ok(code);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(2 * u64::from(attempt + 1))).await;
+        }
+        Err(SandboxError::new(
+            ErrorCategory::Exec,
+            format!("exec {exec_id} output ended but it never reported an exit code"),
+        ))
+    }
+
+    /// Stops a timed-out command: its process group first, the whole container if that does
+    /// not end it. Returns what was done, for the error message.
+    async fn kill_timed_out(&self, pgid: Option<u32>, output: &mut OutputStreamOf) -> &'static str {
+        if let Some(pgid) = pgid.filter(|p| *p > 1) {
+            // The shell's own `kill`: procps' (4.0) exits 1 after killing a group, which would
+            // look like a failed kill and take the whole sandbox down.
+            let kill = self
+                .helper(
+                    [
+                        "sh",
+                        "-c",
+                        "kill -9 -\"$1\"",
+                        "chorus-kill",
+                        &pgid.to_string(),
+                    ]
+                    .map(String::from)
+                    .to_vec(),
+                )
+                .await;
+            if kill.is_ok() {
+                // The stream ends once every process holding the output pipes is gone.
+                let drained = tokio::time::timeout(KILL_GRACE, async {
+                    while output.next().await.is_some() {}
+                })
+                .await;
+                if drained.is_ok() {
+                    return "process group killed";
+                }
+            }
+        }
+        tracing::warn!(sandbox = %self.name, "timed-out command survived a group kill; killing the sandbox");
+        let _ = self
+            .docker
+            .kill_container(
+                &self.name,
+                Some(KillContainerOptionsBuilder::new().signal("SIGKILL").build()),
+            )
+            .await;
+        "sandbox killed: the process group could not be killed"
+    }
+
+    /// Runs a helper command (no wrapper, no stdin) and returns its stdout when it exits 0.
+    async fn helper(&self, argv: Vec<String>) -> SandboxResult<Vec<u8>> {
+        let config = ExecConfig {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            cmd: Some(argv.clone()),
+            user: self.policy.user.clone(),
+            ..Default::default()
+        };
+        let work = async {
+            let exec = self
+                .docker
+                .create_exec(&self.name, config)
+                .await
+                .map_err(|e| self.exec_error("create helper exec", e))?;
+            let started = self
+                .docker
+                .start_exec(&exec.id, None)
+                .await
+                .map_err(|e| self.exec_error("start helper exec", e))?;
+            let mut out = CappedBuffer::new(64 * 1024);
+            if let StartExecResults::Attached { mut output, .. } = started {
+                while let Some(item) = output.next().await {
+                    if let Ok(LogOutput::StdOut { message }) = item {
+                        out.push(&message);
+                    }
+                }
+            }
+            let code = self.exec_exit_code(&exec.id).await?;
+            if code == 0 {
+                Ok(out.data)
+            } else {
+                Err(SandboxError::new(
+                    ErrorCategory::Exec,
+                    format!("helper {argv:?} exited with {code}"),
+                ))
+            }
+        };
+        tokio::time::timeout(HELPER_TIMEOUT, work)
+            .await
+            .unwrap_or_else(|_| {
+                Err(SandboxError::new(
+                    ErrorCategory::Timeout,
+                    "sandbox helper command timed out",
+                ))
+            })
+    }
+
+    /// Reads the memory cgroup's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`)
+    /// and returns how many kills happened since the last look, if any.
+    async fn new_oom_kills(&self) -> Option<u64> {
+        let out = self
+            .helper(vec![
+                "sh".into(),
+                "-c".into(),
+                "cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null \
+                 || cat /sys/fs/cgroup/memory.events"
+                    .into(),
+            ])
+            .await
+            .ok()?;
+        let new = self.note_oom_count(&String::from_utf8_lossy(&out))?;
+        (new > 0).then_some(new)
+    }
+
+    /// Records the `oom_kill` count found in `text`; returns how many are new since last time.
+    fn note_oom_count(&self, text: &str) -> Option<u64> {
+        let count: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())?;
+        let mut seen = self
+            .oom_kills_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let new = count.saturating_sub(*seen);
+        *seen = count.max(*seen);
+        Some(new)
+    }
+
+    /// After a command: kills every process it left (all of the commands' user's processes
+    /// when no other exec is in flight, else those carrying its `marker`), and reads the OOM
+    /// counter. A cleanup that cannot run (the sandbox died) finds nothing.
+    async fn clean_up_after(&self, marker: &str) -> Cleanup {
+        let exclusive = self.exec_gate.try_write();
+        let mode = if exclusive.is_ok() { "all" } else { "marked" };
+        let out = self
+            .helper(
+                ["sh", "-c", CLEANUP_SCRIPT, "chorus-cleanup", mode, marker]
+                    .map(String::from)
+                    .to_vec(),
+            )
+            .await;
+        drop(exclusive);
+        let Ok(out) = out else {
+            return Cleanup::default();
+        };
+        let text = String::from_utf8_lossy(&out);
+        let killed = text
+            .lines()
+            .find_map(|l| l.strip_prefix("killed "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if killed > 0 {
+            tracing::debug!(sandbox = %self.name, killed, "killed processes a command left");
+        }
+        Cleanup {
+            killed,
+            new_oom_kills: self.note_oom_count(&text).unwrap_or(0),
+        }
+    }
+}
+
+/// The error for a command that ran past its timeout.
+fn timeout_error(
+    request: &ExecRequest,
+    timeout: Duration,
+    how: &str,
+    cleanup: Cleanup,
+    collected: &OutputCollector,
+) -> SandboxError {
+    SandboxError::new(
+        ErrorCategory::Timeout,
+        format!(
+            "command {:?} ran past its {timeout:?} timeout and was killed ({how}; {} \
+             stray process(es) killed after it); {} bytes of stdout, {} of stderr \
+             before that",
+            request.argv,
+            cleanup.killed,
+            collected.stdout.data.len(),
+            collected.stderr.data.len()
+        ),
+    )
+}

@@ -1,0 +1,205 @@
+//! Files and trees moved in and out of a sandbox through exec (`cat`, `tar` inside the
+//! sandbox; see the module notes in [`super`] for why not the archive API), and the tar
+//! conversions they use.
+
+use super::sandbox::DockerSandbox;
+use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
+use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree};
+
+impl DockerSandbox {
+    /// Writes `data` to `path` with permission bits `mode`, making parent directories.
+    pub(super) async fn put_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
+        check_path(path)?;
+        let script = "mkdir -p \"$(dirname \"$1\")\" && cat > \"$1\" && chmod \"$2\" \"$1\"";
+        let mut req = self.file_request(
+            [
+                "sh",
+                "-c",
+                script,
+                "chorus-write",
+                path,
+                &format!("{mode:o}"),
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+        req.stdin = Some(data.to_vec());
+        self.file_command(&format!("writing {path}"), req).await?;
+        Ok(())
+    }
+
+    /// Reads `path`, refusing a file larger than the policy's file limit.
+    pub(super) async fn get_file(&self, path: &str) -> SandboxResult<Vec<u8>> {
+        check_path(path)?;
+        let req = self.file_request(vec!["cat".into(), "--".into(), path.into()]);
+        let out = self.file_command(&format!("reading {path}"), req).await?;
+        if out.stdout_truncated {
+            return Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!(
+                    "{path} is larger than the policy's file limit of {} bytes",
+                    self.policy.file_limit_bytes
+                ),
+            ));
+        }
+        Ok(out.stdout)
+    }
+
+    /// Unpacks `tree` under `dir`, making it first.
+    pub(super) async fn put_tree(&self, dir: &str, tree: &FileTree) -> SandboxResult<()> {
+        check_path(dir)?;
+        let archive = tree_to_tar(tree).map_err(|e| SandboxError::io("building a tar", e))?;
+        let script = "mkdir -p \"$1\" && tar -x -f - -C \"$1\"";
+        let mut req = self.file_request(
+            ["sh", "-c", script, "chorus-write-tree", dir]
+                .map(String::from)
+                .to_vec(),
+        );
+        req.stdin = Some(archive);
+        self.file_command(&format!("writing tree {dir}"), req)
+            .await?;
+        Ok(())
+    }
+
+    /// The regular files under `dir`, refusing a tree larger than the policy's file limit.
+    pub(super) async fn get_tree(&self, dir: &str) -> SandboxResult<FileTree> {
+        check_path(dir)?;
+        let req = self.file_request(
+            ["tar", "-c", "-f", "-", "-C", dir, "."]
+                .map(String::from)
+                .to_vec(),
+        );
+        let out = self
+            .file_command(&format!("reading tree {dir}"), req)
+            .await?;
+        if out.stdout_truncated {
+            return Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!(
+                    "tree {dir} is larger than the policy's file limit of {} bytes",
+                    self.policy.file_limit_bytes
+                ),
+            ));
+        }
+        tar_to_tree(&out.stdout).map_err(|e| SandboxError::io(format!("parsing tar of {dir}"), e))
+    }
+
+    /// Runs an internal file command, turning failures into [`ErrorCategory::Io`].
+    pub(super) async fn file_command(
+        &self,
+        what: &str,
+        request: ExecRequest,
+    ) -> SandboxResult<ExecOutput> {
+        let out = self.run(request, None, false).await?;
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!(
+                    "{what} failed (exit {}): {}",
+                    out.exit_code,
+                    out.stderr_text().trim()
+                ),
+            ))
+        }
+    }
+
+    /// A file command: from `/`, with the policy's timeout, its output capped one byte past
+    /// the file limit (so an overlong file shows as truncated).
+    pub(super) fn file_request(&self, argv: Vec<String>) -> ExecRequest {
+        ExecRequest {
+            argv,
+            working_dir: Some("/".into()),
+            timeout: Some(self.policy.default_timeout),
+            output_limit_bytes: Some(self.policy.file_limit_bytes.saturating_add(1)),
+            ..ExecRequest::default()
+        }
+    }
+}
+
+fn check_path(path: &str) -> SandboxResult<()> {
+    if path.starts_with('/') && !path.contains('\0') {
+        Ok(())
+    } else {
+        Err(SandboxError::new(
+            ErrorCategory::Io,
+            format!("sandbox paths must be absolute: {path:?}"),
+        ))
+    }
+}
+
+/// Packs a [`FileTree`] as a tar archive.
+pub fn tree_to_tar(tree: &FileTree) -> std::io::Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for (path, entry) in tree {
+        let rel = path.trim_start_matches('/');
+        if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("bad tree path {path:?}"),
+            ));
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_size(entry.data.len() as u64);
+        header.set_mode(entry.mode);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, rel, entry.data.as_slice())?;
+    }
+    tar.into_inner()
+}
+
+/// Unpacks the regular files of a tar archive into a [`FileTree`] (paths without `./`).
+pub fn tar_to_tree(archive: &[u8]) -> std::io::Result<FileTree> {
+    use std::io::Read;
+    let mut tree = FileTree::new();
+    let mut archive = tar::Archive::new(archive);
+    for entry in archive.entries()? {
+        let mut entry = entry?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let path = entry.path()?.display().to_string();
+        let path = path.trim_start_matches("./").to_string();
+        let mode = entry.header().mode()?;
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data)?;
+        tree.insert(path, FileEntry { data, mode });
+    }
+    Ok(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trees_round_trip_through_tar() {
+        let mut tree = FileTree::new();
+        tree.insert(
+            "a/b.txt".into(),
+            FileEntry {
+                data: b"hello".to_vec(),
+                mode: 0o640,
+            },
+        );
+        tree.insert(
+            "c".into(),
+            FileEntry {
+                data: vec![0, 1, 2],
+                mode: 0o755,
+            },
+        );
+        let back = tar_to_tree(&tree_to_tar(&tree).unwrap()).unwrap();
+        assert_eq!(back, tree);
+        let mut bad = FileTree::new();
+        bad.insert(
+            "../escape".into(),
+            FileEntry {
+                data: vec![],
+                mode: 0o644,
+            },
+        );
+        assert!(tree_to_tar(&bad).is_err());
+    }
+}

@@ -1,0 +1,468 @@
+//! The project's own small image, built locally from what the host already has: no registry,
+//! no package to install by hand.
+//!
+//! No registry is reachable where CHORUS runs its tests, so nothing is ever pulled, and a
+//! fresh machine of the kind CHORUS runs on (Debian with gcc, Rust and a Docker Engine without
+//! images) has no ready-made static toolbox either. [`ensure_sandbox_image`] therefore builds
+//! [`SANDBOX_IMAGE`] `FROM scratch` out of the host's own programs:
+//!
+//! - the commands the sandbox itself runs ([`REQUIRED_COMMANDS`]: the exec wrapper, file
+//!   transfer, the post-exec cleanup, the main process and its deadline) and the everyday ones
+//!   tasks, tests and the docs use ([`TOOL_COMMANDS`], each included when the host has it), each
+//!   copied from the host with the shared libraries and ELF interpreter `ldd` lists for it (see
+//!   [`rootfs`]);
+//! - a small `nc` (`nc.c` here, busybox's flags) compiled with the host's gcc, for network
+//!   probes — hosts have no netcat by default; without gcc the image is built without it;
+//! - a two-line `/etc/passwd` and `/etc/group` (so `id` and git can name uid 65534), an
+//!   `/etc/nsswitch.conf`, `/tmp` and `/workspace` mount points.
+//!
+//! The image suits the sandbox's hardening: it runs as any uid (files are root's, readable and
+//! executable by all; the policy's non-root user and the supervisor user need no entry), under
+//! a read-only root filesystem (nothing in it is written to; `/tmp` and the workspace are
+//! tmpfs), and without network.
+//!
+//! Building is idempotent and cheap when the image is current: the image carries a fingerprint
+//! label of its recipe and of every host file in it (path, size, change time, inode), and the
+//! list of its libraries in another label, so the check is a few `stat`s and one inspect. A
+//! package upgrade on the host changes the fingerprint and the next call rebuilds. A cold build
+//! (`ldd`, gcc, a tar context of about 17 MB, `docker build` of one `COPY`) takes a few seconds.
+//!
+//! Why not Debian's static busybox, as before: it is not installed on a fresh machine, and an
+//! image recipe that depends on what happens to be installed would test a different image on
+//! CI than on a developer's machine. One recipe, from programs every such host has.
+
+pub mod rootfs;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use bollard::Docker;
+use futures_util::StreamExt;
+use tokio::sync::Mutex;
+
+use self::rootfs::{find_program, Rootfs};
+use super::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
+
+/// The tag of the sandbox image.
+pub const SANDBOX_IMAGE: &str = "chorus/sandbox:latest";
+
+/// The label holding the fingerprint of the image's recipe and host files.
+pub const FINGERPRINT_LABEL: &str = "io.chorus.image-fingerprint";
+
+/// The label listing the image's libraries (newline-separated host paths), so that checking
+/// the fingerprint needs no `ldd` run.
+pub const LIBRARIES_LABEL: &str = "io.chorus.image-libraries";
+
+/// Commands the sandbox's own code runs: it cannot work without them, so a host without one
+/// cannot build the image.
+pub const REQUIRED_COMMANDS: &[&str] = &[
+    "sh", "cat", "mkdir", "chmod", "dirname", "tar", "timeout", "sleep", "tr", "grep",
+];
+
+/// Everyday commands for tasks, tests and the docs' examples, included when the host has them.
+pub const TOOL_COMMANDS: &[&str] = &[
+    "bash",
+    "echo",
+    "printf",
+    "true",
+    "false",
+    "test",
+    "[",
+    "env",
+    "id",
+    "whoami",
+    "ls",
+    "head",
+    "tail",
+    "dd",
+    "wc",
+    "stat",
+    "find",
+    "ps",
+    "setsid",
+    "rm",
+    "rmdir",
+    "cp",
+    "mv",
+    "ln",
+    "touch",
+    "sed",
+    "awk",
+    "cut",
+    "sort",
+    "uniq",
+    "seq",
+    "basename",
+    "readlink",
+    "realpath",
+    "pwd",
+    "xargs",
+    "date",
+    "uname",
+    "mktemp",
+    "tee",
+    "nproc",
+    "du",
+    "expr",
+    "yes",
+    "od",
+    "base64",
+    "sha256sum",
+    "md5sum",
+    "cmp",
+    "diff",
+    "gzip",
+    "hostname",
+];
+
+/// The source of the image's `nc`.
+pub const NC_SOURCE: &str = include_str!("nc.c");
+
+/// The Dockerfile of the build context.
+const DOCKERFILE: &str = "FROM scratch\n\
+                          COPY rootfs/ /\n\
+                          ENV PATH=/usr/bin:/bin\n\
+                          CMD [\"sleep\", \"infinity\"]\n";
+
+/// Fixed files of the image: path, contents.
+const ETC_FILES: &[(&str, &str)] = &[
+    (
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/tmp:/bin/sh\n",
+    ),
+    ("etc/group", "root:x:0:\nnogroup:x:65534:\n"),
+    // glibc's defaults without this file differ between versions; say it.
+    (
+        "etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n",
+    ),
+];
+
+/// Bump when the recipe changes in a way the fingerprint does not see.
+const RECIPE_VERSION: &str = "chorus-sandbox-image 1";
+
+/// Builds [`SANDBOX_IMAGE`] unless it is current; returns the tag.
+pub async fn ensure_sandbox_image(docker: &Docker) -> SandboxResult<String> {
+    ensure_sandbox_image_as(docker, SANDBOX_IMAGE).await
+}
+
+/// Builds the sandbox image as `tag` unless an image with that tag and the current
+/// fingerprint exists; returns the tag.
+pub async fn ensure_sandbox_image_as(docker: &Docker, tag: &str) -> SandboxResult<String> {
+    // One build at a time in this process: parallel tests would otherwise all build at once.
+    static BUILD_LOCK: Mutex<()> = Mutex::const_new(());
+    let _guard = BUILD_LOCK.lock().await;
+
+    let existing = unless_answered(
+        docker.inspect_image(tag).await,
+        &[404],
+        ErrorCategory::Image,
+        "inspect image",
+    )?;
+    let labels = existing
+        .and_then(|image| image.config)
+        .and_then(|c| c.labels)
+        .unwrap_or_default();
+    if is_current(&labels).await? {
+        return Ok(tag.to_string());
+    }
+    let started = std::time::Instant::now();
+    let (context, fingerprint, libraries) = blocking(build_context).await?;
+    build(docker, tag, context, &fingerprint, &libraries).await?;
+    tracing::info!(tag, took = ?started.elapsed(), "built the sandbox image");
+    Ok(tag.to_string())
+}
+
+/// Whether an image with these labels was built from the host's current files and recipe.
+async fn is_current(labels: &HashMap<String, String>) -> SandboxResult<bool> {
+    let (Some(fingerprint), Some(libraries)) =
+        (labels.get(FINGERPRINT_LABEL), labels.get(LIBRARIES_LABEL))
+    else {
+        return Ok(false);
+    };
+    let libraries = libraries.clone();
+    let now = blocking(move || {
+        let mut rootfs = host_rootfs()?;
+        rootfs.libraries = libraries.lines().map(str::to_string).collect();
+        Ok(fingerprint_of(&rootfs))
+    })
+    .await?;
+    Ok(&now == fingerprint)
+}
+
+/// The host's programs for the image, without libraries yet.
+fn host_rootfs() -> SandboxResult<Rootfs> {
+    Rootfs::from_host_commands(REQUIRED_COMMANDS, TOOL_COMMANDS)
+}
+
+/// The fingerprint of `rootfs` and the recipe: this file's constants, the `nc` source and the
+/// host's gcc (which compiles it, and without which it is left out).
+fn fingerprint_of(rootfs: &Rootfs) -> String {
+    let gcc = find_program("gcc").map(|p| gcc_identity(&p));
+    let etc: Vec<u8> = ETC_FILES
+        .iter()
+        .flat_map(|(p, c)| [p.as_bytes(), c.as_bytes()].concat())
+        .collect();
+    rootfs.fingerprint(&[
+        RECIPE_VERSION.as_bytes(),
+        DOCKERFILE.as_bytes(),
+        &etc,
+        NC_SOURCE.as_bytes(),
+        gcc.as_deref().unwrap_or("no gcc").as_bytes(),
+    ])
+}
+
+fn gcc_identity(gcc: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(gcc).map(|m| (m.len(), m.ctime(), m.ino()));
+    format!("{} {meta:?}", gcc.display())
+}
+
+/// Assembles the build context: finds the programs and their libraries, compiles `nc`, and
+/// packs it all. Returns the context, its fingerprint and the libraries label.
+fn build_context() -> SandboxResult<(Vec<u8>, String, String)> {
+    let mut rootfs = host_rootfs()?;
+    let scratch = tempfile::tempdir().map_err(|e| SandboxError::io("making a temp dir", e))?;
+    // The fingerprint covers the host's programs, not the compiled nc (a new file every time):
+    // nc is covered by its source and the compiler.
+    let nc = compile_nc(scratch.path());
+    let mut with_nc = rootfs.clone();
+    if let Some(nc) = &nc {
+        with_nc.add_program("nc", nc.clone());
+    }
+    with_nc.add_libraries_from_ldd()?;
+    rootfs.libraries = with_nc.libraries.clone();
+    if !rootfs.missing.is_empty() {
+        tracing::info!(missing = ?rootfs.missing, "the host lacks some optional image commands");
+    }
+    let fingerprint = fingerprint_of(&rootfs);
+    let context = pack_context(&with_nc)
+        .map_err(|e| SandboxError::io("building the image's tar context", e))?;
+    let libraries = rootfs
+        .libraries
+        .iter()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("\n");
+    Ok((context, fingerprint, libraries))
+}
+
+/// Compiles [`NC_SOURCE`] with the host's gcc into `dir`; `None` (with a warning) without gcc
+/// or when it fails.
+fn compile_nc(dir: &Path) -> Option<std::path::PathBuf> {
+    let source = dir.join("nc.c");
+    let program = dir.join("nc");
+    std::fs::write(&source, NC_SOURCE).ok()?;
+    let out = std::process::Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&program)
+        .arg(&source)
+        .output();
+    match out {
+        Ok(out) if out.status.success() => Some(program),
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            tracing::warn!(%stderr, "cannot compile the image's nc; building without it");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "no gcc to compile the image's nc; building without it");
+            None
+        }
+    }
+}
+
+/// The tar build context: the Dockerfile and a `rootfs/` with the programs in `/usr/bin`
+/// (aliases as links), `/bin` linking there, the libraries at their host paths, the fixed
+/// files of [`ETC_FILES`] and the mount points.
+pub fn pack_context(rootfs: &Rootfs) -> std::io::Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    append_file(&mut tar, "Dockerfile", DOCKERFILE.as_bytes(), 0o644)?;
+    let mut dirs = std::collections::BTreeSet::from([
+        "rootfs/etc".to_string(),
+        "rootfs/usr".to_string(),
+        "rootfs/usr/bin".to_string(),
+        "rootfs/workspace".to_string(),
+    ]);
+    for lib in &rootfs.libraries {
+        let mut dir = Path::new(lib.trim_start_matches('/')).parent();
+        while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+            dirs.insert(format!("rootfs/{}", d.display()));
+            dir = d.parent();
+        }
+    }
+    for dir in &dirs {
+        append_dir(&mut tar, dir, 0o755)?;
+    }
+    append_dir(&mut tar, "rootfs/tmp", 0o1777)?;
+    append_symlink(&mut tar, "rootfs/bin", "usr/bin")?;
+    for (name, host) in &rootfs.programs {
+        append_host_file(&mut tar, &format!("rootfs/usr/bin/{name}"), host)?;
+    }
+    for (alias, target) in &rootfs.aliases {
+        append_symlink(&mut tar, &format!("rootfs/usr/bin/{alias}"), target)?;
+    }
+    for lib in &rootfs.libraries {
+        let path = format!("rootfs/{}", lib.trim_start_matches('/'));
+        append_host_file(&mut tar, &path, Path::new(lib))?;
+    }
+    for (path, contents) in ETC_FILES {
+        append_file(
+            &mut tar,
+            &format!("rootfs/{path}"),
+            contents.as_bytes(),
+            0o644,
+        )?;
+    }
+    tar.into_inner()
+}
+
+/// Sends the context to the Engine and waits for the build.
+async fn build(
+    docker: &Docker,
+    tag: &str,
+    context: Vec<u8>,
+    fingerprint: &str,
+    libraries: &str,
+) -> SandboxResult<()> {
+    let labels: HashMap<&str, &str> = [
+        (FINGERPRINT_LABEL, fingerprint),
+        (LIBRARIES_LABEL, libraries),
+    ]
+    .into();
+    let options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .labels(&labels)
+        .build();
+    let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(step) = stream.next().await {
+        step.map_err(|e| SandboxError::from_bollard(ErrorCategory::Image, "build image", e))?;
+    }
+    Ok(())
+}
+
+/// Runs blocking file and process work off the async threads.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> SandboxResult<T> + Send + 'static,
+) -> SandboxResult<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SandboxError::new(ErrorCategory::Image, format!("image task: {e}")))?
+}
+
+/// A host file, with its permission bits kept but never more than `0o755` (no set-id bits,
+/// nothing writable by others).
+fn append_host_file(
+    tar: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    host: &Path,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let data = std::fs::read(host)?;
+    let mode = std::fs::metadata(host)?.permissions().mode() & 0o755;
+    append_file(tar, path, &data, mode)
+}
+
+fn append_file(
+    tar: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    data: &[u8],
+    mode: u32,
+) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(data.len() as u64);
+    header.set_mode(mode);
+    header.set_entry_type(tar::EntryType::Regular);
+    tar.append_data(&mut header, path, data)
+}
+
+fn append_dir(tar: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(mode);
+    header.set_entry_type(tar::EntryType::Directory);
+    tar.append_data(&mut header, path, std::io::empty())
+}
+
+fn append_symlink(
+    tar: &mut tar::Builder<Vec<u8>>,
+    path: &str,
+    target: &str,
+) -> std::io::Result<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(0o777);
+    header.set_entry_type(tar::EntryType::Symlink);
+    tar.append_link(&mut header, path, target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn context_has_dockerfile_programs_aliases_libraries_and_etc() {
+        let mut rootfs = Rootfs::default();
+        let sh = find_program("sh").expect("a host shell");
+        rootfs.add_program("sh", sh.clone());
+        rootfs.add_libraries_from_ldd().unwrap();
+        assert!(!rootfs.libraries.is_empty(), "the host's sh is dynamic");
+        let ctx = pack_context(&rootfs).unwrap();
+        let mut archive = tar::Archive::new(ctx.as_slice());
+        let mut names = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.path().unwrap().display().to_string();
+            if name == "rootfs/bin" {
+                let target = entry.link_name().unwrap().unwrap();
+                assert_eq!(target.display().to_string(), "usr/bin");
+            }
+            if entry.header().entry_type() == tar::EntryType::Regular {
+                let mode = entry.header().mode().unwrap();
+                assert_eq!(mode & !0o755, 0, "{name}: mode {mode:o}");
+            }
+            names.push(name);
+        }
+        let real = sh.file_name().unwrap().to_string_lossy().into_owned();
+        let mut want = vec![
+            "Dockerfile".to_string(),
+            "rootfs/bin".into(),
+            "rootfs/tmp".into(),
+            "rootfs/workspace".into(),
+            "rootfs/etc/passwd".into(),
+            "rootfs/etc/group".into(),
+            format!("rootfs/usr/bin/{real}"),
+            "rootfs/usr/bin/sh".into(),
+        ];
+        want.extend(rootfs.libraries.iter().map(|l| format!("rootfs{l}")));
+        for want in want {
+            assert!(names.contains(&want), "{want} missing in {names:?}");
+        }
+    }
+
+    #[test]
+    fn the_required_commands_are_on_this_host() {
+        // What a fresh machine of the kind CHORUS runs on has; the image cannot do without.
+        let rootfs = host_rootfs().unwrap();
+        for command in REQUIRED_COMMANDS {
+            let name = rootfs
+                .aliases
+                .get(*command)
+                .map_or(*command, String::as_str);
+            assert!(rootfs.programs.contains_key(name), "{command}");
+        }
+    }
+
+    #[test]
+    fn nc_compiles_with_the_hosts_gcc() {
+        let dir = tempfile::tempdir().unwrap();
+        let nc = compile_nc(dir.path()).expect("gcc compiles nc.c");
+        let out = std::process::Command::new(&nc).output().unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage: nc"));
+    }
+}
