@@ -5,6 +5,8 @@
 #   scripts/mutants.sh --all           # every file of chorus-core
 #   scripts/mutants.sh --list          # only list the mutants, run nothing
 #   scripts/mutants.sh -- --shard 1/4  # anything after -- goes to cargo mutants as is
+#   scripts/mutants.sh -- --file core/src/membership.rs
+#                                      # a --file after -- replaces the default files
 #
 # Needs `cargo install --locked cargo-mutants`. Results land in target/mutants/mutants.out/
 # (caught.txt, missed.txt, timeout.txt, unviable.txt, outcomes.json); triage the survivors in
@@ -29,6 +31,13 @@ while [ $# -gt 0 ]; do
         *) echo "unknown argument: $1 (see the header of $0)" >&2; exit 2 ;;
     esac
     shift
+done
+
+# A --file (or -f) passed through replaces the default set instead of adding to it.
+for arg in "${extra[@]}"; do
+    case "$arg" in
+        --file|-f|--file=*) files=() ;;
+    esac
 done
 
 mkdir -p target/mutants

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use chorus_core::{
     ChangeOutcome, ChangeRefusal, Command, Config, Core, Electorate, Event, MemberChange, Message,
-    NodeId, Notice, PeerInfo, Refusal, Role, StepDownReason, Timer, ADMIN_ELECTION,
+    NodeId, Notice, PeerInfo, Refusal, Role, StepDownReason, Timer, ADMIN_ELECTION, MAX_WIRE_INT,
 };
 use support::{election_bound_ms, fast_config, Clocks, Net, Start};
 
@@ -356,6 +356,49 @@ fn a_worker_tells_its_operator_to_ask_a_voter() {
     );
 }
 
+/// The other side of the same rule: only a node that is neither a voter nor admin-eligible is
+/// told to ask a voter. An eligible standby (not a voter) and a voter that does not advertise
+/// `admin_election` both forward the request to their admin, who takes it from either
+/// (`trust.rs`).
+///
+/// Kills `on_change_members`: `!eligible && !member` → `||` (either one told to ask a voter).
+#[test]
+fn a_standby_and_a_voter_without_admin_election_forward_requests() {
+    let hb = |c: &Core| Message::Heartbeat {
+        term: 1,
+        beat: 1,
+        membership_version: 1,
+        genesis: c.electorate().unwrap().genesis,
+        electorate: None,
+        membership_term: 0,
+    };
+    // d: eligible, outside {a, b, c}.
+    let mut d = node("d", ABC);
+    let msg = hb(&d);
+    d.step_vec(10, from("a", msg));
+    assert_eq!(d.admin(), Some(&"a".into()));
+    let out = ask(&mut d, add("e"), 5);
+    assert_eq!(
+        outcomes(&out),
+        [(add("e"), ChangeOutcome::Forwarded { admin: "a".into() }, 5)]
+    );
+    // v: a voter of {a, b, v} that advertises only docker.
+    let mut v = Core::new("v".into(), Config::default(), vec!["docker".to_owned()], 7).unwrap();
+    v.set_electorate_for_test(Electorate::new(1, ids(&["a", "b", "v"])));
+    v.step_vec(0, Event::Started);
+    for m in ["a", "b"] {
+        v.step_vec(0, up(m, true));
+    }
+    let msg = hb(&v);
+    v.step_vec(10, from("a", msg));
+    assert_eq!(v.admin(), Some(&"a".into()));
+    let out = ask(&mut v, add("d"), 6);
+    assert_eq!(
+        outcomes(&out),
+        [(add("d"), ChangeOutcome::Forwarded { admin: "a".into() }, 6)]
+    );
+}
+
 /// A `change_result` counts only as the answer to a request this node forwarded, from the
 /// admin it was forwarded to, once: one nobody asked for, one from another member, and a
 /// second copy are refused as unsolicited, and no notice reaches the operator.
@@ -547,6 +590,42 @@ fn a_workers_change_request_is_refused_and_an_eligible_peers_proposed() {
     let mut standby_asks = a;
     let out = standby_asks.step_vec(standby_asks.now_ms(), from("d", request));
     assert_eq!(outcome(&out), proposed(2));
+}
+
+/// Every refusal has its own sentence for the operator (`chorus members` prints it): none is
+/// empty and no two are the same, so an operator can tell "retry" from "cannot be done".
+///
+/// Kills `ChangeRefusal::explain` → `""` and → `"xyzzy"` (no test read the sentences).
+#[test]
+fn every_change_refusal_explains_itself_in_its_own_words() {
+    use ChangeRefusal::*;
+    let all = [
+        NotAdmin,
+        NoAdmin,
+        AskAVoter,
+        NoLease,
+        NotEstablished,
+        ChangePending,
+        AlreadyVoter,
+        NotVoter,
+        NotEligible,
+        LastVoter,
+        VersionExhausted,
+    ];
+    // Exhaustive: a new refusal fails to compile here until it is listed above.
+    for r in all {
+        match r {
+            NotAdmin | NoAdmin | AskAVoter | NoLease | NotEstablished | ChangePending
+            | AlreadyVoter | NotVoter | NotEligible | LastVoter | VersionExhausted => {}
+        }
+    }
+    let mut sentences: Vec<&str> = all.iter().map(|r| r.explain()).collect();
+    assert!(sentences.iter().all(|s| s.len() > 10), "{sentences:?}");
+    assert!(NotAdmin.explain().contains("retry"));
+    assert!(LastVoter.explain().contains("last voter"));
+    sentences.sort();
+    sentences.dedup();
+    assert_eq!(sentences.len(), all.len(), "two refusals share a sentence");
 }
 
 // ---- Rules 2 and 3: carrying and committing ----------------------------------------------------
@@ -1198,6 +1277,190 @@ fn a_pre_candidate_follows_an_admin_of_its_term_that_members_report() {
         (b.role(), b.admin().map(NodeId::as_str)),
         (Role::Follower, Some("a"))
     );
+}
+
+// ---- Forwarding and forced recovery, at their bounds ----------------------------------------
+
+/// A node remembers up to 64 forwarded requests awaiting their answer (`MAX_FORWARDED`),
+/// forgetting the oldest beyond that: with 65 forwarded, the answer to the first is refused as
+/// unsolicited and the answers to the second and the last are taken.
+///
+/// Kills `on_change_members`: `forwarded.len() >= MAX_FORWARDED` → `<` (every new request
+/// evicted the one before, so two outstanding requests could not both be answered).
+#[test]
+fn forwarded_requests_are_remembered_up_to_sixty_four_oldest_forgotten_first() {
+    let mut b = node("b", ABC);
+    let hb = Message::Heartbeat {
+        term: 1,
+        beat: 1,
+        membership_version: 1,
+        membership_term: 0,
+        genesis: b.electorate().unwrap().genesis,
+        electorate: None,
+    };
+    b.step_vec(10, from("a", hb));
+    for request in 1..=65 {
+        let out = ask(&mut b, add("d"), request);
+        assert_eq!(
+            outcome(&out),
+            ChangeOutcome::Forwarded { admin: "a".into() }
+        );
+    }
+    let result = |request| Message::ChangeResult {
+        request,
+        change: add("d"),
+        outcome: ChangeOutcome::Committed { version: 2 },
+    };
+    let out = b.step_vec(11, from("a", result(1)));
+    assert_eq!(
+        out,
+        [Command::Notice(Notice::Refused {
+            from: "a".into(),
+            message: "change_result".into(),
+            reason: Refusal::Unsolicited,
+        })],
+        "the 65th request evicted the first"
+    );
+    for request in [2, 65] {
+        let out = b.step_vec(12, from("a", result(request)));
+        assert_eq!(
+            outcomes(&out),
+            [(add("d"), ChangeOutcome::Committed { version: 2 }, request)]
+        );
+    }
+}
+
+/// Forced recovery is refused at the top of either range — the electorate version or the term
+/// at the wire's limit (2⁵³ − 1) — each on its own, since `version + 1` or `term + 1` would
+/// leave it.
+///
+/// Kills `check_force_new_electorate`: `version >= MAX || term >= MAX` → `&&`.
+#[test]
+fn forced_recovery_is_refused_at_the_top_of_the_version_or_the_term_range() {
+    let mut at_max_version = node("a", ABC);
+    at_max_version.set_electorate_for_test(Electorate::new(MAX_WIRE_INT, ids(ABC)));
+    assert!(at_max_version.check_force_new_electorate().is_err());
+
+    let mut at_max_term = node("a", ABC);
+    let hb = Message::Heartbeat {
+        term: MAX_WIRE_INT,
+        beat: 1,
+        membership_version: 1,
+        membership_term: 0,
+        genesis: at_max_term.electorate().unwrap().genesis,
+        electorate: None,
+    };
+    at_max_term.step_vec(10, from("b", hb));
+    assert_eq!(at_max_term.term(), MAX_WIRE_INT);
+    assert!(at_max_term.check_force_new_electorate().is_err());
+
+    let mut fine = node("a", ABC);
+    fine.step_vec(10, Event::Shutdown);
+    assert!(fine.check_force_new_electorate().is_ok());
+}
+
+// ---- Autopilot on a single core ----------------------------------------------------------------
+
+/// Fires the admin's next heartbeat (see [`next_heartbeat`]), has `ackers` acknowledge it at
+/// once, and returns the heartbeat step's commands.
+fn beat_acked_by(a: &mut Core, ackers: &[&str]) -> Vec<Command> {
+    let out = next_heartbeat(a);
+    let (beat, _) = heartbeat(&out);
+    for v in ackers {
+        ack(a, v, beat);
+    }
+    out
+}
+
+/// Autopilot promotes a standby once it has followed this admin for `stabilization_time_ms`
+/// (its first acknowledgement that long ago) and still follows it (an acknowledgement within
+/// the last two heartbeat intervals) — both at their boundaries here: `d` acknowledges one
+/// heartbeat, H0, and falls silent; at H0 + 15 s it has not followed long enough, at H0 + 30 s
+/// (= H0 + stabilization = two intervals after its last ack) it is promoted.
+///
+/// Fails on `autopilot`: `first + stab <= now` → `>`, `first − stab`, `first × stab`;
+/// `last >= recent` → `<`; `recent = now − 2 × interval` → `now − (2 + interval)` or
+/// `now − 2 / interval`; `max == 0 || len < max` → `&&`; `!e.contains(id)` → `e.contains(id)`;
+/// either `&&` of the standby filter → `||` (written ahead: the run stopped before them).
+#[test]
+fn autopilot_promotes_a_standby_that_followed_for_the_stabilization_time_and_still_follows() {
+    let config = Config::default();
+    assert_eq!(
+        (config.heartbeat_interval_ms, config.stabilization_time_ms),
+        (15_000, 30_000)
+    );
+    let mut a = established(ABC);
+    beat_acked_by(&mut a, &["b", "c", "d"]);
+    let h0 = a.now_ms();
+    let out = beat_acked_by(&mut a, &["b", "c"]);
+    assert_eq!(a.now_ms(), h0 + 15_000);
+    assert_eq!(outcomes(&out), [], "followed for 15 s only");
+    let out = beat_acked_by(&mut a, &["b", "c"]);
+    assert_eq!(a.now_ms(), h0 + 30_000);
+    assert_eq!(outcomes(&out), [(add("d"), proposed(2), 0)]);
+}
+
+/// The same standby, but it reconnected 1 ms after its first acknowledgement: autopilot counts
+/// the stabilization time from the connection too, so it is promoted one heartbeat later.
+///
+/// Fails on `autopilot`: `eligible && up_since + stab <= now` → `||`; `up_since + stab` →
+/// `up_since − stab` or `up_since × stab`; `<=` → `>` (written ahead: not reached by the run).
+#[test]
+fn autopilot_counts_a_standbys_stabilization_from_its_latest_connection_too() {
+    let mut a = established(ABC);
+    beat_acked_by(&mut a, &["b", "c", "d"]);
+    let h0 = a.now_ms();
+    a.step_vec(h0, Event::PeerDown { peer: "d".into() });
+    a.step_vec(h0 + 1, up("d", true));
+    let out = beat_acked_by(&mut a, &["b", "c", "d"]);
+    assert_eq!(outcomes(&out), []);
+    let out = beat_acked_by(&mut a, &["b", "c", "d"]);
+    assert_eq!(a.now_ms(), h0 + 30_000);
+    assert_eq!(
+        outcomes(&out),
+        [],
+        "connected for 1 ms less than stabilization"
+    );
+    let out = beat_acked_by(&mut a, &["b", "c", "d"]);
+    assert_eq!(outcomes(&out), [(add("d"), proposed(2), 0)]);
+}
+
+/// With autopilot off (`autopilot = false`) the admin promotes nobody, however long a standby
+/// has followed: the same standby and heartbeats as above, and nothing is proposed.
+///
+/// Kills `autopilot`: `!config.autopilot || role != Admin` → `&&` (an admin ran autopilot with
+/// it switched off).
+#[test]
+fn autopilot_switched_off_promotes_nobody() {
+    let mut a = established(ABC);
+    let off = Config {
+        autopilot: false,
+        ..Config::default()
+    };
+    a.step_vec(a.now_ms(), Event::ConfigChanged { config: off });
+    assert!(!a.config().autopilot);
+    for _ in 0..4 {
+        let out = beat_acked_by(&mut a, &["b", "c", "d"]);
+        assert_eq!(outcomes(&out), []);
+    }
+    assert_eq!(a.electorate().unwrap().len(), 3);
+}
+
+/// Autopilot promotes only while the electorate is below `max_voters` (5 by default): with five
+/// voters, a standby that has followed for as long as it takes is never promoted.
+///
+/// Fails on `autopilot`: `len < max` → `len <= max`; `max == 0` → `max != 0` (written ahead:
+/// not reached by the run).
+#[test]
+fn autopilot_promotes_no_standby_into_an_electorate_of_max_voters() {
+    let five = &["a", "b", "c", "e", "f"];
+    assert_eq!(Config::default().max_voters, 5);
+    let mut a = established(five);
+    for _ in 0..6 {
+        let out = beat_acked_by(&mut a, &["b", "c", "d", "e", "f"]);
+        assert_eq!(outcomes(&out), []);
+    }
+    assert_eq!(a.electorate().unwrap().len(), 5);
 }
 
 // ---- On the network ------------------------------------------------------------------------------
