@@ -1,6 +1,9 @@
 //! Core step rate: heartbeat handling and vote handling in a 100-node view, and an admin's
 //! heartbeat round (one heartbeat, every voter's ack) with 5, 100 and 1,000 voters.
 //!
+//! Task placement: an admin with 5,000 workers takes an offer and places it (and hears the
+//! worker's report of the result, which frees the slot).
+//!
 //! `cargo bench -p chorus-core --bench step`
 
 use chorus_core::{
@@ -228,5 +231,96 @@ fn ack_rounds(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, heartbeats, ack_rounds);
+/// One task through the admin of 5 voters with 5,000 workers of 4 slots each: the offer (queued
+/// and placed at once on the least-loaded worker) and that worker's report of it finished.
+fn placement(c: &mut Criterion) {
+    let mut g = c.benchmark_group("admin");
+    let voters = ids_n(5);
+    let mut core = admin_of(&voters);
+    let now = 60_001;
+    let workers: Vec<NodeId> = (0..5_000)
+        .map(|i| NodeId::from(format!("12D3KooWwork{i:040}")))
+        .collect();
+    let mut out: Vec<Command> = Vec::with_capacity(8);
+    let info = PeerInfo {
+        capabilities: vec!["sandbox".to_owned()].into(),
+        ..Default::default()
+    };
+    for w in &workers {
+        let peer = w.clone();
+        let info = info.clone();
+        core.step(now, Event::PeerUp { peer, info }, &mut out);
+        let msg = Message::WorkerReport {
+            term: 1,
+            seen: 0,
+            slots: 4,
+            running: vec![],
+            finished: vec![],
+            released: vec![],
+        };
+        core.step(
+            now,
+            Event::Message {
+                from: w.clone(),
+                msg,
+            },
+            &mut out,
+        );
+    }
+    let spec: chorus_core::SharedSpec = chorus_core::TaskSpec {
+        image: "chorus/sandbox:latest".into(),
+        command: vec!["true".into()],
+        timeout_ms: 10_000,
+        ..Default::default()
+    }
+    .into();
+    let origin = voters[0].clone();
+    let mut seq = 0u64;
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("place_5000_workers", |b| {
+        b.iter(|| {
+            seq += 1;
+            let task = chorus_core::TaskId {
+                origin: origin.clone(),
+                seq,
+            };
+            out.clear();
+            let msg = Message::TaskOffer {
+                task: task.clone(),
+                spec: spec.clone(),
+                cancel: false,
+            };
+            core.step(
+                now,
+                Event::Message {
+                    from: origin.clone(),
+                    msg,
+                },
+                &mut out,
+            );
+            let worker = out
+                .iter()
+                .find_map(|c| match c {
+                    Command::Send {
+                        to,
+                        msg: Message::TaskPlace { .. },
+                    } => Some(to.clone()),
+                    _ => None,
+                })
+                .expect("placed");
+            let msg = Message::WorkerReport {
+                term: 1,
+                seen: seq,
+                slots: 4,
+                running: vec![],
+                finished: vec![task],
+                released: vec![],
+            };
+            core.step(now, Event::Message { from: worker, msg }, &mut out);
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, heartbeats, ack_rounds, placement);
 criterion_main!(benches);

@@ -111,6 +111,7 @@ mod tests {
                 resources: crate::Resources {
                     cpu_millicores: 2000,
                     mem_free_mb: 512,
+                    ..Default::default()
                 },
                 electorate: Some(e.clone()),
                 genesis: e.genesis,

@@ -45,6 +45,24 @@ pub enum Command {
         /// The lease end when the new role is `Admin`.
         lease_until_ms: Option<u64>,
     },
+    /// Start a sandbox for run `attempt` of `task`; its end comes back as
+    /// [`crate::Event::SandboxExited`] or [`crate::Event::SandboxFailed`].
+    StartSandbox {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+        /// What to run.
+        spec: crate::SharedSpec,
+    },
+    /// Stop the sandbox of run `attempt` of `task` (cancelled); its end still comes back as an
+    /// event.
+    StopSandbox {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+    },
     /// Something an observer wants to know (these become trace lines, DESIGN §6).
     Notice(Notice),
 }
@@ -115,6 +133,70 @@ pub enum Notice {
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,
     },
+    /// This node accepted a task (or, for a repeated idempotency key, named the one it has).
+    TaskSubmitted {
+        /// The task.
+        task: crate::TaskId,
+        /// The `request` of the submit.
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+        /// The idempotency key named a task accepted before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        existing: bool,
+    },
+    /// A submit or a cancel was refused.
+    TaskRefused {
+        /// The `request` refused.
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+        /// Why, for the user.
+        reason: String,
+    },
+    /// Cancellation of a task owned here was asked for; the admin is told.
+    TaskCancelRequested {
+        /// The task.
+        task: crate::TaskId,
+        /// The `request` of the cancel.
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+    },
+    /// The admin placed a task on a worker (always under a valid lease).
+    TaskPlaced {
+        /// The task.
+        task: crate::TaskId,
+        /// The worker.
+        worker: NodeId,
+        /// The run.
+        attempt: u32,
+    },
+    /// This worker started a run.
+    TaskStarted {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+    },
+    /// A run ended here: with a result (`status`), or given back to the admin to place again
+    /// (`status` none: a retryable failure).
+    TaskFinished {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+        /// The result's status; none when the run is to be retried.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<crate::TaskStatus>,
+        /// The sandbox error, when there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The submitter has a task's result.
+    TaskCompleted {
+        /// The task.
+        task: crate::TaskId,
+        /// How it ended.
+        status: crate::TaskStatus,
+    },
     /// A message was refused and dropped without changing any state (see `trust.rs`).
     Refused {
         /// The authenticated sender.
@@ -124,6 +206,30 @@ pub enum Notice {
         /// Why.
         reason: Refusal,
     },
+}
+
+impl Notice {
+    /// The trace kind of the notice (DESIGN §6, README "Trace kinds").
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Notice::BecameAdmin { .. } => "became_admin",
+            Notice::LeaseExpired { .. } => "lease_expired",
+            Notice::LeaseRenewed { .. } => "lease_renewed",
+            Notice::SteppedDown { .. } => "stepped_down",
+            Notice::Voted { .. } => "voted",
+            Notice::AdminKnown { .. } => "admin_known",
+            Notice::Refused { .. } => "refused",
+            Notice::ElectorateChanged { .. } => "electorate_changed",
+            Notice::MembershipChange { .. } => "membership_change",
+            Notice::TaskSubmitted { .. } => "task_submitted",
+            Notice::TaskRefused { .. } => "task_refused",
+            Notice::TaskCancelRequested { .. } => "task_cancel_requested",
+            Notice::TaskPlaced { .. } => "task_placed",
+            Notice::TaskStarted { .. } => "task_started",
+            Notice::TaskFinished { .. } => "task_finished",
+            Notice::TaskCompleted { .. } => "task_result",
+        }
+    }
 }
 
 /// Why an admin stepped down.

@@ -422,6 +422,7 @@ impl Core {
             change: None,
             elected_at_ms: self.now_ms,
             standbys: BTreeMap::new(),
+            tasks: Default::default(),
         });
         let lease_until_ms = self.tally().map_or(self.now_ms, |t| t.lease_until_ms);
         if let Some(admin) = &mut self.admin_state {
@@ -791,6 +792,7 @@ mod tests {
         let strong = Resources {
             cpu_millicores: 16_000,
             mem_free_mb: 65_536,
+            ..Default::default()
         };
         let peer = |res| Event::PeerUp {
             peer: "x".into(),

@@ -60,6 +60,46 @@ pub enum Event {
     /// back with membership changes. Unsafe if the other voters are not gone: they could still
     /// elect among themselves. Ignored unless [`crate::Core::check_force_new_electorate`] passes.
     ForceNewElectorate,
+    /// A user submits a task here (`POST /tasks`); this node owns it until its result is in.
+    /// [`crate::Notice::TaskSubmitted`] (or `TaskRefused`) with the same `request` answers.
+    SubmitTask {
+        /// What to run.
+        spec: crate::SharedSpec,
+        /// An idempotency key: a retried submit with the same key and spec names the same task.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        /// The caller's id for this request (0: none).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+    },
+    /// A user cancels a task this node owns.
+    CancelTask {
+        /// The task.
+        task: crate::TaskId,
+        /// The caller's id for this request (0: none).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+    },
+    /// A sandbox started by [`crate::Command::StartSandbox`] ended.
+    SandboxExited {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+        /// What the sandbox reported.
+        exit: crate::SandboxExit,
+    },
+    /// A sandbox could not be started or run to its end.
+    SandboxFailed {
+        /// The task.
+        task: crate::TaskId,
+        /// The run.
+        attempt: u32,
+        /// The sandbox error's category and message.
+        error: String,
+        /// Whether another try (perhaps elsewhere) may succeed.
+        retryable: bool,
+    },
     /// The operator changed the protocol settings; the runtime logs this at start when the
     /// configured settings differ from the recovered ones, so the change is part of the fold.
     /// Invalid settings, or another cluster id, are ignored (a node never changes cluster).
@@ -87,4 +127,11 @@ pub struct Resources {
     pub cpu_millicores: u32,
     /// Free memory in MiB.
     pub mem_free_mb: u32,
+    /// Task slots this node offers (0: it runs no tasks). Not part of the score.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub task_slots: u32,
+}
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
 }

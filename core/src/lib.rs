@@ -13,6 +13,7 @@
 //! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
 //! * `membership` — one-voter changes, their commit rule, autopilot;
 //! * [`score`] — the weighted score and rank slots;
+//! * [`task`] — tasks: submitter, admin placement, worker;
 //! * `trust` — bounds on peer input, who may send what, refusals ([`Refusal`]);
 //! * [`codec`] — the wire envelope.
 
@@ -34,6 +35,7 @@ mod message;
 mod node;
 pub mod rng;
 pub mod score;
+pub mod task;
 mod timer;
 mod trust;
 
@@ -49,5 +51,9 @@ pub use id::NodeId;
 pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};
 pub use message::{Ballot, Message};
 pub use node::{Core, Peer};
+pub use task::{
+    OfferState, OwnedTask, RepoMount, RunningTask, SandboxExit, SharedSpec, TaskId, TaskPhase,
+    TaskResult, TaskSpec, TaskStatus, Usage,
+};
 pub use timer::{Timer, TimerTable};
 pub use trust::{Refusal, MAX_CAPABILITIES, MAX_MEMBERS, MAX_UPTIME_S, MAX_WIRE_INT};

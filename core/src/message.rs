@@ -184,6 +184,74 @@ pub enum Message {
         /// What became of it.
         outcome: ChangeOutcome,
     },
+    /// A submitter offers a task it owns to the admin (again until its result is in). Only the
+    /// task's origin may offer it.
+    TaskOffer {
+        /// The task.
+        task: crate::TaskId,
+        /// What to run.
+        spec: crate::SharedSpec,
+        /// The submitter's user asked to cancel it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cancel: bool,
+    },
+    /// The admin's answer to an offer (and news of a placement): where the task stands.
+    TaskState {
+        /// The task.
+        task: crate::TaskId,
+        /// Where it stands.
+        state: crate::OfferState,
+    },
+    /// The admin places run `attempt` of a task on the receiver.
+    TaskPlace {
+        /// The admin's term.
+        term: u64,
+        /// The task (its origin is the submitter the result goes to).
+        task: crate::TaskId,
+        /// The run, from 1.
+        attempt: u32,
+        /// The admin's placement number in this term (the worker's report echoes the highest).
+        seq: u64,
+        /// What to run.
+        spec: crate::SharedSpec,
+    },
+    /// The admin asks the receiver to stop a task it runs.
+    TaskCancel {
+        /// The admin's term.
+        term: u64,
+        /// The task.
+        task: crate::TaskId,
+    },
+    /// A worker tells its admin what it runs and holds.
+    WorkerReport {
+        /// The term of the admin reported to.
+        term: u64,
+        /// The highest placement number received from that admin in that term.
+        seen: u64,
+        /// Task slots offered.
+        slots: u32,
+        /// Runs in progress, with their attempt.
+        running: Vec<(crate::TaskId, u32)>,
+        /// Tasks finished here whose results their submitters have not acknowledged, and the
+        /// latest acknowledged ones.
+        finished: Vec<crate::TaskId>,
+        /// Runs placed here and not run — refused (no free slot, a capability missing) or given
+        /// back after a retryable failure — by task and attempt, the latest last.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        released: Vec<(crate::TaskId, u32)>,
+    },
+    /// A task's result, sent by its worker to its submitter until acknowledged.
+    TaskResult {
+        /// The task.
+        task: crate::TaskId,
+        /// The result.
+        result: crate::TaskResult,
+    },
+    /// The submitter has the result: the worker may forget it.
+    TaskResultAck {
+        /// The task.
+        task: crate::TaskId,
+    },
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
@@ -220,6 +288,13 @@ impl Message {
             Message::BootstrapChosen { .. } => "bootstrap_chosen",
             Message::ChangeRequest { .. } => "change_request",
             Message::ChangeResult { .. } => "change_result",
+            Message::TaskOffer { .. } => "task_offer",
+            Message::TaskState { .. } => "task_state",
+            Message::TaskPlace { .. } => "task_place",
+            Message::TaskCancel { .. } => "task_cancel",
+            Message::WorkerReport { .. } => "worker_report",
+            Message::TaskResult { .. } => "task_result",
+            Message::TaskResultAck { .. } => "task_result_ack",
         }
     }
 

@@ -111,6 +111,9 @@ pub(crate) struct AdminState {
     /// When this node won: autopilot dates voters it has not heard from in this term from here.
     #[serde(default)]
     pub(crate) elected_at_ms: u64,
+    /// The task queue and load table (`task/place.rs`).
+    #[serde(default)]
+    pub(crate) tasks: crate::task::AdminTasks,
     /// Standbys (eligible non-voters following this admin): when each first and last
     /// acknowledged a heartbeat of this term. Autopilot promotes only these.
     #[serde(default)]
@@ -165,6 +168,9 @@ pub struct Core {
     /// Bootstrap promises and acceptances (`bootstrap.rs`).
     #[serde(default)]
     pub(crate) acceptor: crate::bootstrap::Acceptor,
+    /// Tasks this node owns and runs (`task/`).
+    #[serde(default)]
+    pub(crate) tasks: crate::task::NodeTasks,
 
     // Volatile: reset by a restart.
     pub(crate) running: bool,
@@ -224,6 +230,7 @@ impl Core {
             beat: 0,
             ever_started: false,
             acceptor: Default::default(),
+            tasks: Default::default(),
             proposal: None,
             running: false,
             now_ms: 0,
@@ -273,14 +280,36 @@ impl Core {
             }
             Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
             Event::PeerDown { peer } => {
+                self.admin_peer_down(&peer);
                 self.peers.remove(&peer);
                 self.whoami_pending.remove(&peer);
                 self.electorate_reports.remove(&peer);
             }
-            Event::ResourcesSampled { resources } => self.resources = resources,
+            Event::ResourcesSampled { resources } => {
+                // The admin places by slots: tell it when they change.
+                if resources.task_slots != self.resources.task_slots {
+                    self.tasks.work.report_due = true;
+                }
+                self.resources = resources;
+            }
             Event::ChangeMembers { change, request } => {
                 self.on_change_members(change, request, out);
             }
+            Event::SubmitTask { spec, key, request } => {
+                self.on_submit_task(spec, key, request, out)
+            }
+            Event::CancelTask { task, request } => self.on_cancel_task(task, request, out),
+            Event::SandboxExited {
+                task,
+                attempt,
+                exit,
+            } => self.on_sandbox_exited(task, attempt, exit, out),
+            Event::SandboxFailed {
+                task,
+                attempt,
+                error,
+                retryable,
+            } => self.on_sandbox_failed(task, attempt, error, retryable, out),
             Event::Shutdown => self.on_shutdown(out),
             Event::ConfigChanged { config } => {
                 // The node validated it before logging it; a bad one in an old log is skipped.
@@ -288,6 +317,9 @@ impl Core {
                     self.config = config;
                 }
             }
+        }
+        if self.running {
+            self.tasks_after_step(out);
         }
         // Postconditions: a term never decreases, and a vote never changes within a term.
         assert!(self.term >= term_before, "term decreased");
@@ -331,6 +363,8 @@ impl Core {
                 .max(self.now_ms + self.config.election_timeout_min_ms);
             self.promised_to = None;
         }
+        self.tasks.submit.offered_view = None;
+        self.worker_restarted(out);
         self.begin_discovery(out);
         self.maybe_bootstrap(out);
     }
@@ -342,6 +376,7 @@ impl Core {
             Timer::Heartbeat => self.on_heartbeat_timer(out),
             Timer::Lease => self.on_lease_timer(out),
             Timer::Bootstrap => self.on_bootstrap_timer(out),
+            Timer::Tasks => self.on_tasks_tick(out),
         }
     }
 
@@ -448,6 +483,13 @@ impl Core {
                 change,
                 outcome,
             } => self.on_change_result(from, request, change, outcome, out),
+            msg @ (M::TaskOffer { .. }
+            | M::TaskState { .. }
+            | M::TaskPlace { .. }
+            | M::TaskCancel { .. }
+            | M::WorkerReport { .. }
+            | M::TaskResult { .. }
+            | M::TaskResultAck { .. }) => self.on_task_message(from, msg, out),
         }
     }
 

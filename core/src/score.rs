@@ -54,11 +54,13 @@ mod tests {
         let big = Resources {
             cpu_millicores: u32::MAX,
             mem_free_mb: u32::MAX,
+            ..Default::default()
         };
         assert_eq!(score(u64::MAX, usize::MAX, big), SCORE_MAX);
         let half = Resources {
             cpu_millicores: 8_000,
             mem_free_mb: 32_768,
+            ..Default::default()
         };
         assert_eq!(score(43_200, 5, half), 1_500 + 1_000 + 1_250 + 1_250);
     }

@@ -19,22 +19,25 @@ pub enum Timer {
     Lease,
     /// Bootstrap: propose an initial electorate, or retry a proposal that stalled.
     Bootstrap,
+    /// Tasks: resend results, offer again, place after a backoff.
+    Tasks,
 }
 
 impl Timer {
     /// All timers, in table order.
-    pub const ALL: [Timer; 5] = [
+    pub const ALL: [Timer; 6] = [
         Timer::Discovery,
         Timer::Election,
         Timer::Heartbeat,
         Timer::Lease,
         Timer::Bootstrap,
+        Timer::Tasks,
     ];
 }
 
 /// Deadlines of armed timers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TimerTable(#[serde(with = "table")] [Option<u64>; 5]);
+pub struct TimerTable(#[serde(with = "table")] [Option<u64>; 6]);
 
 impl TimerTable {
     /// Arms `timer` at `at_ms` and tells the adapter.
@@ -52,7 +55,7 @@ impl TimerTable {
 
     /// Disarms everything without telling the adapter (its timers died with the process).
     pub fn clear(&mut self) {
-        self.0 = [None; 5];
+        self.0 = [None; 6];
     }
 
     /// Consumes a firing: true if `timer` was armed and due at `now_ms`.
@@ -85,7 +88,7 @@ impl TimerTable {
 mod table {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-    type Table = [Option<u64>; 5];
+    type Table = [Option<u64>; 6];
 
     pub(super) fn serialize<S: Serializer>(t: &Table, s: S) -> Result<S::Ok, S::Error> {
         t.as_slice().serialize(s)
@@ -97,7 +100,7 @@ mod table {
         if list.len() > t.len() {
             return Err(serde::de::Error::invalid_length(
                 list.len(),
-                &"at most 5 timers",
+                &"at most 6 timers",
             ));
         }
         t[..list.len()].copy_from_slice(&list);

@@ -54,11 +54,14 @@ pub enum Refusal {
     /// A peer whose settings cannot work with this node's (another `bootstrap_expect`, or an
     /// electorate of another size at bootstrap). An operator's mistake, reported loudly.
     SettingsMismatch,
+    /// A task message about a task the sender does not own: an offer or an acknowledgement
+    /// from a node other than the task's origin, or a result for a task another node owns.
+    NotOwner,
 }
 
 impl Refusal {
     /// Every reason, for metrics that list them all.
-    pub const ALL: [Refusal; 8] = [
+    pub const ALL: [Refusal; 9] = [
         Refusal::NotMember,
         Refusal::OutOfRange,
         Refusal::Unsolicited,
@@ -67,6 +70,7 @@ impl Refusal {
         Refusal::NotEligible,
         Refusal::ForeignCluster,
         Refusal::SettingsMismatch,
+        Refusal::NotOwner,
     ];
 
     /// The snake_case name used in metrics, logs and traces.
@@ -80,6 +84,7 @@ impl Refusal {
             Refusal::NotEligible => "not_eligible",
             Refusal::ForeignCluster => "foreign_cluster",
             Refusal::SettingsMismatch => "settings_mismatch",
+            Refusal::NotOwner => "not_owner",
         }
     }
 
@@ -105,6 +110,13 @@ fn promise_in_range(ms: u64) -> Result<(), Refusal> {
     } else {
         Err(Refusal::OutOfRange)
     }
+}
+
+fn check_task_id(t: &crate::TaskId) -> Result<(), Refusal> {
+    if t.seq == 0 || t.origin.as_str().is_empty() {
+        return Err(Refusal::OutOfRange);
+    }
+    in_range(t.seq)
 }
 
 fn check_ballot(b: &crate::Ballot) -> Result<(), Refusal> {
@@ -248,6 +260,27 @@ impl Message {
                 | crate::ChangeOutcome::Committed { version } => in_range(*version),
                 _ => Ok(()),
             },
+            // Specs, results and report lists are checked by their handlers (`task/`), which
+            // know what each bound means; here only the numbers every task message carries.
+            M::TaskOffer { task, .. }
+            | M::TaskState { task, .. }
+            | M::TaskResult { task, .. }
+            | M::TaskResultAck { task } => check_task_id(task),
+            M::TaskPlace {
+                term, task, seq, ..
+            } => {
+                in_range(*term)?;
+                in_range(*seq)?;
+                check_task_id(task)
+            }
+            M::TaskCancel { term, task } => {
+                in_range(*term)?;
+                check_task_id(task)
+            }
+            M::WorkerReport { term, seen, .. } => {
+                in_range(*term)?;
+                in_range(*seen)
+            }
         }
     }
 
@@ -267,6 +300,13 @@ impl Message {
                 | Message::BootstrapRefused { .. }
                 | Message::BootstrapChosen { .. }
                 | Message::ChangeRequest { .. }
+                // Judged by their own rules (`task/`): submitters, workers and results come
+                // from any node of the cluster, members or not.
+                | Message::TaskOffer { .. }
+                | Message::TaskState { .. }
+                | Message::WorkerReport { .. }
+                | Message::TaskResult { .. }
+                | Message::TaskResultAck { .. }
         )
     }
 }
@@ -690,7 +730,8 @@ mod tests {
                 "stale",
                 "not_eligible",
                 "foreign_cluster",
-                "settings_mismatch"
+                "settings_mismatch",
+                "not_owner"
             ]
         );
         for r in Refusal::ALL {

@@ -146,6 +146,7 @@ fn message() -> impl Strategy<Value = Message> {
                 formed,
             }
         }),
+        (number(), peer(), 0u8..7, number(), any::<bool>()).prop_map(task_message),
         electorate().prop_map(|e| match e {
             Some(electorate) => Message::BootstrapChosen { electorate },
             None => Message::Whoami {
@@ -154,6 +155,78 @@ fn message() -> impl Strategy<Value = Message> {
             },
         }),
     ]
+}
+
+/// A small spec; odd `n` makes it break its bounds.
+fn spec(n: u64) -> chorus_core::SharedSpec {
+    chorus_core::TaskSpec {
+        image: if n % 2 == 1 {
+            String::new()
+        } else {
+            "img".into()
+        },
+        command: vec!["true".into()],
+        timeout_ms: n.max(1),
+        ..Default::default()
+    }
+    .into()
+}
+
+/// Any of the seven task messages, about a task of any origin and number (0 and the edges
+/// included), from any sender.
+fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Message {
+    let task = chorus_core::TaskId { origin, seq: n };
+    let worker: NodeId = if flag { "b".into() } else { "a".into() };
+    match kind {
+        0 => Message::TaskOffer {
+            task,
+            spec: spec(m),
+            cancel: flag,
+        },
+        1 => Message::TaskState {
+            task,
+            state: if flag {
+                chorus_core::OfferState::Placed {
+                    worker,
+                    attempt: m as u32,
+                }
+            } else {
+                chorus_core::OfferState::Finished { worker }
+            },
+        },
+        2 => Message::TaskPlace {
+            term: m % 4,
+            task,
+            attempt: m as u32,
+            seq: m,
+            spec: spec(n),
+        },
+        3 => Message::TaskCancel { term: m % 4, task },
+        4 => Message::WorkerReport {
+            term: m % 4,
+            seen: m,
+            slots: m as u32,
+            running: vec![(task.clone(), m as u32)],
+            finished: vec![task],
+            released: vec![],
+        },
+        5 => Message::TaskResult {
+            task,
+            result: chorus_core::TaskResult {
+                status: chorus_core::TaskStatus::Failed,
+                exit_code: Some(m as i32),
+                signal: None,
+                worker,
+                attempt: m as u32,
+                duration_ms: m,
+                usage: Default::default(),
+                stdout: "x".repeat((m % 20_000) as usize),
+                stderr: String::new(),
+                error: None,
+            },
+        },
+        _ => Message::TaskResultAck { task },
+    }
 }
 
 fn members() -> Electorate {
@@ -174,6 +247,8 @@ enum Input {
     PeerUp(NodeId, bool, u64),
     PeerDown(NodeId),
     Restart(u64),
+    /// A local task input: a submit, a cancel, or a sandbox's end (of a run that may not exist).
+    Task(u8, u64, NodeId),
 }
 
 fn input() -> impl Strategy<Value = Input> {
@@ -183,6 +258,7 @@ fn input() -> impl Strategy<Value = Input> {
         1 => (peer(), any::<bool>(), number()).prop_map(|(p, e, u)| Input::PeerUp(p, e, u)),
         1 => peer().prop_map(Input::PeerDown),
         1 => (0u64..100_000).prop_map(Input::Restart),
+        2 => (0u8..4, number(), peer()).prop_map(|(k, n, p)| Input::Task(k, n, p)),
     ]
 }
 
@@ -314,6 +390,15 @@ proptest! {
                 Input::Restart(gap) => {
                     now += gap;
                     Event::Started
+                }
+                Input::Task(kind, n, origin) => {
+                    let task = chorus_core::TaskId { origin, seq: n.max(1) };
+                    match kind {
+                        0 => Event::SubmitTask { spec: spec(n), key: (n % 3 == 0).then(|| "k".into()), request: n },
+                        1 => Event::CancelTask { task, request: n },
+                        2 => Event::SandboxExited { task, attempt: n as u32, exit: Default::default() },
+                        _ => Event::SandboxFailed { task, attempt: n as u32, error: "e".repeat((n % 20_000) as usize), retryable: n % 2 == 0 },
+                    }
                 }
             };
             core.step(now, event, &mut out);

@@ -54,6 +54,76 @@ enum Item {
     },
     /// The connection between two live nodes comes up (uneven discovery).
     Link { a: usize, b: usize },
+    /// A simulated sandbox run ends (dropped if the node restarted since it started).
+    SandboxEnd {
+        node: usize,
+        incarnation: u32,
+        event: Event,
+    },
+}
+
+/// What a simulated run does, read from its command: `["sleep", MS]` exits 0 after MS,
+/// `["exit", CODE, MS]` exits CODE after MS, `["oom", MS]` is OOM-killed after MS,
+/// `["retry", MS]` fails retryably after MS, `["broken"]` fails for good at once, `["hang"]`
+/// runs until stopped; anything else exits 0 after 20 ms. A run longer than its timeout is
+/// killed at the timeout.
+fn simulate_run(
+    spec: &chorus_core::TaskSpec,
+    task: &chorus_core::TaskId,
+    attempt: u32,
+) -> Option<(u64, Event)> {
+    let arg = |i: usize| {
+        spec.command
+            .get(i)
+            .and_then(|a| a.parse::<u64>().ok())
+            .unwrap_or(20)
+    };
+    let exited = |ms: u64, code: i32, oom: bool| {
+        let timed_out = ms > spec.timeout_ms;
+        let ms = ms.min(spec.timeout_ms);
+        (
+            ms,
+            Event::SandboxExited {
+                task: task.clone(),
+                attempt,
+                exit: chorus_core::SandboxExit {
+                    exit_code: (!timed_out && !oom).then_some(code),
+                    signal: (timed_out || oom).then_some(9),
+                    oom: oom && !timed_out,
+                    timed_out,
+                    duration_ms: ms,
+                    stdout: format!("{task} attempt {attempt}"),
+                    ..Default::default()
+                },
+            },
+        )
+    };
+    let failed = |ms: u64, retryable: bool| {
+        (
+            ms,
+            Event::SandboxFailed {
+                task: task.clone(),
+                attempt,
+                error: "test: simulated failure".into(),
+                retryable,
+            },
+        )
+    };
+    Some(match spec.command[0].as_str() {
+        "sleep" => exited(arg(1), 0, false),
+        "exit" => exited(arg(2), arg(1) as i32, false),
+        "oom" => exited(arg(1), 137, true),
+        "retry" => failed(arg(1), true),
+        "broken" => failed(0, false),
+        "hang" => {
+            if spec.timeout_ms < u64::MAX {
+                exited(u64::MAX, 0, false)
+            } else {
+                return None;
+            }
+        }
+        _ => exited(20, 0, false),
+    })
 }
 
 /// How a network starts, beyond the defaults of [`Net::build`]: settings per node, links
@@ -127,6 +197,11 @@ pub struct Net {
     pub lease_until: Vec<Option<u64>>,
     /// Every step's commands, in order: the determinism fingerprint.
     pub history: Vec<(u64, usize, Vec<Command>)>,
+    /// Tasks: each accepted task's submitter, each result's status at its submitter, and
+    /// every run started (task, attempt, node). Invariant 7 is judged from these.
+    pub accepted: BTreeMap<chorus_core::TaskId, usize>,
+    pub results: BTreeMap<chorus_core::TaskId, chorus_core::TaskStatus>,
+    pub runs: Vec<(chorus_core::TaskId, u32, usize)>,
 }
 
 impl Net {
@@ -200,6 +275,9 @@ impl Net {
             votes: VoteLedger::default(),
             lease_until: vec![None; total],
             history: Vec::new(),
+            accepted: BTreeMap::new(),
+            results: BTreeMap::new(),
+            runs: Vec::new(),
         };
         for i in (0..total).filter(|i| !start.late.contains(i)) {
             net.boot(i);
@@ -356,6 +434,33 @@ impl Net {
             Notice::LeaseRenewed { lease_until_ms, .. } => {
                 self.check_lease(i, self.clocks[i].global(*lease_until_ms))
             }
+            // Admin duties run only under a valid lease (DESIGN §4).
+            Notice::TaskPlaced { task, .. } => {
+                let holds = self.nodes[i]
+                    .as_ref()
+                    .is_some_and(|c| c.holds_lease(self.clocks[i].local(self.now)));
+                if !holds {
+                    self.fail(format!("n{i} placed {task} without a valid lease"));
+                }
+            }
+            Notice::TaskSubmitted {
+                task,
+                existing: false,
+                ..
+            } => {
+                self.accepted.insert(task.clone(), i);
+            }
+            Notice::TaskCompleted { task, status } => {
+                if self.accepted.get(task) != Some(&i) {
+                    self.fail(format!(
+                        "n{i} got a result for {task}, which it did not accept"
+                    ));
+                }
+                if self.results.insert(task.clone(), *status).is_some() {
+                    self.fail(format!("n{i} took a second result for {task}"));
+                }
+            }
+            Notice::TaskStarted { task, attempt } => self.runs.push((task.clone(), *attempt, i)),
             _ => {}
         }
     }
@@ -403,6 +508,43 @@ impl Net {
                 );
             }
             Command::CancelTimer { .. } | Command::RoleChanged { .. } | Command::Notice(_) => {}
+            Command::StartSandbox {
+                task,
+                attempt,
+                spec,
+            } => {
+                if let Some((ms, event)) = simulate_run(&spec, &task, attempt) {
+                    let incarnation = self.incarnation[i];
+                    self.push(
+                        self.now + ms,
+                        Item::SandboxEnd {
+                            node: i,
+                            incarnation,
+                            event,
+                        },
+                    );
+                }
+            }
+            Command::StopSandbox { task, attempt } => {
+                // The run ends at once, killed; its scheduled end (if any) is then stale.
+                let incarnation = self.incarnation[i];
+                let event = Event::SandboxExited {
+                    task,
+                    attempt,
+                    exit: chorus_core::SandboxExit {
+                        signal: Some(9),
+                        ..Default::default()
+                    },
+                };
+                self.push(
+                    self.now + 1,
+                    Item::SandboxEnd {
+                        node: i,
+                        incarnation,
+                        event,
+                    },
+                );
+            }
         }
     }
 
@@ -451,6 +593,15 @@ impl Net {
                     }
                 }
                 Item::Link { a, b } => self.link_up(a, b),
+                Item::SandboxEnd {
+                    node,
+                    incarnation,
+                    event,
+                } => {
+                    if self.incarnation[node] == incarnation {
+                        self.apply(node, event);
+                    }
+                }
             }
         }
         self.now = until;
@@ -585,6 +736,72 @@ impl Net {
     /// Every notice node `i` emitted, with its global time.
     pub fn notices(&self, i: usize) -> Vec<(u64, Notice)> {
         self.notices_since(0, i)
+    }
+
+    /// Gives node `i` `slots` task slots (a logged resource sample).
+    pub fn set_slots(&mut self, i: usize, slots: u32) {
+        self.apply(
+            i,
+            Event::ResourcesSampled {
+                resources: chorus_core::Resources {
+                    task_slots: slots,
+                    ..Default::default()
+                },
+            },
+        );
+    }
+
+    /// Submits a task running `command` at node `i`; returns its id if accepted.
+    pub fn submit(
+        &mut self,
+        i: usize,
+        command: &[&str],
+        timeout_ms: u64,
+    ) -> Option<chorus_core::TaskId> {
+        let spec = chorus_core::TaskSpec {
+            image: "test".into(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            timeout_ms,
+            ..Default::default()
+        };
+        let before = self.history.len();
+        self.apply(
+            i,
+            Event::SubmitTask {
+                spec: spec.into(),
+                key: None,
+                request: 0,
+            },
+        );
+        self.notices_since(before, i)
+            .into_iter()
+            .find_map(|(_, n)| match n {
+                Notice::TaskSubmitted { task, .. } => Some(task),
+                _ => None,
+            })
+    }
+
+    /// Invariant 7: every accepted task has its result, or is still unfinished at a live
+    /// submitter. With `all_done`, every accepted task must have its result.
+    pub fn check_tasks(&self, all_done: bool) {
+        for (task, &i) in &self.accepted {
+            if self.results.contains_key(task) {
+                continue;
+            }
+            if all_done {
+                self.fail(format!("{task} (submitted at n{i}) has no result"));
+            }
+            let owned = self.nodes[i].as_ref().is_some_and(|c| {
+                c.owned_tasks()
+                    .get(task)
+                    .is_some_and(|t| t.result.is_none())
+            });
+            if !owned && self.nodes[i].is_some() {
+                self.fail(format!(
+                    "{task} is lost: n{i} neither has its result nor owns it"
+                ));
+            }
+        }
     }
 
     pub fn max_term(&self) -> u64 {

@@ -1,0 +1,595 @@
+//! Tasks: submitted at any node, placed by the admin under its lease, run by a worker in a
+//! sandbox, the result sent back to the submitter (DESIGN §4 "Tasks", invariant 7).
+//!
+//! Three parts, one file each:
+//! * [`submit`] — the submitter owns each task it accepted (durable: a fold of its log) and
+//!   offers it to the admin of the moment until a result arrives, which it acknowledges;
+//! * [`place`] — the admin queues offers and places each on a capable, least-loaded worker
+//!   (ties: node id), only while it holds a valid lease; a lost worker's tasks are placed again;
+//!   after a failover the new admin rebuilds its load table from the workers' reports;
+//! * [`work`] — the worker starts a sandbox per placement (deduplicated by task id), turns the
+//!   sandbox's exit into a result, and keeps that result (durable) until the submitter
+//!   acknowledges it; retryable failures go back to the admin, which places them again after a
+//!   backoff.
+//!
+//! Delivery is at least once: a task may run twice (an admin failover while it runs elsewhere, a
+//! worker thought lost that was not), and the submitter keeps the first result it gets.
+//!
+//! Everything a peer sends is bounded ([`TaskSpec::check`], [`TaskResult::check`]) and judged by
+//! who sent it: only the task's origin offers it, only the admin of this node's term places or
+//! cancels, only a worker the admin named (or the admin) delivers a result.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::NodeId;
+
+pub(crate) mod place;
+pub(crate) mod submit;
+pub(crate) mod work;
+
+pub use place::AdminTasks;
+pub use submit::{OwnedTask, TaskPhase};
+pub use work::RunningTask;
+
+/// The capability a node advertises when it runs tasks. A node with task slots but without it
+/// is still placed on (slots are what count); it is for operators and `--require`.
+pub const SANDBOX_CAPABILITY: &str = "sandbox";
+
+/// The capability prefix of a repository a worker offers: `repo:NAME`.
+pub const REPO_CAPABILITY_PREFIX: &str = "repo:";
+
+/// A task runs at most this many times when its failures are retryable.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame.
+pub const MAX_TAIL_BYTES: usize = 8 * 1024;
+
+/// Done tasks a submitter remembers (for `GET /tasks/{id}`); older ones are forgotten first.
+pub const MAX_DONE_TASKS: usize = 1_024;
+
+/// Tasks one node may own unfinished at once; a submit beyond is refused.
+pub const MAX_OWNED_TASKS: usize = 4_096;
+
+/// Bounds of a task spec (they keep an offer within a 64 KiB frame with room to spare).
+pub mod bounds {
+    /// Bytes of the image name.
+    pub const IMAGE: usize = 256;
+    /// Arguments of the command.
+    pub const ARGS: usize = 128;
+    /// Bytes of the command and its arguments together.
+    pub const COMMAND_BYTES: usize = 8 * 1024;
+    /// Environment variables.
+    pub const ENV: usize = 64;
+    /// Bytes of the environment together.
+    pub const ENV_BYTES: usize = 8 * 1024;
+    /// Bytes of the working directory, a repository name, or a required capability.
+    pub const NAME: usize = 256;
+    /// Required capabilities.
+    pub const REQUIRES: usize = 16;
+    /// The longest timeout: a day.
+    pub const TIMEOUT_MS: u64 = 86_400_000;
+    /// The largest memory limit (MiB), CPU limit (millicores) and pids limit.
+    pub const MEMORY_MB: u32 = 1 << 20;
+    /// CPU limit in millicores.
+    pub const CPU_MILLIS: u32 = 1 << 20;
+    /// Pids limit.
+    pub const PIDS: u32 = 1 << 20;
+}
+
+/// A task's identity: the node that accepted it and that node's sequence number. Written
+/// `ORIGIN-SEQ` (PeerIds and simulator ids contain no `-`), on the wire too (a string, so it
+/// can key a JSON map).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TaskId {
+    /// The submitter, which owns the task.
+    pub origin: NodeId,
+    /// Its number at the submitter, from 1.
+    pub seq: u64,
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.origin, self.seq)
+    }
+}
+
+impl fmt::Debug for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self}")
+    }
+}
+
+impl Serialize for TaskId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for TaskId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TaskId, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl FromStr for TaskId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<TaskId, String> {
+        let (origin, seq) = s
+            .rsplit_once('-')
+            .ok_or_else(|| format!("`{s}` is not a task id (ORIGIN-SEQ)"))?;
+        let seq: u64 = seq
+            .parse()
+            .map_err(|_| format!("`{s}` is not a task id: `{seq}` is not a number"))?;
+        if origin.is_empty() || seq == 0 {
+            return Err(format!("`{s}` is not a task id (ORIGIN-SEQ, SEQ from 1)"));
+        }
+        Ok(TaskId {
+            origin: NodeId::new(origin),
+            seq,
+        })
+    }
+}
+
+/// A repository from the worker's config, mounted into the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoMount {
+    /// Its name in the worker's `[repos]` table.
+    pub name: String,
+    /// Mounted read-write (else read-only).
+    #[serde(default)]
+    pub writable: bool,
+}
+
+/// What to run. Zero limits mean the worker's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// The image (built or loaded on the worker; nothing is pulled).
+    pub image: String,
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Environment variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox (default: the workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Wall-clock limit of one run.
+    pub timeout_ms: u64,
+    /// Memory limit in MiB (0: the worker's default).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub memory_mb: u32,
+    /// CPU limit in millicores (0: the worker's default).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub cpu_millis: u32,
+    /// Process limit (0: the worker's default).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub pids: u32,
+    /// Whether the sandbox gets a (firewalled) network.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub network: bool,
+    /// Capabilities the worker must advertise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requires: Vec<String>,
+    /// A repository from the worker's config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<RepoMount>,
+}
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Why a spec (or a result) is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError(pub String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, SpecError> {
+    Err(SpecError(msg.into()))
+}
+
+fn check_name(what: &str, s: &str) -> Result<(), SpecError> {
+    if s.is_empty() || s.len() > bounds::NAME || s.chars().any(char::is_control) {
+        return err(format!(
+            "{what} must be 1 to {} bytes without control characters",
+            bounds::NAME
+        ));
+    }
+    Ok(())
+}
+
+impl TaskSpec {
+    /// Checks every bound; a spec from a user or a peer is used only after this passed.
+    pub fn check(&self) -> Result<(), SpecError> {
+        if self.image.is_empty() || self.image.len() > bounds::IMAGE {
+            return err(format!("image must be 1 to {} bytes", bounds::IMAGE));
+        }
+        if self.command.is_empty() || self.command.len() > bounds::ARGS {
+            return err(format!("command must have 1 to {} arguments", bounds::ARGS));
+        }
+        if self.command.iter().map(String::len).sum::<usize>() > bounds::COMMAND_BYTES {
+            return err(format!(
+                "command is longer than {} bytes",
+                bounds::COMMAND_BYTES
+            ));
+        }
+        if self.env.len() > bounds::ENV {
+            return err(format!("at most {} environment variables", bounds::ENV));
+        }
+        let mut env_bytes = 0;
+        for (k, v) in &self.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return err(format!("environment variable `{k}` is not NAME=VALUE"));
+            }
+            env_bytes += k.len() + v.len();
+        }
+        if env_bytes > bounds::ENV_BYTES {
+            return err(format!(
+                "the environment is longer than {} bytes",
+                bounds::ENV_BYTES
+            ));
+        }
+        if let Some(w) = &self.workdir {
+            check_name("workdir", w)?;
+            if !w.starts_with('/') {
+                return err("workdir must be an absolute path");
+            }
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > bounds::TIMEOUT_MS {
+            return err(format!(
+                "timeout must be 1 ms to {} s",
+                bounds::TIMEOUT_MS / 1000
+            ));
+        }
+        if self.memory_mb > bounds::MEMORY_MB
+            || self.cpu_millis > bounds::CPU_MILLIS
+            || self.pids > bounds::PIDS
+        {
+            return err("a limit is out of range");
+        }
+        if self.requires.len() > bounds::REQUIRES {
+            return err(format!(
+                "at most {} required capabilities",
+                bounds::REQUIRES
+            ));
+        }
+        for c in &self.requires {
+            check_name("a required capability", c)?;
+        }
+        if let Some(r) = &self.repo {
+            check_name("repo name", &r.name)?;
+            if !r
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return err("repo name may hold only letters, digits, `-`, `_` and `.`");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a node with `capabilities` can run this task.
+    pub fn fits(&self, capabilities: &[String]) -> bool {
+        let has = |c: &str| capabilities.iter().any(|x| x == c);
+        self.requires.iter().all(|c| has(c))
+            && self.repo.as_ref().is_none_or(|r| {
+                capabilities.iter().any(|x| {
+                    x.strip_prefix(REPO_CAPABILITY_PREFIX)
+                        .is_some_and(|n| n == r.name)
+                })
+            })
+    }
+}
+
+/// How a task ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The command exited 0.
+    Succeeded,
+    /// The command exited non-zero or was killed by a signal.
+    Failed,
+    /// The sandbox ran out of memory and the kernel killed the command.
+    OutOfMemory,
+    /// The command ran past its timeout and was killed.
+    TimedOut,
+    /// Cancelled before it finished.
+    Cancelled,
+    /// The sandbox could not run it (a bad image, a missing repository, retries used up).
+    Error,
+}
+
+impl TaskStatus {
+    /// Every status, for metrics.
+    pub const ALL: [TaskStatus; 6] = [
+        TaskStatus::Succeeded,
+        TaskStatus::Failed,
+        TaskStatus::OutOfMemory,
+        TaskStatus::TimedOut,
+        TaskStatus::Cancelled,
+        TaskStatus::Error,
+    ];
+
+    /// The snake_case name used in the API, metrics and traces.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Succeeded => "succeeded",
+            TaskStatus::Failed => "failed",
+            TaskStatus::OutOfMemory => "out_of_memory",
+            TaskStatus::TimedOut => "timed_out",
+            TaskStatus::Cancelled => "cancelled",
+            TaskStatus::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Resources a run used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time in milliseconds.
+    #[serde(default)]
+    pub cpu_ms: u64,
+    /// Peak memory in KiB.
+    #[serde(default)]
+    pub peak_memory_kb: u64,
+}
+
+/// What the sandbox reported when a run ended (the runtime fills it in; the core bounds it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxExit {
+    /// The exit code, when the command exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The kernel's OOM killer ended it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub oom: bool,
+    /// It ran past its timeout.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub timed_out: bool,
+    /// How long it ran.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// What it used.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The tail of its stdout.
+    #[serde(default)]
+    pub stdout: String,
+    /// The tail of its stderr.
+    #[serde(default)]
+    pub stderr: String,
+}
+
+/// The result of a task, sent by the worker to the submitter.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResult {
+    /// How it ended.
+    pub status: TaskStatus,
+    /// The exit code, when the command exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    /// The node that ran it (the admin, for a task cancelled before it was placed).
+    pub worker: NodeId,
+    /// Which run this was (from 1).
+    pub attempt: u32,
+    /// How long the run took.
+    #[serde(default)]
+    pub duration_ms: u64,
+    /// What it used.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The last [`MAX_TAIL_BYTES`] of stdout.
+    #[serde(default)]
+    pub stdout: String,
+    /// The last [`MAX_TAIL_BYTES`] of stderr.
+    #[serde(default)]
+    pub stderr: String,
+    /// For [`TaskStatus::Error`]: the sandbox's error category and message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl TaskResult {
+    /// Checks the bounds of a result from the wire.
+    pub fn check(&self) -> Result<(), SpecError> {
+        if self.stdout.len() > MAX_TAIL_BYTES || self.stderr.len() > MAX_TAIL_BYTES {
+            return err(format!(
+                "an output tail is longer than {MAX_TAIL_BYTES} bytes"
+            ));
+        }
+        if self
+            .error
+            .as_ref()
+            .is_some_and(|e| e.len() > MAX_TAIL_BYTES)
+        {
+            return err("the error message is too long");
+        }
+        if self.attempt == 0 || self.duration_ms > crate::MAX_WIRE_INT {
+            return err("a number is out of range");
+        }
+        Ok(())
+    }
+
+    /// A result without a run: cancelled before placement, or an error.
+    pub(crate) fn without_run(status: TaskStatus, worker: NodeId, attempt: u32) -> TaskResult {
+        TaskResult {
+            status,
+            exit_code: None,
+            signal: None,
+            worker,
+            attempt: attempt.max(1),
+            duration_ms: 0,
+            usage: Usage::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            error: None,
+        }
+    }
+}
+
+/// The last `max` bytes of `s`, cut at a character boundary.
+pub(crate) fn tail(mut s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s.drain(..start);
+    s
+}
+
+/// The admin's answer to an offer: where the task stands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum OfferState {
+    /// Queued for placement.
+    Queued,
+    /// Placed on `worker` for run `attempt`.
+    Placed {
+        /// The worker.
+        worker: NodeId,
+        /// The run.
+        attempt: u32,
+    },
+    /// `worker` finished it; its result is on the way (the worker resends until acknowledged).
+    Finished {
+        /// The worker.
+        worker: NodeId,
+    },
+    /// The queue is full: offer again later.
+    Busy,
+}
+
+/// A shared spec (cloned into offers and placements without copying the strings).
+pub type SharedSpec = Arc<TaskSpec>;
+
+/// A node's durable task state: what it submitted and what it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NodeTasks {
+    #[serde(default)]
+    pub(crate) submit: submit::SubmitterTasks,
+    #[serde(default)]
+    pub(crate) work: work::WorkerTasks,
+}
+
+impl crate::Core {
+    /// How often the task duties wake up: resends, re-offers, backoffs.
+    pub(crate) fn task_tick_ms(&self) -> u64 {
+        self.config.heartbeat_interval_ms.clamp(10, 1_000)
+    }
+
+    /// Sends `msg` to `to`, or handles it at once when `to` is this node (the admin places on
+    /// itself, a worker delivers its own submission's result).
+    pub(crate) fn deliver(
+        &mut self,
+        to: crate::NodeId,
+        msg: crate::Message,
+        out: &mut Vec<crate::Command>,
+    ) {
+        if to == self.id {
+            let me = self.id.clone();
+            self.on_task_message(me, msg, out);
+        } else {
+            out.push(crate::Command::Send { to, msg });
+        }
+    }
+
+    /// Dispatches a task message (already admitted).
+    pub(crate) fn on_task_message(
+        &mut self,
+        from: crate::NodeId,
+        msg: crate::Message,
+        out: &mut Vec<crate::Command>,
+    ) {
+        use crate::Message as M;
+        match msg {
+            M::TaskOffer { task, spec, cancel } => {
+                self.on_task_offer(from, task, spec, cancel, out)
+            }
+            M::TaskState { task, state } => self.on_task_state(from, task, state, out),
+            M::TaskPlace {
+                term,
+                task,
+                attempt,
+                seq,
+                spec,
+            } => self.on_task_place(from, term, (task, attempt, seq), spec, out),
+            M::TaskCancel { term, task } => self.on_task_cancel(from, term, task, out),
+            M::WorkerReport {
+                term,
+                seen,
+                slots,
+                running,
+                finished,
+                released,
+            } => {
+                let report = place::WorkerReportIn {
+                    term,
+                    seen,
+                    slots,
+                    running,
+                    finished,
+                    released,
+                };
+                self.on_worker_report(from, report, out)
+            }
+            M::TaskResult { task, result } => self.on_task_result(from, task, result, out),
+            M::TaskResultAck { task } => self.on_task_result_ack(from, task, out),
+            _ => {}
+        }
+    }
+
+    /// After every step of a running node: offers, reports, placement, and the tick timer.
+    pub(crate) fn tasks_after_step(&mut self, out: &mut Vec<crate::Command>) {
+        self.submitter_after_step(out);
+        self.worker_after_step(out);
+        if self.admin_has_pending() {
+            self.place_tasks(out);
+        }
+        let pending =
+            self.submitter_has_pending() || self.worker_has_pending() || self.admin_has_pending();
+        if pending && self.timers.deadline(crate::Timer::Tasks).is_none() {
+            let at = self.now_ms + self.task_tick_ms();
+            self.timers.set(crate::Timer::Tasks, at, out);
+        }
+    }
+
+    /// The tick timer fired.
+    pub(crate) fn on_tasks_tick(&mut self, out: &mut Vec<crate::Command>) {
+        self.submitter_tick(out);
+        self.worker_tick(out);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,511 @@
+//! The admin's duty: queue offered tasks and place them on workers.
+//!
+//! Rules:
+//! 1. Placement happens only while this node holds a valid lease ([`Core::holds_lease`]).
+//! 2. A task goes to a worker that fits it (its required capabilities and repository) and has a
+//!    free slot, the least loaded first (running / slots), ties broken by node id.
+//! 3. An offer is answered with where the task stands (queued, placed, finished); an offer of a
+//!    task already placed or finished never queues it again. Only a task's origin may offer it.
+//! 4. Workers' reports are the load table: a new admin starts empty and learns what runs where
+//!    from them; a run reported that this admin did not place is adopted (and leaves the queue).
+//! 5. A placement the worker has seen (its report's `seen` covers the placement number) but does
+//!    not list as running or finished is lost — refused, or given back after a retryable
+//!    failure — and queued again after a backoff, as the next attempt. A worker that goes down
+//!    loses all its placements, queued again at once.
+//! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
+//!    placed one asks its worker to stop it.
+//!
+//! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
+//! workers' reports rebuild it under the next admin.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::work::MAX_REPORTED;
+use super::{OfferState, SharedSpec, TaskId, TaskResult, TaskStatus};
+use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
+
+/// Tasks queued at once; an offer beyond is answered `busy`.
+pub const MAX_QUEUED: usize = 100_000;
+
+/// Finished tasks remembered (their results are on the way to their submitters).
+const MAX_FINISHED: usize = 4_096;
+
+/// Queued tasks passed over per step because no worker fits them (bounds a step's work).
+const MAX_SKIPS_PER_STEP: usize = 64;
+
+/// Workers examined per task for a capability match.
+const MAX_CANDIDATES: usize = 256;
+
+/// A task waiting for placement.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Queued {
+    spec: SharedSpec,
+    attempt: u32,
+    /// Its key in the queue: (not before, arrival order).
+    key: (u64, u64),
+}
+
+/// A task placed on a worker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Placement {
+    worker: NodeId,
+    attempt: u32,
+    /// The placement number (0: adopted from a report, never placed by this admin).
+    seq: u64,
+    /// Kept to place it again (unknown for an adopted run: its submitter offers it again).
+    spec: Option<SharedSpec>,
+    /// When it was placed (this admin's clock).
+    #[serde(default)]
+    at_ms: u64,
+}
+
+/// A worker as its reports describe it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct WorkerLoad {
+    slots: u32,
+    running: u32,
+}
+
+impl WorkerLoad {
+    /// Sort key of a worker with a free slot: lower is less loaded.
+    fn load_key(&self) -> Option<u64> {
+        (self.running < self.slots).then(|| ((self.running as u64) << 32) / self.slots as u64)
+    }
+}
+
+/// The admin's task state (volatile; part of the admin state, gone with the lease).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminTasks {
+    queue: BTreeSet<((u64, u64), TaskId)>,
+    queued: BTreeMap<TaskId, Queued>,
+    placed: BTreeMap<TaskId, Placement>,
+    /// `placed` by worker, so a report costs what that worker runs, not what all do.
+    on_worker: BTreeMap<NodeId, BTreeSet<TaskId>>,
+    workers: BTreeMap<NodeId, WorkerLoad>,
+    /// Workers with a free slot, least loaded first.
+    free: BTreeSet<(u64, NodeId)>,
+    finished: BTreeMap<TaskId, NodeId>,
+    last_seq: u64,
+    last_order: u64,
+}
+
+impl AdminTasks {
+    /// Tasks waiting for placement.
+    pub fn queue_len(&self) -> usize {
+        self.queued.len()
+    }
+
+    /// Tasks placed and not known to be finished.
+    pub fn placed_len(&self) -> usize {
+        self.placed.len()
+    }
+
+    /// Workers known from reports.
+    pub fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    fn place(&mut self, task: TaskId, p: Placement) {
+        self.unplace(&task);
+        self.on_worker
+            .entry(p.worker.clone())
+            .or_default()
+            .insert(task.clone());
+        self.placed.insert(task, p);
+    }
+
+    fn unplace(&mut self, task: &TaskId) -> Option<Placement> {
+        let p = self.placed.remove(task)?;
+        self.unindex(task, &p.worker);
+        Some(p)
+    }
+
+    fn unindex(&mut self, task: &TaskId, worker: &NodeId) {
+        if let Some(set) = self.on_worker.get_mut(worker) {
+            set.remove(task);
+            if set.is_empty() {
+                self.on_worker.remove(worker);
+            }
+        }
+    }
+
+    /// Tasks placed on `worker`.
+    fn placed_on(&self, worker: &NodeId) -> Vec<TaskId> {
+        self.on_worker
+            .get(worker)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn enqueue(&mut self, task: TaskId, spec: SharedSpec, attempt: u32, not_before: u64) {
+        self.last_order += 1;
+        let key = (not_before, self.last_order);
+        self.queue.insert((key, task.clone()));
+        self.queued.insert(task, Queued { spec, attempt, key });
+    }
+
+    fn dequeue(&mut self, task: &TaskId) -> Option<Queued> {
+        let q = self.queued.remove(task)?;
+        self.queue.remove(&(q.key, task.clone()));
+        Some(q)
+    }
+
+    /// Sets a worker's load, keeping the free set in step.
+    fn set_load(&mut self, worker: &NodeId, load: WorkerLoad) {
+        if let Some(old) = self.workers.get(worker).and_then(WorkerLoad::load_key) {
+            self.free.remove(&(old, worker.clone()));
+        }
+        if let Some(k) = load.load_key() {
+            self.free.insert((k, worker.clone()));
+        }
+        self.workers.insert(worker.clone(), load);
+    }
+
+    fn remove_worker(&mut self, worker: &NodeId) {
+        if let Some(k) = self
+            .workers
+            .remove(worker)
+            .as_ref()
+            .and_then(WorkerLoad::load_key)
+        {
+            self.free.remove(&(k, worker.clone()));
+        }
+    }
+
+    fn remember_finished(&mut self, task: TaskId, worker: NodeId) {
+        if self.finished.len() >= MAX_FINISHED {
+            self.finished.pop_first();
+        }
+        self.finished.insert(task, worker);
+    }
+}
+
+/// The wait before attempt `attempt` (from 2): one tick, doubling, at most 64 ticks.
+fn backoff_ms(tick_ms: u64, attempt: u32) -> u64 {
+    tick_ms << attempt.saturating_sub(2).min(6)
+}
+
+impl Core {
+    /// The admin's task state, while admin.
+    pub fn admin_tasks(&self) -> Option<&AdminTasks> {
+        self.admin_state.as_ref().map(|a| &a.tasks)
+    }
+
+    fn admin_tasks_mut(&mut self) -> Option<&mut AdminTasks> {
+        self.admin_state.as_mut().map(|a| &mut a.tasks)
+    }
+
+    pub(crate) fn on_task_offer(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        spec: SharedSpec,
+        cancel: bool,
+        out: &mut Vec<Command>,
+    ) {
+        if task.origin != from {
+            return self.refuse(from, "task_offer", Refusal::NotOwner, out);
+        }
+        if spec.check().is_err() {
+            return self.refuse(from, "task_offer", Refusal::OutOfRange, out);
+        }
+        if self.role != Role::Admin {
+            // The submitter follows an admin this node no longer is (or never was).
+            return self.refuse(from, "task_offer", Refusal::Stale, out);
+        }
+        let now = self.now_ms;
+        let term = self.term;
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        let mut cancel_at: Option<(NodeId, TaskId)> = None;
+        let answer = if let Some(p) = a.placed.get(&task) {
+            if cancel {
+                cancel_at = Some((p.worker.clone(), task.clone()));
+            }
+            Some(OfferState::Placed {
+                worker: p.worker.clone(),
+                attempt: p.attempt,
+            })
+        } else if let Some(w) = a.finished.get(&task) {
+            Some(OfferState::Finished { worker: w.clone() })
+        } else if cancel {
+            a.dequeue(&task);
+            None
+        } else if a.queued.contains_key(&task) {
+            Some(OfferState::Queued)
+        } else if a.queued.len() >= MAX_QUEUED {
+            Some(OfferState::Busy)
+        } else {
+            a.enqueue(task.clone(), spec, 1, now);
+            Some(OfferState::Queued)
+        };
+        if let Some((worker, task)) = cancel_at {
+            self.deliver(worker, Message::TaskCancel { term, task }, out);
+        }
+        match answer {
+            Some(state) => self.deliver(from, Message::TaskState { task, state }, out),
+            None => {
+                // Cancelled before it ran: the admin answers in the worker's place.
+                let result = TaskResult::without_run(TaskStatus::Cancelled, self.id.clone(), 1);
+                self.deliver(from, Message::TaskResult { task, result }, out);
+            }
+        }
+    }
+
+    pub(crate) fn on_worker_report(
+        &mut self,
+        from: NodeId,
+        report: WorkerReportIn,
+        out: &mut Vec<Command>,
+    ) {
+        let WorkerReportIn {
+            term,
+            seen,
+            slots,
+            running,
+            finished,
+            released,
+        } = report;
+        if running.len() > MAX_REPORTED
+            || finished.len() > MAX_REPORTED
+            || released.len() > MAX_REPORTED
+            || slots as usize > MAX_REPORTED
+            || seen > crate::MAX_WIRE_INT
+        {
+            return self.refuse(from, "worker_report", Refusal::OutOfRange, out);
+        }
+        if self.role != Role::Admin || term != self.term {
+            return self.refuse(from, "worker_report", Refusal::Stale, out);
+        }
+        let now = self.now_ms;
+        let tick = self.task_tick_ms();
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        let running_set: BTreeSet<&TaskId> = running.iter().map(|(t, _)| t).collect();
+        let finished_set: BTreeSet<&TaskId> = finished.iter().collect();
+        // Rule 5: runs the worker released are placed again (an adopted one, whose spec this
+        // admin never had, waits for its submitter's next offer).
+        for (t, attempt) in released {
+            let this_run = a
+                .placed
+                .get(&t)
+                .is_some_and(|p| p.worker == from && p.attempt == attempt);
+            if !this_run || running_set.contains(&t) {
+                continue; // an older run's release, or the task runs here again
+            }
+            if let Some(p) = a.unplace(&t) {
+                if let Some(spec) = p.spec {
+                    let next = p.attempt.saturating_add(1);
+                    a.enqueue(t, spec, next, now + backoff_ms(tick, next));
+                }
+            }
+        }
+        // Placements the worker does not mention though it saw a later one, or a tick has
+        // passed: lost on the way (a cut link), or still on it (placements travel apart and may
+        // overtake each other). Sent again; the worker deduplicates by task id.
+        let resend: Vec<(TaskId, u32, u64, SharedSpec)> = a
+            .placed_on(&from)
+            .into_iter()
+            .filter_map(|t| {
+                let p = &a.placed[&t];
+                let unmentioned = !running_set.contains(&t) && !finished_set.contains(&t);
+                let seen_after = p.seq > 0 && (p.seq < seen || p.at_ms + tick <= now);
+                let spec = p.spec.clone()?;
+                (unmentioned && seen_after).then_some((t, p.attempt, p.seq, spec))
+            })
+            .collect();
+        for t in finished {
+            if a.placed.get(&t).is_some_and(|p| p.worker == from) {
+                a.unplace(&t);
+            }
+            a.dequeue(&t);
+            a.remember_finished(t, from.clone());
+        }
+        // Rule 4: adopt runs this admin did not place.
+        for (t, attempt) in running {
+            if a.placed.contains_key(&t) {
+                continue;
+            }
+            let spec = a.dequeue(&t).map(|q| q.spec);
+            a.place(
+                t,
+                Placement {
+                    worker: from.clone(),
+                    attempt: attempt.max(1),
+                    seq: 0,
+                    spec,
+                    at_ms: now,
+                },
+            );
+        }
+        // The load counts what this admin believes runs there: the report's runs, and
+        // placements the worker has not seen yet.
+        let load = a.on_worker.get(&from).map_or(0, |s| s.len()) as u32;
+        a.set_load(
+            &from,
+            WorkerLoad {
+                slots,
+                running: load,
+            },
+        );
+        let term = self.term;
+        for (task, attempt, seq, spec) in resend {
+            let msg = Message::TaskPlace {
+                term,
+                task,
+                attempt,
+                seq,
+                spec,
+            };
+            self.deliver(from.clone(), msg, out);
+        }
+    }
+
+    /// The admin loses a worker: its placements are queued again at once.
+    pub(crate) fn admin_peer_down(&mut self, peer: &NodeId) {
+        let now = self.now_ms;
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        a.remove_worker(peer);
+        for t in a.placed_on(peer) {
+            if let Some(p) = a.unplace(&t) {
+                if let Some(spec) = p.spec {
+                    a.enqueue(t, spec, p.attempt.saturating_add(1), now);
+                }
+            }
+        }
+        a.finished.retain(|_, w| w != peer);
+    }
+
+    pub(crate) fn admin_has_pending(&self) -> bool {
+        self.admin_tasks().is_some_and(|a| !a.queued.is_empty())
+    }
+
+    /// Places what the queue holds and the workers can take (rule 1: only under the lease).
+    pub(crate) fn place_tasks(&mut self, out: &mut Vec<Command>) {
+        let now = self.now_ms;
+        if !self.holds_lease(now) {
+            return;
+        }
+        let term = self.term;
+        let mut skipped = 0;
+        let mut cursor: Option<((u64, u64), TaskId)> = None;
+        loop {
+            let Some(a) = self.admin_state.as_ref().map(|a| &a.tasks) else {
+                return;
+            };
+            if a.free.is_empty() {
+                return;
+            }
+            let next = match &cursor {
+                None => a.queue.first(),
+                Some(c) => a
+                    .queue
+                    .range((
+                        std::ops::Bound::Excluded(c.clone()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .next(),
+            };
+            let Some(entry) = next.cloned() else {
+                return;
+            };
+            if entry.0 .0 > now {
+                return; // the rest wait for their backoff
+            }
+            let task = entry.1.clone();
+            let spec = a.queued[&task].spec.clone();
+            let worker = a
+                .free
+                .iter()
+                .take(MAX_CANDIDATES)
+                .map(|(_, w)| w)
+                .find(|w| self.worker_fits(w, &spec))
+                .cloned();
+            let Some(worker) = worker else {
+                skipped += 1;
+                if skipped >= MAX_SKIPS_PER_STEP {
+                    return;
+                }
+                cursor = Some(entry);
+                continue;
+            };
+            let Some(a) = self.admin_tasks_mut() else {
+                return;
+            };
+            let Some(q) = a.dequeue(&task) else {
+                return;
+            };
+            a.last_seq += 1;
+            let seq = a.last_seq;
+            let mut load = a.workers.get(&worker).cloned().unwrap_or_default();
+            load.running += 1;
+            a.set_load(&worker, load);
+            a.place(
+                task.clone(),
+                Placement {
+                    worker: worker.clone(),
+                    attempt: q.attempt,
+                    seq,
+                    spec: Some(q.spec.clone()),
+                    at_ms: now,
+                },
+            );
+            out.push(Command::Notice(Notice::TaskPlaced {
+                task: task.clone(),
+                worker: worker.clone(),
+                attempt: q.attempt,
+            }));
+            let origin = task.origin.clone();
+            let state = OfferState::Placed {
+                worker: worker.clone(),
+                attempt: q.attempt,
+            };
+            self.deliver(
+                origin,
+                Message::TaskState {
+                    task: task.clone(),
+                    state,
+                },
+                out,
+            );
+            self.deliver(
+                worker,
+                Message::TaskPlace {
+                    term,
+                    task,
+                    attempt: q.attempt,
+                    seq,
+                    spec: q.spec,
+                },
+                out,
+            );
+        }
+    }
+
+    /// Whether `worker` (this node, or a connected peer) advertises what `spec` needs.
+    fn worker_fits(&self, worker: &NodeId, spec: &super::TaskSpec) -> bool {
+        if *worker == self.id {
+            spec.fits(&self.capabilities)
+        } else {
+            self.peers
+                .get(worker)
+                .is_some_and(|p| spec.fits(&p.capabilities))
+        }
+    }
+}
+
+/// A worker report's fields, as the message carries them.
+pub(crate) struct WorkerReportIn {
+    pub(crate) term: u64,
+    pub(crate) seen: u64,
+    pub(crate) slots: u32,
+    pub(crate) running: Vec<(TaskId, u32)>,
+    pub(crate) finished: Vec<TaskId>,
+    pub(crate) released: Vec<(TaskId, u32)>,
+}

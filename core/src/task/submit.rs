@@ -1,0 +1,397 @@
+//! The submitter: owns the tasks it accepted and offers each to the admin until its result is in.
+//!
+//! Rules:
+//! 1. A submit is checked ([`TaskSpec::check`]) and, with an idempotency key already used,
+//!    answered with the task that key made (a different spec under the same key is refused).
+//! 2. An unfinished task is offered to the admin of the moment: at once, again whenever the
+//!    (admin, term) this node follows changes (a new admin starts with an empty queue), every
+//!    tick while no admin answered, and every [`REOFFER_TICKS`] ticks in any case (an admin may
+//!    have lost track: a worker it placed on went silent and took the task along).
+//! 3. A result counts only from a worker the admin named for the task, or from the admin; the
+//!    first one is kept, and every copy is acknowledged so the worker can forget it.
+//! 4. Owned tasks are durable (the log folds into them); done ones are remembered up to
+//!    [`MAX_DONE_TASKS`], the oldest forgotten first.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    OfferState, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_DONE_TASKS, MAX_OWNED_TASKS,
+};
+use crate::{Command, Core, Message, NodeId, Notice, Refusal};
+
+/// An unfinished task is offered again after this many ticks even when the admin answered.
+pub(crate) const REOFFER_TICKS: u64 = 10;
+
+/// At most this many workers are remembered per task (results are accepted from them).
+const MAX_NAMED_WORKERS: usize = 8;
+
+/// Where a task stands as its submitter knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum TaskPhase {
+    /// Accepted here; no admin has queued it yet.
+    Submitted,
+    /// The admin queued it.
+    Queued,
+    /// The admin placed it on `worker`.
+    Placed {
+        /// The worker.
+        worker: NodeId,
+        /// The run.
+        attempt: u32,
+    },
+    /// The worker finished; its result is on the way.
+    Finished {
+        /// The worker.
+        worker: NodeId,
+    },
+    /// The result is in.
+    Done,
+}
+
+impl TaskPhase {
+    /// The snake_case name used in the API and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TaskPhase::Submitted => "submitted",
+            TaskPhase::Queued => "queued",
+            TaskPhase::Placed { .. } => "placed",
+            TaskPhase::Finished { .. } => "finished",
+            TaskPhase::Done => "done",
+        }
+    }
+}
+
+/// A task this node accepted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnedTask {
+    /// What to run.
+    pub spec: SharedSpec,
+    /// The idempotency key it was submitted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it was accepted (this node's clock).
+    pub submitted_at_ms: u64,
+    /// Where it stands.
+    pub phase: TaskPhase,
+    /// Cancellation was asked for.
+    #[serde(default)]
+    pub cancel: bool,
+    /// Workers the admin named for it: results are accepted from these (and the admin).
+    #[serde(default)]
+    pub workers: Vec<NodeId>,
+    /// When it was last offered (0: never).
+    #[serde(default)]
+    pub offered_at_ms: u64,
+    /// The result, once in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
+    /// When the result came in.
+    #[serde(default)]
+    pub done_at_ms: u64,
+}
+
+/// The submitter's part of a node's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitterTasks {
+    /// The last sequence number given out.
+    pub(crate) last_seq: u64,
+    /// Tasks owned, done ones included (up to [`MAX_DONE_TASKS`]).
+    pub(crate) owned: BTreeMap<TaskId, OwnedTask>,
+    /// Unfinished tasks.
+    pub(crate) unfinished: usize,
+    /// Idempotency keys of owned tasks.
+    pub(crate) keys: BTreeMap<String, TaskId>,
+    /// Done tasks, oldest first (forgotten in this order).
+    pub(crate) done: VecDeque<TaskId>,
+    /// The (admin, term) every unfinished task was last offered to (volatile).
+    pub(crate) offered_view: Option<(NodeId, u64)>,
+}
+
+impl Core {
+    /// Tasks this node owns, done ones included.
+    pub fn owned_tasks(&self) -> &BTreeMap<TaskId, OwnedTask> {
+        &self.tasks.submit.owned
+    }
+
+    pub(crate) fn on_submit_task(
+        &mut self,
+        spec: SharedSpec,
+        key: Option<String>,
+        request: u64,
+        out: &mut Vec<Command>,
+    ) {
+        let refuse = |reason: String, out: &mut Vec<Command>| {
+            out.push(Command::Notice(Notice::TaskRefused { request, reason }));
+        };
+        if let Err(e) = spec.check() {
+            return refuse(format!("bad task spec: {e}"), out);
+        }
+        if let Some(k) = &key {
+            if k.is_empty() || k.len() > super::bounds::NAME {
+                return refuse(
+                    format!("idempotency key must be 1 to {} bytes", super::bounds::NAME),
+                    out,
+                );
+            }
+            if let Some(task) = self.tasks.submit.keys.get(k) {
+                let same = self.tasks.submit.owned.get(task).map(|t| &t.spec) == Some(&spec);
+                if !same {
+                    return refuse(
+                        format!("idempotency key `{k}` was used for task {task} with another spec"),
+                        out,
+                    );
+                }
+                out.push(Command::Notice(Notice::TaskSubmitted {
+                    task: task.clone(),
+                    request,
+                    existing: true,
+                }));
+                return;
+            }
+        }
+        let s = &mut self.tasks.submit;
+        if s.unfinished >= MAX_OWNED_TASKS {
+            return refuse(
+                format!("this node owns {MAX_OWNED_TASKS} unfinished tasks already"),
+                out,
+            );
+        }
+        if s.last_seq >= crate::MAX_WIRE_INT {
+            return refuse("task numbers are used up on this node".into(), out);
+        }
+        s.last_seq += 1;
+        let task = TaskId {
+            origin: self.id.clone(),
+            seq: s.last_seq,
+        };
+        if let Some(k) = &key {
+            s.keys.insert(k.clone(), task.clone());
+        }
+        s.owned.insert(
+            task.clone(),
+            OwnedTask {
+                spec,
+                key,
+                submitted_at_ms: self.now_ms,
+                phase: TaskPhase::Submitted,
+                cancel: false,
+                workers: Vec::new(),
+                offered_at_ms: 0,
+                result: None,
+                done_at_ms: 0,
+            },
+        );
+        s.unfinished += 1;
+        out.push(Command::Notice(Notice::TaskSubmitted {
+            task: task.clone(),
+            request,
+            existing: false,
+        }));
+        self.offer(&task, out);
+    }
+
+    pub(crate) fn on_cancel_task(&mut self, task: TaskId, request: u64, out: &mut Vec<Command>) {
+        let reason = match self.tasks.submit.owned.get_mut(&task) {
+            None => format!("no task {task} here (cancel it at the node it was submitted to)"),
+            Some(t) if t.phase == TaskPhase::Done => format!("task {task} is finished already"),
+            Some(t) => {
+                t.cancel = true;
+                out.push(Command::Notice(Notice::TaskCancelRequested {
+                    task: task.clone(),
+                    request,
+                }));
+                self.offer(&task, out);
+                return;
+            }
+        };
+        out.push(Command::Notice(Notice::TaskRefused { request, reason }));
+    }
+
+    /// Offers `task` to the admin this node follows, if it knows one.
+    fn offer(&mut self, task: &TaskId, out: &mut Vec<Command>) {
+        let Some(admin) = self.admin.clone() else {
+            return;
+        };
+        let Some(t) = self.tasks.submit.owned.get_mut(task) else {
+            return;
+        };
+        t.offered_at_ms = self.now_ms.max(1);
+        let msg = Message::TaskOffer {
+            task: task.clone(),
+            spec: t.spec.clone(),
+            cancel: t.cancel,
+        };
+        self.deliver(admin, msg, out);
+    }
+
+    /// After each step: offer everything again when the admin (or its term) changed.
+    pub(crate) fn submitter_after_step(&mut self, out: &mut Vec<Command>) {
+        let Some(admin) = self.admin.clone() else {
+            return;
+        };
+        let view = Some((admin, self.term));
+        if self.tasks.submit.offered_view == view {
+            return;
+        }
+        self.tasks.submit.offered_view = view;
+        for task in self.unfinished_tasks() {
+            if let Some(t) = self.tasks.submit.owned.get_mut(&task) {
+                if t.phase != TaskPhase::Done {
+                    t.phase = TaskPhase::Submitted;
+                }
+            }
+            self.offer(&task, out);
+        }
+    }
+
+    /// The tick: offer what no admin answered, and everything now and then.
+    pub(crate) fn submitter_tick(&mut self, out: &mut Vec<Command>) {
+        let tick = self.task_tick_ms();
+        let now = self.now_ms;
+        let due: Vec<TaskId> = self
+            .tasks
+            .submit
+            .owned
+            .iter()
+            .filter(|(_, t)| {
+                let waited = now.saturating_sub(t.offered_at_ms);
+                match t.phase {
+                    TaskPhase::Done => false,
+                    TaskPhase::Submitted => waited >= tick,
+                    _ => waited >= tick * REOFFER_TICKS,
+                }
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for task in due {
+            self.offer(&task, out);
+        }
+    }
+
+    fn unfinished_tasks(&self) -> Vec<TaskId> {
+        self.tasks
+            .submit
+            .owned
+            .iter()
+            .filter(|(_, t)| t.phase != TaskPhase::Done)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    pub(crate) fn submitter_has_pending(&self) -> bool {
+        self.tasks.submit.unfinished > 0
+    }
+
+    /// The admin says where a task stands.
+    pub(crate) fn on_task_state(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        state: OfferState,
+        out: &mut Vec<Command>,
+    ) {
+        if self.admin.as_ref() != Some(&from) {
+            return self.refuse(from, "task_state", Refusal::Unsolicited, out);
+        }
+        let Some(t) = self.tasks.submit.owned.get_mut(&task) else {
+            return self.refuse(from, "task_state", Refusal::Unsolicited, out);
+        };
+        if t.phase == TaskPhase::Done {
+            return;
+        }
+        let name = |w: &NodeId, t: &mut OwnedTask| {
+            if !t.workers.contains(w) {
+                if t.workers.len() == MAX_NAMED_WORKERS {
+                    t.workers.remove(0);
+                }
+                t.workers.push(w.clone());
+            }
+        };
+        t.phase = match state {
+            OfferState::Queued => TaskPhase::Queued,
+            OfferState::Placed { worker, attempt } => {
+                name(&worker, t);
+                TaskPhase::Placed { worker, attempt }
+            }
+            OfferState::Finished { worker } => {
+                name(&worker, t);
+                TaskPhase::Finished { worker }
+            }
+            // Offered again at the next tick.
+            OfferState::Busy => TaskPhase::Submitted,
+        };
+    }
+
+    /// A result arrives (from a worker, or from the admin for a task cancelled in its queue).
+    pub(crate) fn on_task_result(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        mut result: TaskResult,
+        out: &mut Vec<Command>,
+    ) {
+        if task.origin != self.id {
+            return self.refuse(from, "task_result", Refusal::NotOwner, out);
+        }
+        if result.check().is_err() {
+            return self.refuse(from, "task_result", Refusal::OutOfRange, out);
+        }
+        let admin = self.admin.clone();
+        match self.tasks.submit.owned.get_mut(&task) {
+            Some(t) if t.phase != TaskPhase::Done => {
+                let named =
+                    t.workers.contains(&from) || admin.as_ref() == Some(&from) || from == self.id;
+                if !named {
+                    // Not acknowledged: the worker sends it again, and by then the admin will
+                    // have named it.
+                    return self.refuse(from, "task_result", Refusal::Unsolicited, out);
+                }
+                result.worker = from.clone();
+                let status = result.status;
+                t.phase = TaskPhase::Done;
+                t.result = Some(result);
+                t.done_at_ms = self.now_ms;
+                self.tasks.submit.unfinished -= 1;
+                self.tasks.submit.done.push_back(task.clone());
+                out.push(Command::Notice(Notice::TaskCompleted {
+                    task: task.clone(),
+                    status,
+                }));
+                self.forget_old_done_tasks();
+            }
+            // A copy of a result already in, or of a task done long ago: acknowledged so the
+            // worker stops sending it.
+            _ => {}
+        }
+        self.deliver(from, Message::TaskResultAck { task }, out);
+    }
+
+    fn forget_old_done_tasks(&mut self) {
+        let s = &mut self.tasks.submit;
+        while s.done.len() > MAX_DONE_TASKS {
+            if let Some(old) = s.done.pop_front() {
+                if let Some(t) = s.owned.remove(&old) {
+                    if let Some(k) = t.key {
+                        s.keys.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Counts of owned tasks by phase name, and done ones by status (for metrics).
+    pub fn task_counts(&self) -> (BTreeMap<&'static str, u64>, BTreeMap<TaskStatus, u64>) {
+        let mut phases = BTreeMap::new();
+        let mut statuses = BTreeMap::new();
+        for t in self.tasks.submit.owned.values() {
+            *phases.entry(t.phase.as_str()).or_insert(0) += 1;
+            if let Some(r) = &t.result {
+                *statuses.entry(r.status).or_insert(0) += 1;
+            }
+        }
+        (phases, statuses)
+    }
+}

@@ -1,0 +1,391 @@
+//! The worker: runs what the admin places on it and keeps each result until its submitter
+//! acknowledges it.
+//!
+//! Rules:
+//! 1. A placement counts only from the admin this node follows, in this node's term.
+//! 2. A task already running (or finished and unacknowledged) here is not started twice: the
+//!    worker only reports. A task that does not fit (no free slot, a capability missing) is not
+//!    started either; the report tells the admin, which places it elsewhere.
+//! 3. A run's end becomes a result: cancelled (the admin asked), timed out, out of memory,
+//!    succeeded (exit 0) or failed. A retryable sandbox failure before the last attempt is given
+//!    back to the admin (placed again after a backoff); otherwise it is an error result.
+//! 4. Results are durable and sent to the submitter every tick until acknowledged.
+//! 5. A restart ends every run the log says was going (the runtime reaps the containers): each
+//!    counts as a retryable failure.
+//! 6. The worker reports (slots, runs, finished tasks — unacknowledged results and the latest
+//!    acknowledged ones —, the last placement seen) to its
+//!    admin when the admin or its term changes, when its runs change, and every
+//!    [`REPORT_EVERY_BEATS`] beats.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+
+use super::{tail, SandboxExit, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_ATTEMPTS};
+use crate::{Command, Core, Message, NodeId, Notice, Refusal};
+
+/// A worker reports at least this often, in beats.
+pub(crate) const REPORT_EVERY_BEATS: u64 = 4;
+
+/// At most this many runs or results in one report (and slots a worker may claim).
+pub const MAX_REPORTED: usize = 1_024;
+
+/// Unacknowledged results resent per tick.
+const RESENDS_PER_TICK: usize = 64;
+
+/// A run in progress here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunningTask {
+    /// Which run.
+    pub attempt: u32,
+    /// What runs.
+    pub spec: SharedSpec,
+    /// When it started (this node's clock).
+    pub started_at_ms: u64,
+    /// The admin asked to cancel it; the sandbox is being stopped.
+    #[serde(default)]
+    pub stopping: bool,
+}
+
+/// The worker's part of a node's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTasks {
+    /// Runs in progress.
+    pub(crate) running: BTreeMap<TaskId, RunningTask>,
+    /// Results not yet acknowledged by their submitters.
+    pub(crate) results: BTreeMap<TaskId, TaskResult>,
+    /// The highest placement number seen from the admin of term `.0` (volatile).
+    pub(crate) seen: (u64, u64),
+    /// A report is owed to the admin (volatile).
+    pub(crate) report_due: bool,
+    /// The (admin, term) last reported to, and the beat of that report (volatile).
+    pub(crate) reported: Option<(NodeId, u64, u64)>,
+    /// Tasks whose results were acknowledged lately, newest last: still reported as finished,
+    /// so an admin that missed the result does not take the task for lost (volatile).
+    pub(crate) acked: VecDeque<TaskId>,
+    /// Placements refused or given back lately, by task and attempt, newest last: reported so
+    /// the admin places them again (volatile).
+    pub(crate) released: VecDeque<(TaskId, u32)>,
+}
+
+impl WorkerTasks {
+    fn release(&mut self, task: TaskId, attempt: u32) {
+        if self.released.len() == MAX_REPORTED {
+            self.released.pop_front();
+        }
+        self.released.push_back((task, attempt));
+        self.report_due = true;
+    }
+}
+
+impl Core {
+    /// Runs in progress on this node.
+    pub fn running_tasks(&self) -> &BTreeMap<TaskId, RunningTask> {
+        &self.tasks.work.running
+    }
+
+    /// Results this node holds until their submitters acknowledge them.
+    pub fn unacknowledged_results(&self) -> &BTreeMap<TaskId, TaskResult> {
+        &self.tasks.work.results
+    }
+
+    /// Task slots this node offers (from its sampled resources).
+    pub fn task_slots(&self) -> u32 {
+        self.resources.task_slots
+    }
+
+    pub(crate) fn on_task_place(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        placement: (TaskId, u32, u64),
+        spec: SharedSpec,
+        out: &mut Vec<Command>,
+    ) {
+        let (task, attempt, seq) = placement;
+        if let Err(r) = self.check_my_admin(&from, term) {
+            return self.refuse(from, "task_place", r, out);
+        }
+        if spec.check().is_err() || attempt == 0 {
+            return self.refuse(from, "task_place", Refusal::OutOfRange, out);
+        }
+        let w = &mut self.tasks.work;
+        w.seen = if w.seen.0 == term {
+            (term, w.seen.1.max(seq))
+        } else {
+            (term, seq)
+        };
+        w.report_due = true;
+        if w.running.contains_key(&task) || w.results.contains_key(&task) {
+            return;
+        }
+        let free = (self.resources.task_slots as usize).saturating_sub(w.running.len());
+        if free == 0 || !spec.fits(&self.capabilities) {
+            w.release(task, attempt);
+            return;
+        }
+        w.running.insert(
+            task.clone(),
+            RunningTask {
+                attempt,
+                spec: spec.clone(),
+                started_at_ms: self.now_ms,
+                stopping: false,
+            },
+        );
+        out.push(Command::StartSandbox {
+            task: task.clone(),
+            attempt,
+            spec,
+        });
+        out.push(Command::Notice(Notice::TaskStarted { task, attempt }));
+    }
+
+    pub(crate) fn on_task_cancel(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        task: TaskId,
+        out: &mut Vec<Command>,
+    ) {
+        if let Err(r) = self.check_my_admin(&from, term) {
+            return self.refuse(from, "task_cancel", r, out);
+        }
+        if let Some(run) = self.tasks.work.running.get_mut(&task) {
+            if !run.stopping {
+                run.stopping = true;
+                out.push(Command::StopSandbox {
+                    task,
+                    attempt: run.attempt,
+                });
+            }
+        }
+    }
+
+    /// Placements and cancellations count only from the admin of this node's term.
+    fn check_my_admin(&self, from: &NodeId, term: u64) -> Result<(), Refusal> {
+        if term < self.term {
+            Err(Refusal::Stale)
+        } else if term > self.term || self.admin.as_ref() != Some(from) {
+            Err(Refusal::Unsolicited)
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn on_sandbox_exited(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        exit: SandboxExit,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(run) = self.take_run(&task, attempt) else {
+            return;
+        };
+        let status = if run.stopping {
+            TaskStatus::Cancelled
+        } else if exit.timed_out {
+            TaskStatus::TimedOut
+        } else if exit.oom {
+            TaskStatus::OutOfMemory
+        } else if exit.exit_code == Some(0) && exit.signal.is_none() {
+            TaskStatus::Succeeded
+        } else {
+            TaskStatus::Failed
+        };
+        let result = TaskResult {
+            status,
+            exit_code: exit.exit_code,
+            signal: exit.signal,
+            worker: self.id.clone(),
+            attempt,
+            duration_ms: exit.duration_ms.min(crate::MAX_WIRE_INT),
+            usage: exit.usage,
+            stdout: tail(exit.stdout, super::MAX_TAIL_BYTES),
+            stderr: tail(exit.stderr, super::MAX_TAIL_BYTES),
+            error: None,
+        };
+        self.finish(task, result, out);
+    }
+
+    pub(crate) fn on_sandbox_failed(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        error: String,
+        retryable: bool,
+        out: &mut Vec<Command>,
+    ) {
+        let Some(run) = self.take_run(&task, attempt) else {
+            return;
+        };
+        self.run_failed(task, attempt, run.stopping, error, retryable, out);
+    }
+
+    fn run_failed(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        stopping: bool,
+        error: String,
+        retryable: bool,
+        out: &mut Vec<Command>,
+    ) {
+        if retryable && !stopping && attempt < MAX_ATTEMPTS {
+            // Given back: the report says so, and the admin places it again after a backoff.
+            self.tasks.work.release(task.clone(), attempt);
+            out.push(Command::Notice(Notice::TaskFinished {
+                task,
+                attempt,
+                status: None,
+                error: Some(error),
+            }));
+            return;
+        }
+        let status = if stopping {
+            TaskStatus::Cancelled
+        } else {
+            TaskStatus::Error
+        };
+        let mut result = TaskResult::without_run(status, self.id.clone(), attempt);
+        if status == TaskStatus::Error {
+            result.error = Some(tail(error, super::MAX_TAIL_BYTES));
+        }
+        self.finish(task, result, out);
+    }
+
+    fn take_run(&mut self, task: &TaskId, attempt: u32) -> Option<RunningTask> {
+        let w = &mut self.tasks.work;
+        if w.running.get(task).map(|r| r.attempt) != Some(attempt) {
+            return None; // a stale exit (an earlier run, or a run this node forgot)
+        }
+        w.report_due = true;
+        w.running.remove(task)
+    }
+
+    fn finish(&mut self, task: TaskId, result: TaskResult, out: &mut Vec<Command>) {
+        out.push(Command::Notice(Notice::TaskFinished {
+            task: task.clone(),
+            attempt: result.attempt,
+            status: Some(result.status),
+            error: result.error.clone(),
+        }));
+        self.tasks.work.results.insert(task.clone(), result.clone());
+        self.tasks.work.report_due = true;
+        let origin = task.origin.clone();
+        self.deliver(origin, Message::TaskResult { task, result }, out);
+    }
+
+    pub(crate) fn on_task_result_ack(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        out: &mut Vec<Command>,
+    ) {
+        if task.origin != from {
+            return self.refuse(from, "task_result_ack", Refusal::NotOwner, out);
+        }
+        let w = &mut self.tasks.work;
+        if w.results.remove(&task).is_some() {
+            if w.acked.len() == MAX_REPORTED {
+                w.acked.pop_front();
+            }
+            w.acked.push_back(task);
+        }
+    }
+
+    /// A restart ended every run this node had going: each is a retryable failure.
+    pub(crate) fn worker_restarted(&mut self, out: &mut Vec<Command>) {
+        let w = &mut self.tasks.work;
+        w.seen = (0, 0);
+        w.report_due = false;
+        w.reported = None;
+        w.acked.clear();
+        w.released.clear();
+        let runs = std::mem::take(&mut w.running);
+        for (task, run) in runs {
+            self.run_failed(
+                task,
+                run.attempt,
+                run.stopping,
+                "worker: the node restarted while the task ran".into(),
+                true,
+                out,
+            );
+        }
+    }
+
+    /// The tick: send every unacknowledged result again.
+    pub(crate) fn worker_tick(&mut self, out: &mut Vec<Command>) {
+        let resend: Vec<(TaskId, TaskResult)> = self
+            .tasks
+            .work
+            .results
+            .iter()
+            .take(RESENDS_PER_TICK)
+            .map(|(t, r)| (t.clone(), r.clone()))
+            .collect();
+        for (task, result) in resend {
+            let origin = task.origin.clone();
+            self.deliver(origin, Message::TaskResult { task, result }, out);
+        }
+    }
+
+    pub(crate) fn worker_has_pending(&self) -> bool {
+        !self.tasks.work.results.is_empty()
+    }
+
+    /// After each step: report to the admin when something changed or a report is due.
+    pub(crate) fn worker_after_step(&mut self, out: &mut Vec<Command>) {
+        let Some(admin) = self.admin.clone() else {
+            return;
+        };
+        let w = &self.tasks.work;
+        // A node without slots reports only when something changed (its slots went to 0, or
+        // a placement it could not take): the admin must hear it.
+        let active = self.resources.task_slots > 0
+            || w.report_due
+            || !w.running.is_empty()
+            || !w.results.is_empty();
+        if !active {
+            return;
+        }
+        let due = match &w.reported {
+            Some((a, term, beat)) => {
+                w.report_due
+                    || *a != admin
+                    || *term != self.term
+                    || self.beat >= beat.saturating_add(REPORT_EVERY_BEATS)
+            }
+            None => true,
+        };
+        if !due {
+            return;
+        }
+        let w = &mut self.tasks.work;
+        w.report_due = false;
+        w.reported = Some((admin.clone(), self.term, self.beat));
+        let msg = Message::WorkerReport {
+            term: self.term,
+            seen: if w.seen.0 == self.term { w.seen.1 } else { 0 },
+            slots: self.resources.task_slots.min(MAX_REPORTED as u32),
+            running: w
+                .running
+                .iter()
+                .take(MAX_REPORTED)
+                .map(|(t, r)| (t.clone(), r.attempt))
+                .collect(),
+            // Unacknowledged results first, then the latest acknowledged ones.
+            finished: w
+                .results
+                .keys()
+                .chain(w.acked.iter().rev())
+                .take(MAX_REPORTED)
+                .cloned()
+                .collect(),
+            released: w.released.iter().cloned().collect(),
+        };
+        self.deliver(admin, msg, out);
+    }
+}

@@ -1,0 +1,626 @@
+//! Tasks across nodes (DESIGN §4 "Tasks", invariant 7), on the deterministic test network with
+//! a simulated sandbox (`support::simulate_run` reads what a run does from its command). The
+//! network checks on every step that a placement happens only under a valid lease and that a
+//! submitter takes one result per task; each test checks invariant 7 at its end.
+
+mod support;
+
+use chorus_core::{Event, Message, Notice, Refusal, TaskId, TaskPhase, TaskSpec, TaskStatus};
+use support::{fast_config, Net};
+
+const LONG: u64 = 60_000;
+
+/// Three voters and two workers (n3, n4) with two slots each; voters run nothing.
+fn cluster(seed: u64) -> Net {
+    let mut net = Net::with_workers(seed, 3, 2, fast_config());
+    net.set_slots(3, 2);
+    net.set_slots(4, 2);
+    net.run_until(2_000);
+    assert!(net.agreed_admin().is_some(), "elected (seed {seed})");
+    net
+}
+
+fn admin_index(net: &Net) -> usize {
+    net.index_of(&net.agreed_admin().expect("an admin"))
+}
+
+fn status(net: &Net, t: &TaskId) -> Option<TaskStatus> {
+    net.results.get(t).copied()
+}
+
+fn runs_of(net: &Net, t: &TaskId) -> Vec<(u32, usize)> {
+    net.runs
+        .iter()
+        .filter(|(task, _, _)| task == t)
+        .map(|(_, a, n)| (*a, *n))
+        .collect()
+}
+
+#[test]
+fn tasks_submitted_anywhere_run_once_each_on_the_least_loaded_workers() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let tasks: Vec<TaskId> = (0..20)
+            .map(|k| net.submit(k % 5, &["sleep", "40"], LONG).expect("accepted"))
+            .collect();
+        net.run_until(net.now + 3_000);
+        for t in &tasks {
+            assert_eq!(
+                status(&net, t),
+                Some(TaskStatus::Succeeded),
+                "{t} seed {seed}"
+            );
+            assert_eq!(runs_of(&net, t).len(), 1, "{t} ran once (seed {seed})");
+        }
+        // Only the workers ran anything, about evenly.
+        let per_worker: Vec<usize> = (3..5)
+            .map(|w| net.runs.iter().filter(|r| r.2 == w).count())
+            .collect();
+        assert_eq!(per_worker.iter().sum::<usize>(), 20);
+        assert!(
+            per_worker.iter().all(|&n| (8..=12).contains(&n)),
+            "{per_worker:?}"
+        );
+        // Every submitter's record says done, and workers hold no result.
+        for c in net.live() {
+            assert!(c.owned_tasks().values().all(|t| t.phase == TaskPhase::Done));
+            assert!(c.unacknowledged_results().is_empty());
+            assert!(c.running_tasks().is_empty());
+        }
+        net.check_tasks(true);
+    }
+}
+
+#[test]
+fn a_task_whose_worker_dies_is_placed_again_and_completes_elsewhere() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let t = net.submit(0, &["sleep", "500"], LONG).unwrap();
+        net.run_until(net.now + 100);
+        let [(1, worker)] = runs_of(&net, &t)[..] else {
+            panic!("one run started (seed {seed}): {:?}", runs_of(&net, &t));
+        };
+        net.crash(worker);
+        net.run_until(net.now + 3_000);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded), "seed {seed}");
+        let runs = runs_of(&net, &t);
+        assert_eq!(runs.len(), 2, "seed {seed}: {runs:?}");
+        assert_ne!(runs[1].1, worker, "placed on the other worker");
+        assert_eq!(runs[1].0, 2, "as the second attempt");
+        net.check_tasks(true);
+    }
+}
+
+#[test]
+fn queued_tasks_survive_the_admins_death_and_complete_under_the_next_admin() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        let submitter = (admin + 1) % 3;
+        // Four slots: the first four run, the other four wait in the admin's queue.
+        let tasks: Vec<TaskId> = (0..8)
+            .map(|_| net.submit(submitter, &["sleep", "300"], LONG).unwrap())
+            .collect();
+        net.run_until(net.now + 50);
+        let queued = net.nodes[admin]
+            .as_ref()
+            .and_then(|c| c.admin_tasks())
+            .map_or(0, |a| a.queue_len());
+        assert_eq!(queued, 4, "seed {seed}");
+        net.crash(admin);
+        net.run_until(net.now + 5_000);
+        assert!(net.agreed_admin().is_some());
+        for t in &tasks {
+            assert_eq!(
+                status(&net, t),
+                Some(TaskStatus::Succeeded),
+                "{t} seed {seed}"
+            );
+        }
+        // The running ones were adopted from the workers' reports, not run again.
+        let total_runs = net.runs.len();
+        assert_eq!(total_runs, 8, "seed {seed}: {:?}", net.runs);
+        net.check_tasks(true);
+    }
+}
+
+#[test]
+fn a_submitter_that_restarts_keeps_its_tasks_and_still_gets_their_results() {
+    let mut net = cluster(1);
+    let t = net.submit(3, &["sleep", "200"], LONG).unwrap();
+    net.run_until(net.now + 50);
+    net.crash(3);
+    net.run_until(net.now + 400);
+    net.restart(3);
+    net.set_slots(3, 2);
+    net.run_until(net.now + 3_000);
+    assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded));
+    net.check_tasks(true);
+}
+
+#[test]
+fn a_worker_that_restarts_mid_run_gives_the_task_back_and_it_completes() {
+    for seed in 0..10 {
+        let mut net = cluster(seed);
+        let t = net.submit(0, &["sleep", "400"], LONG).unwrap();
+        net.run_until(net.now + 100);
+        let worker = runs_of(&net, &t)[0].1;
+        net.crash(worker);
+        // Back before the admin placed it elsewhere? Either way it completes, once.
+        net.restart(worker);
+        net.run_until(net.now + 3_000);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded), "seed {seed}");
+        net.check_tasks(true);
+    }
+}
+
+#[test]
+fn retryable_failures_are_retried_with_backoff_then_reported_as_errors() {
+    let mut net = cluster(2);
+    let t = net.submit(0, &["retry", "10"], LONG).unwrap();
+    net.run_until(net.now + 5_000);
+    let runs = runs_of(&net, &t);
+    assert_eq!(
+        runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 2, 3],
+        "three attempts"
+    );
+    assert_eq!(status(&net, &t), Some(TaskStatus::Error));
+    let owned = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t];
+    let result = owned.result.as_ref().unwrap();
+    assert_eq!(result.attempt, 3);
+    assert!(result
+        .error
+        .as_deref()
+        .unwrap()
+        .contains("simulated failure"));
+    // Backoff: the placements of attempts 2 and 3 wait one and two ticks (50, 100 ms).
+    let placed: Vec<u64> = net
+        .notices(admin_index(&net))
+        .into_iter()
+        .filter_map(|(at, n)| match n {
+            Notice::TaskPlaced { task, .. } if task == t => Some(at),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(placed.len(), 3);
+    assert!(
+        placed[1] - placed[0] >= 50 && placed[2] - placed[1] >= 100,
+        "{placed:?}"
+    );
+    // A failure that is not retryable is not retried.
+    let b = net.submit(0, &["broken"], LONG).unwrap();
+    net.run_until(net.now + 1_000);
+    assert_eq!(runs_of(&net, &b).len(), 1);
+    assert_eq!(status(&net, &b), Some(TaskStatus::Error));
+    net.check_tasks(true);
+}
+
+#[test]
+fn exits_map_to_their_statuses() {
+    let mut net = cluster(3);
+    let cases = [
+        (&["sleep", "10"][..], LONG, TaskStatus::Succeeded),
+        (&["exit", "3", "10"][..], LONG, TaskStatus::Failed),
+        (&["oom", "10"][..], LONG, TaskStatus::OutOfMemory),
+        (&["sleep", "500"][..], 100, TaskStatus::TimedOut),
+    ];
+    let tasks: Vec<(TaskId, TaskStatus)> = cases
+        .iter()
+        .map(|(cmd, timeout, want)| (net.submit(1, cmd, *timeout).unwrap(), *want))
+        .collect();
+    net.run_until(net.now + 2_000);
+    for (t, want) in tasks {
+        assert_eq!(status(&net, &t), Some(want), "{t}");
+    }
+    let failed = net.nodes[1]
+        .as_ref()
+        .unwrap()
+        .owned_tasks()
+        .values()
+        .find_map(|o| {
+            o.result
+                .as_ref()
+                .filter(|r| r.status == TaskStatus::Failed)
+                .cloned()
+        });
+    assert_eq!(failed.unwrap().exit_code, Some(3));
+    net.check_tasks(true);
+}
+
+#[test]
+fn cancelling_a_running_or_a_queued_task_ends_it_cancelled() {
+    let mut net = cluster(4);
+    // Four hanging runs fill the slots; the fifth waits in the queue.
+    let tasks: Vec<TaskId> = (0..5)
+        .map(|_| net.submit(0, &["hang"], LONG).unwrap())
+        .collect();
+    net.run_until(net.now + 200);
+    assert_eq!(net.runs.len(), 4);
+    let queued = tasks
+        .iter()
+        .find(|t| runs_of(&net, t).is_empty())
+        .unwrap()
+        .clone();
+    let running = tasks[0].clone();
+    for t in [&queued, &running] {
+        net.apply(
+            0,
+            Event::CancelTask {
+                task: t.clone(),
+                request: 0,
+            },
+        );
+    }
+    net.run_until(net.now + 500);
+    assert_eq!(status(&net, &running), Some(TaskStatus::Cancelled));
+    assert_eq!(status(&net, &queued), Some(TaskStatus::Cancelled));
+    assert!(runs_of(&net, &queued).is_empty(), "never ran");
+    // A cancel of an unknown or a finished task is refused with a reason.
+    for t in [
+        running.clone(),
+        TaskId {
+            origin: "n0".into(),
+            seq: 99,
+        },
+    ] {
+        let out = net.nodes[0].as_mut().unwrap().step_vec(
+            net.now,
+            Event::CancelTask {
+                task: t,
+                request: 7,
+            },
+        );
+        assert!(
+            out.iter().any(|c| matches!(
+                c,
+                chorus_core::Command::Notice(Notice::TaskRefused { request: 7, .. })
+            )),
+            "{out:?}"
+        );
+    }
+    net.check_tasks(false);
+}
+
+#[test]
+fn an_idempotency_key_names_one_task_and_bad_specs_are_refused() {
+    let mut net = cluster(5);
+    let spec = TaskSpec {
+        image: "test".into(),
+        command: vec!["sleep".into(), "10".into()],
+        timeout_ms: LONG,
+        ..Default::default()
+    };
+    let submit = |net: &mut Net, spec: &TaskSpec, key: &str| {
+        let core = net.nodes[0].as_mut().unwrap();
+        let now = core.now_ms();
+        core.step_vec(
+            now,
+            Event::SubmitTask {
+                spec: spec.clone().into(),
+                key: Some(key.into()),
+                request: 1,
+            },
+        )
+        .into_iter()
+        .find_map(|c| match c {
+            chorus_core::Command::Notice(
+                n @ (Notice::TaskSubmitted { .. } | Notice::TaskRefused { .. }),
+            ) => Some(n),
+            _ => None,
+        })
+        .unwrap()
+    };
+    let first = submit(&mut net, &spec, "k1");
+    let again = submit(&mut net, &spec, "k1");
+    let (
+        Notice::TaskSubmitted {
+            task: a,
+            existing: false,
+            ..
+        },
+        Notice::TaskSubmitted {
+            task: b,
+            existing: true,
+            ..
+        },
+    ) = (&first, &again)
+    else {
+        panic!("{first:?} {again:?}");
+    };
+    assert_eq!(a, b);
+    let other = TaskSpec {
+        timeout_ms: 5,
+        ..spec.clone()
+    };
+    assert!(matches!(
+        submit(&mut net, &other, "k1"),
+        Notice::TaskRefused { .. }
+    ));
+    let bad = TaskSpec {
+        command: vec![],
+        ..spec
+    };
+    let Notice::TaskRefused { reason, .. } = submit(&mut net, &bad, "k2") else {
+        panic!()
+    };
+    assert!(reason.contains("command"), "{reason}");
+}
+
+/// Place rule 1: an admin whose lease ran out (cut off, not yet stepped down by check-quorum)
+/// queues what it is offered but places nothing, not even on itself.
+#[test]
+fn an_admin_without_a_valid_lease_places_nothing() {
+    for seed in 0..5 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        net.set_slots(admin, 2);
+        net.run_until(net.now + 200);
+        net.partition(&[admin]);
+        // Step until the lease has run out while the node is still admin.
+        let mut guard = 0;
+        while net.nodes[admin]
+            .as_ref()
+            .is_some_and(|c| c.holds_lease(c.now_ms()))
+        {
+            net.run_until(net.now + 5);
+            guard += 1;
+            assert!(guard < 1_000);
+        }
+        let core = net.nodes[admin].as_ref().unwrap();
+        assert_eq!(core.role(), chorus_core::Role::Admin, "seed {seed}");
+        let since = net.history.len();
+        let t = net.submit(admin, &["sleep", "10"], LONG).unwrap();
+        net.run_until(net.now + 20);
+        let placed = net
+            .notices_since(since, admin)
+            .into_iter()
+            .any(|(_, n)| matches!(n, Notice::TaskPlaced { .. }));
+        assert!(!placed, "seed {seed}");
+        assert_eq!(
+            net.nodes[admin]
+                .as_ref()
+                .unwrap()
+                .admin_tasks()
+                .map(|a| a.queue_len()),
+            Some(1)
+        );
+        // Healed, the task completes under whichever admin holds the lease then.
+        net.heal();
+        net.run_until(net.now + 3_000);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded), "seed {seed}");
+        net.check_tasks(true);
+    }
+}
+
+/// Place rule 5: a placement the worker saw and did not take (its slots went away before the
+/// admin heard) is placed again elsewhere.
+#[test]
+fn a_placement_the_worker_refused_is_placed_again_elsewhere() {
+    for seed in 0..10 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        net.set_slots(3, 0);
+        // The report saying so is lost: the admin still counts two slots at n3.
+        net.drop_in_flight(3, &[admin]);
+        let tasks: Vec<TaskId> = (0..4)
+            .map(|_| net.submit(admin, &["sleep", "30"], LONG).unwrap())
+            .collect();
+        net.run_until(net.now + 3_000);
+        for t in &tasks {
+            if status(&net, t).is_none() {
+                for i in [admin, 3, 4] {
+                    eprintln!(
+                        "n{i}: {:?}",
+                        net.notices(i)
+                            .iter()
+                            .filter(|(_, n)| format!("{n:?}").contains("Task"))
+                            .collect::<Vec<_>>()
+                    );
+                }
+                eprintln!(
+                    "admin tasks {:?}",
+                    net.nodes[admin].as_ref().unwrap().admin_tasks()
+                );
+                eprintln!(
+                    "owned {:?}",
+                    net.nodes[admin].as_ref().unwrap().owned_tasks()
+                );
+            }
+            assert_eq!(
+                status(&net, t),
+                Some(TaskStatus::Succeeded),
+                "{t} seed {seed}"
+            );
+        }
+        assert!(
+            net.runs.iter().all(|r| r.2 == 4),
+            "seed {seed}: {:?}",
+            net.runs
+        );
+        let placed_on_n3 = net.notices(admin).into_iter().any(
+            |(_, n)| matches!(n, Notice::TaskPlaced { worker, .. } if worker.as_str() == "n3"),
+        );
+        assert!(placed_on_n3, "seed {seed}: the admin did try n3");
+        net.check_tasks(true);
+    }
+}
+
+fn refusals(out: &[chorus_core::Command]) -> Vec<Refusal> {
+    out.iter()
+        .filter_map(|c| match c {
+            chorus_core::Command::Notice(Notice::Refused { reason, .. }) => Some(*reason),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Trust (DESIGN §4): only a task's origin offers it; only the admin of the term places; only a
+/// worker the admin named delivers a result, and an unnamed one is not acknowledged.
+#[test]
+fn task_messages_count_only_from_who_may_send_them() {
+    let mut net = cluster(6);
+    let admin = admin_index(&net);
+    let spec: chorus_core::SharedSpec = TaskSpec {
+        image: "test".into(),
+        command: vec!["x".into()],
+        timeout_ms: 10,
+        ..Default::default()
+    }
+    .into();
+    let forged = TaskId {
+        origin: "n1".into(),
+        seq: 1,
+    };
+    let now = net.now;
+    let step = |net: &mut Net, i: usize, from: &str, msg: Message| {
+        let t = net.nodes[i].as_ref().unwrap().now_ms().max(now);
+        net.nodes[i].as_mut().unwrap().step_vec(
+            t,
+            Event::Message {
+                from: from.into(),
+                msg,
+            },
+        )
+    };
+    // An offer of n1's task from n4.
+    let out = step(
+        &mut net,
+        admin,
+        "n4",
+        Message::TaskOffer {
+            task: forged.clone(),
+            spec: spec.clone(),
+            cancel: false,
+        },
+    );
+    assert_eq!(refusals(&out), [Refusal::NotOwner]);
+    // A placement at a worker from another worker (not a member), and from a voter that is
+    // not the admin.
+    let term = net.nodes[3].as_ref().unwrap().term();
+    let voter = if admin == 0 { "n1" } else { "n0" };
+    for (sender, want) in [("n4", Refusal::NotMember), (voter, Refusal::Unsolicited)] {
+        let place = Message::TaskPlace {
+            term,
+            task: forged.clone(),
+            attempt: 1,
+            seq: 1,
+            spec: spec.clone(),
+        };
+        let out = step(&mut net, 3, sender, place);
+        assert_eq!(refusals(&out), [want], "from {sender}");
+    }
+    assert!(net.nodes[3].as_ref().unwrap().running_tasks().is_empty());
+    // A result for n0's task from a node no admin named: refused and not acknowledged.
+    let t = net.submit(0, &["hang"], LONG).unwrap();
+    let result = chorus_core::TaskResult {
+        status: TaskStatus::Succeeded,
+        exit_code: Some(0),
+        signal: None,
+        worker: "n2".into(),
+        attempt: 1,
+        duration_ms: 1,
+        usage: Default::default(),
+        stdout: String::new(),
+        stderr: String::new(),
+        error: None,
+    };
+    let liar = if admin == 2 { "n1" } else { "n2" };
+    let out = step(
+        &mut net,
+        0,
+        liar,
+        Message::TaskResult {
+            task: t.clone(),
+            result: result.clone(),
+        },
+    );
+    assert_eq!(refusals(&out), [Refusal::Unsolicited]);
+    assert!(out.iter().all(|c| !matches!(
+        c,
+        chorus_core::Command::Send {
+            msg: Message::TaskResultAck { .. },
+            ..
+        }
+    )));
+    // A result for another node's task.
+    let out = step(
+        &mut net,
+        0,
+        "n3",
+        Message::TaskResult {
+            task: forged,
+            result,
+        },
+    );
+    assert_eq!(refusals(&out), [Refusal::NotOwner]);
+    // A report for another term at the admin.
+    let term = net.nodes[admin].as_ref().unwrap().term();
+    let out = step(
+        &mut net,
+        admin,
+        "n3",
+        Message::WorkerReport {
+            term: term + 1,
+            seen: 0,
+            slots: 2,
+            running: vec![],
+            finished: vec![],
+            released: vec![],
+        },
+    );
+    assert_eq!(refusals(&out), [Refusal::Stale]);
+    let phase = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t].phase;
+    assert_ne!(*phase, TaskPhase::Done);
+}
+
+/// Invariant 7 and placement under the lease through random crashes, restarts and partitions
+/// of any node, workers included.
+#[test]
+fn no_task_is_lost_through_random_faults() {
+    for seed in 0..40 {
+        let mut net = cluster(seed);
+        let mut crashed: Vec<usize> = Vec::new();
+        for round in 0..12 {
+            let at = net.rand(5);
+            let kind = net.rand(100);
+            let ms = (20 + net.rand(300)).to_string();
+            let _ = net.submit(at as usize, &["sleep", &ms], LONG);
+            match kind {
+                0..=14 => {
+                    let i = net.rand(5) as usize;
+                    net.crash(i);
+                    crashed.push(i);
+                }
+                15..=29 => {
+                    if let Some(i) = crashed.pop() {
+                        net.restart(i);
+                        if i >= 3 {
+                            net.set_slots(i, 2);
+                        }
+                    }
+                }
+                30..=39 => {
+                    let i = net.rand(5) as usize;
+                    net.partition(&[i]);
+                }
+                40..=49 => net.heal(),
+                _ => {}
+            }
+            let _ = round;
+            let step = net.rand(300);
+            net.run_until(net.now + 50 + step);
+            net.check_tasks(false);
+        }
+        // Heal, bring everyone back, and every accepted task gets its result.
+        net.heal();
+        for i in crashed {
+            net.restart(i);
+            if i >= 3 {
+                net.set_slots(i, 2);
+            }
+        }
+        net.run_until(net.now + 10_000);
+        net.check_tasks(true);
+    }
+}
