@@ -7,7 +7,10 @@ use std::time::Instant;
 use chorus_core::{Command, Core, Event, NodeId, Timer};
 use futures_util::FutureExt;
 
-use super::{Clock, EventLog, LogError, Observer, Recovery, StepInfo, Transport, TransportEvent};
+use super::{
+    Clock, EventLog, LogError, NoSandboxes, Observer, Recovery, StepInfo, TaskSandboxes, Transport,
+    TransportEvent,
+};
 
 /// Tuning of the loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,9 +75,10 @@ pub enum RuntimeError {
 /// The same loop runs in production (libp2p, sled) and in the turmoil simulator (UDP over
 /// turmoil, [`MemoryLog`](super::MemoryLog)); only the trait implementations differ. It is
 /// deterministic given its inputs: `biased` selection, no hash-order iteration, no randomness.
-pub struct Runtime<T, L, C, O> {
+pub struct Runtime<T, L, C, O, S = NoSandboxes> {
     core: Core,
     transport: T,
+    sandboxes: S,
     log: L,
     clock: C,
     observer: O,
@@ -94,16 +98,19 @@ enum Input {
     Shutdown,
     Transport(TransportEvent),
     Operator(Option<Event>),
+    Sandbox(Event),
     Timer,
 }
 
 impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
     /// A runtime for `core`, a node that has never run (it is replaced by the log's snapshot, if
-    /// the log holds one, when [`Runtime::run`] recovers).
+    /// the log holds one, when [`Runtime::run`] recovers). It runs no sandboxes until
+    /// [`Runtime::with_sandboxes`] gives it some.
     pub fn new(core: Core, transport: T, log: L, clock: C, observer: O) -> Self {
         Runtime {
             core,
             transport,
+            sandboxes: NoSandboxes::default(),
             log,
             clock,
             observer,
@@ -116,6 +123,26 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
         }
     }
 
+    /// Runs tasks through `sandboxes`.
+    pub fn with_sandboxes<S2: TaskSandboxes>(self, sandboxes: S2) -> Runtime<T, L, C, O, S2> {
+        Runtime {
+            core: self.core,
+            transport: self.transport,
+            sandboxes,
+            log: self.log,
+            clock: self.clock,
+            observer: self.observer,
+            config: self.config,
+            start_events: self.start_events,
+            timers: self.timers,
+            offset_ms: self.offset_ms,
+            since_snapshot: self.since_snapshot,
+            operator: self.operator,
+        }
+    }
+}
+
+impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime<T, L, C, O, S> {
     /// Operator requests (e.g. [`Event::ChangeMembers`] from the HTTP API) arrive on `inputs`;
     /// each is logged and stepped like a network input.
     pub fn with_operator_inputs(mut self, inputs: tokio::sync::mpsc::Receiver<Event>) -> Self {
@@ -143,6 +170,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
     /// Dropping the future is a crash: whatever was synced survives in the log.
     pub async fn run(mut self, shutdown: impl Future<Output = ()>) -> Result<Core, RuntimeError> {
         self.recover()?;
+        self.sandboxes.recovered(&self.core).await;
         let mut first = vec![Event::Started];
         first.append(&mut self.start_events);
         let now = self.now_ms();
@@ -161,6 +189,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
                 () = &mut shutdown => Input::Shutdown,
                 ev = self.transport.next() => Input::Transport(ev),
                 ev = next_operator_input(&mut self.operator) => Input::Operator(ev),
+                ev = self.sandboxes.next_exit() => Input::Sandbox(ev),
                 () = self.clock.sleep_until(deadline.unwrap_or(0)), if deadline.is_some() => {
                     Input::Timer
                 }
@@ -169,7 +198,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
             match input {
                 Input::Shutdown => return self.shut_down(),
                 Input::Transport(ev) => self.admit(ev, &mut batch),
-                Input::Operator(Some(ev)) => batch.push(ev),
+                Input::Operator(Some(ev)) | Input::Sandbox(ev) => batch.push(ev),
                 // The API went away: no more operator input, the node runs on.
                 Input::Operator(None) => self.operator = None,
                 Input::Timer => {}
@@ -178,6 +207,12 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
             for _ in 1..self.config.max_batch {
                 match self.transport.next().now_or_never() {
                     Some(ev) => self.admit(ev, &mut batch),
+                    None => break,
+                }
+            }
+            while batch.len() < self.config.max_batch {
+                match self.sandboxes.next_exit().now_or_never() {
+                    Some(ev) => batch.push(ev),
                     None => break,
                 }
             }
@@ -299,6 +334,12 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer> Runtime<T, L, C, O> {
                 .observer
                 .on_role_changed(now, *role, *term, *lease_until_ms),
             Command::Notice(notice) => self.observer.on_notice(now, notice),
+            Command::StartSandbox {
+                task,
+                attempt,
+                spec,
+            } => self.sandboxes.start(task, *attempt, spec),
+            Command::StopSandbox { task, attempt } => self.sandboxes.stop(task, *attempt),
         }
     }
 

@@ -388,3 +388,113 @@ async fn operator_inputs_are_logged_and_answered() {
     }));
     assert_eq!(log.events().last().map(|e| &e.1), Some(&Event::Shutdown));
 }
+
+/// A sandbox that ends every run at once with exit code 0 and the command as stdout, and
+/// journals what it was asked.
+#[derive(Default)]
+struct EchoSandboxes {
+    ended: std::collections::VecDeque<Event>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl TaskSandboxes for EchoSandboxes {
+    async fn recovered(&mut self, core: &Core) {
+        let running = core.running_tasks().len();
+        self.asked
+            .lock()
+            .unwrap()
+            .push(format!("recovered with {running} running"));
+    }
+    fn start(&mut self, task: &chorus_core::TaskId, attempt: u32, spec: &chorus_core::SharedSpec) {
+        self.asked.lock().unwrap().push(format!("start {task}"));
+        self.ended.push_back(Event::SandboxExited {
+            task: task.clone(),
+            attempt,
+            exit: chorus_core::SandboxExit {
+                exit_code: Some(0),
+                stdout: spec.command.join(" "),
+                ..Default::default()
+            },
+        });
+    }
+    fn stop(&mut self, task: &chorus_core::TaskId, _attempt: u32) {
+        self.asked.lock().unwrap().push(format!("stop {task}"));
+    }
+    async fn next_exit(&mut self) -> Event {
+        match self.ended.pop_front() {
+            Some(e) => e,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// DESIGN §4 (tasks): the loop carries out `StartSandbox` through its sandboxes and steps the
+/// run's end as a logged event, so a lone admin with a slot runs a submitted task to its
+/// result, and a restarted node's log replays to the same result.
+#[tokio::test(start_paused = true)]
+async fn a_task_runs_through_the_sandbox_adapter_and_its_end_is_logged() {
+    let log = MemoryLog::new();
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let sandboxes = EchoSandboxes {
+        asked: asked.clone(),
+        ..Default::default()
+    };
+    let (ops, inputs) = mpsc::channel(8);
+    let n = node(voter("a"), &log, RuntimeConfig::default());
+    let runtime = n
+        .runtime
+        .with_start_events(vec![Event::ResourcesSampled {
+            resources: chorus_core::Resources {
+                task_slots: 1,
+                ..Default::default()
+            },
+        }])
+        .with_operator_inputs(inputs)
+        .with_sandboxes(sandboxes);
+    let spec = chorus_core::TaskSpec {
+        image: "img".into(),
+        command: vec!["echo".into(), "hi".into()],
+        timeout_ms: 1_000,
+        ..Default::default()
+    };
+    // Submitted once the node is admin (elected within the discovery and election timeouts).
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        ops.send(Event::SubmitTask {
+            spec: spec.into(),
+            key: None,
+            request: 1,
+        })
+        .await
+        .unwrap();
+        std::future::pending::<()>().await;
+    });
+    let core = runtime
+        .run(tokio::time::sleep(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let (task, owned) = core
+        .owned_tasks()
+        .iter()
+        .next()
+        .expect("a task was accepted");
+    let result = owned.result.as_ref().expect("its result is in");
+    assert_eq!(result.status, chorus_core::TaskStatus::Succeeded);
+    assert_eq!(result.stdout, "echo hi");
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [
+            "recovered with 0 running".to_owned(),
+            format!("start {task}")
+        ]
+    );
+    assert!(core.unacknowledged_results().is_empty(), "acknowledged");
+    let logged_exit = log
+        .events()
+        .iter()
+        .any(|(_, e)| matches!(e, Event::SandboxExited { .. }));
+    assert!(logged_exit, "the run's end is in the log");
+    // Replaying the log gives the same task state.
+    let replayed = restore(log.clone().recover().unwrap(), voter("a")).unwrap();
+    assert_eq!(replayed.owned_tasks(), core.owned_tasks());
+}

@@ -1,0 +1,315 @@
+//! Tasks on sandboxes: [`TaskRunner`] is the runtime loop's [`TaskSandboxes`] over any
+//! [`SandboxProvider`] — the Docker provider on a node, the scripted double in tests.
+//!
+//! Rules:
+//! 1. **One sandbox per run.** A run takes a running sandbox from the warm pool of its
+//!    [`TaskShape`] (image, limits, network) when its timeout fits the pooled sandboxes'
+//!    lifetime, else (a repository mount, a very long timeout, pools off) a fresh sandbox made
+//!    for it alone; either way the sandbox is removed after the run, never reused.
+//! 2. **Pools are made on demand and bounded.** The first run of a shape makes its pool (and
+//!    waits like a cold start); `warm_images` are pooled at recovery. At most `max_pools`
+//!    shapes are kept (the least recently used is dropped); a pool whose sandboxes cannot be
+//!    made for a reason that will not go away (a missing image) is dropped at once, so it does
+//!    not retry in the background for ever.
+//! 3. **Every run ends once** on the channel [`TaskRunner::next_exit`] reads (cancel safe): as
+//!    [`Event::SandboxExited`] (exit code, OOM, timeout, output tails of at most
+//!    `chorus_core::MAX_TAIL_BYTES` each, duration) or [`Event::SandboxFailed`] (the sandbox
+//!    error's category and message, and its `retryable` flag).
+//! 4. **Stop kills the run:** its command is abandoned and its sandbox removed (forced), and the
+//!    end is an exit by signal 9, which the core records as cancelled.
+//! 5. **Recovery reaps.** [`TaskSandboxes::recovered`] removes this node's sandboxes that an
+//!    earlier process left (owner gone or deadline passed: `SandboxProvider::reap`), before the
+//!    core steps `Started` and counts those runs as retryable failures.
+
+mod run;
+mod shape;
+mod stats;
+mod tail;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chorus_core::{Core, Event, SharedSpec, TaskId};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec};
+use crate::runtime::TaskSandboxes;
+
+pub use shape::{lifetime_for, TaskShape};
+pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
+pub use tail::Tails;
+
+/// How a [`TaskRunner`] runs tasks.
+#[derive(Clone, Debug)]
+pub struct TaskRunnerConfig {
+    /// The node id its sandboxes are labelled with (and reaped by).
+    pub node_id: String,
+    /// Repositories by name → resolved host directory (`[repos]` in the node's config). The
+    /// provider must accept them (its repository roots).
+    pub repos: BTreeMap<String, PathBuf>,
+    /// Warm sandboxes kept per shape; 0: every run makes its own sandbox.
+    pub pool_size: usize,
+    /// Shapes pooled at once.
+    pub max_pools: usize,
+    /// Images whose default shape is pooled from the start.
+    pub warm_images: Vec<String>,
+    /// The policy every task starts from; its limits are the defaults a spec's zeros keep.
+    pub base_policy: SandboxPolicy,
+    /// Pooled sandboxes live this long (their deadline); a run whose timeout does not fit in
+    /// what is left after `max_idle_age` gets a fresh sandbox.
+    pub pool_lifetime: Duration,
+    /// Idle pooled sandboxes older than this are replaced.
+    pub max_idle_age: Duration,
+}
+
+impl TaskRunnerConfig {
+    /// Defaults for node `node_id`: pools of 2, at most 8 shapes, pooled sandboxes living an
+    /// hour and replaced after 10 idle minutes (so tasks with timeouts up to 50 minutes use
+    /// them), the default (hardened) policy, no repositories.
+    pub fn new(node_id: impl Into<String>) -> Self {
+        TaskRunnerConfig {
+            node_id: node_id.into(),
+            repos: BTreeMap::new(),
+            pool_size: 2,
+            max_pools: 8,
+            warm_images: Vec::new(),
+            base_policy: SandboxPolicy::default(),
+            pool_lifetime: Duration::from_secs(3_600),
+            max_idle_age: Duration::from_secs(600),
+        }
+    }
+
+    /// The longest timeout a pooled sandbox can serve.
+    pub fn max_pooled_timeout(&self) -> Duration {
+        self.pool_lifetime
+            .saturating_sub(self.max_idle_age)
+            .saturating_sub(Duration::from_secs(60))
+    }
+}
+
+/// A pool and when it was last used (for dropping the least recently used).
+struct PoolEntry<P: SandboxProvider + 'static> {
+    pool: Arc<SandboxPool<P>>,
+    used: u64,
+}
+
+/// What the runs share with the runner.
+struct Shared<P: SandboxProvider + 'static> {
+    provider: P,
+    config: TaskRunnerConfig,
+    stats: Arc<RunnerStats>,
+    pools: Mutex<(u64, BTreeMap<TaskShape, PoolEntry<P>>)>,
+}
+
+impl<P: SandboxProvider + Clone + 'static> Shared<P> {
+    fn lock_pools(&self) -> MutexGuard<'_, (u64, BTreeMap<TaskShape, PoolEntry<P>>)> {
+        // A map of handles: a panic elsewhere cannot leave it inconsistent.
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The pool of `shape`, made (and the least recently used one dropped) if needed.
+    fn pool(&self, shape: &TaskShape) -> Arc<SandboxPool<P>> {
+        let mut guard = self.lock_pools();
+        let (clock, pools) = &mut *guard;
+        *clock += 1;
+        if let Some(entry) = pools.get_mut(shape) {
+            entry.used = *clock;
+            return Arc::clone(&entry.pool);
+        }
+        while pools.len() >= self.config.max_pools.max(1) {
+            let oldest = pools
+                .iter()
+                .min_by_key(|(_, e)| e.used)
+                .map(|(s, _)| s.clone());
+            match oldest {
+                // Dropping the pool removes its idle sandboxes; leased ones stay with their runs.
+                Some(s) => {
+                    pools.remove(&s);
+                }
+                None => break,
+            }
+        }
+        let mut template = SandboxSpec::new(&self.config.node_id, "pool", &shape.image);
+        template.lifetime = self.config.pool_lifetime;
+        let config = PoolConfig {
+            size: self.config.pool_size,
+            max_idle_age: self.config.max_idle_age,
+            ..PoolConfig::default()
+        };
+        let pool = Arc::new(SandboxPool::new(
+            self.provider.clone(),
+            template,
+            shape.policy(&self.config.base_policy),
+            config,
+        ));
+        tracing::info!(image = %shape.image, memory_mb = shape.memory_mb,
+            cpu_millis = shape.cpu_millis, pids = shape.pids, network = shape.network,
+            size = self.config.pool_size, "warm sandbox pool started");
+        pools.insert(
+            shape.clone(),
+            PoolEntry {
+                pool: Arc::clone(&pool),
+                used: *clock,
+            },
+        );
+        pool
+    }
+
+    /// Drops the pool of `shape` if it is still `pool` (its sandboxes cannot be made).
+    fn drop_pool(&self, shape: &TaskShape, pool: &Arc<SandboxPool<P>>) {
+        let mut guard = self.lock_pools();
+        if guard
+            .1
+            .get(shape)
+            .is_some_and(|e| Arc::ptr_eq(&e.pool, pool))
+        {
+            guard.1.remove(shape);
+            tracing::warn!(image = %shape.image, "dropped a warm sandbox pool whose sandboxes cannot be made");
+        }
+    }
+}
+
+/// Runs the core's tasks in sandboxes of one provider. See the [module docs](self).
+pub struct TaskRunner<P: SandboxProvider + Clone + 'static> {
+    shared: Arc<Shared<P>>,
+    /// Runs going: how to stop each.
+    runs: BTreeMap<(TaskId, u32), oneshot::Sender<()>>,
+    ended_tx: mpsc::UnboundedSender<Event>,
+    ended_rx: mpsc::UnboundedReceiver<Event>,
+}
+
+impl<P: SandboxProvider + Clone + 'static> std::fmt::Debug for TaskRunner<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskRunner")
+            .field("node_id", &self.shared.config.node_id)
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
+    /// A runner over `provider`. Runs are spawned on the current Tokio runtime.
+    pub fn new(provider: P, config: TaskRunnerConfig) -> Self {
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        TaskRunner {
+            shared: Arc::new(Shared {
+                provider,
+                config,
+                stats: Arc::new(RunnerStats::default()),
+                pools: Mutex::new((0, BTreeMap::new())),
+            }),
+            runs: BTreeMap::new(),
+            ended_tx,
+            ended_rx,
+        }
+    }
+
+    /// The counters (shared: they keep counting).
+    pub fn stats(&self) -> Arc<RunnerStats> {
+        Arc::clone(&self.shared.stats)
+    }
+
+    /// A handle that shuts the runner's warm pools down (for a node stopping gracefully,
+    /// after the runtime loop that owns the runner has returned).
+    pub fn shutdown_handle(&self) -> ShutdownHandle<P> {
+        ShutdownHandle(Arc::clone(&self.shared))
+    }
+
+    /// Runs going now.
+    pub fn running(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The state of the warm pool of `shape`, if there is one.
+    pub fn pool_status(&self, shape: &TaskShape) -> Option<super::PoolStatus> {
+        self.shared
+            .lock_pools()
+            .1
+            .get(shape)
+            .map(|e| e.pool.status())
+    }
+
+    /// Pools the default shape of every `warm_images` entry.
+    pub fn warm_up(&self) {
+        for image in &self.shared.config.warm_images {
+            self.shared.pool(&TaskShape::default_of(image.clone()));
+        }
+    }
+}
+
+/// Shuts a [`TaskRunner`]'s warm pools down: see [`TaskRunner::shutdown_handle`].
+pub struct ShutdownHandle<P: SandboxProvider + Clone + 'static>(Arc<Shared<P>>);
+
+impl<P: SandboxProvider + Clone + 'static> ShutdownHandle<P> {
+    /// Removes every pooled sandbox (idle, and leased to runs still going) and waits for the
+    /// removals; returns how many pools there were. Sandboxes made fresh for runs still going
+    /// are left to the next start's reap.
+    pub async fn shutdown(&self) -> usize {
+        let pools: Vec<_> = std::mem::take(&mut self.0.lock_pools().1)
+            .into_values()
+            .map(|e| e.pool)
+            .collect();
+        for pool in &pools {
+            if let Err(e) = pool.shutdown().await {
+                tracing::warn!(error = %e, "removing a warm sandbox pool failed");
+            }
+        }
+        pools.len()
+    }
+}
+
+impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
+    async fn recovered(&mut self, core: &Core) {
+        let node = self.shared.config.node_id.clone();
+        let were_running = core.running_tasks().len();
+        match self.shared.provider.reap(&node).await {
+            Ok(removed) => {
+                tracing::info!(removed, were_running,
+                "task sandboxes: removed {removed} sandbox(es) an earlier run of this node left \
+                 ({were_running} run(s) the log says were going count as retryable failures)")
+            }
+            Err(e) => tracing::warn!(error = %e,
+                "task sandboxes: could not remove what an earlier run of this node left; \
+                 `chorus sandbox reap` or the next start will"),
+        }
+        self.warm_up();
+    }
+
+    fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {
+        let (stop_tx, stop_rx) = oneshot::channel();
+        self.runs.insert((task.clone(), attempt), stop_tx);
+        let shared = Arc::clone(&self.shared);
+        let ended = self.ended_tx.clone();
+        let (task, spec) = (task.clone(), Arc::clone(spec));
+        tokio::spawn(async move {
+            let event = run::run(&shared, &task, attempt, &spec, stop_rx).await;
+            // The runner is gone only when the node stops; the end is then moot.
+            let _ = ended.send(event);
+        });
+    }
+
+    fn stop(&mut self, task: &TaskId, attempt: u32) {
+        if let Some(stop) = self.runs.remove(&(task.clone(), attempt)) {
+            // The run may have ended a moment ago: its end is on the channel either way.
+            let _ = stop.send(());
+        }
+    }
+
+    async fn next_exit(&mut self) -> Event {
+        // `recv` is cancel safe, and the bookkeeping below runs only once an end was taken.
+        let Some(event) = self.ended_rx.recv().await else {
+            return std::future::pending().await;
+        };
+        if let Event::SandboxExited { task, attempt, .. }
+        | Event::SandboxFailed { task, attempt, .. } = &event
+        {
+            self.runs.remove(&(task.clone(), *attempt));
+        }
+        event
+    }
+}
+
+#[cfg(test)]
+mod tests;

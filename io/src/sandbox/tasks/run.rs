@@ -1,0 +1,216 @@
+//! One run of a task: take a sandbox, run the command with the spec's env, working directory
+//! and timeout while keeping the output's tails, stop early when asked, give the sandbox back,
+//! and turn what happened into the event the core takes.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chorus_core::task::MAX_TAIL_BYTES;
+use chorus_core::{Event, SandboxExit, TaskId, TaskSpec};
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::{
+    ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, PooledSandbox, RepoMount,
+    SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec,
+};
+use super::{lifetime_for, Shared, Tails, TaskShape};
+
+/// The signal a stopped or timed-out run reports: it was killed.
+const SIGKILL: i32 = 9;
+
+/// A sandbox held for one run.
+enum Held<P: SandboxProvider + 'static> {
+    Pooled(PooledSandbox<P>),
+    Fresh(P::Sandbox),
+}
+
+impl<P: SandboxProvider + 'static> Held<P> {
+    fn sandbox(&self) -> &P::Sandbox {
+        match self {
+            Held::Pooled(s) => s,
+            Held::Fresh(s) => s,
+        }
+    }
+
+    /// Gives the sandbox back: a pooled one is removed in the background; a fresh one is
+    /// removed now (a read-write repository is synced back first, so the result comes after
+    /// the changes landed).
+    async fn finish(self) -> SandboxResult<()> {
+        match self {
+            Held::Pooled(s) => {
+                s.release();
+                Ok(())
+            }
+            Held::Fresh(s) => s.remove().await,
+        }
+    }
+}
+
+/// How the command ended.
+enum Outcome {
+    Done(SandboxResult<ExecOutput>),
+    Stopped,
+}
+
+/// Runs `attempt` of `task` and returns its end.
+pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
+    shared: &Shared<P>,
+    task: &TaskId,
+    attempt: u32,
+    spec: &TaskSpec,
+    mut stop: oneshot::Receiver<()>,
+) -> Event {
+    let begun = Instant::now();
+    let failed = |e: SandboxError| {
+        shared.stats.failed();
+        Event::SandboxFailed {
+            task: task.clone(),
+            attempt,
+            error: format!("{}: {}", e.category, e.message),
+            retryable: e.retryable,
+        }
+    };
+    // Taking the sandbox is not interrupted by a stop: a creation dropped half-way could leave
+    // a container behind. A stop that came meanwhile is seen right after.
+    let held = match take(shared, task, spec).await {
+        Ok(h) => h,
+        Err(e) => return failed(e),
+    };
+    let from_pool = matches!(&held, Held::Pooled(p) if p.from_pool());
+    shared.stats.started(begun.elapsed(), from_pool);
+    tracing::debug!(%task, attempt, sandbox = held.sandbox().id(), from_pool,
+        waited_ms = begun.elapsed().as_millis() as u64, "task run started");
+
+    let mut tails = Tails::new(MAX_TAIL_BYTES);
+    let exec_started = Instant::now();
+    let outcome = if stop.try_recv().is_ok() {
+        Outcome::Stopped
+    } else {
+        execute(held.sandbox(), request(spec), &mut tails, &mut stop).await
+    };
+    let duration_ms = exec_started.elapsed().as_millis() as u64;
+    let finished = held.finish().await;
+    let exit = |exit: SandboxExit| Event::SandboxExited {
+        task: task.clone(),
+        attempt,
+        exit: SandboxExit {
+            duration_ms,
+            stdout: tails.stdout(),
+            stderr: tails.stderr(),
+            ..exit
+        },
+    };
+    let end = match outcome {
+        Outcome::Stopped => exit(SandboxExit {
+            signal: Some(SIGKILL),
+            ..SandboxExit::default()
+        }),
+        Outcome::Done(Ok(out)) => exit(SandboxExit {
+            exit_code: Some(i32::try_from(out.exit_code).unwrap_or(i32::MAX)),
+            ..SandboxExit::default()
+        }),
+        Outcome::Done(Err(e)) if e.category == ErrorCategory::Timeout => exit(SandboxExit {
+            signal: Some(SIGKILL),
+            timed_out: true,
+            ..SandboxExit::default()
+        }),
+        Outcome::Done(Err(e)) if e.category == ErrorCategory::ResourceLimit => exit(SandboxExit {
+            exit_code: Some(128 + SIGKILL),
+            signal: Some(SIGKILL),
+            oom: true,
+            ..SandboxExit::default()
+        }),
+        Outcome::Done(Err(e)) => return failed(e),
+    };
+    // A read-write repository whose changes did not come back: the run's work is lost, and the
+    // result must not say it succeeded.
+    if let (Err(e), Some(repo)) = (finished, &spec.repo) {
+        if repo.writable {
+            return failed(e);
+        }
+    }
+    end
+}
+
+/// A running sandbox for the run: from the warm pool of its shape, or fresh.
+async fn take<P: SandboxProvider + Clone + 'static>(
+    shared: &Shared<P>,
+    task: &TaskId,
+    spec: &TaskSpec,
+) -> SandboxResult<Held<P>> {
+    let config = &shared.config;
+    let shape = TaskShape::of(spec);
+    let timeout = Duration::from_millis(spec.timeout_ms);
+    let pooled =
+        spec.repo.is_none() && config.pool_size > 0 && timeout <= config.max_pooled_timeout();
+    if pooled {
+        let pool: Arc<SandboxPool<P>> = shared.pool(&shape);
+        return match pool.acquire(&task.to_string()).await {
+            Ok(s) => Ok(Held::Pooled(s)),
+            Err(e) => {
+                if !e.retryable {
+                    shared.drop_pool(&shape, &pool);
+                }
+                Err(e)
+            }
+        };
+    }
+    let mut sandbox_spec = SandboxSpec::new(&config.node_id, task.to_string(), &spec.image);
+    sandbox_spec.lifetime = lifetime_for(timeout);
+    if let Some(repo) = &spec.repo {
+        let Some(path) = config.repos.get(&repo.name) else {
+            return Err(SandboxError::new(
+                ErrorCategory::PolicyViolation,
+                format!("this node has no repository `{}`", repo.name),
+            ));
+        };
+        sandbox_spec = sandbox_spec.with_workspace(if repo.writable {
+            RepoMount::read_write(path)
+        } else {
+            RepoMount::read_only(path)
+        });
+    }
+    let policy = shape.policy(&config.base_policy);
+    let sandbox = shared.provider.create(&sandbox_spec, &policy).await?;
+    if let Err(e) = sandbox.start().await {
+        let _ = sandbox.remove().await;
+        return Err(e);
+    }
+    Ok(Held::Fresh(sandbox))
+}
+
+/// The command of `spec` as an exec request; the head the sandbox keeps is cut to the tail's
+/// size (the tails come from the stream).
+fn request(spec: &TaskSpec) -> ExecRequest {
+    let mut req = ExecRequest::new(spec.command.iter().cloned())
+        .timeout(Duration::from_millis(spec.timeout_ms))
+        .output_limit(MAX_TAIL_BYTES);
+    req.env = spec.env.clone();
+    req.working_dir = spec.workdir.clone();
+    req
+}
+
+/// Runs the command, keeping the tails of its output, until it ends or a stop arrives.
+async fn execute<S: ExecutionSandbox>(
+    sandbox: &S,
+    req: ExecRequest,
+    tails: &mut Tails,
+    stop: &mut oneshot::Receiver<()>,
+) -> Outcome {
+    let (tx, mut rx) = mpsc::channel(64);
+    let exec = sandbox.exec_streaming(req, tx);
+    tokio::pin!(exec);
+    let outcome = loop {
+        tokio::select! {
+            biased;
+            Ok(()) = &mut *stop => break Outcome::Stopped,
+            Some(chunk) = rx.recv() => tails.push(&chunk),
+            result = &mut exec => break Outcome::Done(result),
+        }
+    };
+    // What was sent before the end and not yet taken.
+    while let Ok(chunk) = rx.try_recv() {
+        tails.push(&chunk);
+    }
+    outcome
+}

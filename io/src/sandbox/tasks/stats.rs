@@ -1,0 +1,60 @@
+//! Counters of a [`super::TaskRunner`] for the node's metrics: runs, warm-pool hits, and how
+//! long a run waited for its sandbox (the sandbox start latency).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds of the sandbox start latency histogram, seconds.
+pub const START_BUCKETS_S: [f64; 11] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+];
+
+/// A snapshot of the runner's counters.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunnerCounts {
+    /// Runs started.
+    pub started: u64,
+    /// Runs whose sandbox came ready from a warm pool.
+    pub pool_hits: u64,
+    /// Runs that failed before or while running (a sandbox error).
+    pub failed: u64,
+    /// Observations per bucket of [`START_BUCKETS_S`] (each counted in its own bucket only).
+    pub start_buckets: [u64; START_BUCKETS_S.len()],
+    /// Observations of start latency.
+    pub start_count: u64,
+    /// Their sum, seconds.
+    pub start_sum_s: f64,
+}
+
+/// The runner's counters, shared with whoever renders them.
+#[derive(Debug, Default)]
+pub struct RunnerStats(Mutex<RunnerCounts>);
+
+impl RunnerStats {
+    fn with<T>(&self, f: impl FnOnce(&mut RunnerCounts) -> T) -> T {
+        // Plain counters: a panic elsewhere cannot leave them harmfully half-updated.
+        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> RunnerCounts {
+        self.with(|c| c.clone())
+    }
+
+    pub(super) fn started(&self, waited: Duration, from_pool: bool) {
+        let s = waited.as_secs_f64();
+        self.with(|c| {
+            c.started += 1;
+            c.pool_hits += u64::from(from_pool);
+            if let Some(i) = START_BUCKETS_S.iter().position(|b| s <= *b) {
+                c.start_buckets[i] += 1;
+            }
+            c.start_count += 1;
+            c.start_sum_s += s;
+        });
+    }
+
+    pub(super) fn failed(&self) {
+        self.with(|c| c.failed += 1);
+    }
+}
