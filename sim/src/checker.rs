@@ -12,6 +12,17 @@
 //! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
 //!    term appears until the next fault (a node back from a minority raised nothing).
 //!
+//! 7. tasks — every accepted task (`task_submitted`) gets a result at its submitter or is
+//!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
+//!    the electorate up, a task accepted at a live submitter has its `task_result` within the
+//!    task bound (header `task_bound_ms`) of its acceptance or of the period's start, whichever
+//!    is later; at the end of a run a task without a result must still be owned by its live
+//!    submitter (the discrete-event engine reports what each live core owns; a submitter down
+//!    at the end keeps its tasks in its log). A submitter records at most one `task_result` per
+//!    task, only for a task it accepted. And placement only under a valid lease: every
+//!    `task_placed` at node N at time t falls within N's lease (t before the `lease_until` of
+//!    its latest `became_admin`/`lease_renewed`, with no `stepped_down` or crash since).
+//!
 //! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
 //!
 //! "The electorate" is the one in force at that moment, learned from the trace: the bootstrap
@@ -51,6 +62,7 @@ impl fmt::Display for Violation {
             4 => "liveness",
             5 => "term stability",
             6 => "determinism",
+            7 => "tasks",
             _ => "invariant",
         };
         write!(
@@ -106,6 +118,14 @@ pub struct Checker {
     satisfied: bool,
     /// Term stability: (term of the majority's admin at heal, guard end).
     term_guard: Option<(u64, u64)>,
+    /// Invariant 7's bound, when the run has a task workload.
+    task_bound_ms: Option<u64>,
+    /// Accepted tasks by id.
+    tasks: BTreeMap<String, TaskRecord>,
+    /// Since when results are owed (the cluster healed with a majority up), if it is.
+    tasks_owed_since: Option<u64>,
+    /// Unfinished tasks by the time their result is owed, in this fault-free period.
+    task_deadlines: BTreeSet<(u64, String)>,
     violations: Vec<Violation>,
 }
 
@@ -133,6 +153,10 @@ impl Checker {
             stable_since: None,
             satisfied: false,
             term_guard: None,
+            task_bound_ms: header.task_bound_ms,
+            tasks: BTreeMap::new(),
+            tasks_owed_since: None,
+            task_deadlines: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -155,8 +179,46 @@ impl Checker {
     pub fn observe(&mut self, line_no: usize, line: &Line) {
         let t = line.t;
         self.check_deadline(t, line_no);
+        self.check_task_deadlines(t, line_no);
         if subject(&line.record).is_some_and(|n| self.hostile.contains(n)) {
             return;
+        }
+        match &line.record {
+            Record::TaskSubmitted {
+                node,
+                task,
+                existing: false,
+                ..
+            } => self.task_accepted(node, task, t, line_no),
+            Record::TaskPlaced {
+                node, task, worker, ..
+            } => {
+                let valid = self.leases.get(node).is_some_and(|(_, end)| t < *end);
+                if !valid {
+                    let msg = match self.leases.get(node) {
+                        Some((term, end)) => format!(
+                            "{node} placed {task} on {worker} at t={t}, but its lease (term {term}) ended at {end}"
+                        ),
+                        None => format!(
+                            "{node} placed {task} on {worker} at t={t} without holding a lease"
+                        ),
+                    };
+                    self.fail(7, t, line_no, msg);
+                }
+            }
+            Record::TaskResult { node, task, .. } => self.task_result(node, task, t, line_no),
+            _ => {}
+        }
+        if matches!(
+            line.record,
+            Record::Crash { .. }
+                | Record::Restart { .. }
+                | Record::Partition { .. }
+                | Record::Cut { .. }
+                | Record::Heal
+                | Record::Network { .. }
+        ) {
+            self.tasks_period_ends(t, line_no);
         }
         match &line.record {
             Record::BecameAdmin {
@@ -276,7 +338,14 @@ impl Checker {
                 self.guard_terms_after_heal(&groups, t);
             }
             Record::Network { .. } => self.topology_changed(t),
-            Record::Step { .. } => {}
+            Record::Step { .. }
+            | Record::TaskSubmitted { .. }
+            | Record::TaskRefused { .. }
+            | Record::TaskCancelRequested { .. }
+            | Record::TaskPlaced { .. }
+            | Record::TaskStarted { .. }
+            | Record::TaskFinished { .. }
+            | Record::TaskResult { .. } => {}
         }
         self.check_agreement(t);
     }
@@ -284,6 +353,123 @@ impl Checker {
     /// Call at the end of the run with the final simulated time.
     pub fn finish(&mut self, end_t: u64, line_no: usize) {
         self.check_deadline(end_t, line_no);
+        self.check_task_deadlines(end_t, line_no);
+    }
+
+    /// At the end of a run (before [`Checker::finish`]): the tasks live node `node` still owns
+    /// unfinished. Every task it accepted without a result in the trace must be among them.
+    pub fn owned_at_end(
+        &mut self,
+        node: &str,
+        unfinished: &BTreeSet<String>,
+        t: u64,
+        line_no: usize,
+    ) {
+        if self.hostile.contains(node) {
+            return;
+        }
+        let lost: Vec<(String, u64)> = self
+            .tasks
+            .iter()
+            .filter(|(id, r)| r.submitter == node && !r.result && !unfinished.contains(*id))
+            .map(|(id, r)| (id.clone(), r.accepted_at))
+            .collect();
+        for (task, at) in lost {
+            let msg = format!(
+                "{task}, accepted by {node} at t={at}, has no result, and {node} no longer owns it: lost"
+            );
+            self.fail(7, t, line_no, msg);
+        }
+    }
+
+    fn task_accepted(&mut self, node: &str, task: &str, t: u64, line_no: usize) {
+        if task_origin(task) != Some(node) {
+            let msg = format!("{node} accepted {task}, a task id of another node");
+            self.fail(7, t, line_no, msg);
+        }
+        if self.tasks.contains_key(task) {
+            let msg = format!("{node} accepted {task} twice (a task id used again)");
+            return self.fail(7, t, line_no, msg);
+        }
+        self.tasks.insert(
+            task.to_owned(),
+            TaskRecord {
+                submitter: node.to_owned(),
+                accepted_at: t,
+                result: false,
+            },
+        );
+        if let (Some(since), Some(bound)) = (self.tasks_owed_since, self.task_bound_ms) {
+            self.task_deadlines
+                .insert((t.max(since) + bound, task.to_owned()));
+        }
+    }
+
+    fn task_result(&mut self, node: &str, task: &str, t: u64, line_no: usize) {
+        let Some(r) = self.tasks.get_mut(task) else {
+            let msg = format!("{node} has a result for {task}, which no node accepted");
+            return self.fail(7, t, line_no, msg);
+        };
+        if r.submitter != node {
+            let msg = format!(
+                "{node} has a result for {task}, which {} accepted",
+                r.submitter
+            );
+            return self.fail(7, t, line_no, msg);
+        }
+        if r.result {
+            let msg = format!("{node} has a second result for {task}");
+            return self.fail(7, t, line_no, msg);
+        }
+        r.result = true;
+    }
+
+    /// A fault-free period ends (a fault, or the end): tasks owed by now are judged first.
+    fn tasks_period_ends(&mut self, t: u64, line_no: usize) {
+        self.check_task_deadlines(t, line_no);
+        self.tasks_owed_since = None;
+        self.task_deadlines.clear();
+    }
+
+    /// Results are owed from `t` on, if the cluster is healthy now.
+    fn tasks_period_starts(&mut self, t: u64) {
+        let Some(bound) = self.task_bound_ms else {
+            return;
+        };
+        if !self.healthy() || self.tasks_owed_since.is_some() {
+            return;
+        }
+        self.tasks_owed_since = Some(t);
+        self.task_deadlines = self
+            .tasks
+            .iter()
+            .filter(|(_, r)| !r.result)
+            .map(|(id, r)| (r.accepted_at.max(t) + bound, id.clone()))
+            .collect();
+    }
+
+    /// Every task whose result was owed before `t` and is not in, at a live submitter, fails.
+    fn check_task_deadlines(&mut self, t: u64, line_no: usize) {
+        while let Some((due, task)) = self.task_deadlines.first().cloned() {
+            if due >= t {
+                break;
+            }
+            self.task_deadlines.pop_first();
+            let Some(r) = self.tasks.get(&task) else {
+                continue;
+            };
+            if r.result || !self.live.contains(&r.submitter) {
+                continue;
+            }
+            let msg = format!(
+                "{task}, accepted by {} at t={}, has no result by t={due}: healed with a majority up since t={}, and the task bound is {} ms",
+                r.submitter,
+                r.accepted_at,
+                self.tasks_owed_since.unwrap_or(0),
+                self.task_bound_ms.unwrap_or(0)
+            );
+            self.fail(7, due, line_no, msg);
+        }
     }
 
     /// One vote of `node` in `term`, from its notice or from a granted reply on the wire: the
@@ -361,6 +547,7 @@ impl Checker {
     fn topology_changed(&mut self, t: u64) {
         self.term_guard = None;
         self.restart_liveness_clock(t);
+        self.tasks_period_starts(t);
     }
 
     /// Liveness is owed anew from `t`, if the cluster is healthy now.
@@ -384,6 +571,12 @@ impl Checker {
             }
             (None, true) => self.restart_liveness_clock(t),
             _ => {}
+        }
+        if !self.healthy() {
+            self.tasks_owed_since = None;
+            self.task_deadlines.clear();
+        } else {
+            self.tasks_period_starts(t);
         }
     }
 
@@ -449,6 +642,19 @@ impl Checker {
     }
 }
 
+/// An accepted task as the checker follows it.
+#[derive(Clone, Debug)]
+struct TaskRecord {
+    submitter: String,
+    accepted_at: u64,
+    result: bool,
+}
+
+/// The submitter named in a task id `ORIGIN-SEQ`.
+fn task_origin(task: &str) -> Option<&str> {
+    task.rsplit_once('-').map(|(origin, _)| origin)
+}
+
 /// The node a record is about, if it is about one node.
 fn subject(record: &Record) -> Option<&str> {
     match record {
@@ -463,7 +669,14 @@ fn subject(record: &Record) -> Option<&str> {
         | Record::Role { node, .. }
         | Record::Crash { node }
         | Record::Restart { node }
-        | Record::Step { node, .. } => Some(node),
+        | Record::Step { node, .. }
+        | Record::TaskSubmitted { node, .. }
+        | Record::TaskRefused { node, .. }
+        | Record::TaskCancelRequested { node, .. }
+        | Record::TaskPlaced { node, .. }
+        | Record::TaskStarted { node, .. }
+        | Record::TaskFinished { node, .. }
+        | Record::TaskResult { node, .. } => Some(node),
         Record::Partition { .. } | Record::Cut { .. } | Record::Heal | Record::Network { .. } => {
             None
         }

@@ -15,12 +15,15 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 use chorus_core::rng::below;
-use chorus_core::{Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, Timer};
+use chorus_core::{
+    Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, TaskId, TaskSpec, Timer,
+};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use crate::driver::{name, node_profile, Cluster, Driver};
 use crate::hostile::Liar;
+use crate::sandbox::SandboxModel;
 use crate::scenario::{Peering, Scenario};
 use crate::sink::Sink;
 use crate::trace::Record;
@@ -45,6 +48,15 @@ enum Item {
     Lie {
         node: u32,
         incarnation: u32,
+    },
+    /// A simulated sandbox run ends: by itself (if `token` is still the node's run of the
+    /// task), or stopped (`stopped`: its run was taken off the node at the stop).
+    Sandbox {
+        node: u32,
+        incarnation: u32,
+        token: u64,
+        stopped: bool,
+        event: Box<Event>,
     },
     /// A connection delayed by `link_spread` comes up (if `token` is still the pair's).
     Connect {
@@ -100,6 +112,8 @@ struct Node {
     first_config: Option<Config>,
     /// The lying half of a hostile node.
     liar: Option<Liar>,
+    /// Sandbox runs going on: task → (attempt, global start, token). A crash ends them all.
+    runs: BTreeMap<TaskId, (u32, u64, u64)>,
 }
 
 impl Node {
@@ -135,6 +149,9 @@ pub struct Des<'s> {
     link_token: u64,
     /// Draws the `link_spread` delays: a stream of its own, so runs without one draw as before.
     link_rng: ChaCha8Rng,
+    /// The simulated sandbox, when the scenario has a task workload.
+    sandbox: Option<SandboxModel>,
+    run_token: u64,
 }
 
 /// Runs `scenario` on the discrete-event engine, writing records to `sink`.
@@ -142,6 +159,20 @@ pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()
     let mut des = Des::new(scenario, seed);
     let mut driver = Driver::new(scenario, seed);
     des.drive(&mut driver, sink, scenario.duration_ms);
+    if scenario.tasks.is_some() {
+        // Invariant 7 at the end: what each live submitter still owns.
+        for node in &des.nodes {
+            if let Some(core) = &node.core {
+                let unfinished = core
+                    .owned_tasks()
+                    .iter()
+                    .filter(|(_, t)| t.phase != chorus_core::TaskPhase::Done)
+                    .map(|(id, _)| id.to_string())
+                    .collect();
+                sink.owned_at_end(&node.name, &unfinished);
+            }
+        }
+    }
     Ok(())
 }
 
@@ -202,6 +233,7 @@ impl<'s> Des<'s> {
                     apart: 0,
                     first_config: None,
                     liar: scenario.is_hostile(i).then(|| Liar::new(seed, i)),
+                    runs: BTreeMap::new(),
                 }
             })
             .collect();
@@ -222,6 +254,8 @@ impl<'s> Des<'s> {
             pending_links: BTreeMap::new(),
             link_token: 0,
             link_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x11c5_9e4d_0000_0004),
+            sandbox: scenario.tasks.as_ref().map(|w| SandboxModel::new(seed, w)),
+            run_token: 0,
         }
     }
 
@@ -262,6 +296,31 @@ impl<'s> Des<'s> {
                 if self.nodes[i].incarnation == incarnation && self.nodes[i].core.is_some() {
                     self.lie(i, sink);
                 }
+            }
+            Item::Sandbox {
+                node,
+                incarnation,
+                token,
+                stopped,
+                event,
+            } => {
+                let i = node as usize;
+                let n = &mut self.nodes[i];
+                if n.incarnation != incarnation || n.core.is_none() {
+                    return;
+                }
+                if !stopped {
+                    let (Event::SandboxExited { task, .. } | Event::SandboxFailed { task, .. }) =
+                        event.as_ref()
+                    else {
+                        return;
+                    };
+                    if n.runs.get(task).map(|r| r.2) != Some(token) {
+                        return; // stopped meanwhile
+                    }
+                    n.runs.remove(task);
+                }
+                self.step(i, *event, sink);
             }
             Item::Connect { a, b, token } => {
                 let key = (a.min(b), a.max(b));
@@ -429,6 +488,12 @@ impl<'s> Des<'s> {
                 );
             }
             Command::CancelTimer { .. } => {}
+            Command::StartSandbox {
+                task,
+                attempt,
+                spec,
+            } => self.start_sandbox(i, task, *attempt, spec),
+            Command::StopSandbox { task, attempt } => self.stop_sandbox(i, task, *attempt),
             Command::RoleChanged { .. } | Command::Notice(_) => {
                 let node = &self.nodes[i];
                 let name = node.name.clone();
@@ -439,6 +504,57 @@ impl<'s> Des<'s> {
                 }
             }
         }
+    }
+
+    /// Starts a simulated run on node `i`; its end is queued unless it hangs.
+    fn start_sandbox(&mut self, i: usize, task: &TaskId, attempt: u32, spec: &TaskSpec) {
+        let Some(model) = &self.sandbox else {
+            return;
+        };
+        let plan = model.plan(task, attempt, spec);
+        let end = plan
+            .after_ms
+            .map(|after| (after, model.end_event(task, attempt, &plan)));
+        self.run_token += 1;
+        let token = self.run_token;
+        let node = &mut self.nodes[i];
+        node.runs.insert(task.clone(), (attempt, self.now, token));
+        let incarnation = node.incarnation;
+        if let Some((after, event)) = end {
+            self.push(
+                self.now + after,
+                Item::Sandbox {
+                    node: i as u32,
+                    incarnation,
+                    token,
+                    stopped: false,
+                    event: Box::new(event),
+                },
+            );
+        }
+    }
+
+    /// Stops run `attempt` of `task` on node `i` at once: it ends with SIGTERM.
+    fn stop_sandbox(&mut self, i: usize, task: &TaskId, attempt: u32) {
+        let node = &mut self.nodes[i];
+        if node.runs.get(task).map(|r| r.0) != Some(attempt) {
+            return;
+        }
+        let Some((_, started, token)) = node.runs.remove(task) else {
+            return;
+        };
+        let incarnation = node.incarnation;
+        let event = SandboxModel::stopped_event(task, attempt, self.now - started);
+        self.push(
+            self.now,
+            Item::Sandbox {
+                node: i as u32,
+                incarnation,
+                token,
+                stopped: true,
+                event: Box::new(event),
+            },
+        );
     }
 
     /// Per-link base latency (fixed per seed and link) plus uniform jitter, both within the
@@ -532,6 +648,8 @@ impl Cluster for Des<'_> {
         let node = &mut self.nodes[i];
         node.core = None;
         node.incarnation += 1;
+        // Its sandbox runs die with it; no exit reaches the old incarnation.
+        node.runs.clear();
         let gone = node.id.clone();
         for j in peers {
             self.step(j, Event::PeerDown { peer: gone.clone() }, sink);
@@ -651,6 +769,21 @@ impl Cluster for Des<'_> {
     ) {
         // Logged and stepped like any input; a node that is down ignores it (`step`).
         self.step(i, Event::ChangeMembers { change, request }, sink);
+    }
+
+    fn submit_task(
+        &mut self,
+        i: usize,
+        spec: chorus_core::SharedSpec,
+        key: Option<String>,
+        request: u64,
+        sink: &mut Sink,
+    ) {
+        self.step(i, Event::SubmitTask { spec, key, request }, sink);
+    }
+
+    fn cancel_task(&mut self, i: usize, task: TaskId, request: u64, sink: &mut Sink) {
+        self.step(i, Event::CancelTask { task, request }, sink);
     }
 }
 

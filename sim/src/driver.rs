@@ -56,6 +56,19 @@ pub trait Cluster {
         request: u64,
         sink: &mut Sink,
     );
+    /// Submit a task at live node `i`, as a user would (`POST /tasks`): the node steps
+    /// [`chorus_core::Event::SubmitTask`].
+    fn submit_task(
+        &mut self,
+        i: usize,
+        spec: chorus_core::SharedSpec,
+        key: Option<String>,
+        request: u64,
+        sink: &mut Sink,
+    );
+    /// Cancel a task at its submitter `i` (`DELETE /tasks/{id}`): the node steps
+    /// [`chorus_core::Event::CancelTask`].
+    fn cancel_task(&mut self, i: usize, task: chorus_core::TaskId, request: u64, sink: &mut Sink);
 }
 
 #[derive(Clone, Debug)]
@@ -65,6 +78,17 @@ enum Pending {
     RestartNodes(Vec<usize>),
     /// The delayed first start of a node (`start_spread`).
     Start(usize),
+    /// A task arrives (`[tasks]`); with a rate, the next arrival is drawn when it fires.
+    Submit,
+    /// A look at a submitted task: cancel it if the workload chose to (`cancel`) or if it
+    /// hangs, unless its result is in; looked at again while it has none.
+    FollowUp {
+        node: usize,
+        request: u64,
+        cancel: bool,
+        /// Looks so far at a submission not (yet) accepted.
+        unknown: u32,
+    },
     /// Remaining toggles of a flap: (link, currently cut, toggles left, period).
     Flap {
         link: (usize, usize),
@@ -88,6 +112,22 @@ pub struct Driver {
     apart: Vec<Vec<usize>>,
     /// The last operator request id handed out (`add` and `remove` actions).
     request: u64,
+    /// The task workload, if the scenario has one.
+    tasks: Option<Workload>,
+}
+
+/// The driver's side of a task workload: arrivals, submitters, cancels.
+struct Workload {
+    spec: chorus_core::SharedSpec,
+    settings: crate::scenario::TaskWorkload,
+    model: crate::sandbox::SandboxModel,
+    /// Arrivals, submitters and cancels: a stream of its own, so a workload leaves the
+    /// scenario's other draws as they were.
+    rng: ChaCha8Rng,
+    /// The last task request id handed out (submits and cancels).
+    request: u64,
+    /// The last time a submission may arrive.
+    until: u64,
 }
 
 impl Driver {
@@ -103,6 +143,17 @@ impl Driver {
             waiting,
             apart: scenario.apart_groups(),
             request: 0,
+            tasks: scenario.tasks.as_ref().map(|w| Workload {
+                spec: std::sync::Arc::new(crate::sandbox::task_spec(w)),
+                settings: w.clone(),
+                model: crate::sandbox::SandboxModel::new(seed, w),
+                rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7a5c_5eed_0000_0005),
+                request: 0,
+                until: w
+                    .until
+                    .unwrap_or(scenario.duration_ms)
+                    .min(scenario.duration_ms),
+            }),
         };
         if scenario.start_spread > 0 {
             // A stream of its own, so runs without a spread draw exactly as before.
@@ -121,7 +172,29 @@ impl Driver {
         for (t, a) in scenario.timeline() {
             d.push(t, Pending::Act(a));
         }
+        d.schedule_arrivals();
         d
+    }
+
+    /// The first arrival (with a rate) or every arrival (with a count).
+    fn schedule_arrivals(&mut self) {
+        let Some(w) = self.tasks.as_mut() else {
+            return;
+        };
+        let (start, until) = (w.settings.start, w.until);
+        if start > until {
+            return;
+        }
+        let times: Vec<u64> = match (w.settings.count, w.settings.mean_gap_ms()) {
+            (Some(n), _) => (0..n)
+                .map(|_| start + below(&mut w.rng, until - start + 1))
+                .collect(),
+            (None, Some(gap)) => vec![start + below(&mut w.rng, 2 * gap + 1)],
+            (None, None) => Vec::new(),
+        };
+        for t in times {
+            self.push(t, Pending::Submit);
+        }
     }
 
     /// Nodes that start at time zero.
@@ -150,39 +223,48 @@ impl Driver {
         }
     }
 
-    fn live(&self, cluster: &dyn Cluster) -> Vec<usize> {
-        (0..self.nodes).filter(|i| cluster.is_live(*i)).collect()
-    }
-
-    fn pick(&mut self, from: &[usize]) -> Option<usize> {
-        (!from.is_empty()).then(|| from[below(&mut self.rng, from.len() as u64) as usize])
-    }
-
     fn resolve(&mut self, target: &Target, cluster: &dyn Cluster) -> Vec<usize> {
-        let live = self.live(cluster);
+        resolve(target, cluster, &mut self.rng, self.nodes, &self.unstarted)
+    }
+}
+
+fn pick(rng: &mut ChaCha8Rng, from: &[usize]) -> Option<usize> {
+    (!from.is_empty()).then(|| from[below(rng, from.len() as u64) as usize])
+}
+
+/// The nodes `target` names now, random choices drawn from `rng`.
+fn resolve(
+    target: &Target,
+    cluster: &dyn Cluster,
+    rng: &mut ChaCha8Rng,
+    nodes: usize,
+    unstarted: &BTreeSet<usize>,
+) -> Vec<usize> {
+    {
+        let live: Vec<usize> = (0..nodes).filter(|i| cluster.is_live(*i)).collect();
         match target {
             Target::Admin => cluster.admin().into_iter().collect(),
-            Target::Random => self.pick(&live).into_iter().collect(),
+            Target::Random => pick(rng, &live).into_iter().collect(),
             Target::RandomFollower => {
                 let admin = cluster.admin();
                 let followers: Vec<usize> =
                     live.into_iter().filter(|i| Some(*i) != admin).collect();
-                self.pick(&followers).into_iter().collect()
+                pick(rng, &followers).into_iter().collect()
             }
             Target::All => live,
             Target::Followers => {
                 let admin = cluster.admin();
                 live.into_iter().filter(|i| Some(*i) != admin).collect()
             }
-            Target::Crashed => (0..self.nodes)
-                .filter(|i| !cluster.is_live(*i) && !self.unstarted.contains(i))
+            Target::Crashed => (0..nodes)
+                .filter(|i| !cluster.is_live(*i) && !unstarted.contains(i))
                 .collect(),
             Target::Percent(p) => {
                 let want = ((live.len() as u64 * u64::from(*p)).div_ceil(100)).max(1) as usize;
                 let mut pool = live;
                 let mut chosen = Vec::new();
                 while chosen.len() < want && !pool.is_empty() {
-                    let k = below(&mut self.rng, pool.len() as u64) as usize;
+                    let k = below(rng, pool.len() as u64) as usize;
                     chosen.push(pool.swap_remove(k));
                 }
                 chosen.sort_unstable();
@@ -192,7 +274,9 @@ impl Driver {
             Target::Nodes(a, b) => (*a..=*b).collect(),
         }
     }
+}
 
+impl Driver {
     fn crash(&mut self, nodes: &[usize], cluster: &mut dyn Cluster, sink: &mut Sink) {
         for &i in nodes {
             if cluster.is_live(i) {
@@ -243,6 +327,13 @@ impl Driver {
                 self.push(now + down_for, Pending::RestartNodes(nodes));
             }
             Pending::RestartNodes(nodes) => self.restart(&nodes, cluster, sink),
+            Pending::Submit => self.submit(now, cluster, sink),
+            Pending::FollowUp {
+                node,
+                request,
+                cancel,
+                unknown,
+            } => self.follow_up(now, (node, request), cancel, unknown, cluster, sink),
             Pending::Start(i) => self.start(&[i], cluster, sink),
             Pending::Act(Action::Partition {
                 minority,
@@ -385,6 +476,112 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// A task arrives: at one live node the workload's target names, drawn at random (a
+    /// submission with no live node to take it is lost, as a failed request is). The next
+    /// arrival is drawn (with a rate), and the cancels the workload wants are scheduled.
+    fn submit(&mut self, now: u64, cluster: &mut dyn Cluster, sink: &mut Sink) {
+        let (nodes, unstarted) = (self.nodes, &self.unstarted);
+        let Some(w) = self.tasks.as_mut() else {
+            return;
+        };
+        let live: Vec<usize> =
+            resolve(&w.settings.submit_at, cluster, &mut w.rng, nodes, unstarted)
+                .into_iter()
+                .filter(|i| cluster.is_live(*i))
+                .collect();
+        let chosen = pick(&mut w.rng, &live);
+        let next = w
+            .settings
+            .mean_gap_ms()
+            .filter(|_| w.settings.count.is_none())
+            .map(|gap| now + below(&mut w.rng, 2 * gap + 1))
+            .filter(|t| *t <= w.until);
+        let cancel = below(&mut w.rng, 1_000_000) < u64::from(w.settings.cancel_ppm);
+        let cancel_at = now + 1 + below(&mut w.rng, w.settings.cancel_within.max(1));
+        let hang_check = (w.settings.hang_ppm > 0).then(|| now + w.settings.hang_cancel_after);
+        let spec = w.spec.clone();
+        let submitted = chosen.map(|i| {
+            w.request += 1;
+            (i, w.request)
+        });
+        if let Some(t) = next {
+            self.push(t, Pending::Submit);
+        }
+        let Some((i, request)) = submitted else {
+            return;
+        };
+        cluster.submit_task(i, spec, Some(format!("sim-{request}")), request, sink);
+        let follow = |cancel| Pending::FollowUp {
+            node: i,
+            request,
+            cancel,
+            unknown: 0,
+        };
+        if cancel {
+            self.push(cancel_at, follow(true));
+        } else if let Some(t) = hang_check {
+            self.push(t, follow(false));
+        }
+    }
+
+    /// Cancels a submitted task if the workload chose to or it hangs, unless its result is
+    /// in; looks again later while it has none (a submitter that was down missed the cancel).
+    fn follow_up(
+        &mut self,
+        now: u64,
+        (node, request): (usize, u64),
+        cancel: bool,
+        unknown: u32,
+        cluster: &mut dyn Cluster,
+        sink: &mut Sink,
+    ) {
+        let Some(w) = self.tasks.as_mut() else {
+            return;
+        };
+        let again = now + w.settings.hang_cancel_after.max(1_000);
+        let Some((task, done)) = sink.stats.task_of_request(&name(node), request) else {
+            // Not accepted (yet: turmoil steps a submit at the next tick). Refused, or lost
+            // with a node that was down, after a few looks.
+            if unknown < 3 {
+                self.push(
+                    now + 1_000,
+                    Pending::FollowUp {
+                        node,
+                        request,
+                        cancel,
+                        unknown: unknown + 1,
+                    },
+                );
+            }
+            return;
+        };
+        if done {
+            return;
+        }
+        let Ok(task) = task.parse::<chorus_core::TaskId>() else {
+            return;
+        };
+        if !cancel && !w.model.hangs(&task) {
+            return;
+        }
+        if cluster.is_live(node) {
+            w.request += 1;
+            let r = w.request;
+            cluster.cancel_task(node, task, r, sink);
+        }
+        self.push(
+            again,
+            Pending::FollowUp {
+                node,
+                request,
+                cancel,
+                unknown,
+            },
+        );
+    }
+}
+
 /// The trace name of node `i`.
 pub fn name(i: usize) -> String {
     format!("n{i}")
@@ -429,16 +626,23 @@ pub fn node_profile(scenario: &Scenario, seed: u64, i: usize) -> chorus_core::Pe
     if i < scenario.voter_count() {
         capabilities.push(chorus_core::ADMIN_ELECTION.to_owned());
     }
+    let task_slots = scenario
+        .tasks
+        .as_ref()
+        .filter(|w| w.runs_tasks(i))
+        .map_or(0, |w| w.slots);
     let resources = if scenario.equal_scores {
         chorus_core::Resources {
             cpu_millicores: 4_000,
             mem_free_mb: 8_192,
+            task_slots,
         }
     } else {
         let mut rng = chorus_core::rng::node_rng(seed ^ 0x9e50_12ce_5eed_0001, &name(i).into());
         chorus_core::Resources {
             cpu_millicores: 500 + below(&mut rng, 15_500) as u32,
             mem_free_mb: 256 + below(&mut rng, 32_512) as u32,
+            task_slots,
         }
     };
     chorus_core::PeerInfo {

@@ -179,6 +179,7 @@ impl Liar {
                     resources: Resources {
                         cpu_millicores: u32::MAX,
                         mem_free_mb: u32::MAX,
+                        ..Default::default()
                     },
                     electorate: Some(self.electorate(me, nodes)),
                     genesis: self.big(),

@@ -7,6 +7,7 @@ pub mod des;
 pub mod driver;
 pub mod hostile;
 pub mod run;
+pub mod sandbox;
 pub mod scenario;
 pub mod sink;
 pub mod svg;

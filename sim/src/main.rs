@@ -181,6 +181,27 @@ pub fn print_summary(s: &Scenario, seed: u64, engine: Engine, f: &Finished, wall
         "best-scored live voter won {} of {} elections",
         st.best_won, st.elections
     );
+    if st.tasks_accepted > 0 {
+        let by_status: Vec<String> = st
+            .task_results
+            .iter()
+            .map(|(status, n)| format!("{status} {n}"))
+            .collect();
+        println!(
+            "tasks: {} accepted · {} results ({}) · {} unfinished · throughput {:.3} results per simulated s",
+            st.tasks_accepted,
+            st.task_result_count(),
+            by_status.join(", "),
+            st.tasks_unfinished(),
+            st.task_throughput()
+        );
+        println!(
+            "submit → result latency: p50 {} · p99 {} · max {}",
+            ms(st.task_latency_percentile(50)),
+            ms(st.task_latency_percentile(99)),
+            ms(st.task_latencies_ms.iter().max().copied())
+        );
+    }
     if !st.refused.is_empty() {
         let by_reason: Vec<String> = st.refused.iter().map(|(r, n)| format!("{r} {n}")).collect();
         println!("refused messages: {}", by_reason.join(" · "));

@@ -74,6 +74,10 @@ pub struct Scenario {
     /// Faults, in time order (equal times keep file order).
     #[serde(default)]
     pub events: Vec<Scheduled>,
+    /// A task workload (see [`TaskWorkload`]); none by default. Left out of the trace header
+    /// when absent, so scenarios without tasks keep their exact bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<TaskWorkload>,
     /// Time from a fault-free, majority-up moment within which an admin must be known to every
     /// live node. Default: discovery timeout + 3 × maximum election timeout + 2 × heartbeat.
     #[serde(default, with = "opt_duration_ms")]
@@ -266,6 +270,171 @@ impl Hostile {
     /// Whether no node lies.
     pub fn is_off(&self) -> bool {
         self.nodes == 0
+    }
+}
+
+/// A task workload: submissions at nodes (stepped as `SubmitTask`, logged like any input), run
+/// by the simulated sandbox (`sandbox.rs`) on the nodes with task slots. Probabilities are in
+/// parts per million; every draw comes from the seed, on streams of their own, so adding a
+/// workload leaves the scenario's fault schedule as it was.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskWorkload {
+    /// Tasks per simulated second: arrival gaps drawn uniformly in `[0, 2 / rate]` s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_per_s: Option<f64>,
+    /// Or exactly this many tasks, at uniformly drawn times in `[start, until]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// First possible submission, e.g. "10s".
+    #[serde(with = "duration_ms")]
+    pub start: u64,
+    /// Last possible submission (default: the end of the run).
+    #[serde(with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    pub until: Option<u64>,
+    /// Where tasks are submitted: one live node that the target names, drawn at random
+    /// (default: any live node).
+    pub submit_at: Target,
+    /// A run takes a uniformly drawn time in `[duration_min, duration_max]`.
+    #[serde(with = "duration_ms")]
+    pub duration_min: u64,
+    /// See `duration_min`.
+    #[serde(with = "duration_ms")]
+    pub duration_max: u64,
+    /// The spec's timeout: a run longer than this is killed and reported timed out.
+    #[serde(with = "duration_ms")]
+    pub timeout: u64,
+    /// Runs that exit non-zero.
+    pub fail_ppm: u32,
+    /// Runs the kernel's OOM killer ends (after a part of their duration).
+    pub oom_ppm: u32,
+    /// Runs that hang past their timeout and are killed at it.
+    pub timeout_ppm: u32,
+    /// Runs that fail in a retryable way (`SandboxFailed { retryable: true }`).
+    pub retryable_ppm: u32,
+    /// Runs that fail for good (`SandboxFailed { retryable: false }`, e.g. a missing image).
+    pub error_ppm: u32,
+    /// Tasks whose every run hangs (the timeout is not enforced) until cancelled; their
+    /// submitter cancels them `hang_cancel_after` after accepting them, and again as often
+    /// while they have no result.
+    pub hang_ppm: u32,
+    /// See `hang_ppm`.
+    #[serde(with = "duration_ms")]
+    pub hang_cancel_after: u64,
+    /// Tasks their submitter cancels at a uniformly drawn time within `cancel_within` of
+    /// accepting them.
+    pub cancel_ppm: u32,
+    /// See `cancel_ppm`.
+    #[serde(with = "duration_ms")]
+    pub cancel_within: u64,
+    /// Task slots of each node that runs tasks.
+    pub slots: u32,
+    /// The nodes that run tasks (default: every node); the others have no slots.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<NodeRef>,
+    /// Invariant 7's bound: once the cluster is healed with a majority of the electorate up,
+    /// every task accepted at a live submitter has its result within this time of its
+    /// acceptance or of the fault-free period's start, whichever is later. Default: see
+    /// [`Scenario::task_bound`].
+    #[serde(with = "opt_duration_ms", skip_serializing_if = "Option::is_none")]
+    pub result_bound: Option<u64>,
+}
+
+impl Default for TaskWorkload {
+    fn default() -> Self {
+        TaskWorkload {
+            rate_per_s: None,
+            count: None,
+            start: 0,
+            until: None,
+            submit_at: Target::Random,
+            duration_min: 200,
+            duration_max: 5_000,
+            timeout: 60_000,
+            fail_ppm: 0,
+            oom_ppm: 0,
+            timeout_ppm: 0,
+            retryable_ppm: 0,
+            error_ppm: 0,
+            hang_ppm: 0,
+            hang_cancel_after: 30_000,
+            cancel_ppm: 0,
+            cancel_within: 10_000,
+            slots: 2,
+            workers: Vec::new(),
+            result_bound: None,
+        }
+    }
+}
+
+impl TaskWorkload {
+    /// The mean gap between arrivals in ms, for a rate.
+    pub fn mean_gap_ms(&self) -> Option<u64> {
+        self.rate_per_s
+            .map(|r| ((1_000.0 / r).round() as u64).max(1))
+    }
+
+    /// Whether node `i` runs tasks.
+    pub fn runs_tasks(&self, i: usize) -> bool {
+        self.workers.is_empty() || self.workers.iter().any(|r| r.indices().contains(&i))
+    }
+
+    /// The longest a run that ends by itself can take.
+    pub fn longest_run_ms(&self) -> u64 {
+        self.duration_max.min(self.timeout)
+    }
+
+    fn validate(&self, nodes: usize) -> Result<(), String> {
+        match (self.rate_per_s, self.count) {
+            (Some(_), Some(_)) => {
+                return Err("tasks: give `rate_per_s` or `count`, not both".into())
+            }
+            (None, None) => return Err("tasks: give `rate_per_s` or `count`".into()),
+            (Some(r), None) if !(r > 0.0 && r <= 10_000.0) => {
+                return Err(format!(
+                    "tasks.rate_per_s {r} must be above 0 and at most 10000"
+                ))
+            }
+            _ => {}
+        }
+        if self.duration_min > self.duration_max {
+            return Err("tasks: duration_min is above duration_max".into());
+        }
+        if self.timeout == 0 || self.timeout > chorus_core::task::bounds::TIMEOUT_MS {
+            return Err("tasks.timeout must be 1 ms to a day".into());
+        }
+        let mix = [
+            self.fail_ppm,
+            self.oom_ppm,
+            self.timeout_ppm,
+            self.retryable_ppm,
+            self.error_ppm,
+        ];
+        if mix.iter().map(|p| u64::from(*p)).sum::<u64>() > 1_000_000
+            || self.hang_ppm > 1_000_000
+            || self.cancel_ppm > 1_000_000
+        {
+            return Err(
+                "tasks: the failure mix is in parts per million and sums to at most 1000000".into(),
+            );
+        }
+        if self.hang_ppm > 0 && self.hang_cancel_after == 0 {
+            return Err("tasks: hung tasks need a positive hang_cancel_after".into());
+        }
+        if let Some(r) = self.workers.iter().find(|r| r.last() >= nodes) {
+            return Err(format!(
+                "tasks.workers names {}, but there are {nodes} nodes",
+                String::from(*r)
+            ));
+        }
+        if let Target::Node(i) | Target::Nodes(_, i) = self.submit_at {
+            if i >= nodes {
+                return Err(format!(
+                    "tasks.submit_at names n{i}, but there are {nodes} nodes"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -583,6 +752,31 @@ impl Scenario {
         })
     }
 
+    /// Invariant 7's bound (see [`TaskWorkload::result_bound`]), when there is a workload. By
+    /// default: the liveness bound (an admin everyone knows), [`chorus_core::task::MAX_ATTEMPTS`]
+    /// times the longest run, two re-offer periods of the submitter (10 task ticks each: an
+    /// offer answered by an admin that then lost the task), and `hang_cancel_after` when tasks
+    /// hang.
+    pub fn task_bound(&self) -> Option<u64> {
+        let t = self.tasks.as_ref()?;
+        Some(t.result_bound.unwrap_or_else(|| {
+            let tick = self
+                .all_configs()
+                .iter()
+                .map(|c| c.heartbeat_interval_ms.clamp(10, 1_000))
+                .max()
+                .unwrap_or(1_000);
+            let reoffer = 10 * tick;
+            let attempts = u64::from(chorus_core::task::MAX_ATTEMPTS);
+            let hang = if t.hang_ppm > 0 {
+                t.hang_cancel_after
+            } else {
+                0
+            };
+            self.liveness_bound() + attempts * t.longest_run_ms() + 2 * reoffer + hang
+        }))
+    }
+
     /// Checks what the types cannot.
     pub fn validate(&self) -> Result<(), String> {
         if self.config.bootstrap_expect != Config::default().bootstrap_expect {
@@ -651,6 +845,9 @@ impl Scenario {
         }
         if !self.hostile.is_off() && (self.hostile.every_ms == 0 || self.hostile.burst == 0) {
             return Err("hostile.every and hostile.burst must be positive".into());
+        }
+        if let Some(t) = &self.tasks {
+            t.validate(self.nodes)?;
         }
         let (lo, hi) = self.network.latency_ms;
         if lo > hi {
@@ -784,7 +981,12 @@ pub const BUILTINS: &[&str] = &[
     "replace",
     "replace-manual",
     "change-interrupted",
+    "tasks",
 ];
+
+/// The built-ins with a task workload (issue 11), swept for invariant 7 by
+/// `sim/tests/tasks.rs`.
+pub const TASKS: &[&str] = &["tasks", "churn", "flapping", "drift", "asymmetric"];
 
 /// The built-ins of issue 10: those that reproduced its bootstrap and mixed-settings bugs
 /// (uneven bootstrap, late voters, mixed settings), swept over more seeds than the general CI
@@ -822,6 +1024,7 @@ pub fn builtin(name: &str) -> Option<Scenario> {
         "replace" => REPLACE,
         "replace-manual" => REPLACE_MANUAL,
         "change-interrupted" => CHANGE_INTERRUPTED,
+        "tasks" => TASKS_BUILTIN,
         _ => return None,
     };
     // The built-ins are tested to parse and validate.
@@ -1033,6 +1236,58 @@ action = "restart"
 target = "crashed"
 "#;
 
+// Tasks (issue 11). Second-scale timings, as for membership, so a run holds several faults and
+// a fault-free stretch longer than invariant 7's bound (61 s here: the 17 s liveness bound,
+// three 3 s runs, two 10 s re-offer periods, the 15 s wait before a hung task is cancelled).
+const TASKS_BUILTIN: &str = r#"
+name = "tasks"
+description = "A steady task load (2/s; 0.2-3 s runs; failures, OOM, timeouts, retries, hangs and cancels) on three workers; the admin killed mid-stream, a worker killed mid-run, a partition, then 2.5 fault-free minutes"
+nodes = 7
+voters = 5
+duration_ms = "5m"
+[config]
+heartbeat_interval_ms = 1000
+election_timeout_min_ms = 3000
+election_timeout_max_ms = 4500
+discovery_timeout_ms = 1500
+[tasks]
+rate_per_s = 2.0
+duration_min = "200ms"
+duration_max = "3s"
+timeout = "5s"
+fail_ppm = 50000
+oom_ppm = 20000
+timeout_ppm = 20000
+retryable_ppm = 50000
+error_ppm = 10000
+hang_ppm = 10000
+hang_cancel_after = "15s"
+cancel_ppm = 20000
+cancel_within = "5s"
+slots = 3
+workers = ["n4..=n6"]
+[[events]]
+at = "30s"
+action = "crash"
+target = "admin"
+[[events]]
+at = "50s"
+action = "restart"
+target = "crashed"
+[[events]]
+at = "1m10s"
+action = "bounce"
+target = "n5"
+down_for = "20s"
+[[events]]
+at = "2m"
+action = "partition"
+with_admin = true
+[[events]]
+at = "2m30s"
+action = "heal"
+"#;
+
 const STEADY: &str = r#"
 name = "steady"
 description = "A healthy cluster: one election, then heartbeats"
@@ -1074,6 +1329,14 @@ action = "heal"
 const ASYMMETRIC: &str = r#"
 name = "asymmetric"
 description = "One-way cuts: the admin cannot reach a follower, then a follower cannot reach the admin"
+[tasks]
+rate_per_s = 0.2
+duration_min = "1s"
+duration_max = "20s"
+timeout = "30s"
+fail_ppm = 50000
+retryable_ppm = 50000
+oom_ppm = 10000
 [[events]]
 at = "1m"
 every = "4m"
@@ -1099,6 +1362,14 @@ action = "heal"
 const FLAPPING: &str = r#"
 name = "flapping"
 description = "Random links go down and up every 10 s"
+[tasks]
+rate_per_s = 0.2
+duration_min = "1s"
+duration_max = "20s"
+timeout = "30s"
+fail_ppm = 50000
+retryable_ppm = 50000
+oom_ppm = 10000
 [[events]]
 at = "1m"
 every = "3m"
@@ -1147,6 +1418,14 @@ const CHURN: &str = r#"
 name = "churn"
 description = "Nodes leave and come back; late joiners arrive"
 late_joiners = 1
+[tasks]
+rate_per_s = 0.2
+duration_min = "1s"
+duration_max = "20s"
+timeout = "30s"
+fail_ppm = 50000
+retryable_ppm = 50000
+oom_ppm = 10000
 [[events]]
 at = "1m"
 every = "1m30s"
@@ -1165,6 +1444,14 @@ description = "Every clock drifts at the configured bound (alternating fast and 
 [network]
 drift_ppm = 1000
 drift_at_bound = true
+[tasks]
+rate_per_s = 0.2
+duration_min = "1s"
+duration_max = "20s"
+timeout = "30s"
+fail_ppm = 50000
+retryable_ppm = 50000
+oom_ppm = 10000
 [[events]]
 at = "1m"
 every = "2m"

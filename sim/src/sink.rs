@@ -33,21 +33,63 @@ pub struct Stats {
     pub lines: u64,
     /// Simulated time covered.
     pub end_ms: u64,
+    /// Tasks accepted (`task_submitted` of a new task).
+    pub tasks_accepted: u64,
+    /// Results in at submitters (`task_result`), by status.
+    pub task_results: std::collections::BTreeMap<chorus_core::TaskStatus, u64>,
+    /// Submit → result latency of every task with a result, ms, in result order.
+    pub task_latencies_ms: Vec<u64>,
     /// Lease end per node that ever held one (capped at its crash or step-down).
     leases: std::collections::BTreeMap<String, u64>,
+    /// Accepted tasks: task → (submitter, request, accepted at, result in).
+    tasks: std::collections::BTreeMap<String, (String, Option<u64>, u64, bool)>,
+    /// (submitter, request) → task, for the workload's cancels.
+    task_by_request: std::collections::BTreeMap<(String, u64), String>,
 }
 
 impl Stats {
+    /// Results in at submitters.
+    pub fn task_result_count(&self) -> u64 {
+        self.task_results.values().sum()
+    }
+
+    /// Results per simulated second.
+    pub fn task_throughput(&self) -> f64 {
+        self.task_result_count() as f64 / (self.end_ms.max(1) as f64 / 1_000.0)
+    }
+
+    /// Percentile (0–100) of submit → result latencies, nearest-rank.
+    pub fn task_latency_percentile(&self, p: u64) -> Option<u64> {
+        percentile(&self.task_latencies_ms, p)
+    }
+
+    /// Tasks accepted whose result is not in.
+    pub fn tasks_unfinished(&self) -> u64 {
+        self.tasks.values().filter(|t| !t.3).count() as u64
+    }
+
+    /// The task a node accepted for a request, and whether its result is in.
+    pub fn task_of_request(&self, node: &str, request: u64) -> Option<(&str, bool)> {
+        let task = self.task_by_request.get(&(node.to_owned(), request))?;
+        let done = self.tasks.get(task).is_some_and(|t| t.3);
+        Some((task, done))
+    }
+
     /// Percentile (0–100) of outage lengths, nearest-rank.
     pub fn outage_percentile(&self, p: u64) -> Option<u64> {
-        let mut v = self.outages_ms.clone();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_unstable();
-        let rank = ((p * v.len() as u64).div_ceil(100)).max(1) as usize;
-        Some(v[rank - 1])
+        percentile(&self.outages_ms, p)
     }
+}
+
+/// Percentile (0–100) of `values`, nearest-rank.
+pub fn percentile(values: &[u64], p: u64) -> Option<u64> {
+    let mut v = values.to_vec();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_unstable();
+    let rank = ((p * v.len() as u64).div_ceil(100)).max(1) as usize;
+    Some(v[rank.min(v.len()) - 1])
 }
 
 /// A predicate that ends a run early (see [`Sink::stop_when`]).
@@ -199,6 +241,28 @@ impl Sink {
             Record::Voted { term, .. } | Record::Role { term, .. } => {
                 s.max_term = s.max_term.max(*term)
             }
+            Record::TaskSubmitted {
+                node,
+                task,
+                request,
+                existing: false,
+            } => {
+                s.tasks_accepted += 1;
+                s.tasks
+                    .insert(task.clone(), (node.clone(), *request, t, false));
+                if let Some(r) = request {
+                    s.task_by_request.insert((node.clone(), *r), task.clone());
+                }
+            }
+            Record::TaskResult { task, status, .. } => {
+                *s.task_results.entry(*status).or_default() += 1;
+                if let Some(entry) = s.tasks.get_mut(task) {
+                    if !entry.3 {
+                        entry.3 = true;
+                        s.task_latencies_ms.push(t - entry.2);
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -304,6 +368,60 @@ impl Sink {
                 outcome: outcome.clone(),
                 request: (*request != 0).then_some(*request),
             },
+            Command::Notice(Notice::TaskSubmitted {
+                task,
+                request,
+                existing,
+            }) => Record::TaskSubmitted {
+                node,
+                task: task.to_string(),
+                request: (*request != 0).then_some(*request),
+                existing: *existing,
+            },
+            Command::Notice(Notice::TaskRefused { request, reason }) => Record::TaskRefused {
+                node,
+                request: (*request != 0).then_some(*request),
+                reason: reason.clone(),
+            },
+            Command::Notice(Notice::TaskCancelRequested { task, request }) => {
+                Record::TaskCancelRequested {
+                    node,
+                    task: task.to_string(),
+                    request: (*request != 0).then_some(*request),
+                }
+            }
+            Command::Notice(Notice::TaskPlaced {
+                task,
+                worker,
+                attempt,
+            }) => Record::TaskPlaced {
+                node,
+                task: task.to_string(),
+                worker: worker.to_string(),
+                attempt: *attempt,
+            },
+            Command::Notice(Notice::TaskStarted { task, attempt }) => Record::TaskStarted {
+                node,
+                task: task.to_string(),
+                attempt: *attempt,
+            },
+            Command::Notice(Notice::TaskFinished {
+                task,
+                attempt,
+                status,
+                error,
+            }) => Record::TaskFinished {
+                node,
+                task: task.to_string(),
+                attempt: *attempt,
+                status: *status,
+                error: error.clone(),
+            },
+            Command::Notice(Notice::TaskCompleted { task, status }) => Record::TaskResult {
+                node,
+                task: task.to_string(),
+                status: *status,
+            },
             Command::RoleChanged { role, term, .. } => Record::Role {
                 node,
                 role: role.as_str().to_owned(),
@@ -312,6 +430,17 @@ impl Sink {
             _ => return,
         };
         self.record(record);
+    }
+
+    /// At the end of a run: the tasks live node `node` still owns unfinished (engines that can
+    /// see their cores report them; invariant 7).
+    pub fn owned_at_end(&mut self, node: &str, unfinished: &std::collections::BTreeSet<String>) {
+        let before = self.checker.violations().len();
+        self.checker
+            .owned_at_end(node, unfinished, self.now, self.line_no);
+        if self.context.is_none() && self.checker.violations().len() > before {
+            self.context = Some(self.recent.iter().cloned().collect());
+        }
     }
 
     /// Ends the run at `end_ms`: final checks, flush. Returns the outcome.

@@ -30,6 +30,10 @@ pub struct JobResult {
     pub failures: Vec<String>,
     /// Trace digest (determinism checks compare them).
     pub digest: u64,
+    /// Tasks accepted, results in, and simulated time (for the task summary).
+    pub tasks: (u64, u64, u64),
+    /// Submit → result latencies of the run's tasks, ms.
+    pub task_latencies_ms: Vec<u64>,
 }
 
 /// Which engines a sweep uses.
@@ -129,8 +133,16 @@ pub fn sweep(
 fn run_job(job: &Job, determinism: bool) -> JobResult {
     let once = || run(&job.scenario, job.seed, job.engine, None, false);
     let mut failures = Vec::new();
+    let mut tasks = (0, 0, 0);
+    let mut task_latencies_ms = Vec::new();
     let digest = match once() {
         Ok(f) => {
+            tasks = (
+                f.stats.tasks_accepted,
+                f.stats.task_result_count(),
+                f.stats.end_ms,
+            );
+            task_latencies_ms = f.stats.task_latencies_ms.clone();
             failures.extend(f.violations.iter().map(|v| v.to_string()));
             if determinism {
                 match once() {
@@ -153,6 +165,8 @@ fn run_job(job: &Job, determinism: bool) -> JobResult {
         job: job.clone(),
         failures,
         digest,
+        tasks,
+        task_latencies_ms,
     }
 }
 
@@ -188,6 +202,23 @@ pub fn report(results: &[JobResult], wall_s: f64) -> bool {
         results.len() - failed.len(),
         failed.len()
     );
+    let accepted: u64 = results.iter().map(|r| r.tasks.0).sum();
+    if accepted > 0 {
+        let done: u64 = results.iter().map(|r| r.tasks.1).sum();
+        let sim_s: f64 = results.iter().map(|r| r.tasks.2 as f64 / 1_000.0).sum();
+        let latencies: Vec<u64> = results
+            .iter()
+            .flat_map(|r| r.task_latencies_ms.iter().copied())
+            .collect();
+        let ms =
+            |v: Option<u64>| v.map_or("-".to_owned(), |v| format!("{:.3} s", v as f64 / 1000.0));
+        println!(
+            "tasks: {accepted} accepted, {done} results ({:.3} results per simulated s per run); submit → result p50 {} · p99 {}",
+            done as f64 / sim_s.max(1e-9),
+            ms(crate::sink::percentile(&latencies, 50)),
+            ms(crate::sink::percentile(&latencies, 99)),
+        );
+    }
     for r in &failed {
         let j = &r.job;
         println!("FAILED {} seed {} ({}):", j.name, j.seed, j.engine.as_str());

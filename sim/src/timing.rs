@@ -92,6 +92,7 @@ fn trial_scenario(min: u64, max: u64, kill_at: u64, horizon: u64) -> Scenario {
         bootstrap_expect: None,
         node_settings: Vec::new(),
         hostile: Default::default(),
+        tasks: None,
         events: vec![Scheduled {
             at: kill_at,
             every: None,

@@ -36,6 +36,9 @@ pub struct Header {
     pub steps: bool,
     /// The liveness bound the checker used.
     pub liveness_bound_ms: u64,
+    /// Invariant 7's bound the checker used, when the scenario has a task workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_bound_ms: Option<u64>,
     /// The full scenario (with `nodes` and `duration` as run), so file scenarios replay too.
     pub spec: Scenario,
 }
@@ -137,6 +140,84 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         request: Option<u64>,
     },
+    /// A node accepted a task (`existing`: a repeated idempotency key named one it had).
+    TaskSubmitted {
+        /// The submitter, which owns the task.
+        node: String,
+        /// `ORIGIN-SEQ`.
+        task: String,
+        /// The submit's request id at the node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+        /// The key named a task accepted before.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        existing: bool,
+    },
+    /// A node refused a submit or a cancel.
+    TaskRefused {
+        /// Node id.
+        node: String,
+        /// The request refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+        /// Why.
+        reason: String,
+    },
+    /// A submitter was asked to cancel a task it owns.
+    TaskCancelRequested {
+        /// The submitter.
+        node: String,
+        /// The task.
+        task: String,
+        /// The cancel's request id at the node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    /// The admin `node` placed run `attempt` of a task on `worker`.
+    TaskPlaced {
+        /// The admin.
+        node: String,
+        /// The task.
+        task: String,
+        /// The worker.
+        worker: String,
+        /// The run, from 1.
+        attempt: u32,
+    },
+    /// A worker started run `attempt` of a task.
+    TaskStarted {
+        /// The worker.
+        node: String,
+        /// The task.
+        task: String,
+        /// The run.
+        attempt: u32,
+    },
+    /// A run ended at a worker: with a result's `status`, or (no status) given back to the
+    /// admin to be placed again after a retryable failure.
+    TaskFinished {
+        /// The worker.
+        node: String,
+        /// The task.
+        task: String,
+        /// The run.
+        attempt: u32,
+        /// `succeeded`, `failed`, `out_of_memory`, `timed_out`, `cancelled` or `error`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<chorus_core::TaskStatus>,
+        /// The sandbox's error, if there was one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The submitter has a task's result (the first one; copies are acknowledged silently).
+    TaskResult {
+        /// The submitter.
+        node: String,
+        /// The task.
+        task: String,
+        /// How it ended.
+        status: chorus_core::TaskStatus,
+    },
     /// A node's role changed (extension: drives the timeline picture).
     Role {
         /// Node id.
@@ -204,6 +285,7 @@ impl Header {
             duration_ms: scenario.duration_ms,
             steps,
             liveness_bound_ms: scenario.liveness_bound(),
+            task_bound_ms: scenario.task_bound(),
             spec: scenario.clone(),
         }
     }

@@ -57,6 +57,9 @@ snapshot!(des_steady_seed1, "steady", 1, Engine::Des, 3);
 snapshot!(des_partition_seed7, "partition", 7, Engine::Des, 5);
 snapshot!(des_admin_crash_seed3, "admin-crash", 3, Engine::Des, 4);
 snapshot!(des_storm_seed2, "storm", 2, Engine::Des, 4);
+// Tasks (issue 11): the first minute of `tasks` — submissions, placements, runs of every
+// outcome, results — through the admin's crash at 30 s.
+snapshot!(des_tasks_seed1, "tasks", 1, Engine::Des, 1);
 snapshot!(turmoil_steady_seed1, "steady", 1, Engine::Turmoil, 3);
 snapshot!(turmoil_partition_seed7, "partition", 7, Engine::Turmoil, 5);
 snapshot!(

@@ -14,8 +14,12 @@
 //! connection resets would tell them). Partitions cause no peer events; `apart_at_start`
 //! groups connect only at the first heal.
 //!
-//! Operator requests (`add` and `remove` actions) reach a node's runtime on its operator
-//! channel, as the HTTP API's do in production; the node steps them during the next tick.
+//! Operator requests (`add` and `remove` actions, task submits and cancels) reach a node's
+//! runtime on its operator channel, as the HTTP API's do in production; the node steps them
+//! during the next tick.
+//!
+//! Tasks run in the simulated sandbox (`sandbox.rs`, the runs the discrete-event engine draws)
+//! through the runtime's `TaskSandboxes` adapter ([`sandboxes`]), on turmoil's clock.
 //!
 //! Settings: each node's core starts with its own configuration; a restart whose settings
 //! differ (`node_settings` with `from`) logs `ConfigChanged` after `Started`, as `chorus run`
@@ -27,6 +31,7 @@
 
 mod clock;
 mod observer;
+mod sandboxes;
 mod transport;
 
 #[cfg(test)]
@@ -156,6 +161,8 @@ struct NodeSpec {
     new_config: Rc<RefCell<Vec<Option<Config>>>>,
     steps: bool,
     drift_ppm: i64,
+    /// The simulated sandbox, when the scenario has a task workload.
+    sandbox: Option<crate::sandbox::SandboxModel>,
 }
 
 impl NodeSpec {
@@ -217,6 +224,7 @@ impl NodeSpec {
             clock,
             observer,
         )
+        .with_sandboxes(sandboxes::SimSandboxes::new(self.sandbox.clone()))
         .with_start_events(start_events)
         .with_operator_inputs(operator)
         .run(std::future::pending())
@@ -320,6 +328,10 @@ impl TurmoilCluster {
                     new_config: new_config.clone(),
                     steps,
                     drift_ppm: drifts[i],
+                    sandbox: scenario
+                        .tasks
+                        .as_ref()
+                        .map(|w| crate::sandbox::SandboxModel::new(seed, w)),
                 }
             })
             .collect();
@@ -606,6 +618,26 @@ impl Cluster for TurmoilCluster {
             // The queue holds far more than a scenario asks of one node per tick; a node that
             // is down has dropped its receiver, and misses the request as its API would.
             let _ = tx.try_send(Event::ChangeMembers { change, request });
+        }
+    }
+
+    fn submit_task(
+        &mut self,
+        i: usize,
+        spec: chorus_core::SharedSpec,
+        key: Option<String>,
+        request: u64,
+        _sink: &mut Sink,
+    ) {
+        if let Some(tx) = &self.operators.borrow()[i] {
+            // As for membership requests: a node that is down misses it, as its API would.
+            let _ = tx.try_send(Event::SubmitTask { spec, key, request });
+        }
+    }
+
+    fn cancel_task(&mut self, i: usize, task: chorus_core::TaskId, request: u64, _sink: &mut Sink) {
+        if let Some(tx) = &self.operators.borrow()[i] {
+            let _ = tx.try_send(Event::CancelTask { task, request });
         }
     }
 }
