@@ -63,6 +63,11 @@ pub struct NodeConfig {
     pub protocol: chorus_core::Config,
     /// The task sandbox (`[sandbox]`).
     pub sandbox: SandboxConfig,
+    /// Running tasks (`[tasks]`).
+    pub tasks: TasksConfig,
+    /// Repositories tasks may mount, by name (`[repos] name = "/path"`); each is advertised as
+    /// the capability `repo:NAME`.
+    pub repos: BTreeMap<String, PathBuf>,
     /// The keys whose value came from a command-line flag, and that flag, so an error names
     /// what the user typed.
     #[serde(skip)]
@@ -87,6 +92,8 @@ impl Default for NodeConfig {
             snapshot_every_events: 1_024,
             protocol: chorus_core::Config::default(),
             sandbox: SandboxConfig::default(),
+            tasks: TasksConfig::default(),
+            repos: BTreeMap::new(),
             from_flags: BTreeMap::new(),
             expect_given: false,
         }
@@ -102,6 +109,64 @@ pub struct SandboxConfig {
     /// removes the sandboxes earlier runs of this node left behind (owner gone or deadline
     /// passed). Off by default, so a node needs no Docker unless asked.
     pub docker: bool,
+}
+
+/// The `[tasks]` table: how many tasks this node runs at once, and its warm sandboxes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TasksConfig {
+    /// Tasks run at once. Default: [`DEFAULT_TASK_SLOTS`] when the Docker sandbox is on
+    /// (`--docker`), else 0. 0: this node runs no tasks (it still accepts submissions and, as
+    /// admin, places them on others).
+    pub slots: Option<u32>,
+    /// Warm (created and started) sandboxes kept per task shape (image, limits, network), so a
+    /// task does not wait for a container to start. Default [`DEFAULT_POOL_SIZE`]; 0: none.
+    pub pool_size: Option<u32>,
+    /// Images whose default shape is kept warm from the start (default: none; the first task of
+    /// a shape makes its pool).
+    pub warm_images: Vec<String>,
+}
+
+/// Task slots of a node with the Docker sandbox on, unless `[tasks] slots` says otherwise.
+pub const DEFAULT_TASK_SLOTS: u32 = 2;
+
+/// Warm sandboxes per task shape, unless `[tasks] pool_size` says otherwise.
+pub const DEFAULT_POOL_SIZE: u32 = 2;
+
+/// The most task slots a node may offer (what a worker's report may claim).
+pub const MAX_TASK_SLOTS: u32 = 1_024;
+
+impl NodeConfig {
+    /// The task slots this node offers: `[tasks] slots`, or [`DEFAULT_TASK_SLOTS`] with the
+    /// Docker sandbox on and 0 without.
+    pub fn task_slots(&self) -> u32 {
+        self.tasks.slots.unwrap_or(if self.sandbox.docker {
+            DEFAULT_TASK_SLOTS
+        } else {
+            0
+        })
+    }
+
+    /// The capabilities advertised: the configured ones, plus `sandbox` when the node runs
+    /// tasks and `repo:NAME` for each repository it offers.
+    pub fn advertised_capabilities(&self) -> Vec<String> {
+        let mut caps = self.capabilities.clone();
+        let mut add = |c: String| {
+            if !caps.contains(&c) {
+                caps.push(c);
+            }
+        };
+        if self.task_slots() > 0 {
+            add(chorus_core::task::SANDBOX_CAPABILITY.to_owned());
+            for name in self.repos.keys() {
+                add(format!(
+                    "{}{name}",
+                    chorus_core::task::REPO_CAPABILITY_PREFIX
+                ));
+            }
+        }
+        caps
+    }
 }
 
 /// Command-line overrides of [`NodeConfig`] (`chorus run`).
@@ -174,6 +239,18 @@ pub struct RunFlags {
     /// Cluster seed for the core's RNG [default: 0].
     #[arg(long, value_name = "N")]
     pub cluster_seed: Option<u64>,
+    /// Tasks this node runs at once (config `tasks.slots`) [default: 2 with --docker, else 0;
+    /// 0: it runs none].
+    #[arg(long, value_name = "N")]
+    pub task_slots: Option<u32>,
+    /// A repository tasks may mount, `NAME=/path` (repeatable; config `[repos]`). Advertised as
+    /// the capability `repo:NAME`.
+    #[arg(long, value_name = "NAME=PATH")]
+    pub repo: Vec<String>,
+    /// An image to keep warm sandboxes of from the start (repeatable; config
+    /// `tasks.warm_images`).
+    #[arg(long, value_name = "IMAGE")]
+    pub warm_image: Vec<String>,
 }
 
 /// A config checked and parsed into the types the node uses.
@@ -311,6 +388,20 @@ impl NodeConfig {
         if let Some(v) = flags.cluster_seed {
             self.cluster_seed = v;
         }
+        if let Some(v) = flags.task_slots {
+            self.tasks.slots = Some(v);
+            self.from_flags.insert("tasks.slots", "--task-slots");
+        }
+        for r in &flags.repo {
+            let (name, path) = r
+                .split_once('=')
+                .ok_or_else(|| anyhow!("invalid flag `--repo`: {r:?} is not NAME=PATH"))?;
+            self.repos.insert(name.to_owned(), PathBuf::from(path));
+            self.from_flags.insert("repos", "--repo");
+        }
+        if !flags.warm_image.is_empty() {
+            self.tasks.warm_images = flags.warm_image.clone();
+        }
         Ok(())
     }
 
@@ -353,8 +444,21 @@ impl NodeConfig {
             ),
             None => None,
         };
-        let mut warnings = capability_warnings(&self.capabilities);
-        if self.capabilities.iter().any(|c| c == DOCKER) && !self.sandbox.docker {
+        let slots = self.task_slots();
+        if slots > MAX_TASK_SLOTS {
+            return Err(self.invalid("tasks.slots", &format!("at most {MAX_TASK_SLOTS}")));
+        }
+        if slots > 0 && !self.sandbox.docker {
+            return Err(self.invalid(
+                "tasks.slots",
+                "tasks run in Docker sandboxes: turn the sandbox on (--docker, or `docker = \
+                 true` in `[sandbox]`) or set 0",
+            ));
+        }
+        let mut this = self;
+        this.repos = this.resolved_repos()?;
+        let mut warnings = capability_warnings(&this.capabilities);
+        if this.capabilities.iter().any(|c| c == DOCKER) && !this.sandbox.docker {
             warnings.push(
                 "capability \"docker\" is advertised, but the Docker sandbox is off: this node \
                  neither connects to Docker nor reaps the sandboxes it left (pass --docker or \
@@ -363,7 +467,7 @@ impl NodeConfig {
             );
         }
         Ok(Resolved {
-            config: self,
+            config: this,
             listen,
             bootstrap,
             http,
@@ -402,6 +506,46 @@ impl NodeConfig {
                  found a one-node cluster on purpose"
             ),
         ))
+    }
+
+    /// The repositories, each resolved (canonical, so no symlink in a mounted path can lead
+    /// elsewhere later) and checked to be a directory; names as a task spec allows them.
+    fn resolved_repos(&self) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+        let mut out = BTreeMap::new();
+        for (name, path) in &self.repos {
+            let key = format!("repos.{name}");
+            let bad_name = name.is_empty()
+                || name.len() > chorus_core::task::bounds::NAME
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if bad_name {
+                return Err(self.invalid(
+                    "repos",
+                    &format!("{name:?} is not a repository name (letters, digits, `-`, `_`, `.`)"),
+                ));
+            }
+            let resolved = path.canonicalize().map_err(|e| {
+                self.invalid_key(&key, "repos", &format!("{}: {e}", path.display()))
+            })?;
+            if !resolved.is_dir() {
+                return Err(self.invalid_key(
+                    &key,
+                    "repos",
+                    &format!("{} is not a directory", path.display()),
+                ));
+            }
+            out.insert(name.clone(), resolved);
+        }
+        Ok(out)
+    }
+
+    /// An error about `key`, named as the flag when `flag_key`'s value came from one.
+    fn invalid_key(&self, key: &str, flag_key: &str, reason: &str) -> anyhow::Error {
+        match self.from_flags.get(flag_key) {
+            Some(flag) => anyhow!("invalid flag `{flag}` (config `{key}`): {reason}"),
+            None => anyhow!("invalid config `{key}`: {reason}"),
+        }
     }
 
     /// An error about `key`, named as the user set it: the flag when it came from one.
@@ -695,5 +839,56 @@ mod tests {
         assert!(w[0].contains("--docker"), "{w:?}");
         c.sandbox.docker = true;
         assert!(c.resolve().unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn task_slots_follow_docker_and_repos_are_resolved_and_advertised() {
+        let r = NodeConfig::default().resolve().unwrap();
+        assert_eq!(r.config.task_slots(), 0);
+        assert_eq!(r.config.advertised_capabilities(), [ADMIN_ELECTION]);
+        let c = NodeConfig::from_toml("[sandbox]\ndocker = true\n").unwrap();
+        assert_eq!(c.task_slots(), DEFAULT_TASK_SLOTS);
+        let err = NodeConfig::from_toml("[tasks]\nslots = 3\n")
+            .unwrap()
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`tasks.slots`") && err.contains("--docker"),
+            "{err}"
+        );
+        let off = NodeConfig::from_toml("[sandbox]\ndocker = true\n[tasks]\nslots = 0\n").unwrap();
+        assert_eq!(off.task_slots(), 0);
+
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let mut c = NodeConfig::from_toml("[sandbox]\ndocker = true\n").unwrap();
+        c.apply(&RunFlags {
+            repo: vec![format!("src={}", link.display())],
+            ..RunFlags::default()
+        })
+        .unwrap();
+        let r = c.resolve().unwrap();
+        assert_eq!(
+            r.config.repos["src"],
+            real.canonicalize().unwrap(),
+            "symlinks resolved"
+        );
+        let caps = r.config.advertised_capabilities();
+        assert!(caps.contains(&"sandbox".to_owned()) && caps.contains(&"repo:src".to_owned()));
+        let mut missing = NodeConfig::from_toml("[sandbox]\ndocker = true\n").unwrap();
+        missing.repos.insert("gone".into(), dir.path().join("nope"));
+        let err = missing.resolve().unwrap_err().to_string();
+        assert!(err.contains("`repos.gone`"), "{err}");
+        let mut bad = NodeConfig::default();
+        bad.repos.insert("a/b".into(), real);
+        assert!(bad
+            .resolve()
+            .unwrap_err()
+            .to_string()
+            .contains("repository name"));
     }
 }

@@ -59,6 +59,12 @@ pub struct Args {
     /// Print one line per change instead of a table refreshed in place.
     #[arg(long)]
     pub plain: bool,
+    /// Run a demo workload: the nodes run tasks in Docker sandboxes (`--docker`, warm pools of
+    /// the sandbox test image, built if missing), and once the cluster agrees on an admin, N
+    /// tasks are submitted through a node that is not the admin; one line per result, then a
+    /// count per worker. Needs a running Docker Engine.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub demo_tasks: usize,
 }
 
 struct Node {
@@ -140,6 +146,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 String::new()
             }
         );
+    }
+    if args.demo_tasks > 0 {
+        let provider = chorus_io::sandbox::docker::DockerProvider::connect()
+            .await
+            .context("--demo-tasks runs tasks in Docker, but the Docker Engine does not answer")?;
+        chorus_io::sandbox::image::ensure_sandbox_image(provider.docker())
+            .await
+            .context("--demo-tasks needs the sandbox test image")?;
     }
     for i in 0..nodes.len() {
         start(&exe, &args, root.path(), &mut nodes, i).await?;
@@ -295,6 +309,7 @@ async fn watch(
     let mut last_line = String::new();
     let mut last_draw = Instant::now() - Duration::from_secs(1);
     let mut kills_done = 0;
+    let mut demo_started = false;
     loop {
         let tick = if failover.is_some() { 25 } else { 100 };
         tokio::select! {
@@ -342,6 +357,16 @@ async fn watch(
         if let Some((admin, term)) = &agreed {
             if let Some(n) = nodes.iter().find(|n| n.id() == Some(admin.as_str())) {
                 report.last_admin = Some((admin.clone(), *term, n.index));
+            }
+            if args.demo_tasks > 0 && !demo_started {
+                let through = nodes
+                    .iter()
+                    .find(|n| n.child.is_some() && n.id() != Some(admin.as_str()))
+                    .or_else(|| nodes.first());
+                if let Some(n) = through {
+                    demo_started = true;
+                    tokio::spawn(demo(n.http.clone(), n.index, args.demo_tasks));
+                }
             }
         }
         if let Some(f) = failover.as_mut() {
@@ -472,6 +497,61 @@ fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover
 }
 
 /// The (admin, term) every live, answering node reports, if they agree and it is live.
+/// The demo workload: `count` short tasks submitted through the node at `http` (n`index`),
+/// each result printed as it comes, then how many ran on each worker.
+async fn demo(http: String, index: usize, count: usize) {
+    println!("devcluster: demo: submitting {count} task(s) through n{index}");
+    let mut ids = Vec::new();
+    for n in 0..count {
+        let spec = serde_json::json!({
+            "image": chorus_io::sandbox::image::SANDBOX_IMAGE,
+            "command": ["sh", "-c", format!("sleep 0.{}; echo task {n} on $(hostname)", n % 10)],
+            "timeout_ms": 60_000,
+        });
+        match crate::http::request(&http, "POST", "/tasks", Some(&spec.to_string())).await {
+            Ok((201, body)) => match serde_json::from_str::<Value>(&body) {
+                Ok(v) => ids.push(v["task"].as_str().unwrap_or_default().to_owned()),
+                Err(e) => println!("devcluster: demo: bad answer to a submit: {e}"),
+            },
+            Ok((code, body)) => println!("devcluster: demo: submit refused ({code}): {body}"),
+            Err(e) => println!("devcluster: demo: submit failed: {e}"),
+        }
+    }
+    let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
+    let mut open: Vec<String> = ids;
+    while !open.is_empty() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let mut still = Vec::new();
+        for id in open {
+            let path = format!("/tasks/{id}");
+            let result = match crate::http::request(&http, "GET", &path, None).await {
+                Ok((200, body)) => serde_json::from_str::<Value>(&body)
+                    .ok()
+                    .map(|v| v["result"].clone())
+                    .filter(|r| !r.is_null()),
+                _ => None,
+            };
+            match result {
+                Some(r) => {
+                    let worker = r["worker"].as_str().unwrap_or("?").to_owned();
+                    println!(
+                        "devcluster: demo: task {} {} on {} (run {}): {}",
+                        short(&id),
+                        r["status"].as_str().unwrap_or("?"),
+                        short(&worker),
+                        r["attempt"],
+                        r["stdout"].as_str().unwrap_or_default().trim()
+                    );
+                    *per_worker.entry(short(&worker).to_owned()).or_default() += 1;
+                }
+                None => still.push(id),
+            }
+        }
+        open = still;
+    }
+    println!("devcluster: demo: all {count} task(s) done; per worker: {per_worker:?}");
+}
+
 fn agreement(nodes: &[Node]) -> Option<(String, u64)> {
     let mut views = BTreeMap::new();
     let mut live_ids = Vec::new();
@@ -636,6 +716,13 @@ async fn start(
     };
     let mut cmd = Command::new(exe);
     cmd.args(spec.run_args(&ports));
+    if args.demo_tasks > 0 {
+        cmd.args([
+            "--docker",
+            "--warm-image",
+            chorus_io::sandbox::image::SANDBOX_IMAGE,
+        ]);
+    }
     // Should devcluster die without cleaning up (SIGKILL), the node stops on its own.
     cmd.arg("--exit-with-parent");
     // The ports are read from the info-level start line, whatever else RUST_LOG asks for.

@@ -1,11 +1,12 @@
-//! The HTTP API (127.0.0.1 by default): `/healthz`, `/readyz`, `/status`, `/metrics`, and
-//! `/cluster` (this node's view of every node it knows, with their HTTP addresses).
+//! The HTTP API (127.0.0.1 by default): `/healthz`, `/readyz`, `/status`, `/metrics`,
+//! `/cluster` (this node's view of every node it knows, with their HTTP addresses),
+//! `/members`, and `/tasks` (see [`crate::tasks`]).
 
 use std::net::SocketAddr;
 
 use axum::body::Bytes;
-use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -29,6 +30,8 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/cluster", get(cluster))
         .route("/members", get(members).post(change_members))
+        .route("/tasks", get(list_tasks).post(submit_task))
+        .route("/tasks/{id}", get(get_task).delete(cancel_task))
         .with_state((shared, bound));
     let server = async move {
         if let Err(e) = axum::serve(listener, app).await {
@@ -97,6 +100,66 @@ async fn change_members(
     let (code, answer) = crate::members::submit(&shared, change, wait).await;
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, Json(answer)).into_response()
+}
+
+/// A JSON answer with `code`.
+fn json_answer(code: u16, body: serde_json::Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, Json(body)).into_response()
+}
+
+/// `POST /tasks` with a task spec (JSON; `key` or the `Idempotency-Key` header makes a retried
+/// submit name the same task): 201 new, 200 known key, 400 refused (with the reason).
+async fn submit_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header_key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(_)) => {
+            let error = "the Idempotency-Key header is not text";
+            return json_answer(400, serde_json::json!({ "error": error }));
+        }
+    };
+    let (spec, key) = match crate::tasks::parse_submit(&body, header_key) {
+        Ok(parsed) => parsed,
+        Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
+    };
+    let (code, body) = crate::tasks::submit(&shared, spec, key).await;
+    json_answer(code, body)
+}
+
+/// `GET /tasks/{id}`: the task as its submitter (this node) knows it.
+async fn get_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Path(id): Path<String>,
+) -> Response {
+    let (code, body) = crate::tasks::get(&shared.lock(), &id);
+    json_answer(code, body)
+}
+
+/// `GET /tasks?state=S`: the tasks this node owns.
+async fn list_tasks(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Query(query): Query<std::collections::BTreeMap<String, String>>,
+) -> Response {
+    let (code, body) = crate::tasks::list(&shared.lock(), query.get("state").map(String::as_str));
+    json_answer(code, body)
+}
+
+/// `DELETE /tasks/{id}`: cancel (202 asked for, 404 not owned here, 409 finished already).
+async fn cancel_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Path(id): Path<String>,
+) -> Response {
+    let task = match id.parse() {
+        Ok(t) => t,
+        Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
+    };
+    let (code, body) = crate::tasks::cancel(&shared, task).await;
+    json_answer(code, body)
 }
 
 async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {

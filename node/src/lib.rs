@@ -6,6 +6,7 @@
 //! * `chorus replay` — re-runs a data directory's event log and checks the decisions.
 //! * `chorus devcluster` — a local cluster of real `chorus run` processes, with failover.
 //! * `chorus sandbox` — the Docker sandbox from the command line.
+//! * `chorus task` — submit, watch, list and cancel tasks through a node's HTTP API.
 
 pub mod config;
 pub mod devcluster;
@@ -17,6 +18,8 @@ pub mod replay;
 pub mod run;
 pub mod sandbox;
 pub mod status;
+pub mod task_cli;
+pub mod tasks;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -121,6 +124,11 @@ enum Cmd {
     /// time is printed, and the node is restarted. Ctrl-C, SIGTERM or SIGHUP stops every node,
     /// removes the temporary data and prints a one-line summary.
     Devcluster(devcluster::Args),
+    /// Submit, watch, list and cancel tasks (through any node's HTTP API).
+    Task {
+        #[command(subcommand)]
+        command: task_cli::Cmd,
+    },
     /// The Docker sandbox.
     Sandbox {
         #[command(subcommand)]
@@ -215,6 +223,10 @@ pub fn main() -> ExitCode {
             init_logging(LogFormat::Human);
             report(block_on(devcluster::run(args)))
         }
+        Cmd::Task { command } => match block_on(task_cli::run(command)) {
+            Ok(code) => code,
+            Err(e) => fail(&e),
+        },
         Cmd::Sandbox { command } => {
             init_logging(LogFormat::Human);
             match block_on(sandbox::run(command)) {

@@ -38,6 +38,8 @@ pub struct OperatorInputs {
     pub next_request: u64,
     /// Open requests: the outcomes of each are sent here until it settles.
     pub waiters: BTreeMap<u64, mpsc::UnboundedSender<ChangeOutcome>>,
+    /// Open task requests (submit, cancel): the core's answer is sent here.
+    pub task_waiters: crate::tasks::TaskWaiters,
 }
 
 impl OperatorInputs {
@@ -47,6 +49,7 @@ impl OperatorInputs {
             tx,
             next_request: first_request.max(1),
             waiters: BTreeMap::new(),
+            task_waiters: BTreeMap::new(),
         }
     }
 }

@@ -17,6 +17,218 @@ const LATENCY_BUCKETS_S: [f64; 10] = [
     0.000_001, 0.000_005, 0.000_01, 0.000_05, 0.000_1, 0.000_5, 0.001, 0.005, 0.01, 0.1,
 ];
 
+/// Upper bounds of the task placement and duration histograms, seconds.
+pub const TASK_BUCKETS_S: [f64; 15] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0,
+];
+
+/// A Prometheus histogram with fixed bounds.
+#[derive(Clone, Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    /// Observations per bucket (not cumulative), one more for +Inf.
+    counts: Vec<u64>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    /// An empty histogram over `bounds` (ascending, seconds).
+    pub fn new(bounds: &'static [f64]) -> Self {
+        Histogram {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
+    /// Counts one observation of `value` seconds.
+    pub fn observe(&mut self, value: f64) {
+        let i = self
+            .bounds
+            .iter()
+            .position(|b| value <= *b)
+            .unwrap_or(self.bounds.len());
+        self.counts[i] += 1;
+        self.count += 1;
+        self.sum += value;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Writes the histogram in the text exposition format.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+            cumulative += count;
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
+            self.count, self.sum, self.count
+        );
+    }
+}
+
+/// Task figures of this node: as submitter (placement latency, durations, results) and as
+/// worker (the sandbox runner's counters).
+#[derive(Debug)]
+pub struct TaskMetrics {
+    /// Tasks submitted here and not yet placed: id → submitted at (core ms). Bounded by the
+    /// tasks a node may own.
+    pub unplaced: BTreeMap<chorus_core::TaskId, u64>,
+    /// Submit → placed, as the submitter sees it.
+    pub placement: Histogram,
+    /// How long runs of tasks submitted here took (from their results).
+    pub duration: Histogram,
+    /// Results received here, by status.
+    pub completed: BTreeMap<&'static str, u64>,
+    /// The sandbox runner's counters, when this node runs tasks.
+    pub runner: Option<Arc<chorus_io::sandbox::tasks::RunnerStats>>,
+}
+
+impl Default for TaskMetrics {
+    fn default() -> Self {
+        TaskMetrics {
+            unplaced: BTreeMap::new(),
+            placement: Histogram::new(&TASK_BUCKETS_S),
+            duration: Histogram::new(&TASK_BUCKETS_S),
+            completed: BTreeMap::new(),
+            runner: None,
+        }
+    }
+}
+
+impl TaskMetrics {
+    /// Records the placement of every tracked task the core now has placed (or further).
+    fn check_placed(&mut self, core: &Core) {
+        let now = core.now_ms();
+        let owned = core.owned_tasks();
+        let placement = &mut self.placement;
+        self.unplaced.retain(|task, submitted| {
+            let placed = owned.get(task).is_none_or(|t| {
+                !matches!(
+                    t.phase,
+                    chorus_core::TaskPhase::Submitted | chorus_core::TaskPhase::Queued
+                )
+            });
+            if placed && owned.contains_key(task) {
+                placement.observe(now.saturating_sub(*submitted) as f64 / 1_000.0);
+            }
+            !placed
+        });
+    }
+
+    /// Writes the task metrics.
+    fn render(&self, out: &mut String, core: Option<&Core>) {
+        let _ = writeln!(
+            out,
+            "# HELP chorus_tasks Tasks this node owns (submitted here), by phase.\n\
+             # TYPE chorus_tasks gauge"
+        );
+        let phases = core.map(|c| c.task_counts().0).unwrap_or_default();
+        for phase in ["submitted", "queued", "placed", "finished", "done"] {
+            let n = phases.get(phase).copied().unwrap_or(0);
+            let _ = writeln!(out, "chorus_tasks{{phase=\"{phase}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP chorus_tasks_completed_total Results received for tasks submitted here, by \
+             status.\n# TYPE chorus_tasks_completed_total counter"
+        );
+        for status in chorus_core::TaskStatus::ALL {
+            let n = self.completed.get(status.as_str()).copied().unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "chorus_tasks_completed_total{{status=\"{status}\"}} {n}"
+            );
+        }
+        let admin = core.and_then(Core::admin_tasks);
+        for (name, help, value) in [
+            (
+                "chorus_task_queue_length",
+                "Tasks waiting for placement (admin only; 0 elsewhere).",
+                admin.map_or(0, |a| a.queue_len()),
+            ),
+            (
+                "chorus_task_placed",
+                "Tasks placed and running on workers (admin only).",
+                admin.map_or(0, |a| a.placed_len()),
+            ),
+            (
+                "chorus_task_workers",
+                "Workers the admin knows from their reports (admin only).",
+                admin.map_or(0, |a| a.worker_count()),
+            ),
+            (
+                "chorus_task_running",
+                "Runs going on this node.",
+                core.map_or(0, |c| c.running_tasks().len()),
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
+        }
+        self.placement.render(
+            out,
+            "chorus_task_placement_seconds",
+            "From submit to placement on a worker, for tasks submitted here.",
+        );
+        self.duration.render(
+            out,
+            "chorus_task_duration_seconds",
+            "How long the runs of tasks submitted here took (from their results).",
+        );
+        let counts = self
+            .runner
+            .as_ref()
+            .map(|r| r.snapshot())
+            .unwrap_or_default();
+        let mut start = Histogram::new(&chorus_io::sandbox::tasks::START_BUCKETS_S);
+        start.counts[..counts.start_buckets.len()].copy_from_slice(&counts.start_buckets);
+        start.counts[counts.start_buckets.len()] = counts
+            .start_count
+            .saturating_sub(counts.start_buckets.iter().sum::<u64>());
+        start.count = counts.start_count;
+        start.sum = counts.start_sum_s;
+        start.render(
+            out,
+            "chorus_sandbox_start_seconds",
+            "How long a run on this node waited for its sandbox (warm pool or fresh).",
+        );
+        for (name, help, value) in [
+            (
+                "chorus_sandbox_runs_total",
+                "Runs started on this node.",
+                counts.started,
+            ),
+            (
+                "chorus_sandbox_pool_hits_total",
+                "Runs whose sandbox came ready from a warm pool.",
+                counts.pool_hits,
+            ),
+            (
+                "chorus_sandbox_failures_total",
+                "Runs that ended in a sandbox error.",
+                counts.failed,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
+    }
+}
+
 /// How many (sender, reason) pairs of refusals are tracked for throttled warnings.
 const MAX_REFUSING_SENDERS: usize = 1_024;
 
@@ -59,8 +271,10 @@ pub struct Shared {
     /// When each peer was last heard from (a message or its arrival), by node id; at most
     /// [`MAX_CONTACTS`] entries.
     pub last_contact: BTreeMap<String, Instant>,
-    /// Operator requests into the runtime loop (`POST /members`), once it runs.
+    /// Operator requests into the runtime loop (`POST /members`, `/tasks`), once it runs.
     pub operator: Option<crate::members::OperatorInputs>,
+    /// Task figures.
+    pub tasks: TaskMetrics,
 }
 
 /// Most peers whose last contact is remembered.
@@ -434,22 +648,8 @@ impl Shared {
              chorus_step_latency_seconds_count {}",
             m.latency_count, m.latency_sum_s, m.latency_count
         );
+        self.tasks.render(&mut out, self.core.as_ref());
         out
-    }
-}
-
-/// The name of a notice kind, as in traces.
-pub fn notice_kind(notice: &Notice) -> &'static str {
-    match notice {
-        Notice::BecameAdmin { .. } => "became_admin",
-        Notice::LeaseExpired { .. } => "lease_expired",
-        Notice::LeaseRenewed { .. } => "lease_renewed",
-        Notice::SteppedDown { .. } => "stepped_down",
-        Notice::Voted { .. } => "voted",
-        Notice::AdminKnown { .. } => "admin_known",
-        Notice::Refused { .. } => "refused",
-        Notice::ElectorateChanged { .. } => "electorate_changed",
-        Notice::MembershipChange { .. } => "membership_change",
     }
 }
 
@@ -504,6 +704,12 @@ impl Observer for NodeObserver {
             let mut discard = Vec::new();
             core.step(step.now_ms, step.event.clone(), &mut discard);
             debug_assert_eq!(discard.as_slice(), step.commands, "shadow core diverged");
+        }
+        if !s.tasks.unplaced.is_empty() {
+            let Shared { core, tasks, .. } = &mut *s;
+            if let Some(core) = core.as_ref() {
+                tasks.check_placed(core);
+            }
         }
         s.stepped_at = Some(Instant::now());
         if let Event::Message { from, .. } | Event::PeerUp { peer: from, .. } = step.event {
@@ -575,7 +781,7 @@ impl Observer for NodeObserver {
                 .or_default() += 1;
             return;
         }
-        let kind = notice_kind(notice);
+        let kind = notice.kind();
         match notice {
             Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, ?notice, "{kind}"),
             _ => tracing::info!(now_ms, ?notice, "{kind}"),
@@ -602,6 +808,8 @@ impl Observer for NodeObserver {
             s.metrics.notice_record_errors += 1;
         }
         crate::members::deliver(&mut s, notice);
+        track_task(&mut s, notice);
+        crate::tasks::deliver(&mut s, notice);
     }
 
     fn on_rejected(&mut self, from: Option<&NodeId>, reason: &str) {
@@ -618,6 +826,35 @@ impl Observer for NodeObserver {
             None => "other",
         };
         *s.metrics.rejected.entry(key).or_default() += 1;
+    }
+}
+
+/// Task notices into the task metrics: a new submission starts its placement clock, a result
+/// counts by status and duration.
+fn track_task(s: &mut Shared, notice: &Notice) {
+    let Shared { core, tasks, .. } = s;
+    let Some(core) = core.as_ref() else {
+        return;
+    };
+    match notice {
+        Notice::TaskSubmitted {
+            task,
+            existing: false,
+            ..
+        } => {
+            if let Some(t) = core.owned_tasks().get(task) {
+                tasks.unplaced.insert(task.clone(), t.submitted_at_ms);
+                // Placed in the same step (this node is the admin): counted now.
+                tasks.check_placed(core);
+            }
+        }
+        Notice::TaskCompleted { task, status } => {
+            *tasks.completed.entry(status.as_str()).or_default() += 1;
+            if let Some(r) = core.owned_tasks().get(task).and_then(|t| t.result.as_ref()) {
+                tasks.duration.observe(r.duration_ms as f64 / 1_000.0);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -414,7 +414,15 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
             outcome,
             request: *request,
         },
-        Notice::Refused { .. } => return None,
+        // Task trace kinds come with the simulator's task workloads.
+        Notice::Refused { .. }
+        | Notice::TaskSubmitted { .. }
+        | Notice::TaskRefused { .. }
+        | Notice::TaskCancelRequested { .. }
+        | Notice::TaskPlaced { .. }
+        | Notice::TaskStarted { .. }
+        | Notice::TaskFinished { .. }
+        | Notice::TaskCompleted { .. } => return None,
     })
 }
 
@@ -462,6 +470,37 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
             } => {
                 format!("membership change {change:?}: {outcome:?}")
             }
+            Notice::TaskSubmitted { task, existing, .. } => {
+                let again = if *existing {
+                    " (idempotency key seen before)"
+                } else {
+                    ""
+                };
+                format!("accepted task {task}{again}")
+            }
+            Notice::TaskRefused { reason, .. } => format!("refused a task request: {reason}"),
+            Notice::TaskCancelRequested { task, .. } => format!("cancel of task {task} asked"),
+            Notice::TaskPlaced {
+                task,
+                worker,
+                attempt,
+            } => format!("placed task {task} (attempt {attempt}) on {worker}"),
+            Notice::TaskStarted { task, attempt } => {
+                format!("started task {task} (attempt {attempt})")
+            }
+            Notice::TaskFinished {
+                task,
+                attempt,
+                status,
+                error,
+            } => match status {
+                Some(s) => format!("task {task} (attempt {attempt}) ended: {s}"),
+                None => format!(
+                    "task {task} (attempt {attempt}) failed, to be retried: {}",
+                    error.as_deref().unwrap_or("")
+                ),
+            },
+            Notice::TaskCompleted { task, status } => format!("result of task {task}: {status}"),
         },
     };
     writeln!(out, "{:>10}  #{seq:<6} {what}", fmt_ms(now_ms))?;

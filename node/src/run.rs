@@ -11,9 +11,17 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
-use chorus_core::{Core, Event, Message, NodeId, PeerInfo, Resources, Role, Timer, ADMIN_ELECTION};
+use chorus_core::{
+    Core, Event, Message, NodeId, PeerInfo, Resources, Role, SharedSpec, TaskId, Timer,
+    ADMIN_ELECTION,
+};
 use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
-use chorus_io::runtime::{Runtime, RuntimeConfig, TokioClock, Transport, TransportEvent};
+use chorus_io::runtime::{
+    NoSandboxes, Runtime, RuntimeConfig, TaskSandboxes, TokioClock, Transport, TransportEvent,
+};
+use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::repo::RepoRoots;
+use chorus_io::sandbox::tasks::{TaskRunner, TaskRunnerConfig};
 use chorus_io::transport::libp2p::node_id as peer_node_id;
 use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
 
@@ -77,10 +85,13 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         );
     }
 
+    // `sandbox` and `repo:NAME` join the configured capabilities when the node runs tasks.
+    let capabilities = config.advertised_capabilities();
+    let slots = config.task_slots();
     let meta = LogMeta::new(
         node_id.clone(),
         config.protocol.clone(),
-        config.capabilities.clone(),
+        capabilities.clone(),
         config.cluster_seed,
     );
     let log = SledLog::open(&log_path, meta, SledLogOptions::default())?;
@@ -104,9 +115,18 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let core = Core::new(
         node_id.clone(),
         config.protocol.clone(),
-        config.capabilities.clone(),
+        capabilities.clone(),
         config.cluster_seed,
     )?;
+    let sandboxes = if slots > 0 {
+        NodeSandboxes::Docker(Box::new(task_runner(&config, node_id.as_str()).await?))
+    } else {
+        NodeSandboxes::Off(NoSandboxes::default())
+    };
+    let sandboxes_handle = match &sandboxes {
+        NodeSandboxes::Docker(runner) => Some(runner.shutdown_handle()),
+        NodeSandboxes::Off(_) => None,
+    };
 
     let mut transport_config = Libp2pConfig::new(config.protocol.cluster_id.clone());
     let loopback_only = listen.iter().all(is_loopback);
@@ -114,9 +134,10 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     transport_config.bootstrap = bootstrap;
     transport_config.mdns = config.mdns;
     transport_config.psk = psk;
-    let resources = sample_resources();
+    let mut resources = sample_resources();
+    resources.task_slots = slots;
     transport_config.info = PeerInfo {
-        capabilities: config.capabilities.clone().into(),
+        capabilities: capabilities.clone().into(),
         uptime_s: 0,
         resources,
     };
@@ -131,8 +152,11 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         s.started_at = Some(std::time::Instant::now());
         s.node_id = node_id.to_string();
         s.listen_addrs = listen_addrs.clone();
-        s.capabilities = config.capabilities.clone();
+        s.capabilities = capabilities.clone();
         s.transport_stats = Some(transport.stats());
+        if let NodeSandboxes::Docker(runner) = &sandboxes {
+            s.tasks.runner = Some(runner.stats());
+        }
     }
     tokio::spawn(server);
     // Before the start line: whoever reads it may stop the node at once.
@@ -154,14 +178,14 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let expect = config.protocol.bootstrap_expect;
     if config.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
         tracing::info!(
-            capabilities = ?config.capabilities,
+            capabilities = ?capabilities,
             bootstrap_expect = expect,
             "this node is a voter (capability admin_election): it votes and may become admin; \
              the first election waits for {expect} voter(s)"
         );
     } else {
         tracing::info!(
-            capabilities = ?config.capabilities,
+            capabilities = ?capabilities,
             "this node is a worker, not a voter (no capability admin_election): it never \
              votes nor becomes admin"
         );
@@ -181,7 +205,20 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         operator_tx,
         crate::members::first_request_id(),
     ));
+    if slots > 0 {
+        tracing::info!(
+            slots,
+            repos = ?config.repos.keys().collect::<Vec<_>>(),
+            "this node runs tasks in Docker sandboxes ({slots} at once)"
+        );
+    } else {
+        tracing::info!(
+            "this node runs no tasks (no task slots: pass --docker, or set `[tasks] slots`); \
+             it still accepts submissions"
+        );
+    }
     let runtime = Runtime::new(core, transport, log, TokioClock::new(), observer)
+        .with_sandboxes(sandboxes)
         .with_config(RuntimeConfig {
             snapshot_every_events: config.snapshot_every_events,
             ..RuntimeConfig::default()
@@ -195,9 +232,16 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
             },
         ])
         .with_operator_inputs(operator_rx);
+    let pools = sandboxes_handle.as_ref();
     let result = runtime
         .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
         .await;
+    if let Some(pools) = pools {
+        // The warm sandboxes go with the node; a run still going when it stopped is reaped at
+        // the next start (its owner, this process, is gone by then).
+        let n = pools.shutdown().await;
+        tracing::info!("removed the sandboxes of {n} warm pool(s)");
+    }
     // The runtime handed the transport back when it dropped it; give the last messages (a
     // step-down broadcast) a moment to leave, then close every connection.
     let transport = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
@@ -212,6 +256,64 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         "chorus node stopped; event log flushed"
     );
     Ok(())
+}
+
+/// The Docker-backed task runner of a node with task slots: repositories from `[repos]` (each
+/// the only place its mount may come from), warm pools as `[tasks]` says.
+async fn task_runner(
+    config: &crate::config::NodeConfig,
+    node_id: &str,
+) -> anyhow::Result<TaskRunner<DockerProvider>> {
+    let roots = RepoRoots::new(config.repos.values())
+        .context("a repository of `[repos]` cannot be used")?;
+    let provider = DockerProvider::connect()
+        .await
+        .context("tasks run in Docker sandboxes, but the Docker Engine does not answer")?
+        .with_repo_roots(roots);
+    let mut runner = TaskRunnerConfig::new(node_id);
+    runner.repos = config.repos.clone();
+    runner.pool_size = config
+        .tasks
+        .pool_size
+        .unwrap_or(crate::config::DEFAULT_POOL_SIZE) as usize;
+    runner.warm_images = config.tasks.warm_images.clone();
+    Ok(TaskRunner::new(provider, runner))
+}
+
+/// The node's sandboxes: Docker when it has task slots, none otherwise.
+enum NodeSandboxes {
+    Off(NoSandboxes),
+    Docker(Box<TaskRunner<DockerProvider>>),
+}
+
+impl TaskSandboxes for NodeSandboxes {
+    async fn recovered(&mut self, core: &Core) {
+        match self {
+            NodeSandboxes::Off(s) => s.recovered(core).await,
+            NodeSandboxes::Docker(r) => r.recovered(core).await,
+        }
+    }
+
+    fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {
+        match self {
+            NodeSandboxes::Off(s) => s.start(task, attempt, spec),
+            NodeSandboxes::Docker(r) => r.start(task, attempt, spec),
+        }
+    }
+
+    fn stop(&mut self, task: &TaskId, attempt: u32) {
+        match self {
+            NodeSandboxes::Off(s) => s.stop(task, attempt),
+            NodeSandboxes::Docker(r) => r.stop(task, attempt),
+        }
+    }
+
+    async fn next_exit(&mut self) -> Event {
+        match self {
+            NodeSandboxes::Off(s) => s.next_exit().await,
+            NodeSandboxes::Docker(r) => r.next_exit().await,
+        }
+    }
 }
 
 /// Whether the event log directory holds a log (sled's files).
@@ -428,5 +530,6 @@ fn sample_resources() -> Resources {
     Resources {
         cpu_millicores: cpus * 1_000,
         mem_free_mb,
+        task_slots: 0,
     }
 }

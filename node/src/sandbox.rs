@@ -112,7 +112,7 @@ pub enum Cmd {
 /// `chorus sandbox image …`.
 #[derive(clap::Subcommand)]
 pub enum ImageCmd {
-    /// Build the busybox image from Debian's static busybox (no registry needed).
+    /// Build the sandbox image from the host's own programs (no registry, nothing to install).
     Build,
 }
 
@@ -125,7 +125,7 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Image {
             command: ImageCmd::Build,
         } => {
-            let tag = image::ensure_busybox_image(provider.docker()).await?;
+            let tag = image::ensure_sandbox_image(provider.docker()).await?;
             println!("{tag}");
             Ok(ExitCode::SUCCESS)
         }
@@ -291,9 +291,9 @@ mod tests {
         let provider = DockerProvider::connect()
             .await
             .expect("this test needs a reachable Docker Engine");
-        let image = image::ensure_busybox_image(provider.docker())
+        let image = image::ensure_sandbox_image(provider.docker())
             .await
-            .expect("busybox image");
+            .expect("sandbox image");
         let node = format!("test-cli-trunc-{}", std::process::id());
         let spec = SandboxSpec::new(&node, "t", image);
         let policy = SandboxPolicy::default();

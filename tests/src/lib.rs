@@ -53,6 +53,8 @@ pub struct Cluster {
     pub timings: Timings,
     /// Every node's `bootstrap_expect`: the number of nodes started together.
     pub expect: usize,
+    /// More `chorus run` arguments for every node (e.g. `--docker`), after the cluster's own.
+    pub extra_args: Vec<String>,
 }
 
 /// Waits for `child` to report its ports in `log` (written from byte `offset` on). Fails the
@@ -80,6 +82,11 @@ impl Cluster {
     /// Starts `n` nodes (bootstrap-expect `n`, mDNS off), one after the other, each
     /// bootstrapping off the ones already running (the first is dialled by all the others).
     pub fn start(bin: &str, n: usize, timings: Timings) -> Cluster {
+        Cluster::start_with(bin, n, timings, &[])
+    }
+
+    /// [`Cluster::start`], every node also given `extra` (e.g. `--docker`).
+    pub fn start_with(bin: &str, n: usize, timings: Timings, extra: &[&str]) -> Cluster {
         let root = tempfile::Builder::new()
             .prefix("chorus-e2e-")
             .tempdir()
@@ -90,6 +97,7 @@ impl Cluster {
             nodes: Vec::new(),
             timings,
             expect: n,
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
         };
         for _ in 0..n {
             cluster.add_node();
@@ -148,6 +156,7 @@ impl Cluster {
         };
         let mut cmd = Command::new(&self.bin);
         cmd.args(spec.run_args(&ports));
+        cmd.args(&self.extra_args);
         cmd.env("RUST_LOG", "info,libp2p=warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
@@ -436,6 +445,33 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// One HTTP/1.1 request with an optional JSON body on loopback; `None` when nothing answers.
+pub fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .ok()?;
+    let body = body.unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .ok()?;
     let mut raw = String::new();

@@ -1,0 +1,524 @@
+//! `chorus task`: submit, watch, list and cancel tasks through any node's HTTP API.
+//!
+//! `submit --wait` prints the task's stdout tail, then its stderr tail, and exits with the
+//! task's exit code; the other endings are said in plain words on stderr and have exit codes of
+//! their own ([`exit_code`]).
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chorus_core::{RepoMount, TaskResult, TaskSpec, TaskStatus};
+use serde_json::Value;
+
+use crate::tasks::{TaskRow, TaskView};
+
+/// Exit code of `submit --wait` when the task timed out (as `timeout(1)`).
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit code when the sandbox could not run the task (as `docker run`).
+pub const EXIT_ERROR: u8 = 125;
+/// Exit code when the task was cancelled.
+pub const EXIT_CANCELLED: u8 = 130;
+/// Exit code when the task ran out of memory (killed, 128 + 9).
+pub const EXIT_OUT_OF_MEMORY: u8 = 137;
+
+/// The task subcommands.
+#[derive(clap::Subcommand)]
+pub enum Cmd {
+    /// Submit a task to any node (the node owns it and hands it to the admin, which places it
+    /// on a worker).
+    ///
+    /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
+    /// stderr (the last 8 KiB of each), and exits with the task's exit code. Other endings are
+    /// said on stderr with their own exit codes: 124 timed out, 137 out of memory, 130
+    /// cancelled, 125 the sandbox could not run it (a missing image, a failed start); 2 the
+    /// node refused the spec; 1 the node could not be reached.
+    Submit(Box<SubmitArgs>),
+    /// Show one task (at the node it was submitted to).
+    Get {
+        /// The task id (ORIGIN-SEQ, as `submit` printed it).
+        id: String,
+        /// The node's HTTP API.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tasks submitted to a node.
+    List {
+        /// The node's HTTP API.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Only tasks in this state: all, unfinished, a phase (submitted, queued, placed,
+        /// finished, done) or a result (succeeded, failed, out_of_memory, timed_out, cancelled,
+        /// error).
+        #[arg(long, default_value = "all")]
+        state: String,
+        /// Print the raw JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task (at the node it was submitted to).
+    Cancel {
+        /// The task id.
+        id: String,
+        /// The node's HTTP API.
+        #[arg(long, default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
+}
+
+/// `chorus task submit`.
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// The HTTP API of any node.
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub addr: String,
+    /// The image (it must exist on the workers; nothing is pulled).
+    #[arg(long)]
+    pub image: String,
+    /// A repository from the worker's `[repos]`, `NAME:ro` or `NAME:rw`, mounted at
+    /// /workspace (only workers offering it are chosen).
+    #[arg(long, value_name = "NAME:ro|rw")]
+    pub repo: Option<String>,
+    /// An environment variable, `K=V` (repeatable).
+    #[arg(long, value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Working directory inside the sandbox (default: /workspace).
+    #[arg(long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Kill the command after this many seconds (fractions allowed).
+    #[arg(long, value_name = "S", default_value = "600")]
+    pub timeout: f64,
+    /// Memory limit: a number with k, m or g (`64m`); a bare number is MiB [default: the
+    /// worker's, 512m].
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU limit in CPUs (`0.5`) [default: the worker's, 1].
+    #[arg(long, value_name = "CPUS")]
+    pub cpus: Option<f64>,
+    /// Process limit [default: the worker's, 256].
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u32>,
+    /// Give the sandbox a (firewalled) network.
+    #[arg(long)]
+    pub network: bool,
+    /// A capability the worker must advertise (repeatable).
+    #[arg(long, value_name = "CAP")]
+    pub require: Vec<String>,
+    /// An idempotency key: submitting again with the same key (and spec) names the same task
+    /// instead of making a second one.
+    #[arg(long, value_name = "K")]
+    pub key: Option<String>,
+    /// Wait for the result, print its output and exit with the task's exit code.
+    #[arg(long)]
+    pub wait: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+impl SubmitArgs {
+    /// The task spec these arguments describe.
+    pub fn spec(&self) -> anyhow::Result<TaskSpec> {
+        let mut env = BTreeMap::new();
+        for kv in &self.env {
+            let (k, v) = kv
+                .split_once('=')
+                .with_context(|| format!("--env {kv:?} is not K=V"))?;
+            env.insert(k.to_owned(), v.to_owned());
+        }
+        let repo = match &self.repo {
+            None => None,
+            Some(r) => {
+                let (name, mode) = r.rsplit_once(':').unwrap_or((r, "ro"));
+                let writable = match mode {
+                    "ro" => false,
+                    "rw" => true,
+                    other => bail!("--repo {r:?}: the mode is ro or rw, not {other:?}"),
+                };
+                Some(RepoMount {
+                    name: name.to_owned(),
+                    writable,
+                })
+            }
+        };
+        if !(self.timeout.is_finite() && self.timeout > 0.0) {
+            bail!("--timeout must be a positive number of seconds");
+        }
+        let cpu_millis = match self.cpus {
+            None => 0,
+            Some(c) if c.is_finite() && c > 0.0 => ((c * 1_000.0).round() as u32).max(1),
+            Some(c) => bail!("--cpus {c} must be a positive number of CPUs"),
+        };
+        Ok(TaskSpec {
+            image: self.image.clone(),
+            command: self.command.clone(),
+            env,
+            workdir: self.workdir.clone(),
+            timeout_ms: ((self.timeout * 1_000.0).round() as u64).max(1),
+            memory_mb: self
+                .memory
+                .as_deref()
+                .map(parse_memory_mb)
+                .transpose()?
+                .unwrap_or(0),
+            cpu_millis,
+            pids: self.pids.unwrap_or(0),
+            network: self.network,
+            requires: self.require.clone(),
+            repo,
+        })
+    }
+}
+
+/// `64m` → 64, `1g` → 1024, `512k` → 1 (rounded up), `100` → 100 (MiB).
+pub fn parse_memory_mb(text: &str) -> anyhow::Result<u32> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (digits, kib_per_unit) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64),
+        Some('m') => (&t[..t.len() - 1], 1_024),
+        Some('g') => (&t[..t.len() - 1], 1_024 * 1_024),
+        _ => (t, 1_024),
+    };
+    let n: u64 = digits
+        .parse()
+        .with_context(|| format!("--memory {text:?} is not a size like 64m or 1g"))?;
+    let mb = (n * kib_per_unit).div_ceil(1_024);
+    if mb == 0 || mb > u64::from(chorus_core::task::bounds::MEMORY_MB) {
+        bail!("--memory {text:?} is out of range");
+    }
+    Ok(mb as u32)
+}
+
+/// The exit code `submit --wait` ends with for `result`.
+pub fn exit_code(result: &TaskResult) -> u8 {
+    match result.status {
+        TaskStatus::Succeeded => 0,
+        TaskStatus::Failed => match (result.exit_code, result.signal) {
+            (Some(code), _) => u8::try_from(code.clamp(0, 255)).unwrap_or(1).max(1),
+            (None, Some(sig)) => u8::try_from((128 + sig).clamp(1, 255)).unwrap_or(1),
+            (None, None) => 1,
+        },
+        TaskStatus::TimedOut => EXIT_TIMED_OUT,
+        TaskStatus::OutOfMemory => EXIT_OUT_OF_MEMORY,
+        TaskStatus::Cancelled => EXIT_CANCELLED,
+        TaskStatus::Error => EXIT_ERROR,
+    }
+}
+
+/// What `submit --wait` says on stderr about an ending other than an exit.
+pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
+    let on = format!("on {} (run {}, {} ms)", r.worker, r.attempt, r.duration_ms);
+    match r.status {
+        TaskStatus::Succeeded => None,
+        TaskStatus::Failed => match (r.exit_code, r.signal) {
+            (None, Some(sig)) => Some(format!("task {task} was killed by signal {sig} {on}")),
+            _ => None,
+        },
+        TaskStatus::TimedOut => Some(format!(
+            "task {task} timed out {on}: it ran past its timeout and was killed"
+        )),
+        TaskStatus::OutOfMemory => Some(format!(
+            "task {task} ran out of memory {on}: the kernel killed it at its memory limit"
+        )),
+        TaskStatus::Cancelled => Some(format!("task {task} was cancelled {on}")),
+        TaskStatus::Error => Some(format!(
+            "task {task} could not run {on}: {}",
+            r.error.as_deref().unwrap_or("no reason given")
+        )),
+    }
+}
+
+/// Runs a task subcommand; the exit code is the task's for `submit --wait`.
+pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Cmd::Submit(args) => submit(&args).await,
+        Cmd::Get { id, addr, json } => {
+            let view = fetch(&addr, &id).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&view)?);
+            } else {
+                print!("{}", render(&view));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::List { addr, state, json } => {
+            let path = format!("/tasks?state={state}");
+            let (code, body) = crate::http::request(&addr, "GET", &path, None)
+                .await
+                .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if code != 200 {
+                bail!("{addr} answered {code}: {}", error_of(&value, &body));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&value)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows: Vec<TaskRow> = serde_json::from_value(value["tasks"].clone())?;
+            println!(
+                "{:<64} {:<9} {:<13} {:>4}  WORKER",
+                "TASK", "PHASE", "RESULT", "EXIT"
+            );
+            for r in rows {
+                println!(
+                    "{:<64} {:<9} {:<13} {:>4}  {}",
+                    r.task,
+                    r.phase,
+                    r.status.map_or("-", TaskStatus::as_str),
+                    r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
+                    r.worker.as_deref().unwrap_or("-")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Cancel { id, addr } => {
+            let path = format!("/tasks/{id}");
+            let (code, body) = crate::http::request(&addr, "DELETE", &path, None)
+                .await
+                .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            if code != 202 {
+                bail!("{addr} answered {code}: {}", error_of(&value, &body));
+            }
+            println!("cancel requested for task {id}");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn error_of(value: &Value, body: &str) -> String {
+    value["error"]
+        .as_str()
+        .map_or_else(|| body.trim().to_owned(), str::to_owned)
+}
+
+async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
+    let (code, body) = crate::http::request(addr, "GET", &format!("/tasks/{id}"), None)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    if code != 200 {
+        bail!("{addr} answered {code}: {}", error_of(&value, &body));
+    }
+    serde_json::from_value(value).context("the task document is not what this chorus expects")
+}
+
+async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
+    let spec = match args.spec() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("chorus: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut body = serde_json::to_value(&spec)?;
+    if let Some(k) = &args.key {
+        body["key"] = Value::String(k.clone());
+    }
+    let addr = &args.addr;
+    let (code, text) = crate::http::request(addr, "POST", "/tasks", Some(&body.to_string()))
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    let id = match (code, value["task"].as_str()) {
+        (200 | 201, Some(id)) => id.to_owned(),
+        (400, _) => {
+            eprintln!("chorus: refused: {}", error_of(&value, &text));
+            return Ok(ExitCode::from(2));
+        }
+        _ => bail!("{addr} answered {code}: {}", error_of(&value, &text)),
+    };
+    if !args.wait {
+        println!("{id}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut pause = Duration::from_millis(20);
+    let result = loop {
+        let view = fetch(addr, &id).await?;
+        if let Some(r) = view.result {
+            break r;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    };
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(result.stdout.as_bytes())?;
+    out.flush()?;
+    let mut err = std::io::stderr().lock();
+    err.write_all(result.stderr.as_bytes())?;
+    if let Some(words) = plain_words(&id, &result) {
+        writeln!(err, "chorus: {words}")?;
+    }
+    Ok(ExitCode::from(exit_code(&result)))
+}
+
+/// A task for people.
+pub fn render(v: &TaskView) -> String {
+    let mut out = format!("task {}: {}", v.task, v.phase);
+    if let Some(w) = &v.worker {
+        out.push_str(&format!(" on {w}"));
+    }
+    if let Some(a) = v.attempt {
+        out.push_str(&format!(" (run {a})"));
+    }
+    if v.cancel {
+        out.push_str(", cancel requested");
+    }
+    out.push('\n');
+    out.push_str(&format!(
+        "  image {}, command {:?}, timeout {} ms\n",
+        v.spec.image, v.spec.command, v.spec.timeout_ms
+    ));
+    if let Some(r) = &v.result {
+        out.push_str(&format!(
+            "  result: {}{}{} after {} ms (run {})\n",
+            r.status,
+            r.exit_code
+                .map_or(String::new(), |c| format!(", exit code {c}")),
+            r.signal.map_or(String::new(), |s| format!(", signal {s}")),
+            r.duration_ms,
+            r.attempt
+        ));
+        if let Some(e) = &r.error {
+            out.push_str(&format!("  error: {e}\n"));
+        }
+        for (name, tail) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+            if !tail.is_empty() {
+                out.push_str(&format!("  {name} (last 8 KiB):\n"));
+                for line in tail.lines() {
+                    out.push_str(&format!("    {line}\n"));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Cmd,
+    }
+
+    fn submit_args(extra: &[&str]) -> SubmitArgs {
+        let mut argv = vec!["x", "submit", "--image", "img"];
+        argv.extend_from_slice(extra);
+        match Cli::try_parse_from(argv).unwrap().cmd {
+            Cmd::Submit(a) => *a,
+            _ => panic!("not submit"),
+        }
+    }
+
+    #[test]
+    fn flags_make_the_spec() {
+        let a = submit_args(&[
+            "--repo",
+            "src:rw",
+            "--env",
+            "A=1",
+            "--env",
+            "B=x=y",
+            "--workdir",
+            "/w",
+            "--timeout",
+            "1.5",
+            "--memory",
+            "64m",
+            "--cpus",
+            "0.5",
+            "--pids",
+            "9",
+            "--network",
+            "--require",
+            "gpu",
+            "--key",
+            "k",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
+        ]);
+        let s = a.spec().unwrap();
+        assert_eq!(s.command, ["sh", "-c", "echo hi"]);
+        assert_eq!(s.env["B"], "x=y");
+        assert_eq!(s.workdir.as_deref(), Some("/w"));
+        assert_eq!(s.timeout_ms, 1_500);
+        assert_eq!((s.memory_mb, s.cpu_millis, s.pids), (64, 500, 9));
+        assert!(s.network && a.wait);
+        assert_eq!(s.requires, ["gpu"]);
+        s.check().unwrap();
+        let repo = s.repo.unwrap();
+        assert_eq!((repo.name.as_str(), repo.writable), ("src", true));
+        assert!(submit_args(&["--repo", "src:wr", "--", "true"])
+            .spec()
+            .is_err());
+        assert!(
+            !submit_args(&["--repo", "src", "--", "true"])
+                .spec()
+                .unwrap()
+                .repo
+                .unwrap()
+                .writable
+        );
+    }
+
+    #[test]
+    fn memory_sizes() {
+        assert_eq!(parse_memory_mb("64m").unwrap(), 64);
+        assert_eq!(parse_memory_mb("1g").unwrap(), 1_024);
+        assert_eq!(parse_memory_mb("1G").unwrap(), 1_024);
+        assert_eq!(parse_memory_mb("512k").unwrap(), 1);
+        assert_eq!(parse_memory_mb("100").unwrap(), 100);
+        assert_eq!(parse_memory_mb("64MB").unwrap(), 64);
+        assert!(parse_memory_mb("lots").is_err());
+        assert!(parse_memory_mb("0").is_err());
+    }
+
+    #[test]
+    fn every_ending_has_its_own_exit_code_and_words() {
+        let r = |status, exit_code, signal| TaskResult {
+            status,
+            exit_code,
+            signal,
+            worker: "w".into(),
+            attempt: 1,
+            duration_ms: 5,
+            usage: Default::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            error: Some("image: no such image".into()),
+        };
+        assert_eq!(exit_code(&r(TaskStatus::Succeeded, Some(0), None)), 0);
+        assert_eq!(exit_code(&r(TaskStatus::Failed, Some(7), None)), 7);
+        assert_eq!(exit_code(&r(TaskStatus::Failed, None, Some(15))), 143);
+        let endings = [
+            (TaskStatus::TimedOut, EXIT_TIMED_OUT, "timed out"),
+            (
+                TaskStatus::OutOfMemory,
+                EXIT_OUT_OF_MEMORY,
+                "ran out of memory",
+            ),
+            (TaskStatus::Cancelled, EXIT_CANCELLED, "cancelled"),
+            (TaskStatus::Error, EXIT_ERROR, "no such image"),
+        ];
+        for (status, code, words) in endings {
+            let result = r(status, None, Some(9));
+            assert_eq!(exit_code(&result), code);
+            let said = plain_words("n-1", &result).unwrap();
+            assert!(said.contains(words), "{said}");
+        }
+        assert!(plain_words("n-1", &r(TaskStatus::Failed, Some(3), None)).is_none());
+    }
+}

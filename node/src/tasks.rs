@@ -1,0 +1,384 @@
+//! Tasks for users: `POST /tasks` (submit, with an idempotency key), `GET /tasks/{id}`,
+//! `GET /tasks?state=…` and `DELETE /tasks/{id}` (cancel), over the tasks this node owns.
+//!
+//! A submit or a cancel is an [`Event::SubmitTask`] or [`Event::CancelTask`] handed to the
+//! runtime loop (logged and replayed like every input), with a request id; the handler waits
+//! for the notice that answers that id ([`Notice::TaskSubmitted`], `TaskCancelRequested` or
+//! `TaskRefused`). Reads come from the node's shadow core, so they show exactly what the log
+//! holds. Delivery is at least once: a task may run more than once (a failover while it ran,
+//! a worker taken for lost that was not); its submitter keeps the first result.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chorus_core::{Event, Notice, OwnedTask, TaskId, TaskPhase, TaskResult, TaskSpec, TaskStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::observe::{Shared, SharedState};
+
+/// The timeout of a task whose spec names none: 10 minutes.
+pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
+
+/// How long a submit or cancel waits for the core's answer (it comes in the same step, so
+/// only a stopped or swamped loop takes long).
+const ANSWER_BOUND: Duration = Duration::from_secs(10);
+
+/// The keys of a task spec in JSON: anything else in a submit is a mistake, said as one.
+const SPEC_KEYS: [&str; 11] = [
+    "image",
+    "command",
+    "env",
+    "workdir",
+    "timeout_ms",
+    "memory_mb",
+    "cpu_millis",
+    "pids",
+    "network",
+    "requires",
+    "repo",
+];
+
+/// The core's answer to a task request.
+#[derive(Debug)]
+pub enum TaskAnswer {
+    /// Accepted (or, for a known idempotency key, the task it made).
+    Submitted {
+        /// The task.
+        task: TaskId,
+        /// The key named an earlier task.
+        existing: bool,
+    },
+    /// Cancellation was asked for.
+    CancelRequested,
+    /// Refused, with the core's reason.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Hands a task notice to the request waiting for it.
+pub fn deliver(shared: &mut Shared, notice: &Notice) {
+    let (request, answer) = match notice {
+        Notice::TaskSubmitted {
+            task,
+            request,
+            existing,
+        } => (
+            *request,
+            TaskAnswer::Submitted {
+                task: task.clone(),
+                existing: *existing,
+            },
+        ),
+        Notice::TaskCancelRequested { request, .. } => (*request, TaskAnswer::CancelRequested),
+        Notice::TaskRefused { request, reason } => (
+            *request,
+            TaskAnswer::Refused {
+                reason: reason.clone(),
+            },
+        ),
+        _ => return,
+    };
+    if request == 0 {
+        return;
+    }
+    if let Some(waiter) = shared
+        .operator
+        .as_mut()
+        .and_then(|ops| ops.task_waiters.remove(&request))
+    {
+        // The asker may have given up: nothing to do then.
+        let _ = waiter.send(answer);
+    }
+}
+
+/// Parses the body of `POST /tasks`: a task spec (`timeout_ms` defaults to
+/// [`DEFAULT_TIMEOUT_MS`]) and an optional `key`, which the `Idempotency-Key` header may give
+/// instead (both: they must agree).
+pub fn parse_submit(
+    body: &[u8],
+    header_key: Option<&str>,
+) -> Result<(TaskSpec, Option<String>), String> {
+    let mut value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let Some(obj) = value.as_object_mut() else {
+        return Err("the body must be a JSON object: a task spec".into());
+    };
+    let body_key = match obj.remove("key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) => Some(k),
+        Some(_) => return Err("`key` must be a string".into()),
+    };
+    if let Some(unknown) = obj.keys().find(|k| !SPEC_KEYS.contains(&k.as_str())) {
+        return Err(format!(
+            "unknown field `{unknown}`; a task spec has {}",
+            SPEC_KEYS.join(", ")
+        ));
+    }
+    obj.entry("timeout_ms")
+        .or_insert_with(|| DEFAULT_TIMEOUT_MS.into());
+    let spec: TaskSpec =
+        serde_json::from_value(value).map_err(|e| format!("not a task spec: {e}"))?;
+    let key = match (header_key, body_key) {
+        (Some(h), Some(b)) if h != b => {
+            return Err(format!(
+                "the Idempotency-Key header ({h:?}) and the body's `key` ({b:?}) differ"
+            ))
+        }
+        (Some(h), _) => Some(h.to_owned()),
+        (None, b) => b,
+    };
+    Ok((spec, key))
+}
+
+/// Hands `event(request)` to the runtime loop and waits for the core's answer. `Err` carries
+/// the HTTP status and message when there is none.
+async fn ask(
+    shared: &SharedState,
+    event: impl FnOnce(u64) -> Event,
+) -> Result<TaskAnswer, (u16, String)> {
+    let (tx, rx) = oneshot::channel();
+    let request = {
+        let mut s = shared.lock();
+        let stopping = s.shutting_down;
+        let Some(ops) = s.operator.as_mut().filter(|_| !stopping) else {
+            return Err((503, "the node is not running (starting or stopping)".into()));
+        };
+        let request = ops.next_request;
+        ops.next_request += 1;
+        if ops.tx.try_send(event(request)).is_err() {
+            return Err((
+                503,
+                "the node is busy with other operator requests; retry".into(),
+            ));
+        }
+        ops.task_waiters.insert(request, tx);
+        request
+    };
+    match tokio::time::timeout(ANSWER_BOUND, rx).await {
+        Ok(Ok(answer)) => Ok(answer),
+        _ => {
+            if let Some(ops) = shared.lock().operator.as_mut() {
+                ops.task_waiters.remove(&request);
+            }
+            Err((
+                504,
+                format!(
+                    "the node did not answer within {} s",
+                    ANSWER_BOUND.as_secs()
+                ),
+            ))
+        }
+    }
+}
+
+/// Submits a task. Returns the HTTP status and body: 201 `{"task", "existing": false}`, 200
+/// for a known idempotency key, 400 `{"error"}` with the core's reason, 503/504.
+pub async fn submit(shared: &SharedState, spec: TaskSpec, key: Option<String>) -> (u16, Value) {
+    let spec = Arc::new(spec);
+    match ask(shared, |request| Event::SubmitTask { spec, key, request }).await {
+        Ok(TaskAnswer::Submitted { task, existing }) => (
+            if existing { 200 } else { 201 },
+            json!({ "task": task.to_string(), "existing": existing }),
+        ),
+        Ok(TaskAnswer::Refused { reason }) => (400, json!({ "error": reason })),
+        Ok(TaskAnswer::CancelRequested) => (500, json!({ "error": "unexpected answer" })),
+        Err((code, error)) => (code, json!({ "error": error })),
+    }
+}
+
+/// Cancels a task owned here: 202 when asked for, 404 when this node does not own it, 409
+/// when the core refuses (it is finished already).
+pub async fn cancel(shared: &SharedState, task: TaskId) -> (u16, Value) {
+    let owned = shared
+        .lock()
+        .core
+        .as_ref()
+        .map(|c| c.owned_tasks().contains_key(&task));
+    if owned == Some(false) {
+        return (404, not_here(&task));
+    }
+    let id = task.to_string();
+    match ask(shared, |request| Event::CancelTask { task, request }).await {
+        Ok(TaskAnswer::CancelRequested) => (202, json!({ "task": id, "cancel": "requested" })),
+        Ok(TaskAnswer::Refused { reason }) => (409, json!({ "task": id, "error": reason })),
+        Ok(TaskAnswer::Submitted { .. }) => (500, json!({ "error": "unexpected answer" })),
+        Err((code, error)) => (code, json!({ "error": error })),
+    }
+}
+
+fn not_here(task: &TaskId) -> Value {
+    json!({ "error": format!(
+        "no task {task} here: tasks are read and cancelled at the node they were submitted to \
+         ({}), and finished ones are forgotten after {} more", task.origin,
+        chorus_core::task::MAX_DONE_TASKS) })
+}
+
+/// A task as `GET /tasks/{id}` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskView {
+    /// Its id (`ORIGIN-SEQ`).
+    pub task: String,
+    /// `submitted`, `queued`, `placed`, `finished` or `done`.
+    pub phase: String,
+    /// The worker it is placed on or finished at (the result's worker once done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The run, while placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Cancellation was asked for.
+    pub cancel: bool,
+    /// The idempotency key it was submitted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it was accepted, on this node's clock (ms).
+    pub submitted_at_ms: u64,
+    /// What it runs.
+    pub spec: TaskSpec,
+    /// The result, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
+}
+
+impl TaskView {
+    fn of(task: &TaskId, t: &OwnedTask) -> TaskView {
+        let (worker, attempt) = match &t.phase {
+            TaskPhase::Placed { worker, attempt } => (Some(worker.to_string()), Some(*attempt)),
+            TaskPhase::Finished { worker } => (Some(worker.to_string()), None),
+            _ => (t.result.as_ref().map(|r| r.worker.to_string()), None),
+        };
+        TaskView {
+            task: task.to_string(),
+            phase: t.phase.as_str().to_owned(),
+            worker,
+            attempt,
+            cancel: t.cancel,
+            key: t.key.clone(),
+            submitted_at_ms: t.submitted_at_ms,
+            spec: (*t.spec).clone(),
+            result: t.result.clone(),
+        }
+    }
+}
+
+/// `GET /tasks/{id}`: 200 with the task, 404 when this node does not own it, 503 starting.
+pub fn get(shared: &Shared, id: &str) -> (u16, Value) {
+    let task: TaskId = match id.parse() {
+        Ok(t) => t,
+        Err(e) => return (400, json!({ "error": e })),
+    };
+    let Some(core) = shared.core.as_ref() else {
+        return (503, json!({ "error": "starting" }));
+    };
+    match core.owned_tasks().get(&task) {
+        Some(t) => (200, json!(TaskView::of(&task, t))),
+        None => (404, not_here(&task)),
+    }
+}
+
+/// The states `GET /tasks?state=` takes: a phase, a result's status, `unfinished`, or `all`.
+pub const STATES: [&str; 13] = [
+    "all",
+    "unfinished",
+    "submitted",
+    "queued",
+    "placed",
+    "finished",
+    "done",
+    "succeeded",
+    "failed",
+    "out_of_memory",
+    "timed_out",
+    "cancelled",
+    "error",
+];
+
+/// One task in `GET /tasks`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskRow {
+    /// Its id.
+    pub task: String,
+    /// Its phase.
+    pub phase: String,
+    /// The result's status, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<TaskStatus>,
+    /// The exit code, once done (when the command exited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Where it runs or ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}
+
+/// `GET /tasks?state=S`: the tasks this node owns in state `S` (default `all`), in id order.
+pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
+    let state = state.unwrap_or("all");
+    if !STATES.contains(&state) {
+        return (
+            400,
+            json!({ "error": format!("unknown state `{state}`; one of {}", STATES.join(", ")) }),
+        );
+    }
+    let Some(core) = shared.core.as_ref() else {
+        return (503, json!({ "error": "starting" }));
+    };
+    let rows: Vec<TaskRow> = core
+        .owned_tasks()
+        .iter()
+        .filter(|(_, t)| {
+            let phase = t.phase.as_str();
+            let status = t.result.as_ref().map(|r| r.status.as_str());
+            match state {
+                "all" => true,
+                "unfinished" => phase != "done",
+                s => phase == s || status == Some(s),
+            }
+        })
+        .map(|(id, t)| {
+            let view = TaskView::of(id, t);
+            TaskRow {
+                task: view.task,
+                phase: view.phase,
+                status: t.result.as_ref().map(|r| r.status),
+                exit_code: t.result.as_ref().and_then(|r| r.exit_code),
+                worker: view.worker,
+            }
+        })
+        .collect();
+    (
+        200,
+        json!({ "node_id": core.id().to_string(), "tasks": rows }),
+    )
+}
+
+/// Open task requests (for [`crate::members::OperatorInputs`]).
+pub type TaskWaiters = BTreeMap<u64, oneshot::Sender<TaskAnswer>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_submit_body_is_a_spec_with_a_default_timeout_and_an_optional_key() {
+        let (spec, key) =
+            parse_submit(br#"{"image":"i","command":["true"],"key":"k1"}"#, None).unwrap();
+        assert_eq!(spec.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert_eq!(key.as_deref(), Some("k1"));
+        let (_, key) = parse_submit(br#"{"image":"i","command":["true"]}"#, Some("h")).unwrap();
+        assert_eq!(key.as_deref(), Some("h"));
+        let err =
+            parse_submit(br#"{"image":"i","command":["true"],"key":"a"}"#, Some("b")).unwrap_err();
+        assert!(err.contains("differ"), "{err}");
+        let err =
+            parse_submit(br#"{"image":"i","command":["true"],"memroy_mb":5}"#, None).unwrap_err();
+        assert!(err.contains("`memroy_mb`"), "{err}");
+        assert!(parse_submit(b"[1]", None).is_err());
+        assert!(parse_submit(br#"{"image":"i"}"#, None).is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! The task benchmark (issue 11, "Measure"): a three-node cluster of real `chorus run`
+//! processes with Docker sandboxes and warm pools on this machine.
+//!
+//! * submit → result latency of a `true` task, one at a time, p50/p99, beside `docker run --rm`
+//!   of the same image measured in the same run (the ratio's goal: ≤ 0.5);
+//! * sustained throughput of `true` tasks submitted all at once (tasks/s), and placement
+//!   fairness (max/min tasks per worker).
+//!
+//! `cargo build -p chorus-tests --bins && target/debug/task-bench target/debug/chorus-e2e
+//! [LATENCY_RUNS] [THROUGHPUT_TASKS]` (a release build: `--release` and `target/release/…`).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use chorus_tests::{http_request, wait_until, Cluster, Timings, Value};
+
+const IMAGE: &str = "chorus/sandbox:latest";
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let bin = args
+        .get(1)
+        .expect("usage: task-bench PATH-TO-chorus [LATENCY_RUNS] [THROUGHPUT_TASKS]");
+    let runs: usize = args.get(2).map_or(50, |n| n.parse().expect("a number"));
+    let burst: usize = args.get(3).map_or(200, |n| n.parse().expect("a number"));
+
+    let out = chorus_tests::run_chorus(bin.as_ref(), &["sandbox", "image", "build"]);
+    assert!(out.status.success(), "image build: {out:?}");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("bench.toml");
+    // Pools deep enough for one task at a time on the worker every tie goes to.
+    std::fs::write(&config, "[tasks]\nslots = 4\npool_size = 4\n").expect("config");
+    let config = config.to_str().expect("utf-8").to_owned();
+    let c = Cluster::start_with(
+        bin,
+        3,
+        Timings::FAST,
+        &["--docker", "--warm-image", IMAGE, "--config", &config],
+    );
+    c.wait_agreed(Duration::from_secs(60));
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            c.status(i).expect("status")["node_id"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    measure(&c, runs, burst);
+    drop(c);
+    // The nodes were killed: remove what they left (pools, the last runs).
+    for node in ids {
+        let out = std::process::Command::new("docker")
+            .args([
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=io.chorus.node={node}"),
+            ])
+            .output()
+            .expect("docker ps");
+        for id in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", id])
+                .output();
+        }
+    }
+}
+
+fn measure(c: &Cluster, runs: usize, burst: usize) {
+    // Warm-up: every node's pool made and used once.
+    for i in 0..6 {
+        run_one(c, i % 3);
+    }
+
+    let mut chorus: Vec<Duration> = Vec::new();
+    let mut docker: Vec<Duration> = Vec::new();
+    for i in 0..runs {
+        // Interleaved, so both see the same machine load.
+        chorus.push(run_one(c, i % 3));
+        let began = Instant::now();
+        let out = std::process::Command::new("docker")
+            .args(["run", "--rm", IMAGE, "true"])
+            .output()
+            .expect("docker run");
+        assert!(out.status.success(), "docker run: {out:?}");
+        docker.push(began.elapsed());
+        // Let the pool refill as it would between tasks that do not come back to back.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (c50, c99) = (pct(&mut chorus, 50), pct(&mut chorus, 99));
+    let (d50, d99) = (pct(&mut docker, 50), pct(&mut docker, 99));
+    println!(
+        "latency of a `true` task, submit -> result, {runs} runs: p50 {:.1} ms, p99 {:.1} ms",
+        ms(c50),
+        ms(c99)
+    );
+    println!(
+        "docker run --rm {IMAGE} true, {runs} runs: p50 {:.1} ms, p99 {:.1} ms",
+        ms(d50),
+        ms(d99)
+    );
+    println!(
+        "ratio chorus/docker: p50 {:.2}, p99 {:.2} (goal <= 0.5)",
+        ms(c50) / ms(d50),
+        ms(c99) / ms(d99)
+    );
+
+    let began = Instant::now();
+    let ids: Vec<(usize, String)> = (0..burst).map(|n| (n % 3, submit(c, n % 3))).collect();
+    let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
+    for (at, id) in &ids {
+        let r = result(c, *at, id);
+        assert_eq!(r["status"], "succeeded", "{r}");
+        *per_worker
+            .entry(r["worker"].as_str().unwrap_or("?").to_owned())
+            .or_default() += 1;
+    }
+    let took = began.elapsed();
+    let max = per_worker.values().max().copied().unwrap_or(0);
+    let min = if per_worker.len() < 3 {
+        0
+    } else {
+        per_worker.values().min().copied().unwrap_or(0)
+    };
+    println!(
+        "throughput: {burst} `true` tasks submitted at once through 3 nodes in {:.2} s = {:.1} tasks/s",
+        took.as_secs_f64(),
+        burst as f64 / took.as_secs_f64()
+    );
+    println!(
+        "fairness: tasks per worker {:?}; max/min {}",
+        per_worker.values().collect::<Vec<_>>(),
+        if min == 0 {
+            "inf".to_owned()
+        } else {
+            format!("{:.2}", max as f64 / min as f64)
+        }
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0
+}
+
+fn pct(v: &mut [Duration], p: usize) -> Duration {
+    v.sort();
+    v[((v.len() * p).div_ceil(100)).clamp(1, v.len()) - 1]
+}
+
+fn submit(c: &Cluster, i: usize) -> String {
+    let spec = serde_json::json!({ "image": IMAGE, "command": ["true"], "timeout_ms": 60_000 });
+    let (code, body) = http_request(
+        c.nodes[i].http_port,
+        "POST",
+        "/tasks",
+        Some(&spec.to_string()),
+    )
+    .expect("the node answers");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    assert_eq!(code, 201, "{body}");
+    v["task"].as_str().expect("a task id").to_owned()
+}
+
+fn result(c: &Cluster, i: usize, id: &str) -> Value {
+    wait_until(Duration::from_secs(300), Duration::from_millis(1), || {
+        let (code, body) =
+            http_request(c.nodes[i].http_port, "GET", &format!("/tasks/{id}"), None)?;
+        let v: Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && !v["result"].is_null()).then(|| v["result"].clone())
+    })
+    .expect("a result within 300 s")
+}
+
+/// One task, submit to result, at node `i`.
+fn run_one(c: &Cluster, i: usize) -> Duration {
+    let began = Instant::now();
+    let id = submit(c, i);
+    let r = result(c, i, &id);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    began.elapsed()
+}

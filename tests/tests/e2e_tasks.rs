@@ -1,0 +1,334 @@
+//! End to end: tasks through three real `chorus run` processes with Docker sandboxes — results
+//! with the right outputs and exit codes, idempotent submits, OOM, timeout and cancellation,
+//! and no task lost when a worker or the admin is killed (kill -9) or a worker restarts (and
+//! the restart leaves no container behind).
+//!
+//! These need a running Docker Engine and fail (never skip) without it. Every wait is a poll
+//! with a deadline that bounds liveness on a loaded machine; nothing asserts on wall time.
+
+use std::time::Duration;
+
+use chorus_tests::{http_request, wait_until, Cluster, Timings, Value};
+
+const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
+const IMAGE: &str = "chorus/sandbox:latest";
+
+/// A liveness bound for a result on two loaded cores (not a performance figure).
+const RESULT_BOUND: Duration = Duration::from_secs(120);
+
+/// A three-node cluster whose nodes run tasks in Docker; on drop the nodes are killed and
+/// every container they made is removed.
+struct TaskCluster {
+    c: Cluster,
+    ids: Vec<String>,
+}
+
+impl TaskCluster {
+    fn start() -> TaskCluster {
+        let out = chorus_tests::run_chorus(BIN.as_ref(), &["sandbox", "image", "build"]);
+        assert!(
+            out.status.success(),
+            "the test image builds (this test needs Docker): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c = Cluster::start_with(BIN, 3, Timings::FAST, &["--docker", "--warm-image", IMAGE]);
+        c.wait_agreed(Duration::from_secs(60));
+        let ids = (0..3).map(|i| id(&c, i)).collect();
+        TaskCluster { c, ids }
+    }
+
+    fn index_of(&self, node: &str) -> usize {
+        self.ids
+            .iter()
+            .position(|n| n == node)
+            .unwrap_or_else(|| panic!("{node} is not a node of this cluster"))
+    }
+}
+
+impl Drop for TaskCluster {
+    fn drop(&mut self) {
+        for i in 0..self.c.nodes.len() {
+            self.c.kill(i);
+        }
+        for node in &self.ids {
+            for container in containers_of(node) {
+                let _ = std::process::Command::new("docker")
+                    .args(["rm", "-f", &container])
+                    .output();
+            }
+        }
+    }
+}
+
+fn id(c: &Cluster, i: usize) -> String {
+    c.status(i).expect("status")["node_id"]
+        .as_str()
+        .expect("node id")
+        .to_owned()
+}
+
+/// Containers (any state) labelled as node `node`'s, by `docker ps -a`.
+fn containers_of(node: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label=io.chorus.node={node}"),
+        ])
+        .output()
+        .expect("docker ps runs");
+    assert!(out.status.success(), "docker ps: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn spec(command: &str) -> Value {
+    serde_json::json!({ "image": IMAGE, "command": ["sh", "-c", command], "timeout_ms": 60_000 })
+}
+
+/// Submits `spec` at node `i`; returns (HTTP status, task id).
+fn submit(c: &Cluster, i: usize, spec: &Value) -> (u16, String) {
+    let (code, body) = http_request(
+        c.nodes[i].http_port,
+        "POST",
+        "/tasks",
+        Some(&spec.to_string()),
+    )
+    .expect("the node answers");
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let task = v["task"]
+        .as_str()
+        .unwrap_or_else(|| panic!("submit answered {code}: {body}"))
+        .to_owned();
+    (code, task)
+}
+
+fn task(c: &Cluster, i: usize, id: &str) -> Option<Value> {
+    let (code, body) = http_request(c.nodes[i].http_port, "GET", &format!("/tasks/{id}"), None)?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
+/// Waits for the result of `id` at its submitter `i`.
+fn result(c: &Cluster, i: usize, id: &str) -> Value {
+    wait_until(RESULT_BOUND, Duration::from_millis(50), || {
+        task(c, i, id).and_then(|t| (!t["result"].is_null()).then(|| t["result"].clone()))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "no result for {id} within {RESULT_BOUND:?}: {:?}",
+            task(c, i, id)
+        )
+    })
+}
+
+/// Waits until `id` is placed; returns its worker.
+fn placed(c: &Cluster, i: usize, id: &str) -> String {
+    wait_until(RESULT_BOUND, Duration::from_millis(20), || {
+        let t = task(c, i, id)?;
+        (t["phase"] == "placed").then(|| t["worker"].as_str().map(str::to_owned))?
+    })
+    .unwrap_or_else(|| panic!("{id} was not placed: {:?}", task(c, i, id)))
+}
+
+#[test]
+fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
+    let t = TaskCluster::start();
+    let c = &t.c;
+    let submitted: Vec<(usize, usize, String)> = (0..20)
+        .map(|n| {
+            let at = n % 3;
+            let (code, id) = submit(
+                c,
+                at,
+                &spec(&format!("echo task-{n}; echo e{n} >&2; exit {}", n % 4)),
+            );
+            assert_eq!(code, 201);
+            (n, at, id)
+        })
+        .collect();
+    let mut workers = std::collections::BTreeSet::new();
+    for (n, at, id) in &submitted {
+        let r = result(c, *at, id);
+        assert_eq!(r["stdout"], format!("task-{n}\n"), "{r}");
+        assert_eq!(r["stderr"], format!("e{n}\n"), "{r}");
+        assert_eq!(r["exit_code"], n % 4, "{r}");
+        let want = if n % 4 == 0 { "succeeded" } else { "failed" };
+        assert_eq!(r["status"], want, "{r}");
+        workers.insert(r["worker"].as_str().expect("a worker").to_owned());
+    }
+    assert!(workers.iter().all(|w| t.ids.contains(w)), "{workers:?}");
+    // A retried submit with the same idempotency key names the same task; another spec under
+    // that key is refused.
+    let mut keyed = spec("echo once");
+    keyed["key"] = "k-1".into();
+    let (code, first) = submit(c, 1, &keyed);
+    assert_eq!(code, 201);
+    let (code, again) = submit(c, 1, &keyed);
+    assert_eq!((code, &again), (200, &first));
+    keyed["command"] = serde_json::json!(["true"]);
+    let (code, body) = http_request(
+        c.nodes[1].http_port,
+        "POST",
+        "/tasks",
+        Some(&keyed.to_string()),
+    )
+    .unwrap();
+    assert_eq!(code, 400, "{body}");
+    // The CLI: --wait prints the output and exits with the task's code.
+    let addr = format!("127.0.0.1:{}", c.nodes[2].http_port);
+    let out = c.chorus(&[
+        "task",
+        "submit",
+        "--addr",
+        &addr,
+        "--image",
+        IMAGE,
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo from-cli; exit 5",
+    ]);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "from-cli\n");
+}
+
+#[test]
+fn oom_timeout_and_cancel_are_reported_as_such() {
+    let t = TaskCluster::start();
+    let c = &t.c;
+    let mut hog = spec("dd if=/dev/zero of=/dev/null bs=200M count=1");
+    hog["memory_mb"] = 32.into();
+    let (_, oom) = submit(c, 0, &hog);
+    let mut slow = spec("echo before; sleep 60");
+    slow["timeout_ms"] = 1_000.into();
+    let (_, timed) = submit(c, 1, &slow);
+    let (_, long) = submit(c, 2, &spec("sleep 60"));
+    placed(c, 2, &long);
+    let (code, body) = http_request(
+        c.nodes[2].http_port,
+        "DELETE",
+        &format!("/tasks/{long}"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(code, 202, "{body}");
+
+    let r = result(c, 0, &oom);
+    assert_eq!(r["status"], "out_of_memory", "{r}");
+    let r = result(c, 1, &timed);
+    assert_eq!(r["status"], "timed_out", "{r}");
+    assert_eq!(r["stdout"], "before\n", "{r}");
+    let r = result(c, 2, &long);
+    assert_eq!(r["status"], "cancelled", "{r}");
+    // A finished task cannot be cancelled; an unknown one is not here.
+    let (code, _) = http_request(
+        c.nodes[2].http_port,
+        "DELETE",
+        &format!("/tasks/{long}"),
+        None,
+    )
+    .unwrap();
+    assert_eq!(code, 409);
+    let (code, _) = http_request(c.nodes[2].http_port, "GET", "/tasks/nobody-9", None).unwrap();
+    assert_eq!(code, 404);
+    let (code, body) =
+        http_request(c.nodes[2].http_port, "GET", "/tasks?state=cancelled", None).unwrap();
+    assert_eq!(code, 200);
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        listed["tasks"].as_array().map(Vec::len),
+        Some(1),
+        "{listed}"
+    );
+}
+
+#[test]
+fn a_task_whose_worker_is_killed_completes_on_another_node() {
+    let mut t = TaskCluster::start();
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    // Three long tasks from the admin spread over the three least-loaded workers; one runs on
+    // a node that is neither the submitter nor the admin.
+    let ids: Vec<String> = (0..3)
+        .map(|n| submit(&t.c, admin, &spec(&format!("sleep 3; echo long-{n}"))).1)
+        .collect();
+    let victim = wait_until(RESULT_BOUND, Duration::from_millis(20), || {
+        ids.iter().enumerate().find_map(|(n, id)| {
+            let w = task(&t.c, admin, id)?;
+            let worker = w["worker"].as_str()?;
+            (w["phase"] == "placed" && worker != t.ids[admin]).then(|| (n, worker.to_owned()))
+        })
+    })
+    .expect("a task placed on another node");
+    let killed = t.index_of(&victim.1);
+    t.c.kill(killed);
+    for (n, id) in ids.iter().enumerate() {
+        let r = result(&t.c, admin, id);
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert_eq!(r["stdout"], format!("long-{n}\n"));
+        if n == victim.0 {
+            assert_ne!(
+                r["worker"],
+                victim.1.as_str(),
+                "it completed elsewhere: {r}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_queued_task_completes_after_the_admin_is_killed() {
+    let mut t = TaskCluster::start();
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let at = (admin + 1) % 3;
+    // Twelve tasks for six slots: half of them wait in the admin's queue.
+    let ids: Vec<String> = (0..12)
+        .map(|n| submit(&t.c, at, &spec(&format!("sleep 1; echo q-{n}"))).1)
+        .collect();
+    t.c.kill(admin);
+    let (_, _, new_admin) = t.c.wait_agreed(Duration::from_secs(60));
+    assert_ne!(new_admin, admin);
+    for (n, id) in ids.iter().enumerate() {
+        let r = result(&t.c, at, id);
+        assert_eq!(r["status"], "succeeded", "{r}");
+        assert_eq!(r["stdout"], format!("q-{n}\n"));
+    }
+}
+
+#[test]
+fn a_worker_restarted_mid_task_leaves_no_container_and_the_task_completes() {
+    let mut t = TaskCluster::start();
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let ids: Vec<String> = (0..3)
+        .map(|n| submit(&t.c, admin, &spec(&format!("sleep 4; echo r-{n}"))).1)
+        .collect();
+    let (n, worker) = wait_until(RESULT_BOUND, Duration::from_millis(20), || {
+        ids.iter().enumerate().find_map(|(n, id)| {
+            let w = task(&t.c, admin, id)?;
+            let worker = w["worker"].as_str()?;
+            (w["phase"] == "placed" && worker != t.ids[admin]).then(|| (n, worker.to_owned()))
+        })
+    })
+    .expect("a task placed on another node");
+    let i = t.index_of(&worker);
+    let before = containers_of(&worker);
+    assert!(!before.is_empty(), "the run's container exists");
+    t.c.kill(i);
+    t.c.start_node(i);
+    // The restarted node reaps what its killed process left before it steps anything.
+    let gone = wait_until(RESULT_BOUND, Duration::from_millis(100), || {
+        let now = containers_of(&worker);
+        before.iter().all(|c| !now.contains(c)).then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "containers of the killed process are left: {before:?}"
+    );
+    let r = result(&t.c, admin, &ids[n]);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["stdout"], format!("r-{n}\n"));
+}
