@@ -282,6 +282,56 @@ fn cancelling_a_running_or_a_queued_task_ends_it_cancelled() {
     net.check_tasks(false);
 }
 
+/// A cancel that reaches a new admin before the worker's report: the admin knows of no run and
+/// answers `cancelled` at once; the run it adopts later from the report must still be stopped,
+/// not hold its slot until the timeout.
+#[test]
+fn a_cancel_at_a_new_admin_that_has_not_heard_of_the_run_still_stops_it() {
+    for seed in 0..10 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        let submitter = (admin + 1) % 3;
+        let t = net.submit(submitter, &["hang"], LONG).unwrap();
+        net.run_until(net.now + 200);
+        let [(1, worker)] = runs_of(&net, &t)[..] else {
+            panic!("one run started (seed {seed}): {:?}", runs_of(&net, &t));
+        };
+        // The worker is cut off while the admin dies and the next one is elected.
+        net.partition(&[worker]);
+        net.crash(admin);
+        net.run_until(net.now + 3_000);
+        let new_admin = net.lease_holder().expect("a new admin");
+        assert_ne!(new_admin, admin, "seed {seed}");
+        net.apply(
+            submitter,
+            Event::CancelTask {
+                task: t.clone(),
+                request: 0,
+            },
+        );
+        net.run_until(net.now + 500);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Cancelled), "seed {seed}");
+        assert!(
+            net.nodes[worker]
+                .as_ref()
+                .unwrap()
+                .running_tasks()
+                .contains_key(&t),
+            "still hanging on the cut-off worker (seed {seed})"
+        );
+        net.heal();
+        net.run_until(net.now + 3_000);
+        let w = net.nodes[worker].as_ref().unwrap();
+        assert!(
+            w.running_tasks().is_empty(),
+            "the stray run was stopped (seed {seed}): {:?}",
+            w.running_tasks()
+        );
+        assert!(w.unacknowledged_results().is_empty(), "seed {seed}");
+        net.check_tasks(true);
+    }
+}
+
 #[test]
 fn an_idempotency_key_names_one_task_and_bad_specs_are_refused() {
     let mut net = cluster(5);

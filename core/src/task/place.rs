@@ -13,7 +13,12 @@
 //!    failure — and queued again after a backoff, as the next attempt. A worker that goes down
 //!    loses all its placements, queued again at once.
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
-//!    placed one asks its worker to stop it.
+//!    placed one asks its worker to stop it, again at each of that worker's reports that still
+//!    lists the run.
+//! 7. An adopted run (rule 4) is told to its submitter at each report until the submitter
+//!    offers it: that offer gives the spec, or — when the task's result is in already, a
+//!    duplicate or a run cancelled at an admin that did not know of it — cancels the run, so a
+//!    stray run never holds a slot until its timeout.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -59,6 +64,9 @@ pub(crate) struct Placement {
     /// When it was placed (this admin's clock).
     #[serde(default)]
     at_ms: u64,
+    /// Its submitter cancelled it: the worker is asked to stop it until it ends (rule 6).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    cancelled: bool,
 }
 
 /// A worker as its reports describe it.
@@ -221,8 +229,12 @@ impl Core {
             return;
         };
         let mut cancel_at: Option<(NodeId, TaskId)> = None;
-        let answer = if let Some(p) = a.placed.get(&task) {
+        let answer = if let Some(p) = a.placed.get_mut(&task) {
+            if p.spec.is_none() {
+                p.spec = Some(spec); // an adopted run: its submitter speaks (rule 7)
+            }
             if cancel {
+                p.cancelled = true;
                 cancel_at = Some((p.worker.clone(), task.clone()));
             }
             Some(OfferState::Placed {
@@ -318,6 +330,16 @@ impl Core {
                 (unmentioned && seen_after).then_some((t, p.attempt, p.seq, spec))
             })
             .collect();
+        // Rule 6: cancelled runs still going are asked to stop again (a cancel may be lost).
+        let stop: Vec<TaskId> = running
+            .iter()
+            .filter(|(t, _)| {
+                a.placed
+                    .get(t)
+                    .is_some_and(|p| p.worker == from && p.cancelled)
+            })
+            .map(|(t, _)| t.clone())
+            .collect();
         for t in finished {
             if a.placed.get(&t).is_some_and(|p| p.worker == from) {
                 a.unplace(&t);
@@ -339,9 +361,19 @@ impl Core {
                     seq: 0,
                     spec,
                     at_ms: now,
+                    cancelled: false,
                 },
             );
         }
+        // Rule 7: adopted runs whose submitter has not spoken yet are told to it.
+        let adopted: Vec<(TaskId, u32)> = a
+            .placed_on(&from)
+            .into_iter()
+            .filter_map(|t| {
+                let p = &a.placed[&t];
+                p.spec.is_none().then_some((t, p.attempt))
+            })
+            .collect();
         // The load counts what this admin believes runs there: the report's runs, and
         // placements the worker has not seen yet.
         let load = a.on_worker.get(&from).map_or(0, |s| s.len()) as u32;
@@ -362,6 +394,16 @@ impl Core {
                 spec,
             };
             self.deliver(from.clone(), msg, out);
+        }
+        for task in stop {
+            self.deliver(from.clone(), Message::TaskCancel { term, task }, out);
+        }
+        for (task, attempt) in adopted {
+            let state = OfferState::Placed {
+                worker: from.clone(),
+                attempt,
+            };
+            self.deliver(task.origin.clone(), Message::TaskState { task, state }, out);
         }
     }
 
@@ -454,6 +496,7 @@ impl Core {
                     seq,
                     spec: Some(q.spec.clone()),
                     at_ms: now,
+                    cancelled: false,
                 },
             );
             out.push(Command::Notice(Notice::TaskPlaced {

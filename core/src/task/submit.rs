@@ -11,6 +11,9 @@
 //!    first one is kept, and every copy is acknowledged so the worker can forget it.
 //! 4. Owned tasks are durable (the log folds into them); done ones are remembered up to
 //!    [`MAX_DONE_TASKS`], the oldest forgotten first.
+//! 5. When the admin says a task whose result is in is placed (a run it adopted from a
+//!    worker's report: a duplicate, or a run cancelled at an admin that did not know of it), the
+//!    task is offered once more, cancelled, so that run stops; at most once a tick.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -222,7 +225,8 @@ impl Core {
         let msg = Message::TaskOffer {
             task: task.clone(),
             spec: t.spec.clone(),
-            cancel: t.cancel,
+            // A done task is offered only to stop a stray run of it (rule 5).
+            cancel: t.cancel || t.phase == TaskPhase::Done,
         };
         self.deliver(admin, msg, out);
     }
@@ -296,10 +300,16 @@ impl Core {
         if self.admin.as_ref() != Some(&from) {
             return self.refuse(from, "task_state", Refusal::Unsolicited, out);
         }
+        let tick = self.task_tick_ms();
         let Some(t) = self.tasks.submit.owned.get_mut(&task) else {
             return self.refuse(from, "task_state", Refusal::Unsolicited, out);
         };
         if t.phase == TaskPhase::Done {
+            // Rule 5: a run of a task whose result is in is stray; have it stopped.
+            let due = self.now_ms.saturating_sub(t.offered_at_ms) >= tick;
+            if due && matches!(state, OfferState::Placed { .. }) {
+                self.offer(&task, out);
+            }
             return;
         }
         let name = |w: &NodeId, t: &mut OwnedTask| {
