@@ -107,6 +107,14 @@ pub enum Event {
         /// The new settings.
         config: Config,
     },
+    /// The node's capabilities as it advertises them now; the runtime logs this at every start,
+    /// so a capability added or dropped in the configuration (a repository, a voter's
+    /// `admin_election`) reaches a core restored from its log, and replays. Ignored when equal
+    /// to the current set, or beyond [`crate::MAX_CAPABILITIES`] names.
+    CapabilitiesChanged {
+        /// The capability names (order and duplicates do not matter).
+        capabilities: Vec<String>,
+    },
 }
 
 /// What a peer advertises about itself when it connects.

@@ -216,9 +216,7 @@ impl Core {
         cluster_seed: u64,
     ) -> Result<Core, ConfigError> {
         config.validate()?;
-        let mut capabilities = capabilities;
-        capabilities.sort();
-        capabilities.dedup();
+        let capabilities = sorted_capabilities(capabilities);
         Ok(Core {
             rng: rng::node_rng(cluster_seed, &id),
             id,
@@ -311,6 +309,9 @@ impl Core {
                 retryable,
             } => self.on_sandbox_failed(task, attempt, error, retryable, out),
             Event::Shutdown => self.on_shutdown(out),
+            Event::CapabilitiesChanged { capabilities } => {
+                self.on_capabilities_changed(capabilities)
+            }
             Event::ConfigChanged { config } => {
                 // The node validated it before logging it; a bad one in an old log is skipped.
                 if config.validate().is_ok() && config.cluster_id == self.config.cluster_id {
@@ -337,6 +338,17 @@ impl Core {
         let mut out = Vec::new();
         self.step(now_ms, event, &mut out);
         out
+    }
+
+    fn on_capabilities_changed(&mut self, capabilities: Vec<String>) {
+        let capabilities = sorted_capabilities(capabilities);
+        // The node checked them against its config; an old log's oversized set is skipped.
+        if capabilities.len() > crate::MAX_CAPABILITIES || *capabilities == *self.capabilities {
+            return;
+        }
+        self.capabilities = capabilities.into();
+        // The admin places by what workers advertise; tell it soon what changed here.
+        self.tasks.work.report_due = true;
     }
 
     fn on_started(&mut self, out: &mut Vec<Command>) {
@@ -624,6 +636,11 @@ impl Core {
         &self.id
     }
 
+    /// The capabilities this node advertises (sorted, no duplicates).
+    pub fn capabilities(&self) -> &[String] {
+        &self.capabilities
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
@@ -710,4 +727,11 @@ impl Core {
     pub fn restore(bytes: &[u8]) -> Result<Core, serde_json::Error> {
         serde_json::from_slice(bytes)
     }
+}
+
+/// Capabilities as the core keeps them: sorted, without duplicates.
+fn sorted_capabilities(mut capabilities: Vec<String>) -> Vec<String> {
+    capabilities.sort();
+    capabilities.dedup();
+    capabilities
 }

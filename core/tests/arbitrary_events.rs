@@ -247,7 +247,8 @@ enum Input {
     PeerUp(NodeId, bool, u64),
     PeerDown(NodeId),
     Restart(u64),
-    /// A local task input: a submit, a cancel, or a sandbox's end (of a run that may not exist).
+    /// A local task input: a submit, a cancel, a sandbox's end (of a run that may not exist), or
+    /// a start's capabilities (a voter may become a worker, sets may be oversized).
     Task(u8, u64, NodeId),
 }
 
@@ -258,7 +259,7 @@ fn input() -> impl Strategy<Value = Input> {
         1 => (peer(), any::<bool>(), number()).prop_map(|(p, e, u)| Input::PeerUp(p, e, u)),
         1 => peer().prop_map(Input::PeerDown),
         1 => (0u64..100_000).prop_map(Input::Restart),
-        2 => (0u8..4, number(), peer()).prop_map(|(k, n, p)| Input::Task(k, n, p)),
+        2 => (0u8..5, number(), peer()).prop_map(|(k, n, p)| Input::Task(k, n, p)),
     ]
 }
 
@@ -397,6 +398,9 @@ proptest! {
                         0 => Event::SubmitTask { spec: spec(n), key: (n % 3 == 0).then(|| "k".into()), request: n },
                         1 => Event::CancelTask { task, request: n },
                         2 => Event::SandboxExited { task, attempt: n as u32, exit: Default::default() },
+                        3 => Event::CapabilitiesChanged {
+                            capabilities: (0..n % 80).map(|k| if k == 0 && n % 2 == 0 { ADMIN_ELECTION.to_owned() } else { format!("c{k}") }).collect(),
+                        },
                         _ => Event::SandboxFailed { task, attempt: n as u32, error: "e".repeat((n % 20_000) as usize), retryable: n % 2 == 0 },
                     }
                 }

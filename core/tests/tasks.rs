@@ -332,6 +332,96 @@ fn a_cancel_at_a_new_admin_that_has_not_heard_of_the_run_still_stops_it() {
     }
 }
 
+/// A node restored from a snapshot (taken at its last shutdown) keeps the capabilities of that
+/// start unless the start logs the new ones: a repository added to its config would never be
+/// used, a voter made a worker would still stand.
+#[test]
+fn a_restored_node_takes_the_capabilities_logged_at_its_start() {
+    // One voter that also runs tasks: it places on itself by its own capabilities.
+    let mut net = Net::new(3, 1, fast_config());
+    net.set_slots(0, 1);
+    net.run_until(2_000);
+    assert_eq!(net.lease_holder(), Some(0));
+    let snapshot = net.nodes[0].as_ref().unwrap().snapshot();
+    let mut core = chorus_core::Core::restore(&snapshot).unwrap();
+    assert_eq!(core.capabilities(), [chorus_core::ADMIN_ELECTION]);
+    let caps = ["sandbox", "repo:src", "admin_election", "sandbox"];
+    core.step_vec(
+        core.now_ms(),
+        Event::CapabilitiesChanged {
+            capabilities: caps.iter().map(|c| c.to_string()).collect(),
+        },
+    );
+    assert_eq!(
+        core.capabilities(),
+        ["admin_election", "repo:src", "sandbox"]
+    );
+    // More than a peer keeps: skipped (the node refuses such a config before logging it).
+    let many = (0..=chorus_core::MAX_CAPABILITIES)
+        .map(|k| format!("c{k}"))
+        .collect();
+    core.step_vec(
+        core.now_ms(),
+        Event::CapabilitiesChanged { capabilities: many },
+    );
+    assert_eq!(
+        core.capabilities(),
+        ["admin_election", "repo:src", "sandbox"]
+    );
+
+    // Through the log: the new capabilities replay, and the node places a task needing the
+    // repository on itself.
+    net.apply(
+        0,
+        Event::CapabilitiesChanged {
+            capabilities: caps.iter().map(|c| c.to_string()).collect(),
+        },
+    );
+    net.crash(0);
+    net.restart(0);
+    net.run_until(net.now + 2_000);
+    assert_eq!(
+        net.nodes[0].as_ref().unwrap().capabilities(),
+        ["admin_election", "repo:src", "sandbox"]
+    );
+    let spec = TaskSpec {
+        image: "test".into(),
+        command: vec!["sleep".into(), "10".into()],
+        timeout_ms: LONG,
+        repo: Some(chorus_core::RepoMount {
+            name: "src".into(),
+            writable: false,
+        }),
+        ..Default::default()
+    };
+    net.apply(
+        0,
+        Event::SubmitTask {
+            spec: spec.into(),
+            key: None,
+            request: 0,
+        },
+    );
+    net.run_until(net.now + 1_000);
+    assert_eq!(
+        net.results.values().copied().collect::<Vec<_>>(),
+        [TaskStatus::Succeeded]
+    );
+}
+
+#[test]
+fn a_voter_whose_start_logs_it_a_worker_never_stands() {
+    let mut net = Net::new(4, 1, fast_config());
+    net.apply(
+        0,
+        Event::CapabilitiesChanged {
+            capabilities: vec!["docker".into()],
+        },
+    );
+    net.run_until(5_000);
+    assert_eq!(net.lease_holder(), None, "a worker never becomes admin");
+}
+
 #[test]
 fn an_idempotency_key_names_one_task_and_bad_specs_are_refused() {
     let mut net = cluster(5);

@@ -434,6 +434,17 @@ impl NodeConfig {
         if self.capabilities.iter().any(|c| c.is_empty()) {
             return Err(self.invalid("capabilities", "a capability name is empty"));
         }
+        let advertised = self.advertised_capabilities().len();
+        if advertised > chorus_core::MAX_CAPABILITIES {
+            return Err(self.invalid(
+                "capabilities",
+                &format!(
+                    "{advertised} capabilities (with `sandbox` and one `repo:NAME` per \
+                     repository) are more than the {} a peer keeps",
+                    chorus_core::MAX_CAPABILITIES
+                ),
+            ));
+        }
         if self.snapshot_every_events == 0 {
             bail!("invalid config `snapshot_every_events`: must be at least 1");
         }

@@ -230,6 +230,11 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
             Event::ConfigChanged {
                 config: config.protocol.clone(),
             },
+            // As the settings: a restored core would otherwise keep the capabilities of the
+            // start it was snapshot in (a repository added since, a voter made a worker).
+            Event::CapabilitiesChanged {
+                capabilities: capabilities.clone(),
+            },
         ])
         .with_operator_inputs(operator_rx);
     let pools = sandboxes_handle.as_ref();

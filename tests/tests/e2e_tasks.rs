@@ -25,15 +25,19 @@ struct TaskCluster {
 
 impl TaskCluster {
     fn start() -> TaskCluster {
+        TaskCluster::start_n(3)
+    }
+
+    fn start_n(n: usize) -> TaskCluster {
         let out = chorus_tests::run_chorus(BIN.as_ref(), &["sandbox", "image", "build"]);
         assert!(
             out.status.success(),
             "the test image builds (this test needs Docker): {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let c = Cluster::start_with(BIN, 3, Timings::FAST, &["--docker", "--warm-image", IMAGE]);
+        let c = Cluster::start_with(BIN, n, Timings::FAST, &["--docker", "--warm-image", IMAGE]);
         c.wait_agreed(Duration::from_secs(60));
-        let ids = (0..3).map(|i| id(&c, i)).collect();
+        let ids = (0..n).map(|i| id(&c, i)).collect();
         TaskCluster { c, ids }
     }
 
@@ -331,4 +335,32 @@ fn a_worker_restarted_mid_task_leaves_no_container_and_the_task_completes() {
     let r = result(&t.c, admin, &ids[n]);
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_eq!(r["stdout"], format!("r-{n}\n"));
+}
+
+/// A node stopped cleanly snapshots its state; restarted with a repository added to its config,
+/// it must advertise and use it (the snapshot's capabilities are the old ones).
+#[test]
+fn a_repository_added_across_a_clean_restart_is_used() {
+    let mut t = TaskCluster::start_n(1);
+    let repo = t.c.root().join("src");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README"), "from the repo\n").unwrap();
+    assert!(
+        t.c.terminate(0).is_some_and(|s| s.success()),
+        "a clean stop"
+    );
+    t.c.extra_args
+        .extend(["--repo".to_owned(), format!("src={}", repo.display())]);
+    t.c.start_node(0);
+    t.c.wait_agreed(Duration::from_secs(60));
+    let spec = serde_json::json!({
+        "image": IMAGE,
+        "command": ["cat", "README"],
+        "timeout_ms": 60_000,
+        "repo": { "name": "src" },
+    });
+    let (_, id) = submit(&t.c, 0, &spec);
+    let r = result(&t.c, 0, &id);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["stdout"], "from the repo\n");
 }
