@@ -385,6 +385,13 @@ pub fn render(v: &TaskView) -> String {
             r.duration_ms,
             r.attempt
         ));
+        if r.usage != Default::default() {
+            out.push_str(&format!(
+                "  used: {} ms of CPU, peak memory {:.1} MiB\n",
+                r.usage.cpu_ms,
+                r.usage.peak_memory_kb as f64 / 1024.0
+            ));
+        }
         if let Some(e) = &r.error {
             out.push_str(&format!("  error: {e}\n"));
         }
@@ -520,5 +527,49 @@ mod tests {
             assert!(said.contains(words), "{said}");
         }
         assert!(plain_words("n-1", &r(TaskStatus::Failed, Some(3), None)).is_none());
+    }
+
+    #[test]
+    fn a_done_task_renders_its_result_usage_and_output() {
+        let v = crate::tasks::TaskView {
+            task: "n-3".into(),
+            phase: "done".into(),
+            worker: Some("w".into()),
+            attempt: None,
+            cancel: false,
+            key: None,
+            submitted_at_ms: 1,
+            spec: chorus_core::TaskSpec {
+                image: "img".into(),
+                command: vec!["true".into()],
+                timeout_ms: 1_000,
+                ..Default::default()
+            },
+            result: Some(TaskResult {
+                status: TaskStatus::Succeeded,
+                exit_code: Some(0),
+                signal: None,
+                worker: "w".into(),
+                attempt: 1,
+                duration_ms: 40,
+                usage: chorus_core::Usage {
+                    cpu_ms: 12,
+                    peak_memory_kb: 3 * 1024 + 512,
+                },
+                stdout: "hi\n".into(),
+                stderr: String::new(),
+                error: None,
+            }),
+        };
+        let text = render(&v);
+        assert!(
+            text.contains("result: succeeded, exit code 0 after 40 ms (run 1)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("used: 12 ms of CPU, peak memory 3.5 MiB"),
+            "{text}"
+        );
+        assert!(text.contains("    hi\n"), "{text}");
     }
 }

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::error::{ErrorCategory, SandboxError, SandboxResult};
 use super::{
     ExecOutput, ExecRequest, ExecutionSandbox, FileEntry, FileTree, OutputChunk, OutputStream,
-    ResourceUsage, SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState,
+    ResourceUsage, SandboxPolicy, SandboxProvider, SandboxSpec, SandboxState, UsageTotals,
 };
 
 /// An operation of the sandbox, for recording calls and injecting failures.
@@ -95,6 +95,7 @@ struct Inner {
     files: BTreeMap<String, FileEntry>,
     env: BTreeMap<String, String>,
     usage: ResourceUsage,
+    totals: UsageTotals,
     calls: Vec<Call>,
 }
 
@@ -139,6 +140,11 @@ impl ScriptedSandbox {
     /// Sets what [`ExecutionSandbox::usage`] reports.
     pub fn set_usage(&self, usage: ResourceUsage) {
         self.lock().usage = usage;
+    }
+
+    /// Sets what [`ExecutionSandbox::totals`] reports.
+    pub fn set_totals(&self, totals: UsageTotals) {
+        self.lock().totals = totals;
     }
 
     /// Forces the state (e.g. to simulate the main process dying).
@@ -323,6 +329,11 @@ impl ExecutionSandbox for ScriptedSandbox {
     async fn usage(&self) -> SandboxResult<ResourceUsage> {
         self.begin(Op::Usage, String::new())?;
         Ok(self.lock().usage)
+    }
+
+    async fn totals(&self) -> SandboxResult<UsageTotals> {
+        self.begin(Op::Usage, String::new())?;
+        Ok(self.lock().totals)
     }
 
     async fn state(&self) -> SandboxResult<SandboxState> {

@@ -382,6 +382,17 @@ pub struct ResourceUsage {
     pub pids: u64,
 }
 
+/// What a sandbox used since it started: the accounting of one task run (each run has its own
+/// sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UsageTotals {
+    /// CPU time of everything that ran in it, in nanoseconds.
+    pub cpu_ns: u64,
+    /// The highest memory use the kernel recorded (cgroup v1's `max_usage`, page cache
+    /// included), or the use now where the kernel keeps no peak (cgroup v2): callers sample.
+    pub memory_peak_bytes: u64,
+}
+
 /// Where a sandbox is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxState {
@@ -466,6 +477,12 @@ pub trait ExecutionSandbox: Send + Sync {
 
     /// Current resource usage.
     fn usage(&self) -> impl Future<Output = SandboxResult<ResourceUsage>> + Send;
+
+    /// What it used since it started, from one quick sample (no rate to compute, unlike
+    /// [`usage`](Self::usage)). Zero where the sandbox keeps no accounting.
+    fn totals(&self) -> impl Future<Output = SandboxResult<UsageTotals>> + Send {
+        std::future::ready(Ok(UsageTotals::default()))
+    }
 
     /// Current state (the health check: is the main process still alive?).
     fn state(&self) -> impl Future<Output = SandboxResult<SandboxState>> + Send;

@@ -19,6 +19,7 @@ use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, Sandbo
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::{
     ExecOutput, ExecRequest, ExecutionSandbox, FileTree, OutputChunk, ResourceUsage, SandboxState,
+    UsageTotals,
 };
 
 /// A sandbox backed by a Docker container.
@@ -188,6 +189,10 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn usage(&self) -> SandboxResult<ResourceUsage> {
         self.sample_usage().await
+    }
+
+    async fn totals(&self) -> SandboxResult<UsageTotals> {
+        self.sample_totals().await
     }
 
     async fn state(&self) -> SandboxResult<SandboxState> {

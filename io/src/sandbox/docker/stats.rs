@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 
 use super::sandbox::DockerSandbox;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
-use crate::sandbox::ResourceUsage;
+use crate::sandbox::{ResourceUsage, UsageTotals};
 
 /// A CPU sample for the docker CLI's CPU-percent formula.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +40,24 @@ impl DockerSandbox {
                 .as_ref()
                 .and_then(|p| p.current)
                 .unwrap_or(0),
+        })
+    }
+
+    /// CPU time and peak memory since the container started, from one sample.
+    pub(super) async fn sample_totals(&self) -> SandboxResult<UsageTotals> {
+        let stats = self.one_stats().await?;
+        let memory = stats.memory_stats.as_ref();
+        let in_use = memory
+            .map(|m| memory_in_use(m.usage.unwrap_or(0), m.stats.as_ref()))
+            .unwrap_or(0);
+        Ok(UsageTotals {
+            cpu_ns: stats
+                .cpu_stats
+                .as_ref()
+                .and_then(|c| c.cpu_usage.as_ref())
+                .and_then(|u| u.total_usage)
+                .unwrap_or(0),
+            memory_peak_bytes: memory.and_then(|m| m.max_usage).unwrap_or(in_use),
         })
     }
 

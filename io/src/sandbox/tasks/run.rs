@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_core::task::MAX_TAIL_BYTES;
-use chorus_core::{Event, SandboxExit, TaskId, TaskSpec};
+use chorus_core::{Event, SandboxExit, TaskId, TaskSpec, Usage};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::{
@@ -17,6 +17,9 @@ use super::{lifetime_for, Shared, Tails, TaskShape};
 
 /// The signal a stopped or timed-out run reports: it was killed.
 const SIGKILL: i32 = 9;
+
+/// How often a run's memory is sampled, for a peak where the kernel keeps none (cgroup v2).
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 /// A sandbox held for one run.
 enum Held<P: SandboxProvider + 'static> {
@@ -82,19 +85,40 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         waited_ms = begun.elapsed().as_millis() as u64, "task run started");
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
+    let mut peak = 0;
     let exec_started = Instant::now();
     let outcome = if stop.try_recv().is_ok() {
         Outcome::Stopped
     } else {
-        execute(held.sandbox(), request(spec), &mut tails, &mut stop).await
+        let run = execute(
+            held.sandbox(),
+            request(spec),
+            &mut tails,
+            &mut stop,
+            &mut peak,
+        );
+        run.await
     };
     let duration_ms = exec_started.elapsed().as_millis() as u64;
+    // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
+    // (the idle init it starts with adds next to nothing).
+    let usage = match held.sandbox().totals().await {
+        Ok(t) => Usage {
+            cpu_ms: t.cpu_ns / 1_000_000,
+            peak_memory_kb: t.memory_peak_bytes.max(peak) / 1024,
+        },
+        Err(e) => {
+            tracing::debug!(%task, error = %e, "no usage for the run");
+            Usage::default()
+        }
+    };
     let finished = held.finish().await;
     let exit = |exit: SandboxExit| Event::SandboxExited {
         task: task.clone(),
         attempt,
         exit: SandboxExit {
             duration_ms,
+            usage,
             stdout: tails.stdout(),
             stderr: tails.stderr(),
             ..exit
@@ -196,16 +220,25 @@ async fn execute<S: ExecutionSandbox>(
     req: ExecRequest,
     tails: &mut Tails,
     stop: &mut oneshot::Receiver<()>,
+    peak: &mut u64,
 ) -> Outcome {
     let (tx, mut rx) = mpsc::channel(64);
     let exec = sandbox.exec_streaming(req, tx);
     tokio::pin!(exec);
+    let mut sample =
+        tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
         tokio::select! {
             biased;
             Ok(()) = &mut *stop => break Outcome::Stopped,
             Some(chunk) = rx.recv() => tails.push(&chunk),
             result = &mut exec => break Outcome::Done(result),
+            _ = sample.tick() => {
+                if let Ok(t) = sandbox.totals().await {
+                    *peak = (*peak).max(t.memory_peak_bytes);
+                }
+            }
         }
     };
     // What was sent before the end and not yet taken.

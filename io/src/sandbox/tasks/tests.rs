@@ -67,7 +67,11 @@ async fn a_fresh_run_creates_starts_execs_and_removes_its_sandbox() {
     let made = provider.sandboxes();
     assert_eq!(made.len(), 1);
     let ops: Vec<Op> = made[0].calls().iter().map(|c| c.op).collect();
-    assert_eq!(ops, [Op::Create, Op::Start, Op::Exec, Op::Remove]);
+    // The run's totals are read before its sandbox goes.
+    assert_eq!(
+        ops,
+        [Op::Create, Op::Start, Op::Exec, Op::Usage, Op::Remove]
+    );
     assert_eq!(made[0].calls()[2].detail, "echo hi");
     assert_eq!(runner.running(), 0);
     let stats = runner.stats().snapshot();
@@ -277,6 +281,28 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     drop(runner);
     // The used sandbox is removed; dropping the pool removes the idle one.
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_reports_the_cpu_time_and_peak_memory_a_run_used() {
+    let (provider, image) = docker().await;
+    let node = test_node("usage");
+    let mut runner = TaskRunner::new(provider.clone(), fresh_config(&node));
+    // A shell variable of 24 MiB (memory), then a counting loop (CPU).
+    let busy = "x=$(head -c 25165824 /dev/zero | tr '\\0' a); \
+                i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; echo ${#x}";
+    runner.start(&task(1), 1, &spec(&image, &["sh", "-c", busy]));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    assert_eq!(exit.stdout, "25165824\n");
+    assert!(exit.usage.cpu_ms >= 50, "{:?}", exit.usage);
+    assert!(exit.usage.peak_memory_kb >= 24 * 1024, "{:?}", exit.usage);
+    // An idle run's totals are small: the figures are the run's, not the machine's.
+    runner.start(&task(2), 1, &spec(&image, &["true"]));
+    let (_, _, idle) = exited(end(&mut runner).await);
+    assert!(idle.usage.cpu_ms < exit.usage.cpu_ms, "{:?}", idle.usage);
+    assert!(idle.usage.peak_memory_kb < 24 * 1024, "{:?}", idle.usage);
+    assert_eq!(containers_of(&provider, &node).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
