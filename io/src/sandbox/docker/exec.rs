@@ -19,7 +19,7 @@ use super::EXEC_ID_ENV;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::{
     CappedBuffer, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, OutputStream,
-    SandboxState,
+    SandboxState, UsageTotals,
 };
 
 /// How long a timed-out command gets to finish after its process group was killed before the
@@ -33,7 +33,9 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 /// `marked` only processes whose environment holds `$2` (`CHORUS_EXEC_ID=<n>`) are killed.
 /// Repeats until a round finds nothing (a forking process may spawn between rounds; bounded).
 /// Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
-/// `memory.events`).
+/// `memory.events`), then the cgroup's totals: CPU time (v1 `cpu_ns` from `cpuacct.usage`, v2
+/// `usage_usec` from `cpu.stat`) and the memory peak (v1 `max_usage_in_bytes`, v2 `memory.peak`,
+/// or `memory.current` on kernels without it).
 const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0
 while [ $round -lt 20 ]; do
   found=0
@@ -54,6 +56,9 @@ while [ $round -lt 20 ]; do
 done
 echo "killed $n"
 cat /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null || cat /sys/fs/cgroup/memory.events 2>/dev/null
+c=$(cat /sys/fs/cgroup/cpuacct/cpuacct.usage 2>/dev/null) && echo "cpu_ns $c"
+grep '^usage_usec ' /sys/fs/cgroup/cpu.stat 2>/dev/null
+m=$(cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory.current 2>/dev/null) && echo "memory_peak $m"
 exit 0"#;
 
 /// What the post-exec cleanup found.
@@ -525,11 +530,29 @@ impl DockerSandbox {
         if killed > 0 {
             tracing::debug!(sandbox = %self.name, killed, "killed processes a command left");
         }
+        if let Some(totals) = parse_totals(&text) {
+            *self.last_totals.lock().unwrap_or_else(|p| p.into_inner()) = Some(totals);
+        }
         Cleanup {
             killed,
             new_oom_kills: self.note_oom_count(&text).unwrap_or(0),
         }
     }
+}
+
+/// The cgroup totals the cleanup printed, if it found the CPU counter.
+fn parse_totals(text: &str) -> Option<UsageTotals> {
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    };
+    let cpu_ns =
+        value("cpu_ns ").or_else(|| value("usage_usec ").map(|us| us.saturating_mul(1_000)))?;
+    Some(UsageTotals {
+        cpu_ns,
+        memory_peak_bytes: value("memory_peak ").unwrap_or(0),
+    })
 }
 
 /// The error for a command that ran past its timeout.
@@ -552,4 +575,32 @@ fn timeout_error(
             collected.stderr.data.len()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cleanups_totals_parse_from_either_cgroup_version() {
+        let v1 = "killed 0\noom_kill_disable 0\nunder_oom 0\noom_kill 0\ncpu_ns 47628578\n\
+                  memory_peak 4493312\n";
+        assert_eq!(
+            parse_totals(v1),
+            Some(UsageTotals {
+                cpu_ns: 47_628_578,
+                memory_peak_bytes: 4_493_312
+            })
+        );
+        let v2 = "killed 2\noom 0\noom_kill 0\nusage_usec 1500\nmemory_peak 8192\n";
+        assert_eq!(
+            parse_totals(v2),
+            Some(UsageTotals {
+                cpu_ns: 1_500_000,
+                memory_peak_bytes: 8_192
+            })
+        );
+        // No CPU counter readable: no totals (the Engine's stats are asked instead).
+        assert_eq!(parse_totals("killed 0\n"), None);
+    }
 }

@@ -42,6 +42,9 @@ pub struct DockerSandbox {
     pub(super) sync: Option<SyncTarget>,
     pub(super) last_cpu: Mutex<Option<CpuSample>>,
     pub(super) oom_kills_seen: Mutex<u64>,
+    /// The cgroup's totals as the last post-exec cleanup read them (the Engine's stats answer
+    /// only at their once-a-second collection).
+    pub(super) last_totals: Mutex<Option<UsageTotals>>,
     /// Every exec holds it shared; the post-exec cleanup takes it exclusively to kill all of the
     /// commands' user's processes, and falls back to killing only its own exec's when another
     /// exec is in flight.
@@ -72,6 +75,7 @@ impl DockerSandbox {
             sync: staged.sync,
             last_cpu: Mutex::new(None),
             oom_kills_seen: Mutex::new(0),
+            last_totals: Mutex::new(None),
             exec_gate: tokio::sync::RwLock::new(()),
             exec_counter: AtomicU64::new(0),
             removed: AtomicBool::new(false),
@@ -192,7 +196,11 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn totals(&self) -> SandboxResult<UsageTotals> {
-        self.sample_totals().await
+        let read = *self.last_totals.lock().unwrap_or_else(|p| p.into_inner());
+        match read {
+            Some(totals) => Ok(totals),
+            None => self.sample_totals().await,
+        }
     }
 
     async fn state(&self) -> SandboxResult<SandboxState> {

@@ -18,8 +18,9 @@ use super::{lifetime_for, Shared, Tails, TaskShape};
 /// The signal a stopped or timed-out run reports: it was killed.
 const SIGKILL: i32 = 9;
 
-/// How often a run's memory is sampled, for a peak where the kernel keeps none (cgroup v2).
-const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// The longest a run's result waits for its usage (a sandbox without its own accounting asks
+/// the Engine, which answers at its once-a-second collection).
+const USAGE_WAIT: Duration = Duration::from_secs(2);
 
 /// A sandbox held for one run.
 enum Held<P: SandboxProvider + 'static> {
@@ -85,30 +86,26 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         waited_ms = begun.elapsed().as_millis() as u64, "task run started");
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
-    let mut peak = 0;
     let exec_started = Instant::now();
     let outcome = if stop.try_recv().is_ok() {
         Outcome::Stopped
     } else {
-        let run = execute(
-            held.sandbox(),
-            request(spec),
-            &mut tails,
-            &mut stop,
-            &mut peak,
-        );
-        run.await
+        execute(held.sandbox(), request(spec), &mut tails, &mut stop).await
     };
     let duration_ms = exec_started.elapsed().as_millis() as u64;
     // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
     // (the idle init it starts with adds next to nothing).
-    let usage = match held.sandbox().totals().await {
-        Ok(t) => Usage {
+    let usage = match tokio::time::timeout(USAGE_WAIT, held.sandbox().totals()).await {
+        Ok(Ok(t)) => Usage {
             cpu_ms: t.cpu_ns / 1_000_000,
-            peak_memory_kb: t.memory_peak_bytes.max(peak) / 1024,
+            peak_memory_kb: t.memory_peak_bytes / 1024,
         },
-        Err(e) => {
+        Ok(Err(e)) => {
             tracing::debug!(%task, error = %e, "no usage for the run");
+            Usage::default()
+        }
+        Err(_) => {
+            tracing::debug!(%task, "no usage for the run: the sandbox did not answer in time");
             Usage::default()
         }
     };
@@ -220,25 +217,16 @@ async fn execute<S: ExecutionSandbox>(
     req: ExecRequest,
     tails: &mut Tails,
     stop: &mut oneshot::Receiver<()>,
-    peak: &mut u64,
 ) -> Outcome {
     let (tx, mut rx) = mpsc::channel(64);
     let exec = sandbox.exec_streaming(req, tx);
     tokio::pin!(exec);
-    let mut sample =
-        tokio::time::interval_at(tokio::time::Instant::now() + SAMPLE_EVERY, SAMPLE_EVERY);
-    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = loop {
         tokio::select! {
             biased;
             Ok(()) = &mut *stop => break Outcome::Stopped,
             Some(chunk) = rx.recv() => tails.push(&chunk),
             result = &mut exec => break Outcome::Done(result),
-            _ = sample.tick() => {
-                if let Ok(t) = sandbox.totals().await {
-                    *peak = (*peak).max(t.memory_peak_bytes);
-                }
-            }
         }
     };
     // What was sent before the end and not yet taken.
