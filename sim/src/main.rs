@@ -53,7 +53,8 @@ enum Cmd {
 
 #[derive(clap::Args, Clone)]
 struct RunArgs {
-    /// A built-in scenario name (see `chorus-sim scenarios`) or a TOML file.
+    /// A built-in scenario name (see `chorus-sim scenarios`) or a TOML file; `NAME+tasks`
+    /// adds a background task workload to one that has none (e.g. `storm+tasks`).
     #[arg(long, default_value = "steady")]
     scenario: String,
     #[command(flatten)]

@@ -368,6 +368,25 @@ impl Default for TaskWorkload {
 }
 
 impl TaskWorkload {
+    /// The workload `NAME+tasks` adds to a scenario without one: a task every 2 s on average,
+    /// runs of 0.2–5 s on every node with 2 slots, and a few of every ending (failures,
+    /// retryable and fatal sandbox errors, OOM, timeouts, hangs cancelled after 20 s, cancels).
+    pub fn background() -> TaskWorkload {
+        TaskWorkload {
+            rate_per_s: Some(0.5),
+            timeout: 10_000,
+            fail_ppm: 50_000,
+            retryable_ppm: 50_000,
+            error_ppm: 10_000,
+            oom_ppm: 20_000,
+            timeout_ppm: 20_000,
+            hang_ppm: 10_000,
+            hang_cancel_after: 20_000,
+            cancel_ppm: 20_000,
+            ..TaskWorkload::default()
+        }
+    }
+
     /// The mean gap between arrivals in ms, for a rate.
     pub fn mean_gap_ms(&self) -> Option<u64> {
         self.rate_per_s
@@ -929,6 +948,16 @@ impl Scenario {
 
     /// A built-in scenario by name, or a TOML file by path.
     pub fn load(name_or_path: &str) -> anyhow::Result<Scenario> {
+        if let Some(base) = name_or_path.strip_suffix(WITH_TASKS) {
+            let mut s = Scenario::load(base)?;
+            if s.tasks.is_none() {
+                s.tasks = Some(TaskWorkload::background());
+            }
+            s.name = name_or_path.to_owned();
+            s.validate()
+                .map_err(|e| anyhow::anyhow!("{name_or_path}: {e}"))?;
+            return Ok(s);
+        }
         if let Some(s) = builtin(name_or_path) {
             return Ok(s);
         }
@@ -962,6 +991,10 @@ impl Scenario {
         out
     }
 }
+
+/// `NAME+tasks` names the scenario NAME with [`TaskWorkload::background`] added when it has no
+/// workload of its own: every built-in can carry tasks, and a failing run reproduces by name.
+pub const WITH_TASKS: &str = "+tasks";
 
 /// Names of the built-in scenarios.
 pub const BUILTINS: &[&str] = &[

@@ -588,6 +588,7 @@ impl crate::Core {
     pub(crate) fn on_tasks_tick(&mut self, out: &mut Vec<crate::Command>) {
         self.submitter_tick(out);
         self.worker_tick(out);
+        self.admin_tick(out);
     }
 }
 

@@ -15,6 +15,9 @@
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
 //!    placed one asks its worker to stop it, again at each of that worker's reports that still
 //!    lists the run.
+//! 8. A placement no report has confirmed (lost on the way, and the worker's reports are far
+//!    apart or lost too) is sent again every [`RESEND_TICKS`] ticks while the lease holds; the
+//!    worker deduplicates by task id.
 //! 7. An adopted run (rule 4) is told to its submitter at each report until the submitter
 //!    offers it: that offer gives the spec, or — when the task's result is in already, a
 //!    duplicate or a run cancelled at an admin that did not know of it — cancels the run, so a
@@ -43,6 +46,9 @@ const MAX_SKIPS_PER_STEP: usize = 64;
 /// Workers examined per task for a capability match.
 const MAX_CANDIDATES: usize = 256;
 
+/// Ticks a placement waits for a report to confirm it before it is sent again (rule 8).
+pub(crate) const RESEND_TICKS: u64 = 3;
+
 /// A task waiting for placement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Queued {
@@ -61,7 +67,7 @@ pub(crate) struct Placement {
     seq: u64,
     /// Kept to place it again (unknown for an adopted run: its submitter offers it again).
     spec: Option<SharedSpec>,
-    /// When it was placed (this admin's clock).
+    /// When it was placed, or last sent again (this admin's clock).
     #[serde(default)]
     at_ms: u64,
     /// Its submitter cancelled it: the worker is asked to stop it until it ends (rule 6).
@@ -91,6 +97,9 @@ pub struct AdminTasks {
     placed: BTreeMap<TaskId, Placement>,
     /// `placed` by worker, so a report costs what that worker runs, not what all do.
     on_worker: BTreeMap<NodeId, BTreeSet<TaskId>>,
+    /// Placements of this admin that no report has mentioned yet (rule 8).
+    #[serde(default)]
+    unconfirmed: BTreeSet<TaskId>,
     workers: BTreeMap<NodeId, WorkerLoad>,
     /// Workers with a free slot, least loaded first.
     free: BTreeSet<(u64, NodeId)>,
@@ -121,12 +130,16 @@ impl AdminTasks {
             .entry(p.worker.clone())
             .or_default()
             .insert(task.clone());
+        if p.seq > 0 {
+            self.unconfirmed.insert(task.clone());
+        }
         self.placed.insert(task, p);
     }
 
     fn unplace(&mut self, task: &TaskId) -> Option<Placement> {
         let p = self.placed.remove(task)?;
         self.unindex(task, &p.worker);
+        self.unconfirmed.remove(task);
         Some(p)
     }
 
@@ -299,6 +312,12 @@ impl Core {
         };
         let running_set: BTreeSet<&TaskId> = running.iter().map(|(t, _)| t).collect();
         let finished_set: BTreeSet<&TaskId> = finished.iter().collect();
+        // Rule 8: what the report mentions has arrived.
+        for t in running_set.iter().chain(finished_set.iter()) {
+            if a.placed.get(*t).is_some_and(|p| p.worker == from) {
+                a.unconfirmed.remove(*t);
+            }
+        }
         // Rule 5: runs the worker released are placed again (an adopted one, whose spec this
         // admin never had, waits for its submitter's next offer).
         for (t, attempt) in released {
@@ -330,6 +349,11 @@ impl Core {
                 (unmentioned && seen_after).then_some((t, p.attempt, p.seq, spec))
             })
             .collect();
+        for (t, ..) in &resend {
+            if let Some(p) = a.placed.get_mut(t) {
+                p.at_ms = now;
+            }
+        }
         // Rule 6: cancelled runs still going are asked to stop again (a cancel may be lost).
         let stop: Vec<TaskId> = running
             .iter()
@@ -425,7 +449,47 @@ impl Core {
     }
 
     pub(crate) fn admin_has_pending(&self) -> bool {
-        self.admin_tasks().is_some_and(|a| !a.queued.is_empty())
+        self.admin_tasks()
+            .is_some_and(|a| !a.queued.is_empty() || !a.unconfirmed.is_empty())
+    }
+
+    /// The tick (rule 8): placements no report confirmed within [`RESEND_TICKS`] ticks are sent
+    /// again, at most [`MAX_REPORTED`] a tick.
+    pub(crate) fn admin_tick(&mut self, out: &mut Vec<Command>) {
+        let now = self.now_ms;
+        if !self.holds_lease(now) {
+            return;
+        }
+        let wait = self.task_tick_ms() * RESEND_TICKS;
+        let term = self.term;
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        let mut due = Vec::new();
+        for t in &a.unconfirmed {
+            if due.len() == MAX_REPORTED {
+                break;
+            }
+            let Some(p) = a.placed.get(t) else { continue };
+            if p.at_ms.saturating_add(wait) <= now {
+                if let Some(spec) = &p.spec {
+                    due.push((t.clone(), p.worker.clone(), p.attempt, p.seq, spec.clone()));
+                }
+            }
+        }
+        for (task, worker, attempt, seq, spec) in due {
+            if let Some(p) = self.admin_tasks_mut().and_then(|a| a.placed.get_mut(&task)) {
+                p.at_ms = now;
+            }
+            let msg = Message::TaskPlace {
+                term,
+                task,
+                attempt,
+                seq,
+                spec,
+            };
+            self.deliver(worker, msg, out);
+        }
     }
 
     /// Places what the queue holds and the workers can take (rule 1: only under the lease).
