@@ -45,7 +45,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use chorus_core::rng::below;
 use chorus_core::{Command, Config, Core, Event, NodeId, Notice, Role};
-use chorus_io::runtime::{Clock, MemoryLog, Runtime, TokioClock};
+use chorus_io::runtime::{Clock, EventLog, MemoryLog, Runtime, TokioClock};
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::sync::mpsc::{self, Sender, UnboundedSender};
@@ -138,6 +138,9 @@ pub fn run_with(
             sink.at(now);
             driver.fire_due(now, &mut cluster, sink);
         }
+    }
+    if scenario.tasks.is_some() {
+        cluster.check_owned_at_end(sink)?;
     }
     Ok(())
 }
@@ -264,6 +267,26 @@ struct TurmoilCluster {
 }
 
 impl TurmoilCluster {
+    /// Invariant 7 at the end: what each live submitter still owns, from its state as its own
+    /// log recovers it (what it logged is what it stepped: inputs are logged first).
+    fn check_owned_at_end(&self, sink: &mut Sink) -> anyhow::Result<()> {
+        for (i, spec) in self.specs.iter().enumerate() {
+            if !self.live[i] {
+                continue;
+            }
+            let recovery = spec.log.clone().recover()?;
+            let core = chorus_io::runtime::restore(recovery, spec.core.clone())?;
+            let unfinished = core
+                .owned_tasks()
+                .iter()
+                .filter(|(_, t)| t.phase != chorus_core::TaskPhase::Done)
+                .map(|(id, _)| id.to_string())
+                .collect();
+            sink.owned_at_end(&name(i), &unfinished);
+        }
+        Ok(())
+    }
+
     fn new(sim: Sim<'static>, scenario: &Scenario, seed: u64, steps: bool) -> TurmoilCluster {
         let n = scenario.nodes;
         // Pin every address now, in index order, so late joiners' addresses do not depend on
