@@ -170,7 +170,7 @@ impl SandboxModel {
 /// The spec every simulated task carries.
 pub fn task_spec(workload: &TaskWorkload) -> TaskSpec {
     TaskSpec {
-        image: "chorus/busybox:latest".into(),
+        image: "chorus/sandbox:latest".into(),
         command: vec!["sim-task".into()],
         timeout_ms: workload.timeout,
         ..TaskSpec::default()
