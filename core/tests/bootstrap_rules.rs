@@ -8,9 +8,11 @@
 use std::sync::Arc;
 
 use chorus_core::{
-    Ballot, Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Refusal,
-    ADMIN_ELECTION,
+    Ballot, Config, Core, Electorate, Event, Message, NodeId, PeerInfo, Refusal, ADMIN_ELECTION,
 };
+
+mod one_core;
+use one_core::{from, refusals, sent_to};
 
 fn cfg(expect: u32) -> Config {
     Config {
@@ -44,13 +46,6 @@ fn up(peer: &str, eligible: bool) -> Event {
     }
 }
 
-fn from(peer: &str, msg: Message) -> Event {
-    Event::Message {
-        from: peer.into(),
-        msg,
-    }
-}
-
 fn ballot(round: u64, node: &str) -> Ballot {
     Ballot {
         round,
@@ -63,28 +58,6 @@ fn electorate(members: &[&str]) -> Arc<Electorate> {
         1,
         members.iter().map(|m| NodeId::from(*m)).collect(),
     ))
-}
-
-fn sent_to<'a>(out: &'a [Command], to: &str) -> Vec<&'a Message> {
-    out.iter()
-        .filter_map(|c| match c {
-            Command::Send { to: t, msg } if t.as_str() == to => Some(msg),
-            _ => None,
-        })
-        .collect()
-}
-
-fn refusals(out: &[Command]) -> Vec<(String, String, Refusal)> {
-    out.iter()
-        .filter_map(|c| match c {
-            Command::Notice(Notice::Refused {
-                from,
-                message,
-                reason,
-            }) => Some((from.as_str().to_owned(), message.to_string(), *reason)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Rule 2: only eligible nodes take part, as acceptors too. A worker asked to promise by an

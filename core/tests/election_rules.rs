@@ -10,47 +10,11 @@
 use chorus_core::{Command, Config, Core, Electorate, Event, Message, NodeId, PeerInfo, Role};
 use chorus_core::{Notice, Refusal, Resources, Timer, ADMIN_ELECTION};
 
+mod one_core;
+use one_core::{from, refusals, voter, voter_info, voter_with};
+
 const MIN: u64 = 30_000;
 const ABC: &[&str] = &["a", "b", "c"];
-
-fn eligible() -> PeerInfo {
-    PeerInfo {
-        capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
-        ..Default::default()
-    }
-}
-
-/// An eligible node of electorate version 1 `members`, started at t=0 and connected to every
-/// other member.
-fn voter(id: &str, members: &[&str]) -> Core {
-    voter_with(id, members, Config::default())
-}
-
-fn voter_with(id: &str, members: &[&str], config: Config) -> Core {
-    let mut c = Core::new(id.into(), config, vec![ADMIN_ELECTION.to_owned()], 42).unwrap();
-    c.set_electorate_for_test(Electorate::new(
-        1,
-        members.iter().map(|m| NodeId::from(*m)).collect(),
-    ));
-    c.step_vec(0, Event::Started);
-    for m in members.iter().filter(|m| **m != id) {
-        c.step_vec(
-            0,
-            Event::PeerUp {
-                peer: (*m).into(),
-                info: eligible(),
-            },
-        );
-    }
-    c
-}
-
-fn from(peer: &str, msg: Message) -> Event {
-    Event::Message {
-        from: peer.into(),
-        msg,
-    }
-}
 
 // ---- Rank ----------------------------------------------------------------------------------------
 
@@ -75,7 +39,7 @@ fn rank_counts_only_eligible_members_of_the_electorate() {
             peer: "s".into(),
             info: PeerInfo {
                 resources: strong,
-                ..eligible()
+                ..voter_info()
             },
         },
     );
@@ -161,7 +125,7 @@ fn of_two_pre_candidates_the_lower_score_stands_back_whatever_the_ids() {
             peer: "b".into(),
             info: PeerInfo {
                 resources: strong(),
-                ..eligible()
+                ..voter_info()
             },
         },
     );
@@ -190,7 +154,7 @@ fn of_two_pre_candidates_the_lower_score_stands_back_whatever_the_ids() {
             0,
             Event::PeerUp {
                 peer: p.into(),
-                info: eligible(),
+                info: voter_info(),
             },
         );
     }
@@ -367,20 +331,6 @@ fn heartbeat(term: u64) -> Message {
         electorate: None,
         membership_term: 0,
     }
-}
-
-/// The refusals in `out`: (from, message kind, reason).
-fn refusals(out: &[Command]) -> Vec<(String, String, Refusal)> {
-    out.iter()
-        .filter_map(|c| match c {
-            Command::Notice(Notice::Refused {
-                from,
-                message,
-                reason,
-            }) => Some((from.as_str().to_owned(), message.to_string(), *reason)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Rule 2: a voter says yes to a pre-vote only for a term *above* its own. A voter that learned

@@ -17,57 +17,22 @@
 //! hostile-peer hardening of the core.
 
 use chorus_core::{
-    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Role,
-    StepDownReason, Timer, ADMIN_ELECTION,
+    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, Role, StepDownReason, Timer,
+    ADMIN_ELECTION,
 };
+
+mod one_core;
+use one_core::{connect, from, voter_with};
 
 const MIN: u64 = 30_000;
 const ABC: &[&str] = &["a", "b", "c"];
 const ABCDE: &[&str] = &["a", "b", "c", "d", "e"];
-
-fn voter_info() -> PeerInfo {
-    PeerInfo {
-        capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
-        ..Default::default()
-    }
-}
 
 /// An eligible node of electorate `members`, started at t=0 and connected to every other member.
 fn voter(id: &str, members: &[&str]) -> Core {
     let config = Config::default();
     assert_eq!(config.election_timeout_min_ms, MIN);
     voter_with(id, members, config)
-}
-
-fn voter_with(id: &str, members: &[&str], config: Config) -> Core {
-    let mut c = Core::new(id.into(), config, vec![ADMIN_ELECTION.to_owned()], 42).unwrap();
-    c.set_electorate_for_test(Electorate::new(
-        1,
-        members.iter().map(|m| NodeId::from(*m)).collect(),
-    ));
-    c.step_vec(0, Event::Started);
-    connect(&mut c, 0, members);
-    c
-}
-
-fn connect(c: &mut Core, now: u64, members: &[&str]) {
-    let me = c.id().clone();
-    for m in members.iter().filter(|m| **m != me.as_str()) {
-        c.step_vec(
-            now,
-            Event::PeerUp {
-                peer: (*m).into(),
-                info: voter_info(),
-            },
-        );
-    }
-}
-
-fn from(peer: &str, msg: Message) -> Event {
-    Event::Message {
-        from: peer.into(),
-        msg,
-    }
 }
 
 fn vote_req(c: &Core, term: u64) -> Message {

@@ -1,0 +1,81 @@
+//! Helpers for tests that drive one core by hand (the `*_rules.rs` files): a voter of a fixed
+//! electorate, started and connected; inputs from a peer; what it sent and refused.
+
+#![allow(dead_code)]
+
+use chorus_core::{
+    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Refusal,
+    ADMIN_ELECTION,
+};
+
+/// What an eligible (voter) peer advertises.
+pub fn voter_info() -> PeerInfo {
+    PeerInfo {
+        capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
+        ..Default::default()
+    }
+}
+
+/// An eligible node of electorate version 1 `members`, started at t=0 and connected to every
+/// other member.
+pub fn voter(id: &str, members: &[&str]) -> Core {
+    voter_with(id, members, Config::default())
+}
+
+/// [`voter`] with its own settings.
+pub fn voter_with(id: &str, members: &[&str], config: Config) -> Core {
+    let mut c = Core::new(id.into(), config, vec![ADMIN_ELECTION.to_owned()], 42).unwrap();
+    c.set_electorate_for_test(Electorate::new(
+        1,
+        members.iter().map(|m| NodeId::from(*m)).collect(),
+    ));
+    c.step_vec(0, Event::Started);
+    connect(&mut c, 0, members);
+    c
+}
+
+/// Tells `c` at `now` that every other member (all voters) is connected.
+pub fn connect(c: &mut Core, now: u64, members: &[&str]) {
+    let me = c.id().clone();
+    for m in members.iter().filter(|m| **m != me.as_str()) {
+        c.step_vec(
+            now,
+            Event::PeerUp {
+                peer: (*m).into(),
+                info: voter_info(),
+            },
+        );
+    }
+}
+
+/// `msg` arriving from `peer`.
+pub fn from(peer: &str, msg: Message) -> Event {
+    Event::Message {
+        from: peer.into(),
+        msg,
+    }
+}
+
+/// The messages in `out` sent to `to`.
+pub fn sent_to<'a>(out: &'a [Command], to: &str) -> Vec<&'a Message> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send { to: t, msg } if t.as_str() == to => Some(msg),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The refusals in `out`: (from, message kind, reason).
+pub fn refusals(out: &[Command]) -> Vec<(String, String, Refusal)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Notice(Notice::Refused {
+                from,
+                message,
+                reason,
+            }) => Some((from.as_str().to_owned(), message.to_string(), *reason)),
+            _ => None,
+        })
+        .collect()
+}
