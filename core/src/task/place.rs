@@ -15,13 +15,13 @@
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
 //!    placed one asks its worker to stop it, again at each of that worker's reports that still
 //!    lists the run.
-//! 8. A placement no report has confirmed (lost on the way, and the worker's reports are far
-//!    apart or lost too) is sent again every [`RESEND_TICKS`] ticks while the lease holds; the
-//!    worker deduplicates by task id.
 //! 7. An adopted run (rule 4) is told to its submitter at each report until the submitter
 //!    offers it: that offer gives the spec, or — when the task's result is in already, a
 //!    duplicate or a run cancelled at an admin that did not know of it — cancels the run, so a
 //!    stray run never holds a slot until its timeout.
+//! 8. A placement no report has confirmed (lost on the way, and the worker's reports are far
+//!    apart or lost too) is sent again every [`RESEND_TICKS`] ticks while the lease holds; the
+//!    worker deduplicates by task id.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -48,6 +48,9 @@ const MAX_CANDIDATES: usize = 256;
 
 /// Ticks a placement waits for a report to confirm it before it is sent again (rule 8).
 pub(crate) const RESEND_TICKS: u64 = 3;
+
+/// A placement to send again: (task, attempt, placement number, spec).
+type Resend = (TaskId, u32, u64, SharedSpec);
 
 /// A task waiting for placement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -338,7 +341,7 @@ impl Core {
         // Placements the worker does not mention though it saw a later one, or a tick has
         // passed: lost on the way (a cut link), or still on it (placements travel apart and may
         // overtake each other). Sent again; the worker deduplicates by task id.
-        let resend: Vec<(TaskId, u32, u64, SharedSpec)> = a
+        let resend: Vec<Resend> = a
             .placed_on(&from)
             .into_iter()
             .filter_map(|t| {
@@ -349,11 +352,6 @@ impl Core {
                 (unmentioned && seen_after).then_some((t, p.attempt, p.seq, spec))
             })
             .collect();
-        for (t, ..) in &resend {
-            if let Some(p) = a.placed.get_mut(t) {
-                p.at_ms = now;
-            }
-        }
         // Rule 6: cancelled runs still going are asked to stop again (a cancel may be lost).
         let stop: Vec<TaskId> = running
             .iter()
@@ -409,16 +407,7 @@ impl Core {
             },
         );
         let term = self.term;
-        for (task, attempt, seq, spec) in resend {
-            let msg = Message::TaskPlace {
-                term,
-                task,
-                attempt,
-                seq,
-                spec,
-            };
-            self.deliver(from.clone(), msg, out);
-        }
+        self.send_placements_again(&from, resend, out);
         for task in stop {
             self.deliver(from.clone(), Message::TaskCancel { term, task }, out);
         }
@@ -461,23 +450,39 @@ impl Core {
             return;
         }
         let wait = self.task_tick_ms() * RESEND_TICKS;
-        let term = self.term;
-        let Some(a) = self.admin_tasks_mut() else {
+        let Some(a) = self.admin_tasks() else {
             return;
         };
-        let mut due = Vec::new();
+        let mut due: BTreeMap<NodeId, Vec<Resend>> = BTreeMap::new();
+        let mut count = 0;
         for t in &a.unconfirmed {
-            if due.len() == MAX_REPORTED {
+            if count == MAX_REPORTED {
                 break;
             }
             let Some(p) = a.placed.get(t) else { continue };
             if p.at_ms.saturating_add(wait) <= now {
                 if let Some(spec) = &p.spec {
-                    due.push((t.clone(), p.worker.clone(), p.attempt, p.seq, spec.clone()));
+                    let again = (t.clone(), p.attempt, p.seq, spec.clone());
+                    due.entry(p.worker.clone()).or_default().push(again);
+                    count += 1;
                 }
             }
         }
-        for (task, worker, attempt, seq, spec) in due {
+        for (worker, resend) in due {
+            self.send_placements_again(&worker, resend, out);
+        }
+    }
+
+    /// Sends placements on `worker` again (rules 5 and 8), their clock restarted.
+    fn send_placements_again(
+        &mut self,
+        worker: &NodeId,
+        resend: Vec<Resend>,
+        out: &mut Vec<Command>,
+    ) {
+        let now = self.now_ms;
+        let term = self.term;
+        for (task, attempt, seq, spec) in resend {
             if let Some(p) = self.admin_tasks_mut().and_then(|a| a.placed.get_mut(&task)) {
                 p.at_ms = now;
             }
@@ -488,7 +493,7 @@ impl Core {
                 seq,
                 spec,
             };
-            self.deliver(worker, msg, out);
+            self.deliver(worker.clone(), msg, out);
         }
     }
 

@@ -29,9 +29,7 @@ impl DockerSandbox {
         let (rx, tx) = network_bytes(&stats);
         Ok(ResourceUsage {
             cpu_percent,
-            memory_bytes: memory
-                .map(|m| memory_in_use(m.usage.unwrap_or(0), m.stats.as_ref()))
-                .unwrap_or(0),
+            memory_bytes: memory_now(&stats),
             memory_limit_bytes: memory.and_then(|m| m.limit).unwrap_or(0),
             network_rx_bytes: rx,
             network_tx_bytes: tx,
@@ -46,10 +44,7 @@ impl DockerSandbox {
     /// CPU time and peak memory since the container started, from one sample.
     pub(super) async fn sample_totals(&self) -> SandboxResult<UsageTotals> {
         let stats = self.one_stats().await?;
-        let memory = stats.memory_stats.as_ref();
-        let in_use = memory
-            .map(|m| memory_in_use(m.usage.unwrap_or(0), m.stats.as_ref()))
-            .unwrap_or(0);
+        let peak = stats.memory_stats.as_ref().and_then(|m| m.max_usage);
         Ok(UsageTotals {
             cpu_ns: stats
                 .cpu_stats
@@ -57,7 +52,7 @@ impl DockerSandbox {
                 .and_then(|c| c.cpu_usage.as_ref())
                 .and_then(|u| u.total_usage)
                 .unwrap_or(0),
-            memory_peak_bytes: memory.and_then(|m| m.max_usage).unwrap_or(in_use),
+            memory_peak_bytes: peak.unwrap_or_else(|| memory_now(&stats)),
         })
     }
 
@@ -141,6 +136,15 @@ pub fn cpu_percent(previous: (u64, u64), current: (u64, u64), online_cpus: u32) 
     } else {
         0.0
     }
+}
+
+/// A sample's memory in use, as [`memory_in_use`] computes it (0 when the sample has none).
+fn memory_now(stats: &ContainerStatsResponse) -> u64 {
+    stats
+        .memory_stats
+        .as_ref()
+        .map(|m| memory_in_use(m.usage.unwrap_or(0), m.stats.as_ref()))
+        .unwrap_or(0)
 }
 
 /// Memory in use without the inactive file cache, as `docker stats` computes it (cgroup v1 key
