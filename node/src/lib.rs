@@ -10,8 +10,10 @@
 
 pub mod config;
 pub mod devcluster;
+pub mod hostclock;
 pub mod http;
 pub mod members;
+pub mod merge;
 pub mod observe;
 pub mod recover;
 pub mod replay;
@@ -93,13 +95,21 @@ enum Cmd {
     },
     /// Replay a node's event log and check its decisions (the node must be stopped; a
     /// read-only copy works).
+    ///
+    /// Given several data directories (or a fault journal), replays each and merges them into
+    /// one trace on the host's clock — what a real cluster decided, together — for
+    /// `chorus-sim check FILE` to judge against the invariants of DESIGN §5.
     Replay {
-        /// The node's data directory (or its `log` directory).
-        #[arg(long, value_name = "DIR")]
-        data_dir: PathBuf,
+        /// The node's data directory (or its `log` directory); repeat it to merge nodes.
+        #[arg(long, value_name = "DIR", required = true)]
+        data_dir: Vec<PathBuf>,
         /// Also write a DESIGN §6 trace (JSON lines) here.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// Faults the logs cannot know (kills, cuts, heals), as JSON lines of trace records
+        /// timed by `at_monotonic_ms` (or `at_unix_ms`) instead of `t`; merged into the trace.
+        #[arg(long, value_name = "FILE")]
+        journal: Option<PathBuf>,
     },
     /// Last-resort recovery of a cluster that lost its quorum for good (run on one STOPPED
     /// survivor).
@@ -198,7 +208,41 @@ pub fn main() -> ExitCode {
                 Err(e) => fail(&replay_error(e, &data_dir)),
             }
         }
-        Cmd::Replay { data_dir, trace } => {
+        Cmd::Replay {
+            data_dir,
+            trace,
+            journal,
+        } if data_dir.len() > 1 || journal.is_some() => {
+            let mut sources = Vec::new();
+            for dir in &data_dir {
+                match replay_source(dir) {
+                    Ok(source) => sources.push(source),
+                    Err(e) => return fail(&e),
+                }
+            }
+            let dirs: Vec<PathBuf> = sources.iter().map(|(d, _)| d.clone()).collect();
+            let mut stdout = std::io::stdout().lock();
+            match merge::replay_merged(&dirs, journal.as_deref(), trace.as_deref(), &mut stdout) {
+                Ok(r) if r.ok() => ExitCode::SUCCESS,
+                Ok(r) => {
+                    for (node, n) in r.nodes.iter().filter(|(_, n)| !n.ok()) {
+                        eprintln!(
+                            "chorus: {node}: replay does not match the recorded decisions ({} mismatches, {} double votes)",
+                            n.mismatches.len(),
+                            n.vote_violations.len()
+                        );
+                    }
+                    ExitCode::from(3)
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        Cmd::Replay {
+            mut data_dir,
+            trace,
+            journal: _,
+        } => {
+            let data_dir = data_dir.pop().expect("clap requires one");
             let (log_dir, _copy) = match replay_source(&data_dir) {
                 Ok(source) => source,
                 Err(e) => return fail(&e),

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use chorus_core::{Command, Core, Event, NodeId, Notice, Refusal, Role};
 use chorus_io::eventlog::{NoticeRecorder, RecordedNotice};
 use chorus_io::runtime::{Observer, StepInfo};
+
+use crate::hostclock::HostClockOrigin;
 use serde::Serialize;
 
 /// Upper bounds of the step-latency histogram, seconds.
@@ -665,10 +667,17 @@ pub struct NodeObserver {
     /// `MAX_REFUSING_SENDERS`.
     refusals_by_sender: BTreeMap<(NodeId, Refusal), u64>,
     current_seq: u64,
+    /// The host's clocks at the node clock's zero, for the anchor recorded at `Started`.
+    clock_origin: HostClockOrigin,
 }
 
 impl NodeObserver {
-    pub fn new(shared: SharedState, recorder: NoticeRecorder, next_seq: u64) -> Self {
+    pub fn new(
+        shared: SharedState,
+        recorder: NoticeRecorder,
+        next_seq: u64,
+        clock_origin: HostClockOrigin,
+    ) -> Self {
         NodeObserver {
             shared,
             recorder,
@@ -676,6 +685,7 @@ impl NodeObserver {
             step_notices: 0,
             refusals_by_sender: BTreeMap::new(),
             current_seq: 0,
+            clock_origin,
         }
     }
 }
@@ -698,6 +708,13 @@ impl Observer for NodeObserver {
         self.current_seq = self.next_seq;
         self.next_seq += 1;
         self.step_notices = 0;
+        if matches!(step.event, Event::Started) {
+            let anchor = self.clock_origin.anchor(step.now_ms, step.offset_ms);
+            if let Err(e) = self.recorder.record_clock(self.current_seq, &anchor) {
+                // Only a merged replay needs it; the node runs on.
+                tracing::warn!("cannot record this start's clock anchor: {e}");
+            }
+        }
         let mut s = self.shared.lock();
         if let Some(core) = s.core.as_mut() {
             // Same event, same time, same state: the shadow stays equal to the real core.
@@ -982,7 +999,12 @@ mod tests {
         let meta = LogMeta::new("a".into(), Default::default(), vec![], 1);
         let log = SledLog::open(dir.path(), meta, SledLogOptions::default()).unwrap();
         let shared = SharedState::default();
-        let mut observer = NodeObserver::new(shared.clone(), log.notice_recorder(), 1);
+        let mut observer = NodeObserver::new(
+            shared.clone(),
+            log.notice_recorder(),
+            1,
+            crate::hostclock::HostClockOrigin::now(),
+        );
         let refused = |reason| Notice::Refused {
             from: "w".into(),
             message: "heartbeat".into(),

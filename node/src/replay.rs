@@ -52,72 +52,88 @@ struct Header<'a> {
     node: &'a str,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-enum Record<'a> {
+pub(crate) enum Record {
     BecameAdmin {
-        node: &'a str,
+        node: String,
         term: u64,
         lease_until: u64,
     },
     LeaseRenewed {
-        node: &'a str,
+        node: String,
         term: u64,
         lease_until: u64,
     },
     LeaseExpired {
-        node: &'a str,
+        node: String,
         term: u64,
     },
     SteppedDown {
-        node: &'a str,
+        node: String,
         term: u64,
         reason: &'static str,
     },
     Voted {
-        node: &'a str,
+        node: String,
         term: u64,
         #[serde(rename = "for")]
-        candidate: &'a str,
+        candidate: String,
     },
     VoteGranted {
-        node: &'a str,
+        node: String,
         term: u64,
-        to: &'a str,
+        to: String,
     },
     AdminKnown {
-        node: &'a str,
-        admin: &'a str,
+        node: String,
+        admin: String,
         term: u64,
     },
     ElectorateChanged {
-        node: &'a str,
+        node: String,
         version: u64,
         term: u64,
-        members: &'a [chorus_core::NodeId],
+        members: Vec<chorus_core::NodeId>,
     },
     MembershipChange {
-        node: &'a str,
-        change: &'a chorus_core::MemberChange,
-        outcome: &'a chorus_core::ChangeOutcome,
+        node: String,
+        change: chorus_core::MemberChange,
+        outcome: chorus_core::ChangeOutcome,
         #[serde(skip_serializing_if = "is_zero")]
         request: u64,
     },
     Role {
-        node: &'a str,
+        node: String,
         role: &'static str,
         term: u64,
     },
     Restart {
-        node: &'a str,
+        node: String,
+    },
+    /// Inferred by a merge: the run ended here (see `merge.rs`).
+    Crash {
+        node: String,
     },
 }
 
+impl Record {
+    /// The lease end it carries (node time until a merge maps it).
+    pub(crate) fn lease_until_mut(&mut self) -> Option<&mut u64> {
+        match self {
+            Record::BecameAdmin { lease_until, .. } | Record::LeaseRenewed { lease_until, .. } => {
+                Some(lease_until)
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Serialize)]
-struct Line<'a> {
-    t: u64,
+pub(crate) struct Line<'a> {
+    pub t: u64,
     #[serde(flatten)]
-    record: Record<'a>,
+    pub record: &'a Record,
 }
 
 /// Accepts either the node's data directory or its `log` subdirectory.
@@ -130,17 +146,99 @@ fn log_dir(data_dir: &Path) -> std::path::PathBuf {
     }
 }
 
+/// One trace line of one node, before it is written: `t` on the node's clock.
+pub(crate) struct TraceLine {
+    /// The event whose step produced it.
+    pub seq: u64,
+    /// Node time, ms.
+    pub t: u64,
+    /// What happened (`lease_until` on the node's clock).
+    pub record: Record,
+}
+
+/// One run of the node: from a `Started` event (or the start of the retained history) to the
+/// event before the next `Started`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Lifetime {
+    /// The sequence of its first event (its `Started`, except possibly the first lifetime).
+    pub first_seq: u64,
+    /// Its last event's sequence and node time.
+    pub last_seq: u64,
+    pub last_t: u64,
+    /// Whether it ended with `Shutdown` (a clean stop).
+    pub clean: bool,
+}
+
+/// Everything a replay of one data directory learned, for a merge.
+pub(crate) struct NodeHistory {
+    pub report: ReplayReport,
+    pub meta: chorus_io::eventlog::LogMeta,
+    pub anchors: Vec<(u64, chorus_io::eventlog::ClockAnchor)>,
+    pub lifetimes: Vec<Lifetime>,
+    /// The trace lines, in step order (when asked for).
+    pub lines: Vec<TraceLine>,
+    /// The core's configuration and eligibility at the end of the replay.
+    pub config: chorus_core::Config,
+    pub eligible: bool,
+}
+
 /// Replays `data_dir`, printing to `out`; writes a trace to `trace` when given.
 pub fn replay(
     data_dir: &Path,
     trace: Option<&Path>,
     out: &mut dyn Write,
 ) -> anyhow::Result<ReplayReport> {
+    let history = replay_node(data_dir, trace.is_some(), out)?;
+    if let Some(p) = trace {
+        let file = std::fs::File::create(p)
+            .with_context(|| format!("cannot create trace file {}", p.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        let node = history.meta.node_id.to_string();
+        let header = Header {
+            kind: "header",
+            seed: history.meta.cluster_seed,
+            scenario: format!("replay of {}", log_dir(data_dir).display()),
+            engine: "replay",
+            nodes: 1,
+            version: 1,
+            voters: usize::from(
+                history
+                    .meta
+                    .capabilities
+                    .iter()
+                    .any(|c| c == chorus_core::ADMIN_ELECTION),
+            ),
+            duration_ms: history.lifetimes.last().map_or(0, |l| l.last_t),
+            steps: false,
+            node: &node,
+        };
+        serde_json::to_writer(&mut w, &header)?;
+        writeln!(w)?;
+        for line in &history.lines {
+            let line = Line {
+                t: line.t,
+                record: &line.record,
+            };
+            serde_json::to_writer(&mut w, &line)?;
+            writeln!(w)?;
+        }
+        w.flush()?;
+    }
+    Ok(history.report)
+}
+
+/// Replays `data_dir`, printing to `out`; collects trace lines when `collect`.
+pub(crate) fn replay_node(
+    data_dir: &Path,
+    collect: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<NodeHistory> {
     let path = log_dir(data_dir);
     let log = SledLog::open_existing(&path)?;
     let meta = log.meta().clone();
     let basis = log.replay_basis()?;
     let recorded = log.notices()?;
+    let anchors = log.clock_anchors()?;
     let node = meta.node_id.to_string();
 
     let (mut core, from) = match &basis.snapshot {
@@ -168,42 +266,34 @@ pub fn replay(
         recorded.len()
     )?;
 
-    let mut trace_out = match trace {
-        Some(p) => {
-            let file = std::fs::File::create(p)
-                .with_context(|| format!("cannot create trace file {}", p.display()))?;
-            Some(std::io::BufWriter::new(file))
-        }
-        None => None,
-    };
-    let last_t = basis.events.last().map_or(0, |e| e.1);
-    if let Some(w) = trace_out.as_mut() {
-        let header = Header {
-            kind: "header",
-            seed: meta.cluster_seed,
-            scenario: format!("replay of {}", path.display()),
-            engine: "replay",
-            nodes: 1,
-            version: 1,
-            voters: usize::from(
-                meta.capabilities
-                    .iter()
-                    .any(|c| c == chorus_core::ADMIN_ELECTION),
-            ),
-            duration_ms: last_t,
-            steps: false,
-            node: &node,
-        };
-        serde_json::to_writer(&mut *w, &header)?;
-        writeln!(w)?;
-    }
-
+    let mut trace_out: Option<Vec<TraceLine>> = collect.then(Vec::new);
+    let mut lifetimes: Vec<Lifetime> = Vec::new();
     // Recorded notices by event sequence, in step order.
     let mut by_seq: std::collections::BTreeMap<u64, Vec<&RecordedNotice>> = Default::default();
     for r in &recorded {
         by_seq.entry(r.seq).or_default().push(r);
     }
-    let last_recorded_seq = recorded.iter().map(|r| r.seq).max().unwrap_or(0);
+    // Each run's last event (a run ends before the next `Started`), and the last event of each
+    // run with a recorded notice: a node killed between making an event durable and recording
+    // its notices leaves that run's tail unrecorded, in any run, not only the last.
+    let run_ends: Vec<u64> = basis
+        .events
+        .windows(2)
+        .filter(|w| matches!(w[1].2, Event::Started))
+        .map(|w| w[0].0)
+        .chain(basis.events.last().map(|e| e.0))
+        .collect();
+    let run_end = |seq: u64| run_ends[run_ends.partition_point(|end| *end < seq)];
+    let last_recorded_in_run: std::collections::BTreeMap<u64, u64> =
+        recorded.iter().fold(Default::default(), |mut m, r| {
+            let end = run_ends
+                .get(run_ends.partition_point(|end| *end < r.seq))
+                .copied()
+                .unwrap_or(u64::MAX);
+            let last = m.entry(end).or_insert(0);
+            *last = (*last).max(r.seq);
+            m
+        });
 
     let mut report = ReplayReport {
         matched: 0,
@@ -224,11 +314,53 @@ pub fn replay(
             );
         }
         let restart = matches!(event, Event::Started);
+        let clean = matches!(event, Event::Shutdown);
+        match lifetimes.last_mut() {
+            Some(l) if !restart => {
+                l.last_seq = seq;
+                l.last_t = now_ms;
+                l.clean = clean;
+            }
+            _ => lifetimes.push(Lifetime {
+                first_seq: seq,
+                last_seq: seq,
+                last_t: now_ms,
+                clean,
+            }),
+        }
+        // A granted vote as its candidate received it: vote safety judged from both ends of
+        // the wire, so a voter that granted twice but logged (or kept) only one is still seen.
+        if let Event::Message {
+            from,
+            msg:
+                Message::VoteReply {
+                    term,
+                    granted: true,
+                    ..
+                },
+        } = &event
+        {
+            write_line(
+                &mut trace_out,
+                seq,
+                now_ms,
+                Record::VoteGranted {
+                    node: from.to_string(),
+                    term: *term,
+                    to: node.clone(),
+                },
+            )?;
+        }
         commands.clear();
         core.step(now_ms, event, &mut commands);
         if restart {
             writeln!(out, "{:>10}  #{seq:<6} started", fmt_ms(now_ms))?;
-            write_line(&mut trace_out, now_ms, Record::Restart { node: &node })?;
+            write_line(
+                &mut trace_out,
+                seq,
+                now_ms,
+                Record::Restart { node: node.clone() },
+            )?;
         }
         let mut produced = Vec::new();
         for c in &commands {
@@ -254,11 +386,12 @@ pub fn replay(
                     )?;
                     write_line(
                         &mut trace_out,
+                        seq,
                         now_ms,
                         Record::VoteGranted {
-                            node: &node,
+                            node: node.clone(),
                             term: *term,
-                            to: to.as_str(),
+                            to: to.to_string(),
                         },
                     )?;
                 }
@@ -270,9 +403,10 @@ pub fn replay(
                     print_decision(out, now_ms, seq, &d)?;
                     write_line(
                         &mut trace_out,
+                        seq,
                         now_ms,
                         Record::Role {
-                            node: &node,
+                            node: node.clone(),
                             role: role.as_str(),
                             term: *term,
                         },
@@ -286,7 +420,7 @@ pub fn replay(
                     // Refusals are not recorded by the node (a flood of hostile input must not
                     // fill the disk twice): replay shows them but has nothing to compare.
                     if let Some(record) = notice_record(&node, n) {
-                        write_line(&mut trace_out, now_ms, record)?;
+                        write_line(&mut trace_out, seq, now_ms, record)?;
                     }
                     if !matches!(n, Notice::Refused { .. }) {
                         produced.push(n.clone());
@@ -301,7 +435,13 @@ pub fn replay(
             .unwrap_or_default();
         if produced == recorded_here {
             report.matched += produced.len();
-        } else if recorded_here.is_empty() && seq > last_recorded_seq {
+        } else if recorded_here.is_empty()
+            && seq
+                > last_recorded_in_run
+                    .get(&run_end(seq))
+                    .copied()
+                    .unwrap_or(0)
+        {
             // The node stopped (crashed) after the event was durable but before its notices
             // were recorded.
             report.unrecorded_tail += produced.len();
@@ -311,9 +451,6 @@ pub fn replay(
                 fmt_ms(now_ms)
             ));
         }
-    }
-    if let Some(mut w) = trace_out {
-        w.flush()?;
     }
     writeln!(
         out,
@@ -345,22 +482,34 @@ pub fn replay(
             writeln!(out, "MISMATCH  {m}")?;
         }
     }
-    Ok(report)
+    Ok(NodeHistory {
+        report,
+        eligible: core
+            .capabilities()
+            .iter()
+            .any(|c| c == chorus_core::ADMIN_ELECTION),
+        config: core.config().clone(),
+        meta,
+        anchors,
+        lifetimes,
+        lines: trace_out.unwrap_or_default(),
+    })
 }
 
 fn write_line(
-    w: &mut Option<std::io::BufWriter<std::fs::File>>,
+    lines: &mut Option<Vec<TraceLine>>,
+    seq: u64,
     t: u64,
-    record: Record<'_>,
+    record: Record,
 ) -> anyhow::Result<()> {
-    if let Some(w) = w.as_mut() {
-        serde_json::to_writer(&mut *w, &Line { t, record })?;
-        writeln!(w)?;
+    if let Some(lines) = lines.as_mut() {
+        lines.push(TraceLine { seq, t, record });
     }
     Ok(())
 }
 
-fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
+fn notice_record(node: &str, n: &Notice) -> Option<Record> {
+    let node = node.to_owned();
     Some(match n {
         Notice::BecameAdmin {
             term,
@@ -387,11 +536,11 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
         Notice::Voted { term, candidate } => Record::Voted {
             node,
             term: *term,
-            candidate: candidate.as_str(),
+            candidate: candidate.to_string(),
         },
         Notice::AdminKnown { admin, term } => Record::AdminKnown {
             node,
-            admin: admin.as_str(),
+            admin: admin.to_string(),
             term: *term,
         },
         Notice::ElectorateChanged {
@@ -402,7 +551,7 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
             node,
             version: *version,
             term: *term,
-            members,
+            members: members.clone(),
         },
         Notice::MembershipChange {
             change,
@@ -410,8 +559,8 @@ fn notice_record<'a>(node: &'a str, n: &'a Notice) -> Option<Record<'a>> {
             request,
         } => Record::MembershipChange {
             node,
-            change,
-            outcome,
+            change: change.clone(),
+            outcome: outcome.clone(),
             request: *request,
         },
         // Task trace kinds come with the simulator's task workloads.
@@ -523,7 +672,11 @@ mod tests {
         use chorus_core::{ChangeOutcome, ChangeRefusal, MemberChange, NodeId};
         let line = |n: &Notice| {
             let record = notice_record("n0", n).expect("traced");
-            serde_json::to_string(&Line { t: 5, record }).unwrap()
+            serde_json::to_string(&Line {
+                t: 5,
+                record: &record,
+            })
+            .unwrap()
         };
         let members = vec![NodeId::from("n0"), NodeId::from("n1"), NodeId::from("n3")];
         assert_eq!(

@@ -192,7 +192,14 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     }
     tokio::spawn(progress(shared.clone()));
 
-    let observer = NodeObserver::new(shared.clone(), log.notice_recorder(), log.next_seq());
+    let clock = TokioClock::new();
+    let clock_origin = crate::hostclock::HostClockOrigin::now();
+    let observer = NodeObserver::new(
+        shared.clone(),
+        log.notice_recorder(),
+        log.next_seq(),
+        clock_origin,
+    );
     let slot = Arc::new(Mutex::new(None));
     let transport = Handoff {
         inner: Some(transport),
@@ -217,7 +224,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
              it still accepts submissions"
         );
     }
-    let runtime = Runtime::new(core, transport, log, TokioClock::new(), observer)
+    let runtime = Runtime::new(core, transport, log, clock, observer)
         .with_sandboxes(sandboxes)
         .with_config(RuntimeConfig {
             snapshot_every_events: config.snapshot_every_events,

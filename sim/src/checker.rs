@@ -133,7 +133,10 @@ impl Checker {
     /// A checker for the run described by `header`.
     pub fn new(header: &Header) -> Checker {
         Checker {
-            eligible: (0..header.voters).map(|i| format!("n{i}")).collect(),
+            eligible: match &header.eligible {
+                Some(ids) => ids.iter().cloned().collect(),
+                None => (0..header.voters).map(|i| format!("n{i}")).collect(),
+            },
             held: BTreeMap::new(),
             held_before: BTreeMap::new(),
             in_force: Vec::new(),
@@ -339,6 +342,7 @@ impl Checker {
             }
             Record::Network { .. } => self.topology_changed(t),
             Record::Step { .. }
+            | Record::LeaseExpired { .. }
             | Record::TaskSubmitted { .. }
             | Record::TaskRefused { .. }
             | Record::TaskCancelRequested { .. }
@@ -660,6 +664,7 @@ fn subject(record: &Record) -> Option<&str> {
     match record {
         Record::BecameAdmin { node, .. }
         | Record::LeaseRenewed { node, .. }
+        | Record::LeaseExpired { node, .. }
         | Record::SteppedDown { node, .. }
         | Record::Voted { node, .. }
         | Record::VoteGranted { node, .. }
@@ -681,6 +686,67 @@ fn subject(record: &Record) -> Option<&str> {
             None
         }
     }
+}
+
+/// What [`check_file`] found.
+pub struct Checked {
+    pub header: Header,
+    /// Lines after the header.
+    pub lines: usize,
+    /// The last time in the trace.
+    pub end_ms: u64,
+    pub violations: Vec<Violation>,
+    /// The text of each line a violation names.
+    pub quoted: BTreeMap<usize, String>,
+}
+
+/// Checks a trace file line by line (memory bounded by the checker's state, not the trace).
+pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
+    use anyhow::Context;
+    use std::io::BufRead;
+    let open = || {
+        std::fs::File::open(path)
+            .map(std::io::BufReader::new)
+            .with_context(|| format!("cannot read {}", path.display()))
+    };
+    let mut lines = open()?.lines();
+    let first = lines
+        .next()
+        .transpose()?
+        .ok_or_else(|| anyhow::anyhow!("{}: empty trace", path.display()))?;
+    let header: Header = serde_json::from_str(&first)
+        .with_context(|| format!("{} line 1 (header)", path.display()))?;
+    let mut c = Checker::new(&header);
+    let (mut n, mut end) = (0, 0);
+    for (i, text) in lines.enumerate() {
+        let text = text?;
+        if text.trim().is_empty() {
+            continue;
+        }
+        let line: Line = serde_json::from_str(&text)
+            .with_context(|| format!("{} line {}", path.display(), i + 2))?;
+        end = end.max(line.t);
+        c.observe(i + 2, &line);
+        n = i + 1;
+    }
+    let end = end.max(header.duration_ms);
+    c.finish(end, n + 1);
+    let wanted: BTreeSet<usize> = c.violations.iter().map(|v| v.line).collect();
+    let mut quoted = BTreeMap::new();
+    if !wanted.is_empty() {
+        for (i, text) in open()?.lines().enumerate() {
+            if wanted.contains(&(i + 1)) {
+                quoted.insert(i + 1, text?);
+            }
+        }
+    }
+    Ok(Checked {
+        header,
+        lines: n,
+        end_ms: end,
+        violations: c.violations,
+        quoted,
+    })
 }
 
 /// Checks a whole trace.

@@ -37,6 +37,13 @@ enum Cmd {
         /// A trace written by `run --trace`.
         trace: PathBuf,
     },
+    /// Check any trace — a simulation's, or a real cluster's merged logs (`chorus replay
+    /// --data-dir A --data-dir B … --trace FILE`) — against the invariants of DESIGN §5; exit 1
+    /// and print the lines that break one.
+    Check {
+        /// A JSON Lines trace (DESIGN §6).
+        trace: PathBuf,
+    },
     /// The Raft paper's election-timing experiment (Ongaro & Ousterhout §9.3, Fig. 16).
     Timing(TimingArgs),
     /// Draw a trace as an SVG timeline: one row per node, coloured by role.
@@ -82,6 +89,7 @@ fn main() -> ExitCode {
         Cmd::Run(args) => cmd_run(args),
         Cmd::Sweep(args) => cmd_sweep(args),
         Cmd::Replay { trace } => cmd_replay(trace),
+        Cmd::Check { trace } => cmd_check(trace),
         Cmd::Timing(args) => cmd_timing(args),
         Cmd::Svg { trace, out } => cmd_svg(trace, out),
         Cmd::Scenarios => {
@@ -100,6 +108,32 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn cmd_check(path: PathBuf) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let checked = chorus_sim::checker::check_file(&path)?;
+    println!(
+        "checked {} ({} engine, {} nodes, {} lines, {} of trace time, liveness bound {}) in {:.2} s",
+        path.display(),
+        checked.header.engine,
+        checked.header.nodes,
+        checked.lines,
+        chorus_sim::scenario::format_ms(checked.end_ms),
+        chorus_sim::scenario::format_ms(checked.header.liveness_bound_ms),
+        started.elapsed().as_secs_f64()
+    );
+    if checked.violations.is_empty() {
+        println!("invariants 1-5 and 7 hold");
+        return Ok(true);
+    }
+    for v in &checked.violations {
+        println!("VIOLATION {v}");
+        if let Some(text) = checked.quoted.get(&v.line) {
+            println!("  line {}: {text}", v.line);
+        }
+    }
+    Ok(false)
 }
 
 fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {

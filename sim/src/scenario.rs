@@ -753,6 +753,13 @@ impl Scenario {
         self.apart_at_start.iter().map(|g| expand(g)).collect()
     }
 
+    /// A scenario that says nothing but its name: the header of a trace that no simulation
+    /// wrote (a real cluster's merged logs) has no `spec`.
+    pub fn unspecified() -> Scenario {
+        serde_json::from_value(serde_json::json!({ "name": "unspecified" }))
+            .expect("every field but the name has a default")
+    }
+
     /// The liveness bound in force: by default the slowest node's discovery timeout + 3 ×
     /// maximum election timeout + 2 × heartbeat, plus `link_spread`.
     pub fn liveness_bound(&self) -> u64 {

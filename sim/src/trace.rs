@@ -40,7 +40,13 @@ pub struct Header {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_bound_ms: Option<u64>,
     /// The full scenario (with `nodes` and `duration` as run), so file scenarios replay too.
+    /// Absent in traces of real clusters (`chorus replay` of several data directories).
+    #[serde(default = "Scenario::unspecified")]
     pub spec: Scenario,
+    /// The admin-eligible nodes by id, where they are not `n0`… `n{voters-1}` (traces of real
+    /// clusters, whose node ids are peer ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<Vec<String>>,
 }
 
 /// One trace line after the header.
@@ -74,6 +80,14 @@ pub enum Record {
         term: u64,
         /// Lease end, global ms.
         lease_until: u64,
+    },
+    /// An admin's lease ran out without renewal (written by `chorus replay`; the simulator
+    /// leaves it out: `lease_until` already says when).
+    LeaseExpired {
+        /// Node id.
+        node: String,
+        /// Term.
+        term: u64,
     },
     /// An admin stepped down.
     SteppedDown {
@@ -287,6 +301,7 @@ impl Header {
             liveness_bound_ms: scenario.liveness_bound(),
             task_bound_ms: scenario.task_bound(),
             spec: scenario.clone(),
+            eligible: None,
         }
     }
 }

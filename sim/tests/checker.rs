@@ -467,3 +467,37 @@ fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
     }
     assert_eq!(invariants(&t, 5), Vec::<u8>::new());
 }
+
+/// A real cluster's merged trace (`chorus replay` of several data directories): no `spec`, peer
+/// ids as node ids, the eligible ones listed, kinds the simulator does not write. `check_file`
+/// reads it and quotes the line that breaks an invariant.
+#[test]
+fn a_real_clusters_trace_is_checked_and_the_breaking_line_quoted() {
+    let header = r#"{"kind":"header","seed":0,"scenario":"real: 3 nodes' logs merged","engine":"real","nodes":3,"version":1,"voters":2,"duration_ms":9000,"steps":false,"liveness_bound_ms":60000,"eligible":["12D3a","12D3b"],"clock":{"source":"monotonic","origin_ms":5},"data_dirs":["a","b","w"]}"#;
+    let body = [
+        r#"{"t":0,"kind":"restart","node":"12D3a"}"#,
+        r#"{"t":0,"kind":"restart","node":"12D3b"}"#,
+        r#"{"t":0,"kind":"restart","node":"12D3w"}"#,
+        r#"{"t":10,"kind":"vote_granted","node":"12D3b","term":1,"to":"12D3a"}"#,
+        r#"{"t":11,"kind":"became_admin","node":"12D3a","term":1,"lease_until":3000}"#,
+        r#"{"t":3000,"kind":"lease_expired","node":"12D3a","term":1}"#,
+        // Seen by the second candidate: b gave its term-1 vote again.
+        r#"{"t":4000,"kind":"vote_granted","node":"12D3b","term":1,"to":"12D3w"}"#,
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("real.jsonl");
+    std::fs::write(&path, format!("{header}\n{}\n", body.join("\n"))).unwrap();
+    let checked = chorus_sim::checker::check_file(&path).unwrap();
+    assert_eq!(
+        checked.header.eligible.as_deref().map(<[String]>::len),
+        Some(2)
+    );
+    assert_eq!(checked.lines, body.len());
+    let v: Vec<(u8, usize)> = checked
+        .violations
+        .iter()
+        .map(|v| (v.invariant, v.line))
+        .collect();
+    assert_eq!(v, [(3, 8)], "{:?}", checked.violations);
+    assert_eq!(checked.quoted[&8], body[6]);
+}

@@ -6,6 +6,6 @@
 mod sled;
 
 pub use self::sled::{
-    LogMeta, NoticeRecorder, RecordedNotice, ReplayBasis, SledLog, SledLogOptions, FORMAT_VERSION,
-    MARKER_FILE,
+    ClockAnchor, LogMeta, NoticeRecorder, RecordedNotice, ReplayBasis, SledLog, SledLogOptions,
+    FORMAT_VERSION, MARKER_FILE,
 };

@@ -1,6 +1,6 @@
 //! [`SledLog`]: the event log on sled 0.34.
 //!
-//! Layout (one sled database per data directory, four trees):
+//! Layout (one sled database per data directory, five trees):
 //!
 //! * `meta` — `"meta"`: the [`LogMeta`] version marker (format version, node id, the core
 //!   configuration the log was created with); `"pruned_through"`: the last event sequence deleted
@@ -10,6 +10,9 @@
 //!   [`Core::snapshot`] bytes.
 //! * `notices` — big-endian (u64 event sequence, u32 index) → JSON [`RecordedNotice`]: the
 //!   decisions the node announced as it ran, kept so `chorus replay` can compare its own.
+//! * `clocks` — big-endian u64 sequence of a `Started` event → JSON [`ClockAnchor`]: where that
+//!   run's node clock sat on the host's clocks, so `chorus replay` can put several nodes' logs on
+//!   one time line. Never pruned (one per start).
 //!
 //! Appends go straight into sled (which buffers them); `sync` is `flush`, so the runtime's batches
 //! cost one flush each. A snapshot keeps the newest `keep_snapshots` snapshots and deletes the
@@ -118,6 +121,23 @@ pub struct RecordedNotice {
     pub notice: Notice,
 }
 
+/// Where one run of the node (from a `Started` event to the next) sat on the host's clocks: at
+/// node time `node_ms`, the host's `CLOCK_MONOTONIC` read `monotonic_ms` and its wall clock
+/// `unix_ms`. The node clock is monotonic too, so within a run node time and host monotonic
+/// time advance together (a paused process included). Never used in a decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockAnchor {
+    /// Node (core) time, ms.
+    pub node_ms: u64,
+    /// The host's monotonic clock at that moment, ms (shared by every process of one boot).
+    pub monotonic_ms: u64,
+    /// The host's wall clock at that moment, Unix ms.
+    pub unix_ms: u64,
+    /// The host's boot id (`/proc/sys/kernel/random/boot_id`; empty where unknown): monotonic
+    /// times compare only within one boot of one host.
+    pub boot_id: String,
+}
+
 /// Everything a replay needs: where to start and the events after it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReplayBasis {
@@ -162,6 +182,7 @@ pub struct SledLog {
     events: sled::Tree,
     snapshots: sled::Tree,
     notices: sled::Tree,
+    clocks: sled::Tree,
     meta: LogMeta,
     options: SledLogOptions,
     /// The sequence the next appended event gets.
@@ -260,6 +281,7 @@ impl SledLog {
         let events = tree(&path, &db, "events")?;
         let snapshots = tree(&path, &db, "snapshots")?;
         let notices = tree(&path, &db, "notices")?;
+        let clocks = tree(&path, &db, "clocks")?;
         let last_event = last_key(&path, &events, "events")?;
         let last_snapshot = last_key(&path, &snapshots, "snapshots")?;
         let pruned = match meta_tree
@@ -279,6 +301,7 @@ impl SledLog {
             events,
             snapshots,
             notices,
+            clocks,
             meta,
             options,
             next_seq,
@@ -305,7 +328,26 @@ impl SledLog {
         NoticeRecorder {
             path: self.path.clone(),
             tree: self.notices.clone(),
+            clocks: self.clocks.clone(),
         }
+    }
+
+    /// The clock anchors the node recorded at its starts: (sequence of the `Started` event,
+    /// anchor), oldest first.
+    pub fn clock_anchors(&self) -> Result<Vec<(u64, ClockAnchor)>, LogError> {
+        let mut out = Vec::new();
+        for item in self.clocks.iter() {
+            let (key, value) = item.map_err(|e| self.storage("read clock anchors", e))?;
+            let seq = be_u64(&self.path, "clock anchor key", &key)?;
+            let anchor: ClockAnchor = serde_json::from_slice(&value).map_err(|e| {
+                LogError::Corrupt(format!(
+                    "{}: clock anchor {seq} does not decode: {e}",
+                    self.path.display()
+                ))
+            })?;
+            out.push((seq, anchor));
+        }
+        Ok(out)
     }
 
     /// Where a full replay of the retained history starts, and the events after it.
@@ -531,6 +573,7 @@ impl SledLog {
 pub struct NoticeRecorder {
     path: PathBuf,
     tree: sled::Tree,
+    clocks: sled::Tree,
 }
 
 impl fmt::Debug for NoticeRecorder {
@@ -548,6 +591,19 @@ impl NoticeRecorder {
         self.tree
             .insert(notice_key(notice.seq, index), value)
             .map_err(|e| storage(&self.path, "record notice", e))?;
+        Ok(())
+    }
+
+    /// Records where the run that starts with event `seq` (a `Started`) sits on the host's
+    /// clocks, durably at once (once per start).
+    pub fn record_clock(&self, seq: u64, anchor: &ClockAnchor) -> Result<(), LogError> {
+        let value = serde_json::to_vec(anchor).expect("clock anchors serialize");
+        self.clocks
+            .insert(seq.to_be_bytes(), value)
+            .map_err(|e| storage(&self.path, "record clock anchor", e))?;
+        self.clocks
+            .flush()
+            .map_err(|e| storage(&self.path, "flush clock anchor", e))?;
         Ok(())
     }
 

@@ -304,6 +304,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime
         for (event, commands, latency) in &steps {
             self.observer.on_step(&StepInfo {
                 now_ms: now,
+                offset_ms: self.offset_ms,
                 event,
                 commands,
                 latency: *latency,

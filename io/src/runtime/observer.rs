@@ -10,6 +10,10 @@ use chorus_core::{Command, Core, Event, NodeId, Notice, Role};
 pub struct StepInfo<'a> {
     /// The time handed to the core (node clock, ms).
     pub now_ms: u64,
+    /// `now_ms` minus the [`crate::runtime::Clock`]'s own reading: zero on a first start, the
+    /// time carried over from the log after a restart. With the clock's origin it places node
+    /// time on the host's clock (`chorus replay` of several nodes).
+    pub offset_ms: u64,
     /// The input event (already durable in the event log).
     pub event: &'a Event,
     /// The commands of this step, in order.
