@@ -10,6 +10,8 @@
 
 pub mod config;
 pub mod devcluster;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
 pub mod hostclock;
 pub mod http;
 pub mod members;

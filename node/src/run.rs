@@ -204,6 +204,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let transport = Handoff {
         inner: Some(transport),
         slot: slot.clone(),
+        #[cfg(feature = "fault-injection")]
+        forged: crate::fault::ForgedAcks::from_env(config.protocol.election_timeout_min_ms),
     };
     // Operator requests (`POST /members`) reach the loop here; a few may queue, more are
     // refused as busy rather than piling up.
@@ -496,6 +498,9 @@ async fn shutdown_signal(mut signals: StopSignals, shared: SharedState, exit_wit
 struct Handoff {
     inner: Option<Libp2pTransport>,
     slot: Arc<Mutex<Option<Libp2pTransport>>>,
+    /// A deliberately broken build's forged input (tests only; see `fault.rs`).
+    #[cfg(feature = "fault-injection")]
+    forged: Option<crate::fault::ForgedAcks>,
 }
 
 impl Transport for Handoff {
@@ -506,16 +511,33 @@ impl Transport for Handoff {
     }
 
     fn broadcast(&mut self, msg: &Message) {
+        #[cfg(feature = "fault-injection")]
+        if let Some(f) = self.forged.as_mut() {
+            f.broadcast(msg);
+        }
         if let Some(t) = self.inner.as_mut() {
             t.broadcast(msg);
         }
     }
 
     async fn next(&mut self) -> TransportEvent {
-        match self.inner.as_mut() {
+        #[cfg(feature = "fault-injection")]
+        if let Some(ev) = self
+            .forged
+            .as_mut()
+            .and_then(crate::fault::ForgedAcks::next_forged)
+        {
+            return ev;
+        }
+        let ev = match self.inner.as_mut() {
             Some(t) => t.next().await,
             None => std::future::pending().await,
+        };
+        #[cfg(feature = "fault-injection")]
+        if let Some(f) = self.forged.as_mut() {
+            f.saw(&ev);
         }
+        ev
     }
 }
 

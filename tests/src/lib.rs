@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 pub use chorus_node::devcluster::{log_since, parse_started_line, Ports, START_BOUND};
 pub use serde_json::Value;
 
+pub mod netns;
+
 /// Protocol timings handed to every node.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
@@ -439,12 +441,17 @@ fn signal(child: &Child, sig: nix::sys::signal::Signal) {
 
 /// One HTTP/1.1 GET on loopback; `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    http_get_at(std::net::SocketAddr::from(([127, 0, 0, 1], port)), path)
+}
+
+/// One HTTP/1.1 GET to `addr`; `None` when nothing answers.
+pub fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        addr.ip()
     )
     .ok()?;
     let mut raw = String::new();

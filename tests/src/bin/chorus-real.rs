@@ -1,0 +1,192 @@
+//! `chorus-real`: a real cluster under real faults, for as long as you like (the soak beside the
+//! bounded tests in `tests/real_faults.rs`). N `chorus` processes, each in its own network
+//! namespace; one fault kind (or all, in turn) applied again and again; the failover time of
+//! each measured; at the end the nodes' logs merged and checked against DESIGN §5.
+//!
+//! Needs root (network namespaces), iproute2 and nftables. Build the node first:
+//! `cargo build -p chorus-tests --bins`, then e.g.
+//! `target/debug/chorus-real --fault all --faults 20` or `--fault all --duration 30m`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use chorus_tests::netns::NetCluster;
+use chorus_tests::Timings;
+use clap::{Parser, ValueEnum};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Fault {
+    /// The admin and one more cut off from the other three, then healed.
+    Partition,
+    /// The admin's outbound links cut (it hears everyone, nobody hears it), then healed.
+    Cut,
+    /// The admin paused (SIGSTOP) for twice the election timeout, then resumed.
+    Pause,
+    /// The admin killed (SIGKILL), then restarted.
+    Kill,
+    /// Each of the above in turn.
+    All,
+}
+
+/// A real cluster under real faults; prints failover times and checks the merged history.
+#[derive(Parser)]
+#[command(name = "chorus-real", version, about)]
+struct Args {
+    /// Which fault to apply.
+    #[arg(long, value_enum, default_value = "all")]
+    fault: Fault,
+    /// How many faults to apply (with `--duration`, whichever ends first).
+    #[arg(long, default_value_t = 20)]
+    faults: usize,
+    /// Stop applying faults after this long, e.g. "30m" (default: no limit).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Number of nodes (all voters).
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+    /// Heartbeat interval, ms.
+    #[arg(long, default_value_t = 1_000)]
+    heartbeat_ms: u64,
+    /// Election timeout window, `MIN..MAX` ms.
+    #[arg(long, default_value = "3000..4500")]
+    election_timeout_ms: String,
+    /// The `chorus` binary (default: `chorus-e2e` next to this program).
+    #[arg(long)]
+    bin: Option<std::path::PathBuf>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("`{s}`: expected e.g. 90s, 30m, 2h"))?;
+    Ok(Duration::from_secs(match unit {
+        "s" | "" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{s}`: unit must be s, m or h")),
+    }))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let Some((min, max)) = args
+        .election_timeout_ms
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+    else {
+        eprintln!("chorus-real: --election-timeout-ms must be MIN..MAX");
+        return ExitCode::from(2);
+    };
+    let timings = Timings {
+        heartbeat_ms: args.heartbeat_ms,
+        election_min_ms: min,
+        election_max_ms: max,
+        discovery_ms: 2_000,
+    };
+    let bin = args.bin.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("chorus-e2e")
+    });
+    let bin = bin.to_string_lossy().into_owned();
+    let bound = Duration::from_millis(timings.discovery_ms + 10 * max + 2 * args.heartbeat_ms);
+    println!(
+        "chorus-real: {} nodes, heartbeat {} ms, election {min}..{max} ms, fault {:?}",
+        args.nodes, args.heartbeat_ms, args.fault
+    );
+    let mut c = NetCluster::start(&bin, args.nodes, timings);
+    let started = Instant::now();
+    let ((_, _, _), cold) = c.wait_agreed(bound);
+    println!("cold start: agreed after {cold:?}");
+    let kinds: Vec<Fault> = match args.fault {
+        Fault::All => vec![Fault::Partition, Fault::Cut, Fault::Pause, Fault::Kill],
+        one => vec![one],
+    };
+    let mut times: Vec<(Fault, Duration)> = Vec::new();
+    for k in 0..args.faults {
+        if args.duration.is_some_and(|d| started.elapsed() > d) {
+            break;
+        }
+        let kind = kinds[k % kinds.len()];
+        let ((_, term, admin), _) = c.wait_agreed(bound);
+        let n = args.nodes;
+        let others: Vec<usize> = (0..n).filter(|i| *i != admin).collect();
+        let failover = match kind {
+            Fault::Partition => {
+                let minority: Vec<usize> = (0..n.saturating_sub(1) / 2)
+                    .map(|d| (admin + d) % n)
+                    .collect();
+                let majority: Vec<usize> = (0..n).filter(|i| !minority.contains(i)).collect();
+                c.partition(&[&minority, &majority]);
+                let (_, t) = c.wait_agreed_among(&majority, bound);
+                c.heal();
+                t
+            }
+            Fault::Cut => {
+                c.cut(&[admin], &others);
+                let (_, t) = c.wait_agreed_among(&others, bound);
+                c.heal();
+                t
+            }
+            Fault::Pause => {
+                c.pause(admin);
+                let (_, t) = c.wait_agreed_among(&others, bound);
+                std::thread::sleep(Duration::from_millis(2 * max).saturating_sub(t));
+                c.resume(admin);
+                t
+            }
+            Fault::Kill => {
+                c.kill(admin);
+                let (_, t) = c.wait_agreed_among(&others, bound);
+                c.restart(admin);
+                t
+            }
+            Fault::All => unreachable!("expanded above"),
+        };
+        let ((_, new_term, _), _) = c.wait_agreed(bound);
+        println!(
+            "fault {:>3} {kind:?}: n{admin} of term {term} replaced after {:.3} s (term {new_term})",
+            k + 1,
+            failover.as_secs_f64()
+        );
+        times.push((kind, failover));
+    }
+    println!("failover, from the fault to a new admin the others agree on:");
+    for kind in &kinds {
+        let mut t: Vec<f64> = times
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, d)| d.as_secs_f64())
+            .collect();
+        if t.is_empty() {
+            continue;
+        }
+        t.sort_by(f64::total_cmp);
+        let pct = |p: usize| {
+            t[((t.len() * p).div_ceil(100))
+                .saturating_sub(1)
+                .min(t.len() - 1)]
+        };
+        println!(
+            "  {:<9} n={:<3} p50 {:.3} s  p99 {:.3} s  max {:.3} s",
+            format!("{kind:?}"),
+            t.len(),
+            pct(50),
+            pct(99),
+            t[t.len() - 1]
+        );
+    }
+    let (trace, problems) = c.stop_and_check();
+    println!("merged history: {}", trace.display());
+    c.keep_data();
+    if problems.is_empty() {
+        println!("check: invariants 1-5 hold on the merged history, and every log replays to what its node recorded");
+        ExitCode::SUCCESS
+    } else {
+        for p in &problems {
+            println!("VIOLATION {p}");
+        }
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,574 @@
+//! Real `chorus run` processes, each on its own host — a network namespace with its own address
+//! — and faults applied from outside, the way they happen: links cut (nftables in the sender's
+//! namespace), packets lost, processes killed (`SIGKILL`) or paused (`SIGSTOP`). Every fault is
+//! written to a journal on the host's monotonic clock, and [`NetCluster::check`] ends a run by
+//! merging the nodes' logs with it (`chorus replay` of several data directories) and judging
+//! the result with the simulator's checker (DESIGN §5).
+//!
+//! Topology: the nodes' namespaces hang off one bridge in a namespace of its own (the "switch":
+//! a fresh namespace has an empty firewall, whatever the host's forwarding policy), and the
+//! test process reaches their HTTP APIs over one more link into it. Traffic only ever goes to
+//! addresses this harness made. Needs root (network namespaces), `ip` and `nft`.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::{wait_until, Timings, Value};
+
+/// The libp2p and HTTP ports every node uses (each namespace has its own ports).
+const P2P_PORT: u16 = 7946;
+const HTTP_PORT: u16 = 8080;
+
+/// The host's monotonic clock, ms (what the nodes' clock anchors use).
+pub fn monotonic_ms() -> u64 {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("clock");
+    (t.tv_sec() as u64) * 1000 + (t.tv_nsec() as u64) / 1_000_000
+}
+
+/// Runs a command that must succeed (setting up or changing the network).
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (the fault harness needs iproute2 and nftables: `apt-get install iproute2 nftables`)"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}{} (the fault harness needs root for network namespaces)",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn ip(args: &[&str]) {
+    run(Command::new("ip").args(args));
+}
+
+/// Runs an nft script inside namespace `ns`.
+fn nft(ns: &str, script: &str) {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nft runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("nft script");
+    let out = child.wait_with_output().expect("nft");
+    assert!(
+        out.status.success(),
+        "nft in {ns} failed: {}\n{script}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One node: its namespace, address, data directory and process.
+pub struct NetNode {
+    pub ns: String,
+    pub addr: Ipv4Addr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    /// Its peer id, once it has answered once.
+    pub id: String,
+    child: Option<Child>,
+    paused: bool,
+    timings: Timings,
+    env: Vec<(String, String)>,
+}
+
+/// How one node is started (see [`NetCluster::start_with`]).
+#[derive(Clone, Debug)]
+pub struct NodeSetup {
+    pub timings: Timings,
+    /// Extra environment variables (e.g. a deliberately broken build's `CHORUS_FAULT`).
+    pub env: Vec<(String, String)>,
+}
+
+/// N nodes on their own hosts. Dropping it kills every process and removes the namespaces.
+pub struct NetCluster {
+    bin: PathBuf,
+    root: tempfile::TempDir,
+    tag: String,
+    switch: String,
+    pub nodes: Vec<NetNode>,
+    /// Directed links cut (from, to), and the percentage of packets lost on every link.
+    cut: std::collections::BTreeSet<(usize, usize)>,
+    loss_percent: u32,
+    journal: PathBuf,
+    keep: bool,
+}
+
+static CLUSTERS: AtomicU32 = AtomicU32::new(0);
+
+impl NetCluster {
+    /// Starts `n` voters, each in its own namespace, bootstrapping off each other
+    /// (bootstrap-expect `n`), and waits until each has answered once.
+    pub fn start(bin: &str, n: usize, timings: Timings) -> NetCluster {
+        NetCluster::start_with(bin, n, |_| NodeSetup {
+            timings,
+            env: Vec::new(),
+        })
+    }
+
+    /// [`NetCluster::start`], node `i` started as `setup(i)` says.
+    pub fn start_with(bin: &str, n: usize, setup: impl Fn(usize) -> NodeSetup) -> NetCluster {
+        assert!((1..=200).contains(&n));
+        let k = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        // Unique among this process's clusters and unlikely to meet another process's.
+        let pid = std::process::id();
+        let tag = format!("{}{}", pid % 100_000, k % 10);
+        let net = [10, 200 + (pid % 50) as u8, (k % 250) as u8];
+        let root = tempfile::Builder::new()
+            .prefix("chorus-netns-")
+            .tempdir()
+            .expect("temp dir");
+        let switch = format!("chsw{tag}");
+        let mut cluster = NetCluster {
+            bin: PathBuf::from(bin),
+            journal: root.path().join("faults.jsonl"),
+            root,
+            switch: switch.clone(),
+            tag: tag.clone(),
+            nodes: Vec::new(),
+            cut: Default::default(),
+            loss_percent: 0,
+            keep: false,
+        };
+        ip(&["netns", "add", &switch]);
+        ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
+        ip(&["-n", &switch, "link", "set", "br0", "up"]);
+        // The test process's own link into the switch, for the HTTP APIs.
+        let host_if = format!("chh{tag}");
+        ip(&[
+            "link", "add", &host_if, "type", "veth", "peer", "name", "host", "netns", &switch,
+        ]);
+        ip(&["-n", &switch, "link", "set", "host", "master", "br0", "up"]);
+        let host_addr = format!("{}.{}.{}.254/24", net[0], net[1], net[2]);
+        ip(&["addr", "add", &host_addr, "dev", &host_if]);
+        ip(&["link", "set", &host_if, "up"]);
+        for i in 0..n {
+            let ns = format!("ch{tag}n{i}");
+            let addr = Ipv4Addr::new(net[0], net[1], net[2], (i + 1) as u8);
+            ip(&["netns", "add", &ns]);
+            let port = format!("p{i}");
+            ip(&[
+                "-n", &switch, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                "netns", &ns,
+            ]);
+            ip(&["-n", &switch, "link", "set", &port, "master", "br0", "up"]);
+            ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                "eth0",
+            ]);
+            ip(&["-n", &ns, "link", "set", "eth0", "up"]);
+            ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            cluster.nodes.push(NetNode {
+                ns,
+                addr,
+                data_dir: cluster.root.path().join(format!("n{i}")),
+                log: cluster.root.path().join(format!("n{i}.log")),
+                id: String::new(),
+                child: None,
+                paused: false,
+                timings: setup(i).timings,
+                env: setup(i).env,
+            });
+        }
+        for i in 0..n {
+            cluster.spawn(i);
+        }
+        for i in 0..n {
+            cluster.wait_answering(i);
+        }
+        cluster
+    }
+
+    /// Keep the data directories, logs, journal and merged trace when dropped.
+    pub fn keep_data(&mut self) {
+        self.keep = true;
+    }
+
+    /// The temporary directory (data directories, node logs, the journal).
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let t = node.timings;
+        assert!(node.child.is_none(), "n{i} is already running");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .expect("log file");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &node.ns])
+            .arg(&self.bin)
+            .arg("run")
+            .arg("--data-dir")
+            .arg(&node.data_dir)
+            .args(["--listen", &format!("/ip4/{}/tcp/{P2P_PORT}", node.addr)])
+            .args(["--http", &format!("{}:{HTTP_PORT}", node.addr)])
+            .args(["--bootstrap-expect", &self.nodes.len().to_string()])
+            .args(["--no-mdns", "--cluster-id", "real"])
+            .args(["--heartbeat-ms", &t.heartbeat_ms.to_string()])
+            .args([
+                "--election-timeout-ms",
+                &format!("{}..{}", t.election_min_ms, t.election_max_ms),
+            ])
+            .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()]);
+        for (j, other) in self.nodes.iter().enumerate() {
+            if j != i {
+                cmd.args([
+                    "--bootstrap",
+                    &format!("/ip4/{}/tcp/{P2P_PORT}", other.addr),
+                ]);
+            }
+        }
+        cmd.env("RUST_LOG", "info,libp2p=warn")
+            .envs(node.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log);
+        // `ip netns exec` execs the program: the child is the node itself.
+        self.nodes[i].child = Some(cmd.spawn().expect("chorus run starts"));
+    }
+
+    fn wait_answering(&mut self, i: usize) {
+        let status = wait_until(crate::START_BOUND, Duration::from_millis(50), || {
+            if let Some(Ok(Some(st))) = self.nodes[i].child.as_mut().map(Child::try_wait) {
+                panic!(
+                    "n{i} exited ({st}) at start:\n{}",
+                    crate::read(&self.nodes[i].log)
+                );
+            }
+            self.status(i)
+        })
+        .unwrap_or_else(|| panic!("n{i} never answered:\n{}", crate::read(&self.nodes[i].log)));
+        self.nodes[i].id = status["node_id"].as_str().expect("node_id").to_owned();
+    }
+
+    /// Node `i`'s `/status`, if it runs, is not paused and answers.
+    pub fn status(&self, i: usize) -> Option<Value> {
+        let node = &self.nodes[i];
+        if node.child.is_none() || node.paused {
+            return None;
+        }
+        let (code, body) = crate::http_get_at(SocketAddr::from((node.addr, HTTP_PORT)), "/status")?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    /// Whether node `i` runs and is not paused.
+    pub fn is_live(&self, i: usize) -> bool {
+        self.nodes[i].child.is_some() && !self.nodes[i].paused
+    }
+
+    /// (admin id, term, admin's index) when every live node in `among` answers and agrees, and
+    /// the admin is one of them and says so.
+    pub fn agreement_among(&self, among: &[usize]) -> Option<(String, u64, usize)> {
+        let mut seen: Option<(String, u64)> = None;
+        let mut admin_at = None;
+        for &i in among.iter().filter(|i| self.is_live(**i)) {
+            let s = self.status(i)?;
+            let view = (s["admin"].as_str()?.to_owned(), s["term"].as_u64()?);
+            if seen.as_ref().is_some_and(|v| *v != view) {
+                return None;
+            }
+            if s["node_id"] == view.0.as_str() && s["role"] == "admin" {
+                admin_at = Some(i);
+            }
+            seen = Some(view);
+        }
+        let (admin, term) = seen?;
+        Some((admin, term, admin_at?))
+    }
+
+    /// [`NetCluster::agreement_among`] every node.
+    pub fn agreement(&self) -> Option<(String, u64, usize)> {
+        self.agreement_among(&(0..self.nodes.len()).collect::<Vec<_>>())
+    }
+
+    /// Waits until the live nodes of `among` agree on an admin among them; returns it and how
+    /// long that took.
+    pub fn wait_agreed_among(
+        &self,
+        among: &[usize],
+        timeout: Duration,
+    ) -> ((String, u64, usize), Duration) {
+        let started = Instant::now();
+        let found = wait_until(timeout, Duration::from_millis(25), || {
+            self.agreement_among(among)
+        });
+        let found = found.unwrap_or_else(|| {
+            panic!(
+                "no agreed admin among {among:?} within {timeout:?}; statuses: {:?}",
+                among
+                    .iter()
+                    .map(|i| self.status(*i).map(|s| (
+                        s["role"].clone(),
+                        s["term"].clone(),
+                        s["admin"].clone()
+                    )))
+                    .collect::<Vec<_>>()
+            )
+        });
+        (found, started.elapsed())
+    }
+
+    /// [`NetCluster::wait_agreed_among`] every node.
+    pub fn wait_agreed(&self, timeout: Duration) -> ((String, u64, usize), Duration) {
+        self.wait_agreed_among(&(0..self.nodes.len()).collect::<Vec<_>>(), timeout)
+    }
+
+    fn journal(&self, mut line: Value) {
+        use std::io::Write;
+        line["at_monotonic_ms"] = Value::from(monotonic_ms());
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.journal)
+            .expect("journal");
+        writeln!(f, "{line}").expect("journal");
+    }
+
+    fn ids(&self, nodes: &[usize]) -> Vec<String> {
+        nodes.iter().map(|i| self.nodes[*i].id.clone()).collect()
+    }
+
+    /// SIGKILL node `i` (a crash).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            self.journal(serde_json::json!({"kind": "crash", "node": self.nodes[i].id}));
+            let _ = child.kill();
+            let _ = child.wait();
+            self.nodes[i].paused = false;
+        }
+    }
+
+    /// Starts node `i` again on its data directory; returns once it answers.
+    pub fn restart(&mut self, i: usize) {
+        self.spawn(i);
+        self.wait_answering(i);
+    }
+
+    fn signal(&self, i: usize, sig: Signal) {
+        if let Some(child) = &self.nodes[i].child {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig)
+                .expect("signal");
+        }
+    }
+
+    /// SIGSTOP node `i`: to the others it is cut off (journaled as a cut both ways) until
+    /// [`NetCluster::resume`].
+    pub fn pause(&mut self, i: usize) {
+        let others: Vec<usize> = (0..self.nodes.len()).filter(|j| *j != i).collect();
+        self.journal(
+            serde_json::json!({"kind": "cut", "from": [self.nodes[i].id], "to": self.ids(&others)}),
+        );
+        self.journal(
+            serde_json::json!({"kind": "cut", "from": self.ids(&others), "to": [self.nodes[i].id]}),
+        );
+        self.signal(i, Signal::SIGSTOP);
+        self.nodes[i].paused = true;
+    }
+
+    /// SIGCONT node `i` (journaled as a heal).
+    pub fn resume(&mut self, i: usize) {
+        self.signal(i, Signal::SIGCONT);
+        self.nodes[i].paused = false;
+        self.journal(serde_json::json!({"kind": "heal"}));
+    }
+
+    /// Cuts every link between different groups, both ways.
+    pub fn partition(&mut self, groups: &[&[usize]]) {
+        for (a, ga) in groups.iter().enumerate() {
+            for (b, gb) in groups.iter().enumerate() {
+                if a != b {
+                    for x in *ga {
+                        for y in *gb {
+                            self.cut.insert((*x, *y));
+                        }
+                    }
+                }
+            }
+        }
+        let ids: Vec<Vec<String>> = groups.iter().map(|g| self.ids(g)).collect();
+        self.journal(serde_json::json!({"kind": "partition", "groups": ids}));
+        self.apply();
+    }
+
+    /// Cuts the links from every node of `from` to every node of `to` (one way).
+    pub fn cut(&mut self, from: &[usize], to: &[usize]) {
+        for x in from {
+            for y in to {
+                if x != y {
+                    self.cut.insert((*x, *y));
+                }
+            }
+        }
+        self.journal(
+            serde_json::json!({"kind": "cut", "from": self.ids(from), "to": self.ids(to)}),
+        );
+        self.apply();
+    }
+
+    /// Restores every link (losses stay).
+    pub fn heal(&mut self) {
+        self.cut.clear();
+        self.apply();
+        self.journal(serde_json::json!({"kind": "heal"}));
+    }
+
+    /// Every packet between nodes is dropped with `percent` % probability, each way.
+    pub fn set_loss(&mut self, percent: u32) {
+        self.loss_percent = percent;
+        self.journal(serde_json::json!({
+            "kind": "network",
+            "loss_ppm": percent * 10_000,
+            "duplicate_ppm": 0,
+            "reorder_ppm": 0,
+        }));
+        self.apply();
+    }
+
+    /// Rewrites each namespace's rules from the cuts and the loss in force.
+    fn apply(&self) {
+        let all: Vec<String> = self.nodes.iter().map(|n| n.addr.to_string()).collect();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let mut rules = String::new();
+            let blocked: Vec<String> = self
+                .cut
+                .iter()
+                .filter(|(from, _)| *from == i)
+                .map(|(_, to)| self.nodes[*to].addr.to_string())
+                .collect();
+            if !blocked.is_empty() {
+                rules += &format!("    ip daddr {{ {} }} drop\n", blocked.join(", "));
+            }
+            if self.loss_percent > 0 {
+                rules += &format!(
+                    "    ip daddr {{ {} }} numgen random mod 100 < {} drop\n",
+                    all.join(", "),
+                    self.loss_percent
+                );
+            }
+            nft(
+                &node.ns,
+                &format!(
+                    "table inet chorus_faults\ndelete table inet chorus_faults\n\
+                     table inet chorus_faults {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n{rules}  }}\n}}\n"
+                ),
+            );
+        }
+    }
+
+    /// Stops every node (SIGCONT first where paused, then SIGTERM: each logs its `Shutdown`),
+    /// then merges the logs with the fault journal and checks the result against DESIGN §5.
+    /// Returns the merged trace's path and its violations, printed.
+    pub fn stop_and_check(&mut self) -> (PathBuf, Vec<String>) {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].paused {
+                self.resume(i);
+            }
+        }
+        for i in 0..self.nodes.len() {
+            self.signal(i, Signal::SIGTERM);
+        }
+        for i in 0..self.nodes.len() {
+            if let Some(mut child) = self.nodes[i].child.take() {
+                let stopped =
+                    wait_until(Duration::from_secs(20), Duration::from_millis(20), || {
+                        child.try_wait().ok().flatten()
+                    });
+                if stopped.is_none() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+        let dirs: Vec<PathBuf> = self.nodes.iter().map(|n| n.data_dir.clone()).collect();
+        let trace = self.root.path().join("merged.jsonl");
+        let mut out = Vec::new();
+        let journal = self.journal.exists().then_some(self.journal.as_path());
+        let report = chorus_node::merge::replay_merged(&dirs, journal, Some(&trace), &mut out)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "merged replay failed: {e:#}\n{}",
+                    String::from_utf8_lossy(&out)
+                )
+            });
+        let mut problems: Vec<String> = report
+            .nodes
+            .iter()
+            .filter(|(_, r)| !r.ok())
+            .map(|(node, r)| {
+                format!(
+                    "{node}: its log does not replay to what it recorded: {:?} {:?}",
+                    r.mismatches, r.vote_violations
+                )
+            })
+            .collect();
+        let checked = chorus_sim::checker::check_file(&trace).expect("the merged trace reads");
+        for v in &checked.violations {
+            problems.push(format!(
+                "{v}\n  line {}: {}",
+                v.line,
+                checked.quoted.get(&v.line).map_or("", String::as_str)
+            ));
+        }
+        (trace, problems)
+    }
+}
+
+impl Drop for NetCluster {
+    fn drop(&mut self) {
+        let panicking = std::thread::panicking();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if let Some(mut child) = node.child.take() {
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            if panicking {
+                let text = crate::read(&node.log);
+                let tail: Vec<&str> = text.lines().rev().take(25).collect();
+                eprintln!("---- n{i} ({}) log (last lines) ----", node.addr);
+                for line in tail.iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+            let _ = Command::new("ip").args(["netns", "del", &node.ns]).status();
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("chh{}", self.tag)])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.switch])
+            .status();
+        if self.keep || panicking || std::env::var_os("CHORUS_KEEP").is_some() {
+            let kept = self.root.path().to_path_buf();
+            eprintln!("netns cluster data kept in {}", kept.display());
+            // Leak the directory on purpose, for the post-mortem.
+            let root = std::mem::replace(&mut self.root, tempfile::tempdir().expect("temp dir"));
+            let _ = root.keep();
+        }
+    }
+}
