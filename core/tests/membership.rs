@@ -1463,6 +1463,74 @@ fn autopilot_promotes_no_standby_into_an_electorate_of_max_voters() {
     assert_eq!(a.electorate().unwrap().len(), 5);
 }
 
+/// While a change is pending, autopilot proposes nothing — not even a refused change: a second
+/// standby as stable as the first is left alone. Heartbeats every 5 s, so the lease of the
+/// acks before the proposal still runs at the next heartbeat, and nobody has acknowledged the
+/// heartbeat that carries the change yet.
+///
+/// Kills `autopilot`'s early return `change.is_some() || !established || lease_until <= now`
+/// with either `||` → `&&` (the mutants ran on, proposed the other standby, and announced a
+/// `change_pending` refusal at every heartbeat).
+#[test]
+fn autopilot_proposes_nothing_while_a_change_is_pending() {
+    let mut a = established(ABC);
+    let fast = Config {
+        heartbeat_interval_ms: 5_000,
+        ..Config::default()
+    };
+    a.step_vec(a.now_ms(), Event::ConfigChanged { config: fast });
+    a.step_vec(a.now_ms(), up("s", true));
+    let mut promoted = None;
+    for _ in 0..16 {
+        let out = next_heartbeat(&mut a);
+        if let [(change, outcome, 0)] = outcomes(&out).as_slice() {
+            assert_eq!(*outcome, proposed(2));
+            promoted = Some(change.clone());
+            break;
+        }
+        let (beat, _) = heartbeat(&out);
+        for v in ["b", "c", "d", "s"] {
+            ack(&mut a, v, beat);
+        }
+    }
+    let promoted = promoted.expect("autopilot promoted a standby");
+    // Nobody acknowledges the carrying heartbeat: the change stays pending, the lease of the
+    // earlier acks runs on, and the other standby still follows.
+    let out = next_heartbeat(&mut a);
+    assert!(
+        a.holds_lease(a.now_ms()),
+        "the earlier acks' lease still runs"
+    );
+    assert_eq!(a.electorate().unwrap().len(), 4, "{promoted:?} pending");
+    assert_eq!(outcomes(&out), [], "nothing proposed, nothing refused");
+}
+
+/// Nor does autopilot propose (or announce a refusal) while the admin's lease has run out: the
+/// standby `d` keeps following, but the voters fell silent, so at the heartbeat where `d` has
+/// followed long enough the lease of their last acks has just ended.
+///
+/// Kills `autopilot`'s early return with `!established || lease_until <= now` → `&&` (the
+/// mutant ran on and announced a `no_lease` refusal).
+#[test]
+fn autopilot_proposes_nothing_without_a_lease() {
+    let mut a = established(ABC);
+    beat_acked_by(&mut a, &["b", "c", "d"]);
+    let h0 = a.now_ms();
+    beat_acked_by(&mut a, &["d"]);
+    let out = beat_acked_by(&mut a, &["d"]);
+    assert_eq!(a.now_ms(), h0 + 30_000);
+    assert_eq!(
+        a.role(),
+        Role::Admin,
+        "check-quorum has not stepped it down yet"
+    );
+    assert!(
+        !a.holds_lease(a.now_ms()),
+        "the voters' last acks were 30 s ago"
+    );
+    assert_eq!(outcomes(&out), [], "nothing proposed, nothing refused");
+}
+
 // ---- On the network ------------------------------------------------------------------------------
 
 /// Fast timings, a cluster founded by `founders` voters, autopilot on or off.
