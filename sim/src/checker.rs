@@ -698,6 +698,8 @@ pub struct Checked {
     pub violations: Vec<Violation>,
     /// The text of each line a violation names.
     pub quoted: BTreeMap<usize, String>,
+    /// Failovers read off the trace (see [`crate::failover`]).
+    pub failovers: crate::failover::FailoverMeter,
 }
 
 /// Checks a trace file line by line (memory bounded by the checker's state, not the trace).
@@ -717,6 +719,7 @@ pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
     let header: Header = serde_json::from_str(&first)
         .with_context(|| format!("{} line 1 (header)", path.display()))?;
     let mut c = Checker::new(&header);
+    let mut failovers = crate::failover::FailoverMeter::default();
     let (mut n, mut end) = (0, 0);
     for (i, text) in lines.enumerate() {
         let text = text?;
@@ -727,6 +730,7 @@ pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
             .with_context(|| format!("{} line {}", path.display(), i + 2))?;
         end = end.max(line.t);
         c.observe(i + 2, &line);
+        failovers.observe(line.t, &line.record);
         n = i + 1;
     }
     let end = end.max(header.duration_ms);
@@ -746,6 +750,7 @@ pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
         end_ms: end,
         violations: c.violations,
         quoted,
+        failovers,
     })
 }
 

@@ -5,6 +5,7 @@
 pub mod checker;
 pub mod des;
 pub mod driver;
+pub mod failover;
 pub mod hostile;
 pub mod run;
 pub mod sandbox;

@@ -123,6 +123,14 @@ fn cmd_check(path: PathBuf) -> anyhow::Result<bool> {
         chorus_sim::scenario::format_ms(checked.header.liveness_bound_ms),
         started.elapsed().as_secs_f64()
     );
+    for (fault, n, p50, p99, max) in checked.failovers.summary() {
+        println!(
+            "failover after a {fault} of the admin (to the next admin's election): n={n} p50 {:.3} s · p99 {:.3} s · max {:.3} s",
+            p50 as f64 / 1000.0,
+            p99 as f64 / 1000.0,
+            max as f64 / 1000.0
+        );
+    }
     if checked.violations.is_empty() {
         println!("invariants 1-5 and 7 hold");
         return Ok(true);
