@@ -85,6 +85,8 @@ pub struct NetNode {
     paused: bool,
     timings: Timings,
     env: Vec<(String, String)>,
+    /// Whether its data directory is a tmpfs mount of its own.
+    mounted: bool,
 }
 
 /// How one node is started (see [`NetCluster::start_with`]).
@@ -93,6 +95,9 @@ pub struct NodeSetup {
     pub timings: Timings,
     /// Extra environment variables (e.g. a deliberately broken build's `CHORUS_FAULT`).
     pub env: Vec<(String, String)>,
+    /// Put the data directory on a tmpfs of this many MiB, so the test can fill it
+    /// ([`NetCluster::fill_disk`]).
+    pub disk_mib: Option<u32>,
 }
 
 /// N nodes on their own hosts. Dropping it kills every process and removes the namespaces.
@@ -118,6 +123,7 @@ impl NetCluster {
         NetCluster::start_with(bin, n, |_| NodeSetup {
             timings,
             env: Vec::new(),
+            disk_mib: None,
         })
     }
 
@@ -178,10 +184,19 @@ impl NetCluster {
             ]);
             ip(&["-n", &ns, "link", "set", "eth0", "up"]);
             ip(&["-n", &ns, "link", "set", "lo", "up"]);
+            let data_dir = cluster.root.path().join(format!("n{i}"));
+            let disk = setup(i).disk_mib;
+            if let Some(mib) = disk {
+                std::fs::create_dir_all(&data_dir).expect("data dir");
+                run(Command::new("mount")
+                    .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+                    .arg(&data_dir));
+            }
             cluster.nodes.push(NetNode {
                 ns,
                 addr,
-                data_dir: cluster.root.path().join(format!("n{i}")),
+                mounted: disk.is_some(),
+                data_dir,
                 log: cluster.root.path().join(format!("n{i}.log")),
                 id: String::new(),
                 child: None,
@@ -227,7 +242,7 @@ impl NetCluster {
             .args(["--listen", &format!("/ip4/{}/tcp/{P2P_PORT}", node.addr)])
             .args(["--http", &format!("{}:{HTTP_PORT}", node.addr)])
             .args(["--bootstrap-expect", &self.nodes.len().to_string()])
-            .args(["--no-mdns", "--cluster-id", "real"])
+            .args(["--no-mdns", "--cluster-id", "real", "--exit-with-parent"])
             .args(["--heartbeat-ms", &t.heartbeat_ms.to_string()])
             .args([
                 "--election-timeout-ms",
@@ -360,6 +375,33 @@ impl NetCluster {
             let _ = child.wait();
             self.nodes[i].paused = false;
         }
+    }
+
+    /// Fills node `i`'s data directory (a tmpfs of [`NodeSetup::disk_mib`]) to the last byte.
+    pub fn fill_disk(&self, i: usize) {
+        use std::io::Write;
+        assert!(self.nodes[i].mounted, "n{i} has no disk of its own to fill");
+        let mut f = std::fs::File::create(self.nodes[i].data_dir.join("FILL")).expect("filler");
+        let block = vec![0u8; 1 << 16];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.flush();
+    }
+
+    /// Frees what [`NetCluster::fill_disk`] took.
+    pub fn free_disk(&self, i: usize) {
+        std::fs::remove_file(self.nodes[i].data_dir.join("FILL")).expect("filler");
+    }
+
+    /// Waits (up to `timeout`) for node `i` to exit on its own; journals it as a crash then.
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> std::process::ExitStatus {
+        let child = self.nodes[i].child.as_mut().expect("running");
+        let status = wait_until(timeout, Duration::from_millis(20), || {
+            child.try_wait().ok().flatten()
+        })
+        .unwrap_or_else(|| panic!("n{i} did not exit within {timeout:?}"));
+        self.nodes[i].child = None;
+        self.journal(serde_json::json!({"kind": "crash", "node": self.nodes[i].id}));
+        status
     }
 
     /// Starts node `i` again on its data directory; returns once it answers.
@@ -556,6 +598,9 @@ impl Drop for NetCluster {
                 }
             }
             let _ = Command::new("ip").args(["netns", "del", &node.ns]).status();
+            if node.mounted {
+                let _ = Command::new("umount").arg(&node.data_dir).status();
+            }
         }
         let _ = Command::new("ip")
             .args(["link", "del", &format!("chh{}", self.tag)])

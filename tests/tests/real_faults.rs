@@ -168,6 +168,35 @@ fn five_killed_admins_are_each_replaced_and_come_back_as_followers() {
     assert_clean(&mut c);
 }
 
+/// An admin whose disk fills stops (it cannot make its decisions durable, so it must not act
+/// on them), says why, and is replaced; with the space back it restarts on its log and follows.
+#[test]
+fn an_admin_whose_disk_fills_stops_is_replaced_and_recovers_once_freed() {
+    let _one = serial();
+    let mut c = NetCluster::start_with(BIN, 5, |_| NodeSetup {
+        timings: TIMINGS,
+        env: Vec::new(),
+        disk_mib: Some(16),
+    });
+    let ((_, term, admin), _) = c.wait_agreed(AGREE);
+    let others: Vec<usize> = (0..5).filter(|i| *i != admin).collect();
+    c.fill_disk(admin);
+    let status = c.wait_exit(admin, AGREE);
+    assert!(!status.success(), "{status}");
+    let log = chorus_tests::read(&c.nodes[admin].log);
+    assert!(
+        log.contains("event log storage failed") && log.contains("No space left on device"),
+        "the node should say why it stopped:\n{log}"
+    );
+    let ((_, new_term, new_admin), failover) = c.wait_agreed_among(&others, AGREE);
+    assert!(new_term > term);
+    eprintln!("full disk of the admin: n{new_admin} of term {new_term} after {failover:?}");
+    c.free_disk(admin);
+    c.restart(admin);
+    c.wait_agreed(AGREE);
+    assert_clean(&mut c);
+}
+
 /// The checker must catch a broken build: every node forges heartbeat acks (`CHORUS_FAULT`,
 /// see node/src/fault.rs), so an admin cut off in a minority keeps renewing its lease while the
 /// majority elects another — two leases at once. The same partition with an honest build is
@@ -178,6 +207,7 @@ fn the_merged_history_catches_a_build_that_forges_heartbeat_acks() {
     let mut c = NetCluster::start_with(BIN, 5, |_| NodeSetup {
         timings: TIMINGS,
         env: vec![("CHORUS_FAULT".into(), "forge-heartbeat-acks".into())],
+        disk_mib: None,
     });
     let ((_, _, admin), _) = c.wait_agreed(AGREE);
     let minority = [admin, (admin + 1) % 5];
