@@ -54,6 +54,14 @@ pub(crate) struct Acceptor {
     pub(crate) accepted: Option<(Ballot, Arc<Electorate>)>,
     /// The highest round this node has seen anywhere, so its next ballot is above it.
     pub(crate) highest_round: u64,
+    /// Proposals of this node that yielded to a rival in a row: each doubles the window its
+    /// next try is drawn from (see `arm_bootstrap_retry`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) yielded: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Core {
@@ -149,8 +157,15 @@ impl Core {
         self.arm_resend(out);
     }
 
+    /// Resends back off: each waits twice as long as the one before, up to 16 times the first,
+    /// so a proposal outlives slow round trips. At a fixed pace a proposal gave up after 1.6 s
+    /// (with 2 s discovery), so on links whose round trips take longer — a TCP segment lost
+    /// under load and retransmitted, 50–1,000 ms latencies — every proposal failed and the
+    /// cluster never founded (found on real nodes under 20 % loss and 50–150 ms delay).
     fn arm_resend(&mut self, out: &mut Vec<Command>) {
-        let every = (self.config.discovery_timeout_ms / 10).max(self.config.election_slot_min_ms);
+        let base = (self.config.discovery_timeout_ms / 10).max(self.config.election_slot_min_ms);
+        let doublings = self.proposal.as_ref().map_or(0, |p| p.resends).min(4);
+        let every = base.saturating_mul(1 << doublings);
         self.timers.set(Timer::Bootstrap, self.now_ms + every, out);
     }
 
@@ -184,10 +199,17 @@ impl Core {
         true
     }
 
-    /// Retries after a random wait, so duelling proposers draw apart.
+    /// Retries after a random wait, so duelling proposers draw apart. The window doubles with
+    /// each proposal in a row that yielded (up to 32 times the discovery timeout): with a fixed
+    /// window of one discovery timeout, proposers whose prepares took about as long as the window
+    /// to arrive kept pre-empting each other for ever (a 50–2,500 ms latency in the simulator).
     fn arm_bootstrap_retry(&mut self, out: &mut Vec<Command>) {
-        let wait = self.config.discovery_timeout_ms
-            + rng::below(&mut self.rng, self.config.discovery_timeout_ms + 1);
+        let window = self
+            .config
+            .discovery_timeout_ms
+            .saturating_mul(1 << self.acceptor.yielded.min(5));
+        self.acceptor.yielded = self.acceptor.yielded.saturating_add(1);
+        let wait = self.config.discovery_timeout_ms + rng::below(&mut self.rng, window + 1);
         self.timers.set(Timer::Bootstrap, self.now_ms + wait, out);
     }
 

@@ -702,8 +702,9 @@ pub struct Checked {
     pub failovers: crate::failover::FailoverMeter,
 }
 
-/// Checks a trace file line by line (memory bounded by the checker's state, not the trace).
-pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
+/// Checks a trace file line by line (memory bounded by the checker's state, not the trace),
+/// with the header's liveness bound or `bound_ms` (a real run over slow links needs more).
+pub fn check_file(path: &std::path::Path, bound_ms: Option<u64>) -> anyhow::Result<Checked> {
     use anyhow::Context;
     use std::io::BufRead;
     let open = || {
@@ -716,8 +717,11 @@ pub fn check_file(path: &std::path::Path) -> anyhow::Result<Checked> {
         .next()
         .transpose()?
         .ok_or_else(|| anyhow::anyhow!("{}: empty trace", path.display()))?;
-    let header: Header = serde_json::from_str(&first)
+    let mut header: Header = serde_json::from_str(&first)
         .with_context(|| format!("{} line 1 (header)", path.display()))?;
+    if let Some(b) = bound_ms {
+        header.liveness_bound_ms = b;
+    }
     let mut c = Checker::new(&header);
     let mut failovers = crate::failover::FailoverMeter::default();
     let (mut n, mut end) = (0, 0);

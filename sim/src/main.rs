@@ -43,6 +43,10 @@ enum Cmd {
     Check {
         /// A JSON Lines trace (DESIGN §6).
         trace: PathBuf,
+        /// Judge liveness against this bound instead of the header's (ms): the default has no
+        /// term for latency, so a real run over slow or lossy links needs a wider one.
+        #[arg(long, value_name = "MS")]
+        liveness_bound_ms: Option<u64>,
     },
     /// The Raft paper's election-timing experiment (Ongaro & Ousterhout §9.3, Fig. 16).
     Timing(TimingArgs),
@@ -89,7 +93,10 @@ fn main() -> ExitCode {
         Cmd::Run(args) => cmd_run(args),
         Cmd::Sweep(args) => cmd_sweep(args),
         Cmd::Replay { trace } => cmd_replay(trace),
-        Cmd::Check { trace } => cmd_check(trace),
+        Cmd::Check {
+            trace,
+            liveness_bound_ms,
+        } => cmd_check(trace, liveness_bound_ms),
         Cmd::Timing(args) => cmd_timing(args),
         Cmd::Svg { trace, out } => cmd_svg(trace, out),
         Cmd::Scenarios => {
@@ -110,9 +117,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn cmd_check(path: PathBuf) -> anyhow::Result<bool> {
+fn cmd_check(path: PathBuf, bound_ms: Option<u64>) -> anyhow::Result<bool> {
     let started = Instant::now();
-    let checked = chorus_sim::checker::check_file(&path)?;
+    let checked = chorus_sim::checker::check_file(&path, bound_ms)?;
     println!(
         "checked {} ({} engine, {} nodes, {} lines, {} of trace time, liveness bound {}) in {:.2} s",
         path.display(),

@@ -585,3 +585,14 @@ fn mixed_timeouts_never_break_an_invariant() {
 fn the_reproducers_break_no_invariant_on_turmoil_either() {
     assert_no_violation(&REPRODUCERS.join(","), 0..2, EngineChoice::Turmoil);
 }
+
+/// Founding over slow links (see the file): before the bootstrap backoffs no seed founded a
+/// cluster within the liveness bound.
+#[test]
+fn five_voters_found_a_cluster_over_slow_links() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/reproducers/slow-links-bootstrap.toml"
+    );
+    assert_no_violation(path, 0..100, EngineChoice::Des);
+}

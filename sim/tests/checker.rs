@@ -487,7 +487,7 @@ fn a_real_clusters_trace_is_checked_and_the_breaking_line_quoted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("real.jsonl");
     std::fs::write(&path, format!("{header}\n{}\n", body.join("\n"))).unwrap();
-    let checked = chorus_sim::checker::check_file(&path).unwrap();
+    let checked = chorus_sim::checker::check_file(&path, None).unwrap();
     assert_eq!(
         checked.header.eligible.as_deref().map(<[String]>::len),
         Some(2)

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub use chorus_node::devcluster::{log_since, parse_started_line, Ports, START_BOUND};
 pub use serde_json::Value;
 
+pub mod delay;
 pub mod netns;
 
 /// Protocol timings handed to every node.

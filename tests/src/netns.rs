@@ -112,6 +112,9 @@ pub struct NetCluster {
     loss_percent: u32,
     journal: PathBuf,
     keep: bool,
+    /// The test process's own address on the switch (its traffic is never delayed).
+    host: Ipv4Addr,
+    delay: Option<(u64, u64, crate::delay::Delayer)>,
 }
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
@@ -150,6 +153,8 @@ impl NetCluster {
             cut: Default::default(),
             loss_percent: 0,
             keep: false,
+            host: Ipv4Addr::new(net[0], net[1], net[2], 254),
+            delay: None,
         };
         ip(&["netns", "add", &switch]);
         ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
@@ -481,13 +486,87 @@ impl NetCluster {
     /// Every packet between nodes is dropped with `percent` % probability, each way.
     pub fn set_loss(&mut self, percent: u32) {
         self.loss_percent = percent;
+        self.journal_network();
+        self.apply();
+    }
+
+    /// Every packet between nodes is held for a random `min_ms..=max_ms` (so packets also
+    /// overtake each other), until [`NetCluster::clear_delay`].
+    pub fn set_delay(&mut self, min_ms: u64, max_ms: u64) {
+        self.clear_delay();
+        for node in &self.nodes {
+            let host = self.host.to_string();
+            let rules: [&[&str]; 2] = [
+                &[
+                    "-w", "-A", "OUTPUT", "-o", "eth0", "-d", &host, "-j", "RETURN",
+                ],
+                &[
+                    "-w",
+                    "-A",
+                    "OUTPUT",
+                    "-o",
+                    "eth0",
+                    "-j",
+                    "NFQUEUE",
+                    "--queue-num",
+                    "0",
+                    "--queue-bypass",
+                ],
+            ];
+            for rule in rules {
+                run(Command::new("ip")
+                    .args(["netns", "exec", &node.ns, "iptables-legacy"])
+                    .args(rule));
+            }
+        }
+        let namespaces: Vec<String> = self.nodes.iter().map(|n| n.ns.clone()).collect();
+        let delayer = crate::delay::Delayer::start(&namespaces, min_ms, max_ms);
+        self.delay = Some((min_ms, max_ms, delayer));
+        self.journal_network();
+    }
+
+    /// How long a TCP connection from node `from`'s host to node `to`'s HTTP port takes to open
+    /// (a SYN and a SYN-ACK: a round trip through whatever delay is in force).
+    pub fn connect_time(&self, from: usize, to: usize) -> Duration {
+        let ns = self.nodes[from].ns.clone();
+        let addr = SocketAddr::from((self.nodes[to].addr, HTTP_PORT));
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace");
+            nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+            let started = Instant::now();
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+            started.elapsed()
+        })
+        .join()
+        .expect("connect thread")
+    }
+
+    /// Ends [`NetCluster::set_delay`].
+    pub fn clear_delay(&mut self) {
+        if self.delay.take().is_some() {
+            for node in &self.nodes {
+                run(Command::new("ip").args([
+                    "netns",
+                    "exec",
+                    &node.ns,
+                    "iptables-legacy",
+                    "-w",
+                    "-F",
+                    "OUTPUT",
+                ]));
+            }
+            self.journal_network();
+        }
+    }
+
+    fn journal_network(&self) {
         self.journal(serde_json::json!({
             "kind": "network",
-            "loss_ppm": percent * 10_000,
+            "loss_ppm": self.loss_percent * 10_000,
             "duplicate_ppm": 0,
-            "reorder_ppm": 0,
+            // Random delays per packet: later packets overtake earlier ones.
+            "reorder_ppm": if self.delay.is_some() { 1_000_000 } else { 0 },
         }));
-        self.apply();
     }
 
     /// Rewrites each namespace's rules from the cuts and the loss in force.
@@ -525,6 +604,12 @@ impl NetCluster {
     /// then merges the logs with the fault journal and checks the result against DESIGN §5.
     /// Returns the merged trace's path and its violations, printed.
     pub fn stop_and_check(&mut self) -> (PathBuf, Vec<String>) {
+        self.stop_and_check_within(None)
+    }
+
+    /// [`NetCluster::stop_and_check`], liveness judged against `bound_ms` instead of the
+    /// default bound (which has no term for latency).
+    pub fn stop_and_check_within(&mut self, bound_ms: Option<u64>) -> (PathBuf, Vec<String>) {
         for i in 0..self.nodes.len() {
             if self.nodes[i].paused {
                 self.resume(i);
@@ -567,7 +652,8 @@ impl NetCluster {
                 )
             })
             .collect();
-        let checked = chorus_sim::checker::check_file(&trace).expect("the merged trace reads");
+        let checked =
+            chorus_sim::checker::check_file(&trace, bound_ms).expect("the merged trace reads");
         for v in &checked.violations {
             problems.push(format!(
                 "{v}\n  line {}: {}",

@@ -126,16 +126,34 @@ fn a_paused_admin_does_not_act_on_its_old_lease_when_it_wakes() {
 }
 
 #[test]
-fn a_cluster_losing_a_fifth_of_its_packets_keeps_an_admin() {
+fn a_cluster_losing_a_fifth_of_its_packets_with_50_to_150_ms_delays_keeps_an_admin() {
     let _one = serial();
     let mut c = NetCluster::start(BIN, 5, TIMINGS);
     c.wait_agreed(AGREE);
+    let before = c.connect_time(0, 1);
+    c.set_delay(50, 150);
+    // Each way through the queue: a connection takes a delayed SYN and a delayed SYN-ACK.
+    let during = c.connect_time(0, 1);
+    assert!(
+        during >= Duration::from_millis(100),
+        "not delayed: {during:?} (before: {before:?})"
+    );
+    eprintln!("TCP connect between hosts: {before:?} before, {during:?} with 50-150 ms delays");
     c.set_loss(20);
-    // TCP carries the loss as delay (retransmits); elections may happen, but the cluster must
-    // keep (or regain) an admin everyone knows.
+    // TCP carries the loss as more delay (retransmits); elections may happen, but the cluster
+    // must keep (or regain) an admin everyone knows.
     std::thread::sleep(Duration::from_secs(8));
     let ((_, term, admin), t) = c.wait_agreed(AGREE);
-    eprintln!("20 % loss: agreed on n{admin} of term {term} ({t:?} after 8 s of loss)");
+    eprintln!("20 % loss, 50-150 ms delay: agreed on n{admin} of term {term} ({t:?} after 8 s)");
+    // Then the admin is killed under the same conditions.
+    let others: Vec<usize> = (0..5).filter(|i| *i != admin).collect();
+    c.kill(admin);
+    let ((_, new_term, new_admin), failover) = c.wait_agreed_among(&others, AGREE);
+    assert!(new_term > term);
+    eprintln!("kill -9 under loss and delay: n{new_admin} of term {new_term} after {failover:?}");
+    c.restart(admin);
+    c.wait_agreed(AGREE);
+    c.clear_delay();
     c.set_loss(0);
     c.wait_agreed(AGREE);
     assert_clean(&mut c);

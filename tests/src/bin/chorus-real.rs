@@ -50,6 +50,16 @@ struct Args {
     /// Election timeout window, `MIN..MAX` ms.
     #[arg(long, default_value = "3000..4500")]
     election_timeout_ms: String,
+    /// Lose this percentage of the packets between nodes, throughout.
+    #[arg(long, default_value_t = 0)]
+    loss: u32,
+    /// Hold every packet between nodes for a random `MIN..MAX` ms, throughout (e.g. 50..150).
+    #[arg(long)]
+    delay_ms: Option<String>,
+    /// Judge liveness on the merged history against this bound, ms (default: the simulator's,
+    /// which has no term for latency: widen it with --loss or --delay-ms).
+    #[arg(long)]
+    liveness_bound_ms: Option<u64>,
     /// The `chorus` binary (default: `chorus-e2e` next to this program).
     #[arg(long)]
     bin: Option<std::path::PathBuf>,
@@ -95,7 +105,35 @@ fn main() -> ExitCode {
         "chorus-real: {} nodes, heartbeat {} ms, election {min}..{max} ms, fault {:?}",
         args.nodes, args.heartbeat_ms, args.fault
     );
+    let delay = match args.delay_ms.as_deref().map(|d| d.split_once("..")) {
+        None => None,
+        Some(Some((a, b))) => match (a.parse::<u64>(), b.parse::<u64>()) {
+            (Ok(a), Ok(b)) if a <= b => Some((a, b)),
+            _ => {
+                eprintln!("chorus-real: --delay-ms must be MIN..MAX with MIN <= MAX");
+                return ExitCode::from(2);
+            }
+        },
+        Some(None) => {
+            eprintln!("chorus-real: --delay-ms must be MIN..MAX");
+            return ExitCode::from(2);
+        }
+    };
+    if args.loss > 100 {
+        eprintln!("chorus-real: --loss is a percentage");
+        return ExitCode::from(2);
+    }
     let mut c = NetCluster::start(&bin, args.nodes, timings);
+    if args.loss > 0 {
+        c.set_loss(args.loss);
+    }
+    if let Some((a, b)) = delay {
+        c.set_delay(a, b);
+        println!(
+            "every packet between nodes held {a}..{b} ms, {} % lost",
+            args.loss
+        );
+    }
     let started = Instant::now();
     let ((_, _, _), cold) = c.wait_agreed(bound);
     println!("cold start: agreed after {cold:?}");
@@ -177,7 +215,7 @@ fn main() -> ExitCode {
             t[t.len() - 1]
         );
     }
-    let (trace, problems) = c.stop_and_check();
+    let (trace, problems) = c.stop_and_check_within(args.liveness_bound_ms);
     println!("merged history: {}", trace.display());
     c.keep_data();
     if problems.is_empty() {
