@@ -132,6 +132,24 @@ impl NetCluster {
 
     /// [`NetCluster::start`], node `i` started as `setup(i)` says.
     pub fn start_with(bin: &str, n: usize, setup: impl Fn(usize) -> NodeSetup) -> NetCluster {
+        let mut cluster = NetCluster::hosts(bin, n, setup);
+        cluster.start_nodes();
+        cluster
+    }
+
+    /// Starts every node (on hosts made by [`NetCluster::hosts`], whose network may already
+    /// be degraded) and waits until each has answered once.
+    pub fn start_nodes(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.spawn(i);
+        }
+        for i in 0..self.nodes.len() {
+            self.wait_answering(i);
+        }
+    }
+
+    /// The hosts and their network, no node started yet (see [`NetCluster::start_nodes`]).
+    pub fn hosts(bin: &str, n: usize, setup: impl Fn(usize) -> NodeSetup) -> NetCluster {
         assert!((1..=200).contains(&n));
         let k = CLUSTERS.fetch_add(1, Ordering::Relaxed);
         // Unique among this process's clusters and unlikely to meet another process's.
@@ -209,12 +227,6 @@ impl NetCluster {
                 timings: setup(i).timings,
                 env: setup(i).env,
             });
-        }
-        for i in 0..n {
-            cluster.spawn(i);
-        }
-        for i in 0..n {
-            cluster.wait_answering(i);
         }
         cluster
     }
