@@ -23,7 +23,7 @@ use chorus_io::eventlog::ClockAnchor;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::replay::{replay_node, Line, NodeHistory, Record, ReplayReport};
+use crate::replay::{liveness_bound, replay_node, Header, Line, NodeHistory, Record, ReplayReport};
 
 /// Which host clock the merged trace's times come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -67,37 +67,13 @@ impl MergeReport {
     }
 }
 
+/// The header's `clock`: which host clock, and the host time `t = 0` stands for.
 #[derive(Serialize)]
-struct Clock<'a> {
+pub(crate) struct Clock<'a> {
     source: ClockSource,
-    /// The host time (in the source's units) that `t = 0` stands for.
     origin_ms: u64,
     #[serde(skip_serializing_if = "str::is_empty")]
     boot_id: &'a str,
-}
-
-/// The merged trace's header: the simulator's fields (`chorus-sim check` reads it), plus who
-/// may be admin, the clock, and where the logs came from.
-#[derive(Serialize)]
-struct Header<'a> {
-    kind: &'static str,
-    seed: u64,
-    scenario: String,
-    engine: &'static str,
-    nodes: usize,
-    version: u32,
-    voters: usize,
-    duration_ms: u64,
-    steps: bool,
-    liveness_bound_ms: u64,
-    eligible: Vec<String>,
-    clock: Clock<'a>,
-    data_dirs: Vec<String>,
-}
-
-/// The simulator's default liveness bound for one node's settings (`sim` scenario.rs).
-fn liveness_bound(c: &chorus_core::Config) -> u64 {
-    c.discovery_timeout_ms + 3 * c.election_timeout_max_ms + 2 * c.heartbeat_interval_ms
 }
 
 /// One line of the merged trace before it is written, at its host time.
@@ -203,8 +179,9 @@ pub fn replay_merged(
         duration_ms: end.saturating_sub(origin),
         steps: false,
         liveness_bound_ms: bound,
-        eligible,
-        clock: Clock {
+        node: None,
+        eligible: Some(eligible),
+        clock: Some(Clock {
             source: clock,
             origin_ms: origin,
             boot_id: if clock == ClockSource::Monotonic {
@@ -212,8 +189,8 @@ pub fn replay_merged(
             } else {
                 ""
             },
-        },
-        data_dirs: dirs.iter().map(|d| d.display().to_string()).collect(),
+        }),
+        data_dirs: Some(dirs.iter().map(|d| d.display().to_string()).collect()),
     };
     if let Some(path) = trace {
         let file = std::fs::File::create(path)

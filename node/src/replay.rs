@@ -37,19 +37,34 @@ impl ReplayReport {
     }
 }
 
-/// DESIGN §6 trace lines (field names as in `sim/src/trace.rs`).
+/// A trace's header: the simulator's fields (`sim/src/trace.rs`; `chorus-sim check` reads it),
+/// plus, for one node, its id, and for a merge, who may be admin, the clock and the sources.
 #[derive(Serialize)]
-struct Header<'a> {
-    kind: &'static str,
-    seed: u64,
-    scenario: String,
-    engine: &'static str,
-    nodes: usize,
-    version: u32,
-    voters: usize,
-    duration_ms: u64,
-    steps: bool,
-    node: &'a str,
+pub(crate) struct Header<'a> {
+    pub kind: &'static str,
+    pub seed: u64,
+    pub scenario: String,
+    pub engine: &'static str,
+    pub nodes: usize,
+    pub version: u32,
+    pub voters: usize,
+    pub duration_ms: u64,
+    pub steps: bool,
+    /// The simulator's default bound for these settings.
+    pub liveness_bound_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eligible: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock: Option<crate::merge::Clock<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dirs: Option<Vec<String>>,
+}
+
+/// The simulator's default liveness bound for one node's settings (`sim` scenario.rs).
+pub(crate) fn liveness_bound(c: &chorus_core::Config) -> u64 {
+    c.discovery_timeout_ms + 3 * c.election_timeout_max_ms + 2 * c.heartbeat_interval_ms
 }
 
 #[derive(Clone, Serialize)]
@@ -210,7 +225,11 @@ pub fn replay(
             ),
             duration_ms: history.lifetimes.last().map_or(0, |l| l.last_t),
             steps: false,
-            node: &node,
+            liveness_bound_ms: liveness_bound(&history.config),
+            node: Some(&node),
+            eligible: Some(history.eligible.then(|| node.clone()).into_iter().collect()),
+            clock: None,
+            data_dirs: None,
         };
         serde_json::to_writer(&mut w, &header)?;
         writeln!(w)?;

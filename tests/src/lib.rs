@@ -142,11 +142,7 @@ impl Cluster {
             .collect();
         let node = &mut self.nodes[i];
         assert!(node.child.is_none(), "n{i} is already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .expect("log file");
+        let log = append_to(&node.log);
         let offset = log.metadata().expect("log file").len();
         let election_timeout_ms = format!("{}..{}", t.election_min_ms, t.election_max_ms);
         let spec = chorus_node::devcluster::LoopbackNode {
@@ -487,6 +483,15 @@ pub fn http_request(
     let (head, body) = raw.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_owned()))
+}
+
+/// A node's log file, opened to append (a restarted process goes on where the last stopped).
+pub fn append_to(path: &Path) -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("log file")
 }
 
 /// Polls `f` every `every` until it returns `Some` or `timeout` passes.

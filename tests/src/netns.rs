@@ -245,11 +245,7 @@ impl NetCluster {
         let node = &self.nodes[i];
         let t = node.timings;
         assert!(node.child.is_none(), "n{i} is already running");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)
-            .expect("log file");
+        let log = crate::append_to(&node.log);
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &node.ns])
             .arg(&self.bin)
