@@ -130,6 +130,52 @@ pub(crate) enum Record {
     Crash {
         node: String,
     },
+    TaskSubmitted {
+        node: String,
+        task: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        existing: bool,
+    },
+    TaskRefused {
+        node: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+        reason: String,
+    },
+    TaskCancelRequested {
+        node: String,
+        task: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request: Option<u64>,
+    },
+    TaskPlaced {
+        node: String,
+        task: String,
+        worker: String,
+        attempt: u32,
+    },
+    TaskStarted {
+        node: String,
+        task: String,
+        attempt: u32,
+    },
+    TaskFinished {
+        node: String,
+        task: String,
+        attempt: u32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        status: Option<chorus_core::TaskStatus>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The submitter has the task's result (`Notice::TaskCompleted`).
+    TaskResult {
+        node: String,
+        task: String,
+        status: chorus_core::TaskStatus,
+    },
 }
 
 impl Record {
@@ -582,15 +628,61 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             outcome: outcome.clone(),
             request: *request,
         },
-        // Task trace kinds come with the simulator's task workloads.
-        Notice::Refused { .. }
-        | Notice::TaskSubmitted { .. }
-        | Notice::TaskRefused { .. }
-        | Notice::TaskCancelRequested { .. }
-        | Notice::TaskPlaced { .. }
-        | Notice::TaskStarted { .. }
-        | Notice::TaskFinished { .. }
-        | Notice::TaskCompleted { .. } => return None,
+        // The task kinds as the simulator writes them (`sim/src/sink.rs`), so invariant 7 is
+        // judged on real clusters' logs too.
+        Notice::TaskSubmitted {
+            task,
+            request,
+            existing,
+        } => Record::TaskSubmitted {
+            node,
+            task: task.to_string(),
+            request: (*request != 0).then_some(*request),
+            existing: *existing,
+        },
+        Notice::TaskRefused { request, reason } => Record::TaskRefused {
+            node,
+            request: (*request != 0).then_some(*request),
+            reason: reason.clone(),
+        },
+        Notice::TaskCancelRequested { task, request } => Record::TaskCancelRequested {
+            node,
+            task: task.to_string(),
+            request: (*request != 0).then_some(*request),
+        },
+        Notice::TaskPlaced {
+            task,
+            worker,
+            attempt,
+        } => Record::TaskPlaced {
+            node,
+            task: task.to_string(),
+            worker: worker.to_string(),
+            attempt: *attempt,
+        },
+        Notice::TaskStarted { task, attempt } => Record::TaskStarted {
+            node,
+            task: task.to_string(),
+            attempt: *attempt,
+        },
+        Notice::TaskFinished {
+            task,
+            attempt,
+            status,
+            error,
+        } => Record::TaskFinished {
+            node,
+            task: task.to_string(),
+            attempt: *attempt,
+            status: *status,
+            error: error.clone(),
+        },
+        Notice::TaskCompleted { task, status } => Record::TaskResult {
+            node,
+            task: task.to_string(),
+            status: *status,
+        },
+        Notice::Refused { .. } => return None,
     })
 }
 
@@ -726,6 +818,48 @@ mod tests {
                 request: 0,
             }),
             r#"{"t":5,"kind":"membership_change","node":"n0","change":{"op":"add","node":"n3"},"outcome":{"outcome":"refused","reason":"no_lease"}}"#
+        );
+    }
+
+    /// Task notices become the simulator's task kinds (`sim/src/sink.rs`), so the checker
+    /// judges invariant 7 on real logs.
+    #[test]
+    fn task_notices_become_the_simulators_task_lines() {
+        use chorus_core::{NodeId, TaskId, TaskStatus};
+        let line = |n: &Notice| {
+            let record = notice_record("n1", n).expect("traced");
+            serde_json::to_string(&Line {
+                t: 5,
+                record: &record,
+            })
+            .unwrap()
+        };
+        let task = TaskId {
+            origin: NodeId::from("n1"),
+            seq: 3,
+        };
+        assert_eq!(
+            line(&Notice::TaskSubmitted {
+                task: task.clone(),
+                request: 9,
+                existing: false
+            }),
+            r#"{"t":5,"kind":"task_submitted","node":"n1","task":"n1-3","request":9}"#
+        );
+        assert_eq!(
+            line(&Notice::TaskPlaced {
+                task: task.clone(),
+                worker: NodeId::from("n2"),
+                attempt: 1
+            }),
+            r#"{"t":5,"kind":"task_placed","node":"n1","task":"n1-3","worker":"n2","attempt":1}"#
+        );
+        assert_eq!(
+            line(&Notice::TaskCompleted {
+                task,
+                status: TaskStatus::Succeeded
+            }),
+            r#"{"t":5,"kind":"task_result","node":"n1","task":"n1-3","status":"succeeded"}"#
         );
     }
 

@@ -293,6 +293,13 @@ fn every_queued_task_completes_after_the_admin_is_killed() {
     let ids: Vec<String> = (0..12)
         .map(|n| submit(&t.c, at, &spec(&format!("sleep 1; echo q-{n}"))).1)
         .collect();
+    let journal = t.c.root().join("faults.jsonl");
+    let crash = serde_json::json!({
+        "at_monotonic_ms": chorus_tests::netns::monotonic_ms(),
+        "kind": "crash",
+        "node": t.ids[admin],
+    });
+    std::fs::write(&journal, format!("{crash}\n")).unwrap();
     t.c.kill(admin);
     let (_, _, new_admin) = t.c.wait_agreed(Duration::from_secs(60));
     assert_ne!(new_admin, admin);
@@ -301,6 +308,33 @@ fn every_queued_task_completes_after_the_admin_is_killed() {
         assert_eq!(r["status"], "succeeded", "{r}");
         assert_eq!(r["stdout"], format!("q-{n}\n"));
     }
+    // What the nodes decided, together, holds invariant 7 (one result per accepted task, at
+    // its submitter; placements only under a lease) and 1-5, on the merged logs.
+    for i in (0..3).filter(|i| *i != admin) {
+        t.c.terminate(i);
+    }
+    let dirs: Vec<std::path::PathBuf> = t.c.nodes.iter().map(|n| n.data_dir.clone()).collect();
+    let trace = t.c.root().join("merged.jsonl");
+    let mut out = Vec::new();
+    let report = chorus_node::merge::replay_merged(&dirs, Some(&journal), Some(&trace), &mut out)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", String::from_utf8_lossy(&out)));
+    assert!(report.ok(), "{}", String::from_utf8_lossy(&out));
+    let checked = chorus_sim::checker::check_file(&trace, None).unwrap();
+    assert!(
+        checked.violations.is_empty(),
+        "{:?}\n{:?}",
+        checked.violations,
+        checked.quoted
+    );
+    let text = std::fs::read_to_string(&trace).unwrap();
+    for id in &ids {
+        let result = format!(
+            r#""kind":"task_result","node":"{}","task":"{id}""#,
+            t.ids[at]
+        );
+        assert_eq!(text.matches(&result).count(), 1, "one result for {id}");
+    }
+    assert!(text.matches(r#""kind":"task_placed""#).count() >= ids.len());
 }
 
 #[test]
