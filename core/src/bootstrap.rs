@@ -500,6 +500,69 @@ mod tests {
         c
     }
 
+    /// Duelling proposers draw apart: each proposal in a row that yields to a rival doubles the
+    /// window its next try is drawn from, and the count survives a snapshot, so a restarted
+    /// node does not duel at the narrowest window again.
+    ///
+    /// Kills `is_zero`'s `==` → `!=` (a non-zero count was left out of the snapshot).
+    #[test]
+    fn each_yield_widens_the_retry_window_and_a_snapshot_keeps_it() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("c", true));
+        let d = c.config.discovery_timeout_ms;
+        for n in 0..3u32 {
+            let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+            c.step_vec(
+                at,
+                Event::TimerFired {
+                    timer: Timer::Bootstrap,
+                },
+            );
+            let round = c.proposal.as_ref().expect("proposing").ballot.round;
+            let rival = Message::BootstrapPrepare {
+                ballot: crate::Ballot {
+                    round: round + 1,
+                    node: "b".into(),
+                },
+                expect: 3,
+            };
+            c.step_vec(at, from("b", rival));
+            assert!(c.proposal.is_none(), "yielded");
+            assert_eq!(c.acceptor.yielded, n + 1);
+            let wait = c.timers.deadline(Timer::Bootstrap).expect("retry armed") - at;
+            assert!(
+                wait >= d && wait <= d + (d << n),
+                "yield {n}: waits {wait} ms"
+            );
+        }
+        let restored = Core::restore(&c.snapshot()).unwrap();
+        assert_eq!(restored.acceptor.yielded, 3);
+        assert_eq!(restored, c);
+    }
+
+    /// The first proposal is staggered by rank: the lowest id goes first, each other a slot
+    /// (`election_slot_min_ms`) per node ranked below it later.
+    ///
+    /// Kills `maybe_bootstrap`'s rank `p < id` → `==`, `>`; `slot × (rank + 1)` → `+`, `/`.
+    /// (`<` → `<=` is equivalent: a node is never its own peer.)
+    #[test]
+    fn the_first_proposal_waits_one_slot_per_lower_ranked_node() {
+        let slot = cfg(3).election_slot_min_ms;
+        assert_eq!(slot, 100);
+        for (id, slots) in [("a", 1), ("b", 2), ("c", 3)] {
+            let mut c = fresh(id, 3);
+            for peer in ["a", "b", "c"].into_iter().filter(|p| *p != id) {
+                c.step_vec(0, up(peer, true));
+            }
+            assert_eq!(
+                c.timers.deadline(Timer::Bootstrap),
+                Some(slots * slot),
+                "{id}"
+            );
+        }
+    }
+
     #[test]
     fn a_lone_node_founds_its_cluster_when_one_is_expected() {
         let c = fresh("solo", 1);
