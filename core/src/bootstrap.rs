@@ -563,6 +563,69 @@ mod tests {
         }
     }
 
+    /// A proposal nobody answers resends its phase to the silent peers at a pace that doubles,
+    /// up to 16 times the first interval (a tenth of the discovery timeout), eight times, then
+    /// starts over higher.
+    ///
+    /// Kills `arm_resend` → `()` and its doubling's mutants (`<<`, `min(4)`, `max`).
+    #[test]
+    fn an_unanswered_proposal_resends_at_a_doubling_pace_then_starts_over() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("c", true));
+        let base = c.config.discovery_timeout_ms / 10;
+        let mut at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+        let first = c.step_vec(
+            at,
+            Event::TimerFired {
+                timer: Timer::Bootstrap,
+            },
+        );
+        let round = c.proposal.as_ref().expect("proposing").ballot.round;
+        let prepares = |out: &[Command]| {
+            out.iter()
+                .filter(|c| {
+                    matches!(
+                        c,
+                        Command::Send {
+                            msg: Message::BootstrapPrepare { .. },
+                            ..
+                        }
+                    )
+                })
+                .count()
+        };
+        assert_eq!(prepares(&first), 2);
+        let mut gaps = Vec::new();
+        for _ in 0..8 {
+            let next = c
+                .timers
+                .deadline(Timer::Bootstrap)
+                .expect("a resend is armed");
+            gaps.push(next - at);
+            at = next;
+            let out = c.step_vec(
+                at,
+                Event::TimerFired {
+                    timer: Timer::Bootstrap,
+                },
+            );
+            assert_eq!(prepares(&out), 2, "resent to b and c");
+            assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round);
+        }
+        let x = |k: u64| k * base;
+        assert_eq!(gaps, [x(1), x(2), x(4), x(8), x(16), x(16), x(16), x(16)]);
+        // The resends are used up: the next firing starts a new, higher round.
+        let next = c.timers.deadline(Timer::Bootstrap).expect("armed");
+        c.step_vec(
+            next,
+            Event::TimerFired {
+                timer: Timer::Bootstrap,
+            },
+        );
+        assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round + 1);
+    }
+
     #[test]
     fn a_lone_node_founds_its_cluster_when_one_is_expected() {
         let c = fresh("solo", 1);
