@@ -626,6 +626,84 @@ mod tests {
         assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round + 1);
     }
 
+    fn prepares_sent(out: &[Command]) -> usize {
+        out.iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::Send {
+                        msg: Message::BootstrapPrepare { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    }
+
+    /// Rule 2 at the proposer: a node that no longer advertises `admin_election` when its
+    /// bootstrap timer fires (its configuration dropped it) proposes nothing, though the timer
+    /// was armed while it was eligible.
+    ///
+    /// Kills `on_bootstrap_timer`'s `knows_a_cluster() || !is_eligible()` → `&&`.
+    #[test]
+    fn a_node_no_longer_eligible_when_its_bootstrap_timer_fires_proposes_nothing() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("c", true));
+        let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+        c.step_vec(
+            1,
+            Event::CapabilitiesChanged {
+                capabilities: vec!["docker".into()],
+            },
+        );
+        let out = c.step_vec(
+            at,
+            Event::TimerFired {
+                timer: Timer::Bootstrap,
+            },
+        );
+        assert_eq!(prepares_sent(&out), 0, "{out:?}");
+        assert!(c.proposal.is_none());
+    }
+
+    /// A proposal needs `bootstrap_expect` eligible nodes when it starts, not only when its
+    /// timer was armed: a peer gone in between leaves the node waiting. And no ballot goes past
+    /// the wire's integer range: a node whose rounds reached it proposes no more.
+    ///
+    /// Kills `on_bootstrap_timer`'s `eligible.len() + 1 < expect || highest_round >=
+    /// MAX_WIRE_INT` → `&&` (both halves).
+    #[test]
+    fn no_proposal_starts_short_of_the_expected_nodes_or_at_the_top_round() {
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("c", true));
+        let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+        c.step_vec(1, Event::PeerDown { peer: "c".into() });
+        let out = c.step_vec(
+            at,
+            Event::TimerFired {
+                timer: Timer::Bootstrap,
+            },
+        );
+        assert_eq!(prepares_sent(&out), 0, "c is gone: {out:?}");
+        assert!(c.proposal.is_none());
+
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("c", true));
+        c.acceptor.highest_round = crate::MAX_WIRE_INT;
+        let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+        let out = c.step_vec(
+            at,
+            Event::TimerFired {
+                timer: Timer::Bootstrap,
+            },
+        );
+        assert_eq!(prepares_sent(&out), 0, "no round above the top: {out:?}");
+        assert_eq!(c.acceptor.highest_round, crate::MAX_WIRE_INT);
+    }
+
     #[test]
     fn a_lone_node_founds_its_cluster_when_one_is_expected() {
         let c = fresh("solo", 1);

@@ -112,6 +112,12 @@ enum Cmd {
         /// timed by `at_monotonic_ms` (or `at_unix_ms`) instead of `t`; merged into the trace.
         #[arg(long, value_name = "FILE")]
         journal: Option<PathBuf>,
+        /// Invariant 7's bound on a task's result in the merged trace's header, for
+        /// `chorus-sim check` [default: the simulator's bound for the nodes' settings and the
+        /// longest task timeout submitted; it leaves out queueing, so a cluster given more
+        /// tasks than slots needs a larger one].
+        #[arg(long, value_name = "MS", requires = "trace")]
+        task_bound_ms: Option<u64>,
     },
     /// Last-resort recovery of a cluster that lost its quorum for good (run on one STOPPED
     /// survivor).
@@ -214,7 +220,8 @@ pub fn main() -> ExitCode {
             data_dir,
             trace,
             journal,
-        } if data_dir.len() > 1 || journal.is_some() => {
+            task_bound_ms,
+        } if data_dir.len() > 1 || journal.is_some() || task_bound_ms.is_some() => {
             let mut sources = Vec::new();
             for dir in &data_dir {
                 match replay_source(dir) {
@@ -224,7 +231,13 @@ pub fn main() -> ExitCode {
             }
             let dirs: Vec<PathBuf> = sources.iter().map(|(d, _)| d.clone()).collect();
             let mut stdout = std::io::stdout().lock();
-            match merge::replay_merged(&dirs, journal.as_deref(), trace.as_deref(), &mut stdout) {
+            match merge::replay_merged(
+                &dirs,
+                journal.as_deref(),
+                trace.as_deref(),
+                task_bound_ms,
+                &mut stdout,
+            ) {
                 Ok(r) if r.ok() => ExitCode::SUCCESS,
                 Ok(r) => {
                     for (node, n) in r.nodes.iter().filter(|(_, n)| !n.ok()) {
@@ -243,6 +256,7 @@ pub fn main() -> ExitCode {
             mut data_dir,
             trace,
             journal: _,
+            task_bound_ms: _,
         } => {
             let data_dir = data_dir.pop().expect("clap requires one");
             let (log_dir, _copy) = match replay_source(&data_dir) {

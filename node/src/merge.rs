@@ -23,7 +23,9 @@ use chorus_io::eventlog::ClockAnchor;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::replay::{liveness_bound, replay_node, Header, Line, NodeHistory, Record, ReplayReport};
+use crate::replay::{
+    liveness_bound, replay_node, task_bound, Header, Line, NodeHistory, Record, ReplayReport,
+};
 
 /// Which host clock the merged trace's times come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -115,11 +117,14 @@ impl Entry {
 }
 
 /// Replays every directory of `dirs` (each a node's data or log directory), prints each
-/// replay to `out`, and writes the merged trace to `trace` when given.
+/// replay to `out`, and writes the merged trace to `trace` when given. `task_bound_ms`
+/// overrides invariant 7's bound in the trace's header (default: the simulator's bound for
+/// these settings and the longest task timeout submitted; none when no task was).
 pub fn replay_merged(
     dirs: &[PathBuf],
     journal: Option<&Path>,
     trace: Option<&Path>,
+    task_bound_ms: Option<u64>,
     out: &mut dyn Write,
 ) -> anyhow::Result<MergeReport> {
     let mut histories = Vec::new();
@@ -179,6 +184,7 @@ pub fn replay_merged(
         duration_ms: end.saturating_sub(origin),
         steps: false,
         liveness_bound_ms: bound,
+        task_bound_ms: task_bound_ms.or_else(|| task_bound(&histories.iter().collect::<Vec<_>>())),
         node: None,
         eligible: Some(eligible),
         clock: Some(Clock {
@@ -430,13 +436,14 @@ mod tests {
             at(&lines(&single), "became_admin", id)
         };
         let (local_a, local_b) = (local(&a, "a"), local(&b, "b"));
-        let r = replay_merged(&[a, b], None, Some(&trace), &mut out).unwrap();
+        let r = replay_merged(&[a, b], None, Some(&trace), None, &mut out).unwrap();
         assert!(r.ok(), "{}", String::from_utf8_lossy(&out));
         assert_eq!(r.clock, ClockSource::Monotonic);
         let l = lines(&trace);
         assert_eq!(l[0]["engine"], "real");
         assert_eq!(l[0]["clock"]["origin_ms"], 10_000);
         assert_eq!(l[0]["eligible"], serde_json::json!(["a", "b"]));
+        assert!(l[0].get("task_bound_ms").is_none(), "no task was submitted");
         assert_eq!(at(&l, "restart", "a"), [0]);
         assert_eq!(at(&l, "restart", "b"), [500, 70_000]);
         let (won_a, won_b) = (at(&l, "became_admin", "a"), at(&l, "became_admin", "b"));
@@ -482,6 +489,7 @@ mod tests {
             &[a.clone(), b.clone()],
             Some(&journal),
             Some(&trace),
+            None,
             &mut Vec::new(),
         )
         .unwrap();
@@ -501,13 +509,14 @@ mod tests {
             &[a.clone(), b.clone()],
             Some(&journal),
             None,
+            None,
             &mut Vec::new(),
         )
         .err()
         .unwrap();
         assert!(format!("{e:#}").contains("no `at_monotonic_ms`"), "{e:#}");
         std::fs::write(&journal, "{\"at_monotonic_ms\":1,\"kind\":\"voted\"}\n").unwrap();
-        let e = replay_merged(&[a, b], Some(&journal), None, &mut Vec::new())
+        let e = replay_merged(&[a, b], Some(&journal), None, None, &mut Vec::new())
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("is not a fault"), "{e:#}");
@@ -518,7 +527,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
         lone_voter(&a, "a", &[(0, 10_000)]);
-        let e = replay_merged(&[a.clone(), a], None, None, &mut Vec::new())
+        let e = replay_merged(&[a.clone(), a], None, None, None, &mut Vec::new())
             .err()
             .unwrap();
         assert!(format!("{e:#}").contains("given twice"), "{e:#}");

@@ -52,6 +52,9 @@ pub(crate) struct Header<'a> {
     pub steps: bool,
     /// The simulator's default bound for these settings.
     pub liveness_bound_ms: u64,
+    /// Invariant 7's bound on a task's result ([`task_bound`]), when tasks were submitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_bound_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,6 +68,27 @@ pub(crate) struct Header<'a> {
 /// The simulator's default liveness bound for one node's settings (`sim` scenario.rs).
 pub(crate) fn liveness_bound(c: &chorus_core::Config) -> u64 {
     c.discovery_timeout_ms + 3 * c.election_timeout_max_ms + 2 * c.heartbeat_interval_ms
+}
+
+/// Invariant 7's bound for these nodes' histories, as the simulator computes it for its own
+/// runs ([`chorus_core::task::result_bound_ms`]: every attempt of the longest task submitted
+/// runs to its timeout), or `None` when no task was submitted. Tasks submitted before a
+/// node's snapshot are not seen; `chorus replay --task-bound-ms` overrides the figure.
+pub(crate) fn task_bound(histories: &[&NodeHistory]) -> Option<u64> {
+    let longest = histories.iter().filter_map(|h| h.longest_task_ms).max()?;
+    let heartbeat = histories
+        .iter()
+        .map(|h| h.config.heartbeat_interval_ms)
+        .max()
+        .unwrap_or(0);
+    let liveness = histories
+        .iter()
+        .map(|h| liveness_bound(&h.config))
+        .max()
+        .unwrap_or(0);
+    Some(chorus_core::task::result_bound_ms(
+        heartbeat, liveness, longest,
+    ))
 }
 
 #[derive(Clone, Serialize)]
@@ -241,6 +265,8 @@ pub(crate) struct NodeHistory {
     /// The core's configuration and eligibility at the end of the replay.
     pub config: chorus_core::Config,
     pub eligible: bool,
+    /// The longest timeout of a task submitted here in the replayed events, if any was.
+    pub longest_task_ms: Option<u64>,
 }
 
 /// Replays `data_dir`, printing to `out`; writes a trace to `trace` when given.
@@ -272,6 +298,7 @@ pub fn replay(
             duration_ms: history.lifetimes.last().map_or(0, |l| l.last_t),
             steps: false,
             liveness_bound_ms: liveness_bound(&history.config),
+            task_bound_ms: task_bound(&[&history]),
             node: Some(&node),
             eligible: Some(history.eligible.then(|| node.clone()).into_iter().collect()),
             clock: None,
@@ -370,6 +397,7 @@ pub(crate) fn replay_node(
     let mut ledger = VoteLedger::default();
     let voter = core.id().clone();
     let mut commands = Vec::new();
+    let mut longest_task_ms = None;
     for (seq, now_ms, event) in basis.events {
         if now_ms < core.now_ms() {
             bail!(
@@ -377,6 +405,9 @@ pub(crate) fn replay_node(
                 path.display(),
                 core.now_ms()
             );
+        }
+        if let Event::SubmitTask { spec, .. } = &event {
+            longest_task_ms = longest_task_ms.max(Some(spec.timeout_ms));
         }
         let restart = matches!(event, Event::Started);
         let clean = matches!(event, Event::Shutdown);
@@ -558,6 +589,7 @@ pub(crate) fn replay_node(
         anchors,
         lifetimes,
         lines: trace_out.unwrap_or_default(),
+        longest_task_ms,
     })
 }
 

@@ -786,20 +786,19 @@ impl Scenario {
     pub fn task_bound(&self) -> Option<u64> {
         let t = self.tasks.as_ref()?;
         Some(t.result_bound.unwrap_or_else(|| {
-            let tick = self
+            let heartbeat = self
                 .all_configs()
                 .iter()
-                .map(|c| c.heartbeat_interval_ms.clamp(10, 1_000))
+                .map(|c| c.heartbeat_interval_ms)
                 .max()
                 .unwrap_or(1_000);
-            let reoffer = 10 * tick;
-            let attempts = u64::from(chorus_core::task::MAX_ATTEMPTS);
             let hang = if t.hang_ppm > 0 {
                 t.hang_cancel_after
             } else {
                 0
             };
-            self.liveness_bound() + attempts * t.longest_run_ms() + 2 * reoffer + hang
+            chorus_core::task::result_bound_ms(heartbeat, self.liveness_bound(), t.longest_run_ms())
+                + hang
         }))
     }
 

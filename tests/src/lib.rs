@@ -465,7 +465,21 @@ pub fn http_request(
     path: &str,
     body: Option<&str>,
 ) -> Option<(u16, String)> {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    http_request_at(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        method,
+        path,
+        body,
+    )
+}
+
+/// One HTTP/1.1 request with an optional JSON body to `addr`; `None` when nothing answers.
+pub fn http_request_at(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(15)))
@@ -473,8 +487,9 @@ pub fn http_request(
     let body = body.unwrap_or_default();
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        addr.ip(),
         body.len()
     )
     .ok()?;
@@ -483,6 +498,25 @@ pub fn http_request(
     let (head, body) = raw.split_once("\r\n\r\n")?;
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_owned()))
+}
+
+/// Containers (any state) labelled as node `node`'s sandboxes, by `docker ps -a`.
+pub fn containers_of(node: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--no-trunc",
+            "--filter",
+            &format!("label=io.chorus.node={node}"),
+        ])
+        .output()
+        .expect("docker ps runs");
+    assert!(out.status.success(), "docker ps: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A node's log file, opened to append (a restarted process goes on where the last stopped).

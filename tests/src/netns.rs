@@ -87,6 +87,8 @@ pub struct NetNode {
     env: Vec<(String, String)>,
     /// Whether its data directory is a tmpfs mount of its own.
     mounted: bool,
+    /// Extra `chorus run` arguments.
+    args: Vec<String>,
 }
 
 /// How one node is started (see [`NetCluster::start_with`]).
@@ -98,6 +100,8 @@ pub struct NodeSetup {
     /// Put the data directory on a tmpfs of this many MiB, so the test can fill it
     /// ([`NetCluster::fill_disk`]).
     pub disk_mib: Option<u32>,
+    /// Extra `chorus run` arguments (e.g. `--docker` to run tasks).
+    pub args: Vec<String>,
 }
 
 /// N nodes on their own hosts. Dropping it kills every process and removes the namespaces.
@@ -127,6 +131,7 @@ impl NetCluster {
             timings,
             env: Vec::new(),
             disk_mib: None,
+            args: Vec::new(),
         })
     }
 
@@ -226,6 +231,7 @@ impl NetCluster {
                 paused: false,
                 timings: setup(i).timings,
                 env: setup(i).env,
+                args: setup(i).args,
             });
         }
         cluster
@@ -261,7 +267,8 @@ impl NetCluster {
                 "--election-timeout-ms",
                 &format!("{}..{}", t.election_min_ms, t.election_max_ms),
             ])
-            .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()]);
+            .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()])
+            .args(&node.args);
         for (j, other) in self.nodes.iter().enumerate() {
             if j != i {
                 cmd.args([
@@ -300,6 +307,36 @@ impl NetCluster {
             return None;
         }
         let (code, body) = crate::http_get_at(SocketAddr::from((node.addr, HTTP_PORT)), "/status")?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    /// One HTTP request to node `i`'s API; `None` when it does not answer.
+    pub fn http(
+        &self,
+        i: usize,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Option<(u16, String)> {
+        let addr = SocketAddr::from((self.nodes[i].addr, HTTP_PORT));
+        crate::http_request_at(addr, method, path, body)
+    }
+
+    /// Submits a task at node `i` (`POST /tasks`); returns its id.
+    pub fn submit(&self, i: usize, spec: &Value) -> String {
+        let (code, body) = self
+            .http(i, "POST", "/tasks", Some(&spec.to_string()))
+            .unwrap_or_else(|| panic!("n{i} does not answer a submit"));
+        let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        v["task"]
+            .as_str()
+            .unwrap_or_else(|| panic!("n{i}: submit answered {code}: {body}"))
+            .to_owned()
+    }
+
+    /// Task `id` as its submitter, node `i`, reports it (`GET /tasks/{id}`).
+    pub fn task(&self, i: usize, id: &str) -> Option<Value> {
+        let (code, body) = self.http(i, "GET", &format!("/tasks/{id}"), None)?;
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
@@ -642,13 +679,14 @@ impl NetCluster {
         let trace = self.root.path().join("merged.jsonl");
         let mut out = Vec::new();
         let journal = self.journal.exists().then_some(self.journal.as_path());
-        let report = chorus_node::merge::replay_merged(&dirs, journal, Some(&trace), &mut out)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "merged replay failed: {e:#}\n{}",
-                    String::from_utf8_lossy(&out)
-                )
-            });
+        let report =
+            chorus_node::merge::replay_merged(&dirs, journal, Some(&trace), None, &mut out)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "merged replay failed: {e:#}\n{}",
+                        String::from_utf8_lossy(&out)
+                    )
+                });
         let mut problems: Vec<String> = report
             .nodes
             .iter()
@@ -689,6 +727,14 @@ impl Drop for NetCluster {
                 eprintln!("---- n{i} ({}) log (last lines) ----", node.addr);
                 for line in tail.iter().rev() {
                     eprintln!("{line}");
+                }
+            }
+            // Sandboxes a killed node left (a stopped one removes its own).
+            if node.args.iter().any(|a| a == "--docker") && !node.id.is_empty() {
+                for container in crate::containers_of(&node.id) {
+                    let _ = Command::new("docker")
+                        .args(["rm", "-f", &container])
+                        .output();
                 }
             }
             let _ = Command::new("ip").args(["netns", "del", &node.ns]).status();

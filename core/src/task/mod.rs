@@ -46,6 +46,26 @@ pub const REPO_CAPABILITY_PREFIX: &str = "repo:";
 /// A task runs at most this many times when its failures are retryable.
 pub const MAX_ATTEMPTS: u32 = 3;
 
+/// How long a task may wait for its result once the cluster is healed, a majority of the
+/// electorate is up and `liveness_bound_ms` has passed (an admin holds a lease and every node
+/// knows it): every attempt runs to its end (`longest_run_ms`: the longest timeout), and the
+/// submitter's offer and the worker's report are each lost once with an old admin and re-sent at
+/// the next re-offer ([`submit`]'s `REOFFER_TICKS` task ticks). Queueing is not in it: a
+/// cluster given more work than it has slots is late by design. The simulator's checker judges
+/// invariant 7 by this bound, for simulated runs and for real clusters' merged logs.
+pub fn result_bound_ms(
+    heartbeat_interval_ms: u64,
+    liveness_bound_ms: u64,
+    longest_run_ms: u64,
+) -> u64 {
+    let reoffer = heartbeat_interval_ms
+        .clamp(10, 1_000)
+        .saturating_mul(submit::REOFFER_TICKS);
+    liveness_bound_ms
+        .saturating_add(u64::from(MAX_ATTEMPTS).saturating_mul(longest_run_ms))
+        .saturating_add(2 * reoffer)
+}
+
 /// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame.
 pub const MAX_TAIL_BYTES: usize = 8 * 1024;
 
