@@ -104,8 +104,13 @@ impl Core {
             ));
             return self.adopt_electorate(e, out);
         }
+        // The timer first: once armed, a voter that hears of thousands of workers does not
+        // walk its peer table at every one (quadratic at a cold start).
+        if self.timers.deadline(Timer::Bootstrap).is_some() {
+            return;
+        }
         let eligible = self.eligible_peers();
-        if eligible.len() + 1 < expect || self.timers.deadline(Timer::Bootstrap).is_some() {
+        if eligible.len() + 1 < expect {
             return;
         }
         let rank = eligible.iter().filter(|p| **p < self.id).count() as u64;

@@ -110,6 +110,9 @@ pub struct Checker {
     votes: BTreeMap<(String, u64), String>,
     live: BTreeSet<String>,
     known: BTreeMap<String, (String, u64)>,
+    /// How many live nodes know each (admin, term) in `known`: agreement is then one lookup
+    /// per line, not a walk over every live node (quadratic in a cold start of many nodes).
+    known_live: BTreeMap<String, BTreeMap<u64, usize>>,
     /// Directed cuts in force, and the groups of the last partition.
     cuts: BTreeSet<(String, String)>,
     groups: Vec<Vec<String>>,
@@ -151,6 +154,7 @@ impl Checker {
             votes: BTreeMap::new(),
             live: BTreeSet::new(),
             known: BTreeMap::new(),
+            known_live: BTreeMap::new(),
             cuts: BTreeSet::new(),
             groups: Vec::new(),
             stable_since: None,
@@ -270,7 +274,7 @@ impl Checker {
             }
             Record::VoteGranted { node, term, to } => self.vote(node, *term, to, t, line_no),
             Record::AdminKnown { node, admin, term } => {
-                self.known.insert(node.clone(), (admin.clone(), *term));
+                self.learn_known(node, admin, *term);
             }
             Record::Role { node, term, .. } => self.check_term(*term, t, line_no, node),
             Record::ElectorateChanged {
@@ -299,14 +303,14 @@ impl Checker {
                 if self.admin_now.as_ref() == Some(node) {
                     self.admin_now = None;
                 }
+                self.forget_known(node);
                 self.live.remove(node);
                 self.leases.remove(node);
-                self.known.remove(node);
                 self.topology_changed(t);
             }
             Record::Restart { node } => {
+                self.forget_known(node);
                 self.live.insert(node.clone());
-                self.known.remove(node);
                 self.topology_changed(t);
             }
             Record::Partition { groups } => {
@@ -590,10 +594,46 @@ impl Checker {
             *end > t
                 && self.live.contains(admin)
                 && self
-                    .live
-                    .iter()
-                    .all(|n| self.known.get(n) == Some(&(admin.clone(), *term)))
+                    .known_live
+                    .get(admin)
+                    .and_then(|terms| terms.get(term))
+                    .is_some_and(|n| *n == self.live.len())
         })
+    }
+
+    /// `node` now knows `admin` of `term` (counted while it is live).
+    fn learn_known(&mut self, node: &str, admin: &str, term: u64) {
+        self.forget_known(node);
+        if self.live.contains(node) {
+            *self
+                .known_live
+                .entry(admin.to_owned())
+                .or_default()
+                .entry(term)
+                .or_default() += 1;
+        }
+        self.known.insert(node.to_owned(), (admin.to_owned(), term));
+    }
+
+    /// `node` knows no admin any more (call before it leaves or joins `live`).
+    fn forget_known(&mut self, node: &str) {
+        let Some((admin, term)) = self.known.remove(node) else {
+            return;
+        };
+        if !self.live.contains(node) {
+            return;
+        }
+        if let Some(terms) = self.known_live.get_mut(&admin) {
+            if let Some(n) = terms.get_mut(&term) {
+                *n -= 1;
+                if *n == 0 {
+                    terms.remove(&term);
+                }
+            }
+            if terms.is_empty() {
+                self.known_live.remove(&admin);
+            }
+        }
     }
 
     fn check_agreement(&mut self, t: u64) {
