@@ -509,7 +509,8 @@ mod tests {
     /// window its next try is drawn from, and the count survives a snapshot, so a restarted
     /// node does not duel at the narrowest window again.
     ///
-    /// Kills `is_zero`'s `==` → `!=` (a non-zero count was left out of the snapshot).
+    /// Kills `is_zero`'s `==` → `!=` (a non-zero count was left out of the snapshot), and
+    /// `arm_bootstrap_retry`'s `1 << yielded` → `>>`, `window + 1` → `-`, `*`.
     #[test]
     fn each_yield_widens_the_retry_window_and_a_snapshot_keeps_it() {
         let mut c = fresh("a", 3);
@@ -532,6 +533,7 @@ mod tests {
                 },
                 expect: 3,
             };
+            let mut rng = c.rng.clone();
             c.step_vec(at, from("b", rival));
             assert!(c.proposal.is_none(), "yielded");
             assert_eq!(c.acceptor.yielded, n + 1);
@@ -539,6 +541,12 @@ mod tests {
             assert!(
                 wait >= d && wait <= d + (d << n),
                 "yield {n}: waits {wait} ms"
+            );
+            // Exactly one draw, uniform over the whole window, both ends included.
+            assert_eq!(
+                wait,
+                d + crate::rng::below(&mut rng, (d << n) + 1),
+                "yield {n}"
             );
         }
         let restored = Core::restore(&c.snapshot()).unwrap();
@@ -629,6 +637,56 @@ mod tests {
             },
         );
         assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round + 1);
+    }
+
+    /// Peers sent to by `out`, with the message's kind.
+    fn sends(out: &[Command]) -> Vec<(String, &'static str)> {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Send { to, msg } => Some((to.as_str().to_owned(), msg.kind())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A resend goes only to the peers that have not answered the running phase: promised
+    /// peers get no second prepare, accepting peers no second accept.
+    ///
+    /// Kills `resend_phase`'s `!promises.contains_key` → `true` and `!accepted_by.contains`
+    /// → `true`, `false`, `contains`.
+    #[test]
+    fn a_resend_goes_only_to_the_peers_that_have_not_answered() {
+        let mut c = fresh("a", 3);
+        for p in ["b", "c", "d"] {
+            c.step_vec(0, up(p, true));
+        }
+        let fire = |c: &mut Core| {
+            let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+            c.step_vec(
+                at,
+                Event::TimerFired {
+                    timer: Timer::Bootstrap,
+                },
+            )
+        };
+        let prepare = |p: &str| (p.to_owned(), "bootstrap_prepare");
+        let accept = |p: &str| (p.to_owned(), "bootstrap_accept");
+        assert_eq!(
+            sends(&fire(&mut c)),
+            [prepare("b"), prepare("c"), prepare("d")]
+        );
+        let ballot = c.proposal.as_ref().expect("proposing").ballot.clone();
+        let promise = Message::BootstrapPromise {
+            ballot: ballot.clone(),
+            accepted: None,
+        };
+        c.step_vec(c.now_ms, from("b", promise.clone()));
+        assert_eq!(sends(&fire(&mut c)), [prepare("c"), prepare("d")]);
+        // The third promise (with a's own) starts phase 2, to every eligible peer.
+        let out = c.step_vec(c.now_ms, from("c", promise));
+        assert_eq!(sends(&out), [accept("b"), accept("c"), accept("d")]);
+        c.step_vec(c.now_ms, from("b", Message::BootstrapAccepted { ballot }));
+        assert_eq!(sends(&fire(&mut c)), [accept("c"), accept("d")]);
     }
 
     fn prepares_sent(out: &[Command]) -> usize {
