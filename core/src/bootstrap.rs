@@ -104,15 +104,13 @@ impl Core {
             ));
             return self.adopt_electorate(e, out);
         }
-        // The timer first: once armed, a voter that hears of thousands of workers does not
-        // walk its peer table at every one (quadratic at a cold start).
-        if self.timers.deadline(Timer::Bootstrap).is_some() {
+        // Counted, not walked: a node that hears of thousands of workers does not walk its peer
+        // table at each (quadratic at a cold start).
+        if self.timers.deadline(Timer::Bootstrap).is_some() || self.eligible_peer_count + 1 < expect
+        {
             return;
         }
         let eligible = self.eligible_peers();
-        if eligible.len() + 1 < expect {
-            return;
-        }
         let rank = eligible.iter().filter(|p| **p < self.id).count() as u64;
         let delay = self.config.election_slot_min_ms * (rank + 1);
         self.timers.set(Timer::Bootstrap, self.now_ms + delay, out);
@@ -687,6 +685,100 @@ mod tests {
         assert_eq!(sends(&out), [accept("b"), accept("c"), accept("d")]);
         c.step_vec(c.now_ms, from("b", Message::BootstrapAccepted { ballot }));
         assert_eq!(sends(&fire(&mut c)), [accept("c"), accept("d")]);
+    }
+
+    /// Only eligible peers known now count towards `bootstrap_expect`: one that comes back
+    /// without `admin_election`, or goes down, no longer does (the count is kept with the peer
+    /// table, and a restored core counts again).
+    ///
+    /// Kills `insert_peer`'s and `remove_peer`'s `-=` → `+=` and deletion, `restore`'s recount
+    /// and `on_started`'s reset → none.
+    #[test]
+    fn only_eligible_peers_known_now_count_towards_bootstrap_expect() {
+        let armed = |c: &Core| c.timers.deadline(Timer::Bootstrap).is_some();
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, up("b", false));
+        c.step_vec(0, up("c", true));
+        assert!(!armed(&c), "b came back a worker: a and c are two of three");
+        c.step_vec(0, up("d", true));
+        assert!(armed(&c), "a, c and d");
+
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(0, Event::PeerDown { peer: "b".into() });
+        c.step_vec(0, up("c", true));
+        assert!(!armed(&c), "b went down: a and c are two of three");
+        let mut restored = Core::restore(&c.snapshot()).unwrap();
+        assert_eq!(restored, c);
+        restored.step_vec(0, up("d", true));
+        assert!(armed(&restored), "restored: a, c and d");
+
+        // A restart forgets the peers known before it.
+        let mut c = fresh("a", 3);
+        c.step_vec(0, up("b", true));
+        c.step_vec(1, Event::Started);
+        c.step_vec(1, up("c", true));
+        assert!(!armed(&c), "after the restart: a and c are two of three");
+    }
+
+    /// A refusal of the running proposal: one promised to a higher ballot ends it and retries
+    /// later, above the round it names; one promised to this very ballot changes nothing; one
+    /// saying a cluster exists ends founding and asks the replier who its admin is (once).
+    ///
+    /// Kills `on_bootstrap_refused` → `()`, its sender check's `!` deleted, the ballot check's
+    /// `!=` → `==`, `promised > ballot` → `==`, `<`, `>=`, and the WHOAMI guard's `!` deleted.
+    #[test]
+    fn a_refused_proposal_yields_to_a_higher_promise_or_to_a_formed_cluster() {
+        let start = |c: &mut Core| {
+            c.step_vec(0, up("b", true));
+            c.step_vec(0, up("c", true));
+            let at = c.timers.deadline(Timer::Bootstrap).expect("armed");
+            c.step_vec(
+                at,
+                Event::TimerFired {
+                    timer: Timer::Bootstrap,
+                },
+            );
+            c.proposal.as_ref().expect("proposing").ballot.clone()
+        };
+        let refused = |ballot: &crate::Ballot, promised: Option<crate::Ballot>, formed| {
+            from(
+                "b",
+                Message::BootstrapRefused {
+                    ballot: ballot.clone(),
+                    promised,
+                    formed,
+                },
+            )
+        };
+        // Promised to this same ballot: nothing changes.
+        let mut c = fresh("a", 3);
+        let mine = start(&mut c);
+        c.step_vec(c.now_ms, refused(&mine, Some(mine.clone()), false));
+        assert_eq!(c.proposal.as_ref().map(|p| &p.ballot), Some(&mine));
+
+        // Promised higher: the proposal ends, a retry is armed, the next round goes above.
+        let mut c = fresh("a", 3);
+        let mine = start(&mut c);
+        let higher = crate::Ballot {
+            round: mine.round + 5,
+            node: "c".into(),
+        };
+        c.step_vec(c.now_ms, refused(&mine, Some(higher), false));
+        assert!(c.proposal.is_none(), "yielded");
+        assert!(c.timers.deadline(Timer::Bootstrap).is_some(), "retry armed");
+        assert_eq!(c.acceptor.highest_round, mine.round + 5);
+
+        // A cluster exists: founding stops, and b is asked who its admin is.
+        let mut c = fresh("a", 3);
+        let mine = start(&mut c);
+        let out = c.step_vec(c.now_ms, refused(&mine, None, true));
+        assert!(c.proposal.is_none());
+        assert_eq!(c.timers.deadline(Timer::Bootstrap), None, "timer cancelled");
+        // b was asked at connect and has not answered yet: it is not asked twice.
+        assert!(c.whoami_pending.contains(&crate::NodeId::from("b")));
+        assert_eq!(sends(&out), []);
     }
 
     fn prepares_sent(out: &[Command]) -> usize {

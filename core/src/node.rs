@@ -184,6 +184,10 @@ pub struct Core {
     pub(crate) promise_until_ms: u64,
     pub(crate) promised_to: Option<NodeId>,
     pub(crate) peers: BTreeMap<NodeId, Peer>,
+    /// How many of `peers` are eligible, kept with the table (derived, so not in snapshots:
+    /// `restore` counts again) so bootstrap need not walk thousands of workers to learn it.
+    #[serde(skip)]
+    pub(crate) eligible_peer_count: usize,
     /// Discovery: reports of (admin, term) by replier, and WHOAMIs sent this round.
     pub(crate) reports: BTreeMap<NodeId, (NodeId, u64)>,
     pub(crate) whoami_sent: u32,
@@ -239,6 +243,7 @@ impl Core {
             promise_until_ms: 0,
             promised_to: None,
             peers: BTreeMap::new(),
+            eligible_peer_count: 0,
             reports: BTreeMap::new(),
             whoami_sent: 0,
             whoami_pending: BTreeSet::new(),
@@ -279,7 +284,7 @@ impl Core {
             Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
             Event::PeerDown { peer } => {
                 self.admin_peer_down(&peer);
-                self.peers.remove(&peer);
+                self.remove_peer(&peer);
                 self.whoami_pending.remove(&peer);
                 self.electorate_reports.remove(&peer);
             }
@@ -359,6 +364,7 @@ impl Core {
         self.role = Role::Follower;
         self.admin = None;
         self.peers.clear();
+        self.eligible_peer_count = 0;
         self.whoami_pending.clear();
         self.electorate_reports.clear();
         self.forwarded.clear();
@@ -519,10 +525,26 @@ impl Core {
             seen_at_ms: self.now_ms,
             resources: info.resources,
         };
-        self.peers.insert(peer.clone(), peer_state);
+        self.insert_peer(peer.clone(), peer_state);
         self.maybe_bootstrap(out);
         if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
             self.send_whoami(peer, out);
+        }
+    }
+
+    /// Puts `peer` in the table, keeping the eligible count.
+    fn insert_peer(&mut self, id: NodeId, peer: Peer) {
+        let eligible = peer.eligible;
+        if let Some(old) = self.peers.insert(id, peer) {
+            self.eligible_peer_count -= usize::from(old.eligible);
+        }
+        self.eligible_peer_count += usize::from(eligible);
+    }
+
+    /// Takes `peer` out of the table, keeping the eligible count.
+    fn remove_peer(&mut self, id: &NodeId) {
+        if let Some(old) = self.peers.remove(id) {
+            self.eligible_peer_count -= usize::from(old.eligible);
         }
     }
 
@@ -725,7 +747,9 @@ impl Core {
 
     /// Restores a state from [`Core::snapshot`] output.
     pub fn restore(bytes: &[u8]) -> Result<Core, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        let mut core: Core = serde_json::from_slice(bytes)?;
+        core.eligible_peer_count = core.peers.values().filter(|p| p.eligible).count();
+        Ok(core)
     }
 }
 
