@@ -28,9 +28,11 @@ enum Fault {
     All,
 }
 
-/// A real cluster under real faults; prints failover times and checks the merged history.
+/// A real cluster under real faults: N `chorus` nodes in network namespaces, one fault kind (or
+/// all in turn) applied again and again, the failover time of each printed, and the nodes' merged
+/// logs checked against DESIGN §5 at the end. Needs root, iproute2 and nftables.
 #[derive(Parser)]
-#[command(name = "chorus-real", version, about)]
+#[command(name = "chorus-real", version)]
 struct Args {
     /// Which fault to apply.
     #[arg(long, value_enum, default_value = "all")]
