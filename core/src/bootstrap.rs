@@ -593,20 +593,7 @@ mod tests {
             },
         );
         let round = c.proposal.as_ref().expect("proposing").ballot.round;
-        let prepares = |out: &[Command]| {
-            out.iter()
-                .filter(|c| {
-                    matches!(
-                        c,
-                        Command::Send {
-                            msg: Message::BootstrapPrepare { .. },
-                            ..
-                        }
-                    )
-                })
-                .count()
-        };
-        assert_eq!(prepares(&first), 2);
+        assert_eq!(prepares_sent(&first), 2);
         let mut gaps = Vec::new();
         for _ in 0..8 {
             let next = c
@@ -621,7 +608,7 @@ mod tests {
                     timer: Timer::Bootstrap,
                 },
             );
-            assert_eq!(prepares(&out), 2, "resent to b and c");
+            assert_eq!(prepares_sent(&out), 2, "resent to b and c");
             assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round);
         }
         let x = |k: u64| k * base;
@@ -635,16 +622,6 @@ mod tests {
             },
         );
         assert_eq!(c.proposal.as_ref().unwrap().ballot.round, round + 1);
-    }
-
-    /// Peers sent to by `out`, with the message's kind.
-    fn sends(out: &[Command]) -> Vec<(String, &'static str)> {
-        out.iter()
-            .filter_map(|c| match c {
-                Command::Send { to, msg } => Some((to.as_str().to_owned(), msg.kind())),
-                _ => None,
-            })
-            .collect()
     }
 
     /// A resend goes only to the peers that have not answered the running phase: promised

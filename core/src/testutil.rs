@@ -57,6 +57,16 @@ pub(crate) fn sent_to<'a>(out: &'a [Command], to: &str) -> Vec<&'a Message> {
         .collect()
 }
 
+/// Every message sent in `out`, as (peer, message kind), in order.
+pub(crate) fn sends(out: &[Command]) -> Vec<(String, &'static str)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send { to, msg } => Some((to.as_str().to_owned(), msg.kind())),
+            _ => None,
+        })
+        .collect()
+}
+
 pub(crate) fn broadcasts(out: &[Command]) -> Vec<&Message> {
     out.iter()
         .filter_map(|c| match c {
