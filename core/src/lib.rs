@@ -56,4 +56,4 @@ pub use task::{
     TaskResult, TaskSpec, TaskStatus, Usage,
 };
 pub use timer::{Timer, TimerTable};
-pub use trust::{Refusal, MAX_CAPABILITIES, MAX_MEMBERS, MAX_UPTIME_S, MAX_WIRE_INT};
+pub use trust::{Refusal, MAX_CAPABILITIES, MAX_ID_BYTES, MAX_MEMBERS, MAX_UPTIME_S, MAX_WIRE_INT};

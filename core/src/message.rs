@@ -308,4 +308,17 @@ impl Message {
                 | Message::VoteReply { .. }
         )
     }
+
+    /// Whether the message may carry an electorate: only such a message may be larger than a
+    /// frame, and travel in parts (`codec::encode_parts`).
+    pub fn carries_electorate(&self) -> bool {
+        matches!(
+            self,
+            Message::WhoamiReply { .. }
+                | Message::Heartbeat { .. }
+                | Message::BootstrapPromise { .. }
+                | Message::BootstrapAccept { .. }
+                | Message::BootstrapChosen { .. }
+        )
+    }
 }

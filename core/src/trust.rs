@@ -101,8 +101,20 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The most members an electorate may have (a 64 KiB message holds about this many ids).
-pub const MAX_MEMBERS: usize = 1_024;
+/// The most members an electorate may have. A message that carries more than about a thousand
+/// travels in parts (`codec::encode_parts`); every election then needs tens of thousands of
+/// replies, which is as far as a majority protocol sensibly goes.
+pub const MAX_MEMBERS: usize = 65_536;
+
+/// The longest node id accepted from the wire, in bytes (a libp2p peer id is 46–53).
+pub const MAX_ID_BYTES: usize = 96;
+
+fn check_id(id: &NodeId) -> Result<(), Refusal> {
+    if id.as_str().len() > MAX_ID_BYTES {
+        return Err(Refusal::OutOfRange);
+    }
+    Ok(())
+}
 
 fn promise_in_range(ms: u64) -> Result<(), Refusal> {
     if ms <= crate::MAX_TIMING_MS {
@@ -123,17 +135,19 @@ fn check_ballot(b: &crate::Ballot) -> Result<(), Refusal> {
     if b.round == 0 {
         return Err(Refusal::OutOfRange);
     }
+    check_id(&b.node)?;
     in_range(b.round)
 }
 
 /// An electorate from the wire: a version and proposing term in range, 1 to [`MAX_MEMBERS`]
-/// members.
+/// members, each id at most [`MAX_ID_BYTES`].
 fn check_electorate(e: &crate::Electorate) -> Result<(), Refusal> {
     if e.version == 0 || e.is_empty() || e.len() > MAX_MEMBERS {
         return Err(Refusal::OutOfRange);
     }
     in_range(e.version)?;
-    in_range(e.term)
+    in_range(e.term)?;
+    e.members().iter().try_for_each(check_id)
 }
 
 /// A bootstrap proposal is always version 1, proposed in no term.
@@ -166,6 +180,7 @@ impl Message {
                 in_range(*electorate_term)
             }
             M::WhoamiReply {
+                admin,
                 term,
                 membership_version,
                 beat,
@@ -173,6 +188,7 @@ impl Message {
                 electorate,
                 ..
             } => {
+                admin.as_ref().map_or(Ok(()), check_id)?;
                 in_range(*term)?;
                 in_range(*membership_version)?;
                 in_range(*beat)?;
@@ -371,7 +387,7 @@ mod tests {
 
     use super::*;
     use crate::testutil::*;
-    use crate::{Electorate, Event, Role, Timer};
+    use crate::{Ballot, Electorate, Event, Role, Timer};
 
     const ABC: &[&str] = &["a", "b", "c"];
 
@@ -855,6 +871,90 @@ mod tests {
                 outside.check_bounds(),
                 Err(Refusal::OutOfRange),
                 "{outside:?}"
+            );
+        }
+    }
+
+    /// Sizes at their bound and one past it: members of an electorate (in every message that
+    /// carries one), the length of each id, `bootstrap_expect`.
+    #[test]
+    fn electorate_sizes_and_id_lengths_are_checked_at_their_edge() {
+        let ids = |n: usize| (0..n).map(|i| NodeId::from(format!("n{i}"))).collect();
+        let full = Arc::new(Electorate::new(1, ids(MAX_MEMBERS)));
+        let over = Arc::new(Electorate::new(1, ids(MAX_MEMBERS + 1)));
+        let long = |n: usize| NodeId::from("x".repeat(n).as_str());
+        let with_id = |id| Arc::new(Electorate::new(1, vec![NodeId::from("a"), id]));
+        let ballot = |node| Ballot { round: 1, node };
+        let carriers = |e: Arc<Electorate>| {
+            [
+                Message::WhoamiReply {
+                    admin: None,
+                    term: 1,
+                    membership_version: 1,
+                    beat: 1,
+                    uptime_s: 0,
+                    resources: Default::default(),
+                    eligible: true,
+                    genesis: e.genesis,
+                    electorate: Some(e.clone()),
+                },
+                Message::Heartbeat {
+                    term: 1,
+                    beat: 1,
+                    membership_version: 1,
+                    membership_term: 0,
+                    genesis: e.genesis,
+                    electorate: Some(e.clone()),
+                },
+                Message::BootstrapPromise {
+                    ballot: ballot(NodeId::from("a")),
+                    accepted: Some((ballot(NodeId::from("a")), e.clone())),
+                },
+                Message::BootstrapAccept {
+                    ballot: ballot(NodeId::from("a")),
+                    electorate: e.clone(),
+                },
+                Message::BootstrapChosen { electorate: e },
+            ]
+        };
+        let mut cases: Vec<(Message, Message)> = carriers(full)
+            .into_iter()
+            .zip(carriers(over))
+            .chain(
+                carriers(with_id(long(MAX_ID_BYTES)))
+                    .into_iter()
+                    .zip(carriers(with_id(long(MAX_ID_BYTES + 1)))),
+            )
+            .collect();
+        let admin = |id| Message::WhoamiReply {
+            admin: Some(id),
+            term: 1,
+            membership_version: 1,
+            beat: 1,
+            uptime_s: 0,
+            resources: Default::default(),
+            eligible: true,
+            electorate: None,
+            genesis: 0,
+        };
+        cases.push((admin(long(MAX_ID_BYTES)), admin(long(MAX_ID_BYTES + 1))));
+        let accepted = |id| Message::BootstrapAccepted { ballot: ballot(id) };
+        cases.push((
+            accepted(long(MAX_ID_BYTES)),
+            accepted(long(MAX_ID_BYTES + 1)),
+        ));
+        let prepare = |expect| Message::BootstrapPrepare {
+            ballot: ballot(NodeId::from("a")),
+            expect,
+        };
+        cases.push((prepare(MAX_MEMBERS as u32), prepare(MAX_MEMBERS as u32 + 1)));
+        for (inside, outside) in cases {
+            assert_eq!(inside.check_bounds(), Ok(()), "{}", inside.kind());
+            assert_eq!(
+                outside.check_bounds(),
+                Err(Refusal::OutOfRange),
+                "{}",
+                outside.kind()
             );
         }
     }

@@ -626,3 +626,82 @@ async fn a_port_in_use_is_a_clear_start_up_error() {
         .expect_err("a wildcard listener on the same port");
     assert!(err.to_string().contains("already in use"), "{err}");
 }
+
+/// An electorate too large for one 64 KiB frame (issue 13: above ~1,100 members a whoami
+/// reply did not fit) travels in parts, sent directly and broadcast, and arrives whole, once.
+#[tokio::test]
+async fn an_electorate_too_large_for_a_frame_travels_in_parts() {
+    use std::sync::Arc;
+
+    use chorus_core::Electorate;
+
+    let members = (0..5_000)
+        .map(|i| NodeId::from(format!("12D3KooW{i:044}")))
+        .collect();
+    let e = Arc::new(Electorate::new(1, members));
+    let reply = Message::WhoamiReply {
+        admin: None,
+        term: 3,
+        membership_version: 1,
+        beat: 1,
+        uptime_s: 5,
+        resources: Default::default(),
+        eligible: true,
+        genesis: e.genesis,
+        electorate: Some(e.clone()),
+    };
+    let frames = codec::encode_parts(CLUSTER, &reply).unwrap();
+    assert!(frames.len() >= 4, "{} frames", frames.len());
+    assert!(codec::encode(CLUSTER, &reply).is_err(), "fits in one frame");
+
+    let (mut a, a_addr) = start(config(&["admin_election"])).await;
+    let mut cb = config(&["admin_election"]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, b_addr) = start(cb).await;
+    let mut cc = config(&[]);
+    cc.bootstrap = vec![a_addr, b_addr];
+    let (mut c, _) = start(cc).await;
+    let (ida, idb) = (a.node_id(), b.node_id());
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+    expect(&mut a, "A sees B up", is_up(&idb)).await;
+
+    b.send(&ida, &reply);
+    expect(&mut a, "B's large whoami reply at A", is_msg(&idb, &reply)).await;
+
+    let hb = Message::Heartbeat {
+        term: 3,
+        beat: 2,
+        membership_version: 1,
+        membership_term: 0,
+        genesis: e.genesis,
+        electorate: Some(e),
+    };
+    expect(&mut c, "C sees A up", is_up(&ida)).await;
+    gossip_settled(&mut a, 2).await;
+    a.broadcast(&hb);
+    for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
+        expect(
+            t,
+            &format!("A's large heartbeat at {name}"),
+            is_msg(&ida, &hb),
+        )
+        .await;
+        let again = tokio::time::timeout(Duration::from_millis(500), async {
+            loop {
+                if let TransportEvent::Message { msg, .. } = t.next().await {
+                    if msg.kind() == "heartbeat" {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(again.is_err(), "{name} received the heartbeat twice");
+    }
+    let s = a.stats().snapshot();
+    assert_eq!(s.messages_out.get("heartbeat"), Some(&1), "{s:?}");
+    assert!(s.rejected.is_empty(), "{s:?}");
+    let s = b.stats().snapshot();
+    assert_eq!(s.messages_in.get("heartbeat"), Some(&1), "{s:?}");
+    assert!(s.rejected.is_empty(), "{s:?}");
+}

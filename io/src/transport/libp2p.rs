@@ -16,8 +16,9 @@
 //! * A message's `from` is the authenticated peer: the remote of the request-response
 //!   connection, or the signed `source` of a gossipsub message (strict validation), never a
 //!   payload field.
-//! * Every input is decoded with [`chorus_core::codec::decode`] for this cluster; frames over
-//!   64 KiB are refused before they are read. Failures become [`TransportEvent::Rejected`] and
+//! * Every input is decoded for this cluster by a [`chorus_core::codec::Reassembler`]; frames
+//!   over 64 KiB are refused before they are read. A message that carries an electorate too
+//!   large for one frame is sent, and put back together, in parts (`codec::encode_parts`). Failures become [`TransportEvent::Rejected`] and
 //!   are counted in [`Libp2pStats`]; they never panic and never reach the core.
 //! * `PeerUp` comes once a peer is both connected and identified as a node of this cluster
 //!   (its identify `agent_version` carries its [`PeerInfo`] as JSON); direct messages that a
@@ -181,10 +182,10 @@ impl TransportError {
 /// A command from the transport handle to its driver task.
 #[derive(Debug)]
 enum Command {
-    /// One encoded message to one peer.
-    Send { to: PeerId, bytes: Vec<u8> },
-    /// One encoded message to every peer.
-    Broadcast { bytes: Vec<u8> },
+    /// One encoded message to one peer: one frame, or its parts in order.
+    Send { to: PeerId, frames: Vec<Vec<u8>> },
+    /// One encoded message to every peer: one frame, or its parts in order.
+    Broadcast { frames: Vec<Vec<u8>> },
     /// Let what was sent leave, then end.
     Stop,
 }
@@ -290,9 +291,10 @@ impl Libp2pTransport {
         }
     }
 
-    fn encode(&self, msg: &Message) -> Option<Vec<u8>> {
-        match codec::encode(&self.cluster_id, msg) {
-            Ok(bytes) => Some(bytes),
+    /// The message's frames: one, or the parts of a message that carries a large electorate.
+    fn encode(&self, msg: &Message) -> Option<Vec<Vec<u8>>> {
+        match codec::encode_parts(&self.cluster_id, msg) {
+            Ok(frames) => Some(frames),
             Err(e) => {
                 self.stats.rejected("too_large_out");
                 tracing::warn!(kind = msg.kind(), error = %e, "message not sent");
@@ -309,14 +311,14 @@ impl Transport for Libp2pTransport {
             tracing::debug!(%to, "send to a node id that is not a peer id; dropped");
             return;
         };
-        if let Some(bytes) = self.encode(msg) {
-            self.push(Command::Send { to: peer, bytes }, msg.kind());
+        if let Some(frames) = self.encode(msg) {
+            self.push(Command::Send { to: peer, frames }, msg.kind());
         }
     }
 
     fn broadcast(&mut self, msg: &Message) {
-        if let Some(bytes) = self.encode(msg) {
-            self.push(Command::Broadcast { bytes }, msg.kind());
+        if let Some(frames) = self.encode(msg) {
+            self.push(Command::Broadcast { frames }, msg.kind());
         }
     }
 

@@ -1,5 +1,6 @@
 //! A [`Transport`] on turmoil's simulated UDP: one datagram carries one message encoded with
-//! `chorus_core::codec`; the sender is the datagram's source address, never a payload field.
+//! `chorus_core::codec` (or one part of a message that carries a large electorate); the sender
+//! is the datagram's source address, never a payload field.
 //! Loss, duplication and reordering are drawn here from a seeded per-node generator (turmoil's
 //! own `fail_rate` breaks whole links rather than dropping single messages).
 
@@ -70,6 +71,8 @@ pub(crate) struct SimTransport {
     held: BTreeMap<(Instant, u64), (usize, Vec<u8>)>,
     held_seq: u64,
     buf: Vec<u8>,
+    /// Messages arriving in parts, per sender.
+    parts: codec::Reassembler<usize>,
 }
 
 impl SimTransport {
@@ -91,6 +94,7 @@ impl SimTransport {
             held_seq: 0,
             // One byte over the limit, so an over-sized datagram is seen as such.
             buf: vec![0; MAX_MESSAGE_BYTES + 1],
+            parts: codec::Reassembler::new(),
         }
     }
 
@@ -132,9 +136,9 @@ impl SimTransport {
         }
     }
 
-    fn encode(&mut self, msg: &Message) -> Option<Vec<u8>> {
-        match codec::encode(&self.dir.cluster_id, msg) {
-            Ok(bytes) => Some(bytes),
+    fn encode(&mut self, msg: &Message) -> Option<Vec<Vec<u8>>> {
+        match codec::encode_parts(&self.dir.cluster_id, msg) {
+            Ok(frames) => Some(frames),
             Err(_) => {
                 self.shared.borrow_mut().unencodable += 1;
                 None
@@ -142,20 +146,25 @@ impl SimTransport {
         }
     }
 
-    fn received(&self, len: usize, from: SocketAddr) -> TransportEvent {
+    /// The event a datagram makes, if any (none for a part of a message not yet complete).
+    fn received(&mut self, len: usize, from: SocketAddr) -> Option<TransportEvent> {
         let Some(&j) = self.dir.by_ip.get(&from.ip()) else {
-            return TransportEvent::Rejected {
+            return Some(TransportEvent::Rejected {
                 from: None,
                 reason: "unknown_peer",
-            };
+            });
         };
+        let decoded = self
+            .parts
+            .decode(&self.dir.cluster_id, &j, &self.buf[..len]);
         let from = self.dir.ids[j].clone();
-        match codec::decode(&self.dir.cluster_id, &self.buf[..len]) {
-            Ok(msg) => TransportEvent::Message { from, msg },
-            Err(e) => TransportEvent::Rejected {
+        match decoded {
+            Ok(Some(msg)) => Some(TransportEvent::Message { from, msg }),
+            Ok(None) => None,
+            Err(e) => Some(TransportEvent::Rejected {
                 from: Some(from),
                 reason: e.kind(),
-            },
+            }),
         }
     }
 }
@@ -165,18 +174,20 @@ impl Transport for SimTransport {
         let Some(&j) = self.dir.by_id.get(to) else {
             return;
         };
-        if let Some(bytes) = self.encode(msg) {
+        for bytes in self.encode(msg).unwrap_or_default() {
             self.datagram(j, &bytes, msg.is_election());
         }
     }
 
     fn broadcast(&mut self, msg: &Message) {
-        let Some(bytes) = self.encode(msg) else {
+        let Some(frames) = self.encode(msg) else {
             return;
         };
         let peers: Vec<usize> = self.peers.iter().copied().collect();
         for j in peers {
-            self.datagram(j, &bytes, msg.is_election());
+            for bytes in &frames {
+                self.datagram(j, bytes, msg.is_election());
+            }
         }
     }
 
@@ -196,6 +207,7 @@ impl Transport for SimTransport {
                     }
                     Control::Down(j) => {
                         self.peers.remove(&j);
+                        self.parts.forget(&j);
                         return TransportEvent::PeerDown {
                             peer: self.dir.ids[j].clone(),
                         };
@@ -205,10 +217,14 @@ impl Transport for SimTransport {
                     self.release_held();
                 }
                 r = self.socket.recv_from(&mut self.buf) => {
-                    return match r {
-                        Ok((len, from)) => self.received(len, from),
-                        Err(_) => TransportEvent::Rejected { from: None, reason: "socket" },
-                    };
+                    match r {
+                        Ok((len, from)) => {
+                            if let Some(event) = self.received(len, from) {
+                                return event;
+                            }
+                        }
+                        Err(_) => return TransportEvent::Rejected { from: None, reason: "socket" },
+                    }
                 }
             }
         }

@@ -92,6 +92,8 @@ pub(super) struct Driver {
     has_psk: bool,
     /// Addresses (or peers) whose first failure was logged at WARN; later ones go to DEBUG.
     warned: BTreeSet<String>,
+    /// Messages arriving in parts, per authenticated sender.
+    parts: codec::Reassembler<PeerId>,
 }
 
 impl Driver {
@@ -145,6 +147,7 @@ impl Driver {
             in_flight: 0,
             has_psk,
             warned: BTreeSet::new(),
+            parts: codec::Reassembler::new(),
         })
     }
 
@@ -261,18 +264,41 @@ impl Driver {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Send { to, bytes } => {
+            Command::Send { to, frames } => {
                 if to == self.local {
                     self.stats.send_failed("self");
                     return;
                 }
-                self.swarm
-                    .behaviour_mut()
-                    .direct
-                    .send_request(&to, Frame::Bytes(bytes));
-                self.in_flight += 1;
+                for bytes in frames {
+                    self.swarm
+                        .behaviour_mut()
+                        .direct
+                        .send_request(&to, Frame::Bytes(bytes));
+                    self.in_flight += 1;
+                }
             }
-            Command::Broadcast { bytes } => self.broadcast(bytes),
+            Command::Broadcast { mut frames } if frames.len() == 1 => {
+                self.broadcast(frames.pop().expect("one frame"));
+            }
+            // A message in parts goes to each connected peer directly, not by gossip:
+            // gossipsub 0.50 checks all the bytes it has read from a stream, not one message,
+            // against `max_transmit_size`, so parts published back to back break the stream
+            // (seen in `an_electorate_too_large_for_a_frame_travels_in_parts`). Relaying them
+            // through the mesh would also multiply megabytes. A peer further away learns the
+            // electorate by WHOAMI when a later heartbeat names its version.
+            Command::Broadcast { frames } => {
+                let peers: Vec<PeerId> = self.peers.keys().copied().collect();
+                for peer in &peers {
+                    for bytes in &frames {
+                        self.swarm
+                            .behaviour_mut()
+                            .direct
+                            .send_request(peer, Frame::Bytes(bytes.clone()));
+                        self.in_flight += 1;
+                    }
+                }
+                self.stats.broadcast_direct(peers.len() as u64);
+            }
             // Handled by `run`.
             Command::Stop => {}
         }
@@ -414,6 +440,7 @@ impl Driver {
                 if num_established == 0 || state.connections.is_empty() {
                     let was_up = state.up;
                     self.peers.remove(&peer_id);
+                    self.parts.forget(&peer_id);
                     self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id, ?cause, "disconnected");
                     if was_up {
@@ -702,8 +729,10 @@ impl Driver {
             self.reject(Some(from), "not_allowed").await;
             return;
         }
-        let msg = match codec::decode(&self.cluster_id, bytes) {
-            Ok(msg) => msg,
+        let msg = match self.parts.decode(&self.cluster_id, &from, bytes) {
+            Ok(Some(msg)) => msg,
+            // A part of a larger message; the rest is still to come.
+            Ok(None) => return,
             Err(e) => {
                 tracing::debug!(peer = %from, error = %e, "undecodable message");
                 self.reject(Some(from), e.kind()).await;

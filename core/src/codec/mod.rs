@@ -1,11 +1,16 @@
 //! The wire codec: a versioned JSON envelope with the cluster id, at most 64 KiB. Decoding never
-//! panics; every failure is a typed [`CodecError`] the caller counts and drops.
+//! panics; every failure is a typed [`CodecError`] the caller counts and drops. A message that
+//! carries an electorate may be larger: it travels in parts ([`encode_parts`], [`Reassembler`]).
 //!
 //! The format is specified for other implementations in `docs/wire-format.md`.
 
 use serde::{Deserialize, Serialize};
 
 use crate::Message;
+
+mod parts;
+
+pub use parts::{encode_parts, Reassembler, MAX_ASSEMBLED_BYTES, MAX_PARTIAL_SENDERS};
 
 /// The wire format version this build speaks.
 pub const WIRE_VERSION: u32 = 1;
@@ -28,6 +33,9 @@ pub enum CodecError {
     /// A message for another cluster.
     #[error("message for cluster {0:?}")]
     WrongCluster(String),
+    /// A part of a larger message that cannot be one (see [`Reassembler`]).
+    #[error("bad part: {0}")]
+    BadPart(&'static str),
 }
 
 impl CodecError {
@@ -38,6 +46,7 @@ impl CodecError {
             CodecError::Malformed(_) => "malformed",
             CodecError::Version(_) => "version",
             CodecError::WrongCluster(_) => "wrong_cluster",
+            CodecError::BadPart(_) => "bad_part",
         }
     }
 }
@@ -49,33 +58,61 @@ struct EnvelopeOut<'a> {
     msg: &'a Message,
 }
 
+/// An envelope as received: a whole message, or a part of a larger one.
 #[derive(Deserialize)]
 struct EnvelopeIn {
     v: u32,
     cluster: String,
-    msg: serde_json::Value,
+    #[serde(default)]
+    msg: Option<serde_json::Value>,
+    #[serde(default)]
+    part: Option<serde_json::Value>,
 }
 
-/// Encodes `msg` for `cluster`. Fails only if the result would exceed the size limit.
-pub fn encode(cluster: &str, msg: &Message) -> Result<Vec<u8>, CodecError> {
-    let bytes = serde_json::to_vec(&EnvelopeOut {
+fn encode_unbounded(cluster: &str, msg: &Message) -> Result<Vec<u8>, CodecError> {
+    serde_json::to_vec(&EnvelopeOut {
         v: WIRE_VERSION,
         cluster,
         msg,
     })
-    .map_err(|e| CodecError::Malformed(e.to_string()))?;
+    .map_err(|e| CodecError::Malformed(e.to_string()))
+}
+
+/// Encodes `msg` for `cluster` as one frame. Fails only if the result would exceed the size
+/// limit; [`encode_parts`] sends a larger message that carries an electorate.
+pub fn encode(cluster: &str, msg: &Message) -> Result<Vec<u8>, CodecError> {
+    let bytes = encode_unbounded(cluster, msg)?;
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(CodecError::TooLarge(bytes.len()));
     }
     Ok(bytes)
 }
 
-/// Decodes bytes received for `cluster`. The version and cluster are checked before the body is
-/// interpreted, so a future version's message is reported as such rather than as garbage.
+/// Decodes one frame received for `cluster`. The version and cluster are checked before the
+/// body is interpreted, so a future version's message is reported as such rather than as
+/// garbage. A part of a larger message is refused here: a [`Reassembler`] takes those.
 pub fn decode(cluster: &str, bytes: &[u8]) -> Result<Message, CodecError> {
-    if bytes.len() > MAX_MESSAGE_BYTES {
+    decode_whole(cluster, bytes, MAX_MESSAGE_BYTES)
+}
+
+fn decode_whole(cluster: &str, bytes: &[u8], limit: usize) -> Result<Message, CodecError> {
+    if bytes.len() > limit {
         return Err(CodecError::TooLarge(bytes.len()));
     }
+    match envelope(cluster, bytes)? {
+        EnvelopeIn {
+            msg: Some(msg),
+            part: None,
+            ..
+        } => message_from(msg),
+        _ => Err(CodecError::Malformed(
+            "not one whole message (`msg` alone)".into(),
+        )),
+    }
+}
+
+/// Parses an envelope (its size already checked) and checks its version and cluster.
+fn envelope(cluster: &str, bytes: &[u8]) -> Result<EnvelopeIn, CodecError> {
     let env: EnvelopeIn =
         serde_json::from_slice(bytes).map_err(|e| CodecError::Malformed(e.to_string()))?;
     if env.v != WIRE_VERSION {
@@ -84,7 +121,11 @@ pub fn decode(cluster: &str, bytes: &[u8]) -> Result<Message, CodecError> {
     if env.cluster != cluster {
         return Err(CodecError::WrongCluster(env.cluster));
     }
-    serde_json::from_value(env.msg).map_err(|e| CodecError::Malformed(e.to_string()))
+    Ok(env)
+}
+
+fn message_from(msg: serde_json::Value) -> Result<Message, CodecError> {
+    serde_json::from_value(msg).map_err(|e| CodecError::Malformed(e.to_string()))
 }
 
 #[cfg(test)]
