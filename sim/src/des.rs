@@ -1,6 +1,6 @@
-//! The discrete-event engine: pure cores stepped directly from a priority queue of (time,
-//! sequence) that jumps straight to the next event, as quinn-proto's test `Pair` does. It scales
-//! to thousands of nodes because nothing happens between events.
+//! The discrete-event engine: pure cores stepped directly from a queue ordered by (time, arrival)
+//! that jumps straight to the next event, as quinn-proto's test `Pair` does. It scales to a
+//! million nodes because nothing happens between events.
 //!
 //! Modelled: per-link latency (a fixed per-link base plus uniform jitter), loss, duplication,
 //! reordering, two-way partitions and one-way cuts (silent drops the transport does not notice),
@@ -12,7 +12,7 @@
 //! groups kept apart from the start until a heal.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use chorus_core::rng::below;
 use chorus_core::{
@@ -26,6 +26,7 @@ use crate::hostile::Liar;
 use crate::sandbox::SandboxModel;
 use crate::scenario::{Peering, Scenario};
 use crate::sink::Sink;
+use crate::timequeue::TimeQueue;
 use crate::trace::Record;
 
 /// Compact the event log into a snapshot once it holds this many events (or as many as the node
@@ -66,40 +67,15 @@ enum Item {
     },
 }
 
-/// A queued item. Boxed: the heap moves entries at every push and pop, and an inline item
-/// (a message) is ten times the size of the key.
-#[derive(Debug)]
-struct Entry {
-    at: u64,
-    seq: u64,
-    item: Box<Item>,
-}
-
-impl PartialEq for Entry {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-impl Eq for Entry {}
-impl PartialOrd for Entry {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Entry {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(other.at, other.seq))
-    }
-}
-
 struct Node {
     id: NodeId,
     name: String,
     core: Option<Core>,
     incarnation: u32,
-    /// The durable log: a snapshot (the state after some prefix) and the events since.
-    snapshot: Option<Core>,
-    log: Vec<(u64, Event)>,
+    /// The durable log: a snapshot (the state after some prefix) and the events since, by
+    /// the node's clock. Boxed: most nodes of a short run never take one.
+    snapshot: Option<Box<Core>>,
+    log: Vec<(u64, Logged)>,
     /// Clock rate offset in ppm.
     drift_ppm: i64,
     profile: PeerInfo,
@@ -116,6 +92,48 @@ struct Node {
     liar: Option<Liar>,
     /// Sandbox runs going on: task → (attempt, global start, token). A crash ends them all.
     runs: BTreeMap<TaskId, (u32, u64, u64)>,
+}
+
+/// An event of a node's log, in little room: a connection that came up is most of a log (one
+/// per peer) and is written as the peer's index and advertised uptime — the rest of what the
+/// peer advertised is its fixed profile. 24 bytes instead of an `Event`'s 176.
+enum Logged {
+    PeerUp { peer: u32, uptime_s: u64 },
+    Other(Box<Event>),
+}
+
+impl Logged {
+    fn new(event: &Event, nodes: &[Node]) -> Logged {
+        if let Event::PeerUp { peer, info } = event {
+            if let Some(j) = index(peer, nodes.len()) {
+                let compact = Logged::PeerUp {
+                    peer: j as u32,
+                    uptime_s: info.uptime_s,
+                };
+                // Only when the event is exactly what the compact form gives back.
+                if compact.event(nodes) == *event {
+                    return compact;
+                }
+            }
+        }
+        Logged::Other(Box::new(event.clone()))
+    }
+
+    fn event(&self, nodes: &[Node]) -> Event {
+        match self {
+            Logged::PeerUp { peer, uptime_s } => {
+                let node = &nodes[*peer as usize];
+                Event::PeerUp {
+                    peer: node.id.clone(),
+                    info: PeerInfo {
+                        uptime_s: *uptime_s,
+                        ..node.profile.clone()
+                    },
+                }
+            }
+            Logged::Other(e) => (**e).clone(),
+        }
+    }
 }
 
 impl Node {
@@ -136,8 +154,7 @@ pub struct Des<'s> {
     scenario: &'s Scenario,
     seed: u64,
     nodes: Vec<Node>,
-    queue: BinaryHeap<Reverse<Entry>>,
-    seq: u64,
+    queue: TimeQueue<Item>,
     now: u64,
     rng: ChaCha8Rng,
     cuts: BTreeSet<(u32, u32)>,
@@ -196,7 +213,7 @@ impl<'s> Des<'s> {
         sink.at(0);
         driver.start_initial(self, sink);
         loop {
-            let next_event = self.queue.peek().map(|Reverse(e)| e.at);
+            let next_event = self.queue.next_at();
             let next_action = driver.next_at();
             let t = match (next_event, next_action) {
                 (None, None) => break,
@@ -209,8 +226,8 @@ impl<'s> Des<'s> {
             sink.at(t);
             if next_action == Some(t) {
                 driver.fire_due(t, self, sink);
-            } else if let Some(Reverse(entry)) = self.queue.pop() {
-                self.process(*entry.item, sink);
+            } else if let Some((_, item)) = self.queue.pop() {
+                self.process(item, sink);
             }
         }
     }
@@ -243,8 +260,7 @@ impl<'s> Des<'s> {
             scenario,
             seed,
             nodes,
-            queue: BinaryHeap::new(),
-            seq: 0,
+            queue: TimeQueue::default(),
             now: 0,
             rng: ChaCha8Rng::seed_from_u64(seed),
             cuts: BTreeSet::new(),
@@ -262,12 +278,7 @@ impl<'s> Des<'s> {
     }
 
     fn push(&mut self, at: u64, item: Item) {
-        self.seq += 1;
-        self.queue.push(Reverse(Entry {
-            at,
-            seq: self.seq,
-            item: Box::new(item),
-        }));
+        self.queue.push(at, item);
     }
 
     fn process(&mut self, item: Item, sink: &mut Sink) {
@@ -411,6 +422,16 @@ impl<'s> Des<'s> {
     }
 
     /// Whether `a` and `b` hold a connection (and so tell each other PeerUp/PeerDown).
+    /// The nodes `i` may hold a connection with (itself included): a worker under `voters`
+    /// peering connects to voters only, and looking at those alone keeps a cold start, or a
+    /// bounce of every node, linear in the nodes rather than quadratic.
+    fn peer_candidates(&self, i: usize) -> std::ops::Range<usize> {
+        match self.scenario.peering {
+            Peering::Voters if i >= self.voters => 0..self.voters.min(self.nodes.len()),
+            _ => 0..self.nodes.len(),
+        }
+    }
+
     fn peered(&self, a: usize, b: usize) -> bool {
         match self.scenario.peering {
             Peering::Full => true,
@@ -427,6 +448,11 @@ impl<'s> Des<'s> {
     /// Logs and steps node `i` with `event` at the current global time, then carries out the
     /// commands.
     fn step(&mut self, i: usize, event: Event, sink: &mut Sink) {
+        if self.nodes[i].core.is_none() {
+            return;
+        }
+        // The event is durable before its commands are carried out.
+        let logged = Logged::new(&event, &self.nodes);
         let node = &mut self.nodes[i];
         let local = node.local(self.now);
         let Some(core) = node.core.as_mut() else {
@@ -435,14 +461,13 @@ impl<'s> Des<'s> {
         let step_event = sink.wants_steps().then(|| event.clone());
         let mut out = std::mem::take(&mut self.out);
         out.clear();
-        // The event is durable before its commands are carried out.
-        node.log.push((local, event.clone()));
+        node.log.push((local, logged));
         core.step(local, event, &mut out);
         // A snapshot copies the whole state, peer table included: taken at most once per as
         // many events as the node has peers, its cost stays constant per event however large
         // the cluster (a voter with 100,000 peers would otherwise copy them every 4,096 events).
         if node.log.len() >= SNAPSHOT_EVERY.max(core.peers().len()) {
-            node.snapshot = Some(core.clone());
+            node.snapshot = Some(Box::new(core.clone()));
             node.log.clear();
         }
         if let Some(event) = step_event {
@@ -644,7 +669,8 @@ impl Cluster for Des<'_> {
             return;
         }
         // Only the peers that saw the connection come up see it go down.
-        let peers: Vec<usize> = (0..self.nodes.len())
+        let peers: Vec<usize> = self
+            .peer_candidates(i)
             .filter(|j| *j != i && self.connected(i, *j))
             .collect();
         let i32 = i as u32;
@@ -670,7 +696,7 @@ impl Cluster for Des<'_> {
         let node = &mut self.nodes[i];
         let first = node.first_config.get_or_insert_with(|| wanted.clone());
         let mut core = match &node.snapshot {
-            Some(s) => s.clone(),
+            Some(s) => (**s).clone(),
             None => Core::new(
                 node.id.clone(),
                 first.clone(),
@@ -681,10 +707,13 @@ impl Cluster for Des<'_> {
             .expect("scenario config was validated"),
         };
         let mut sinkhole = Vec::new();
-        for (t, e) in &node.log {
-            core.step(*t, e.clone(), &mut sinkhole);
+        let log = std::mem::take(&mut node.log);
+        for (t, e) in &log {
+            core.step(*t, e.event(&self.nodes), &mut sinkhole);
             sinkhole.clear();
         }
+        let node = &mut self.nodes[i];
+        node.log = log;
         node.core = Some(core);
         node.incarnation += 1;
         node.started_at = self.now;
@@ -708,13 +737,7 @@ impl Cluster for Des<'_> {
         if changed {
             self.step(i, Event::ConfigChanged { config: wanted }, sink);
         }
-        // A worker under `voters` peering connects to voters only: looking at those alone keeps
-        // a cold start of n nodes linear, not quadratic.
-        let candidates = match self.scenario.peering {
-            Peering::Voters if i >= self.voters => self.voters.min(self.nodes.len()),
-            _ => self.nodes.len(),
-        };
-        for j in 0..candidates {
+        for j in self.peer_candidates(i) {
             if j != i && self.nodes[j].core.is_some() && self.peered(i, j) && !self.apart(i, j) {
                 self.connect(i, j, sink);
             }

@@ -13,6 +13,7 @@ pub mod scenario;
 pub mod sink;
 pub mod svg;
 pub mod sweep;
+mod timequeue;
 pub mod timing;
 pub mod trace;
 pub mod turmoil_engine;
