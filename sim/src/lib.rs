@@ -9,6 +9,7 @@ pub mod failover;
 pub mod hostile;
 pub mod run;
 pub mod sandbox;
+pub mod scale;
 pub mod scenario;
 pub mod sink;
 pub mod svg;

@@ -50,6 +50,10 @@ enum Cmd {
     },
     /// The Raft paper's election-timing experiment (Ongaro & Ousterhout §9.3, Fig. 16).
     Timing(TimingArgs),
+    /// How cost grows with the cluster: one scenario (the cold-start storm) at each size, each
+    /// in its own memory-limited process; a table of wall time, peak memory, messages per
+    /// election and simulated seconds per wall second, and optionally JSON and an SVG.
+    Scale(chorus_sim::scale::ScaleArgs),
     /// Draw a trace as an SVG timeline: one row per node, coloured by role.
     Svg {
         /// A trace written by `run --trace`.
@@ -98,6 +102,7 @@ fn main() -> ExitCode {
             liveness_bound_ms,
         } => cmd_check(trace, liveness_bound_ms),
         Cmd::Timing(args) => cmd_timing(args),
+        Cmd::Scale(args) => chorus_sim::scale::cmd_scale(&args),
         Cmd::Svg { trace, out } => cmd_svg(trace, out),
         Cmd::Scenarios => {
             for name in BUILTINS {
