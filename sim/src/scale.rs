@@ -119,11 +119,16 @@ pub fn cmd_scale(args: &ScaleArgs) -> anyhow::Result<bool> {
     }
     anyhow::ensure!(!args.nodes.is_empty(), "--nodes: give at least one size");
     let exe = std::env::current_exe().context("cannot find this program to run the sizes")?;
+    let every = args.nodes.iter().all(|n| args.voters >= *n);
     println!(
-        "scenario {} · {} simulated per run · {} voters · peering {} · seed {} · each size in its own process, at most {} GiB",
+        "scenario {} · {} simulated per run · {} · peering {} · seed {} · each size in its own process, at most {} GiB",
         args.scenario,
         crate::scenario::format_ms(args.duration),
-        args.voters,
+        if every {
+            "every node a voter".to_owned()
+        } else {
+            format!("{} voters", args.voters)
+        },
         args.peering,
         args.seed,
         args.memory_limit_gib
@@ -311,7 +316,7 @@ pub fn svg(rows: &[Row], args: &ScaleArgs) -> String {
     const W: f64 = 480.0;
     const H: f64 = 300.0;
     const PAD_L: f64 = 64.0;
-    const PAD_R: f64 = 20.0;
+    const PAD_R: f64 = 48.0;
     const PAD_T: f64 = 36.0;
     const PAD_B: f64 = 40.0;
     const TOP: f64 = 44.0;
@@ -454,8 +459,12 @@ fn short(v: f64) -> String {
         format!("{:.0}k", v / 1e3)
     } else if v >= 100.0 {
         format!("{v:.0}")
-    } else {
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 0.01 {
         format!("{v:.2}")
+    } else {
+        format!("{v:.4}")
     }
 }
 
