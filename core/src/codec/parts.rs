@@ -501,6 +501,179 @@ mod tests {
         assert!(assemble(&mut Reassembler::new(), 1, &frames) == vec![m]);
     }
 
+    /// A whoami reply whose whole envelope is exactly `len` bytes: members of 52-byte ids and
+    /// one more padded to make up the difference (the electorate's fingerprint, written in
+    /// decimal, may change length with it: adjusted until exact).
+    fn reply_of_exactly(len: usize) -> Message {
+        let size = |m: &Message| super::super::encode_unbounded("c", m).unwrap().len();
+        let n = (len - size(&whoami_reply(1))) / 55 - 2;
+        let with_pad = |pad: usize| {
+            let mut members = ids(n);
+            members.push(NodeId::from("z".repeat(pad).as_str()));
+            let e = Arc::new(Electorate::new(1, members));
+            Message::WhoamiReply {
+                admin: None,
+                term: 7,
+                membership_version: 1,
+                beat: 0,
+                eligible: true,
+                uptime_s: 0,
+                resources: Default::default(),
+                genesis: 0,
+                electorate: Some(e),
+            }
+        };
+        let mut pad = 1;
+        for _ in 0..20 {
+            let m = with_pad(pad);
+            match size(&m) {
+                got if got == len => return m,
+                got => pad = (pad + len).saturating_sub(got).max(1),
+            }
+        }
+        panic!("no reply of exactly {len} bytes");
+    }
+
+    /// The frame limit at its edge: a message of exactly 64 KiB is one frame, one byte more
+    /// goes in parts; a frame of exactly 64 KiB is read, one byte more is refused unread.
+    #[test]
+    fn a_message_of_exactly_one_frame_is_one_frame() {
+        let m = reply_of_exactly(MAX_MESSAGE_BYTES);
+        let frames = encode_parts("c", &m).unwrap();
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].len(), MAX_MESSAGE_BYTES);
+        let mut r = Reassembler::new();
+        assert!(r.decode("c", &1, &frames[0]).unwrap() == Some(m));
+        let m = reply_of_exactly(MAX_MESSAGE_BYTES + 1);
+        let frames = encode_parts("c", &m).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert!(assemble(&mut r, 1, &frames) == vec![m]);
+        let mut big = frames[0].clone();
+        big.resize(MAX_MESSAGE_BYTES + 1, b' ');
+        assert_eq!(
+            r.decode("c", &1, &big),
+            Err(CodecError::TooLarge(MAX_MESSAGE_BYTES + 1))
+        );
+    }
+
+    /// Every part but the last is filled to within one escaped character of the frame, whatever
+    /// the text: an escape counted too long would waste frames, too short would overflow one.
+    #[test]
+    fn parts_are_filled_to_the_frame_whatever_escapes_the_text_holds() {
+        for pad in [" ", "\"", "\\", "\n", "\t", "\u{1}", "é", "\u{7f}", "𝄞"] {
+            let members = (0..2_500)
+                .map(|i| NodeId::from(format!("{i:05}{}", pad.repeat(20)).as_str()))
+                .collect();
+            let m = Message::BootstrapChosen {
+                electorate: Arc::new(Electorate::new(1, members)),
+            };
+            let frames = encode_parts("c", &m).unwrap();
+            assert!(frames.len() >= 2, "{pad:?}");
+            for f in &frames[..frames.len() - 1] {
+                assert!(
+                    f.len() <= MAX_MESSAGE_BYTES && f.len() + 6 >= MAX_MESSAGE_BYTES - 60,
+                    "{pad:?}: a part of {} bytes",
+                    f.len()
+                );
+            }
+            assert!(
+                assemble(&mut Reassembler::new(), 1, &frames) == vec![m],
+                "{pad:?}"
+            );
+        }
+    }
+
+    /// The bounds of a part at their edge: the most parts and the largest id are taken, and a
+    /// sender may hold exactly `MAX_ASSEMBLED_BYTES`, not one byte more.
+    #[test]
+    fn part_bounds_are_checked_at_their_edge() {
+        let part = |id, index, count, data: String| {
+            part_frame(&Part {
+                id,
+                index,
+                count,
+                data,
+            })
+        };
+        let mut r = Reassembler::new();
+        assert_eq!(
+            r.decode("c", &1, &part(MAX_WIRE_INT, 0, 2, "x".into())),
+            Ok(None)
+        );
+        assert_eq!(
+            r.decode("c", &1, &part(7, MAX_PARTS - 1, MAX_PARTS, "x".into())),
+            Ok(None)
+        );
+        assert_eq!(r.pending(), 1);
+        // 16 MiB in parts of 64,000 bytes and one of the rest: held; one byte more: refused.
+        let chunk = 64_000;
+        let full = MAX_ASSEMBLED_BYTES / chunk;
+        for index in 0..full as u32 {
+            assert_eq!(
+                r.decode("c", &2, &part(9, index, MAX_PARTS, "y".repeat(chunk))),
+                Ok(None)
+            );
+        }
+        let rest = MAX_ASSEMBLED_BYTES - full * chunk;
+        assert_eq!(
+            r.decode("c", &2, &part(9, full as u32, MAX_PARTS, "y".repeat(rest))),
+            Ok(None)
+        );
+        assert_eq!(r.held_bytes(), MAX_ASSEMBLED_BYTES + 1);
+        assert_eq!(
+            r.decode("c", &2, &part(9, full as u32 + 1, MAX_PARTS, "y".into())),
+            Err(CodecError::TooLarge(MAX_ASSEMBLED_BYTES + 1))
+        );
+        assert_eq!(r.pending(), 1, "sender 2's partial is forgotten");
+    }
+
+    /// Forgetting goes by when a sender was last heard from, not by its name.
+    #[test]
+    fn the_sender_forgotten_is_the_one_heard_from_least_recently() {
+        let frames = encode_parts("c", &whoami_reply(3_000)).unwrap();
+        let mut r = Reassembler::new();
+        for from in 0..MAX_PARTIAL_SENDERS as u8 {
+            assert!(r.decode("c", &from, &frames[0]).unwrap().is_none());
+        }
+        // Sender 0 is heard from again: now sender 1 is the stalest.
+        assert!(r.decode("c", &0, &frames[1]).unwrap().is_none());
+        assert!(r.decode("c", &99, &frames[0]).unwrap().is_none());
+        assert_eq!(r.pending(), MAX_PARTIAL_SENDERS);
+        assert!(
+            assemble(&mut r, 0, &frames[2..]).len() == 1,
+            "sender 0 was kept"
+        );
+        assert!(
+            assemble(&mut r, 1, &frames[1..]).is_empty(),
+            "sender 1 was forgotten"
+        );
+        r.forget(&99);
+        assert!(
+            assemble(&mut r, 99, &frames[1..]).is_empty(),
+            "sender 99 was forgotten"
+        );
+    }
+
+    /// A cluster id so long that a part would hold less than half a frame of data.
+    #[test]
+    fn a_cluster_id_that_leaves_no_room_for_parts_is_refused() {
+        let m = whoami_reply(3_000);
+        let long = "c".repeat(MAX_MESSAGE_BYTES / 2);
+        assert!(matches!(
+            encode_parts(&long, &m),
+            Err(CodecError::TooLarge(_))
+        ));
+        let fits = "c".repeat(MAX_MESSAGE_BYTES / 2 - 400);
+        let frames = encode_parts(&fits, &m).unwrap();
+        assert!(frames.iter().all(|f| f.len() <= MAX_MESSAGE_BYTES));
+        let mut r = Reassembler::new();
+        let got: Vec<Message> = frames
+            .iter()
+            .filter_map(|f| r.decode(&fits, &1, f).unwrap())
+            .collect();
+        assert!(got == vec![m]);
+    }
+
     #[test]
     fn a_message_over_the_assembled_limit_is_not_encoded() {
         let m = whoami_reply(MAX_ASSEMBLED_BYTES / 50);
