@@ -256,6 +256,31 @@ mod tests {
         ));
     }
 
+    /// The labels are a contract with dashboards (`chorus_decode_errors_total{reason=…}`).
+    #[test]
+    fn every_error_has_its_documented_label() {
+        let labels: Vec<&str> = [
+            CodecError::TooLarge(1),
+            CodecError::Malformed(String::new()),
+            CodecError::Version(2),
+            CodecError::WrongCluster(String::new()),
+            CodecError::BadPart(""),
+        ]
+        .iter()
+        .map(CodecError::kind)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "too_large",
+                "malformed",
+                "version",
+                "wrong_cluster",
+                "bad_part"
+            ]
+        );
+    }
+
     #[test]
     fn oversized_messages_are_not_encoded() {
         let members = (0..5000)

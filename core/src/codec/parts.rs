@@ -542,6 +542,8 @@ mod tests {
         let frames = encode_parts("c", &m).unwrap();
         assert_eq!(frames.len(), 1);
         assert_eq!(frames[0].len(), MAX_MESSAGE_BYTES);
+        assert_eq!(super::super::encode("c", &m).as_ref(), Ok(&frames[0]));
+        assert!(super::super::decode("c", &frames[0]) == Ok(m.clone()));
         let mut r = Reassembler::new();
         assert!(r.decode("c", &1, &frames[0]).unwrap() == Some(m));
         let m = reply_of_exactly(MAX_MESSAGE_BYTES + 1);
