@@ -656,6 +656,44 @@ mod tests {
         );
     }
 
+    /// `id` is FNV-1a of the whole envelope, masked to 53 bits (docs/wire-format.md), and a
+    /// part altered on the way is caught by it even when the text still parses.
+    #[test]
+    fn the_id_checks_the_whole_text() {
+        let m = whoami_reply(3_000);
+        let whole = super::super::encode_unbounded("c", &m).unwrap();
+        let mut h = Fnv::new();
+        h.write(&whole);
+        let frames = encode_parts("c", &m).unwrap();
+        let parts: Vec<Part> = frames
+            .iter()
+            .map(|f| {
+                let v: serde_json::Value = serde_json::from_slice(f).unwrap();
+                serde_json::from_value(v["part"].clone()).unwrap()
+            })
+            .collect();
+        assert!(parts.iter().all(|p| p.id == h.0 & MAX_WIRE_INT));
+        // One member id changed in the second part: still valid JSON, another electorate.
+        let mut altered = parts[1].clone();
+        let at = altered.data.find("12D3KooW").expect("an id in the part") + 8;
+        altered.data.replace_range(at..at + 1, "9");
+        let mut r = Reassembler::new();
+        let mut got = Vec::new();
+        for (i, p) in parts.iter().enumerate() {
+            let p = if i == 1 { &altered } else { p };
+            got.push(r.decode("c", &1, &part_frame(p)));
+        }
+        assert!(
+            got.last()
+                == Some(&Err(CodecError::BadPart(
+                    "checksum does not match the parts"
+                ))),
+            "{:?}",
+            got.last()
+                .map(|g| g.as_ref().map(|m| m.as_ref().map(Message::kind)))
+        );
+    }
+
     /// A cluster id so long that a part would hold less than half a frame of data.
     #[test]
     fn a_cluster_id_that_leaves_no_room_for_parts_is_refused() {
