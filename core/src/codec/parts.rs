@@ -694,24 +694,46 @@ mod tests {
         );
     }
 
-    /// A cluster id so long that a part would hold less than half a frame of data.
+    /// A cluster id so long that a part would hold less than half a frame of data is refused;
+    /// one that leaves exactly half is not.
     #[test]
     fn a_cluster_id_that_leaves_no_room_for_parts_is_refused() {
         let m = whoami_reply(3_000);
-        let long = "c".repeat(MAX_MESSAGE_BYTES / 2);
-        assert!(matches!(
-            encode_parts(&long, &m),
-            Err(CodecError::TooLarge(_))
-        ));
-        let fits = "c".repeat(MAX_MESSAGE_BYTES / 2 - 400);
-        let frames = encode_parts(&fits, &m).unwrap();
+        let widest = Part {
+            id: MAX_WIRE_INT,
+            index: MAX_PARTS,
+            count: MAX_PARTS,
+            data: String::new(),
+        };
+        let around = part_envelope("", &widest).unwrap().len();
+        let half = "c".repeat(MAX_MESSAGE_BYTES / 2 - around);
+        let frames = encode_parts(&half, &m).unwrap();
         assert!(frames.iter().all(|f| f.len() <= MAX_MESSAGE_BYTES));
         let mut r = Reassembler::new();
         let got: Vec<Message> = frames
             .iter()
-            .filter_map(|f| r.decode(&fits, &1, f).unwrap())
+            .filter_map(|f| r.decode(&half, &1, f).unwrap())
             .collect();
-        assert!(got == vec![m]);
+        assert!(got == vec![m.clone()]);
+        let over = format!("{half}c");
+        assert!(matches!(
+            encode_parts(&over, &m),
+            Err(CodecError::TooLarge(_))
+        ));
+    }
+
+    /// The whole at its bound: exactly 16 MiB is sent in parts, one byte more is not.
+    #[test]
+    fn a_message_of_exactly_the_assembled_limit_is_encoded() {
+        let m = reply_of_exactly(MAX_ASSEMBLED_BYTES);
+        let frames = encode_parts("c", &m).unwrap();
+        assert!(frames.len() <= MAX_PARTS as usize);
+        assert!(assemble(&mut Reassembler::new(), 1, &frames) == vec![m.clone()]);
+        // The same message for a cluster id one byte longer.
+        assert_eq!(
+            encode_parts("cc", &m).err(),
+            Some(CodecError::TooLarge(MAX_ASSEMBLED_BYTES + 1))
+        );
     }
 
     #[test]
