@@ -562,6 +562,13 @@ mod tests {
     /// the text: an escape counted too long would waste frames, too short would overflow one.
     #[test]
     fn parts_are_filled_to_the_frame_whatever_escapes_the_text_holds() {
+        let widest = Part {
+            id: MAX_WIRE_INT,
+            index: MAX_PARTS,
+            count: MAX_PARTS,
+            data: String::new(),
+        };
+        let budget = MAX_MESSAGE_BYTES - part_envelope("c", &widest).unwrap().len();
         for pad in [" ", "\"", "\\", "\n", "\t", "\u{1}", "é", "\u{7f}", "𝄞"] {
             let members = (0..2_500)
                 .map(|i| NodeId::from(format!("{i:05}{}", pad.repeat(20)).as_str()))
@@ -576,6 +583,23 @@ mod tests {
                     f.len() <= MAX_MESSAGE_BYTES && f.len() + 6 >= MAX_MESSAGE_BYTES - 60,
                     "{pad:?}: a part of {} bytes",
                     f.len()
+                );
+            }
+            // Each part's data is the longest piece that fits the budget: the next character
+            // would not.
+            let datas: Vec<String> = frames
+                .iter()
+                .map(|f| {
+                    let v: serde_json::Value = serde_json::from_slice(f).unwrap();
+                    v["part"]["data"].as_str().unwrap().to_owned()
+                })
+                .collect();
+            for pair in datas.windows(2) {
+                let used: usize = pair[0].chars().map(escaped_len).sum();
+                let next = escaped_len(pair[1].chars().next().unwrap());
+                assert!(
+                    used <= budget && used + next > budget,
+                    "{pad:?}: {used} + {next}"
                 );
             }
             assert!(
