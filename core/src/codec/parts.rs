@@ -66,7 +66,9 @@ fn checksum(bytes: &[u8]) -> u64 {
     h.0 & MAX_WIRE_INT
 }
 
-/// How many bytes `c` takes inside a JSON string as serde_json writes it.
+/// How many bytes `c` takes inside a JSON string as serde_json writes it. (The text cut into
+/// parts is serde_json's own output, so only `"` and `\` occur of the escaped characters; the
+/// rest is here so that the function is right for any text.)
 fn escaped_len(c: char) -> usize {
     match c {
         '"' | '\\' | '\u{08}' | '\u{0c}' | '\n' | '\r' | '\t' => 2,
