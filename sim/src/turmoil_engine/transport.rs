@@ -230,3 +230,95 @@ impl Transport for SimTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chorus_core::Electorate;
+    use rand_chacha::rand_core::SeedableRng;
+
+    use super::*;
+
+    /// A message that carries an electorate too large for one datagram goes as several and is
+    /// put back together at the receiver, whole and once.
+    #[test]
+    fn an_electorate_too_large_for_a_datagram_travels_in_parts() {
+        let mut sim = turmoil::Builder::new().build();
+        let names = ["a", "b"];
+        let ids: Vec<NodeId> = names.iter().map(|n| NodeId::from(*n)).collect();
+        let ips: Vec<IpAddr> = names.iter().map(|n| sim.lookup(*n)).collect();
+        let dir = Rc::new(Directory {
+            cluster_id: "c".into(),
+            addrs: ips.iter().map(|ip| SocketAddr::new(*ip, PORT)).collect(),
+            by_ip: ips.iter().enumerate().map(|(i, ip)| (*ip, i)).collect(),
+            by_id: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect(),
+            ids,
+            profiles: vec![PeerInfo::default(); 2],
+        });
+        let members = (0..3_000)
+            .map(|i| NodeId::from(format!("12D3KooW{i:044}")))
+            .collect();
+        let e = Arc::new(Electorate::new(1, members));
+        let reply = Message::WhoamiReply {
+            admin: None,
+            term: 3,
+            membership_version: 1,
+            beat: 1,
+            uptime_s: 5,
+            resources: Default::default(),
+            eligible: true,
+            genesis: e.genesis,
+            electorate: Some(e),
+        };
+        let frames = codec::encode_parts("c", &reply).unwrap().len();
+        assert!(frames >= 3, "{frames} frames");
+        let net = Rc::new(RefCell::new(NetShared::default()));
+        let transport = |dir: &Rc<Directory>, net: &Rc<RefCell<NetShared>>| {
+            let (dir, net) = (dir.clone(), net.clone());
+            async move {
+                let socket =
+                    UdpSocket::bind(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, PORT)))
+                        .await?;
+                let (control, rx) = tokio::sync::mpsc::unbounded_channel();
+                let rng = ChaCha8Rng::seed_from_u64(1);
+                Ok::<_, std::io::Error>((SimTransport::new(socket, dir, net, rx, rng), control))
+            }
+        };
+        let got: Rc<RefCell<Vec<TransportEvent>>> = Rc::default();
+        {
+            let (dir, net, got) = (dir.clone(), net.clone(), got.clone());
+            sim.host("b", move || {
+                let (start, got) = (transport(&dir, &net), got.clone());
+                async move {
+                    let (mut t, _control) = start.await?;
+                    loop {
+                        let event = t.next().await;
+                        got.borrow_mut().push(event);
+                    }
+                }
+            });
+        }
+        {
+            let (dir, net, reply) = (dir.clone(), net.clone(), reply.clone());
+            sim.client("a", async move {
+                let (mut t, _control) = transport(&dir, &net).await?;
+                t.send(&NodeId::from("b"), &reply);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                Ok(())
+            });
+        }
+        sim.run().unwrap();
+        let got = got.borrow();
+        assert_eq!(got.len(), 1, "one event at b");
+        assert!(
+            matches!(&got[0], TransportEvent::Message { from, msg } if from.as_str() == "a" && *msg == reply),
+            "b got something else"
+        );
+        assert_eq!(net.borrow().sent.0, frames as u64);
+    }
+}
