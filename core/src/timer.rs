@@ -107,3 +107,24 @@ mod table {
         Ok(t)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state saved before a timer was added loads with the new timers disarmed; a table
+    /// with more timers than this build knows is refused, not a panic.
+    #[test]
+    fn a_saved_table_loads_shorter_and_is_refused_longer() {
+        let t: TimerTable = serde_json::from_str("[10, null, 30, null, 50]").unwrap();
+        assert_eq!(t.deadline(Timer::Discovery), Some(10));
+        assert_eq!(t.deadline(Timer::Heartbeat), Some(30));
+        assert_eq!(t.deadline(Timer::Bootstrap), Some(50));
+        assert_eq!(t.deadline(Timer::Tasks), None);
+        let full: TimerTable = serde_json::from_str("[1, 2, 3, 4, 5, 6]").unwrap();
+        assert_eq!(full.deadline(Timer::Tasks), Some(6));
+        assert_eq!(serde_json::to_string(&full).unwrap(), "[1,2,3,4,5,6]");
+        let err = serde_json::from_str::<TimerTable>("[1, 2, 3, 4, 5, 6, 7]").unwrap_err();
+        assert!(err.to_string().contains("at most 6 timers"), "{err}");
+    }
+}
