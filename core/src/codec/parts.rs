@@ -88,15 +88,7 @@ pub fn encode_parts(cluster: &str, msg: &Message) -> Result<Vec<Vec<u8>>, CodecE
     if !msg.carries_electorate() || whole.len() > MAX_ASSEMBLED_BYTES {
         return Err(CodecError::TooLarge(whole.len()));
     }
-    // The envelope around the data at its largest (numbers at their widest).
-    let widest = Part {
-        id: MAX_WIRE_INT,
-        index: MAX_PARTS,
-        count: MAX_PARTS,
-        data: String::new(),
-    };
-    let overhead = part_envelope(cluster, &widest)?.len();
-    let budget = MAX_MESSAGE_BYTES.saturating_sub(overhead);
+    let budget = MAX_MESSAGE_BYTES.saturating_sub(part_overhead(cluster)?);
     if budget < MAX_MESSAGE_BYTES / 2 {
         // Only a cluster id of tens of KiB leaves so little room.
         return Err(CodecError::TooLarge(whole.len()));
@@ -130,6 +122,17 @@ pub fn encode_parts(cluster: &str, msg: &Message) -> Result<Vec<Vec<u8>>, CodecE
             )
         })
         .collect()
+}
+
+/// The bytes of a part's envelope around its data, at their most (numbers at their widest).
+fn part_overhead(cluster: &str) -> Result<usize, CodecError> {
+    let widest = Part {
+        id: MAX_WIRE_INT,
+        index: MAX_PARTS,
+        count: MAX_PARTS,
+        data: String::new(),
+    };
+    Ok(part_envelope(cluster, &widest)?.len())
 }
 
 fn part_envelope(cluster: &str, part: &Part) -> Result<Vec<u8>, CodecError> {
@@ -564,13 +567,7 @@ mod tests {
     /// the text: an escape counted too long would waste frames, too short would overflow one.
     #[test]
     fn parts_are_filled_to_the_frame_whatever_escapes_the_text_holds() {
-        let widest = Part {
-            id: MAX_WIRE_INT,
-            index: MAX_PARTS,
-            count: MAX_PARTS,
-            data: String::new(),
-        };
-        let budget = MAX_MESSAGE_BYTES - part_envelope("c", &widest).unwrap().len();
+        let budget = MAX_MESSAGE_BYTES - part_overhead("c").unwrap();
         for pad in [" ", "\"", "\\", "\n", "\t", "\u{1}", "é", "\u{7f}", "𝄞"] {
             let members = (0..2_500)
                 .map(|i| NodeId::from(format!("{i:05}{}", pad.repeat(20)).as_str()))
@@ -725,13 +722,7 @@ mod tests {
     #[test]
     fn a_cluster_id_that_leaves_no_room_for_parts_is_refused() {
         let m = whoami_reply(3_000);
-        let widest = Part {
-            id: MAX_WIRE_INT,
-            index: MAX_PARTS,
-            count: MAX_PARTS,
-            data: String::new(),
-        };
-        let around = part_envelope("", &widest).unwrap().len();
+        let around = part_overhead("").unwrap();
         let half = "c".repeat(MAX_MESSAGE_BYTES / 2 - around);
         let frames = encode_parts(&half, &m).unwrap();
         assert!(frames.iter().all(|f| f.len() <= MAX_MESSAGE_BYTES));
