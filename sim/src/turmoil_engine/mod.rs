@@ -294,18 +294,12 @@ impl TurmoilCluster {
         let ids: Vec<NodeId> = (0..n).map(|i| NodeId::from(name(i))).collect();
         let ips: Vec<_> = (0..n).map(|i| sim.lookup(name(i))).collect();
         let profiles: Vec<_> = (0..n).map(|i| node_profile(scenario, seed, i)).collect();
-        let dir = Rc::new(Directory {
-            cluster_id: scenario.config.cluster_id.clone(),
-            addrs: ips.iter().map(|ip| SocketAddr::new(*ip, PORT)).collect(),
-            by_ip: ips.iter().enumerate().map(|(i, ip)| (*ip, i)).collect(),
-            by_id: ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.clone(), i))
-                .collect(),
+        let dir = Rc::new(Directory::new(
+            scenario.config.cluster_id.clone(),
             ids,
-            profiles: profiles.clone(),
-        });
+            &ips,
+            profiles.clone(),
+        ));
         let net = Rc::new(RefCell::new(NetShared {
             net: NetParams {
                 loss_ppm: scenario.network.loss_ppm,

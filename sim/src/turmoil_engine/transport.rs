@@ -32,6 +32,29 @@ pub(crate) struct Directory {
     pub(crate) profiles: Vec<PeerInfo>,
 }
 
+impl Directory {
+    /// Node `i` is `ids[i]` at `ips[i]`, listening on [`PORT`].
+    pub(crate) fn new(
+        cluster_id: String,
+        ids: Vec<NodeId>,
+        ips: &[IpAddr],
+        profiles: Vec<PeerInfo>,
+    ) -> Directory {
+        Directory {
+            cluster_id,
+            addrs: ips.iter().map(|ip| SocketAddr::new(*ip, PORT)).collect(),
+            by_ip: ips.iter().enumerate().map(|(i, ip)| (*ip, i)).collect(),
+            by_id: ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (id.clone(), i))
+                .collect(),
+            ids,
+            profiles,
+        }
+    }
+}
+
 /// Connection events the engine injects: a peer (re)started or crashed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Control {
@@ -248,18 +271,12 @@ mod tests {
         let names = ["a", "b"];
         let ids: Vec<NodeId> = names.iter().map(|n| NodeId::from(*n)).collect();
         let ips: Vec<IpAddr> = names.iter().map(|n| sim.lookup(*n)).collect();
-        let dir = Rc::new(Directory {
-            cluster_id: "c".into(),
-            addrs: ips.iter().map(|ip| SocketAddr::new(*ip, PORT)).collect(),
-            by_ip: ips.iter().enumerate().map(|(i, ip)| (*ip, i)).collect(),
-            by_id: ids
-                .iter()
-                .enumerate()
-                .map(|(i, id)| (id.clone(), i))
-                .collect(),
+        let dir = Rc::new(Directory::new(
+            "c".into(),
             ids,
-            profiles: vec![PeerInfo::default(); 2],
-        });
+            &ips,
+            vec![PeerInfo::default(); 2],
+        ));
         let members = (0..3_000)
             .map(|i| NodeId::from(format!("12D3KooW{i:044}")))
             .collect();
