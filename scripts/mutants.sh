@@ -33,10 +33,13 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-# A --file (or -f) passed through replaces the default set instead of adding to it.
+# A --file (or -f) passed through replaces the default set instead of adding to it; so does a
+# --jobs (or -j) the one job below.
+jobs=(--jobs 1)
 for arg in "${extra[@]}"; do
     case "$arg" in
         --file|-f|--file=*) files=() ;;
+        --jobs|-j|--jobs=*) jobs=() ;;
     esac
 done
 
@@ -44,12 +47,13 @@ mkdir -p target/mutants
 # Mutate chorus-core and run chorus-core's own tests (unit, rule tables, narrow rules,
 # properties, determinism) against each mutant; the workspace's test profile (opt-level 1) keeps
 # the property tests quick. The timeout covers a mutant that makes a test loop forever; one job
-# at a time because a mutant build is heavy on a small machine (raise --jobs on a big one).
+# at a time by default because a mutant build is heavy on a small machine (pass --jobs N after
+# -- on a bigger one, or to overlap one mutant's build with another's tests).
 exec cargo mutants \
     --package chorus-core \
     "${files[@]}" \
     --output target/mutants \
     --timeout 300 \
-    --jobs 1 \
+    "${jobs[@]}" \
     "${list[@]}" \
     "${extra[@]}"
