@@ -250,4 +250,194 @@ mod tests {
             assert_eq!(config.validate().unwrap_err().key, key);
         }
     }
+    /// The lease keeps (1 - 2 × drift) of a promise: 1,000 ppm of drift keeps 99.8 %.
+    #[test]
+    fn the_lease_is_the_promise_less_twice_the_drift() {
+        let c = Config {
+            max_clock_drift_ppm: 1_000,
+            ..Config::default()
+        };
+        assert_eq!(c.lease_for(30_000), 29_940);
+        assert_eq!(c.lease_for(1_000_000), 998_000);
+        assert_eq!(c.lease_for(0), 0);
+        let c = Config {
+            max_clock_drift_ppm: 99_999,
+            election_timeout_min_ms: 10_000,
+            ..Config::default()
+        };
+        assert_eq!(c.lease_ms(), 8_000);
+        let c = Config {
+            max_clock_drift_ppm: 0,
+            ..Config::default()
+        };
+        assert_eq!(c.lease_for(12_345), 12_345);
+    }
+
+    /// Each bound passes at its edge and is refused one past it, naming its key.
+    #[test]
+    fn each_bound_passes_at_its_edge_and_names_its_key_one_past_it() {
+        let ok = |c: Config, what: &str| assert_eq!(c.validate(), Ok(()), "{what}");
+        let refused = |c: Config, key: &str| {
+            let e = c.validate().expect_err(key);
+            assert_eq!(e.key, key);
+            assert!(e.to_string().contains(key), "{e}");
+        };
+        let d = Config::default;
+        ok(
+            Config {
+                cluster_id: "c".repeat(128),
+                ..d()
+            },
+            "a 128-byte cluster id",
+        );
+        refused(
+            Config {
+                cluster_id: "c".repeat(129),
+                ..d()
+            },
+            "cluster_id",
+        );
+        // Every timing up to a day (the others raised to keep them consistent).
+        let a_day = Config {
+            election_timeout_min_ms: MAX_TIMING_MS,
+            election_timeout_max_ms: MAX_TIMING_MS,
+            discovery_timeout_ms: MAX_TIMING_MS,
+            election_slot_min_ms: MAX_TIMING_MS,
+            dead_voter_timeout_ms: MAX_TIMING_MS,
+            stabilization_time_ms: MAX_TIMING_MS,
+            ..d()
+        };
+        ok(a_day.clone(), "every timing a day");
+        for key in [
+            "heartbeat_interval_ms",
+            "election_timeout_min_ms",
+            "election_timeout_max_ms",
+            "discovery_timeout_ms",
+            "election_slot_min_ms",
+            "dead_voter_timeout_ms",
+            "stabilization_time_ms",
+        ] {
+            let mut c = a_day.clone();
+            let field = match key {
+                "heartbeat_interval_ms" => &mut c.heartbeat_interval_ms,
+                "election_timeout_min_ms" => &mut c.election_timeout_min_ms,
+                "election_timeout_max_ms" => &mut c.election_timeout_max_ms,
+                "discovery_timeout_ms" => &mut c.discovery_timeout_ms,
+                "election_slot_min_ms" => &mut c.election_slot_min_ms,
+                "dead_voter_timeout_ms" => &mut c.dead_voter_timeout_ms,
+                _ => &mut c.stabilization_time_ms,
+            };
+            *field = MAX_TIMING_MS + 1;
+            refused(c, key);
+        }
+        refused(
+            Config {
+                election_timeout_min_ms: 0,
+                election_timeout_max_ms: 0,
+                ..d()
+            },
+            "election_timeout_min_ms",
+        );
+        ok(
+            Config {
+                election_timeout_max_ms: 30_000,
+                ..d()
+            },
+            "max equal to min",
+        );
+        refused(
+            Config {
+                election_timeout_max_ms: 29_999,
+                ..d()
+            },
+            "election_timeout_max_ms",
+        );
+        ok(
+            Config {
+                max_clock_drift_ppm: 99_999,
+                heartbeat_interval_ms: 1_000,
+                ..d()
+            },
+            "drift just under 10 %",
+        );
+        refused(
+            Config {
+                max_clock_drift_ppm: 100_000,
+                ..d()
+            },
+            "max_clock_drift_ppm",
+        );
+        // The heartbeat must come within the lease (29,940 ms by default).
+        ok(
+            Config {
+                heartbeat_interval_ms: 29_939,
+                ..d()
+            },
+            "a heartbeat just within the lease",
+        );
+        refused(
+            Config {
+                heartbeat_interval_ms: 29_940,
+                ..d()
+            },
+            "heartbeat_interval_ms",
+        );
+        refused(
+            Config {
+                heartbeat_interval_ms: 0,
+                ..d()
+            },
+            "heartbeat_interval_ms",
+        );
+        for (key, c) in [
+            (
+                "discovery_timeout_ms",
+                Config {
+                    discovery_timeout_ms: 0,
+                    ..d()
+                },
+            ),
+            (
+                "confirmations",
+                Config {
+                    confirmations: 0,
+                    ..d()
+                },
+            ),
+            (
+                "bootstrap_expect",
+                Config {
+                    bootstrap_expect: 0,
+                    ..d()
+                },
+            ),
+            (
+                "min_quorum",
+                Config {
+                    min_quorum: 0,
+                    ..d()
+                },
+            ),
+            (
+                "discovery_fanout",
+                Config {
+                    discovery_fanout: 0,
+                    ..d()
+                },
+            ),
+        ] {
+            refused(c, key);
+        }
+        ok(
+            Config {
+                discovery_timeout_ms: 1,
+                confirmations: 1,
+                bootstrap_expect: 1,
+                min_quorum: 1,
+                discovery_fanout: 1,
+                ..d()
+            },
+            "every count at 1",
+        );
+    }
 }
