@@ -1,0 +1,167 @@
+//! Rules of the step loop itself (`node.rs`), on one core driven by hand: a stopped node is
+//! inert, and what the runtime samples (slots, capabilities) reaches the admin as it changes.
+
+mod one_core;
+
+use chorus_core::{Command, Event, Message, Resources, ADMIN_ELECTION, MAX_CAPABILITIES};
+use one_core::{from, sent_to, voter, voter_info};
+
+const MEMBERS: [&str; 3] = ["a", "b", "c"];
+
+fn heartbeat(term: u64, beat: u64) -> Message {
+    Message::Heartbeat {
+        term,
+        beat,
+        membership_version: 1,
+        genesis: 0,
+        electorate: None,
+        membership_term: 0,
+    }
+}
+
+fn slots(n: u32) -> Event {
+    Event::ResourcesSampled {
+        resources: Resources {
+            task_slots: n,
+            ..Default::default()
+        },
+    }
+}
+
+fn reports(out: &[Command], to: &str) -> Vec<u32> {
+    sent_to(out, to)
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::WorkerReport { slots, .. } => Some(*slots),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A node that shut down acts on nothing until it starts again: no message is answered, no
+/// peer is taken in, no timer runs (only `Started` and an operator's forced recovery count).
+///
+/// Fails on `step`: the match guard `!self.running` → `false`.
+#[test]
+fn a_stopped_node_answers_nothing_and_takes_in_no_peer() {
+    let mut a = voter("a", &MEMBERS);
+    a.step_vec(10, Event::Shutdown);
+    let peers = a.peers().len();
+    let vote = Message::VoteRequest {
+        term: 5,
+        electorate_version: 1,
+        electorate_term: 0,
+        electorate_hash: 0,
+    };
+    for (t, ev) in [
+        (20, from("b", vote)),
+        (
+            30,
+            from(
+                "b",
+                Message::Whoami {
+                    electorate_version: 0,
+                    electorate_term: 0,
+                },
+            ),
+        ),
+        (
+            40,
+            Event::PeerUp {
+                peer: "d".into(),
+                info: voter_info(),
+            },
+        ),
+        (50, Event::PeerDown { peer: "b".into() }),
+    ] {
+        let out = a.step_vec(t, ev);
+        assert!(out.is_empty(), "a stopped node acted at {t}: {out:?}");
+    }
+    assert_eq!(a.term(), 0, "no term adopted while stopped");
+    assert_eq!(
+        a.peers().len(),
+        peers,
+        "the peer table unchanged while stopped"
+    );
+    // Started again, it answers.
+    a.step_vec(60, Event::Started);
+    let out = a.step_vec(
+        70,
+        from(
+            "b",
+            Message::Whoami {
+                electorate_version: 0,
+                electorate_term: 0,
+            },
+        ),
+    );
+    assert!(!sent_to(&out, "b").is_empty(), "a running node answers");
+}
+
+/// A worker's slots reach its admin when they change — at once, not at the next periodic
+/// report — and a sample that changes nothing sends nothing.
+///
+/// Fails on `step`: `resources.task_slots != self.resources.task_slots` → `==`.
+#[test]
+fn a_change_of_slots_is_reported_to_the_admin_at_once_and_no_change_is_not() {
+    let mut a = voter("a", &MEMBERS);
+    a.step_vec(5, slots(2));
+    let out = a.step_vec(10, from("b", heartbeat(1, 1)));
+    assert_eq!(a.admin().map(|n| n.as_str()), Some("b"));
+    assert_eq!(reports(&out, "b"), [2], "the first report to a new admin");
+    // The same slots sampled again: nothing to say before the periodic report.
+    let out = a.step_vec(20, slots(2));
+    assert_eq!(reports(&out, "b"), Vec::<u32>::new());
+    // Fewer slots: said at once.
+    let out = a.step_vec(30, slots(1));
+    assert_eq!(reports(&out, "b"), [1]);
+    // None left: said too (the admin must stop placing here).
+    let out = a.step_vec(40, slots(0));
+    assert_eq!(reports(&out, "b"), [0]);
+}
+
+/// A node's capabilities may change at run time up to [`MAX_CAPABILITIES`] (sorted, without
+/// duplicates); a larger set, possible only in an old log, is skipped whole.
+///
+/// Fails on `on_capabilities_changed`: `capabilities.len() > MAX_CAPABILITIES` → `>=`.
+#[test]
+fn capabilities_change_up_to_their_bound_and_a_larger_set_is_skipped() {
+    let mut a = voter("a", &MEMBERS);
+    let set = |n: usize| -> Vec<String> {
+        std::iter::once(ADMIN_ELECTION.to_owned())
+            .chain((1..n).map(|i| format!("cap{i:03}")))
+            .collect()
+    };
+    a.step_vec(
+        10,
+        Event::CapabilitiesChanged {
+            capabilities: set(MAX_CAPABILITIES),
+        },
+    );
+    assert_eq!(
+        a.capabilities().len(),
+        MAX_CAPABILITIES,
+        "exactly the bound"
+    );
+    a.step_vec(
+        20,
+        Event::CapabilitiesChanged {
+            capabilities: set(MAX_CAPABILITIES + 1),
+        },
+    );
+    assert_eq!(
+        a.capabilities().len(),
+        MAX_CAPABILITIES,
+        "one past it: skipped"
+    );
+    // Duplicates collapse and the order is the core's own.
+    a.step_vec(
+        30,
+        Event::CapabilitiesChanged {
+            capabilities: vec!["gpu".into(), ADMIN_ELECTION.into(), "gpu".into()],
+        },
+    );
+    let mut want = vec![ADMIN_ELECTION.to_owned(), "gpu".to_owned()];
+    want.sort();
+    assert_eq!(a.capabilities(), want);
+}
