@@ -540,6 +540,29 @@ mod tests {
         );
     }
 
+    /// The beat counter has a top too: a node that has seen beat `MAX_WIRE_INT` does not stand,
+    /// since as admin it could send no next beat. Fails on `can_stand`: `beat <` → `<=`.
+    #[test]
+    fn a_node_at_the_top_of_the_beat_range_does_not_stand() {
+        let mut a = voter("a", ABC);
+        a.step_vec(1, from("b", heartbeat(1, MAX_WIRE_INT)));
+        assert_eq!(a.beat(), MAX_WIRE_INT, "the largest beat is still a beat");
+        assert!(!a.can_stand());
+        let t = a.timers.deadline(Timer::Election).unwrap();
+        let out = a.step_vec(
+            t,
+            Event::TimerFired {
+                timer: Timer::Election,
+            },
+        );
+        assert_eq!(a.timers.deadline(Timer::Election), None, "{out:?}");
+        assert_eq!(a.role(), Role::Follower);
+        // One beat below the top it stands as usual.
+        let mut b = voter("b", ABC);
+        b.step_vec(1, from("c", heartbeat(1, MAX_WIRE_INT - 1)));
+        assert!(b.can_stand());
+    }
+
     // Issue 9, case 3: an unsolicited whoami reply replaced the electorate.
     #[test]
     fn an_unsolicited_whoami_reply_changes_nothing() {

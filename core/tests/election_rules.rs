@@ -683,3 +683,33 @@ fn an_admin_out_of_beats_sends_nothing_and_rearms_its_heartbeat_timer() {
         "{out:?}"
     );
 }
+
+/// An admin that steps down (here by check-quorum: no voter acknowledged it for a maximum
+/// election timeout) waits a minimum election timeout before it may stand again, like any
+/// follower whose admin went quiet.
+///
+/// Kills `step_down`: the suspect timer `now + election_timeout_min_ms` → `now * …`.
+#[test]
+fn an_admin_that_steps_down_suspects_again_after_a_minimum_timeout() {
+    let mut a = voter("a", ABC);
+    win(&mut a, &["b"]);
+    for _ in 0..64 {
+        let (at, timer) = a.next_deadline().expect("a timer is armed");
+        let out = a.step_vec(at, Event::TimerFired { timer });
+        let stepped = out
+            .iter()
+            .any(|c| matches!(c, Command::Notice(Notice::SteppedDown { .. })));
+        if stepped {
+            assert_eq!(a.role(), Role::Follower);
+            assert!(
+                out.contains(&Command::SetTimer {
+                    timer: Timer::Election,
+                    at_ms: at + MIN,
+                }),
+                "{out:?}"
+            );
+            return;
+        }
+    }
+    panic!("the admin never stepped down without acks");
+}

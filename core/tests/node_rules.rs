@@ -3,7 +3,9 @@
 
 mod one_core;
 
-use chorus_core::{Command, Event, Message, Resources, ADMIN_ELECTION, MAX_CAPABILITIES};
+use chorus_core::{
+    Command, Config, Core, Event, Message, Resources, ADMIN_ELECTION, MAX_CAPABILITIES,
+};
 use one_core::{from, sent_to, voter, voter_info};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
@@ -164,4 +166,43 @@ fn capabilities_change_up_to_their_bound_and_a_larger_set_is_skipped() {
     let mut want = vec![ADMIN_ELECTION.to_owned(), "gpu".to_owned()];
     want.sort();
     assert_eq!(a.capabilities(), want);
+}
+
+/// A node without an admin asks peers as they come up, at most `discovery_fanout` of them per
+/// discovery round; once it knows an admin it asks nobody.
+///
+/// Fails on `on_peer_up`: `whoami_sent < discovery_fanout` → `<=`.
+#[test]
+fn peers_coming_up_are_asked_up_to_the_fanout() {
+    let config = Config {
+        discovery_fanout: 2,
+        ..Config::default()
+    };
+    let mut a = Core::new("a".into(), config, vec![ADMIN_ELECTION.to_owned()], 1).unwrap();
+    a.step_vec(0, Event::Started);
+    let asked = |out: &[Command]| {
+        out.iter()
+            .filter(|c| {
+                matches!(
+                    c,
+                    Command::Send {
+                        msg: Message::Whoami { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    let mut total = 0;
+    for (t, p) in ["p1", "p2", "p3", "p4"].into_iter().enumerate() {
+        let out = a.step_vec(
+            t as u64 + 1,
+            Event::PeerUp {
+                peer: p.into(),
+                info: voter_info(),
+            },
+        );
+        total += asked(&out);
+    }
+    assert_eq!(total, 2, "two of the four peers asked");
 }
