@@ -206,3 +206,41 @@ fn peers_coming_up_are_asked_up_to_the_fanout() {
     }
     assert_eq!(total, 2, "two of the four peers asked");
 }
+
+/// A node's uptime counts whole seconds since its last start (a restart starts it again), and
+/// it is what a WHOAMI reply tells and what its score counts.
+///
+/// Fails on `uptime_s`: → `0`, → `1`, `now − started` → `now + started`.
+#[test]
+fn uptime_counts_whole_seconds_since_the_last_start() {
+    let mut a = voter("a", &MEMBERS);
+    let score_at_start = a.score();
+    let whoami = || {
+        from(
+            "b",
+            Message::Whoami {
+                electorate_version: 1,
+                electorate_term: 0,
+            },
+        )
+    };
+    let told = |out: &[Command]| {
+        sent_to(out, "b")
+            .into_iter()
+            .find_map(|m| match m {
+                Message::WhoamiReply { uptime_s, .. } => Some(*uptime_s),
+                _ => None,
+            })
+            .expect("a whoami reply")
+    };
+    let out = a.step_vec(172_799_999, whoami());
+    assert_eq!(a.uptime_s(), 172_799);
+    assert_eq!(told(&out), 172_799);
+    // A day up is worth 3,000 points more than none.
+    assert_eq!(a.score(), score_at_start + 3_000);
+    a.step_vec(172_800_000, Event::Shutdown);
+    a.step_vec(180_000_000, Event::Started);
+    assert_eq!(a.uptime_s(), 0, "a restart starts the count again");
+    let out = a.step_vec(180_002_500, whoami());
+    assert_eq!((a.uptime_s(), told(&out)), (2, 2));
+}
