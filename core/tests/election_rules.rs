@@ -11,7 +11,7 @@ use chorus_core::{Command, Config, Core, Electorate, Event, Message, NodeId, Pee
 use chorus_core::{Notice, Refusal, Resources, Timer, ADMIN_ELECTION};
 
 mod one_core;
-use one_core::{from, refusals, voter, voter_info, voter_with};
+use one_core::{from, refusals, stand, voter, voter_info, voter_with, win};
 
 const MIN: u64 = 30_000;
 const ABC: &[&str] = &["a", "b", "c"];
@@ -68,18 +68,6 @@ fn strong() -> Resources {
         mem_free_mb: 65_536,
         ..Default::default()
     }
-}
-
-/// Fires the node's timers in deadline order until it is a pre-candidate (bounded).
-fn stand(c: &mut Core) {
-    for _ in 0..8 {
-        if c.role() == Role::PreCandidate {
-            return;
-        }
-        let (at, timer) = c.next_deadline().expect("a timer is armed");
-        c.step_vec(at, Event::TimerFired { timer });
-    }
-    panic!("{} never stood: {:?}", c.id(), c.role());
 }
 
 fn pre_vote_req(c: &Core, term: u64) -> Message {
@@ -576,31 +564,6 @@ fn a_node_asks_its_peers_again_after_a_failed_round_but_not_when_its_admin_just_
 }
 
 // ---- The admin's heartbeat rounds ----------------------------------------------------------------
-
-/// `a` of `members`, elected in term `term` + 1 with the grants of `voters` at the instant it
-/// stood; returns the commands of the winning step.
-fn win(a: &mut Core, voters: &[&str]) -> Vec<Command> {
-    stand(a);
-    let (now, term) = (a.now_ms(), a.term() + 1);
-    let mut out = Vec::new();
-    for v in voters {
-        let pre_vote = Message::PreVoteReply {
-            term,
-            granted: true,
-        };
-        out.extend(a.step_vec(now, from(v, pre_vote)));
-    }
-    for v in voters {
-        let vote = Message::VoteReply {
-            term,
-            granted: true,
-            promise_ms: MIN,
-        };
-        out.extend(a.step_vec(now, from(v, vote)));
-    }
-    assert_eq!(a.role(), Role::Admin);
-    out
-}
 
 /// Fires the admin's timers in deadline order up to its next heartbeat timer; returns that
 /// step's commands.

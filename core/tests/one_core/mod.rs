@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use chorus_core::{
-    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Refusal,
+    Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Refusal, Role,
     ADMIN_ELECTION,
 };
 
@@ -78,4 +78,41 @@ pub fn refusals(out: &[Command]) -> Vec<(String, String, Refusal)> {
             _ => None,
         })
         .collect()
+}
+
+/// Fires the node's timers in deadline order until it is a pre-candidate (bounded).
+pub fn stand(c: &mut Core) {
+    for _ in 0..8 {
+        if c.role() == Role::PreCandidate {
+            return;
+        }
+        let (at, timer) = c.next_deadline().expect("a timer is armed");
+        c.step_vec(at, Event::TimerFired { timer });
+    }
+    panic!("{} never stood: {:?}", c.id(), c.role());
+}
+
+/// `a` of `members`, elected in term `term` + 1 with the grants of `voters` at the instant it
+/// stood; returns the commands of the winning step.
+pub fn win(a: &mut Core, voters: &[&str]) -> Vec<Command> {
+    stand(a);
+    let (now, term) = (a.now_ms(), a.term() + 1);
+    let mut out = Vec::new();
+    for v in voters {
+        let pre_vote = Message::PreVoteReply {
+            term,
+            granted: true,
+        };
+        out.extend(a.step_vec(now, from(v, pre_vote)));
+    }
+    for v in voters {
+        let vote = Message::VoteReply {
+            term,
+            granted: true,
+            promise_ms: a.config().election_timeout_min_ms,
+        };
+        out.extend(a.step_vec(now, from(v, vote)));
+    }
+    assert_eq!(a.role(), Role::Admin);
+    out
 }

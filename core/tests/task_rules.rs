@@ -1,0 +1,205 @@
+//! The admin's placement rules (`task/place.rs`) on one core driven by hand: an admin elected
+//! by its voters, workers and a submitter known through `PeerUp`, and the reports and offers
+//! they send. The same rules across a whole network are in `tasks.rs`; these pin the narrow
+//! ones that the first `cargo mutants` run over `task/` found unchecked (docs/mutants.md).
+
+mod one_core;
+
+use std::sync::Arc;
+
+use chorus_core::{Command, Core, Event, Message, OfferState, PeerInfo, TaskId, TaskSpec};
+use one_core::{from, sent_to, voter, win};
+
+const ABC: &[&str] = &["a", "b", "c"];
+
+fn spec() -> Arc<TaskSpec> {
+    Arc::new(TaskSpec {
+        image: "img".into(),
+        command: vec!["true".into()],
+        timeout_ms: 1_000,
+        ..Default::default()
+    })
+}
+
+fn task(origin: &str, seq: u64) -> TaskId {
+    TaskId {
+        origin: origin.into(),
+        seq,
+    }
+}
+
+/// `a`, admin of a, b, c with a fresh lease, connected to `peers` (workers and submitters,
+/// none eligible to stand).
+fn admin(peers: &[&str]) -> Core {
+    let mut a = voter("a", ABC);
+    win(&mut a, &["b"]);
+    let now = a.now_ms();
+    for p in peers {
+        a.step_vec(
+            now,
+            Event::PeerUp {
+                peer: (*p).into(),
+                info: PeerInfo::default(),
+            },
+        );
+    }
+    a
+}
+
+fn report(
+    a: &mut Core,
+    worker: &str,
+    slots: u32,
+    running: &[(TaskId, u32)],
+    finished: &[TaskId],
+) -> Vec<Command> {
+    let msg = Message::WorkerReport {
+        term: a.term(),
+        seen: 0,
+        slots,
+        running: running.to_vec(),
+        finished: finished.to_vec(),
+        released: vec![],
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(worker, msg))
+}
+
+fn offer(a: &mut Core, t: &TaskId) -> Vec<Command> {
+    let msg = Message::TaskOffer {
+        task: t.clone(),
+        spec: spec(),
+        cancel: false,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(t.origin.as_str(), msg))
+}
+
+/// The tasks placed in `out`, with the worker each went to.
+fn placements(out: &[Command]) -> Vec<(TaskId, String)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send {
+                to,
+                msg: Message::TaskPlace { task, .. },
+            } => Some((task.clone(), to.as_str().to_owned())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rule 2: the least loaded worker — by running over slots, not by running alone or by id —
+/// gets the task. `w1` runs one task of two slots (half loaded), `w2` one of four (a quarter).
+/// The counts the admin exposes for metrics follow.
+///
+/// Kills `WorkerLoad::load_key`: `(running << 32) / slots` → `%`, `*`, `<<` → `>>`; and
+/// `placed_len`, `worker_count` → 0, 1.
+#[test]
+fn the_least_loaded_worker_by_share_of_its_slots_gets_the_task() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    report(&mut a, "w1", 2, &[(task("s", 1), 1)], &[]);
+    report(&mut a, "w2", 4, &[(task("s", 2), 1)], &[]);
+    let tasks = a.admin_tasks().expect("admin");
+    assert_eq!((tasks.placed_len(), tasks.worker_count()), (2, 2));
+    let out = offer(&mut a, &task("s", 3));
+    assert_eq!(placements(&out), [(task("s", 3), "w2".to_owned())]);
+    let tasks = a.admin_tasks().expect("admin");
+    assert_eq!(
+        (tasks.placed_len(), tasks.queue_len(), tasks.worker_count()),
+        (3, 0, 2)
+    );
+}
+
+/// Rule 2: tasks waiting for a worker are placed in the order they arrived, whatever their
+/// ids. `z-1` is offered before `s-1`; the one free slot goes to `z-1`.
+///
+/// Kills `AdminTasks::enqueue`: `last_order += 1` → `*=` (every task the same arrival number,
+/// so the queue falls back to id order).
+#[test]
+fn queued_tasks_are_placed_in_arrival_order_not_id_order() {
+    let mut a = admin(&["w1", "s", "z"]);
+    assert!(
+        placements(&offer(&mut a, &task("z", 1))).is_empty(),
+        "no worker yet"
+    );
+    assert!(placements(&offer(&mut a, &task("s", 1))).is_empty());
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 2);
+    let out = report(&mut a, "w1", 1, &[], &[]);
+    assert_eq!(placements(&out), [(task("z", 1), "w1".to_owned())]);
+}
+
+/// Rule 8: a placement no report confirms is sent again after `RESEND_TICKS` task ticks, with
+/// its placement number, while the lease holds.
+///
+/// Kills `AdminTasks::place`: `p.seq > 0` → `<` (no placement of this admin awaits
+/// confirmation, so a lost one is never sent again).
+#[test]
+fn an_unconfirmed_placement_is_sent_again_after_three_ticks() {
+    let mut a = admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    let placed_at = a.now_ms();
+    let out = offer(&mut a, &task("s", 1));
+    assert_eq!(placements(&out), [(task("s", 1), "w1".to_owned())]);
+    let seq_of = |out: &[Command]| {
+        out.iter().find_map(|c| match c {
+            Command::Send {
+                msg: Message::TaskPlace { seq, .. },
+                ..
+            } => Some(*seq),
+            _ => None,
+        })
+    };
+    let first = seq_of(&out).expect("a placement number");
+    // Task ticks are the heartbeat interval clamped to 1 s: the resend is due 3 s on.
+    for _ in 0..32 {
+        let (at, timer) = a.next_deadline().expect("a timer is armed");
+        assert!(at <= placed_at + 3_000, "no resend by {at}");
+        let out = a.step_vec(at, Event::TimerFired { timer });
+        if let Some(seq) = seq_of(&out) {
+            assert_eq!(at, placed_at + 3_000);
+            assert_eq!(seq, first, "the same placement");
+            assert_eq!(placements(&out), [(task("s", 1), "w1".to_owned())]);
+            return;
+        }
+    }
+    panic!("never sent again");
+}
+
+/// A worker that goes down leaves the admin's worker table (metrics count it no more, and it
+/// is never a candidate for placement).
+///
+/// Kills `AdminTasks::remove_worker` → `()`.
+#[test]
+fn a_worker_that_goes_down_leaves_the_worker_table() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    report(&mut a, "w2", 1, &[], &[]);
+    assert_eq!(a.admin_tasks().unwrap().worker_count(), 2);
+    let now = a.now_ms();
+    a.step_vec(now, Event::PeerDown { peer: "w1".into() });
+    assert_eq!(a.admin_tasks().unwrap().worker_count(), 1);
+    let out = offer(&mut a, &task("s", 1));
+    assert_eq!(placements(&out), [(task("s", 1), "w2".to_owned())]);
+}
+
+/// Rule 3: a task a worker reported finished is answered `finished` when its submitter offers
+/// it (its result is on the way), never queued and run again.
+///
+/// Kills `AdminTasks::remember_finished` → `()`.
+#[test]
+fn an_offer_of_a_task_reported_finished_is_answered_finished_not_run_again() {
+    let mut a = admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[task("s", 1)]);
+    let out = offer(&mut a, &task("s", 1));
+    assert!(placements(&out).is_empty(), "{out:?}");
+    assert_eq!(
+        sent_to(&out, "s"),
+        [&Message::TaskState {
+            task: task("s", 1),
+            state: OfferState::Finished {
+                worker: "w1".into()
+            },
+        }]
+    );
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 0);
+}
