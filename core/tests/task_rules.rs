@@ -203,3 +203,37 @@ fn an_offer_of_a_task_reported_finished_is_answered_finished_not_run_again() {
     );
     assert_eq!(a.admin_tasks().unwrap().queue_len(), 0);
 }
+
+/// Rule 3 and its bound: the admin remembers the last 4,096 finished tasks (the smallest ids
+/// forgotten first); each is answered `finished`, every one of them, not only the latest.
+///
+/// Kills `AdminTasks::remember_finished`: `finished.len() >= MAX_FINISHED` → `<` (one
+/// remembered at a time), and fails on `>=` → `>` (4,097 kept).
+#[test]
+fn the_admin_remembers_the_last_4096_finished_tasks() {
+    let mut a = admin(&["w1", "s"]);
+    let all: Vec<TaskId> = (1..=4_097).map(|n| task("s", n)).collect();
+    for chunk in all[..4_096].chunks(1_024) {
+        report(&mut a, "w1", 1, &[], chunk);
+    }
+    let finished = |a: &mut Core, t: &TaskId| {
+        sent_to(&offer(a, t), "s").contains(&&Message::TaskState {
+            task: t.clone(),
+            state: OfferState::Finished {
+                worker: "w1".into(),
+            },
+        })
+    };
+    assert!(
+        finished(&mut a, &task("s", 1)),
+        "the first of 4,096 still known"
+    );
+    assert!(finished(&mut a, &task("s", 4_096)));
+    report(&mut a, "w1", 1, &[], &all[4_096..]);
+    assert!(finished(&mut a, &task("s", 4_097)));
+    assert!(finished(&mut a, &task("s", 2)));
+    assert!(
+        !finished(&mut a, &task("s", 1)),
+        "one past the bound: the smallest forgotten"
+    );
+}
