@@ -7,8 +7,8 @@ mod one_core;
 
 use std::sync::Arc;
 
-use chorus_core::{Command, Core, Event, Message, OfferState, PeerInfo, TaskId, TaskSpec};
-use one_core::{from, sent_to, voter, win};
+use chorus_core::{Command, Core, Event, Message, OfferState, PeerInfo, Refusal, TaskId, TaskSpec};
+use one_core::{from, refusals, sent_to, voter, win};
 
 const ABC: &[&str] = &["a", "b", "c"];
 
@@ -236,4 +236,50 @@ fn the_admin_remembers_the_last_4096_finished_tasks() {
         !finished(&mut a, &task("s", 1)),
         "one past the bound: the smallest forgotten"
     );
+}
+
+/// A worker report is bounded: at most 1,024 runs, finished tasks, released runs and slots
+/// (`MAX_REPORTED`), each checked on its own; at the bound it counts, one past it the whole
+/// report is refused as out of range.
+///
+/// Kills `on_worker_report`: each `len() > MAX_REPORTED` → `==`, `>=`, and each `||` of the
+/// check → `&&`.
+#[test]
+fn each_list_of_a_worker_report_is_bounded_at_1024_on_its_own() {
+    const MAX: usize = 1_024;
+    let runs =
+        |n: usize| -> Vec<(TaskId, u32)> { (1..=n as u64).map(|k| (task("s", k), 1)).collect() };
+    let ids = |n: usize| -> Vec<TaskId> { (1..=n as u64).map(|k| task("x", k)).collect() };
+    let send = |running: Vec<(TaskId, u32)>,
+                finished: Vec<TaskId>,
+                released: Vec<(TaskId, u32)>,
+                slots: u32| {
+        let mut a = admin(&["w1", "s", "x"]);
+        let msg = Message::WorkerReport {
+            term: a.term(),
+            seen: 0,
+            slots,
+            running,
+            finished,
+            released,
+        };
+        let now = a.now_ms();
+        let out = a.step_vec(now, from("w1", msg));
+        (refusals(&out), a.admin_tasks().unwrap().worker_count())
+    };
+    let refused = vec![(
+        "w1".to_owned(),
+        "worker_report".to_owned(),
+        Refusal::OutOfRange,
+    )];
+    // At the bound: taken in (the worker joins the table).
+    assert_eq!(send(runs(MAX), vec![], vec![], 1), (vec![], 1));
+    assert_eq!(send(vec![], ids(MAX), vec![], 1), (vec![], 1));
+    assert_eq!(send(vec![], vec![], runs(MAX), 1), (vec![], 1));
+    assert_eq!(send(vec![], vec![], vec![], MAX as u32), (vec![], 1));
+    // One past it, each alone: refused whole.
+    assert_eq!(send(runs(MAX + 1), vec![], vec![], 1), (refused.clone(), 0));
+    assert_eq!(send(vec![], ids(MAX + 1), vec![], 1), (refused.clone(), 0));
+    assert_eq!(send(vec![], vec![], runs(MAX + 1), 1), (refused.clone(), 0));
+    assert_eq!(send(vec![], vec![], vec![], MAX as u32 + 1), (refused, 0));
 }
