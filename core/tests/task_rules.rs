@@ -7,7 +7,9 @@ mod one_core;
 
 use std::sync::Arc;
 
-use chorus_core::{Command, Core, Event, Message, OfferState, PeerInfo, Refusal, TaskId, TaskSpec};
+use chorus_core::{
+    Command, Core, Event, Message, OfferState, PeerInfo, Refusal, TaskId, TaskSpec, MAX_WIRE_INT,
+};
 use one_core::{from, refusals, sent_to, voter, win};
 
 const ABC: &[&str] = &["a", "b", "c"];
@@ -282,4 +284,206 @@ fn each_list_of_a_worker_report_is_bounded_at_1024_on_its_own() {
     assert_eq!(send(vec![], ids(MAX + 1), vec![], 1), (refused.clone(), 0));
     assert_eq!(send(vec![], vec![], runs(MAX + 1), 1), (refused.clone(), 0));
     assert_eq!(send(vec![], vec![], vec![], MAX as u32 + 1), (refused, 0));
+    // The placement number seen may be as large as any number on the wire.
+    let mut a = admin(&["w1"]);
+    let out = at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            seen: MAX_WIRE_INT,
+            ..Report::default()
+        },
+    );
+    assert_eq!(
+        (refusals(&out), a.admin_tasks().unwrap().worker_count()),
+        (vec![], 1)
+    );
+}
+
+/// A worker report's fields, for [`at`].
+#[derive(Default)]
+struct Report {
+    seen: u64,
+    running: Vec<(TaskId, u32)>,
+    finished: Vec<TaskId>,
+    released: Vec<(TaskId, u32)>,
+}
+
+/// `worker` (one slot) reports `r` to the admin `after` ms past the admin's last step.
+fn at(a: &mut Core, after: u64, worker: &str, r: Report) -> Vec<Command> {
+    let msg = Message::WorkerReport {
+        term: a.term(),
+        seen: r.seen,
+        slots: 1,
+        running: r.running,
+        finished: r.finished,
+        released: r.released,
+    };
+    let now = a.now_ms() + after;
+    a.step_vec(now, from(worker, msg))
+}
+
+/// `s-1` placed on `w1` (one slot); returns the admin and the placement's number.
+fn placed_on_w1() -> (Core, u64) {
+    let mut a = admin(&["w1", "w2", "s"]);
+    at(&mut a, 0, "w1", Report::default());
+    let out = offer(&mut a, &task("s", 1));
+    let seq = out
+        .iter()
+        .find_map(|c| match c {
+            Command::Send {
+                msg: Message::TaskPlace { seq, .. },
+                ..
+            } => Some(*seq),
+            _ => None,
+        })
+        .expect("placed");
+    (a, seq)
+}
+
+/// Rule 8: a report that mentions a placement — running or finished — confirms it: it is not
+/// sent again, neither by that report nor by the ticks after it. A report of another worker
+/// confirms nothing.
+///
+/// Kills `on_worker_report`: the confirmation's `p.worker == from` → `!=`, and the resend
+/// filter's `unmentioned && seen_after` → `||`.
+#[test]
+fn a_report_that_mentions_a_placement_confirms_it() {
+    let (mut a, seq) = placed_on_w1();
+    let placed_at = a.now_ms();
+    let running = Report {
+        seen: seq,
+        running: vec![(task("s", 1), 1)],
+        ..Report::default()
+    };
+    // From the wrong worker: no confirmation (the resend below still comes).
+    at(&mut a, 0, "w2", running);
+    let (mut b, seq) = placed_on_w1();
+    let out = at(
+        &mut b,
+        1_500,
+        "w1",
+        Report {
+            seen: seq,
+            running: vec![(task("s", 1), 1)],
+            ..Report::default()
+        },
+    );
+    assert!(
+        placements(&out).is_empty(),
+        "mentioned: not sent again {out:?}"
+    );
+    let fire_until = |c: &mut Core, until: u64| {
+        let mut sent = vec![];
+        while let Some((t, timer)) = c.next_deadline().filter(|(t, _)| *t <= until) {
+            let t = t.max(c.now_ms());
+            sent.extend(placements(&c.step_vec(t, Event::TimerFired { timer })));
+        }
+        sent
+    };
+    assert_eq!(fire_until(&mut b, placed_at + 6_000), vec![], "confirmed");
+    assert_eq!(
+        fire_until(&mut a, placed_at + 6_000).first(),
+        Some(&(task("s", 1), "w1".to_owned())),
+        "a report of another worker confirms nothing"
+    );
+    // A finished mention confirms too.
+    let (mut c, seq) = placed_on_w1();
+    let out = at(
+        &mut c,
+        1_500,
+        "w1",
+        Report {
+            seen: seq,
+            finished: vec![task("s", 1)],
+            ..Report::default()
+        },
+    );
+    assert!(placements(&out).is_empty(), "{out:?}");
+}
+
+/// Rule 5 (resend): a placement the report leaves out is sent again once the worker has seen
+/// a later placement number, or a task tick (1 s) has passed since it was sent — not before.
+#[test]
+fn an_unmentioned_placement_is_sent_again_once_a_later_one_was_seen_or_a_tick_passed() {
+    let quiet = |seen: u64| Report {
+        seen,
+        ..Report::default()
+    };
+    let (mut a, seq) = placed_on_w1();
+    assert!(
+        placements(&at(&mut a, 999, "w1", quiet(seq))).is_empty(),
+        "too early"
+    );
+    let (mut a, seq) = placed_on_w1();
+    assert_eq!(
+        placements(&at(&mut a, 1_000, "w1", quiet(seq))),
+        [(task("s", 1), "w1".to_owned())],
+        "a tick on"
+    );
+    let (mut a, seq) = placed_on_w1();
+    assert_eq!(
+        placements(&at(&mut a, 0, "w1", quiet(seq + 1))),
+        [(task("s", 1), "w1".to_owned())],
+        "a later placement seen"
+    );
+}
+
+/// Rule 5 (release): a release counts only for the run it names — this worker, this attempt —
+/// and not while the same report still lists the task as running there; then the task is
+/// queued again as the next attempt.
+///
+/// Kills `on_worker_report`: `p.worker == from && p.attempt == attempt` → `||`, and
+/// `!this_run || running_set.contains(..)` → `&&`.
+#[test]
+fn a_release_counts_only_for_the_run_it_names() {
+    let counts = |a: &Core| {
+        let t = a.admin_tasks().unwrap();
+        (t.placed_len(), t.queue_len())
+    };
+    let released = |attempt: u32| Report {
+        released: vec![(task("s", 1), attempt)],
+        ..Report::default()
+    };
+    let (mut a, _) = placed_on_w1();
+    at(&mut a, 0, "w1", released(2));
+    assert_eq!(counts(&a), (1, 0), "another attempt's release");
+    at(&mut a, 0, "w2", released(1));
+    assert_eq!(counts(&a), (1, 0), "another worker's release");
+    at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            running: vec![(task("s", 1), 1)],
+            ..released(1)
+        },
+    );
+    assert_eq!(counts(&a), (1, 0), "released but running here again");
+    at(&mut a, 0, "w1", released(1));
+    assert_eq!(counts(&a), (0, 1), "this run released: queued again");
+}
+
+/// Rule 5 (resend) is for this admin's own placements: a run adopted from a report (placement
+/// number 0), whose spec its submitter has since given, is never sent as a placement when a
+/// later report leaves it out.
+///
+/// Kills `on_worker_report`: `seen_after`'s `p.seq > 0 && …` → `||`.
+#[test]
+fn an_adopted_run_is_never_sent_as_a_placement() {
+    let mut a = admin(&["w1", "s"]);
+    at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            running: vec![(task("s", 1), 1)],
+            ..Report::default()
+        },
+    );
+    let out = offer(&mut a, &task("s", 1));
+    assert!(placements(&out).is_empty(), "{out:?}");
+    let out = at(&mut a, 2_000, "w1", Report::default());
+    assert!(placements(&out).is_empty(), "{out:?}");
 }
