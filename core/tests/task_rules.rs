@@ -487,3 +487,39 @@ fn an_adopted_run_is_never_sent_as_a_placement() {
     let out = at(&mut a, 2_000, "w1", Report::default());
     assert!(placements(&out).is_empty(), "{out:?}");
 }
+
+/// Rule 6: a placed task its submitter cancels is asked to stop at once, and again at every
+/// report of its worker that still lists it running (a cancel may be lost).
+///
+/// Kills `on_worker_report`: the stop filter's `p.worker == from` → `!=`.
+#[test]
+fn a_cancelled_run_is_asked_to_stop_again_at_each_report_that_lists_it() {
+    let cancels = |out: &[Command], to: &str| {
+        sent_to(out, to)
+            .into_iter()
+            .filter(|m| matches!(m, Message::TaskCancel { task, .. } if *task == task_s1()))
+            .count()
+    };
+    fn task_s1() -> TaskId {
+        task("s", 1)
+    }
+    let (mut a, seq) = placed_on_w1();
+    let msg = Message::TaskOffer {
+        task: task_s1(),
+        spec: spec(),
+        cancel: true,
+    };
+    let now = a.now_ms();
+    let out = a.step_vec(now, from("s", msg));
+    assert_eq!(cancels(&out, "w1"), 1, "asked at once");
+    let running = || Report {
+        seen: seq,
+        running: vec![(task_s1(), 1)],
+        ..Report::default()
+    };
+    let out = at(&mut a, 100, "w1", running());
+    assert_eq!(cancels(&out, "w1"), 1, "asked again: still running");
+    // Another worker listing it is not the run that was cancelled.
+    let out = at(&mut a, 100, "w2", running());
+    assert_eq!((cancels(&out, "w1"), cancels(&out, "w2")), (0, 0));
+}
