@@ -523,3 +523,49 @@ fn a_cancelled_run_is_asked_to_stop_again_at_each_report_that_lists_it() {
     let out = at(&mut a, 100, "w2", running());
     assert_eq!((cancels(&out, "w1"), cancels(&out, "w2")), (0, 0));
 }
+
+/// A worker that goes down takes its finished tasks' answers along: their results may never
+/// reach their submitters, so an offer of one is queued again; the other workers' finished
+/// tasks are still answered `finished`.
+///
+/// Kills `admin_peer_down`: `finished.retain(|_, w| w != peer)` → `==`.
+#[test]
+fn a_lost_worker_forgets_its_finished_tasks_and_only_its_own() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            finished: vec![task("s", 1)],
+            ..Report::default()
+        },
+    );
+    at(
+        &mut a,
+        0,
+        "w2",
+        Report {
+            finished: vec![task("s", 2)],
+            ..Report::default()
+        },
+    );
+    let now = a.now_ms();
+    a.step_vec(now, Event::PeerDown { peer: "w1".into() });
+    let out = offer(&mut a, &task("s", 2));
+    assert_eq!(
+        sent_to(&out, "s"),
+        [&Message::TaskState {
+            task: task("s", 2),
+            state: OfferState::Finished {
+                worker: "w2".into()
+            },
+        }]
+    );
+    let out = offer(&mut a, &task("s", 1));
+    assert_eq!(
+        placements(&out),
+        [(task("s", 1), "w2".to_owned())],
+        "run again"
+    );
+}
