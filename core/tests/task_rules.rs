@@ -569,3 +569,55 @@ fn a_lost_worker_forgets_its_finished_tasks_and_only_its_own() {
         "run again"
     );
 }
+
+/// Rule 2 and the step bound: a step passes over at most 64 queued tasks that no worker fits
+/// (`MAX_SKIPS_PER_STEP`), and the next step goes on from where it stopped, so a task queued
+/// behind many that nothing can run is still placed — one step later, not never.
+///
+/// Found by the `cargo mutants` run (the skip counter's `+=` → `*=` survived): every step
+/// started again from the head of the queue, so 64 tasks needing a capability no worker had
+/// kept everything behind them queued for ever.
+#[test]
+fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
+    let mut a = admin(&["w1", "s"]);
+    let gpu = Arc::new(TaskSpec {
+        requires: vec!["gpu".into()],
+        ..(*spec()).clone()
+    });
+    for seq in 1..=70 {
+        let msg = Message::TaskOffer {
+            task: task("s", seq),
+            spec: gpu.clone(),
+            cancel: false,
+        };
+        let now = a.now_ms();
+        a.step_vec(now, from("s", msg));
+    }
+    assert!(
+        placements(&offer(&mut a, &task("s", 71))).is_empty(),
+        "no worker yet"
+    );
+    // The worker's first report: the step passes over 64 gpu tasks and stops.
+    let out = at(&mut a, 0, "w1", Report::default());
+    assert!(
+        placements(&out).is_empty(),
+        "at most 64 passed over in one step: {out:?}"
+    );
+    // The next step goes on from there: 6 more, then the task that fits.
+    let out = at(&mut a, 0, "w1", Report::default());
+    assert_eq!(placements(&out), [(task("s", 71), "w1".to_owned())]);
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 70);
+    // A slot frees and another plain task comes: it is placed within those two steps, the
+    // scan going round the queue (from the head again once it reached the end).
+    let mut out = at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            finished: vec![task("s", 71)],
+            ..Report::default()
+        },
+    );
+    out.extend(offer(&mut a, &task("s", 72)));
+    assert_eq!(placements(&out), [(task("s", 72), "w1".to_owned())]);
+}

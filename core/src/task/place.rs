@@ -3,7 +3,10 @@
 //! Rules:
 //! 1. Placement happens only while this node holds a valid lease ([`Core::holds_lease`]).
 //! 2. A task goes to a worker that fits it (its required capabilities and repository) and has a
-//!    free slot, the least loaded first (running / slots), ties broken by node id.
+//!    free slot, the least loaded first (running / slots), ties broken by node id. Queued tasks
+//!    are tried in arrival order; a step passes over at most [`MAX_SKIPS_PER_STEP`] that no
+//!    worker fits, and the next step goes on from there (round the queue), so tasks behind
+//!    many unplaceable ones are still reached.
 //! 3. An offer is answered with where the task stands (queued, placed, finished); an offer of a
 //!    task already placed or finished never queues it again. Only a task's origin may offer it.
 //! 4. Workers' reports are the load table: a new admin starts empty and learns what runs where
@@ -109,6 +112,10 @@ pub struct AdminTasks {
     finished: BTreeMap<TaskId, NodeId>,
     last_seq: u64,
     last_order: u64,
+    /// Where the last step stopped after passing over [`MAX_SKIPS_PER_STEP`] tasks no worker
+    /// fits: the next step goes on from there, so the tasks behind them are reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scan_after: Option<((u64, u64), TaskId)>,
 }
 
 impl AdminTasks {
@@ -505,7 +512,9 @@ impl Core {
         }
         let term = self.term;
         let mut skipped = 0;
-        let mut cursor: Option<((u64, u64), TaskId)> = None;
+        let mut cursor = self.admin_tasks_mut().and_then(|a| a.scan_after.take());
+        // A scan that began past the head goes round to it once it reaches the end.
+        let mut from_head = cursor.is_none();
         loop {
             let Some(a) = self.admin_state.as_ref().map(|a| &a.tasks) else {
                 return;
@@ -523,12 +532,15 @@ impl Core {
                     ))
                     .next(),
             };
-            let Some(entry) = next.cloned() else {
-                return;
+            // The end of the queue, or tasks that wait for their backoff (and all after them).
+            let Some(entry) = next.cloned().filter(|e| e.0 .0 <= now) else {
+                if from_head {
+                    return;
+                }
+                from_head = true;
+                cursor = None;
+                continue;
             };
-            if entry.0 .0 > now {
-                return; // the rest wait for their backoff
-            }
             let task = entry.1.clone();
             let spec = a.queued[&task].spec.clone();
             let worker = a
@@ -541,6 +553,9 @@ impl Core {
             let Some(worker) = worker else {
                 skipped += 1;
                 if skipped >= MAX_SKIPS_PER_STEP {
+                    if let Some(a) = self.admin_tasks_mut() {
+                        a.scan_after = Some(entry);
+                    }
                     return;
                 }
                 cursor = Some(entry);
