@@ -8,7 +8,8 @@ mod one_core;
 use std::sync::Arc;
 
 use chorus_core::{
-    Command, Core, Event, Message, OfferState, PeerInfo, Refusal, TaskId, TaskSpec, MAX_WIRE_INT,
+    Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskId, TaskPhase,
+    TaskSpec, MAX_WIRE_INT,
 };
 use one_core::{from, refusals, sent_to, voter, win};
 
@@ -620,4 +621,76 @@ fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
     );
     out.extend(offer(&mut a, &task("s", 72)));
     assert_eq!(placements(&out), [(task("s", 72), "w1".to_owned())]);
+}
+
+// ---- The submitter (`task/submit.rs`) ------------------------------------------------------------
+
+fn submit(c: &mut Core, key: Option<String>, request: u64) -> Vec<Command> {
+    let now = c.now_ms();
+    c.step_vec(
+        now,
+        Event::SubmitTask {
+            spec: spec(),
+            key,
+            request,
+        },
+    )
+}
+
+fn submit_notice(out: &[Command]) -> Option<Result<TaskId, String>> {
+    out.iter().find_map(|c| match c {
+        Command::Notice(Notice::TaskSubmitted { task, .. }) => Some(Ok(task.clone())),
+        Command::Notice(Notice::TaskRefused { reason, .. }) => Some(Err(reason.clone())),
+        _ => None,
+    })
+}
+
+/// Submitter rule 1: an idempotency key is 1 to 256 bytes; at the bound it names a task, one
+/// past it or empty the submit is refused, saying why.
+///
+/// Kills `on_submit_task`: `k.is_empty() || k.len() > NAME` → `&&`, `>` → `==`, `>=`.
+#[test]
+fn an_idempotency_key_is_one_to_256_bytes() {
+    let mut s = voter("s", ABC);
+    let ok = submit_notice(&submit(&mut s, Some("k".repeat(256)), 1));
+    assert_eq!(ok, Some(Ok(task("s", 1))));
+    for bad in [String::new(), "k".repeat(257)] {
+        let refused = submit_notice(&submit(&mut s, Some(bad.clone()), 2));
+        assert_eq!(
+            refused,
+            Some(Err("idempotency key must be 1 to 256 bytes".into())),
+            "{} bytes",
+            bad.len()
+        );
+    }
+    // The same key again names the same task.
+    let again = submit_notice(&submit(&mut s, Some("k".repeat(256)), 3));
+    assert_eq!(again, Some(Ok(task("s", 1))));
+}
+
+/// The counts by phase the metrics export use each phase's own name.
+///
+/// Kills `TaskPhase::as_str` → `""`, `"xyzzy"`.
+#[test]
+fn owned_tasks_are_counted_by_the_name_of_their_phase() {
+    let mut s = voter("s", ABC);
+    submit(&mut s, None, 1);
+    submit(&mut s, None, 2);
+    let (phases, statuses) = s.task_counts();
+    assert_eq!(phases.into_iter().collect::<Vec<_>>(), [("submitted", 2)]);
+    assert!(statuses.is_empty());
+    let names: Vec<&str> = [
+        TaskPhase::Submitted,
+        TaskPhase::Queued,
+        TaskPhase::Placed {
+            worker: "w".into(),
+            attempt: 1,
+        },
+        TaskPhase::Finished { worker: "w".into() },
+        TaskPhase::Done,
+    ]
+    .iter()
+    .map(TaskPhase::as_str)
+    .collect();
+    assert_eq!(names, ["submitted", "queued", "placed", "finished", "done"]);
 }
