@@ -694,3 +694,30 @@ fn owned_tasks_are_counted_by_the_name_of_their_phase() {
     .collect();
     assert_eq!(names, ["submitted", "queued", "placed", "finished", "done"]);
 }
+
+/// Rule 8's bound: a tick sends at most 1,024 placements again (`MAX_REPORTED`); the rest go
+/// at the next tick.
+///
+/// Kills `admin_tick`: `count += 1` → `*=` (no bound).
+#[test]
+fn a_tick_sends_at_most_1024_placements_again() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    report(&mut a, "w1", 1_024, &[], &[]);
+    report(&mut a, "w2", 1_024, &[], &[]);
+    let start = a.now_ms();
+    let mut placed = 0;
+    for seq in 1..=1_025 {
+        placed += placements(&offer(&mut a, &task("s", seq))).len();
+    }
+    assert_eq!(placed, 1_025);
+    let mut per_tick = vec![];
+    while per_tick.len() < 2 {
+        let (t, timer) = a.next_deadline().expect("a timer is armed");
+        assert!(t <= start + 10_000, "no resend by {t}");
+        let n = placements(&a.step_vec(t, Event::TimerFired { timer })).len();
+        if n > 0 {
+            per_tick.push(n);
+        }
+    }
+    assert_eq!(per_tick, [1_024, 1]);
+}
