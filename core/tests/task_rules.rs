@@ -721,3 +721,117 @@ fn a_tick_sends_at_most_1024_placements_again() {
     }
     assert_eq!(per_tick, [1_024, 1]);
 }
+
+fn heartbeat(term: u64, beat: u64) -> Message {
+    Message::Heartbeat {
+        term,
+        beat,
+        membership_version: 1,
+        genesis: 0,
+        electorate: None,
+        membership_term: 0,
+    }
+}
+
+/// The offers `s` sends while its timers fire up to `until`: (time, admin, cancel).
+fn offers_until(s: &mut Core, until: u64) -> Vec<(u64, String, bool)> {
+    let mut seen = vec![];
+    while let Some((t, timer)) = s.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(s.now_ms());
+        seen.extend(offers(t, &s.step_vec(t, Event::TimerFired { timer })));
+    }
+    seen
+}
+
+fn offers(t: u64, out: &[Command]) -> Vec<(u64, String, bool)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send {
+                to,
+                msg: Message::TaskOffer { cancel, .. },
+            } => Some((t, to.as_str().to_owned(), *cancel)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Submitter rule 2: an unfinished task is offered to the admin of the moment — at once when
+/// the (admin, term) it follows changes (the phase back to `submitted`), every tick (1 s)
+/// while no admin answered, every ten ticks once one did — and a done task never is.
+///
+/// Kills `submitter_after_step` → `()`, its `offered_view == view` → `!=` and its
+/// `phase != Done` → `==`; `submitter_tick`'s `Done` and `Submitted` arms deleted and its
+/// `waited >= tick * REOFFER_TICKS` → `<`, `+`, `/`; `unfinished_tasks` → `vec![]` and its
+/// `!=` → `==`.
+#[test]
+fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_task() {
+    let members = ["b", "c", "s"];
+    let mut s = voter("s", &members);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    let out = submit(&mut s, None, 1);
+    assert_eq!(offers(100, &out), [(100, "b".to_owned(), false)]);
+    // Nothing changed: no offer.
+    let out = s.step_vec(200, from("b", heartbeat(1, 2)));
+    assert_eq!(offers(200, &out), []);
+    // No answer: again a tick after the offer.
+    assert_eq!(offers_until(&mut s, 1_099), []);
+    assert_eq!(
+        offers_until(&mut s, 1_100),
+        [(1_100, "b".to_owned(), false)]
+    );
+    // Queued: then every ten ticks only.
+    let queued = Message::TaskState {
+        task: task("s", 1),
+        state: OfferState::Queued,
+    };
+    s.step_vec(1_100, from("b", queued));
+    assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Queued);
+    assert_eq!(offers_until(&mut s, 11_099), []);
+    assert_eq!(
+        offers_until(&mut s, 11_100),
+        [(11_100, "b".to_owned(), false)]
+    );
+    // A new admin (term 2): offered at once, the phase back to submitted.
+    let out = s.step_vec(11_200, from("c", heartbeat(2, 3)));
+    assert_eq!(offers(11_200, &out), [(11_200, "c".to_owned(), false)]);
+    assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Submitted);
+    // Its result comes: done, and never offered again — not at a tick, not to the next admin.
+    let result = chorus_core::TaskResult {
+        status: chorus_core::TaskStatus::Succeeded,
+        exit_code: Some(0),
+        signal: None,
+        worker: "c".into(),
+        attempt: 1,
+        duration_ms: 5,
+        usage: Default::default(),
+        stdout: String::new(),
+        stderr: String::new(),
+        error: None,
+    };
+    let done = Message::TaskResult {
+        task: task("s", 1),
+        result,
+    };
+    s.step_vec(11_300, from("c", done));
+    assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Done);
+    let out = s.step_vec(11_400, from("b", heartbeat(3, 4)));
+    assert_eq!(offers(11_400, &out), []);
+    assert_eq!(offers_until(&mut s, 20_000), []);
+    // Another task keeps the ticks going: only it is offered, never the done one.
+    submit(&mut s, None, 2);
+    let mut offered = vec![];
+    while let Some((t, timer)) = s.next_deadline().filter(|(t, _)| *t <= 40_000) {
+        let t = t.max(s.now_ms());
+        for c in s.step_vec(t, Event::TimerFired { timer }) {
+            if let Command::Send {
+                msg: Message::TaskOffer { task, .. },
+                ..
+            } = c
+            {
+                offered.push(task.seq);
+            }
+        }
+    }
+    assert!(offered.len() >= 10, "{offered:?}");
+    assert!(offered.iter().all(|&seq| seq == 2), "{offered:?}");
+}
