@@ -835,3 +835,122 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
     assert!(offered.len() >= 10, "{offered:?}");
     assert!(offered.iter().all(|&seq| seq == 2), "{offered:?}");
 }
+
+fn result_from(
+    s: &mut Core,
+    sender: &str,
+    seq: u64,
+    status: chorus_core::TaskStatus,
+) -> Vec<Command> {
+    let result = chorus_core::TaskResult {
+        status,
+        exit_code: None,
+        signal: None,
+        worker: sender.into(),
+        attempt: 1,
+        duration_ms: 0,
+        usage: Default::default(),
+        stdout: String::new(),
+        stderr: String::new(),
+        error: None,
+    };
+    let now = s.now_ms();
+    s.step_vec(
+        now,
+        from(
+            sender,
+            Message::TaskResult {
+                task: task("s", seq),
+                result,
+            },
+        ),
+    )
+}
+
+fn completed(out: &[Command]) -> usize {
+    out.iter()
+        .filter(|c| matches!(c, Command::Notice(Notice::TaskCompleted { .. })))
+        .count()
+}
+
+/// Submitter rule 3: a result counts from a worker the admin named, or from the admin itself
+/// (a task cancelled in its queue is answered by the admin, in the worker's place); from
+/// anyone else it is refused.
+///
+/// Kills `on_task_result`: `named`'s second `||` → `&&` (the admin's result refused).
+#[test]
+fn a_result_counts_from_the_admin_that_cancelled_the_task_in_its_queue() {
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    submit(&mut s, None, 1);
+    let out = result_from(&mut s, "c", 1, chorus_core::TaskStatus::Succeeded);
+    assert_eq!(completed(&out), 0, "c is neither admin nor a named worker");
+    let out = result_from(&mut s, "b", 1, chorus_core::TaskStatus::Cancelled);
+    assert_eq!(completed(&out), 1, "{out:?}");
+    assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Done);
+}
+
+/// The submitter's bounds: 4,096 unfinished tasks at once (a result frees a place), and the
+/// last 1,024 done ones remembered, the oldest forgotten first with its idempotency key.
+///
+/// Kills `on_task_result`: `unfinished -= 1` → `+=`, `/=`; `forget_old_done_tasks` → `()`
+/// and its `done.len() > MAX_DONE_TASKS` → `==`.
+#[test]
+fn a_submitter_owns_4096_unfinished_tasks_and_remembers_1024_done() {
+    use chorus_core::TaskStatus::Succeeded;
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    let now = s.now_ms();
+    let keyed = s.step_vec(
+        now,
+        Event::SubmitTask {
+            spec: spec(),
+            key: Some("first".into()),
+            request: 1,
+        },
+    );
+    assert_eq!(submit_notice(&keyed), Some(Ok(task("s", 1))));
+    for seq in 2..=4_096 {
+        assert_eq!(
+            submit_notice(&submit(&mut s, None, seq)),
+            Some(Ok(task("s", seq)))
+        );
+    }
+    let refused = submit_notice(&submit(&mut s, None, 4_097));
+    assert_eq!(
+        refused,
+        Some(Err("this node owns 4096 unfinished tasks already".into()))
+    );
+    assert_eq!(completed(&result_from(&mut s, "b", 1, Succeeded)), 1);
+    assert_eq!(
+        submit_notice(&submit(&mut s, None, 4_098)),
+        Some(Ok(task("s", 4_097)))
+    );
+    // 1,024 done: all remembered.
+    for seq in 2..=1_024 {
+        assert_eq!(completed(&result_from(&mut s, "b", seq, Succeeded)), 1);
+    }
+    let done = |s: &Core| {
+        s.owned_tasks()
+            .values()
+            .filter(|t| t.phase == TaskPhase::Done)
+            .count()
+    };
+    assert_eq!(done(&s), 1_024);
+    assert!(s.owned_tasks().contains_key(&task("s", 1)));
+    // One more: the oldest goes, and its key with it (the key now makes a new task).
+    assert_eq!(completed(&result_from(&mut s, "b", 1_025, Succeeded)), 1);
+    assert_eq!(done(&s), 1_024);
+    assert!(!s.owned_tasks().contains_key(&task("s", 1)));
+    assert!(s.owned_tasks().contains_key(&task("s", 2)));
+    let now = s.now_ms();
+    let again = s.step_vec(
+        now,
+        Event::SubmitTask {
+            spec: spec(),
+            key: Some("first".into()),
+            request: 2,
+        },
+    );
+    assert_eq!(submit_notice(&again), Some(Ok(task("s", 4_098))));
+}
