@@ -888,6 +888,17 @@ fn a_result_counts_from_the_admin_that_cancelled_the_task_in_its_queue() {
     let out = result_from(&mut s, "b", 1, chorus_core::TaskStatus::Cancelled);
     assert_eq!(completed(&out), 1, "{out:?}");
     assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Done);
+    // Counted for the metrics by phase and by status.
+    submit(&mut s, None, 2);
+    let (phases, statuses) = s.task_counts();
+    assert_eq!(
+        phases.into_iter().collect::<Vec<_>>(),
+        [("done", 1), ("submitted", 1)]
+    );
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        [(chorus_core::TaskStatus::Cancelled, 1)]
+    );
 }
 
 /// The submitter's bounds: 4,096 unfinished tasks at once (a result frees a place), and the
