@@ -965,3 +965,103 @@ fn a_submitter_owns_4096_unfinished_tasks_and_remembers_1024_done() {
     );
     assert_eq!(submit_notice(&again), Some(Ok(task("s", 4_098))));
 }
+
+// ---- The worker (`task/work.rs`) -----------------------------------------------------------------
+
+/// `w`, a member following the admin `b` (term 1), with `slots` task slots.
+fn worker(slots: u32) -> Core {
+    let mut w = voter("w", &["b", "c", "w"]);
+    w.step_vec(
+        50,
+        Event::ResourcesSampled {
+            resources: chorus_core::Resources {
+                task_slots: slots,
+                ..Default::default()
+            },
+        },
+    );
+    w.step_vec(100, from("b", heartbeat(1, 1)));
+    w
+}
+
+fn place(w: &mut Core, seq: u64) -> Vec<Command> {
+    let msg = Message::TaskPlace {
+        term: 1,
+        task: task("s", seq),
+        attempt: 1,
+        seq,
+        spec: spec(),
+    };
+    let now = w.now_ms();
+    w.step_vec(now, from("b", msg))
+}
+
+/// The last report in `out` to `b`: (running, finished, released) task numbers.
+fn last_report(out: &[Command]) -> Option<(Vec<u64>, Vec<u64>, Vec<u64>)> {
+    sent_to(out, "b").into_iter().rev().find_map(|m| match m {
+        Message::WorkerReport {
+            running,
+            finished,
+            released,
+            ..
+        } => Some((
+            running.iter().map(|(t, _)| t.seq).collect(),
+            finished.iter().map(|t| t.seq).collect(),
+            released.iter().map(|(t, _)| t.seq).collect(),
+        )),
+        _ => None,
+    })
+}
+
+/// Worker rule 2 and 6: placements that do not fit (no free slot) are released, and every
+/// release since is reported, not only the latest (up to 1,024).
+///
+/// Kills `WorkerTasks::release`: `released.len() == MAX_REPORTED` → `!=`.
+#[test]
+fn every_placement_a_full_worker_released_is_reported() {
+    let mut w = worker(1);
+    assert_eq!(w.task_slots(), 1);
+    let out = place(&mut w, 1);
+    assert!(out
+        .iter()
+        .any(|c| matches!(c, Command::StartSandbox { task, .. } if task.seq == 1)));
+    place(&mut w, 2);
+    let out = place(&mut w, 3);
+    assert_eq!(last_report(&out), Some((vec![1], vec![], vec![2, 3])));
+}
+
+/// Worker rule 4: a result is kept until its submitter acknowledges it (and shown as such);
+/// a node's slots are what it sampled last.
+///
+/// Kills `unacknowledged_results` → empty, `task_slots` → 0, 1.
+#[test]
+fn a_result_is_held_until_its_submitter_acknowledges_it() {
+    let mut w = worker(3);
+    assert_eq!(w.task_slots(), 3);
+    place(&mut w, 1);
+    let exit = chorus_core::SandboxExit {
+        exit_code: Some(0),
+        duration_ms: 7,
+        ..Default::default()
+    };
+    let now = w.now_ms();
+    w.step_vec(
+        now,
+        Event::SandboxExited {
+            task: task("s", 1),
+            attempt: 1,
+            exit,
+        },
+    );
+    let held: Vec<_> = w.unacknowledged_results().keys().cloned().collect();
+    assert_eq!(held, [task("s", 1)]);
+    assert_eq!(
+        w.unacknowledged_results()[&task("s", 1)].status,
+        chorus_core::TaskStatus::Succeeded
+    );
+    w.step_vec(
+        now,
+        from("s", Message::TaskResultAck { task: task("s", 1) }),
+    );
+    assert!(w.unacknowledged_results().is_empty());
+}
