@@ -1065,3 +1065,33 @@ fn a_result_is_held_until_its_submitter_acknowledges_it() {
     );
     assert!(w.unacknowledged_results().is_empty());
 }
+
+/// Worker rule 1 and the bounds: a placement from the admin is refused as out of range when its
+/// spec breaks a bound or its run number is 0 — each on its own — and nothing starts.
+///
+/// Kills `on_task_place`: `spec.check().is_err() || attempt == 0` → `&&`.
+#[test]
+fn a_placement_with_a_bad_spec_or_run_number_0_is_refused() {
+    let mut w = worker(2);
+    let bad_spec = Arc::new(TaskSpec {
+        timeout_ms: 0,
+        ..(*spec()).clone()
+    });
+    for (what, attempt, spec) in [("run 0", 0, spec()), ("no timeout", 1, bad_spec)] {
+        let msg = Message::TaskPlace {
+            term: 1,
+            task: task("s", 1),
+            attempt,
+            seq: 1,
+            spec,
+        };
+        let now = w.now_ms();
+        let out = w.step_vec(now, from("b", msg));
+        assert_eq!(
+            refusals(&out),
+            [("b".to_owned(), "task_place".to_owned(), Refusal::OutOfRange)],
+            "{what}"
+        );
+        assert!(w.running_tasks().is_empty(), "{what}");
+    }
+}
