@@ -1095,3 +1095,115 @@ fn a_placement_with_a_bad_spec_or_run_number_0_is_refused() {
         assert!(w.running_tasks().is_empty(), "{what}");
     }
 }
+
+/// Worker rule 1: a placement counts only from the admin this node follows, in this node's
+/// term: one from an older term is stale, one from a later term (not heard of yet) or from
+/// another node unsolicited; nothing starts.
+///
+/// Kills `check_my_admin`: `term < self.term` → `>`, `term > self.term` → `<`.
+#[test]
+fn placements_count_only_from_the_admin_of_this_term() {
+    let mut w = worker(2);
+    // b is admin again in term 2.
+    w.step_vec(200, from("b", heartbeat(2, 2)));
+    let place_in = |w: &mut Core, sender: &str, term: u64| {
+        let msg = Message::TaskPlace {
+            term,
+            task: task("s", 1),
+            attempt: 1,
+            seq: 1,
+            spec: spec(),
+        };
+        let now = w.now_ms();
+        refusals(&w.step_vec(now, from(sender, msg)))
+    };
+    let refused = |r: Refusal| vec![("b".to_owned(), "task_place".to_owned(), r)];
+    assert_eq!(place_in(&mut w, "b", 1), refused(Refusal::Stale));
+    assert_eq!(place_in(&mut w, "b", 3), refused(Refusal::Unsolicited));
+    assert_eq!(
+        place_in(&mut w, "c", 2),
+        [(
+            "c".to_owned(),
+            "task_place".to_owned(),
+            Refusal::Unsolicited
+        )]
+    );
+    assert!(w.running_tasks().is_empty());
+    assert_eq!(place_in(&mut w, "b", 2), []);
+    assert_eq!(w.running_tasks().len(), 1);
+}
+
+/// Worker rule 2: a placement the worker cannot run — a capability it lacks, though a slot is
+/// free — is released, not started.
+///
+/// Kills `on_task_place`: `free == 0 || !spec.fits(..)` → `&&`.
+#[test]
+fn a_placement_needing_a_capability_the_worker_lacks_is_released() {
+    let mut w = worker(2);
+    let msg = Message::TaskPlace {
+        term: 1,
+        task: task("s", 1),
+        attempt: 1,
+        seq: 1,
+        spec: Arc::new(TaskSpec {
+            requires: vec!["gpu".into()],
+            ..(*spec()).clone()
+        }),
+    };
+    let now = w.now_ms();
+    let out = w.step_vec(now, from("b", msg));
+    assert!(w.running_tasks().is_empty(), "{out:?}");
+    assert_eq!(last_report(&out), Some((vec![], vec![], vec![1])));
+}
+
+/// Worker rule 6: the report's `seen` is the highest placement number of the admin's term,
+/// even when placements arrive out of order.
+///
+/// Kills `on_task_place`: `w.seen.0 == term` → `!=`.
+#[test]
+fn the_highest_placement_number_seen_is_reported() {
+    let mut w = worker(4);
+    let seen = |out: &[Command]| {
+        sent_to(out, "b").into_iter().rev().find_map(|m| match m {
+            Message::WorkerReport { seen, .. } => Some(*seen),
+            _ => None,
+        })
+    };
+    assert_eq!(seen(&place(&mut w, 5)), Some(5));
+    assert_eq!(
+        seen(&place(&mut w, 3)),
+        Some(5),
+        "an earlier one arriving late"
+    );
+    assert_eq!(seen(&place(&mut w, 6)), Some(6));
+}
+
+/// Worker rule 2: a task whose result this worker still holds (not yet acknowledged) is not
+/// started again when its placement comes again (a resend); the worker only reports it.
+///
+/// Kills `on_task_place`: `running.contains_key(..) || results.contains_key(..)` → `&&`.
+#[test]
+fn a_placement_of_a_task_whose_result_is_held_does_not_start_it_again() {
+    let mut w = worker(2);
+    place(&mut w, 1);
+    let now = w.now_ms();
+    w.step_vec(
+        now,
+        Event::SandboxExited {
+            task: task("s", 1),
+            attempt: 1,
+            exit: chorus_core::SandboxExit {
+                exit_code: Some(0),
+                ..Default::default()
+            },
+        },
+    );
+    let out = place(&mut w, 1);
+    assert!(
+        !out.iter()
+            .any(|c| matches!(c, Command::StartSandbox { .. })),
+        "{out:?}"
+    );
+    assert!(w.running_tasks().is_empty());
+    assert_eq!(last_report(&out), Some((vec![], vec![1], vec![])));
+}
