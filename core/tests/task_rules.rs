@@ -1,7 +1,9 @@
-//! The admin's placement rules (`task/place.rs`) on one core driven by hand: an admin elected
-//! by its voters, workers and a submitter known through `PeerUp`, and the reports and offers
-//! they send. The same rules across a whole network are in `tasks.rs`; these pin the narrow
-//! ones that the first `cargo mutants` run over `task/` found unchecked (docs/mutants.md).
+//! Task rules on one core driven by hand — the admin's placement (`task/place.rs`), the
+//! submitter (`task/submit.rs`) and the worker (`task/work.rs`): an admin elected by its
+//! voters, workers and submitters known through `PeerUp`, and the reports, offers, placements
+//! and results they send. The same rules across a whole network are in `tasks.rs`; these pin
+//! the narrow ones that the first `cargo mutants` run over `task/` found unchecked, each seen to
+//! fail on the mutant its doc comment names (docs/mutants.md, session 10).
 
 mod one_core;
 
@@ -1205,5 +1207,43 @@ fn a_placement_of_a_task_whose_result_is_held_does_not_start_it_again() {
         "{out:?}"
     );
     assert!(w.running_tasks().is_empty());
+    assert_eq!(last_report(&out), Some((vec![], vec![1], vec![])));
+}
+
+/// Worker rule 6: a node without slots still reports every four beats while it holds a result
+/// its submitter has not acknowledged, so an admin that missed it learns the task finished.
+///
+/// Kills `worker_after_step`: `active`'s last `||` → `&&` (held results alone kept no report
+/// going).
+#[test]
+fn a_worker_without_slots_keeps_reporting_a_result_it_holds() {
+    let mut w = worker(1);
+    place(&mut w, 1);
+    let now = w.now_ms();
+    w.step_vec(
+        now,
+        Event::SandboxExited {
+            task: task("s", 1),
+            attempt: 1,
+            exit: chorus_core::SandboxExit {
+                exit_code: Some(0),
+                ..Default::default()
+            },
+        },
+    );
+    // Its slots go: said at once.
+    let out = w.step_vec(
+        now + 10,
+        Event::ResourcesSampled {
+            resources: chorus_core::Resources::default(),
+        },
+    );
+    assert_eq!(last_report(&out), Some((vec![], vec![1], vec![])));
+    // Beats 2 to 4: nothing new to say; beat 5 is four after the last report.
+    for beat in 2..=4 {
+        let out = w.step_vec(now + 20 * beat, from("b", heartbeat(1, beat)));
+        assert_eq!(last_report(&out), None, "beat {beat}");
+    }
+    let out = w.step_vec(now + 100, from("b", heartbeat(1, 5)));
     assert_eq!(last_report(&out), Some((vec![], vec![1], vec![])));
 }
