@@ -1247,3 +1247,23 @@ fn a_worker_without_slots_keeps_reporting_a_result_it_holds() {
     let out = w.step_vec(now + 100, from("b", heartbeat(1, 5)));
     assert_eq!(last_report(&out), Some((vec![], vec![1], vec![])));
 }
+
+/// Worker rule 6: a worker reports to its admin at once when the admin's term changes — even
+/// when the same node is admin again — and otherwise every four beats, not at every step.
+///
+/// Kills `worker_after_step`: `due`'s `|| *term != self.term` → `&&`, and fails on its
+/// `*a != admin` → `==` and `*term != self.term` → `==` (a report at every step).
+#[test]
+fn a_worker_reports_at_once_to_an_admin_reelected_and_not_at_every_step() {
+    let mut w = worker(2);
+    let out = w.step_vec(200, from("b", heartbeat(1, 2)));
+    assert_eq!(last_report(&out), None, "the same admin, the same term");
+    let out = w.step_vec(300, from("b", heartbeat(2, 3)));
+    assert_eq!(
+        last_report(&out),
+        Some((vec![], vec![], vec![])),
+        "b again, term 2"
+    );
+    let out = w.step_vec(400, from("b", heartbeat(2, 4)));
+    assert_eq!(last_report(&out), None);
+}
