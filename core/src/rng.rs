@@ -23,7 +23,7 @@ pub fn node_rng(cluster_seed: u64, id: &NodeId) -> ChaCha8Rng {
 /// A uniform draw from `0..span` (0 when `span` is 0), by rejection sampling so the result
 /// depends only on the generator's output, never on a library's sampling algorithm. (Generic so
 /// a test can feed it the one draw that sits at the rejection edge.)
-pub fn below<R: RngCore>(rng: &mut R, span: u64) -> u64 {
+pub fn below<R: RngCore + ?Sized>(rng: &mut R, span: u64) -> u64 {
     if span == 0 {
         return 0;
     }
