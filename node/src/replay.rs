@@ -529,18 +529,21 @@ pub(crate) fn replay_node(
             .get(&seq)
             .map(|v| v.iter().map(|r| r.notice.clone()).collect())
             .unwrap_or_default();
+        let last_recorded = last_recorded_in_run
+            .get(&run_end(seq))
+            .copied()
+            .unwrap_or(0);
         if produced == recorded_here {
             report.matched += produced.len();
-        } else if recorded_here.is_empty()
-            && seq
-                > last_recorded_in_run
-                    .get(&run_end(seq))
-                    .copied()
-                    .unwrap_or(0)
-        {
+        } else if recorded_here.is_empty() && seq > last_recorded {
             // The node stopped (crashed) after the event was durable but before its notices
             // were recorded.
             report.unrecorded_tail += produced.len();
+        } else if seq == last_recorded && produced.starts_with(&recorded_here) {
+            // Killed while recording this step's notices (they are recorded in order, each on
+            // its own): the first ones made it, the rest are the run's unrecorded tail.
+            report.matched += recorded_here.len();
+            report.unrecorded_tail += produced.len() - recorded_here.len();
         } else {
             report.mismatches.push(format!(
                 "event #{seq} at {}: replay decided {produced:?}, the node recorded {recorded_here:?}",
