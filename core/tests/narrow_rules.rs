@@ -22,7 +22,7 @@ use chorus_core::{
 };
 
 mod one_core;
-use one_core::{connect, from, voter_with};
+use one_core::{connect, from, stand, voter_with};
 
 const MIN: u64 = 30_000;
 const ABC: &[&str] = &["a", "b", "c"];
@@ -72,18 +72,6 @@ fn voted(out: &[Command]) -> Vec<(u64, String)> {
             _ => None,
         })
         .collect()
-}
-
-/// Fires the node's timers in deadline order until it is a pre-candidate (bounded).
-fn stand(c: &mut Core) {
-    for _ in 0..8 {
-        if c.role() == Role::PreCandidate {
-            return;
-        }
-        let (at, timer) = c.next_deadline().expect("a timer is armed");
-        c.step_vec(at, Event::TimerFired { timer });
-    }
-    panic!("{} never stood: {:?}", c.id(), c.role());
 }
 
 // ---- One vote per term ---------------------------------------------------------------------------

@@ -6,20 +6,9 @@ mod one_core;
 use chorus_core::{
     Command, Config, Core, Event, Message, Resources, ADMIN_ELECTION, MAX_CAPABILITIES,
 };
-use one_core::{from, sent_to, voter, voter_info};
+use one_core::{from, heartbeat, sent_to, voter, voter_info};
 
 const MEMBERS: [&str; 3] = ["a", "b", "c"];
-
-fn heartbeat(term: u64, beat: u64) -> Message {
-    Message::Heartbeat {
-        term,
-        beat,
-        membership_version: 1,
-        genesis: 0,
-        electorate: None,
-        membership_term: 0,
-    }
-}
 
 fn slots(n: u32) -> Event {
     Event::ResourcesSampled {

@@ -13,7 +13,7 @@ use chorus_core::{
     Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskId, TaskPhase,
     TaskSpec, MAX_WIRE_INT,
 };
-use one_core::{from, refusals, sent_to, voter, win};
+use one_core::{from, heartbeat, refusals, sent_to, voter, win};
 
 const ABC: &[&str] = &["a", "b", "c"];
 
@@ -724,17 +724,6 @@ fn a_tick_sends_at_most_1024_placements_again() {
     assert_eq!(per_tick, [1_024, 1]);
 }
 
-fn heartbeat(term: u64, beat: u64) -> Message {
-    Message::Heartbeat {
-        term,
-        beat,
-        membership_version: 1,
-        genesis: 0,
-        electorate: None,
-        membership_term: 0,
-    }
-}
-
 /// The offers `s` sends while its timers fire up to `until`: (time, admin, cancel).
 fn offers_until(s: &mut Core, until: u64) -> Vec<(u64, String, bool)> {
     let mut seen = vec![];
@@ -986,6 +975,21 @@ fn worker(slots: u32) -> Core {
     w
 }
 
+/// Run 1 of `s-seq` exits 0 on `w`.
+fn succeed(w: &mut Core, seq: u64) -> Vec<Command> {
+    let exit = chorus_core::SandboxExit {
+        exit_code: Some(0),
+        ..Default::default()
+    };
+    let now = w.now_ms();
+    let event = Event::SandboxExited {
+        task: task("s", seq),
+        attempt: 1,
+        exit,
+    };
+    w.step_vec(now, event)
+}
+
 fn place(w: &mut Core, seq: u64) -> Vec<Command> {
     let msg = Message::TaskPlace {
         term: 1,
@@ -1188,18 +1192,7 @@ fn the_highest_placement_number_seen_is_reported() {
 fn a_placement_of_a_task_whose_result_is_held_does_not_start_it_again() {
     let mut w = worker(2);
     place(&mut w, 1);
-    let now = w.now_ms();
-    w.step_vec(
-        now,
-        Event::SandboxExited {
-            task: task("s", 1),
-            attempt: 1,
-            exit: chorus_core::SandboxExit {
-                exit_code: Some(0),
-                ..Default::default()
-            },
-        },
-    );
+    succeed(&mut w, 1);
     let out = place(&mut w, 1);
     assert!(
         !out.iter()
@@ -1220,17 +1213,7 @@ fn a_worker_without_slots_keeps_reporting_a_result_it_holds() {
     let mut w = worker(1);
     place(&mut w, 1);
     let now = w.now_ms();
-    w.step_vec(
-        now,
-        Event::SandboxExited {
-            task: task("s", 1),
-            attempt: 1,
-            exit: chorus_core::SandboxExit {
-                exit_code: Some(0),
-                ..Default::default()
-            },
-        },
-    );
+    succeed(&mut w, 1);
     // Its slots go: said at once.
     let out = w.step_vec(
         now + 10,

@@ -116,3 +116,15 @@ pub fn win(a: &mut Core, voters: &[&str]) -> Vec<Command> {
     assert_eq!(a.role(), Role::Admin);
     out
 }
+
+/// A heartbeat of the admin of `term` (electorate version 1), at `beat`.
+pub fn heartbeat(term: u64, beat: u64) -> Message {
+    Message::Heartbeat {
+        term,
+        beat,
+        membership_version: 1,
+        genesis: 0,
+        electorate: None,
+        membership_term: 0,
+    }
+}
