@@ -295,3 +295,86 @@ impl fmt::Display for Role {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TaskId;
+
+    /// A notice's trace kind is the name DESIGN §6 gives it (the node's metrics count notices
+    /// by it); a task's result is `task_result` in traces though its variant is `TaskCompleted`.
+    #[test]
+    fn each_notice_has_its_trace_kind() {
+        let (a, task) = (NodeId::from("a"), "a-1".parse::<TaskId>().unwrap());
+        let kinds = [
+            (
+                Notice::BecameAdmin {
+                    term: 1,
+                    lease_until_ms: 2,
+                },
+                "became_admin",
+            ),
+            (Notice::LeaseExpired { term: 1 }, "lease_expired"),
+            (
+                Notice::SteppedDown {
+                    term: 1,
+                    reason: StepDownReason::Shutdown,
+                },
+                "stepped_down",
+            ),
+            (
+                Notice::Voted {
+                    term: 1,
+                    candidate: a.clone(),
+                },
+                "voted",
+            ),
+            (
+                Notice::TaskPlaced {
+                    task: task.clone(),
+                    worker: a,
+                    attempt: 1,
+                },
+                "task_placed",
+            ),
+            (
+                Notice::TaskCompleted {
+                    task,
+                    status: crate::TaskStatus::Succeeded,
+                },
+                "task_result",
+            ),
+        ];
+        for (notice, kind) in kinds {
+            assert_eq!(notice.kind(), kind, "{notice:?}");
+        }
+    }
+
+    /// Why an admin stepped down, as traces and `--help` name it.
+    #[test]
+    fn step_down_reasons_have_their_trace_names() {
+        let names = [
+            (StepDownReason::HigherTerm, "higher_term"),
+            (StepDownReason::CheckQuorum, "check_quorum"),
+            (StepDownReason::Shutdown, "shutdown"),
+            (StepDownReason::Removed, "removed"),
+        ];
+        for (reason, name) in names {
+            assert_eq!((reason.as_str(), reason.to_string()), (name, name.into()));
+        }
+    }
+
+    /// A node's role, as status, metrics and traces name it.
+    #[test]
+    fn roles_have_their_trace_names() {
+        let names = [
+            (Role::Follower, "follower"),
+            (Role::PreCandidate, "pre_candidate"),
+            (Role::Candidate, "candidate"),
+            (Role::Admin, "admin"),
+        ];
+        for (role, name) in names {
+            assert_eq!((role.as_str(), role.to_string()), (name, name.into()));
+        }
+    }
+}
