@@ -668,7 +668,7 @@ mod tests {
     /// without `admin_election`, or goes down, no longer does (the count is kept with the peer
     /// table, and a restored core counts again).
     ///
-    /// Kills `insert_peer`'s and `remove_peer`'s `-=` → `+=` and deletion, `restore`'s recount
+    /// Kills `on_peer_up`'s and `remove_peer`'s `-=` → `+=` and deletion, `restore`'s recount
     /// and `on_started`'s reset → none.
     #[test]
     fn only_eligible_peers_known_now_count_towards_bootstrap_expect() {

@@ -517,28 +517,30 @@ impl Core {
         }
         let info = info.bounded();
         let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
-        let peer_state = Peer {
-            up_since_ms: self.peers.get(&peer).map_or(self.now_ms, |p| p.up_since_ms),
+        let mut peer_state = Peer {
+            up_since_ms: self.now_ms,
             eligible,
             capabilities: info.capabilities,
             uptime_s: info.uptime_s,
             seen_at_ms: self.now_ms,
             resources: info.resources,
         };
-        self.insert_peer(peer.clone(), peer_state);
+        // One lookup, not two: a cold start of n peers does n² of these.
+        match self.peers.entry(peer.clone()) {
+            std::collections::btree_map::Entry::Occupied(mut known) => {
+                peer_state.up_since_ms = known.get().up_since_ms;
+                let old = known.insert(peer_state);
+                self.eligible_peer_count -= usize::from(old.eligible);
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(peer_state);
+            }
+        }
+        self.eligible_peer_count += usize::from(eligible);
         self.maybe_bootstrap(out);
         if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
             self.send_whoami(peer, out);
         }
-    }
-
-    /// Puts `peer` in the table, keeping the eligible count.
-    fn insert_peer(&mut self, id: NodeId, peer: Peer) {
-        let eligible = peer.eligible;
-        if let Some(old) = self.peers.insert(id, peer) {
-            self.eligible_peer_count -= usize::from(old.eligible);
-        }
-        self.eligible_peer_count += usize::from(eligible);
     }
 
     /// Takes `peer` out of the table, keeping the eligible count.

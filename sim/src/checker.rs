@@ -33,8 +33,9 @@
 //! the majority until a committed change removes it, and a standby counts once it is added: the
 //! checker demands liveness only when the electorate of that moment can elect.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 
 use chorus_core::ChangeOutcome;
 
@@ -89,16 +90,30 @@ impl Voters {
     }
 }
 
+/// How many distinct electorates the checker remembers to share among the nodes that report
+/// them: a cold start of n voters reports one electorate n times, and a copy per node was n²
+/// strings.
+const SHARED_ELECTORATES: usize = 8;
+
 /// Streaming checker: feed lines in order, then `finish`.
 pub struct Checker {
     /// The admin-eligible nodes: the electorate until one is known.
     eligible: BTreeSet<String>,
-    /// Each node's electorate as it last reported it, and the one it held before.
-    held: BTreeMap<String, Voters>,
-    held_before: BTreeMap<String, Voters>,
+    /// How many of `eligible` are live.
+    live_eligible: usize,
+    /// Each node's electorate as it last reported it, and the one it held before; nodes that
+    /// report the same electorate share one copy (`shared`).
+    held: BTreeMap<String, Arc<Voters>>,
+    held_before: BTreeMap<String, Arc<Voters>>,
+    /// The electorates reported last, newest at the back.
+    shared: VecDeque<Arc<Voters>>,
     /// The electorates of which a majority must be up (see the module comment); empty until
     /// the first one is reported.
-    in_force: Vec<Voters>,
+    in_force: Vec<Arc<Voters>>,
+    /// How many members of each electorate in force are live: whether the cluster is healthy
+    /// is then one comparison per electorate, not a walk over its members at each crash and
+    /// start (quadratic in a cold start of many voters).
+    live_in_force: Vec<usize>,
     /// The admin of the latest election, until it steps down or crashes.
     admin_now: Option<String>,
     /// Hostile nodes: their own records are not judged, and they need not know the admin.
@@ -140,9 +155,12 @@ impl Checker {
                 Some(ids) => ids.iter().cloned().collect(),
                 None => (0..header.voters).map(|i| format!("n{i}")).collect(),
             },
+            live_eligible: 0,
             held: BTreeMap::new(),
             held_before: BTreeMap::new(),
+            shared: VecDeque::new(),
             in_force: Vec::new(),
+            live_in_force: Vec::new(),
             admin_now: None,
             hostile: (0..header.nodes)
                 .filter(|i| header.spec.is_hostile(*i))
@@ -283,11 +301,7 @@ impl Checker {
                 term,
                 members,
             } => {
-                let e = Voters {
-                    version: *version,
-                    term: *term,
-                    members: members.iter().cloned().collect(),
-                };
+                let e = self.share(*version, *term, members);
                 if let Some(before) = self.held.insert(node.clone(), e.clone()) {
                     self.held_before.insert(node.clone(), before);
                 }
@@ -304,13 +318,17 @@ impl Checker {
                     self.admin_now = None;
                 }
                 self.forget_known(node);
-                self.live.remove(node);
+                if self.live.remove(node) {
+                    self.count_live(node, false);
+                }
                 self.leases.remove(node);
                 self.topology_changed(t);
             }
             Record::Restart { node } => {
                 self.forget_known(node);
-                self.live.insert(node.clone());
+                if self.live.insert(node.clone()) {
+                    self.count_live(node, true);
+                }
                 self.topology_changed(t);
             }
             Record::Partition { groups } => {
@@ -548,8 +566,69 @@ impl Checker {
         self.in_force.iter().all(|e| e.majority_in(&up))
     }
 
+    /// `majority_of_electorate(is_up)` without the walk: from the live counts.
     fn healthy(&self) -> bool {
-        self.cuts.is_empty() && self.majority_of_electorate(|n| self.is_up(n))
+        debug_assert_eq!(
+            self.live_counts(),
+            (self.live_eligible, self.live_in_force.clone())
+        );
+        let majority = if self.in_force.is_empty() {
+            self.live_eligible > self.eligible.len() / 2
+        } else {
+            (self.in_force.iter())
+                .zip(&self.live_in_force)
+                .all(|(e, live)| *live > e.members.len() / 2)
+        };
+        self.cuts.is_empty() && majority
+    }
+
+    /// The live counts counted afresh: of `eligible`, and of each electorate in force.
+    fn live_counts(&self) -> (usize, Vec<usize>) {
+        let count = |set: &BTreeSet<String>| set.iter().filter(|n| self.is_up(n)).count();
+        let in_force = self.in_force.iter().map(|e| count(&e.members)).collect();
+        (count(&self.eligible), in_force)
+    }
+
+    /// `node` came up (`up`) or went down: keeps the live counts.
+    fn count_live(&mut self, node: &str, up: bool) {
+        let step = |n: &mut usize| {
+            if up {
+                *n += 1;
+            } else {
+                *n -= 1;
+            }
+        };
+        if self.eligible.contains(node) {
+            step(&mut self.live_eligible);
+        }
+        for (e, live) in self.in_force.iter().zip(&mut self.live_in_force) {
+            if e.members.contains(node) {
+                step(live);
+            }
+        }
+    }
+
+    /// The electorate a node reported, shared with the nodes that reported the same one.
+    fn share(&mut self, version: u64, term: u64, members: &[String]) -> Arc<Voters> {
+        let same = |v: &Voters| {
+            v.version == version
+                && v.term == term
+                && v.members.len() == members.len()
+                && v.members.iter().eq(members.iter())
+        };
+        if let Some(v) = self.shared.iter().rev().find(|v| same(v)) {
+            return v.clone();
+        }
+        let v = Arc::new(Voters {
+            version,
+            term,
+            members: members.iter().cloned().collect(),
+        });
+        if self.shared.len() == SHARED_ELECTORATES {
+            self.shared.pop_front();
+        }
+        self.shared.push_back(v.clone());
+        v
     }
 
     fn topology_changed(&mut self, t: u64) {
@@ -567,11 +646,19 @@ impl Checker {
     /// Another electorate is in force: a fault-free period goes on (an admin changing the
     /// electorate keeps its lease), but it ends if no majority of the new one is up, and one
     /// begins if only the new one made the cluster healthy.
-    fn set_in_force(&mut self, electorates: Vec<Voters>, t: u64) {
-        if self.in_force == electorates {
+    fn set_in_force(&mut self, electorates: Vec<Arc<Voters>>, t: u64) {
+        let same = |a: &Arc<Voters>, b: &Arc<Voters>| Arc::ptr_eq(a, b) || a == b;
+        if self.in_force.len() == electorates.len()
+            && self
+                .in_force
+                .iter()
+                .zip(&electorates)
+                .all(|(a, b)| same(a, b))
+        {
             return;
         }
         self.in_force = electorates;
+        self.live_in_force = self.live_counts().1;
         match (self.stable_since, self.healthy()) {
             (Some(_), false) => {
                 self.stable_since = None;
