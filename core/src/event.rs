@@ -143,3 +143,31 @@ pub struct Resources {
 fn is_zero32(n: &u32) -> bool {
     *n == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node without task slots sends the resources an older node knows (no `task_slots`), and
+    /// one with slots sends them: a worker's slots must reach the admin through the wire.
+    #[test]
+    fn resources_carry_task_slots_only_when_there_are_some() {
+        let none = Resources {
+            cpu_millicores: 1_000,
+            mem_free_mb: 512,
+            task_slots: 0,
+        };
+        let text = serde_json::to_string(&none).unwrap();
+        assert_eq!(text, r#"{"cpu_millicores":1000,"mem_free_mb":512}"#);
+        let some = Resources {
+            task_slots: 3,
+            ..none
+        };
+        let text = serde_json::to_string(&some).unwrap();
+        assert_eq!(
+            text,
+            r#"{"cpu_millicores":1000,"mem_free_mb":512,"task_slots":3}"#
+        );
+        assert_eq!(serde_json::from_str::<Resources>(&text).unwrap(), some);
+    }
+}
