@@ -47,3 +47,18 @@ impl From<String> for NodeId {
         NodeId::new(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Debug output (assertion messages, `{:?}` in logs) shows the id quoted, like a string.
+    #[test]
+    fn a_node_id_debugs_as_its_quoted_text() {
+        let id = NodeId::from("n1");
+        assert_eq!(
+            (format!("{id:?}"), id.to_string()),
+            ("\"n1\"".into(), "n1".into())
+        );
+    }
+}

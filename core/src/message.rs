@@ -322,3 +322,55 @@ impl Message {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The election's own messages, counted apart by the simulator (messages per election):
+    /// pre-votes and votes, both ways, and nothing else.
+    #[test]
+    fn only_pre_votes_and_votes_are_election_messages() {
+        let election = [
+            Message::PreVoteRequest {
+                term: 1,
+                electorate_version: 1,
+                electorate_term: 0,
+                electorate_hash: 0,
+            },
+            Message::PreVoteReply {
+                term: 1,
+                granted: true,
+            },
+            Message::VoteRequest {
+                term: 1,
+                electorate_version: 1,
+                electorate_term: 0,
+                electorate_hash: 0,
+            },
+            Message::VoteReply {
+                term: 1,
+                granted: false,
+                promise_ms: 0,
+            },
+        ];
+        let other = [
+            Message::StepDown { term: 1 },
+            Message::HeartbeatAck {
+                term: 1,
+                beat: 1,
+                promise_ms: 0,
+            },
+            Message::Whoami {
+                electorate_version: 0,
+                electorate_term: 0,
+            },
+        ];
+        for m in &election {
+            assert!(m.is_election(), "{m:?}");
+        }
+        for m in &other {
+            assert!(!m.is_election(), "{m:?}");
+        }
+    }
+}
