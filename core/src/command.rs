@@ -359,9 +359,7 @@ mod tests {
             (StepDownReason::Shutdown, "shutdown"),
             (StepDownReason::Removed, "removed"),
         ];
-        for (reason, name) in names {
-            assert_eq!((reason.as_str(), reason.to_string()), (name, name.into()));
-        }
+        assert_names(&names, StepDownReason::as_str);
     }
 
     /// A node's role, as status, metrics and traces name it.
@@ -373,8 +371,17 @@ mod tests {
             (Role::Candidate, "candidate"),
             (Role::Admin, "admin"),
         ];
-        for (role, name) in names {
-            assert_eq!((role.as_str(), role.to_string()), (name, name.into()));
+        assert_names(&names, Role::as_str);
+    }
+
+    /// Each value's `as_str` and `Display` give its name.
+    fn assert_names<T: Copy + fmt::Debug + fmt::Display>(
+        names: &[(T, &str)],
+        as_str: fn(T) -> &'static str,
+    ) {
+        for &(value, name) in names {
+            let got = (as_str(value), value.to_string());
+            assert_eq!(got, (name, name.to_owned()), "{value:?}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The node state machine: its state, the `step` entry point, and the transitions shared by the
 //! protocol modules (`discovery`, `election`, `heartbeat`).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -527,12 +528,12 @@ impl Core {
         };
         // One lookup, not two: a cold start of n peers does n² of these.
         match self.peers.entry(peer.clone()) {
-            std::collections::btree_map::Entry::Occupied(mut known) => {
+            Entry::Occupied(mut known) => {
                 peer_state.up_since_ms = known.get().up_since_ms;
                 let old = known.insert(peer_state);
                 self.eligible_peer_count -= usize::from(old.eligible);
             }
-            std::collections::btree_map::Entry::Vacant(slot) => {
+            Entry::Vacant(slot) => {
                 slot.insert(peer_state);
             }
         }

@@ -568,10 +568,8 @@ impl Checker {
 
     /// `majority_of_electorate(is_up)` without the walk: from the live counts.
     fn healthy(&self) -> bool {
-        debug_assert_eq!(
-            self.live_counts(),
-            (self.live_eligible, self.live_in_force.clone())
-        );
+        debug_assert_eq!(self.live_eligible, self.live_in(&self.eligible));
+        debug_assert_eq!(self.live_in_force, self.live_in_force_now());
         let majority = if self.in_force.is_empty() {
             self.live_eligible > self.eligible.len() / 2
         } else {
@@ -582,11 +580,17 @@ impl Checker {
         self.cuts.is_empty() && majority
     }
 
-    /// The live counts counted afresh: of `eligible`, and of each electorate in force.
-    fn live_counts(&self) -> (usize, Vec<usize>) {
-        let count = |set: &BTreeSet<String>| set.iter().filter(|n| self.is_up(n)).count();
-        let in_force = self.in_force.iter().map(|e| count(&e.members)).collect();
-        (count(&self.eligible), in_force)
+    /// How many of `set` are live, counted afresh.
+    fn live_in(&self, set: &BTreeSet<String>) -> usize {
+        set.iter().filter(|n| self.is_up(n)).count()
+    }
+
+    /// How many members of each electorate in force are live, counted afresh.
+    fn live_in_force_now(&self) -> Vec<usize> {
+        self.in_force
+            .iter()
+            .map(|e| self.live_in(&e.members))
+            .collect()
     }
 
     /// `node` came up (`up`) or went down: keeps the live counts.
@@ -647,18 +651,12 @@ impl Checker {
     /// electorate keeps its lease), but it ends if no majority of the new one is up, and one
     /// begins if only the new one made the cluster healthy.
     fn set_in_force(&mut self, electorates: Vec<Arc<Voters>>, t: u64) {
-        let same = |a: &Arc<Voters>, b: &Arc<Voters>| Arc::ptr_eq(a, b) || a == b;
-        if self.in_force.len() == electorates.len()
-            && self
-                .in_force
-                .iter()
-                .zip(&electorates)
-                .all(|(a, b)| same(a, b))
-        {
+        // `Arc` of an `Eq` type compares the pointers first: a shared electorate is one check.
+        if self.in_force == electorates {
             return;
         }
         self.in_force = electorates;
-        self.live_in_force = self.live_counts().1;
+        self.live_in_force = self.live_in_force_now();
         match (self.stable_since, self.healthy()) {
             (Some(_), false) => {
                 self.stable_since = None;
