@@ -8,9 +8,39 @@ use serde::{Deserialize, Serialize};
 /// The identity of a node. In production it is the base58 text of the node's libp2p `PeerId`; in
 /// the simulator it is `n0`, `n1`, …. Ordering is byte-wise on the text, which makes tie-breaks by
 /// node id the same on every machine.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct NodeId(Arc<str>);
+
+// Byte-wise on the text, but clones of one id (the common case: ids are cloned from the one a
+// connection or the simulator made) compare equal without reading the text, which a lookup in
+// a large per-node table would otherwise fetch from a cold cache line.
+impl PartialEq for NodeId {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Ord for NodeId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl std::hash::Hash for NodeId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+impl PartialOrd for NodeId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
 
 impl NodeId {
     /// Wraps a node's textual identity.
@@ -51,6 +81,21 @@ impl From<String> for NodeId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Equal text is equal and ordered alike whether or not the two share one allocation.
+    #[test]
+    fn ids_compare_by_text_shared_or_not() {
+        use std::cmp::Ordering::*;
+        let a = NodeId::from("n1");
+        let (same, twin, b) = (a.clone(), NodeId::from("n1"), NodeId::from("n10"));
+        assert_eq!((a == same, a == twin, a == b), (true, true, false));
+        assert_eq!((a.cmp(&same), a.cmp(&twin)), (Equal, Equal));
+        assert_eq!(
+            (a.cmp(&b), b.cmp(&a), a.partial_cmp(&b)),
+            (Less, Greater, Some(Less))
+        );
+        assert_eq!(NodeId::from("n2").cmp(&b), Greater);
+    }
 
     /// Debug output (assertion messages, `{:?}` in logs) shows the id quoted, like a string.
     #[test]

@@ -244,8 +244,9 @@ pub enum Message {
     TaskResult {
         /// The task.
         task: crate::TaskId,
-        /// The result.
-        result: crate::TaskResult,
+        /// The result. Boxed: inline it would make every message 160 bytes, and the simulator
+        /// moves millions of messages.
+        result: Box<crate::TaskResult>,
     },
     /// The submitter has the result: the worker may forget it.
     TaskResultAck {

@@ -212,7 +212,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
         },
         5 => Message::TaskResult {
             task,
-            result: chorus_core::TaskResult {
+            result: Box::new(chorus_core::TaskResult {
                 status: chorus_core::TaskStatus::Failed,
                 exit_code: Some(m as i32),
                 signal: None,
@@ -223,7 +223,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
                 stdout: "x".repeat((m % 20_000) as usize),
                 stderr: String::new(),
                 error: None,
-            },
+            }),
         },
         _ => Message::TaskResultAck { task },
     }

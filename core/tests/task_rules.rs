@@ -801,7 +801,7 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
     };
     let done = Message::TaskResult {
         task: task("s", 1),
-        result,
+        result: result.into(),
     };
     s.step_vec(11_300, from("c", done));
     assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Done);
@@ -852,7 +852,7 @@ fn result_from(
             sender,
             Message::TaskResult {
                 task: task("s", seq),
-                result,
+                result: result.into(),
             },
         ),
     )

@@ -672,7 +672,7 @@ fn task_messages_count_only_from_who_may_send_them() {
         liar,
         Message::TaskResult {
             task: t.clone(),
-            result: result.clone(),
+            result: result.clone().into(),
         },
     );
     assert_eq!(refusals(&out), [Refusal::Unsolicited]);
@@ -690,7 +690,7 @@ fn task_messages_count_only_from_who_may_send_them() {
         "n3",
         Message::TaskResult {
             task: forged,
-            result,
+            result: result.into(),
         },
     );
     assert_eq!(refusals(&out), [Refusal::NotOwner]);

@@ -103,11 +103,12 @@ pub struct Sink {
     checker: Checker,
     /// Statistics so far.
     pub stats: Stats,
-    recent: VecDeque<String>,
+    /// The last lines, by number, as serialized (newline included); formatted only when a
+    /// violation needs them, and the oldest line's buffer is reused for the next.
+    recent: VecDeque<(usize, Vec<u8>)>,
     context: Option<Vec<String>>,
     digest: u64,
     steps: bool,
-    buf: Vec<u8>,
     stop: Option<StopFn>,
     stopped: bool,
 }
@@ -127,7 +128,6 @@ impl Sink {
             context: None,
             digest: 0xcbf2_9ce4_8422_2325,
             steps: header.steps,
-            buf: Vec::new(),
             stop: None,
             stopped: false,
         };
@@ -183,11 +183,14 @@ impl Sink {
         if let Some(stop) = &mut self.stop {
             self.stopped |= stop(&line);
         }
-        self.buf.clear();
+        let mut bytes = match self.recent.len() {
+            CONTEXT_LINES => self.recent.pop_front().map(|(_, b)| b).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        bytes.clear();
         // Plain data with string keys: serialization cannot fail.
-        serde_json::to_writer(&mut self.buf, &line).expect("trace line serializes");
-        self.buf.push(b'\n');
-        let bytes = std::mem::take(&mut self.buf);
+        serde_json::to_writer(&mut bytes, &line).expect("trace line serializes");
+        bytes.push(b'\n');
         self.hash(&bytes);
         if let Some(w) = &mut self.writer {
             if let Err(e) = w.write(&line) {
@@ -195,16 +198,21 @@ impl Sink {
                 panic!("cannot write the trace: {e}");
             }
         }
-        if self.recent.len() == CONTEXT_LINES {
-            self.recent.pop_front();
-        }
-        let text = String::from_utf8_lossy(&bytes[..bytes.len() - 1]).into_owned();
-        self.recent
-            .push_back(format!("{:>8}: {text}", self.line_no));
-        self.buf = bytes;
+        self.recent.push_back((self.line_no, bytes));
         if self.context.is_none() && self.checker.violations().len() > before {
-            self.context = Some(self.recent.iter().cloned().collect());
+            self.context = Some(self.recent_lines());
         }
+    }
+
+    /// The recent lines, numbered, for a violation's report.
+    fn recent_lines(&self) -> Vec<String> {
+        self.recent
+            .iter()
+            .map(|(n, bytes)| {
+                let text = String::from_utf8_lossy(bytes.strip_suffix(b"\n").unwrap_or(bytes));
+                format!("{n:>8}: {text}")
+            })
+            .collect()
     }
 
     fn track(&mut self, line: &Line) {
@@ -302,13 +310,13 @@ impl Sink {
             *self.stats.refused.entry(reason.as_str()).or_default() += 1;
             return;
         }
-        let node = node.to_owned();
+        // The name is copied only for the commands that make a line (a few in a thousand).
         let record = match command {
             Command::Notice(Notice::BecameAdmin {
                 term,
                 lease_until_ms,
             }) => Record::BecameAdmin {
-                node,
+                node: node.to_owned(),
                 term: *term,
                 lease_until: global(*lease_until_ms),
             },
@@ -316,17 +324,17 @@ impl Sink {
                 term,
                 lease_until_ms,
             }) => Record::LeaseRenewed {
-                node,
+                node: node.to_owned(),
                 term: *term,
                 lease_until: global(*lease_until_ms),
             },
             Command::Notice(Notice::SteppedDown { term, reason }) => Record::SteppedDown {
-                node,
+                node: node.to_owned(),
                 term: *term,
                 reason: reason.as_str().to_owned(),
             },
             Command::Notice(Notice::Voted { term, candidate }) => Record::Voted {
-                node,
+                node: node.to_owned(),
                 term: *term,
                 candidate: candidate.to_string(),
             },
@@ -339,12 +347,12 @@ impl Sink {
                         ..
                     },
             } => Record::VoteGranted {
-                node,
+                node: node.to_owned(),
                 term: *term,
                 to: to.to_string(),
             },
             Command::Notice(Notice::AdminKnown { admin, term }) => Record::AdminKnown {
-                node,
+                node: node.to_owned(),
                 admin: admin.to_string(),
                 term: *term,
             },
@@ -353,7 +361,7 @@ impl Sink {
                 term,
                 members,
             }) => Record::ElectorateChanged {
-                node,
+                node: node.to_owned(),
                 version: *version,
                 term: *term,
                 members: members.iter().map(|m| m.to_string()).collect(),
@@ -363,7 +371,7 @@ impl Sink {
                 outcome,
                 request,
             }) => Record::MembershipChange {
-                node,
+                node: node.to_owned(),
                 change: change.clone(),
                 outcome: outcome.clone(),
                 request: (*request != 0).then_some(*request),
@@ -373,19 +381,19 @@ impl Sink {
                 request,
                 existing,
             }) => Record::TaskSubmitted {
-                node,
+                node: node.to_owned(),
                 task: task.to_string(),
                 request: (*request != 0).then_some(*request),
                 existing: *existing,
             },
             Command::Notice(Notice::TaskRefused { request, reason }) => Record::TaskRefused {
-                node,
+                node: node.to_owned(),
                 request: (*request != 0).then_some(*request),
                 reason: reason.clone(),
             },
             Command::Notice(Notice::TaskCancelRequested { task, request }) => {
                 Record::TaskCancelRequested {
-                    node,
+                    node: node.to_owned(),
                     task: task.to_string(),
                     request: (*request != 0).then_some(*request),
                 }
@@ -395,13 +403,13 @@ impl Sink {
                 worker,
                 attempt,
             }) => Record::TaskPlaced {
-                node,
+                node: node.to_owned(),
                 task: task.to_string(),
                 worker: worker.to_string(),
                 attempt: *attempt,
             },
             Command::Notice(Notice::TaskStarted { task, attempt }) => Record::TaskStarted {
-                node,
+                node: node.to_owned(),
                 task: task.to_string(),
                 attempt: *attempt,
             },
@@ -411,19 +419,19 @@ impl Sink {
                 status,
                 error,
             }) => Record::TaskFinished {
-                node,
+                node: node.to_owned(),
                 task: task.to_string(),
                 attempt: *attempt,
                 status: *status,
                 error: error.clone(),
             },
             Command::Notice(Notice::TaskCompleted { task, status }) => Record::TaskResult {
-                node,
+                node: node.to_owned(),
                 task: task.to_string(),
                 status: *status,
             },
             Command::RoleChanged { role, term, .. } => Record::Role {
-                node,
+                node: node.to_owned(),
                 role: role.as_str().to_owned(),
                 term: *term,
             },
@@ -439,7 +447,7 @@ impl Sink {
         self.checker
             .owned_at_end(node, unfinished, self.now, self.line_no);
         if self.context.is_none() && self.checker.violations().len() > before {
-            self.context = Some(self.recent.iter().cloned().collect());
+            self.context = Some(self.recent_lines());
         }
     }
 
@@ -448,7 +456,7 @@ impl Sink {
         self.stats.end_ms = end_ms;
         self.checker.finish(end_ms, self.line_no);
         if self.context.is_none() && !self.checker.violations().is_empty() {
-            self.context = Some(self.recent.iter().cloned().collect());
+            self.context = Some(self.recent_lines());
         }
         if let Some(w) = self.writer.take() {
             w.finish()?;

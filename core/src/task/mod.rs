@@ -583,7 +583,7 @@ impl crate::Core {
                 };
                 self.on_worker_report(from, report, out)
             }
-            M::TaskResult { task, result } => self.on_task_result(from, task, result, out),
+            M::TaskResult { task, result } => self.on_task_result(from, task, *result, out),
             M::TaskResultAck { task } => self.on_task_result_ack(from, task, out),
             _ => {}
         }

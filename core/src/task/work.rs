@@ -274,7 +274,14 @@ impl Core {
         self.tasks.work.results.insert(task.clone(), result.clone());
         self.tasks.work.report_due = true;
         let origin = task.origin.clone();
-        self.deliver(origin, Message::TaskResult { task, result }, out);
+        self.deliver(
+            origin,
+            Message::TaskResult {
+                task,
+                result: Box::new(result),
+            },
+            out,
+        );
     }
 
     pub(crate) fn on_task_result_ack(
@@ -328,7 +335,14 @@ impl Core {
             .collect();
         for (task, result) in resend {
             let origin = task.origin.clone();
-            self.deliver(origin, Message::TaskResult { task, result }, out);
+            self.deliver(
+                origin,
+                Message::TaskResult {
+                    task,
+                    result: Box::new(result),
+                },
+                out,
+            );
         }
     }
 
