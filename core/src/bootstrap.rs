@@ -106,7 +106,8 @@ impl Core {
         }
         // Counted, not walked: a node that hears of thousands of workers does not walk its peer
         // table at each (quadratic at a cold start).
-        if self.timers.deadline(Timer::Bootstrap).is_some() || self.eligible_peer_count + 1 < expect
+        if self.timers.deadline(Timer::Bootstrap).is_some()
+            || self.peers.eligible_count() + 1 < expect
         {
             return;
         }

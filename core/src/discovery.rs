@@ -22,7 +22,7 @@ impl Core {
         self.reports.clear();
         self.whoami_sent = 0;
         let fanout = self.config.discovery_fanout as usize;
-        let targets: Vec<NodeId> = self.peers.keys().take(fanout).cloned().collect();
+        let targets = self.peers.lowest_ids(fanout);
         for peer in targets {
             self.send_whoami(peer, out);
         }
@@ -147,7 +147,9 @@ impl Core {
             .values()
             .filter(|(a, t)| *a == admin && *t == term)
             .count();
-        let members_known = self.peers.keys().filter(|p| self.is_member(p)).count();
+        let members_known = (self.peers.unordered())
+            .filter(|(p, _)| self.is_member(p))
+            .count();
         let needed = (self.config.confirmations as usize).min(members_known.max(1));
         if agreeing >= needed {
             self.observe_term(term, out);

@@ -23,23 +23,20 @@ impl Core {
     /// (this node included). Ordered by score descending, then node id ascending.
     pub fn rank(&self) -> (usize, usize) {
         let my = (self.score(), &self.id);
-        let members = self.electorate.as_deref().map(|e| e.members());
-        // Both the peers and the members are in id order: one merged walk, not a binary
-        // search per peer (every voter ranks itself at a cold start).
-        let mut next_member = 0;
+        // A count, so no order is needed: the members looked up among the peers once there is
+        // an electorate, the peers themselves before (every voter ranks itself at a cold start).
+        let standing: Box<dyn Iterator<Item = (&NodeId, &crate::Peer)>> =
+            match self.electorate.as_deref() {
+                Some(e) => {
+                    Box::new((e.members().iter()).filter_map(|m| self.peers.get(m).map(|p| (m, p))))
+                }
+                None => Box::new(self.peers.unordered()),
+            };
         let mut better = 0;
         let mut n = 1;
-        for (id, peer) in &self.peers {
+        for (id, peer) in standing {
             if !peer.eligible {
                 continue;
-            }
-            if let Some(members) = members {
-                while members.get(next_member).is_some_and(|m| m < id) {
-                    next_member += 1;
-                }
-                if members.get(next_member) != Some(id) {
-                    continue;
-                }
             }
             n += 1;
             let score = peer.score_at(self.now_ms);

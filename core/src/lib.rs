@@ -33,6 +33,7 @@ mod id;
 mod membership;
 mod message;
 mod node;
+mod peers;
 pub mod rng;
 pub mod score;
 pub mod task;
@@ -51,6 +52,7 @@ pub use id::NodeId;
 pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};
 pub use message::{Ballot, Message};
 pub use node::{Core, Peer};
+pub use peers::PeerTable;
 pub use task::{
     OfferState, OwnedTask, RepoMount, RunningTask, SandboxExit, SharedSpec, TaskId, TaskPhase,
     TaskResult, TaskSpec, TaskStatus, Usage,

@@ -1,7 +1,6 @@
 //! The node state machine: its state, the `step` entry point, and the transitions shared by the
 //! protocol modules (`discovery`, `election`, `heartbeat`).
 
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -184,11 +183,7 @@ pub struct Core {
     /// admin, voted, or restarted. Admin leases are built on these promises.
     pub(crate) promise_until_ms: u64,
     pub(crate) promised_to: Option<NodeId>,
-    pub(crate) peers: BTreeMap<NodeId, Peer>,
-    /// How many of `peers` are eligible, kept with the table (derived, so not in snapshots:
-    /// `restore` counts again) so bootstrap need not walk thousands of workers to learn it.
-    #[serde(skip)]
-    pub(crate) eligible_peer_count: usize,
+    pub(crate) peers: crate::PeerTable,
     /// Discovery: reports of (admin, term) by replier, and WHOAMIs sent this round.
     pub(crate) reports: BTreeMap<NodeId, (NodeId, u64)>,
     pub(crate) whoami_sent: u32,
@@ -243,8 +238,7 @@ impl Core {
             admin: None,
             promise_until_ms: 0,
             promised_to: None,
-            peers: BTreeMap::new(),
-            eligible_peer_count: 0,
+            peers: Default::default(),
             reports: BTreeMap::new(),
             whoami_sent: 0,
             whoami_pending: BTreeSet::new(),
@@ -285,7 +279,7 @@ impl Core {
             Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
             Event::PeerDown { peer } => {
                 self.admin_peer_down(&peer);
-                self.remove_peer(&peer);
+                self.peers.remove(&peer);
                 self.whoami_pending.remove(&peer);
                 self.electorate_reports.remove(&peer);
             }
@@ -365,7 +359,6 @@ impl Core {
         self.role = Role::Follower;
         self.admin = None;
         self.peers.clear();
-        self.eligible_peer_count = 0;
         self.whoami_pending.clear();
         self.electorate_reports.clear();
         self.forwarded.clear();
@@ -518,7 +511,7 @@ impl Core {
         }
         let info = info.bounded();
         let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
-        let mut peer_state = Peer {
+        let peer_state = Peer {
             up_since_ms: self.now_ms,
             eligible,
             capabilities: info.capabilities,
@@ -526,28 +519,10 @@ impl Core {
             seen_at_ms: self.now_ms,
             resources: info.resources,
         };
-        // One lookup, not two: a cold start of n peers does n² of these.
-        match self.peers.entry(peer.clone()) {
-            Entry::Occupied(mut known) => {
-                peer_state.up_since_ms = known.get().up_since_ms;
-                let old = known.insert(peer_state);
-                self.eligible_peer_count -= usize::from(old.eligible);
-            }
-            Entry::Vacant(slot) => {
-                slot.insert(peer_state);
-            }
-        }
-        self.eligible_peer_count += usize::from(eligible);
+        self.peers.connect(peer.clone(), peer_state);
         self.maybe_bootstrap(out);
         if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
             self.send_whoami(peer, out);
-        }
-    }
-
-    /// Takes `peer` out of the table, keeping the eligible count.
-    fn remove_peer(&mut self, id: &NodeId) {
-        if let Some(old) = self.peers.remove(id) {
-            self.eligible_peer_count -= usize::from(old.eligible);
         }
     }
 
@@ -727,8 +702,8 @@ impl Core {
         self.electorate.as_deref()
     }
 
-    /// Live peers, in id order.
-    pub fn peers(&self) -> &BTreeMap<NodeId, Peer> {
+    /// Live peers.
+    pub fn peers(&self) -> &crate::PeerTable {
         &self.peers
     }
 
@@ -750,9 +725,7 @@ impl Core {
 
     /// Restores a state from [`Core::snapshot`] output.
     pub fn restore(bytes: &[u8]) -> Result<Core, serde_json::Error> {
-        let mut core: Core = serde_json::from_slice(bytes)?;
-        core.eligible_peer_count = core.peers.values().filter(|p| p.eligible).count();
-        Ok(core)
+        serde_json::from_slice(bytes)
     }
 }
 

@@ -163,7 +163,7 @@ impl Shared {
         if !is_voter(me) && self.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
             members.push(row(me, "standby"));
         }
-        for (id, peer) in core.peers() {
+        for (id, peer) in core.peers().iter() {
             if peer.eligible && !is_voter(id) {
                 members.push(row(id, "standby"));
             }

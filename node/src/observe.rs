@@ -390,7 +390,7 @@ impl Shared {
             lease_until_ms,
             now_ms,
             lease_left_ms: lease_until_ms.map(|l| l.saturating_sub(now_ms)),
-            peers: core.peers().keys().map(NodeId::to_string).collect(),
+            peers: core.peers().ids().map(NodeId::to_string).collect(),
             beat: core.beat(),
             electorate: core
                 .electorate()
@@ -427,7 +427,7 @@ impl Shared {
             .map(|e| e.members().iter().map(NodeId::to_string).collect())
             .unwrap_or_default();
         let mut ids: std::collections::BTreeSet<String> =
-            core.peers().keys().map(NodeId::to_string).collect();
+            core.peers().ids().map(NodeId::to_string).collect();
         ids.extend(electorate.iter().cloned());
         ids.remove(&self.node_id);
         let mut members = vec![Member {
@@ -438,7 +438,7 @@ impl Shared {
             last_contact_ms: Some(0),
         }];
         for id in ids {
-            let connected = core.peers().keys().any(|k| k.as_str() == id);
+            let connected = core.peers().contains(&NodeId::from(id.as_str()));
             members.push(Member {
                 http: advertised.get(&id).cloned(),
                 voter: electorate.contains(&id),

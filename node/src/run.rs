@@ -400,7 +400,7 @@ pub fn waiting_line(core: &Core, capabilities: &[String], now_ms: u64) -> Option
     }
     let Some(electorate) = core.electorate() else {
         let expect = core.config().bootstrap_expect;
-        let known = 1 + core.peers().values().filter(|p| p.eligible).count();
+        let known = 1 + core.peers().eligible_count();
         return Some(format!(
             "waiting for peers: {known} of {expect} voter(s) known (bootstrap_expect {expect}); \
              connected peers: {}",
