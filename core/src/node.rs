@@ -519,9 +519,14 @@ impl Core {
             seen_at_ms: self.now_ms,
             resources: info.resources,
         };
-        self.peers.connect(peer.clone(), peer_state);
+        // Decided before bootstrap (which changes neither) so the id is cloned only for the few
+        // peers asked: a clone is an atomic increment, a full fence that kept a cold start's
+        // cache misses from overlapping.
+        let ask = self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout;
+        let asked = ask.then(|| peer.clone());
+        self.peers.connect(peer, peer_state);
         self.maybe_bootstrap(out);
-        if self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout {
+        if let Some(peer) = asked {
             self.send_whoami(peer, out);
         }
     }
