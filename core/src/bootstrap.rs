@@ -669,8 +669,8 @@ mod tests {
     /// without `admin_election`, or goes down, no longer does (the count is kept with the peer
     /// table, and a restored core counts again).
     ///
-    /// Kills `on_peer_up`'s and `remove_peer`'s `-=` → `+=` and deletion, `restore`'s recount
-    /// and `on_started`'s reset → none.
+    /// Kills `PeerTable::connect`'s and `remove`'s `-=` → `+=` and deletion, the count rebuilt
+    /// when a snapshot is read, and `on_started`'s clear → none.
     #[test]
     fn only_eligible_peers_known_now_count_towards_bootstrap_expect() {
         let armed = |c: &Core| c.timers.deadline(Timer::Bootstrap).is_some();
