@@ -378,6 +378,46 @@ mod tests {
         assert_eq!(n.admin().map(|a| a.as_str()), Some("a"));
     }
 
+    /// A discovery round asks the lowest ids known, whatever order the peers came in (the
+    /// peer table is a hash table: its own order must not leak), and the table walks in id
+    /// order.
+    #[test]
+    fn a_discovery_round_asks_the_lowest_ids_whatever_the_arrival_order() {
+        let ids = ["p10", "q", "p2", "p100", "p1", "o9", "p", "p11", "r", "p20"];
+        let asked = |order: &[&str]| {
+            let config = Config {
+                discovery_fanout: 3,
+                ..Config::default()
+            };
+            let mut n = node_with("n", &["n"], vec![ADMIN_ELECTION.into()], config);
+            for id in order {
+                n.step_vec(0, up(id, false));
+            }
+            let walked: Vec<String> = n.peers().ids().map(|id| id.to_string()).collect();
+            let out = fire(&mut n, Timer::Discovery);
+            let to: Vec<String> = (out.iter())
+                .filter_map(|c| match c {
+                    Command::Send {
+                        to,
+                        msg: Message::Whoami { .. },
+                    } => Some(to.to_string()),
+                    _ => None,
+                })
+                .collect();
+            (to, walked)
+        };
+        let mut sorted = ids;
+        sorted.sort();
+        let fanout = 3;
+        let mut reversed = ids;
+        reversed.reverse();
+        for order in [ids, sorted, reversed] {
+            let (to, walked) = asked(&order);
+            assert_eq!(to, sorted[..fanout], "arrival order {order:?}");
+            assert_eq!(walked, sorted);
+        }
+    }
+
     #[test]
     fn whoami_goes_to_new_peers_until_an_admin_is_known() {
         let mut n = voter("n", &["a", "b", "n"]);
