@@ -86,9 +86,10 @@ impl PeerTable {
         self.map.get_mut(id)
     }
 
-    /// Puts `peer` in as `id`, keeping when the connection came up if `id` was already in
-    /// (one probe: at a cold start this runs n² times, nearly always on a cold table).
-    pub(crate) fn connect(&mut self, id: NodeId, mut peer: Peer) {
+    /// Puts `peer` in as `id`, keeping when the connection came up if `id` was already in, and
+    /// returns what it replaces (one probe: at a cold start this runs n² times, nearly always on
+    /// a cold table).
+    pub(crate) fn connect(&mut self, id: NodeId, mut peer: Peer) -> Option<Peer> {
         use std::collections::hash_map::Entry;
         self.eligible += usize::from(peer.eligible);
         match self.map.entry(id) {
@@ -96,19 +97,13 @@ impl PeerTable {
                 peer.up_since_ms = known.get().up_since_ms;
                 let old = known.insert(peer);
                 self.eligible -= usize::from(old.eligible);
+                Some(old)
             }
             Entry::Vacant(slot) => {
                 slot.insert(peer);
+                None
             }
         }
-    }
-
-    /// Puts `peer` in as `id` and returns what it replaces.
-    pub(crate) fn insert(&mut self, id: NodeId, peer: Peer) -> Option<Peer> {
-        self.eligible += usize::from(peer.eligible);
-        let old = self.map.insert(id, peer);
-        self.eligible -= old.as_ref().map_or(0, |p| usize::from(p.eligible));
-        old
     }
 
     /// Takes `id` out.
@@ -160,7 +155,7 @@ impl<'de> Deserialize<'de> for PeerTable {
         let sorted = std::collections::BTreeMap::<NodeId, Peer>::deserialize(d)?;
         let mut table = PeerTable::default();
         for (id, peer) in sorted {
-            table.insert(id, peer);
+            table.connect(id, peer);
         }
         Ok(table)
     }
@@ -205,7 +200,7 @@ mod tests {
     fn table(ids: &[&str]) -> PeerTable {
         let mut t = PeerTable::default();
         for (i, id) in ids.iter().enumerate() {
-            t.insert(NodeId::from(*id), peer(i % 2 == 0));
+            t.connect(NodeId::from(*id), peer(i % 2 == 0));
         }
         t
     }
@@ -236,16 +231,18 @@ mod tests {
         assert_ne!(table(&ids[..3]), t);
     }
 
-    /// The eligible count follows inserts, reconnections, replacements, removals and clears;
+    /// The eligible count follows connections, reconnections, removals and clears;
     /// a reconnection keeps when the peer first came up.
     #[test]
     fn the_eligible_count_follows_the_table() {
         let mut t = PeerTable::default();
         let (a, b) = (NodeId::from("a"), NodeId::from("b"));
-        assert!(t.insert(a.clone(), peer(true)).is_none());
-        t.insert(b.clone(), peer(true));
+        assert!(t.connect(a.clone(), peer(true)).is_none());
+        t.connect(b.clone(), peer(true));
         assert_eq!((t.len(), t.eligible_count()), (2, 2));
-        assert!(t.insert(a.clone(), peer(false)).is_some_and(|p| p.eligible));
+        assert!(t
+            .connect(a.clone(), peer(false))
+            .is_some_and(|p| p.eligible));
         assert_eq!((t.len(), t.eligible_count()), (2, 1));
         assert!(t.remove(&b).is_some_and(|p| p.eligible));
         assert!(t.remove(&b).is_none());

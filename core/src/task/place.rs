@@ -285,14 +285,8 @@ impl Core {
             None => {
                 // Cancelled before it ran: the admin answers in the worker's place.
                 let result = TaskResult::without_run(TaskStatus::Cancelled, self.id.clone(), 1);
-                self.deliver(
-                    from,
-                    Message::TaskResult {
-                        task,
-                        result: Box::new(result),
-                    },
-                    out,
-                );
+                let result = Box::new(result);
+                self.deliver(from, Message::TaskResult { task, result }, out);
             }
         }
     }

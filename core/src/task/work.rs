@@ -273,15 +273,14 @@ impl Core {
         }));
         self.tasks.work.results.insert(task.clone(), result.clone());
         self.tasks.work.report_due = true;
+        self.send_result(task, result, out);
+    }
+
+    /// Sends `task`'s result to its submitter (again, until acknowledged).
+    fn send_result(&mut self, task: TaskId, result: TaskResult, out: &mut Vec<Command>) {
         let origin = task.origin.clone();
-        self.deliver(
-            origin,
-            Message::TaskResult {
-                task,
-                result: Box::new(result),
-            },
-            out,
-        );
+        let result = Box::new(result);
+        self.deliver(origin, Message::TaskResult { task, result }, out);
     }
 
     pub(crate) fn on_task_result_ack(
@@ -334,15 +333,7 @@ impl Core {
             .map(|(t, r)| (t.clone(), r.clone()))
             .collect();
         for (task, result) in resend {
-            let origin = task.origin.clone();
-            self.deliver(
-                origin,
-                Message::TaskResult {
-                    task,
-                    result: Box::new(result),
-                },
-                out,
-            );
+            self.send_result(task, result, out);
         }
     }
 
