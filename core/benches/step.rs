@@ -40,14 +40,7 @@ fn follower(ids: &[NodeId]) -> Core {
         ..Default::default()
     };
     for id in ids {
-        c.step(
-            0,
-            Event::PeerUp {
-                peer: id.clone(),
-                info: info.clone(),
-            },
-            &mut out,
-        );
+        c.step(0, Event::peer_up(id.clone(), info.clone()), &mut out);
     }
     c
 }
@@ -249,7 +242,7 @@ fn placement(c: &mut Criterion) {
     for w in &workers {
         let peer = w.clone();
         let info = info.clone();
-        core.step(now, Event::PeerUp { peer, info }, &mut out);
+        core.step(now, Event::peer_up(peer, info), &mut out);
         let msg = Message::WorkerReport {
             term: 1,
             seen: 0,

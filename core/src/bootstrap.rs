@@ -73,7 +73,7 @@ impl Core {
     fn eligible_peers(&self) -> Vec<NodeId> {
         self.peers
             .iter()
-            .filter(|(_, p)| p.eligible)
+            .filter(|(_, p)| p.eligible())
             .map(|(id, _)| id.clone())
             .collect()
     }
@@ -111,8 +111,11 @@ impl Core {
         {
             return;
         }
-        let eligible = self.eligible_peers();
-        let rank = eligible.iter().filter(|p| **p < self.id).count() as u64;
+        let rank = self
+            .peers
+            .unordered()
+            .filter(|(id, p)| p.eligible() && **id < self.id)
+            .count() as u64;
         let delay = self.config.election_slot_min_ms * (rank + 1);
         self.timers.set(Timer::Bootstrap, self.now_ms + delay, out);
     }
@@ -224,7 +227,7 @@ impl Core {
         kind: &'static str,
         out: &mut Vec<Command>,
     ) -> bool {
-        if self.peers.get(from).is_some_and(|p| p.eligible) {
+        if self.peers.get(from).is_some_and(|p| p.eligible()) {
             return true;
         }
         self.refuse(from.clone(), kind, Refusal::NotEligible, out);

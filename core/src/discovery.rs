@@ -100,9 +100,7 @@ impl Core {
         } = report;
         // Eligibility comes from the peer's advertisement when it connected, never from a reply.
         if let Some(peer) = self.peers.get_mut(&from) {
-            peer.uptime_s = uptime_s;
-            peer.seen_at_ms = self.now_ms;
-            peer.resources = resources;
+            peer.heard(uptime_s, resources, self.now_ms);
         }
         if self.is_foreign(genesis) {
             return self.refuse(from, "whoami_reply", Refusal::ForeignCluster, out);
@@ -191,7 +189,7 @@ impl Core {
         if self.electorate.is_some() {
             return;
         }
-        if !self.peers.get(&from).is_some_and(|p| p.eligible) {
+        if !self.peers.get(&from).is_some_and(|p| p.eligible()) {
             return self.refuse(from, "whoami_reply", Refusal::NotEligible, out);
         }
         let founder = self.is_eligible();
@@ -237,7 +235,7 @@ impl Core {
     ) {
         let Some(mine) = &self.electorate else { return };
         let eligible_member =
-            self.is_member(from) && self.peers.get(from).is_some_and(|p| p.eligible);
+            self.is_member(from) && self.peers.get(from).is_some_and(|p| p.eligible());
         let next = theirs.genesis == mine.genesis
             && theirs.version == mine.version.saturating_add(1)
             && theirs.key() > mine.key()

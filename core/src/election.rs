@@ -23,10 +23,16 @@ impl Core {
     /// (this node included). Ordered by score descending, then node id ascending.
     pub fn rank(&self) -> (usize, usize) {
         let my = (self.score(), &self.id);
-        // A count, so no order is needed: the members looked up among the peers once there is
-        // an electorate, the peers themselves before (every voter ranks itself at a cold start).
+        // A count, so no order is needed: the live members, found by walking the smaller of
+        // the member list and the peer table and looking each up in the other (every voter
+        // ranks itself at a cold start: with all of n nodes voters and peers, walking the table
+        // reads it in order, where n lookups into it were ~3 cache misses each); the peers
+        // themselves before there is an electorate.
         let standing: Box<dyn Iterator<Item = (&NodeId, &crate::Peer)>> =
             match self.electorate.as_deref() {
+                Some(e) if self.peers.len() <= e.len() => {
+                    Box::new(self.peers.unordered().filter(|(id, _)| e.contains(id)))
+                }
                 Some(e) => {
                     Box::new((e.members().iter()).filter_map(|m| self.peers.get(m).map(|p| (m, p))))
                 }
@@ -35,7 +41,7 @@ impl Core {
         let mut better = 0;
         let mut n = 1;
         for (id, peer) in standing {
-            if !peer.eligible {
+            if !peer.eligible() {
                 continue;
             }
             n += 1;
@@ -802,13 +808,15 @@ mod tests {
             mem_free_mb: 65_536,
             ..Default::default()
         };
-        let peer = |res| Event::PeerUp {
-            peer: "x".into(),
-            info: PeerInfo {
-                capabilities: vec![crate::ADMIN_ELECTION.into()].into(),
-                uptime_s: 0,
-                resources: res,
-            },
+        let peer = |res| {
+            Event::peer_up(
+                "x".into(),
+                PeerInfo {
+                    capabilities: vec![crate::ADMIN_ELECTION.into()].into(),
+                    uptime_s: 0,
+                    resources: res,
+                },
+            )
         };
         let members = &["a", "b", "x"];
         let mut a = voter("a", members);
@@ -836,13 +844,13 @@ mod tests {
             for p in &refs {
                 c.step_vec(
                     0,
-                    Event::PeerUp {
-                        peer: (*p).into(),
-                        info: PeerInfo {
+                    Event::peer_up(
+                        (*p).into(),
+                        PeerInfo {
                             capabilities: vec![crate::ADMIN_ELECTION.into()].into(),
                             ..Default::default()
                         },
-                    },
+                    ),
                 );
             }
             fire(&mut c, Timer::Discovery);
@@ -888,13 +896,7 @@ mod simultaneous {
                 capabilities: vec![crate::ADMIN_ELECTION.to_owned()].into(),
                 ..Default::default()
             };
-            c.step_vec(
-                0,
-                crate::Event::PeerUp {
-                    peer: p.into(),
-                    info,
-                },
-            );
+            c.step_vec(0, crate::Event::peer_up(p.into(), info));
         }
         fire(&mut c, Timer::Discovery);
         fire(&mut c, Timer::Election);

@@ -2,6 +2,7 @@
 //! (`bootstrap.rs`); each later one differs from its predecessor by one member and is committed
 //! by the admin (`membership.rs`).
 
+use hashbrown::HashTable;
 use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
@@ -24,6 +25,40 @@ pub struct Electorate {
     /// Cached: every vote request carries it and every voter compares it.
     #[serde(skip_serializing)]
     fingerprint: u64,
+    /// Cached: `contains`, which ranking a node among thousands of voters asks for each.
+    #[serde(skip_serializing)]
+    index: MemberIndex,
+}
+
+/// The members' positions by id hash: a membership test reads one or two lines where a binary
+/// search over thousands of ids took a dozen unpredictable branches. Derived from `members`,
+/// so it never decides equality.
+#[derive(Clone, Default)]
+struct MemberIndex(HashTable<u32>);
+
+impl MemberIndex {
+    fn new(members: &[NodeId]) -> MemberIndex {
+        let mut table = HashTable::with_capacity(members.len());
+        for (i, m) in members.iter().enumerate() {
+            let hash = |i: &u32| members[*i as usize].fixed_hash();
+            table.insert_unique(m.fixed_hash(), i as u32, hash);
+        }
+        MemberIndex(table)
+    }
+}
+
+impl PartialEq for MemberIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for MemberIndex {}
+
+impl std::fmt::Debug for MemberIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MemberIndex")
+    }
 }
 
 /// The serialized form; deserializing goes through [`Electorate::new`] so members are sorted and
@@ -63,6 +98,7 @@ impl Electorate {
             version,
             term: 0,
             genesis: fingerprint,
+            index: MemberIndex::new(&members),
             members,
             fingerprint,
         }
@@ -107,7 +143,10 @@ impl Electorate {
 
     /// Whether `id` is a voter.
     pub fn contains(&self, id: &NodeId) -> bool {
-        self.members.binary_search(id).is_ok()
+        let members = &self.members;
+        (self.index.0)
+            .find(id.fixed_hash(), |i| members[*i as usize] == *id)
+            .is_some()
     }
 
     /// Votes needed to win: a strict majority.
@@ -186,5 +225,30 @@ mod tests {
         assert!(a.contains(&"b".into()) && !a.contains(&"d".into()));
         assert_eq!((a.len(), a.is_empty()), (3, false));
         assert!(Electorate::new(1, vec![]).is_empty());
+    }
+
+    /// Membership through the hash index agrees with the sorted list: ids made apart with the
+    /// same text, ids sharing their first eight bytes, and non-members that hash near members.
+    #[test]
+    fn contains_agrees_with_the_member_list() {
+        let names: Vec<String> = (0..2_000).map(|i| format!("node-0000{i}")).collect();
+        let members: Vec<NodeId> = names
+            .iter()
+            .step_by(2)
+            .map(|n| NodeId::from(n.as_str()))
+            .collect();
+        let e = Electorate::new(1, members);
+        for (i, name) in names.iter().enumerate() {
+            let fresh = NodeId::from(name.as_str()); // not the member's own pointer
+            assert_eq!(e.contains(&fresh), i % 2 == 0, "{name}");
+            assert_eq!(
+                e.contains(&fresh),
+                e.members().binary_search(&fresh).is_ok()
+            );
+        }
+        let later = e.successor(3, e.members()[1..].to_vec());
+        assert!(!later.contains(&e.members()[0]) && later.contains(&e.members()[1]));
+        let back: Electorate = serde_json::from_str(&serde_json::to_string(&e).unwrap()).unwrap();
+        assert!(back.contains(&NodeId::from("node-00000")) && back == e);
     }
 }

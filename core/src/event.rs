@@ -25,13 +25,9 @@ pub enum Event {
         /// The decoded message.
         msg: Message,
     },
-    /// A peer became reachable, with what it advertises about itself.
-    PeerUp {
-        /// The peer.
-        peer: NodeId,
-        /// Its capabilities and score inputs.
-        info: PeerInfo,
-    },
+    /// A peer became reachable, with what it advertises about itself (written as the fields
+    /// `peer` and `info`; build it with [`Event::peer_up`]).
+    PeerUp(Advert),
     /// A peer became unreachable.
     PeerDown {
         /// The peer.
@@ -117,6 +113,132 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// `PeerUp`: `peer` connected, advertising `info`.
+    pub fn peer_up(peer: NodeId, info: PeerInfo) -> Event {
+        Event::PeerUp(Advert::new(peer, info))
+    }
+}
+
+/// A peer's advertisement as the core receives and keeps it: who it is and what it said,
+/// behind one pointer. Each node of a full-peering cluster of n keeps every other's, n² in all;
+/// one value shared by all its receivers (as the simulator hands it) keeps a peer-table entry
+/// at 16 bytes. Whether the peer is eligible is read from its capabilities once, here.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Advert(Arc<AdvertBody>);
+
+#[derive(Clone, PartialEq, Eq)]
+struct AdvertBody {
+    peer: NodeId,
+    /// As advertised: the accessors bound it.
+    info: PeerInfo,
+    eligible: bool,
+    /// When the receiver last heard `info`'s figures, if not when the connection came up (a
+    /// whoami reply updates them): set only on a receiver's own copy, never by an event.
+    heard_at_ms: Option<u64>,
+}
+
+impl Advert {
+    /// `peer`'s advertisement `info`.
+    pub fn new(peer: NodeId, info: PeerInfo) -> Advert {
+        let caps = &info.capabilities[..info.capabilities.len().min(crate::MAX_CAPABILITIES)];
+        let eligible = caps.iter().any(|c| c == crate::ADMIN_ELECTION);
+        Advert(Arc::new(AdvertBody {
+            peer,
+            info,
+            eligible,
+            heard_at_ms: None,
+        }))
+    }
+
+    /// Who advertised.
+    pub fn peer(&self) -> &NodeId {
+        &self.0.peer
+    }
+
+    /// What it advertised, unbounded, as it came.
+    pub fn info(&self) -> &PeerInfo {
+        &self.0.info
+    }
+
+    /// Whether it advertises `admin_election` (among its first [`crate::MAX_CAPABILITIES`]).
+    pub fn eligible(&self) -> bool {
+        self.0.eligible
+    }
+
+    /// Its capabilities, at most [`crate::MAX_CAPABILITIES`] of them.
+    pub fn capabilities(&self) -> &[String] {
+        let caps = &self.0.info.capabilities;
+        &caps[..caps.len().min(crate::MAX_CAPABILITIES)]
+    }
+
+    /// Its uptime as last heard, capped at [`crate::MAX_UPTIME_S`].
+    pub fn uptime_s(&self) -> u64 {
+        self.0.info.uptime_s.min(crate::MAX_UPTIME_S)
+    }
+
+    /// Its free resources as last heard.
+    pub fn resources(&self) -> Resources {
+        self.0.info.resources
+    }
+
+    /// When the receiver last heard the figures, if later than the connection.
+    pub(crate) fn heard_at_ms(&self) -> Option<u64> {
+        self.0.heard_at_ms
+    }
+
+    /// Newer figures, heard at `at_ms` (`None`: when the connection came up), eligibility
+    /// kept (it comes from the advertisement a peer connected with, never from a reply). Makes
+    /// the advertisement the receiver's own copy unless no one else holds it.
+    pub(crate) fn heard(&mut self, uptime_s: u64, resources: Resources, at_ms: Option<u64>) {
+        let body = Arc::make_mut(&mut self.0);
+        body.info.uptime_s = uptime_s;
+        body.info.resources = resources;
+        body.heard_at_ms = at_ms;
+    }
+
+    /// The same figures, heard at `at_ms` (`None`: when the connection came up).
+    pub(crate) fn set_heard_at(&mut self, at_ms: Option<u64>) {
+        if self.0.heard_at_ms != at_ms {
+            Arc::make_mut(&mut self.0).heard_at_ms = at_ms;
+        }
+    }
+}
+
+impl std::fmt::Debug for Advert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Advert")
+            .field("peer", &self.0.peer)
+            .field("info", &self.0.info)
+            .finish()
+    }
+}
+
+/// An advertisement as written: `{"peer": …, "info": …}`, what `Event::PeerUp` carried as its
+/// fields before it carried an `Advert`.
+#[derive(Serialize, Deserialize)]
+struct AdvertFields<P, I> {
+    peer: P,
+    info: I,
+}
+
+impl Serialize for Advert {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        AdvertFields {
+            peer: &self.0.peer,
+            info: &self.0.info,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Advert {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = AdvertFields::<NodeId, PeerInfo>::deserialize(d)?;
+        Ok(Advert::new(f.peer, f.info))
+    }
+}
+
 /// What a peer advertises about itself when it connects.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerInfo {
@@ -169,5 +291,48 @@ mod tests {
             r#"{"cpu_millicores":1000,"mem_free_mb":512,"task_slots":3}"#
         );
         assert_eq!(serde_json::from_str::<Resources>(&text).unwrap(), some);
+    }
+
+    /// `PeerUp` is written with the fields it had before it carried a shared advertisement,
+    /// so event logs and traces read the same; reading it back gives an equal event.
+    #[test]
+    fn a_peer_up_is_written_as_its_peer_and_info() {
+        let info = PeerInfo {
+            capabilities: vec!["admin_election".to_string()].into(),
+            uptime_s: 5,
+            resources: Resources::default(),
+        };
+        let up = Event::peer_up(NodeId::from("b"), info);
+        let text = serde_json::to_string(&up).unwrap();
+        assert_eq!(
+            text,
+            r#"{"kind":"peer_up","peer":"b","info":{"capabilities":["admin_election"],"uptime_s":5,"resources":{"cpu_millicores":0,"mem_free_mb":0}}}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), up);
+        let Event::PeerUp(advert) = &up else {
+            unreachable!()
+        };
+        assert!(advert.eligible() && advert.peer().as_str() == "b");
+    }
+
+    /// Out-of-bound figures stay in the event as they came (a replay shows what the peer said)
+    /// and are bounded where the core reads them; `admin_election` past the first
+    /// `MAX_CAPABILITIES` names does not make a peer eligible.
+    #[test]
+    fn an_advert_bounds_what_it_is_read_for() {
+        let mut caps: Vec<String> = (0..crate::MAX_CAPABILITIES)
+            .map(|i| format!("c{i}"))
+            .collect();
+        caps.push(crate::ADMIN_ELECTION.into());
+        let info = PeerInfo {
+            capabilities: caps.into(),
+            uptime_s: u64::MAX,
+            resources: Resources::default(),
+        };
+        let advert = Advert::new(NodeId::from("x"), info.clone());
+        assert_eq!(advert.info(), &info);
+        assert_eq!(advert.uptime_s(), crate::MAX_UPTIME_S);
+        assert_eq!(advert.capabilities().len(), crate::MAX_CAPABILITIES);
+        assert!(!advert.eligible());
     }
 }

@@ -42,6 +42,11 @@ impl NodeId {
     pub fn as_str(&self) -> &str {
         &self.0.text
     }
+
+    /// The hash made with the id, the same on every machine and run (what `Hash` feeds).
+    pub(crate) fn fixed_hash(&self) -> u64 {
+        self.0.hash
+    }
 }
 
 // Clones of one id (the common case: ids are cloned from the one a connection or the simulator

@@ -47,12 +47,12 @@ pub use audit::VoteLedger;
 pub use command::{Command, Notice, Role, StepDownReason};
 pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
 pub use electorate::Electorate;
-pub use event::{Event, PeerInfo, Resources};
+pub use event::{Advert, Event, PeerInfo, Resources};
 pub use id::NodeId;
 pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};
 pub use message::{Ballot, Message};
-pub use node::{Core, Peer};
-pub use peers::PeerTable;
+pub use node::Core;
+pub use peers::{Peer, PeerTable};
 pub use task::{
     OfferState, OwnedTask, RepoMount, RunningTask, SandboxExit, SharedSpec, TaskId, TaskPhase,
     TaskResult, TaskSpec, TaskStatus, Usage,

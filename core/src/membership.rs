@@ -272,7 +272,7 @@ impl Core {
         out: &mut Vec<Command>,
     ) {
         let may_ask =
-            self.counts_as_voter(&from) || self.peers.get(&from).is_some_and(|p| p.eligible);
+            self.counts_as_voter(&from) || self.peers.get(&from).is_some_and(|p| p.eligible());
         if !may_ask {
             self.refuse(from, "change_request", crate::Refusal::NotEligible, out);
             return;
@@ -346,7 +346,7 @@ impl Core {
                 if old.contains(node) {
                     return Err(ChangeRefusal::AlreadyVoter);
                 }
-                if !self.peers.get(node).is_some_and(|p| p.eligible) {
+                if !self.peers.get(node).is_some_and(|p| p.eligible()) {
                     return Err(ChangeRefusal::NotEligible);
                 }
                 members.push(node.clone());
@@ -497,7 +497,7 @@ impl Core {
                 })
                 .filter_map(|(id, _)| {
                     let p = self.peers.get(id)?;
-                    (p.eligible && p.up_since_ms + stab <= now)
+                    (p.eligible() && p.up_since_ms() + stab <= now)
                         .then(|| (std::cmp::Reverse(p.score_at(now)), id))
                 })
                 .min()

@@ -12,36 +12,6 @@ use crate::{
     StepDownReason, Timer, TimerTable, ADMIN_ELECTION,
 };
 
-/// What this node knows about a live peer: its score inputs as last advertised, so its score
-/// can be computed at any later time the same way the peer computes its own.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Peer {
-    /// When the connection came up (this node's clock): autopilot promotes only standbys
-    /// connected for `stabilization_time_ms`.
-    #[serde(default)]
-    pub up_since_ms: u64,
-    /// Whether the peer advertises `admin_election`.
-    pub eligible: bool,
-    /// Its advertised capabilities.
-    pub capabilities: Arc<[String]>,
-    /// Its uptime when last heard of, and when that was (this node's clock).
-    pub uptime_s: u64,
-    /// This node's time when `uptime_s` was reported.
-    pub seen_at_ms: u64,
-    /// Its advertised free resources.
-    pub resources: Resources,
-}
-
-impl Peer {
-    /// The peer's score at `now_ms`, its uptime extrapolated from the last report.
-    pub fn score_at(&self, now_ms: u64) -> u32 {
-        let uptime_s = self
-            .uptime_s
-            .saturating_add(now_ms.saturating_sub(self.seen_at_ms) / 1_000);
-        score::score(uptime_s, self.capabilities.len(), self.resources)
-    }
-}
-
 /// An election round in progress (pre-vote or vote).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Round {
@@ -276,7 +246,7 @@ impl Core {
                     self.on_message(from, msg, out);
                 }
             }
-            Event::PeerUp { peer, info } => self.on_peer_up(peer, info, out),
+            Event::PeerUp(advert) => self.on_peer_up(advert, out),
             Event::PeerDown { peer } => {
                 self.admin_peer_down(&peer);
                 self.peers.remove(&peer);
@@ -505,26 +475,16 @@ impl Core {
         }
     }
 
-    fn on_peer_up(&mut self, peer: NodeId, info: crate::PeerInfo, out: &mut Vec<Command>) {
-        if peer == self.id {
+    fn on_peer_up(&mut self, advert: crate::Advert, out: &mut Vec<Command>) {
+        if *advert.peer() == self.id {
             return;
         }
-        let info = info.bounded();
-        let eligible = info.capabilities.iter().any(|c| c == ADMIN_ELECTION);
-        let peer_state = Peer {
-            up_since_ms: self.now_ms,
-            eligible,
-            capabilities: info.capabilities,
-            uptime_s: info.uptime_s,
-            seen_at_ms: self.now_ms,
-            resources: info.resources,
-        };
         // Decided before bootstrap (which changes neither) so the id is cloned only for the few
         // peers asked: a clone is an atomic increment, a full fence that kept a cold start's
         // cache misses from overlapping.
         let ask = self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout;
-        let asked = ask.then(|| peer.clone());
-        self.peers.connect(peer, peer_state);
+        let asked = ask.then(|| advert.peer().clone());
+        self.peers.connect(advert, self.now_ms);
         self.maybe_bootstrap(out);
         if let Some(peer) = asked {
             self.send_whoami(peer, out);

@@ -6,42 +6,150 @@
 //! taken from the hashing: every walk whose result depends on order goes through
 //! [`PeerTable::iter`], which sorts by id, and the rest count or look up. Ids hash by a value
 //! fixed when the id is made (`NodeId`'s `Hash`), so the table is the same on every run anyway.
+//!
+//! An entry is 16 bytes, the peer's shared [`Advert`] (which holds its id) and when the
+//! connection came up: with the table's control bytes and spare room, a full-peering cluster
+//! of 10,000 keeps about 28 bytes per (node, peer) pair.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
+use hashbrown::HashTable;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{NodeId, Peer};
+use crate::{score, Advert, NodeId, PeerInfo, Resources};
+
+/// What this node knows about a live peer: what it advertised, its figures as last heard, and
+/// when the connection came up, so its score can be computed at any later time the same way
+/// the peer computes its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    advert: Advert,
+    /// When the connection came up (this node's clock).
+    up_since_ms: u64,
+}
+
+impl Peer {
+    /// `advert`'s peer, connected at `up_since_ms`.
+    fn new(advert: Advert, up_since_ms: u64) -> Peer {
+        Peer {
+            advert,
+            up_since_ms,
+        }
+    }
+
+    /// `None` for figures heard when the connection came up, so each state has one form.
+    fn heard_at(&self, at_ms: u64) -> Option<u64> {
+        (at_ms != self.up_since_ms).then_some(at_ms)
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &NodeId {
+        self.advert.peer()
+    }
+
+    /// When the connection came up (this node's clock): autopilot promotes only standbys
+    /// connected for `stabilization_time_ms`.
+    pub fn up_since_ms(&self) -> u64 {
+        self.up_since_ms
+    }
+
+    /// Whether it advertised `admin_election` when it connected.
+    pub fn eligible(&self) -> bool {
+        self.advert.eligible()
+    }
+
+    /// Its advertised capabilities.
+    pub fn capabilities(&self) -> &[String] {
+        self.advert.capabilities()
+    }
+
+    /// Its uptime when last heard of.
+    pub fn uptime_s(&self) -> u64 {
+        self.advert.uptime_s()
+    }
+
+    /// This node's time when `uptime_s` was reported.
+    pub fn seen_at_ms(&self) -> u64 {
+        self.advert.heard_at_ms().unwrap_or(self.up_since_ms)
+    }
+
+    /// Its free resources as last heard.
+    pub fn resources(&self) -> Resources {
+        self.advert.resources()
+    }
+
+    /// The peer's score at `now_ms`, its uptime extrapolated from the last report.
+    pub fn score_at(&self, now_ms: u64) -> u32 {
+        let uptime_s = self
+            .uptime_s()
+            .saturating_add(now_ms.saturating_sub(self.seen_at_ms()) / 1_000);
+        score::score(uptime_s, self.capabilities().len(), self.resources())
+    }
+
+    /// Newer figures, heard at `now_ms` (a copy of the advertisement of its own, then).
+    pub(crate) fn heard(&mut self, uptime_s: u64, resources: Resources, now_ms: u64) {
+        let at = self.heard_at(now_ms);
+        self.advert.heard(uptime_s, resources, at);
+    }
+}
+
+/// A peer as snapshots write it (the fields `Peer` had before it shared its advertisement).
+#[derive(Serialize, Deserialize)]
+struct PeerFields<C> {
+    #[serde(default)]
+    up_since_ms: u64,
+    eligible: bool,
+    capabilities: C,
+    uptime_s: u64,
+    seen_at_ms: u64,
+    resources: Resources,
+}
+
+impl Serialize for Peer {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        PeerFields {
+            up_since_ms: self.up_since_ms,
+            eligible: self.eligible(),
+            capabilities: self.capabilities(),
+            uptime_s: self.uptime_s(),
+            seen_at_ms: self.seen_at_ms(),
+            resources: self.resources(),
+        }
+        .serialize(s)
+    }
+}
 
 /// Live peers by id, with how many of them are eligible.
 #[derive(Clone, Default)]
 pub struct PeerTable {
-    map: HashMap<NodeId, Peer, BuildHasherDefault<IdHasher>>,
+    table: HashTable<Peer>,
     /// How many of the peers are eligible, kept with the table so bootstrap need not walk
     /// thousands of workers to learn it.
     eligible: usize,
 }
 
+/// The hash `NodeId` computed when it was made.
+fn hash(peer: &Peer) -> u64 {
+    peer.id().fixed_hash()
+}
+
 impl PeerTable {
     /// The peer `id`, if connected.
     pub fn get(&self, id: &NodeId) -> Option<&Peer> {
-        self.map.get(id)
+        self.table.find(id.fixed_hash(), |p| p.id() == id)
     }
 
     /// Whether `id` is connected.
     pub fn contains(&self, id: &NodeId) -> bool {
-        self.map.contains_key(id)
+        self.get(id).is_some()
     }
 
     /// How many peers are connected.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.table.is_empty()
     }
 
     /// How many connected peers advertise `admin_election`.
@@ -51,7 +159,7 @@ impl PeerTable {
 
     /// The peers in id order (sorted on each call: for walks whose outcome depends on order).
     pub fn iter(&self) -> impl Iterator<Item = (&NodeId, &Peer)> {
-        let mut all: Vec<(&NodeId, &Peer)> = self.map.iter().collect();
+        let mut all: Vec<(&NodeId, &Peer)> = self.unordered().collect();
         all.sort_unstable_by(|a, b| a.0.cmp(b.0));
         all.into_iter()
     }
@@ -64,7 +172,7 @@ impl PeerTable {
     /// The `k` lowest ids, in order, without sorting the whole table.
     pub(crate) fn lowest_ids(&self, k: usize) -> Vec<NodeId> {
         let mut lowest: Vec<&NodeId> = Vec::with_capacity(k + 1);
-        for id in self.map.keys() {
+        for (id, _) in self.unordered() {
             if lowest.len() == k && lowest.last().is_none_or(|last| id >= *last) {
                 continue;
             }
@@ -78,29 +186,32 @@ impl PeerTable {
     /// The peers in no particular order: only for counting and other walks whose result does
     /// not depend on order.
     pub(crate) fn unordered(&self) -> impl Iterator<Item = (&NodeId, &Peer)> {
-        self.map.iter()
+        self.table.iter().map(|p| (p.id(), p))
     }
 
     /// The peer `id`, to update what it reported (its eligibility stays as it connected).
     pub(crate) fn get_mut(&mut self, id: &NodeId) -> Option<&mut Peer> {
-        self.map.get_mut(id)
+        self.table.find_mut(id.fixed_hash(), |p| p.id() == id)
     }
 
-    /// Puts `peer` in as `id`, keeping when the connection came up if `id` was already in, and
-    /// returns what it replaces (one probe: at a cold start this runs n² times, nearly always on
-    /// a cold table).
-    pub(crate) fn connect(&mut self, id: NodeId, mut peer: Peer) -> Option<Peer> {
-        use std::collections::hash_map::Entry;
-        self.eligible += usize::from(peer.eligible);
-        match self.map.entry(id) {
+    /// Puts the peer `advert` advertises in, connected at `now_ms` unless it already was (then
+    /// the connection keeps its start and the figures are heard now), and returns what it
+    /// replaces (one probe: at a cold start this runs n² times, nearly always on a cold table).
+    pub(crate) fn connect(&mut self, advert: Advert, now_ms: u64) -> Option<Peer> {
+        use hashbrown::hash_table::Entry;
+        self.eligible += usize::from(advert.eligible());
+        let id = advert.peer();
+        match self.table.entry(id.fixed_hash(), |p| p.id() == id, hash) {
             Entry::Occupied(mut known) => {
-                peer.up_since_ms = known.get().up_since_ms;
-                let old = known.insert(peer);
-                self.eligible -= usize::from(old.eligible);
+                let mut peer = Peer::new(advert, known.get().up_since_ms);
+                let at = peer.heard_at(now_ms);
+                peer.advert.set_heard_at(at);
+                let old = std::mem::replace(known.get_mut(), peer);
+                self.eligible -= usize::from(old.eligible());
                 Some(old)
             }
             Entry::Vacant(slot) => {
-                slot.insert(peer);
+                slot.insert(Peer::new(advert, now_ms));
                 None
             }
         }
@@ -108,14 +219,18 @@ impl PeerTable {
 
     /// Takes `id` out.
     pub(crate) fn remove(&mut self, id: &NodeId) -> Option<Peer> {
-        let old = self.map.remove(id)?;
-        self.eligible -= usize::from(old.eligible);
+        let entry = self
+            .table
+            .find_entry(id.fixed_hash(), |p| p.id() == id)
+            .ok()?;
+        let (old, _) = entry.remove();
+        self.eligible -= usize::from(old.eligible());
         Some(old)
     }
 
     /// Forgets every peer.
     pub(crate) fn clear(&mut self) {
-        self.map.clear();
+        self.table.clear();
         self.eligible = 0;
     }
 }
@@ -131,7 +246,10 @@ impl std::ops::Index<&NodeId> for PeerTable {
 
 impl PartialEq for PeerTable {
     fn eq(&self, other: &Self) -> bool {
-        self.map == other.map
+        self.len() == other.len()
+            && self
+                .unordered()
+                .all(|(id, p)| other.get(id).is_some_and(|q| q == p))
     }
 }
 
@@ -152,33 +270,21 @@ impl Serialize for PeerTable {
 
 impl<'de> Deserialize<'de> for PeerTable {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let sorted = std::collections::BTreeMap::<NodeId, Peer>::deserialize(d)?;
+        let sorted = std::collections::BTreeMap::<NodeId, PeerFields<Vec<String>>>::deserialize(d)?;
         let mut table = PeerTable::default();
-        for (id, peer) in sorted {
-            table.connect(id, peer);
+        for (id, f) in sorted {
+            let info = PeerInfo {
+                capabilities: f.capabilities.into(),
+                uptime_s: f.uptime_s,
+                resources: f.resources,
+            };
+            table.connect(Advert::new(id.clone(), info), f.up_since_ms);
+            if let Some(peer) = table.get_mut(&id) {
+                let at = peer.heard_at(f.seen_at_ms);
+                peer.advert.set_heard_at(at);
+            }
         }
         Ok(table)
-    }
-}
-
-/// Takes the hash `NodeId` computed when it was made, rather than hashing the text again.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `NodeId` keys are hashed here, through `write_u64`; anything else still hashes.
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
     }
 }
 
@@ -186,21 +292,24 @@ impl Hasher for IdHasher {
 mod tests {
     use super::*;
 
-    fn peer(eligible: bool) -> Peer {
-        Peer {
-            up_since_ms: 0,
-            eligible,
-            capabilities: Vec::new().into(),
-            uptime_s: 0,
-            seen_at_ms: 0,
+    fn advert(id: &str, eligible: bool) -> Advert {
+        let caps: Vec<String> = if eligible {
+            vec![crate::ADMIN_ELECTION.into()]
+        } else {
+            Vec::new()
+        };
+        let info = PeerInfo {
+            capabilities: caps.into(),
+            uptime_s: 7,
             resources: Default::default(),
-        }
+        };
+        Advert::new(NodeId::from(id), info)
     }
 
     fn table(ids: &[&str]) -> PeerTable {
         let mut t = PeerTable::default();
         for (i, id) in ids.iter().enumerate() {
-            t.connect(NodeId::from(*id), peer(i % 2 == 0));
+            t.connect(advert(id, i % 2 == 0), i as u64);
         }
         t
     }
@@ -232,31 +341,64 @@ mod tests {
     }
 
     /// The eligible count follows connections, reconnections, removals and clears;
-    /// a reconnection keeps when the peer first came up.
+    /// a reconnection keeps when the peer first came up, and its figures are heard anew.
     #[test]
     fn the_eligible_count_follows_the_table() {
         let mut t = PeerTable::default();
         let (a, b) = (NodeId::from("a"), NodeId::from("b"));
-        assert!(t.connect(a.clone(), peer(true)).is_none());
-        t.connect(b.clone(), peer(true));
+        assert!(t.connect(advert("a", true), 0).is_none());
+        t.connect(advert("b", true), 0);
         assert_eq!((t.len(), t.eligible_count()), (2, 2));
         assert!(t
-            .connect(a.clone(), peer(false))
-            .is_some_and(|p| p.eligible));
+            .connect(advert("a", false), 0)
+            .is_some_and(|p| p.eligible()));
         assert_eq!((t.len(), t.eligible_count()), (2, 1));
-        assert!(t.remove(&b).is_some_and(|p| p.eligible));
+        assert!(t.remove(&b).is_some_and(|p| p.eligible()));
         assert!(t.remove(&b).is_none());
         assert_eq!((t.len(), t.eligible_count()), (1, 0));
         assert!(t.contains(&a) && !t.contains(&b) && !t.is_empty());
-        let mut later = peer(true);
-        later.up_since_ms = 9;
-        t.connect(b.clone(), later.clone());
-        assert_eq!((t[&b].up_since_ms, t.eligible_count()), (9, 1));
-        later.up_since_ms = 20;
-        later.eligible = false;
-        t.connect(b.clone(), later);
-        assert_eq!((t[&b].up_since_ms, t.eligible_count()), (9, 0));
+        t.connect(advert("b", true), 9);
+        assert_eq!((t[&b].up_since_ms(), t.eligible_count()), (9, 1));
+        t.connect(advert("b", false), 20);
+        let p = &t[&b];
+        assert_eq!(
+            (p.up_since_ms(), p.seen_at_ms(), t.eligible_count()),
+            (9, 20, 0)
+        );
         t.clear();
         assert_eq!((t.len(), t.eligible_count(), t.is_empty()), (0, 0, true));
+    }
+
+    /// Figures heard later (a whoami reply) change this node's copy only: the advertisement
+    /// other tables share is untouched; snapshots carry when they were heard.
+    #[test]
+    fn figures_heard_later_are_this_tables_own() {
+        let shared = advert("a", true);
+        let (mut t, mut u) = (PeerTable::default(), PeerTable::default());
+        t.connect(shared.clone(), 1_000);
+        u.connect(shared.clone(), 1_000);
+        let a = NodeId::from("a");
+        let more = Resources {
+            cpu_millicores: 500,
+            ..Resources::default()
+        };
+        t.get_mut(&a).unwrap().heard(60, more, 5_000);
+        let (p, q) = (&t[&a], &u[&a]);
+        assert_eq!(
+            (p.uptime_s(), p.seen_at_ms(), p.resources()),
+            (60, 5_000, more)
+        );
+        assert_eq!((q.uptime_s(), q.seen_at_ms()), (7, 1_000));
+        assert_eq!(
+            (shared.uptime_s(), shared.resources()),
+            (7, Resources::default())
+        );
+        assert!(p.eligible() && p.score_at(5_000) > q.score_at(1_000));
+        assert_ne!(t, u);
+        let back: PeerTable = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+        // Heard again when the connection came up: the same state as never heard.
+        t.get_mut(&a).unwrap().heard(7, Resources::default(), 1_000);
+        assert_eq!(t, u);
     }
 }

@@ -31,13 +31,13 @@ pub(crate) fn up(peer: &str, eligible: bool) -> Event {
     } else {
         vec!["docker".into()]
     };
-    Event::PeerUp {
-        peer: peer.into(),
-        info: crate::PeerInfo {
+    Event::peer_up(
+        peer.into(),
+        crate::PeerInfo {
             capabilities: caps.into(),
             ..Default::default()
         },
-    }
+    )
 }
 
 pub(crate) fn from(peer: &str, msg: Message) -> Event {

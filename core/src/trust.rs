@@ -20,7 +20,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Command, Core, Message, NodeId, Notice, PeerInfo};
+use crate::{Command, Core, Message, NodeId, Notice};
 
 /// The largest term, beat or electorate version accepted from the wire or reached locally.
 pub const MAX_WIRE_INT: u64 = (1 << 53) - 1;
@@ -327,18 +327,6 @@ impl Message {
     }
 }
 
-impl PeerInfo {
-    /// The advertisement with its numbers bounded: uptime capped at [`MAX_UPTIME_S`], at most
-    /// [`MAX_CAPABILITIES`] capabilities kept.
-    pub(crate) fn bounded(mut self) -> PeerInfo {
-        self.uptime_s = self.uptime_s.min(MAX_UPTIME_S);
-        if self.capabilities.len() > MAX_CAPABILITIES {
-            self.capabilities = self.capabilities[..MAX_CAPABILITIES].into();
-        }
-        self
-    }
-}
-
 impl Core {
     /// Rules 1 and 2: the checks every message passes before its handler sees it.
     pub(crate) fn admit(&self, from: &NodeId, msg: &Message) -> Result<(), Refusal> {
@@ -346,7 +334,7 @@ impl Core {
         // A standby acknowledges its admin's heartbeats too (autopilot's evidence).
         let standby_ack = matches!(msg, Message::HeartbeatAck { .. })
             && self.role == crate::Role::Admin
-            && self.peers.get(from).is_some_and(|p| p.eligible);
+            && self.peers.get(from).is_some_and(|p| p.eligible());
         if msg.carries_term() && !self.speaks_for_cluster(from) && !standby_ack {
             return Err(Refusal::NotMember);
         }
@@ -387,7 +375,7 @@ mod tests {
 
     use super::*;
     use crate::testutil::*;
-    use crate::{Ballot, Electorate, Event, Role, Timer};
+    use crate::{Ballot, Electorate, Event, PeerInfo, Role, Timer};
 
     const ABC: &[&str] = &["a", "b", "c"];
 
@@ -588,13 +576,13 @@ mod tests {
         );
         // Asked, the worker's reply is heard — but a newer electorate from a reply alone does
         // not replace the committed one, and a non-member's report does not make an admin.
-        let up = Event::PeerUp {
-            peer: "w".into(),
-            info: PeerInfo {
+        let up = Event::peer_up(
+            "w".into(),
+            PeerInfo {
                 capabilities: vec!["docker".to_owned()].into(),
                 ..Default::default()
             },
-        };
+        );
         a.step_vec(6, up);
         let out = a.step_vec(7, from("w", reply));
         assert!(refusals(&out).is_empty());
@@ -988,18 +976,18 @@ mod tests {
         let caps: Vec<String> = (0..1_000).map(|i| format!("cap{i}")).collect();
         a.step_vec(
             0,
-            Event::PeerUp {
-                peer: "b".into(),
-                info: PeerInfo {
+            Event::peer_up(
+                "b".into(),
+                PeerInfo {
                     capabilities: caps.into(),
                     uptime_s: u64::MAX,
                     resources: Default::default(),
                 },
-            },
+            ),
         );
         let p = &a.peers()[&NodeId::from("b")];
         assert_eq!(
-            (p.uptime_s, p.capabilities.len()),
+            (p.uptime_s(), p.capabilities().len()),
             (MAX_UPTIME_S, MAX_CAPABILITIES)
         );
         // Extrapolating the uptime far into the future saturates instead of wrapping.

@@ -382,10 +382,7 @@ proptest! {
                     } else {
                         vec!["docker".into()]
                     };
-                    Event::PeerUp {
-                        peer,
-                        info: PeerInfo { capabilities: capabilities.into(), uptime_s, resources: Resources::default() },
-                    }
+                    Event::peer_up(peer, PeerInfo { capabilities: capabilities.into(), uptime_s, resources: Resources::default() })
                 }
                 Input::PeerDown(peer) => Event::PeerDown { peer },
                 Input::Restart(gap) => {

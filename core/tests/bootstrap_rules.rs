@@ -37,13 +37,13 @@ fn fresh(id: &str, expect: u32, eligible: bool) -> Core {
 }
 
 fn up(peer: &str, eligible: bool) -> Event {
-    Event::PeerUp {
-        peer: peer.into(),
-        info: PeerInfo {
+    Event::peer_up(
+        peer.into(),
+        PeerInfo {
             capabilities: caps(eligible).into(),
             ..Default::default()
         },
-    }
+    )
 }
 
 fn ballot(round: u64, node: &str) -> Ballot {

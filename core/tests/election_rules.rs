@@ -35,30 +35,30 @@ fn rank_counts_only_eligible_members_of_the_electorate() {
     // An eligible standby, outside the electorate, that outscores everyone.
     a.step_vec(
         1,
-        Event::PeerUp {
-            peer: "s".into(),
-            info: PeerInfo {
+        Event::peer_up(
+            "s".into(),
+            PeerInfo {
                 resources: strong,
                 ..voter_info()
             },
-        },
+        ),
     );
-    assert!(a.peers()[&NodeId::from("s")].eligible);
+    assert!(a.peers()[&NodeId::from("s")].eligible());
     assert_eq!(a.rank(), (0, 3), "a standby is not ranked");
     // A member that does not advertise admin_election (it cannot stand) and outscores a.
     let mut b = voter("b", ABC);
     b.step_vec(
         1,
-        Event::PeerUp {
-            peer: "a".into(),
-            info: PeerInfo {
+        Event::peer_up(
+            "a".into(),
+            PeerInfo {
                 capabilities: vec!["docker".to_owned()].into(),
                 resources: strong,
                 ..Default::default()
             },
-        },
+        ),
     );
-    assert!(!b.peers()[&NodeId::from("a")].eligible);
+    assert!(!b.peers()[&NodeId::from("a")].eligible());
     assert_eq!(b.rank(), (0, 2), "a member that cannot stand is not ranked");
 }
 
@@ -109,13 +109,13 @@ fn of_two_pre_candidates_the_lower_score_stands_back_whatever_the_ids() {
     let mut a = voter("a", ABC);
     a.step_vec(
         0,
-        Event::PeerUp {
-            peer: "b".into(),
-            info: PeerInfo {
+        Event::peer_up(
+            "b".into(),
+            PeerInfo {
                 resources: strong(),
                 ..voter_info()
             },
-        },
+        ),
     );
     stand(&mut a);
     let out = a.step_vec(a.now_ms(), from("b", pre_vote_req(&a, 1)));
@@ -138,13 +138,7 @@ fn of_two_pre_candidates_the_lower_score_stands_back_whatever_the_ids() {
         },
     );
     for p in ["a", "c"] {
-        b.step_vec(
-            0,
-            Event::PeerUp {
-                peer: p.into(),
-                info: voter_info(),
-            },
-        );
+        b.step_vec(0, Event::peer_up(p.into(), voter_info()));
     }
     assert!(b.score() > b.peers()[&NodeId::from("a")].score_at(0));
     stand(&mut b);

@@ -34,10 +34,7 @@ fn info(eligible: bool) -> PeerInfo {
 }
 
 fn up(peer: &str, eligible: bool) -> Event {
-    Event::PeerUp {
-        peer: peer.into(),
-        info: info(eligible),
-    }
+    Event::peer_up(peer.into(), info(eligible))
 }
 
 fn from(peer: &str, msg: Message) -> Event {

@@ -56,13 +56,7 @@ fn a_stopped_node_answers_nothing_and_takes_in_no_peer() {
                 },
             ),
         ),
-        (
-            40,
-            Event::PeerUp {
-                peer: "d".into(),
-                info: voter_info(),
-            },
-        ),
+        (40, Event::peer_up("d".into(), voter_info())),
         (50, Event::PeerDown { peer: "b".into() }),
     ] {
         let out = a.step_vec(t, ev);
@@ -184,13 +178,7 @@ fn peers_coming_up_are_asked_up_to_the_fanout() {
     };
     let mut total = 0;
     for (t, p) in ["p1", "p2", "p3", "p4"].into_iter().enumerate() {
-        let out = a.step_vec(
-            t as u64 + 1,
-            Event::PeerUp {
-                peer: p.into(),
-                info: voter_info(),
-            },
-        );
+        let out = a.step_vec(t as u64 + 1, Event::peer_up(p.into(), voter_info()));
         total += asked(&out);
     }
     assert_eq!(total, 2, "two of the four peers asked");

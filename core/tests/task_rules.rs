@@ -40,13 +40,7 @@ fn admin(peers: &[&str]) -> Core {
     win(&mut a, &["b"]);
     let now = a.now_ms();
     for p in peers {
-        a.step_vec(
-            now,
-            Event::PeerUp {
-                peer: (*p).into(),
-                info: PeerInfo::default(),
-            },
-        );
+        a.step_vec(now, Event::peer_up((*p).into(), PeerInfo::default()));
     }
     a
 }

@@ -20,13 +20,7 @@ fn meta(id: &str) -> LogMeta {
 fn events() -> Vec<(u64, Event)> {
     vec![
         (0, Event::Started),
-        (
-            5,
-            Event::PeerUp {
-                peer: "b".into(),
-                info: PeerInfo::default(),
-            },
-        ),
+        (5, Event::peer_up("b".into(), PeerInfo::default())),
         (
             15_000,
             Event::TimerFired {

@@ -164,7 +164,7 @@ impl Shared {
             members.push(row(me, "standby"));
         }
         for (id, peer) in core.peers().iter() {
-            if peer.eligible && !is_voter(id) {
+            if peer.eligible() && !is_voter(id) {
                 members.push(row(id, "standby"));
             }
         }

@@ -729,7 +729,12 @@ impl Observer for NodeObserver {
             }
         }
         s.stepped_at = Some(Instant::now());
-        if let Event::Message { from, .. } | Event::PeerUp { peer: from, .. } = step.event {
+        let contact = match step.event {
+            Event::Message { from, .. } => Some(from),
+            Event::PeerUp(advert) => Some(advert.peer()),
+            _ => None,
+        };
+        if let Some(from) = contact {
             let id = from.to_string();
             if s.last_contact.len() < MAX_CONTACTS || s.last_contact.contains_key(&id) {
                 s.last_contact.insert(id, Instant::now());
@@ -946,14 +951,7 @@ mod tests {
             capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
             ..chorus_core::PeerInfo::default()
         };
-        core.step(
-            1,
-            Event::PeerUp {
-                peer: "other".into(),
-                info,
-            },
-            &mut Vec::new(),
-        );
+        core.step(1, Event::peer_up("other".into(), info), &mut Vec::new());
         core.set_electorate_for_test(chorus_core::Electorate::new(
             1,
             vec!["me".into(), "other".into()],

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use chorus_core::rng::below;
 use chorus_core::{
-    Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, TaskId, TaskSpec, Timer,
+    Advert, Command, Config, Core, Event, Message, NodeId, Notice, PeerInfo, TaskId, TaskSpec,
+    Timer,
 };
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -77,6 +78,13 @@ struct Place {
     group: u32,
     /// `apart_at_start` group (0: none); nodes of different groups neither connect nor talk.
     apart: u32,
+    /// Global time of the current incarnation's start.
+    started_at: u64,
+    /// The node's advertisement as last handed out: every node that connects to it within the
+    /// same second of its uptime gets this one value, as a real node's peers would each decode
+    /// an equal one (a full-peering cold start hands out n² of them). Here rather than in the
+    /// node, whose lines a cold start would otherwise read once more per connection.
+    advert: Option<Advert>,
 }
 
 struct Node {
@@ -94,8 +102,6 @@ struct Node {
     /// Clock rate offset in ppm.
     drift_ppm: i64,
     profile: PeerInfo,
-    /// Global time of the current incarnation's start.
-    started_at: u64,
     /// The configuration of the node's first start; restarts rebuild the core from it and
     /// the log.
     first_config: Option<Config>,
@@ -115,15 +121,18 @@ enum Logged {
 
 impl Logged {
     fn new(event: &Event, places: &[Place], nodes: &[Node]) -> Logged {
-        if let Event::PeerUp { peer, info } = event {
-            if let Some(j) = index(peer, nodes.len()) {
-                let compact = Logged::PeerUp {
-                    peer: j as u32,
-                    uptime_s: info.uptime_s,
-                };
+        if let Event::PeerUp(advert) = event {
+            if let Some(j) = index(advert.peer(), nodes.len()) {
+                let (info, profile) = (advert.info(), &nodes[j].profile);
                 // Only when the event is exactly what the compact form gives back.
-                if compact.event(places, nodes) == *event {
-                    return compact;
+                if *advert.peer() == places[j].id
+                    && info.capabilities == profile.capabilities
+                    && info.resources == profile.resources
+                {
+                    return Logged::PeerUp {
+                        peer: j as u32,
+                        uptime_s: info.uptime_s,
+                    };
                 }
             }
         }
@@ -134,13 +143,11 @@ impl Logged {
         match self {
             Logged::PeerUp { peer, uptime_s } => {
                 let node = &nodes[*peer as usize];
-                Event::PeerUp {
-                    peer: places[*peer as usize].id.clone(),
-                    info: PeerInfo {
-                        uptime_s: *uptime_s,
-                        ..node.profile.clone()
-                    },
-                }
+                let info = PeerInfo {
+                    uptime_s: *uptime_s,
+                    ..node.profile.clone()
+                };
+                Event::peer_up(places[*peer as usize].id.clone(), info)
             }
             Logged::Other(e) => (**e).clone(),
         }
@@ -266,7 +273,6 @@ impl<'s> Des<'s> {
                     down: None,
                     drift_ppm,
                     profile: node_profile(scenario, seed, i),
-                    started_at: 0,
                     first_config: None,
                     liar: scenario.is_hostile(i).then(|| Liar::new(seed, i)),
                     runs: BTreeMap::new(),
@@ -278,6 +284,8 @@ impl<'s> Des<'s> {
                 id: NodeId::from(name(i)),
                 group: 0,
                 apart: 0,
+                started_at: 0,
+                advert: None,
             })
             .collect();
         Des {
@@ -376,12 +384,10 @@ impl<'s> Des<'s> {
         if self.nodes[a].core.is_none() || self.nodes[b].core.is_none() {
             return;
         }
-        let info = self.profile_at(b);
-        let peer = self.places[b].id.clone();
-        self.step(a, Event::PeerUp { peer, info }, sink);
-        let info = self.profile_at(a);
-        let peer = self.places[a].id.clone();
-        self.step(b, Event::PeerUp { peer, info }, sink);
+        let advert = self.advert_at(b);
+        self.step(a, Event::PeerUp(advert), sink);
+        let advert = self.advert_at(a);
+        self.step(b, Event::PeerUp(advert), sink);
     }
 
     /// Brings the connection of `a` and `b` up: at once, or after a `link_spread` delay.
@@ -657,10 +663,28 @@ impl<'s> Des<'s> {
         );
     }
 
+    /// Node `j`'s advertisement now: the one handed out last if its uptime still reads the same.
+    fn advert_at(&mut self, j: usize) -> Advert {
+        let place = &mut self.places[j];
+        let uptime_s = (self.now - place.started_at) / 1_000;
+        match &place.advert {
+            Some(advert) if advert.info().uptime_s == uptime_s => advert.clone(),
+            _ => {
+                let info = PeerInfo {
+                    uptime_s,
+                    ..self.nodes[j].profile.clone()
+                };
+                let advert = Advert::new(place.id.clone(), info);
+                place.advert = Some(advert.clone());
+                advert
+            }
+        }
+    }
+
     fn profile_at(&self, j: usize) -> PeerInfo {
         let node = &self.nodes[j];
         PeerInfo {
-            uptime_s: (self.now - node.started_at) / 1_000,
+            uptime_s: (self.now - self.places[j].started_at) / 1_000,
             ..node.profile.clone()
         }
     }
@@ -759,7 +783,7 @@ impl Cluster for Des<'_> {
         let node = &mut self.nodes[i];
         node.core = Some(core);
         node.incarnation += 1;
-        node.started_at = self.now;
+        self.places[i].started_at = self.now;
         let resources = node.profile.resources;
         if node.liar.is_some() {
             let (every, incarnation) = (self.scenario.hostile.every_ms, node.incarnation);

@@ -92,16 +92,13 @@ fuzz_target!(|data: &[u8]| {
                 }
                 None => Event::TimerFired { timer: Timer::Election },
             },
-            5 => Event::PeerUp {
-                peer: sender,
-                info: PeerInfo {
+            5 => Event::peer_up(sender, PeerInfo {
                     capabilities: vec![if tag & 0x80 != 0 { ADMIN_ELECTION } else { "docker" }
                         .to_owned()]
                     .into(),
                     uptime_s: u64::from(tag) << 40,
                     ..Default::default()
-                },
-            },
+                }),
             6 => Event::PeerDown { peer: sender },
             _ => {
                 now += 5_000;

@@ -623,7 +623,7 @@ impl Core {
         } else {
             self.peers
                 .get(worker)
-                .is_some_and(|p| spec.fits(&p.capabilities))
+                .is_some_and(|p| spec.fits(p.capabilities()))
         }
     }
 }

@@ -38,13 +38,7 @@ pub fn voter_with(id: &str, members: &[&str], config: Config) -> Core {
 pub fn connect(c: &mut Core, now: u64, members: &[&str]) {
     let me = c.id().clone();
     for m in members.iter().filter(|m| **m != me.as_str()) {
-        c.step_vec(
-            now,
-            Event::PeerUp {
-                peer: (*m).into(),
-                info: voter_info(),
-            },
-        );
+        c.step_vec(now, Event::peer_up((*m).into(), voter_info()));
     }
 }
 

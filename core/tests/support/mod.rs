@@ -306,21 +306,9 @@ impl Net {
             return;
         }
         let info = self.peer_info(b);
-        self.apply(
-            a,
-            Event::PeerUp {
-                peer: self.ids[b].clone(),
-                info,
-            },
-        );
+        self.apply(a, Event::peer_up(self.ids[b].clone(), info));
         let info = self.peer_info(a);
-        self.apply(
-            b,
-            Event::PeerUp {
-                peer: self.ids[a].clone(),
-                info,
-            },
-        );
+        self.apply(b, Event::peer_up(self.ids[a].clone(), info));
     }
 
     fn caps(&self, i: usize) -> Vec<String> {

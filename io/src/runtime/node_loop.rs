@@ -266,7 +266,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime
     fn admit(&mut self, ev: TransportEvent, batch: &mut Vec<Event>) {
         let event = match ev {
             TransportEvent::Message { from, msg } => Event::Message { from, msg },
-            TransportEvent::PeerUp { peer, info } => Event::PeerUp { peer, info },
+            TransportEvent::PeerUp { peer, info } => Event::peer_up(peer, info),
             TransportEvent::PeerDown { peer } => Event::PeerDown { peer },
             TransportEvent::Rejected { from, reason } => {
                 self.observer.on_rejected(from.as_ref(), reason);
