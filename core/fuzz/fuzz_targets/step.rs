@@ -92,13 +92,16 @@ fuzz_target!(|data: &[u8]| {
                 }
                 None => Event::TimerFired { timer: Timer::Election },
             },
-            5 => Event::peer_up(sender, PeerInfo {
+            5 => {
+                let info = PeerInfo {
                     capabilities: vec![if tag & 0x80 != 0 { ADMIN_ELECTION } else { "docker" }
                         .to_owned()]
                     .into(),
                     uptime_s: u64::from(tag) << 40,
                     ..Default::default()
-                }),
+                };
+                Event::peer_up(sender, info)
+            }
             6 => Event::PeerDown { peer: sender },
             _ => {
                 now += 5_000;
