@@ -141,8 +141,9 @@ struct AdvertBody {
 impl Advert {
     /// `peer`'s advertisement `info`.
     pub fn new(peer: NodeId, info: PeerInfo) -> Advert {
-        let caps = &info.capabilities[..info.capabilities.len().min(crate::MAX_CAPABILITIES)];
-        let eligible = caps.iter().any(|c| c == crate::ADMIN_ELECTION);
+        let eligible = bounded(&info.capabilities)
+            .iter()
+            .any(|c| c == crate::ADMIN_ELECTION);
         Advert(Arc::new(AdvertBody {
             peer,
             info,
@@ -168,8 +169,7 @@ impl Advert {
 
     /// Its capabilities, at most [`crate::MAX_CAPABILITIES`] of them.
     pub fn capabilities(&self) -> &[String] {
-        let caps = &self.0.info.capabilities;
-        &caps[..caps.len().min(crate::MAX_CAPABILITIES)]
+        bounded(&self.0.info.capabilities)
     }
 
     /// Its uptime as last heard, capped at [`crate::MAX_UPTIME_S`].
@@ -203,6 +203,11 @@ impl Advert {
             Arc::make_mut(&mut self.0).heard_at_ms = at_ms;
         }
     }
+}
+
+/// The first [`crate::MAX_CAPABILITIES`] of `caps`: all a peer's advertisement is read for.
+fn bounded(caps: &[String]) -> &[String] {
+    &caps[..caps.len().min(crate::MAX_CAPABILITIES)]
 }
 
 impl std::fmt::Debug for Advert {

@@ -40,6 +40,12 @@ impl Peer {
         (at_ms != self.up_since_ms).then_some(at_ms)
     }
 
+    /// The figures it has, heard at `at_ms`.
+    fn seen_at(&mut self, at_ms: u64) {
+        let at = self.heard_at(at_ms);
+        self.advert.set_heard_at(at);
+    }
+
     /// Its id.
     pub fn id(&self) -> &NodeId {
         self.advert.peer()
@@ -204,8 +210,7 @@ impl PeerTable {
         match self.table.entry(id.fixed_hash(), |p| p.id() == id, hash) {
             Entry::Occupied(mut known) => {
                 let mut peer = Peer::new(advert, known.get().up_since_ms);
-                let at = peer.heard_at(now_ms);
-                peer.advert.set_heard_at(at);
+                peer.seen_at(now_ms);
                 let old = std::mem::replace(known.get_mut(), peer);
                 self.eligible -= usize::from(old.eligible());
                 Some(old)
@@ -280,8 +285,7 @@ impl<'de> Deserialize<'de> for PeerTable {
             };
             table.connect(Advert::new(id.clone(), info), f.up_since_ms);
             if let Some(peer) = table.get_mut(&id) {
-                let at = peer.heard_at(f.seen_at_ms);
-                peer.advert.set_heard_at(at);
+                peer.seen_at(f.seen_at_ms);
             }
         }
         Ok(table)
