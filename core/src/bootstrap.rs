@@ -69,13 +69,15 @@ impl Core {
         self.config.bootstrap_expect as usize
     }
 
-    /// Eligible peers known now, in id order.
+    /// Eligible peers known now, in id order (picked, then sorted: a voter of 5 among 100,000
+    /// peers sorted them all at every resend).
     fn eligible_peers(&self) -> Vec<NodeId> {
-        self.peers
-            .iter()
+        let mut eligible: Vec<NodeId> = (self.peers.unordered())
             .filter(|(_, p)| p.eligible())
             .map(|(id, _)| id.clone())
-            .collect()
+            .collect();
+        eligible.sort_unstable();
+        eligible
     }
 
     /// Whether this node knows of an existing electorate (its own or a reported one): then it

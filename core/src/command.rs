@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,8 +120,8 @@ pub enum Notice {
         version: u64,
         /// The term that proposed it (0 at bootstrap).
         term: u64,
-        /// The voters.
-        members: Vec<NodeId>,
+        /// The voters, in id order (the electorate's own list, shared).
+        members: Arc<[NodeId]>,
     },
     /// What became of a membership change: proposed, committed, or refused with a reason.
     MembershipChange {

@@ -425,7 +425,7 @@ impl Core {
             );
         }
         self.role = Role::Admin;
-        self.admin_state = Some(AdminState {
+        self.admin_state = Some(Box::new(AdminState {
             lease_until_ms: round.started_at_ms,
             quorum_at_ms: round.started_at_ms,
             // `can_stand` keeps the beat below the top of its range.
@@ -437,7 +437,7 @@ impl Core {
             elected_at_ms: self.now_ms,
             standbys: BTreeMap::new(),
             tasks: Default::default(),
-        });
+        }));
         let lease_until_ms = self.tally().map_or(self.now_ms, |t| t.lease_until_ms);
         if let Some(admin) = &mut self.admin_state {
             admin.lease_until_ms = lease_until_ms;

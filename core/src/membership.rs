@@ -574,7 +574,7 @@ mod force_tests {
             out.contains(&crate::Command::Notice(Notice::ElectorateChanged {
                 version: 2,
                 term: term + 1,
-                members: vec!["a".into()],
+                members: vec!["a".into()].into(),
             }))
         );
         a.step_vec(t + 10, Event::Started);

@@ -172,7 +172,8 @@ pub struct Core {
     /// The bootstrap proposal this node runs, if any.
     #[serde(default)]
     pub(crate) proposal: Option<crate::bootstrap::Proposal>,
-    pub(crate) admin_state: Option<AdminState>,
+    /// Boxed: one node in a cluster is admin, and inline it was a quarter of every node.
+    pub(crate) admin_state: Option<Box<AdminState>>,
     pub(crate) election_phase: ElectionPhase,
     pub(crate) timers: TimerTable,
 }
@@ -652,7 +653,7 @@ impl Core {
         out.push(Command::Notice(Notice::ElectorateChanged {
             version: e.version,
             term: e.term,
-            members: e.members().to_vec(),
+            members: e.shared_members(),
         }));
         self.electorate = Some(e);
     }

@@ -945,7 +945,7 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
     assert!(out.contains(&Command::Notice(Notice::ElectorateChanged {
         version: 1,
         term: 0,
-        members: ids(ABC),
+        members: ids(ABC).into(),
     })));
 
     // b is behind: its admin's electorate is later.
@@ -1089,7 +1089,7 @@ fn with_no_admin_a_node_takes_the_next_electorate_from_a_member() {
     assert!(out.contains(&Command::Notice(Notice::ElectorateChanged {
         version: 2,
         term: 1,
-        members: ids(ABCD),
+        members: ids(ABCD).into(),
     })));
 
     // d, the member being added, is not a member of c's electorate: it does not speak for it.

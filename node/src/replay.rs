@@ -651,7 +651,7 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             node,
             version: *version,
             term: *term,
-            members: members.clone(),
+            members: members.to_vec(),
         },
         Notice::MembershipChange {
             change,
@@ -824,7 +824,7 @@ mod tests {
             })
             .unwrap()
         };
-        let members = vec![NodeId::from("n0"), NodeId::from("n1"), NodeId::from("n3")];
+        let members = [NodeId::from("n0"), NodeId::from("n1"), NodeId::from("n3")].into();
         assert_eq!(
             line(&Notice::ElectorateChanged {
                 version: 3,

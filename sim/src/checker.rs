@@ -74,12 +74,18 @@ impl fmt::Display for Violation {
     }
 }
 
+/// Sets and maps keyed by node name that are looked up on every line of a cold start (one
+/// per node) and never walked in an order that shows: hashed (by a seedless hash), where a
+/// `BTree` of 100,000 names cost a dozen string comparisons, each a cache miss, per lookup.
+type NameSet = rustc_hash::FxHashSet<String>;
+type NameMap<V> = rustc_hash::FxHashMap<String, V>;
+
 /// An electorate as a trace reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Voters {
     version: u64,
     term: u64,
-    members: BTreeSet<String>,
+    members: NameSet,
 }
 
 impl Voters {
@@ -98,15 +104,15 @@ const SHARED_ELECTORATES: usize = 8;
 /// Streaming checker: feed lines in order, then `finish`.
 pub struct Checker {
     /// The admin-eligible nodes: the electorate until one is known.
-    eligible: BTreeSet<String>,
+    eligible: NameSet,
     /// How many of `eligible` are live.
     live_eligible: usize,
     /// Each node's electorate as it last reported it, and the one it held before; nodes that
     /// report the same electorate share one copy (`shared`).
-    held: BTreeMap<String, Arc<Voters>>,
-    held_before: BTreeMap<String, Arc<Voters>>,
+    held: NameMap<Arc<Voters>>,
+    held_before: NameMap<Arc<Voters>>,
     /// The electorates reported last, newest at the back.
-    shared: VecDeque<Arc<Voters>>,
+    shared: VecDeque<(Arc<[String]>, Arc<Voters>)>,
     /// The electorates of which a majority must be up (see the module comment); empty until
     /// the first one is reported.
     in_force: Vec<Arc<Voters>>,
@@ -123,8 +129,8 @@ pub struct Checker {
     /// Unexpired leases as last announced: node → (term, lease end).
     leases: BTreeMap<String, (u64, u64)>,
     votes: BTreeMap<(String, u64), String>,
-    live: BTreeSet<String>,
-    known: BTreeMap<String, (String, u64)>,
+    live: NameSet,
+    known: NameMap<(String, u64)>,
     /// How many live nodes know each (admin, term) in `known`: agreement is then one lookup
     /// per line, not a walk over every live node (quadratic in a cold start of many nodes).
     known_live: BTreeMap<String, BTreeMap<u64, usize>>,
@@ -156,8 +162,8 @@ impl Checker {
                 None => (0..header.voters).map(|i| format!("n{i}")).collect(),
             },
             live_eligible: 0,
-            held: BTreeMap::new(),
-            held_before: BTreeMap::new(),
+            held: NameMap::default(),
+            held_before: NameMap::default(),
             shared: VecDeque::new(),
             in_force: Vec::new(),
             live_in_force: Vec::new(),
@@ -170,8 +176,8 @@ impl Checker {
             admins_by_term: BTreeMap::new(),
             leases: BTreeMap::new(),
             votes: BTreeMap::new(),
-            live: BTreeSet::new(),
-            known: BTreeMap::new(),
+            live: NameSet::default(),
+            known: NameMap::default(),
             known_live: BTreeMap::new(),
             cuts: BTreeSet::new(),
             groups: Vec::new(),
@@ -581,7 +587,7 @@ impl Checker {
     }
 
     /// How many of `set` are live, counted afresh.
-    fn live_in(&self, set: &BTreeSet<String>) -> usize {
+    fn live_in(&self, set: &NameSet) -> usize {
         set.iter().filter(|n| self.is_up(n)).count()
     }
 
@@ -613,14 +619,14 @@ impl Checker {
     }
 
     /// The electorate a node reported, shared with the nodes that reported the same one.
-    fn share(&mut self, version: u64, term: u64, members: &[String]) -> Arc<Voters> {
-        let same = |v: &Voters| {
+    fn share(&mut self, version: u64, term: u64, members: &Arc<[String]>) -> Arc<Voters> {
+        // The engines hand every node that reports one list the same pointer.
+        let same = |(list, v): &(Arc<[String]>, Arc<Voters>)| {
             v.version == version
                 && v.term == term
-                && v.members.len() == members.len()
-                && v.members.iter().eq(members.iter())
+                && (Arc::ptr_eq(list, members) || list == members)
         };
-        if let Some(v) = self.shared.iter().rev().find(|v| same(v)) {
+        if let Some((_, v)) = self.shared.iter().rev().find(|e| same(e)) {
             return v.clone();
         }
         let v = Arc::new(Voters {
@@ -631,7 +637,7 @@ impl Checker {
         if self.shared.len() == SHARED_ELECTORATES {
             self.shared.pop_front();
         }
-        self.shared.push_back(v.clone());
+        self.shared.push_back((members.clone(), v.clone()));
         v
     }
 
@@ -690,12 +696,11 @@ impl Checker {
     fn learn_known(&mut self, node: &str, admin: &str, term: u64) {
         self.forget_known(node);
         if self.live.contains(node) {
-            *self
-                .known_live
-                .entry(admin.to_owned())
-                .or_default()
-                .entry(term)
-                .or_default() += 1;
+            let terms = match self.known_live.get_mut(admin) {
+                Some(terms) => terms,
+                None => self.known_live.entry(admin.to_owned()).or_default(),
+            };
+            *terms.entry(term).or_default() += 1;
         }
         self.known.insert(node.to_owned(), (admin.to_owned(), term));
     }

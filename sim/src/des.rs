@@ -80,6 +80,9 @@ struct Place {
     apart: u32,
     /// Global time of the current incarnation's start.
     started_at: u64,
+    /// Clock rate offset in ppm (read at every step: here, a step's first read of the
+    /// receiver's 2 KB node was this).
+    drift_ppm: i64,
     /// The node's advertisement as last handed out: every node that connects to it within the
     /// same second of its uptime gets this one value, as a real node's peers would each decode
     /// an equal one (a full-peering cold start hands out n² of them). Here rather than in the
@@ -99,14 +102,13 @@ struct Node {
     /// While the node is down: the state it crashed in, which is what replaying its durable
     /// log gives (the core is deterministic).
     down: Option<Box<Core>>,
-    /// Clock rate offset in ppm.
-    drift_ppm: i64,
     profile: PeerInfo,
     /// The configuration of the node's first start; restarts rebuild the core from it and
     /// the log.
     first_config: Option<Config>,
-    /// The lying half of a hostile node.
-    liar: Option<Liar>,
+    /// The lying half of a hostile node (boxed: few nodes lie, and inline it was a sixth of
+    /// every node's size).
+    liar: Option<Box<Liar>>,
     /// Sandbox runs going on: task → (attempt, global start, token). A crash ends them all.
     runs: BTreeMap<TaskId, (u32, u64, u64)>,
 }
@@ -154,7 +156,7 @@ impl Logged {
     }
 }
 
-impl Node {
+impl Place {
     /// The node's clock at global time `t`.
     fn local(&self, t: u64) -> u64 {
         ((u128::from(t) * (1_000_000 + self.drift_ppm) as u128) / 1_000_000) as u64
@@ -218,6 +220,9 @@ pub fn run(scenario: &Scenario, seed: u64, sink: &mut Sink) -> anyhow::Result<()
             }
         }
     }
+    if sink.exits_after_run() {
+        std::mem::forget(des);
+    }
     Ok(())
 }
 
@@ -262,21 +267,17 @@ impl<'s> Des<'s> {
         let net = &scenario.network;
         let drifts = crate::driver::clock_drifts(scenario, seed);
         let nodes = (0..scenario.nodes)
-            .map(|i| {
-                let drift_ppm = drifts[i];
-                Node {
-                    name: name(i),
-                    core: None,
-                    incarnation: 0,
-                    snapshot: None,
-                    log: Vec::new(),
-                    down: None,
-                    drift_ppm,
-                    profile: node_profile(scenario, seed, i),
-                    first_config: None,
-                    liar: scenario.is_hostile(i).then(|| Liar::new(seed, i)),
-                    runs: BTreeMap::new(),
-                }
+            .map(|i| Node {
+                name: name(i),
+                core: None,
+                incarnation: 0,
+                snapshot: None,
+                log: Vec::new(),
+                down: None,
+                profile: node_profile(scenario, seed, i),
+                first_config: None,
+                liar: scenario.is_hostile(i).then(|| Box::new(Liar::new(seed, i))),
+                runs: BTreeMap::new(),
             })
             .collect();
         let places = (0..scenario.nodes)
@@ -285,6 +286,7 @@ impl<'s> Des<'s> {
                 group: 0,
                 apart: 0,
                 started_at: 0,
+                drift_ppm: drifts[i],
                 advert: None,
             })
             .collect();
@@ -487,8 +489,8 @@ impl<'s> Des<'s> {
         let logged = self
             .replay_logs
             .then(|| Logged::new(&event, &self.places, &self.nodes));
+        let local = self.places[i].local(self.now);
         let node = &mut self.nodes[i];
-        let local = node.local(self.now);
         let Some(core) = node.core.as_mut() else {
             return;
         };
@@ -527,8 +529,8 @@ impl<'s> Des<'s> {
                 };
                 sink.count_message(msg.is_election());
                 if Sink::traced(c) {
-                    let node = &self.nodes[i];
-                    sink.core_output(&node.name, c, |local| node.global(local));
+                    let place = &self.places[i];
+                    sink.core_output(&self.nodes[i].name, c, |local| place.global(local));
                 }
                 self.send(i, j, msg.clone());
             }
@@ -541,9 +543,8 @@ impl<'s> Des<'s> {
                 }
             }
             Command::SetTimer { timer, at_ms } => {
-                let node = &self.nodes[i];
-                let at = node.global(*at_ms).max(self.now);
-                let incarnation = node.incarnation;
+                let at = self.places[i].global(*at_ms).max(self.now);
+                let incarnation = self.nodes[i].incarnation;
                 self.push(
                     at,
                     Item::Timer {
@@ -561,9 +562,8 @@ impl<'s> Des<'s> {
             } => self.start_sandbox(i, task, *attempt, spec),
             Command::StopSandbox { task, attempt } => self.stop_sandbox(i, task, *attempt),
             Command::RoleChanged { .. } | Command::Notice(_) => {
-                let node = &self.nodes[i];
-                let name = node.name.clone();
-                sink.core_output(&name, c, |local| node.global(local));
+                let place = &self.places[i];
+                sink.core_output(&self.nodes[i].name, c, |local| place.global(local));
                 if matches!(c, Command::Notice(Notice::BecameAdmin { .. })) {
                     let best = self.best_live_voter() == Some(i);
                     sink.election_winner(best);

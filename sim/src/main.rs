@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::Context;
-use chorus_sim::run::{repro_command, run, run_to_bytes, Engine};
+use chorus_sim::run::{repro_command, run_to_bytes, run_with, Engine};
 use chorus_sim::scenario::{Scenario, BUILTINS};
-use chorus_sim::sink::Finished;
+use chorus_sim::sink::{Finished, Sink};
 use clap::{Parser, Subcommand};
 
 use chorus_sim::sweep::{self, Overrides, SweepArgs};
@@ -169,7 +169,14 @@ fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
         None => None,
     };
     let started = Instant::now();
-    let finished = run(&scenario, args.seed, args.engine, out, args.steps)?;
+    let finished = run_with(
+        &scenario,
+        args.seed,
+        args.engine,
+        out,
+        args.steps,
+        Sink::exit_after_run,
+    )?;
     let wall = started.elapsed();
     print_summary(
         &scenario,

@@ -15,7 +15,8 @@ use std::time::Instant;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::run::{run, Engine};
+use crate::run::{run_with, Engine};
+use crate::sink::Sink;
 use crate::sweep::Overrides;
 
 /// Arguments of `chorus-sim scale`.
@@ -204,7 +205,15 @@ fn run_one(args: &ScaleArgs, n: usize) -> anyhow::Result<Row> {
     }
     .apply(&args.scenario)?;
     let started = Instant::now();
-    let f = run(&scenario, args.seed, Engine::Des, None, false)?;
+    // A size runs in a process of its own, which ends with it.
+    let f = run_with(
+        &scenario,
+        args.seed,
+        Engine::Des,
+        None,
+        false,
+        Sink::exit_after_run,
+    )?;
     let wall_s = started.elapsed().as_secs_f64();
     let st = &f.stats;
     Ok(Row {

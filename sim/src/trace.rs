@@ -5,6 +5,7 @@
 //! time: engines convert a drifting node's local times before writing.
 
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -136,8 +137,8 @@ pub enum Record {
         version: u64,
         /// The term of the admin that proposed it (0 at bootstrap).
         term: u64,
-        /// The voters, in id order.
-        members: Vec<String>,
+        /// The voters, in id order. Shared: a cold start of n voters reports one list n times.
+        members: Arc<[String]>,
     },
     /// What became of a membership change at a node: `forwarded` (to its admin), `proposed`
     /// or `committed` (at the admin), `refused`, or the admin's answer at the node that asked.
@@ -399,7 +400,7 @@ mod tests {
                 node: "n0".into(),
                 version: 2,
                 term: 3,
-                members: vec!["n0".into(), "n1".into(), "n2".into(), "n5".into()],
+                members: ["n0".into(), "n1".into(), "n2".into(), "n5".into()].into(),
             },
         };
         assert_eq!(

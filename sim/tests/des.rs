@@ -149,3 +149,25 @@ fn turmoil_refuses_partial_peering() {
     let err = chorus_sim::run::run(&s, 1, Engine::Turmoil, None, false).unwrap_err();
     assert!(err.to_string().contains("discrete-event engine"), "{err}");
 }
+
+/// A run whose process ends with it (the command line's) leaves its state to the operating
+/// system; what it reports is the same as a run that frees everything.
+#[test]
+fn a_run_that_ends_the_process_reports_the_same() {
+    let s = chorus_sim::scenario::builtin("storm").unwrap();
+    let kept = chorus_sim::run::run(&s, 3, Engine::Des, None, false).unwrap();
+    let left = chorus_sim::run::run_with(
+        &s,
+        3,
+        Engine::Des,
+        None,
+        false,
+        chorus_sim::sink::Sink::exit_after_run,
+    )
+    .unwrap();
+    assert_eq!(
+        (left.digest, left.stats.lines, left.violations.len()),
+        (kept.digest, kept.stats.lines, 0)
+    );
+    assert!(left.stats.messages > 0 && left.stats.messages == kept.stats.messages);
+}

@@ -43,7 +43,7 @@ fn electorates(lines: &[Line]) -> std::collections::BTreeMap<String, (u64, Vec<S
             ..
         } = &l.record
         {
-            out.insert(node.clone(), (*version, members.clone()));
+            out.insert(node.clone(), (*version, members.to_vec()));
         }
     }
     out
