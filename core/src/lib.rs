@@ -30,6 +30,7 @@ mod electorate;
 mod event;
 mod heartbeat;
 mod id;
+mod idset;
 mod membership;
 mod message;
 mod node;

@@ -1,7 +1,7 @@
 //! The node state machine: its state, the `step` entry point, and the transitions shared by the
 //! protocol modules (`discovery`, `election`, `heartbeat`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rand_chacha::ChaCha8Rng;
@@ -159,7 +159,7 @@ pub struct Core {
     pub(crate) whoami_sent: u32,
     /// Peers asked WHOAMI and not yet answered: a reply from anyone else is refused.
     #[serde(default)]
-    pub(crate) whoami_pending: BTreeSet<NodeId>,
+    pub(crate) whoami_pending: crate::idset::IdSet,
     /// Electorates reported by asked peers while this node has none, adopted once enough agree.
     #[serde(default)]
     pub(crate) electorate_reports: BTreeMap<NodeId, Arc<Electorate>>,
@@ -212,7 +212,7 @@ impl Core {
             peers: Default::default(),
             reports: BTreeMap::new(),
             whoami_sent: 0,
-            whoami_pending: BTreeSet::new(),
+            whoami_pending: Default::default(),
             electorate_reports: BTreeMap::new(),
             forwarded: BTreeMap::new(),
             round: None,
