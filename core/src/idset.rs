@@ -22,8 +22,7 @@ pub(crate) struct IdSet {
 
 impl IdSet {
     pub(crate) fn contains(&self, id: &NodeId) -> bool {
-        self.inline.iter().any(|slot| slot.as_ref() == Some(id))
-            || (!self.more.is_empty() && self.more.contains(id))
+        self.inline.iter().any(|slot| slot.as_ref() == Some(id)) || self.more.contains(id)
     }
 
     /// Adds `id`; false if it was in already.
@@ -46,7 +45,7 @@ impl IdSet {
             *slot = None;
             return true;
         }
-        !self.more.is_empty() && self.more.remove(id)
+        self.more.remove(id)
     }
 
     pub(crate) fn clear(&mut self) {
