@@ -152,6 +152,12 @@ impl Advert {
         }))
     }
 
+    /// Hands `to` the advertisement's body (nothing read), for a caller that wants it loaded
+    /// ahead (see [`crate::Core::parts`]).
+    pub fn parts(&self, to: &mut impl crate::Parts) {
+        to.part(&*self.0);
+    }
+
     /// Who advertised.
     pub fn peer(&self) -> &NodeId {
         &self.0.peer

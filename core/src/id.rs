@@ -49,6 +49,12 @@ impl NodeId {
         &self.text.text
     }
 
+    /// Hands `to` what a clone of this id writes (its shared text's count; nothing is read), for
+    /// a caller that wants it loaded ahead (see [`crate::Core::parts`]).
+    pub fn parts(&self, to: &mut impl crate::Parts) {
+        to.part(&*self.text);
+    }
+
     /// The hash made with the id, the same on every machine and run (what `Hash` feeds).
     pub(crate) fn fixed_hash(&self) -> u64 {
         self.hash

@@ -52,7 +52,7 @@ pub use event::{Advert, Event, PeerInfo, Resources};
 pub use id::NodeId;
 pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};
 pub use message::{Ballot, Message};
-pub use node::Core;
+pub use node::{Core, Parts};
 pub use peers::{Peer, PeerTable};
 pub use task::{
     OfferState, OwnedTask, RepoMount, RunningTask, SandboxExit, SharedSpec, TaskId, TaskPhase,

@@ -103,6 +103,12 @@ pub(crate) enum ElectionPhase {
     Stand,
 }
 
+/// Told where the parts of a node lie, by [`Core::parts`].
+pub trait Parts {
+    /// `part` lies here.
+    fn part<T>(&mut self, part: &T);
+}
+
 /// The pure CHORUS state machine of one node.
 ///
 /// # Contract
@@ -220,6 +226,44 @@ impl Core {
             election_phase: ElectionPhase::Suspect,
             timers: TimerTable::default(),
         })
+    }
+
+    /// Hands `to` each part of the node a step reads (where it lies, nothing read), for a caller
+    /// stepping many nodes that wants them loaded before their turn: a simulator of 100,000
+    /// nodes paid a cache miss on nearly every part of each node it stepped.
+    pub fn parts(&self, to: &mut impl crate::Parts) {
+        to.part(&self.timers);
+        to.part(&self.config);
+        to.part(&self.tasks);
+        to.part(&self.id);
+        to.part(&self.capabilities);
+        to.part(&self.rng);
+        to.part(&self.voted_for);
+        to.part(&self.admin);
+        to.part(&self.promised_to);
+        to.part(&self.round);
+        to.part(&self.peers);
+        to.part(&self.term);
+        to.part(&self.electorate);
+        to.part(&self.beat);
+        to.part(&self.acceptor);
+        to.part(&self.now_ms);
+        to.part(&self.started_at_ms);
+        to.part(&self.reports);
+        to.part(&self.whoami_pending);
+        to.part(&self.electorate_reports);
+        to.part(&self.forwarded);
+        to.part(&self.proposal);
+        to.part(&self.admin_state);
+        to.part(&self.resources);
+        to.part(&self.role);
+    }
+
+    /// Hands `to` what the node's parts point to that a step reads first (the advertisements of
+    /// the peers it keeps inline), reading the node's own lines: for after [`Core::parts`]
+    /// had them loaded.
+    pub fn parts_behind(&self, to: &mut impl crate::Parts) {
+        self.peers.parts(to);
     }
 
     /// Handles one event at `now_ms`, appending the resulting commands to `out`.

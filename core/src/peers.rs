@@ -123,10 +123,23 @@ impl Serialize for Peer {
     }
 }
 
+/// Up to this many peers sit in the node itself, found by their ids' hashes; a table with more
+/// moves them all to a hash table. A worker of a large cluster peers with a few voters: its
+/// table then costs no allocation, and a lookup reads the node's own lines (which a simulator
+/// stepping many nodes loads ahead, see [`crate::Core::parts`]) and the peer's advertisement,
+/// where a hash table of its own was two more cache misses per lookup.
+const INLINE: usize = 6;
+
 /// Live peers by id, with how many of them are eligible.
+///
+/// At most one of the two stores holds peers: `inline` while there are at most [`INLINE`]
+/// (and `hashed` is empty), else `hashed`.
 #[derive(Clone, Default)]
 pub struct PeerTable {
-    table: HashTable<Peer>,
+    inline: [Option<Peer>; INLINE],
+    /// `inline[i]`'s id hash, so a lookup dereferences only the peer it finds.
+    inline_hashes: [u64; INLINE],
+    hashed: HashTable<Peer>,
     /// How many of the peers are eligible, kept with the table so bootstrap need not walk
     /// thousands of workers to learn it.
     eligible: usize,
@@ -138,9 +151,20 @@ fn hash(peer: &Peer) -> u64 {
 }
 
 impl PeerTable {
+    /// Where `id` sits inline, if it does.
+    fn inline_slot(&self, id: &NodeId) -> Option<usize> {
+        let h = id.fixed_hash();
+        (0..INLINE).find(|&i| {
+            self.inline_hashes[i] == h && self.inline[i].as_ref().is_some_and(|p| p.id() == id)
+        })
+    }
+
     /// The peer `id`, if connected.
     pub fn get(&self, id: &NodeId) -> Option<&Peer> {
-        self.table.find(id.fixed_hash(), |p| p.id() == id)
+        if self.hashed.is_empty() {
+            return self.inline_slot(id).and_then(|i| self.inline[i].as_ref());
+        }
+        self.hashed.find(id.fixed_hash(), |p| p.id() == id)
     }
 
     /// Whether `id` is connected.
@@ -150,12 +174,12 @@ impl PeerTable {
 
     /// How many peers are connected.
     pub fn len(&self) -> usize {
-        self.table.len()
+        self.hashed.len() + self.inline.iter().flatten().count()
     }
 
     /// Whether none is.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+        self.len() == 0
     }
 
     /// How many connected peers advertise `admin_election`.
@@ -192,12 +216,25 @@ impl PeerTable {
     /// The peers in no particular order: only for counting and other walks whose result does
     /// not depend on order.
     pub(crate) fn unordered(&self) -> impl Iterator<Item = (&NodeId, &Peer)> {
-        self.table.iter().map(|p| (p.id(), p))
+        (self.inline.iter().flatten())
+            .chain(self.hashed.iter())
+            .map(|p| (p.id(), p))
+    }
+
+    /// Hands `to` the advertisements of the peers kept inline (reading the node's own lines
+    /// only), for a caller that wants them loaded before a step looks a peer up.
+    pub fn parts(&self, to: &mut impl crate::Parts) {
+        for p in self.inline.iter().flatten() {
+            p.advert.parts(to);
+        }
     }
 
     /// The peer `id`, to update what it reported (its eligibility stays as it connected).
     pub(crate) fn get_mut(&mut self, id: &NodeId) -> Option<&mut Peer> {
-        self.table.find_mut(id.fixed_hash(), |p| p.id() == id)
+        if self.hashed.is_empty() {
+            return self.inline_slot(id).and_then(|i| self.inline[i].as_mut());
+        }
+        self.hashed.find_mut(id.fixed_hash(), |p| p.id() == id)
     }
 
     /// Puts the peer `advert` advertises in, connected at `now_ms` unless it already was (then
@@ -206,36 +243,77 @@ impl PeerTable {
     pub(crate) fn connect(&mut self, advert: Advert, now_ms: u64) -> Option<Peer> {
         use hashbrown::hash_table::Entry;
         self.eligible += usize::from(advert.eligible());
-        let id = advert.peer();
-        match self.table.entry(id.fixed_hash(), |p| p.id() == id, hash) {
-            Entry::Occupied(mut known) => {
-                let mut peer = Peer::new(advert, known.get().up_since_ms);
-                peer.seen_at(now_ms);
-                let old = std::mem::replace(known.get_mut(), peer);
-                self.eligible -= usize::from(old.eligible());
-                Some(old)
+        let h = advert.peer().fixed_hash();
+        // Reconnected: the connection keeps its start, the figures are heard now.
+        let again = |advert, old: &Peer| {
+            let mut peer = Peer::new(advert, old.up_since_ms);
+            peer.seen_at(now_ms);
+            peer
+        };
+        let old = if self.hashed.is_empty() {
+            match self.inline_slot(advert.peer()) {
+                Some(i) => {
+                    let slot = &mut self.inline[i];
+                    let peer = slot.as_ref().map(|old| again(advert, old));
+                    std::mem::replace(slot, peer)
+                }
+                None => {
+                    self.insert_new(h, Peer::new(advert, now_ms));
+                    None
+                }
             }
-            Entry::Vacant(slot) => {
-                slot.insert(Peer::new(advert, now_ms));
-                None
+        } else {
+            let id = advert.peer();
+            match self.hashed.entry(h, |p| p.id() == id, hash) {
+                Entry::Occupied(mut entry) => {
+                    let peer = again(advert, entry.get());
+                    Some(std::mem::replace(entry.get_mut(), peer))
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(Peer::new(advert, now_ms));
+                    None
+                }
             }
+        };
+        if let Some(old) = &old {
+            self.eligible -= usize::from(old.eligible());
         }
+        old
+    }
+
+    /// Puts a peer that is not in the table in, inline while there is room.
+    fn insert_new(&mut self, h: u64, peer: Peer) {
+        if let Some(i) = self.inline.iter().position(Option::is_none) {
+            self.inline[i] = Some(peer);
+            self.inline_hashes[i] = h;
+            return;
+        }
+        self.hashed.reserve(INLINE * 2, hash);
+        for p in self.inline.iter_mut().filter_map(Option::take) {
+            self.hashed.insert_unique(hash(&p), p, hash);
+        }
+        self.hashed.insert_unique(h, peer, hash);
     }
 
     /// Takes `id` out.
     pub(crate) fn remove(&mut self, id: &NodeId) -> Option<Peer> {
-        let entry = self
-            .table
-            .find_entry(id.fixed_hash(), |p| p.id() == id)
-            .ok()?;
-        let (old, _) = entry.remove();
+        let old = if self.hashed.is_empty() {
+            let i = self.inline_slot(id)?;
+            self.inline[i].take()?
+        } else {
+            let entry = (self.hashed)
+                .find_entry(id.fixed_hash(), |p| p.id() == id)
+                .ok()?;
+            entry.remove().0
+        };
         self.eligible -= usize::from(old.eligible());
         Some(old)
     }
 
     /// Forgets every peer.
     pub(crate) fn clear(&mut self) {
-        self.table.clear();
+        self.inline = Default::default();
+        self.hashed.clear();
         self.eligible = 0;
     }
 }
@@ -404,5 +482,73 @@ mod tests {
         // Heard again when the connection came up: the same state as never heard.
         t.get_mut(&a).unwrap().heard(7, Resources::default(), 1_000);
         assert_eq!(t, u);
+    }
+
+    /// Against a sorted map of (id → eligible, up since, uptime heard) under a random mix of
+    /// connections, reconnections, updates, removals and clears, across the move from the inline
+    /// slots to the hash table and back to empty, with ids made apart from the ones connected:
+    /// the same answers, counts, order and JSON, and equal to a table rebuilt from its JSON.
+    #[test]
+    fn it_behaves_as_a_sorted_map_inline_and_hashed() {
+        use rand_chacha::rand_core::SeedableRng;
+        use std::collections::BTreeMap;
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let mut t = PeerTable::default();
+        let mut model: BTreeMap<NodeId, (bool, u64, u64)> = BTreeMap::new();
+        let (mut inline_seen, mut hashed_seen) = (false, false);
+        for round in 0..20_000u64 {
+            let pick = |rng: &mut rand_chacha::ChaCha8Rng| {
+                NodeId::from(format!("n{}", crate::rng::below(rng, 2 + round % 13)))
+            };
+            let id = pick(&mut rng);
+            match crate::rng::below(&mut rng, 100) {
+                0 => {
+                    t.clear();
+                    model.clear();
+                }
+                1..=55 => {
+                    let eligible = crate::rng::below(&mut rng, 2) == 0;
+                    let old = t.connect(advert(id.as_str(), eligible), round);
+                    let want = model.get(&id).map(|m| m.0);
+                    assert_eq!(old.map(|p| p.eligible()), want, "{round}");
+                    let up = model.get(&id).map_or(round, |m| m.1);
+                    model.insert(id, (eligible, up, 7));
+                }
+                56..=70 => {
+                    if let Some(p) = t.get_mut(&id) {
+                        p.heard(round, Resources::default(), round);
+                    }
+                    if let Some(m) = model.get_mut(&id) {
+                        m.2 = round;
+                    }
+                }
+                _ => {
+                    let old = t.remove(&id).map(|p| p.up_since_ms());
+                    assert_eq!(old, model.remove(&id).map(|m| m.1), "{round}");
+                }
+            }
+            inline_seen |= t.len() > 1 && t.hashed.is_empty();
+            hashed_seen |= !t.hashed.is_empty();
+            assert!(t.hashed.is_empty() || t.inline.iter().all(Option::is_none));
+            assert_eq!(t.len(), model.len());
+            assert_eq!(t.is_empty(), model.is_empty());
+            let eligible = model.values().filter(|m| m.0).count();
+            assert_eq!(t.eligible_count(), eligible, "{round}");
+            let probe = pick(&mut rng);
+            let got = t
+                .get(&probe)
+                .map(|p| (p.eligible(), p.up_since_ms(), p.uptime_s()));
+            assert_eq!(got, model.get(&probe).copied(), "{round}");
+            let ids: Vec<&NodeId> = t.ids().collect();
+            assert_eq!(ids, model.keys().collect::<Vec<_>>());
+            let k = crate::rng::below(&mut rng, 8) as usize;
+            let lowest = t.lowest_ids(k);
+            assert_eq!(lowest.iter().collect::<Vec<_>>(), ids[..k.min(ids.len())]);
+            let json = serde_json::to_string(&t).unwrap();
+            let back: PeerTable = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, t, "{round}");
+            assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        }
+        assert!(inline_seen && hashed_seen);
     }
 }

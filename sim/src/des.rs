@@ -35,6 +35,10 @@ use crate::trace::Record;
 /// has peers, if more), which bounds both memory and restart time, as the production log does.
 const SNAPSHOT_EVERY: usize = 4_096;
 
+/// How many items ahead [`Des::hint_ahead`] looks: far enough for the load to land before the
+/// item's turn, near enough that few items are queued in between.
+const HINT_AHEAD: usize = 8;
+
 #[derive(Debug)]
 enum Item {
     Deliver {
@@ -258,6 +262,7 @@ impl<'s> Des<'s> {
             if next_action == Some(t) {
                 driver.fire_due(t, self, sink);
             } else if let Some((_, item)) = self.queue.pop() {
+                self.hint_ahead();
                 self.process(item, sink);
             }
         }
@@ -311,6 +316,85 @@ impl<'s> Des<'s> {
             sandbox: scenario.tasks.as_ref().map(|w| SandboxModel::new(seed, w)),
             run_token: 0,
         }
+    }
+
+    /// Starts loading the node an item a few places on will step: at 100,000 nodes nearly every
+    /// step's first read of its node was a cache miss, paid one at a time.
+    fn hint_ahead(&self) {
+        use crate::prefetch::{prefetch, Prefetcher};
+        // Each stage reads only what the one before loaded: the queued item, then the node
+        // and places it names, then the parts of the node's core and the sender's id, then
+        // what those parts point to.
+        if let Some(item) = self.queue.ahead(4 * HINT_AHEAD) {
+            prefetch(item);
+        }
+        if let Some((to, from)) = self.ends_ahead(2 * HINT_AHEAD) {
+            prefetch(&self.nodes[to]);
+            prefetch(&self.places[to]);
+            if let Some(from) = from {
+                prefetch(&self.places[from]);
+            }
+        }
+        if let Some((to, from)) = self.ends_ahead(HINT_AHEAD) {
+            if let Some(core) = &self.nodes[to].core {
+                core.parts(&mut Prefetcher);
+            }
+            if let Some(from) = from {
+                self.places[from].id.parts(&mut Prefetcher);
+            }
+        }
+        if let Some((to, _)) = self.ends_ahead(HINT_AHEAD / 2) {
+            if let Some(core) = &self.nodes[to].core {
+                core.parts_behind(&mut Prefetcher);
+            }
+        }
+    }
+
+    /// Starts loading the peers a starting node connects to a few places after `j` (below
+    /// `end`), as [`Des::hint_ahead`] does for queued items: a node of a fully peered cold start
+    /// meets every node that started before it, each one last touched long ago.
+    fn hint_peer(&self, j: usize, end: usize) {
+        use crate::prefetch::{prefetch, Prefetcher};
+        if let Some(place) = self
+            .places
+            .get(j + 2 * HINT_AHEAD)
+            .filter(|_| j + 2 * HINT_AHEAD < end)
+        {
+            prefetch(place);
+            prefetch(&self.nodes[j + 2 * HINT_AHEAD]);
+        }
+        if j + HINT_AHEAD < end {
+            if let Some(advert) = self
+                .places
+                .get(j + HINT_AHEAD)
+                .and_then(|p| p.advert.as_ref())
+            {
+                advert.parts(&mut Prefetcher);
+            }
+            if let Some(core) = self.nodes.get(j + HINT_AHEAD).and_then(|n| n.core.as_ref()) {
+                core.parts(&mut Prefetcher);
+            }
+        }
+        if j + HINT_AHEAD / 2 < end {
+            if let Some(core) = self
+                .nodes
+                .get(j + HINT_AHEAD / 2)
+                .and_then(|n| n.core.as_ref())
+            {
+                core.parts_behind(&mut Prefetcher);
+            }
+        }
+    }
+
+    /// The node the item `k` places on steps and, for a message, its sender, if in range.
+    fn ends_ahead(&self, k: usize) -> Option<(usize, Option<usize>)> {
+        let (to, from) = match self.queue.ahead(k)? {
+            Item::Deliver { to, from, .. } => (*to as usize, Some(*from as usize)),
+            Item::Timer { node, .. } => (*node as usize, None),
+            _ => return None,
+        };
+        let n = self.nodes.len();
+        (to < n && from.is_none_or(|f| f < n)).then_some((to, from))
     }
 
     fn push(&mut self, at: u64, item: Item) {
@@ -804,7 +888,9 @@ impl Cluster for Des<'_> {
         if changed {
             self.step(i, Event::ConfigChanged { config: wanted }, sink);
         }
-        for j in self.peer_candidates(i) {
+        let candidates = self.peer_candidates(i);
+        for j in candidates.clone() {
+            self.hint_peer(j, candidates.end);
             if j != i && self.nodes[j].core.is_some() && self.peered(i, j) && !self.apart(i, j) {
                 self.connect(i, j, sink);
             }

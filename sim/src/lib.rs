@@ -7,6 +7,7 @@ pub mod des;
 pub mod driver;
 pub mod failover;
 pub mod hostile;
+mod prefetch;
 pub mod run;
 pub mod sandbox;
 pub mod scale;

@@ -43,6 +43,19 @@ impl<T> TimeQueue<T> {
         self.buckets.first_key_value().map(|(at, _)| *at)
     }
 
+    /// The item `k` places after the next one, as the queue stands (items queued later may come
+    /// before it): for hints only.
+    pub(crate) fn ahead(&self, k: usize) -> Option<&T> {
+        let mut k = k;
+        for bucket in self.buckets.values() {
+            if k < bucket.len() {
+                return bucket.get(k);
+            }
+            k -= bucket.len();
+        }
+        None
+    }
+
     /// Takes the next item: the earliest, and of those the first queued.
     pub(crate) fn pop(&mut self) -> Option<(u64, T)> {
         let mut first = self.buckets.first_entry()?;
