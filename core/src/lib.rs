@@ -35,6 +35,7 @@ mod membership;
 mod message;
 mod node;
 mod peers;
+mod probed;
 pub mod rng;
 pub mod score;
 pub mod task;

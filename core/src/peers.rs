@@ -11,7 +11,6 @@
 //! connection came up: with the table's control bytes and spare room, a full-peering cluster
 //! of 10,000 keeps about 28 bytes per (node, peer) pair.
 
-use hashbrown::HashTable;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{score, Advert, NodeId, PeerInfo, Resources};
@@ -139,15 +138,10 @@ pub struct PeerTable {
     inline: [Option<Peer>; INLINE],
     /// `inline[i]`'s id hash, so a lookup dereferences only the peer it finds.
     inline_hashes: [u64; INLINE],
-    hashed: HashTable<Peer>,
+    hashed: crate::probed::Probed,
     /// How many of the peers are eligible, kept with the table so bootstrap need not walk
     /// thousands of workers to learn it.
     eligible: usize,
-}
-
-/// The hash `NodeId` computed when it was made.
-fn hash(peer: &Peer) -> u64 {
-    peer.id().fixed_hash()
 }
 
 impl PeerTable {
@@ -164,7 +158,8 @@ impl PeerTable {
         if self.hashed.is_empty() {
             return self.inline_slot(id).and_then(|i| self.inline[i].as_ref());
         }
-        self.hashed.find(id.fixed_hash(), |p| p.id() == id)
+        let i = self.hashed.find(id.fixed_hash(), id)?;
+        self.hashed.get(i)
     }
 
     /// Whether `id` is connected.
@@ -221,11 +216,16 @@ impl PeerTable {
             .map(|p| (p.id(), p))
     }
 
-    /// Hands `to` the advertisements of the peers kept inline (reading the node's own lines
-    /// only), for a caller that wants them loaded before a step looks a peer up.
-    pub fn parts(&self, to: &mut impl crate::Parts) {
-        for p in self.inline.iter().flatten() {
-            p.advert.parts(to);
+    /// Hands `to` what looking `id` up reads beyond the node's own lines (reading only
+    /// those): the advertisements of the peers kept inline, or the hash table's first tag and
+    /// slot for `id`. For a caller that wants them loaded before a step looks a peer up.
+    pub fn parts_for(&self, id: &NodeId, to: &mut impl crate::Parts) {
+        if self.hashed.is_empty() {
+            for p in self.inline.iter().flatten() {
+                p.advert.parts(to);
+            }
+        } else {
+            self.hashed.parts_for(id.fixed_hash(), to);
         }
     }
 
@@ -234,14 +234,14 @@ impl PeerTable {
         if self.hashed.is_empty() {
             return self.inline_slot(id).and_then(|i| self.inline[i].as_mut());
         }
-        self.hashed.find_mut(id.fixed_hash(), |p| p.id() == id)
+        let i = self.hashed.find(id.fixed_hash(), id)?;
+        self.hashed.get_mut(i)
     }
 
     /// Puts the peer `advert` advertises in, connected at `now_ms` unless it already was (then
     /// the connection keeps its start and the figures are heard now), and returns what it
     /// replaces (one probe: at a cold start this runs n² times, nearly always on a cold table).
     pub(crate) fn connect(&mut self, advert: Advert, now_ms: u64) -> Option<Peer> {
-        use hashbrown::hash_table::Entry;
         self.eligible += usize::from(advert.eligible());
         let h = advert.peer().fixed_hash();
         // Reconnected: the connection keeps its start, the figures are heard now.
@@ -263,14 +263,13 @@ impl PeerTable {
                 }
             }
         } else {
-            let id = advert.peer();
-            match self.hashed.entry(h, |p| p.id() == id, hash) {
-                Entry::Occupied(mut entry) => {
-                    let peer = again(advert, entry.get());
-                    Some(std::mem::replace(entry.get_mut(), peer))
+            match self.hashed.find(h, advert.peer()) {
+                Some(i) => {
+                    let peer = self.hashed.get(i).map(|old| again(advert, old));
+                    peer.and_then(|peer| self.hashed.replace(i, peer))
                 }
-                Entry::Vacant(slot) => {
-                    slot.insert(Peer::new(advert, now_ms));
+                None => {
+                    self.hashed.insert_new(h, Peer::new(advert, now_ms));
                     None
                 }
             }
@@ -288,11 +287,10 @@ impl PeerTable {
             self.inline_hashes[i] = h;
             return;
         }
-        self.hashed.reserve(INLINE * 2, hash);
         for p in self.inline.iter_mut().filter_map(Option::take) {
-            self.hashed.insert_unique(hash(&p), p, hash);
+            self.hashed.insert_new(p.id().fixed_hash(), p);
         }
-        self.hashed.insert_unique(h, peer, hash);
+        self.hashed.insert_new(h, peer);
     }
 
     /// Takes `id` out.
@@ -301,10 +299,8 @@ impl PeerTable {
             let i = self.inline_slot(id)?;
             self.inline[i].take()?
         } else {
-            let entry = (self.hashed)
-                .find_entry(id.fixed_hash(), |p| p.id() == id)
-                .ok()?;
-            entry.remove().0
+            let i = self.hashed.find(id.fixed_hash(), id)?;
+            self.hashed.remove(i)?
         };
         self.eligible -= usize::from(old.eligible());
         Some(old)
@@ -486,7 +482,8 @@ mod tests {
 
     /// Against a sorted map of (id → eligible, up since, uptime heard) under a random mix of
     /// connections, reconnections, updates, removals and clears, across the move from the inline
-    /// slots to the hash table and back to empty, with ids made apart from the ones connected:
+    /// slots to the hash table and back to empty and through the hash table's growth, removed
+    /// slots and rebuilds, with ids made apart from the ones connected:
     /// the same answers, counts, order and JSON, and equal to a table rebuilt from its JSON.
     #[test]
     fn it_behaves_as_a_sorted_map_inline_and_hashed() {
@@ -498,7 +495,12 @@ mod tests {
         let (mut inline_seen, mut hashed_seen) = (false, false);
         for round in 0..20_000u64 {
             let pick = |rng: &mut rand_chacha::ChaCha8Rng| {
-                NodeId::from(format!("n{}", crate::rng::below(rng, 2 + round % 13)))
+                let ids = if round < 10_000 {
+                    2 + round % 13
+                } else {
+                    2 + round % 400
+                };
+                NodeId::from(format!("n{}", crate::rng::below(rng, ids)))
             };
             let id = pick(&mut rng);
             match crate::rng::below(&mut rng, 100) {
@@ -530,6 +532,7 @@ mod tests {
             inline_seen |= t.len() > 1 && t.hashed.is_empty();
             hashed_seen |= !t.hashed.is_empty();
             assert!(t.hashed.is_empty() || t.inline.iter().all(Option::is_none));
+            t.hashed.check();
             assert_eq!(t.len(), model.len());
             assert_eq!(t.is_empty(), model.is_empty());
             let eligible = model.values().filter(|m| m.0).count();

@@ -343,17 +343,17 @@ impl<'s> Des<'s> {
                 self.places[from].id.parts(&mut Prefetcher);
             }
         }
-        if let Some((to, _)) = self.ends_ahead(HINT_AHEAD / 2) {
+        if let Some((to, Some(from))) = self.ends_ahead(HINT_AHEAD / 2) {
             if let Some(core) = &self.nodes[to].core {
-                core.parts_behind(&mut Prefetcher);
+                core.parts_behind(&self.places[from].id, &mut Prefetcher);
             }
         }
     }
 
-    /// Starts loading the peers a starting node connects to a few places after `j` (below
+    /// Starts loading the peers a starting node `i` connects to a few places after `j` (below
     /// `end`), as [`Des::hint_ahead`] does for queued items: a node of a fully peered cold start
     /// meets every node that started before it, each one last touched long ago.
-    fn hint_peer(&self, j: usize, end: usize) {
+    fn hint_peer(&self, i: usize, j: usize, end: usize) {
         use crate::prefetch::{prefetch, Prefetcher};
         if let Some(place) = self
             .places
@@ -381,7 +381,7 @@ impl<'s> Des<'s> {
                 .get(j + HINT_AHEAD / 2)
                 .and_then(|n| n.core.as_ref())
             {
-                core.parts_behind(&mut Prefetcher);
+                core.parts_behind(&self.places[i].id, &mut Prefetcher);
             }
         }
     }
@@ -890,7 +890,7 @@ impl Cluster for Des<'_> {
         }
         let candidates = self.peer_candidates(i);
         for j in candidates.clone() {
-            self.hint_peer(j, candidates.end);
+            self.hint_peer(i, j, candidates.end);
             if j != i && self.nodes[j].core.is_some() && self.peered(i, j) && !self.apart(i, j) {
                 self.connect(i, j, sink);
             }

@@ -110,4 +110,24 @@ mod tests {
         }
         assert_eq!((q.pop(), q.next_at()), (None, None));
     }
+
+    /// `ahead(k)` is the item `k` pops after the next, across buckets, and `None` past the end.
+    #[test]
+    fn ahead_names_what_pops_later() {
+        let mut q = TimeQueue::default();
+        for (at, item) in [(5, 'a'), (3, 'b'), (5, 'c'), (9, 'd'), (3, 'e'), (7, 'f')] {
+            q.push(at, item);
+        }
+        // Time first, then the order they were queued in.
+        let order = ['b', 'e', 'a', 'c', 'f', 'd'];
+        for (k, item) in order.iter().enumerate() {
+            assert_eq!(q.ahead(k), Some(item), "{k}");
+        }
+        assert_eq!(q.ahead(order.len()), None);
+        q.pop();
+        assert_eq!(
+            (q.ahead(0), q.ahead(4), q.ahead(5)),
+            (Some(&'e'), Some(&'d'), None)
+        );
+    }
 }
