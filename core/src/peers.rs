@@ -8,8 +8,9 @@
 //! fixed when the id is made (`NodeId`'s `Hash`), so the table is the same on every run anyway.
 //!
 //! An entry is 16 bytes, the peer's shared [`Advert`] (which holds its id) and when the
-//! connection came up: with the table's control bytes and spare room, a full-peering cluster
-//! of 10,000 keeps about 28 bytes per (node, peer) pair.
+//! connection came up: with the hash table's tag bytes and spare room (`probed.rs`), a
+//! full-peering cluster of 10,000 keeps about 28 bytes per (node, peer) pair. Up to six peers
+//! sit in the node itself instead (a worker peering with a few voters).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
