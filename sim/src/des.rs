@@ -318,35 +318,22 @@ impl<'s> Des<'s> {
         }
     }
 
-    /// Starts loading the node an item a few places on will step: at 100,000 nodes nearly every
+    /// Starts loading what the items a few places on will read: at 100,000 nodes nearly every
     /// step's first read of its node was a cache miss, paid one at a time.
     fn hint_ahead(&self) {
-        use crate::prefetch::{prefetch, Prefetcher};
-        // Each stage reads only what the one before loaded: the queued item, then the node
-        // and places it names, then the parts of the node's core and the sender's id, then
-        // what those parts point to.
-        if let Some(item) = self.queue.ahead(4 * HINT_AHEAD) {
-            prefetch(item);
+        let [next, near, far, item] =
+            (self.queue).ahead([HINT_AHEAD / 2, HINT_AHEAD, 2 * HINT_AHEAD, 4 * HINT_AHEAD]);
+        if let Some(item) = item {
+            crate::prefetch::prefetch(item);
         }
-        if let Some((to, from)) = self.ends_ahead(2 * HINT_AHEAD) {
-            prefetch(&self.nodes[to]);
-            prefetch(&self.places[to]);
-            if let Some(from) = from {
-                prefetch(&self.places[from]);
-            }
+        if let Some((to, from)) = far.and_then(Self::ends) {
+            self.hint_node(to, from);
         }
-        if let Some((to, from)) = self.ends_ahead(HINT_AHEAD) {
-            if let Some(core) = &self.nodes[to].core {
-                core.parts(&mut Prefetcher);
-            }
-            if let Some(from) = from {
-                self.places[from].id.parts(&mut Prefetcher);
-            }
+        if let Some((to, from)) = near.and_then(Self::ends) {
+            self.hint_core(to, from);
         }
-        if let Some((to, Some(from))) = self.ends_ahead(HINT_AHEAD / 2) {
-            if let Some(core) = &self.nodes[to].core {
-                core.parts_behind(&self.places[from].id, &mut Prefetcher);
-            }
+        if let Some((to, from)) = next.and_then(Self::ends) {
+            self.hint_behind(to, from);
         }
     }
 
@@ -354,47 +341,60 @@ impl<'s> Des<'s> {
     /// `end`), as [`Des::hint_ahead`] does for queued items: a node of a fully peered cold start
     /// meets every node that started before it, each one last touched long ago.
     fn hint_peer(&self, i: usize, j: usize, end: usize) {
-        use crate::prefetch::{prefetch, Prefetcher};
-        if let Some(place) = self
-            .places
-            .get(j + 2 * HINT_AHEAD)
-            .filter(|_| j + 2 * HINT_AHEAD < end)
-        {
-            prefetch(place);
-            prefetch(&self.nodes[j + 2 * HINT_AHEAD]);
+        let at = |k: usize| (j + k < end).then_some(j + k);
+        if let Some(m) = at(2 * HINT_AHEAD) {
+            self.hint_node(m, Some(i));
         }
-        if j + HINT_AHEAD < end {
-            if let Some(advert) = self
-                .places
-                .get(j + HINT_AHEAD)
-                .and_then(|p| p.advert.as_ref())
-            {
-                advert.parts(&mut Prefetcher);
-            }
-            if let Some(core) = self.nodes.get(j + HINT_AHEAD).and_then(|n| n.core.as_ref()) {
-                core.parts(&mut Prefetcher);
+        if let Some(m) = at(HINT_AHEAD) {
+            self.hint_core(m, Some(i));
+            // What `i` is handed when it meets `m`.
+            if let Some(advert) = &self.places[m].advert {
+                advert.parts(&mut crate::prefetch::Prefetcher);
             }
         }
-        if j + HINT_AHEAD / 2 < end {
-            if let Some(core) = self
-                .nodes
-                .get(j + HINT_AHEAD / 2)
-                .and_then(|n| n.core.as_ref())
-            {
-                core.parts_behind(&self.places[i].id, &mut Prefetcher);
-            }
+        if let Some(m) = at(HINT_AHEAD / 2) {
+            self.hint_behind(m, Some(i));
         }
     }
 
-    /// The node the item `k` places on steps and, for a message, its sender, if in range.
-    fn ends_ahead(&self, k: usize) -> Option<(usize, Option<usize>)> {
-        let (to, from) = match self.queue.ahead(k)? {
-            Item::Deliver { to, from, .. } => (*to as usize, Some(*from as usize)),
-            Item::Timer { node, .. } => (*node as usize, None),
-            _ => return None,
-        };
-        let n = self.nodes.len();
-        (to < n && from.is_none_or(|f| f < n)).then_some((to, from))
+    // The stages of loading what node `to` reads when it hears from `from` (a message's
+    // sender, a peer it meets), each reading only what the one before loaded.
+
+    /// First: the node and both ends' places.
+    fn hint_node(&self, to: usize, from: Option<usize>) {
+        use crate::prefetch::prefetch;
+        prefetch(&self.nodes[to]);
+        prefetch(&self.places[to]);
+        if let Some(from) = from {
+            prefetch(&self.places[from]);
+        }
+    }
+
+    /// Then: every part of the node's core, and the sender's id.
+    fn hint_core(&self, to: usize, from: Option<usize>) {
+        use crate::prefetch::Prefetcher;
+        if let Some(core) = &self.nodes[to].core {
+            core.parts(&mut Prefetcher);
+        }
+        if let Some(from) = from {
+            self.places[from].id.parts(&mut Prefetcher);
+        }
+    }
+
+    /// Last: what the core's parts point to for that sender.
+    fn hint_behind(&self, to: usize, from: Option<usize>) {
+        if let (Some(core), Some(from)) = (&self.nodes[to].core, from) {
+            core.parts_behind(&self.places[from].id, &mut crate::prefetch::Prefetcher);
+        }
+    }
+
+    /// The node a queued item steps and, for a message, its sender.
+    fn ends(item: &Item) -> Option<(usize, Option<usize>)> {
+        match item {
+            Item::Deliver { to, from, .. } => Some((*to as usize, Some(*from as usize))),
+            Item::Timer { node, .. } => Some((*node as usize, None)),
+            _ => None,
+        }
     }
 
     fn push(&mut self, at: u64, item: Item) {

@@ -43,17 +43,22 @@ impl<T> TimeQueue<T> {
         self.buckets.first_key_value().map(|(at, _)| *at)
     }
 
-    /// The item `k` places after the next one, as the queue stands (items queued later may come
-    /// before it): for hints only.
-    pub(crate) fn ahead(&self, k: usize) -> Option<&T> {
-        let mut k = k;
+    /// The items `ks[0]`, `ks[1]`, … places after the next one (`ks` ascending), in one walk,
+    /// as the queue stands (items queued later may come before them): for hints only.
+    pub(crate) fn ahead<const N: usize>(&self, ks: [usize; N]) -> [Option<&T>; N] {
+        let mut found = [None; N];
+        let (mut passed, mut want) = (0, 0);
         for bucket in self.buckets.values() {
-            if k < bucket.len() {
-                return bucket.get(k);
+            while want < N && ks[want] < passed + bucket.len() {
+                found[want] = bucket.get(ks[want] - passed);
+                want += 1;
             }
-            k -= bucket.len();
+            if want == N {
+                break;
+            }
+            passed += bucket.len();
         }
-        None
+        found
     }
 
     /// Takes the next item: the earliest, and of those the first queued.
@@ -111,7 +116,8 @@ mod tests {
         assert_eq!((q.pop(), q.next_at()), (None, None));
     }
 
-    /// `ahead(k)` is the item `k` pops after the next, across buckets, and `None` past the end.
+    /// `ahead([k, …])` names the items that pop `k`, … after the next, across buckets, in one
+    /// walk, and `None` past the end.
     #[test]
     fn ahead_names_what_pops_later() {
         let mut q = TimeQueue::default();
@@ -121,13 +127,14 @@ mod tests {
         // Time first, then the order they were queued in.
         let order = ['b', 'e', 'a', 'c', 'f', 'd'];
         for (k, item) in order.iter().enumerate() {
-            assert_eq!(q.ahead(k), Some(item), "{k}");
+            assert_eq!(q.ahead([k]), [Some(item)], "{k}");
         }
-        assert_eq!(q.ahead(order.len()), None);
-        q.pop();
+        assert_eq!(q.ahead([order.len()]), [None]);
         assert_eq!(
-            (q.ahead(0), q.ahead(4), q.ahead(5)),
-            (Some(&'e'), Some(&'d'), None)
+            q.ahead([0, 2, 3, 5, 9]),
+            [Some(&'b'), Some(&'a'), Some(&'c'), Some(&'d'), None]
         );
+        q.pop();
+        assert_eq!(q.ahead([0, 4, 5]), [Some(&'e'), Some(&'d'), None]);
     }
 }
