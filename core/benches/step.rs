@@ -94,6 +94,7 @@ fn heartbeats(c: &mut Criterion) {
                 electorate_version: version,
                 electorate_hash: hash,
                 electorate_term: 0,
+                electorate_stamp: 0,
             };
             let from = ids[(term as usize % (N - 2)) + 2].clone();
             core.step(now, Event::Message { from, msg }, &mut out);
@@ -213,6 +214,7 @@ fn ack_rounds(c: &mut Criterion) {
                         term: 1,
                         beat,
                         promise_ms: 30_000,
+                        holds: false,
                     };
                     let from = v.clone();
                     core.step(t + 1, Event::Message { from, msg }, &mut out);

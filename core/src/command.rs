@@ -245,6 +245,9 @@ pub enum StepDownReason {
     Shutdown,
     /// A membership change that removed it committed.
     Removed,
+    /// Another node sent heartbeats for the same term: two admins of one term can only come
+    /// of a bug or of broken clocks, and both step down so that a higher term decides.
+    ConflictingAdmin,
 }
 
 impl StepDownReason {
@@ -255,6 +258,7 @@ impl StepDownReason {
             StepDownReason::CheckQuorum => "check_quorum",
             StepDownReason::Shutdown => "shutdown",
             StepDownReason::Removed => "removed",
+            StepDownReason::ConflictingAdmin => "conflicting_admin",
         }
     }
 }

@@ -108,15 +108,16 @@ impl Core {
         if let Some(theirs) = electorate {
             if self.electorate.is_some() {
                 // Rule 5 of `membership.rs`: a node asks its admin when their electorates differ
-                // (`on_heartbeat`), and the admin of its term, answering as that admin, may
-                // replace its electorate. Without this a node that missed a change, or holds an
-                // uncommitted one whose admin died, kept it after the cluster moved on. With no
-                // admin known on either side, only the next electorate is taken, from a member.
+                // (`on_heartbeat`), and the admin of its term, answering as that admin,
+                // replaces its electorate and so confirms it in this term. Nobody else hands a
+                // node an electorate once it has one.
                 let its_admin = self.admin.as_ref() == Some(&from);
                 if its_admin && admin.as_ref() == Some(&from) && term == self.term {
+                    let key = theirs.key();
                     self.follow_admin_electorate(theirs, out);
-                } else if self.admin.is_none() && admin.is_none() {
-                    self.consider_next_electorate(&from, theirs, out);
+                    if self.electorate_version_key() == key {
+                        self.stamp = self.term;
+                    }
                 }
             } else {
                 self.consider_electorate(from.clone(), theirs, out);
@@ -219,44 +220,11 @@ impl Core {
         }
     }
 
-    /// With no admin anywhere in sight, a member's report of the next electorate: a change
-    /// whose admin died after it reached some nodes and not others. Nodes on both sides of it
-    /// must be able to elect (the old side refuses candidates outside its electorate, the new
-    /// side refuses the old electorate's), so a node takes the next one — version + 1, same
-    /// cluster, exactly one member apart — from an eligible member of its own electorate.
-    /// Safe for the same reason the change itself is (membership.rs): one member apart, the two
-    /// electorates' majorities intersect; an admin later elected without it brings the node
-    /// back (rule 5). A lying member can move a node by one member at most.
-    fn consider_next_electorate(
-        &mut self,
-        from: &NodeId,
-        theirs: Arc<Electorate>,
-        out: &mut Vec<Command>,
-    ) {
-        let Some(mine) = &self.electorate else { return };
-        let eligible_member =
-            self.is_member(from) && self.peers.get(from).is_some_and(|p| p.eligible());
-        let next = theirs.genesis == mine.genesis
-            && theirs.version == mine.version.saturating_add(1)
-            && theirs.key() > mine.key()
-            && one_apart(mine, &theirs);
-        if eligible_member && next {
-            self.set_electorate(theirs, out);
-        }
-    }
-
     /// Arms the election timer to suspect the admin at `at_ms`.
     pub(crate) fn arm_suspect(&mut self, at_ms: u64, out: &mut Vec<Command>) {
         self.election_phase = ElectionPhase::Suspect;
         self.timers.set(Timer::Election, at_ms, out);
     }
-}
-
-/// Whether `a` and `b` differ by exactly one member (one added or one removed).
-fn one_apart(a: &Electorate, b: &Electorate) -> bool {
-    let only_a = a.members().iter().filter(|m| !b.contains(m)).count();
-    let only_b = b.members().iter().filter(|m| !a.contains(m)).count();
-    only_a + only_b == 1
 }
 
 #[cfg(test)]

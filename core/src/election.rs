@@ -111,14 +111,6 @@ impl Core {
         }
     }
 
-    /// (version, proposing term, fingerprint) of this node's electorate, as vote requests
-    /// carry it.
-    fn electorate_key(&self) -> (u64, u64, u64) {
-        self.electorate
-            .as_ref()
-            .map_or((0, 0, 0), |e| (e.version, e.term, e.fingerprint()))
-    }
-
     /// Sends `msg` to every voter except this node.
     fn send_to_voters(&self, msg: Message, out: &mut Vec<Command>) {
         let Some(electorate) = &self.electorate else {
@@ -138,7 +130,7 @@ impl Core {
         if !self.can_stand() {
             return;
         }
-        let (version, electorate_term, hash) = self.electorate_key();
+        let (stamp, version, electorate_term, hash) = self.vote_key();
         self.role = Role::PreCandidate;
         self.admin = None;
         self.round = Some(Round {
@@ -161,6 +153,7 @@ impl Core {
             electorate_version: version,
             electorate_term,
             electorate_hash: hash,
+            electorate_stamp: stamp,
         };
         self.send_to_voters(msg, out);
         self.check_round(out);
@@ -189,32 +182,37 @@ impl Core {
             lease_until_ms: None,
         });
         self.arm_suspect(self.now_ms + self.config.election_timeout_max_ms, out);
-        let (version, electorate_term, hash) = self.electorate_key();
+        let (stamp, version, electorate_term, hash) = self.vote_key();
         let msg = Message::VoteRequest {
             term: self.term,
             electorate_version: version,
             electorate_term,
             electorate_hash: hash,
+            electorate_stamp: stamp,
         };
         self.send_to_voters(msg, out);
         self.check_round(out);
     }
 
-    /// Whether a (pre-)vote for `candidate` may be considered at all: this node is a voter,
-    /// the candidate's electorate is this node's or a later one (by version, then proposing
-    /// term; see `membership.rs` for why that keeps old and new majorities from both electing),
-    /// and no promise to someone else is live. A candidate on a later electorate may not be
-    /// a member of this node's: its own electorate decides whose votes it counts.
-    fn may_support(&self, candidate: &NodeId, key: (u64, u64, u64)) -> bool {
+    /// Whether a (pre-)vote for `candidate` may be considered at all: this node is eligible,
+    /// the candidate's electorate is at least as up to date as this node's — ordered by
+    /// (stamp, version), as Raft orders logs by (last term, last index); at an equal position
+    /// it must be the same electorate — and no promise to someone else is live. The candidate
+    /// counts the grant only if this node is a member of the candidate's electorate (see
+    /// `membership.rs` for why that keeps every committed electorate in every later admin's
+    /// hands).
+    fn may_support(&self, candidate: &NodeId, key: (u64, u64, u64, u64)) -> bool {
         let Some(e) = &self.electorate else {
             return false;
         };
-        let (version, term, hash) = key;
-        let later = (version, term) > e.key();
-        let same = (version, term, hash) == (e.version, e.term, e.fingerprint());
+        let (stamp, version, term, hash) = key;
+        let up_to_date = match (stamp, version).cmp(&(self.stamp, e.version)) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Equal => (term, hash) == (e.term, e.fingerprint()),
+            std::cmp::Ordering::Less => false,
+        };
         self.is_eligible()
-            && e.contains(&self.id)
-            && (same && e.contains(candidate) || later)
+            && up_to_date
             && (self.now_ms >= self.promise_until_ms
                 || self.promised_to.as_ref() == Some(candidate))
     }
@@ -223,7 +221,7 @@ impl Core {
         &mut self,
         from: NodeId,
         term: u64,
-        key: (u64, u64, u64),
+        key: (u64, u64, u64, u64),
         out: &mut Vec<Command>,
     ) {
         if self.role == Role::PreCandidate {
@@ -232,7 +230,8 @@ impl Core {
             // different electorates the later one goes on whatever the ranks: voters holding it
             // refuse the older one, so a better-ranked node on the older one could not win and
             // turning the other away livelocked the two.
-            let goes_on = match (key.0, key.1).cmp(&self.electorate_version_key()) {
+            let mine = self.vote_key();
+            let goes_on = match (key.0, key.1).cmp(&(mine.0, mine.1)) {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => self.ranks_above(&from),
                 std::cmp::Ordering::Greater => false,
@@ -298,7 +297,7 @@ impl Core {
         &mut self,
         from: NodeId,
         term: u64,
-        key: (u64, u64, u64),
+        key: (u64, u64, u64, u64),
         out: &mut Vec<Command>,
     ) {
         if term < self.term || !self.may_support(&from, key) {
@@ -421,10 +420,15 @@ impl Core {
                     beat: 0,
                     sent_at_ms: round.started_at_ms,
                     promise_ms,
+                    // A grant says nothing of the electorate held: establishment waits for
+                    // acknowledgements that do.
+                    holds: None,
                 },
             );
         }
         self.role = Role::Admin;
+        // Raft's no-op entry of the new term: the admin's own electorate is confirmed in it.
+        self.stamp = self.term;
         self.admin_state = Some(Box::new(AdminState {
             lease_until_ms: round.started_at_ms,
             quorum_at_ms: round.started_at_ms,
@@ -475,11 +479,13 @@ impl Core {
         }
         self.beat += 1;
         let (beat, now, own) = (self.beat, self.now_ms, self.config.election_timeout_min_ms);
+        let key = self.electorate_version_key();
         let id = self.id.clone();
         if let Some(admin) = &mut self.admin_state {
             admin.beats.push(BeatRound {
                 beat,
                 sent_at_ms: now,
+                names: key,
             });
             if admin.beats.len() > crate::node::MAX_BEAT_ROUNDS {
                 admin.beats.remove(0);
@@ -492,6 +498,7 @@ impl Core {
                     beat,
                     sent_at_ms: now,
                     promise_ms: own,
+                    holds: Some(key),
                 },
             );
         }
@@ -508,13 +515,33 @@ impl Core {
                 electorate: self.pending_electorate(),
             },
         });
-        self.timers.set(
-            Timer::Heartbeat,
-            self.now_ms + self.config.heartbeat_interval_ms,
-            out,
-        );
+        let interval = self.heartbeat_interval_now();
+        self.timers
+            .set(Timer::Heartbeat, self.now_ms + interval, out);
         // A single-voter electorate renews on its own acknowledgement.
         self.after_acks(out);
+    }
+
+    /// The admin's heartbeat interval now: its configured one, but at most half the shortest
+    /// promise a voter stated (each voter's own minimum election timeout, in its vote or
+    /// acknowledgement; the defaults' ratio, 15 s to 30 s), so a voter configured with shorter
+    /// timeouts than the admin's interval hears it twice per timeout instead of deposing it
+    /// over and over
+    /// (finding 3 of issue 32: nodes may run with different settings, and none can see the
+    /// others' but through what they state).
+    pub(crate) fn heartbeat_interval_now(&self) -> u64 {
+        let configured = self.config.heartbeat_interval_ms;
+        let shortest = (self.admin_state.iter())
+            .flat_map(|a| a.voters.values())
+            .map(|v| v.promise_ms)
+            .filter(|p| *p > 0)
+            .min();
+        // Never below a tenth of the configured interval: a member stating a tiny promise must
+        // not turn the admin into a flood.
+        match shortest {
+            Some(p) => configured.min(p / 2).max(configured / 10).max(1),
+            None => configured,
+        }
     }
 
     /// Stores an electorate given explicitly (tests and tools).
@@ -626,6 +653,7 @@ mod tests {
             electorate_version: 1,
             electorate_hash: 1,
             electorate_term: 0,
+            electorate_stamp: 0,
         };
         assert!(!granted(&a.step_vec(0, from("b", wrong)), "b"));
         // An outsider is not even answered: it is refused and reported.
@@ -778,6 +806,7 @@ mod tests {
                     term: 7,
                     beat: 1,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );

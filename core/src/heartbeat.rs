@@ -76,6 +76,7 @@ impl Core {
                     term: self.term,
                     beat,
                     promise_ms: 0,
+                    holds: false,
                 },
             });
             return;
@@ -89,6 +90,12 @@ impl Core {
                 self.admin.as_ref()
             };
             if known.is_some_and(|a| *a != from) {
+                if self.role == Role::Admin {
+                    // Two admins of one term (a bug, or clocks gone wrong): neither may go on,
+                    // so this one gives up its lease and the next election's higher term
+                    // decides (the other steps down on it, or on this node's heartbeats).
+                    self.step_down(StepDownReason::ConflictingAdmin, out);
+                }
                 return self.refuse(from, "heartbeat", Refusal::ConflictingAdmin, out);
             }
         }
@@ -106,6 +113,13 @@ impl Core {
         if let Some(e) = electorate {
             self.follow_admin_electorate(e, out);
         }
+        // Holding the electorate the admin of this term names is confirming it in this term
+        // (Raft's follower appending the new leader's no-op): the stamp moves to the term, and
+        // the ack says so, which is what establishes the admin and commits a change.
+        let holds = membership.0 != 0 && membership == self.electorate_version_key();
+        if holds {
+            self.stamp = term;
+        }
         let voter = was_member || self.is_member(&self.id);
         if voter || (self.is_eligible() && self.electorate.is_some()) {
             out.push(Command::Send {
@@ -118,10 +132,11 @@ impl Core {
                     } else {
                         0
                     },
+                    holds,
                 },
             });
         }
-        if membership.0 != 0 && membership != self.electorate_version_key() {
+        if membership.0 != 0 && !holds {
             // On another electorate than the admin (another version, or the same version
             // proposed in another term): ask it (see `membership.rs`), at every heartbeat until
             // they agree, even with a question still unanswered: the question or its answer may
@@ -137,6 +152,7 @@ impl Core {
         term: u64,
         beat: u64,
         promise_ms: u64,
+        holds: bool,
         out: &mut Vec<Command>,
     ) {
         // Only an admin asked, and only for beats it sent in its term.
@@ -162,13 +178,25 @@ impl Core {
         }
         let voter = self.counts_as_voter(&from);
         let now = self.now_ms;
+        let current = self.electorate_version_key();
         let Some(admin) = &mut self.admin_state else {
             return;
         };
+        let Some(round) = admin.beats.iter().find(|r| r.beat == beat).cloned() else {
+            // Older than the rounds kept: it can renew nothing the newer ones do not.
+            if !voter || admin.voters.get(&from).is_some_and(|v| v.beat >= beat) {
+                return;
+            }
+            return self.refuse(from, "heartbeat_ack", Refusal::Stale, out);
+        };
+        let holds = holds.then_some(round.names);
         if !voter {
-            // A standby following this admin.
-            let seen = admin.standbys.entry(from).or_insert((now, now));
-            seen.1 = now;
+            // A standby following this admin; autopilot counts it as following only while it
+            // holds the admin's electorate.
+            if holds == Some(current) {
+                let seen = admin.standbys.entry(from).or_insert((now, now));
+                seen.1 = now;
+            }
             return;
         }
         // A voter's newest ack stands for every beat up to it: it promised on receipt, and
@@ -176,21 +204,13 @@ impl Core {
         if admin.voters.get(&from).is_some_and(|v| v.beat >= beat) {
             return;
         }
-        let Some(sent_at_ms) = admin
-            .beats
-            .iter()
-            .find(|r| r.beat == beat)
-            .map(|r| r.sent_at_ms)
-        else {
-            // Older than the rounds kept: it can renew nothing the newer ones do not.
-            return self.refuse(from, "heartbeat_ack", Refusal::Stale, out);
-        };
         admin.voters.insert(
             from,
             VoterAck {
                 beat,
-                sent_at_ms,
+                sent_at_ms: round.sent_at_ms,
                 promise_ms,
+                holds,
             },
         );
         self.after_acks(out);
@@ -208,10 +228,13 @@ impl Core {
     pub(crate) fn tally(&self) -> Option<Tally> {
         let admin = self.admin_state.as_ref()?;
         let own = self.config.election_timeout_min_ms;
+        // Established: a majority holds this admin's electorate stamped with its term (Raft's
+        // leader with an entry of its own term committed).
+        let current = self.electorate_version_key();
         let one = |e: &Electorate| -> Option<Tally> {
             let mut covers = Vec::with_capacity(e.len());
             let mut sent = Vec::with_capacity(e.len());
-            let mut this_term = 0;
+            let mut holding = 0;
             // Both sorted by id: a merge walk, not a map lookup per member (this runs on every
             // ack, so an electorate of n costs O(n) per ack).
             let mut acks = admin.voters.iter().peekable();
@@ -220,8 +243,8 @@ impl Core {
                 if let Some((_, v)) = acks.next_if(|(id, _)| *id == m) {
                     covers.push(v.sent_at_ms + self.config.lease_for(v.promise_ms.min(own)));
                     sent.push(v.sent_at_ms);
-                    if v.beat >= admin.first_beat {
-                        this_term += 1;
+                    if v.holds == Some(current) {
+                        holding += 1;
                     }
                 }
             }
@@ -235,7 +258,7 @@ impl Core {
             Some(Tally {
                 lease_until_ms: *lease_until_ms,
                 quorum_at_ms: *quorum_at_ms,
-                established: this_term >= q,
+                established: holding >= q,
             })
         };
         let new = one(self.electorate.as_deref()?)?;
@@ -331,6 +354,7 @@ mod tests {
                     term: 1,
                     beat,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -361,6 +385,59 @@ mod tests {
         }
     }
 
+    /// Finding 3 of issue 32: voters configured with shorter timeouts than the admin's
+    /// interval. a beats every 10 s by its settings; b and c promised 6 s (their minimum
+    /// election timeout) when they voted, so a beats every 3 s instead — and never faster than
+    /// a tenth of its setting, whatever a member states.
+    #[test]
+    fn the_admin_beats_within_half_the_shortest_promise_it_hears() {
+        let config = crate::Config {
+            heartbeat_interval_ms: 10_000,
+            ..crate::Config::default()
+        };
+        let mut a = node_with("a", ABCDE, vec![crate::ADMIN_ELECTION.into()], config);
+        fire(&mut a, Timer::Discovery);
+        fire(&mut a, Timer::Election);
+        let t = a.now_ms();
+        for v in ["b", "c"] {
+            a.step_vec(
+                t,
+                from(
+                    v,
+                    Message::PreVoteReply {
+                        term: 1,
+                        granted: true,
+                    },
+                ),
+            );
+        }
+        for (v, promise_ms) in [("b", 6_000), ("c", 6_000)] {
+            let reply = Message::VoteReply {
+                term: 1,
+                granted: true,
+                promise_ms,
+            };
+            a.step_vec(t, from(v, reply));
+        }
+        assert_eq!(a.role(), Role::Admin);
+        assert_eq!(a.timers.deadline(Timer::Heartbeat), Some(t + 3_000));
+        let out = fire(&mut a, Timer::Heartbeat);
+        let beat = beat_of(&out);
+        let tiny = Message::HeartbeatAck {
+            term: 1,
+            beat,
+            promise_ms: 3,
+            holds: true,
+        };
+        a.step_vec(a.now_ms(), from("d", tiny));
+        fire(&mut a, Timer::Heartbeat);
+        assert_eq!(
+            a.timers.deadline(Timer::Heartbeat),
+            Some(a.now_ms() + 1_000),
+            "a tenth of the setting at most"
+        );
+    }
+
     #[test]
     fn majority_of_acks_renews_from_send_time_and_duplicates_do_not_count() {
         let mut a = elect("a", ABCDE, &["b", "c"]);
@@ -370,6 +447,7 @@ mod tests {
             term: 1,
             beat,
             promise_ms: 30_000,
+            holds: false,
         };
         a.step_vec(sent + 5, from("b", ack.clone()));
         a.step_vec(sent + 6, from("b", ack.clone()));
@@ -468,6 +546,7 @@ mod tests {
                     term: 1,
                     beat,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -476,6 +555,7 @@ mod tests {
             term: 1,
             beat: beat + 1,
             promise_ms: 30_000,
+            holds: false,
         };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", beyond))),
@@ -485,6 +565,7 @@ mod tests {
             term: 2,
             beat,
             promise_ms: 30_000,
+            holds: false,
         };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", higher))),
@@ -511,6 +592,7 @@ mod tests {
                     term: 1,
                     beat: b2,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -523,6 +605,7 @@ mod tests {
                     term: 1,
                     beat: b3,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -542,6 +625,7 @@ mod tests {
                     term: 1,
                     beat: b2,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -555,6 +639,7 @@ mod tests {
                     term: 1,
                     beat: b3,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -576,6 +661,7 @@ mod tests {
                     term: 1,
                     beat,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -587,6 +673,7 @@ mod tests {
                     term: 1,
                     beat,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -620,6 +707,7 @@ mod tests {
                     term: 2,
                     beat: 1,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -653,7 +741,8 @@ mod tests {
             [&Message::HeartbeatAck {
                 term: 3,
                 beat: 4,
-                promise_ms: 0
+                promise_ms: 0,
+                holds: false,
             }],
             "a stale admin gets no promise"
         );
@@ -686,10 +775,12 @@ mod tests {
             [&Message::HeartbeatAck {
                 term: 1,
                 beat: 9,
-                promise_ms: 30_000
+                promise_ms: 30_000,
+                holds: true,
             }]
         );
         assert_eq!((b.term(), b.beat()), (1, 9));
+        assert_eq!(b.stamp(), 1, "b holds a's electorate, confirmed in term 1");
         assert_eq!(b.timers.deadline(Timer::Election), Some(5 + MIN));
     }
 

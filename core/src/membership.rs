@@ -1,39 +1,76 @@
 //! Membership changes: one voter added or removed at a time, by the admin, and autopilot.
 //!
-//! Rules, each checked by a test in this file or in `core/tests/membership.rs`:
-//! 1. Only an admin proposes, only while it holds its lease, only once a majority has
-//!    acknowledged a heartbeat of its term (so the electorate it was elected with is the
-//!    cluster's), and only one change at a time.
-//! 2. The admin adopts the new electorate at once (version + 1, stamped with its term) and
-//!    carries it in every heartbeat until it commits. A receiver adopts it before it acknowledges,
-//!    so an ack of a beat from the first such heartbeat on means "I hold the new electorate".
-//! 3. The change commits once a majority of the old electorate *and* a majority of the new one
-//!    hold it. Until then the lease and check-quorum need majorities of both. An admin that
-//!    removed itself steps down once the change commits.
-//! 4. Electorates are ordered by (version, proposing term). A voter grants (pre-)votes only to a
-//!    candidate whose electorate is its own or later (`election.rs`).
+//! Every node holds an electorate and a **position**: `(stamp, version)`, where `stamp` is the
+//! last term whose admin confirmed that electorate to the node (the admin itself stamps its own
+//! term when it wins). Positions order electorates as Raft's `(last log term, last log index)`
+//! orders logs, and the protocol is Raft's single-server membership change with the log cut
+//! down to its configuration entries (plus each term's no-op, which is the stamp). It is, rule
+//! for rule, MongoDB's logless reconfiguration protocol (MongoRaftReconfig: config term and
+//! version, the new primary rewriting the config term, the config quorum and term quorum
+//! checks), whose safety was model-checked with TLC and proved in TLAPS (Schultz, Dimopoulos,
+//! Schvimer, Sigman, Lamport — "Formal Verification of a Distributed Dynamic Reconfiguration
+//! Protocol", CPP 2022), with a stricter commit rule (majorities of both electorates).
 //!
-//! Why no old-version majority and new-version majority can both elect. Two electorates that
-//! differ by one member have intersecting majorities: for `n` and `n + 1` members the two
-//! quorums add up to more than the `n + 1` nodes there are. So in any one term the two cannot
-//! both elect (each voter votes once per term). Across terms: once a change to version `v + 1`
-//! commits, a majority of version `v` holds `v + 1` or later and refuses every candidate still on
-//! `v`, so no candidate on `v` can win again, and the next change is only proposed after that.
-//! A proposal that never committed (its admin died) is either carried on by a later admin that
-//! holds it, or overwritten: an admin elected without it has an electorate a majority holds,
-//! and a follower on an electorate from an older term than its admin's takes the admin's
-//! (rule 5; the uncommitted one cannot have committed, or that admin could not have won).
-//! 5. A follower takes the electorate of its term's admin — from a heartbeat during a change,
-//!    or from a WHOAMI reply when its version differs — when it is later than its own, or when
-//!    its own was proposed in an earlier term; never an older one from the admin of its own term
-//!    (a delayed message). With no admin known, a node takes the next electorate (version + 1,
-//!    one member apart) from an eligible member of its own (`discovery.rs`): a change cut short
-//!    by its admin's death must not leave the two sides refusing each other's candidates.
+//! Rules, each checked by a test in this file or in `core/tests/membership.rs`:
+//! 1. A voter grants a (pre-)vote only to a candidate whose position is at least its own; at
+//!    an equal position the electorates must be the same (`election.rs`). A candidate counts
+//!    grants from members of its own electorate only, and a node whose electorate changes while
+//!    it stands gives the round up (its grants were counted against the old one).
+//! 2. The admin of term T holds position (T, v) from its election on. It is **established**
+//!    once a majority of its electorate *holds* (T, v) — acknowledged a heartbeat of T saying
+//!    so (`HeartbeatAck.holds`) — which is Raft's "an entry of my term is committed" (Ongaro's
+//!    2015 fix to single-server changes).
+//! 3. Only an established admin proposes, only while it holds its lease, only one change at a
+//!    time, and only when a majority of the new electorate is following it now (etcd's strict
+//!    reconfiguration check; the node being added counts). It adopts the new electorate at once
+//!    (version + 1, proposing term T, position (T, v + 1)) and carries it in every heartbeat.
+//! 4. The change commits once a majority of the old electorate *and* a majority of the new one
+//!    hold (T, v + 1). Until then the lease and check-quorum need majorities of both. An admin
+//!    that removed itself steps down once the change commits.
+//! 5. A follower takes the electorate of the admin of its current term whenever it differs from
+//!    its own — from a heartbeat carrying it, or from that admin's WHOAMI reply — except an
+//!    older version from that same admin (a delayed message: the node's stamp is already this
+//!    term). Holding the admin's electorate, it stamps the term. Nobody else hands a node an
+//!    electorate once it has one.
+//!
+//! Why no two admins of one term, whatever the changes (the argument a reviewer should attack;
+//! `chorus-mc` checks it on small clusters):
+//!
+//! * *Positions only grow at a node.* A stamp changes only to the term of the admin the node
+//!   follows, which is its current term, at least any stamp it held; within one stamp the
+//!   version only grows (rule 5's exception). So a node that held (T, v) holds (T, v) or later
+//!   from then on — and it stays durable, being a fold of the logged events.
+//! * *One position, one electorate.* Positions with stamp T are made only by the admin of T
+//!   (rule 2, 3, 5), and that admin's versions grow one by one: two nodes at the same position
+//!   hold the same electorate, if one admin per term holds up to T (induction on terms).
+//! * *Every later admin holds every committed electorate, or a descendant.* Let C, at (T, v),
+//!   be committed: a majority of C holds (T, v) or later. Take the first term T' > T whose
+//!   admin's electorate E' does not descend from C. Its voters held positions at most E''s
+//!   position (s', v') (rule 1), and E' and C are one member apart or equal, or descend from
+//!   a common committed electorate by changes that each waited for the one before (rules 3, 4),
+//!   so a majority of E' meets the majority of C that holds (T, v): s' ≥ T. If s' = T, E' is a
+//!   version ≥ v of admin T's chain, which passes through C. If s' > T, E' came from the admin
+//!   of s' < T', which by choice of T' holds a descendant of C, and only extends it. Either
+//!   way E' descends from C: a contradiction.
+//! * *Hence two uncommitted siblings cannot both elect.* Siblings at version v + 1 proposed in
+//!   terms T1 < T2 (finding 1 of issue 32): the admin of T2 proposed its sibling only once
+//!   established, i.e. once a majority of its electorate held (T2, v). Any candidate still on
+//!   T1's sibling has position (T1, v + 1) < (T2, v) and is refused by that majority, so it
+//!   can win only with a majority of T1's sibling that does not meet it — impossible, as the
+//!   two electorates are each one member from v, and their majorities meet the majority of v
+//!   that holds (T2, v). Under the old order (version first) the T1 sibling ranked ahead of
+//!   (T2, v) and that majority granted it: two admins of term 3, for good. Chains of
+//!   uncommitted siblings reduce to this case one link at a time, each admin proposing only
+//!   after its own term's position is held by a majority.
+//!
+//! Two admins of one term can then only come from a bug or broken clocks; should they meet,
+//! the one that hears the other steps down (`conflicting_admin`) and a higher term decides.
 //!
 //! Autopilot (the admin, on each heartbeat): a standby — an eligible node outside the electorate
-//! — connected for `stabilization_time_ms` is promoted while the electorate is below
-//! `max_voters` (best score first); otherwise a voter not heard from for `dead_voter_timeout_ms`
-//! is removed while at least `min_quorum` voters remain.
+//! that holds the admin's electorate — connected for `stabilization_time_ms` is promoted while
+//! the electorate is below `max_voters` (best score first); otherwise a voter not heard from for
+//! `dead_voter_timeout_ms` is removed while at least `min_quorum` voters remain. Both go through
+//! rule 3.
 
 use std::sync::Arc;
 
@@ -123,6 +160,8 @@ pub enum ChangeRefusal {
     LastVoter,
     /// The electorate version reached the wire's limit (2⁵³ − 1); no change can follow.
     VersionExhausted,
+    /// A majority of the electorate the change would make is not following this admin now.
+    NewMajorityNotFollowing,
 }
 
 impl ChangeRefusal {
@@ -148,6 +187,9 @@ impl ChangeRefusal {
             ChangeRefusal::VersionExhausted => {
                 "the electorate version reached its limit (2^53 - 1); no further change is possible"
             }
+            ChangeRefusal::NewMajorityNotFollowing => {
+                "a majority of the electorate after the change is not following the admin now (down, cut off, or behind); it could never commit"
+            }
         }
     }
 }
@@ -170,8 +212,10 @@ impl Core {
                 .is_some_and(|c| c.old.contains(id))
     }
 
-    /// Rule 5: takes `theirs`, the electorate of the admin of this node's term, if it is later
-    /// than this node's or this node's came from an earlier term.
+    /// Rule 5: takes `theirs`, the electorate of the admin of this node's term, whenever it
+    /// differs from this node's — Raft's follower replacing its log's tail with its leader's
+    /// — except a delayed message of that admin's naming an older version than one this node
+    /// already holds from the same admin (its stamp is this term).
     pub(crate) fn follow_admin_electorate(
         &mut self,
         theirs: Arc<Electorate>,
@@ -180,9 +224,8 @@ impl Core {
         let take = match &self.electorate {
             None => false, // A node joins a cluster through discovery, not a heartbeat.
             Some(mine) => {
-                mine.genesis == theirs.genesis
-                    && mine.key() != theirs.key()
-                    && (theirs.key() > mine.key() || mine.term < self.term)
+                let delayed = self.stamp == self.term && mine.version > theirs.version;
+                mine.genesis == theirs.genesis && mine.key() != theirs.key() && !delayed
             }
         };
         if take {
@@ -364,6 +407,35 @@ impl Core {
         if old.version >= crate::MAX_WIRE_INT {
             return Err(ChangeRefusal::VersionExhausted);
         }
+        // etcd's strict reconfiguration check: the new electorate's majority must be following
+        // this admin now (acknowledged lately, holding its electorate), or the change could
+        // never commit and, the lease needing both majorities meanwhile, would stall the
+        // cluster. As in etcd, a node being added counts as following (it is connected and
+        // eligible, checked above).
+        let recent = now.saturating_sub(self.config.election_timeout_min_ms);
+        let key = old.key();
+        let added = match change {
+            MemberChange::Add { node } => Some(node),
+            MemberChange::Remove { .. } => None,
+        };
+        let following = members
+            .iter()
+            .filter(|m| {
+                **m == self.id
+                    || Some(*m) == added
+                    || admin
+                        .voters
+                        .get(*m)
+                        .is_some_and(|v| v.holds == Some(key) && v.sent_at_ms >= recent)
+                    || admin
+                        .standbys
+                        .get(*m)
+                        .is_some_and(|(_, last)| *last >= recent)
+            })
+            .count();
+        if following < members.len() / 2 + 1 {
+            return Err(ChangeRefusal::NewMajorityNotFollowing);
+        }
         let new = Arc::new(old.successor(self.term, members));
         let version = new.version;
         let from_beat = self.beat + 1;
@@ -385,6 +457,7 @@ impl Core {
             return;
         };
         let Some(change) = &admin.change else { return };
+        let key = new.key();
         let holds = |e: &Electorate| {
             e.members()
                 .iter()
@@ -392,7 +465,7 @@ impl Core {
                     admin
                         .voters
                         .get(*m)
-                        .is_some_and(|v| v.beat >= change.from_beat)
+                        .is_some_and(|v| v.beat >= change.from_beat && v.holds == Some(key))
                 })
                 .count()
                 >= e.quorum()

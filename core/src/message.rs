@@ -56,6 +56,11 @@ pub enum Message {
         electorate_term: u64,
         /// Candidate's electorate fingerprint.
         electorate_hash: u64,
+        /// The last term in which the candidate's electorate was confirmed as that term's
+        /// admin's (0: never). Voters order candidates by (stamp, version), as Raft orders logs
+        /// by (last term, last index): see `membership.rs`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_stamp: u64,
     },
     /// Pre-vote answer.
     PreVoteReply {
@@ -75,6 +80,9 @@ pub enum Message {
         electorate_term: u64,
         /// Candidate's electorate fingerprint.
         electorate_hash: u64,
+        /// As in [`Message::PreVoteRequest`].
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_stamp: u64,
     },
     /// Vote answer.
     VoteReply {
@@ -117,6 +125,10 @@ pub enum Message {
         /// `election_timeout_min_ms` (0 when absent: no promise is assumed).
         #[serde(default, skip_serializing_if = "is_zero")]
         promise_ms: u64,
+        /// The sender holds the electorate the acknowledged heartbeat named (and so has
+        /// stamped it with the admin's term): what establishes an admin and commits a change.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        holds: bool,
     },
     /// An admin gives up its lease (graceful shutdown), so voters may elect at once.
     StepDown {
@@ -338,6 +350,7 @@ mod tests {
                 electorate_version: 1,
                 electorate_term: 0,
                 electorate_hash: 0,
+                electorate_stamp: 0,
             },
             Message::PreVoteReply {
                 term: 1,
@@ -348,6 +361,7 @@ mod tests {
                 electorate_version: 1,
                 electorate_term: 0,
                 electorate_hash: 0,
+                electorate_stamp: 0,
             },
             Message::VoteReply {
                 term: 1,
@@ -361,6 +375,7 @@ mod tests {
                 term: 1,
                 beat: 1,
                 promise_ms: 0,
+                holds: false,
             },
             Message::Whoami {
                 electorate_version: 0,

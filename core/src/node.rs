@@ -33,6 +33,10 @@ pub(crate) struct Round {
 pub(crate) struct BeatRound {
     pub(crate) beat: u64,
     pub(crate) sent_at_ms: u64,
+    /// The electorate (version, proposing term) the heartbeat named: an acknowledgement that
+    /// says it holds it holds this one.
+    #[serde(default)]
+    pub(crate) names: (u64, u64),
 }
 
 /// The newest promise a voter made to this admin: on receipt of `beat` (sent at `sent_at_ms`)
@@ -42,6 +46,10 @@ pub(crate) struct VoterAck {
     pub(crate) beat: u64,
     pub(crate) sent_at_ms: u64,
     pub(crate) promise_ms: u64,
+    /// The electorate (version, proposing term) the voter said it holds (stamped with this
+    /// admin's term) in that acknowledgement, if it said so.
+    #[serde(default)]
+    pub(crate) holds: Option<(u64, u64)>,
 }
 
 /// A membership change proposed and not yet committed: `electorate` is already the new one.
@@ -140,6 +148,11 @@ pub struct Core {
     pub(crate) term: u64,
     pub(crate) voted_for: Option<NodeId>,
     pub(crate) electorate: Option<Arc<Electorate>>,
+    /// The last term in which this node held `electorate` as that term's admin's: its admin
+    /// (itself, or the one whose heartbeat it took) confirmed it. Voters order candidates by
+    /// (stamp, version), as Raft orders logs by (last term, last index) (`membership.rs`).
+    #[serde(default)]
+    pub(crate) stamp: u64,
     pub(crate) beat: u64,
     pub(crate) ever_started: bool,
     /// Bootstrap promises and acceptances (`bootstrap.rs`).
@@ -203,6 +216,7 @@ impl Core {
             term: 0,
             voted_for: None,
             electorate: None,
+            stamp: 0,
             beat: 0,
             ever_started: false,
             acceptor: Default::default(),
@@ -243,6 +257,7 @@ impl Core {
             term,
             voted_for,
             electorate,
+            stamp,
             beat,
             ever_started,
             acceptor,
@@ -274,6 +289,7 @@ impl Core {
         to.part(term);
         to.part(voted_for);
         to.part(electorate);
+        to.part(stamp);
         to.part(beat);
         to.part(ever_started);
         to.part(acceptor);
@@ -484,8 +500,14 @@ impl Core {
                 electorate_version,
                 electorate_term,
                 electorate_hash,
+                electorate_stamp,
             } => {
-                let key = (electorate_version, electorate_term, electorate_hash);
+                let key = (
+                    electorate_stamp,
+                    electorate_version,
+                    electorate_term,
+                    electorate_hash,
+                );
                 self.on_pre_vote_request(from, term, key, out)
             }
             M::PreVoteReply { term, granted } => self.on_pre_vote_reply(from, term, granted, out),
@@ -494,8 +516,14 @@ impl Core {
                 electorate_version,
                 electorate_term,
                 electorate_hash,
+                electorate_stamp,
             } => {
-                let key = (electorate_version, electorate_term, electorate_hash);
+                let key = (
+                    electorate_stamp,
+                    electorate_version,
+                    electorate_term,
+                    electorate_hash,
+                );
                 self.on_vote_request(from, term, key, out)
             }
             M::VoteReply {
@@ -524,7 +552,8 @@ impl Core {
                 term,
                 beat,
                 promise_ms,
-            } => self.on_heartbeat_ack(from, term, beat, promise_ms, out),
+                holds,
+            } => self.on_heartbeat_ack(from, term, beat, promise_ms, holds, out),
             M::StepDown { term } => self.on_step_down(from, term, out),
             M::BootstrapPrepare { ballot, expect } => {
                 self.on_bootstrap_prepare(from, ballot, expect, out)
@@ -726,6 +755,12 @@ impl Core {
         self.role == Role::Admin && self.lease_until_ms().is_some_and(|l| now_ms < l)
     }
 
+    /// The bootstrap proposal this node accepted last, with its ballot (the acceptor's durable
+    /// state: model checkers count acceptances from it).
+    pub fn bootstrap_accepted(&self) -> Option<(&crate::Ballot, &Electorate)> {
+        self.acceptor.accepted.as_ref().map(|(b, e)| (b, &**e))
+    }
+
     /// The highest beat seen.
     pub fn beat(&self) -> u64 {
         self.beat
@@ -733,6 +768,10 @@ impl Core {
 
     /// Makes `e` this node's electorate and says so (every way an electorate changes: bootstrap,
     /// adoption, a change proposed or followed, operator recovery).
+    ///
+    /// A round in progress ends: its requests named the old electorate, and the grants it
+    /// gathered were counted against it. (A node once counted its own vote toward a new
+    /// electorate that had removed it, and won.)
     pub(crate) fn set_electorate(&mut self, e: Arc<Electorate>, out: &mut Vec<Command>) {
         out.push(Command::Notice(Notice::ElectorateChanged {
             version: e.version,
@@ -740,6 +779,23 @@ impl Core {
             members: e.shared_members(),
         }));
         self.electorate = Some(e);
+        if self.round.is_some() {
+            self.become_follower(out);
+            self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);
+        }
+    }
+
+    /// (stamp, version, proposing term, fingerprint): how vote requests name the electorate,
+    /// and how voters order them (the first two decide; see `membership.rs`).
+    pub(crate) fn vote_key(&self) -> (u64, u64, u64, u64) {
+        self.electorate.as_ref().map_or((0, 0, 0, 0), |e| {
+            (self.stamp, e.version, e.term, e.fingerprint())
+        })
+    }
+
+    /// The stamp: the last term whose admin confirmed this node's electorate.
+    pub fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// (version, proposing term) of the electorate; (0, 0) before it is fixed.

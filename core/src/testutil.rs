@@ -88,6 +88,7 @@ pub(crate) fn vote_req(c: &Core, term: u64) -> Message {
         electorate_version,
         electorate_term,
         electorate_hash,
+        electorate_stamp: c.stamp(),
     }
 }
 
@@ -98,6 +99,7 @@ pub(crate) fn pre_vote_req(c: &Core, term: u64) -> Message {
         electorate_version,
         electorate_term,
         electorate_hash,
+        electorate_stamp: c.stamp(),
     }
 }
 

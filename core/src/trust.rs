@@ -201,16 +201,23 @@ impl Message {
                 term,
                 electorate_version,
                 electorate_term,
+                electorate_stamp,
                 ..
             }
             | M::VoteRequest {
                 term,
                 electorate_version,
                 electorate_term,
+                electorate_stamp,
                 ..
             } => {
                 in_range(*term)?;
                 in_range(*electorate_term)?;
+                // A stamp is a term the candidate lived through: never above the one it asks
+                // for (a member inflating it would outrank every honest candidate).
+                if electorate_stamp > term {
+                    return Err(Refusal::OutOfRange);
+                }
                 in_range(*electorate_version)
             }
             M::PreVoteReply { term, .. } | M::StepDown { term } => in_range(*term),
@@ -238,6 +245,7 @@ impl Message {
                 term,
                 beat,
                 promise_ms,
+                holds: _,
             } => {
                 in_range(*term)?;
                 in_range(*beat)?;
@@ -335,10 +343,38 @@ impl Core {
         let standby_ack = matches!(msg, Message::HeartbeatAck { .. })
             && self.role == crate::Role::Admin
             && self.peers.get(from).is_some_and(|p| p.eligible());
-        if msg.carries_term() && !self.speaks_for_cluster(from) && !standby_ack {
+        if msg.carries_term()
+            && !self.speaks_for_cluster(from)
+            && !standby_ack
+            && !self.may_be_a_newer_member(from, msg)
+        {
             return Err(Refusal::NotMember);
         }
         Ok(())
+    }
+
+    /// A (pre-)vote request from an eligible peer outside this node's electorate that names a
+    /// position ahead of this node's: a member added by a change this node missed. Its
+    /// electorate decides whose grants count, and a voter grants only to positions at least
+    /// its own (`membership.rs`), so admitting it is Raft's "vote for any up-to-date log".
+    /// Refusing it left a cut-short change without an admin when the new member ranked first
+    /// and a voter that missed the change would not hear it. A worker is never admitted here.
+    fn may_be_a_newer_member(&self, from: &NodeId, msg: &Message) -> bool {
+        let (stamp, version) = match msg {
+            Message::PreVoteRequest {
+                electorate_stamp,
+                electorate_version,
+                ..
+            }
+            | Message::VoteRequest {
+                electorate_stamp,
+                electorate_version,
+                ..
+            } => (*electorate_stamp, *electorate_version),
+            _ => return false,
+        };
+        let mine = self.vote_key();
+        self.peers.get(from).is_some_and(|p| p.eligible()) && (stamp, version) > (mine.0, mine.1)
     }
 
     /// Who may send messages that carry a term: members of this node's electorate; while an
@@ -410,7 +446,9 @@ mod tests {
     }
 
     // Issue 9, case 1: a heartbeat for the admin's own term from any peer used to reach an
-    // `assert!` ("two admins in term …"), and the logged event crashed every restart.
+    // `assert!` ("two admins in term …"), and the logged event crashed every restart. From a
+    // non-member it is refused and nothing else; from a member it means two admins of one
+    // term (issue 32), so the admin also steps down and a higher term decides.
     #[test]
     fn a_heartbeat_for_the_admins_own_term_is_refused_not_a_crash() {
         for sender in ["c", "w"] {
@@ -423,11 +461,17 @@ mod tests {
                 Refusal::NotMember
             };
             assert_eq!(refusals(&out), [(sender.to_owned(), reason)]);
-            assert!(only_refusals(&out));
-            assert_eq!(
-                (a.role(), a.term(), a.beat()),
-                (Role::Admin, 1, before.beat())
-            );
+            assert_eq!((a.term(), a.beat()), (1, before.beat()));
+            if sender == "c" {
+                assert_eq!(a.role(), Role::Follower);
+                assert!(out.contains(&Command::Notice(Notice::SteppedDown {
+                    term: 1,
+                    reason: crate::StepDownReason::ConflictingAdmin
+                })));
+            } else {
+                assert!(only_refusals(&out));
+                assert_eq!(a.role(), Role::Admin);
+            }
         }
     }
 
@@ -462,6 +506,7 @@ mod tests {
                     term,
                     beat: 1,
                     promise_ms: 30_000,
+                    holds: false,
                 },
                 Message::VoteReply {
                     term,
@@ -674,6 +719,7 @@ mod tests {
                     term: 2,
                     beat: 1,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -720,6 +766,7 @@ mod tests {
                     term: 1,
                     beat: 77,
                     promise_ms: 30_000,
+                    holds: false,
                 },
             ),
         );
@@ -827,6 +874,7 @@ mod tests {
                     electorate_version: v,
                     electorate_hash: u64::MAX,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 }
             } else {
                 Message::VoteRequest {
@@ -834,6 +882,7 @@ mod tests {
                     electorate_version: v,
                     electorate_hash: u64::MAX,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 }
             }
         };
@@ -873,6 +922,7 @@ mod tests {
             term,
             beat,
             promise_ms: 0,
+            holds: false,
         };
         cases.push((ack(ok, 1), ack(bad, 1)));
         cases.push((ack(1, ok), ack(1, bad)));

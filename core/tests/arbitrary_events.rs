@@ -80,6 +80,7 @@ fn message() -> impl Strategy<Value = Message> {
                     electorate_version,
                     electorate_term: h % 3,
                     electorate_hash,
+                    electorate_stamp: h % 4,
                 }
             } else {
                 Message::VoteRequest {
@@ -87,6 +88,7 @@ fn message() -> impl Strategy<Value = Message> {
                     electorate_version,
                     electorate_term: h % 3,
                     electorate_hash,
+                    electorate_stamp: h % 4,
                 }
             }
         }),
@@ -109,13 +111,14 @@ fn message() -> impl Strategy<Value = Message> {
                 membership_term: 0,
             }
         ),
-        (number(), number(), number()).prop_map(|(term, beat, promise_ms)| {
-            Message::HeartbeatAck {
+        (number(), number(), number(), any::<bool>()).prop_map(
+            |(term, beat, promise_ms, holds)| Message::HeartbeatAck {
                 term,
                 beat,
                 promise_ms,
+                holds,
             }
-        }),
+        ),
         number().prop_map(|term| Message::StepDown { term }),
         (number(), peer(), 0u32..6).prop_map(|(round, node, expect)| {
             Message::BootstrapPrepare {

@@ -23,6 +23,7 @@ fn valid() -> Vec<Vec<u8>> {
             electorate_version: 1,
             electorate_hash: 99,
             electorate_term: 0,
+            electorate_stamp: 0,
         },
         Message::PreVoteReply {
             term: 2,

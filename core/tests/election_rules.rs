@@ -77,6 +77,7 @@ fn pre_vote_req(c: &Core, term: u64) -> Message {
         electorate_version: e.version,
         electorate_term: e.term,
         electorate_hash: e.fingerprint(),
+        electorate_stamp: c.stamp(),
     }
 }
 
@@ -399,6 +400,7 @@ fn vote_req(c: &Core, term: u64) -> Message {
         electorate_version: e.version,
         electorate_term: e.term,
         electorate_hash: e.fingerprint(),
+        electorate_stamp: c.stamp(),
     }
 }
 
@@ -594,6 +596,7 @@ fn the_admin_counts_acks_of_its_eight_most_recent_heartbeats() {
         term: 1,
         beat,
         promise_ms: MIN,
+        holds: false,
     };
     // c has acknowledged nothing yet: its ack of beat 1 (nine rounds back) is too old …
     let out = a.step_vec(a.now_ms(), from("c", ack(1)));

@@ -42,6 +42,7 @@ fn vote_req(c: &Core, term: u64) -> Message {
         electorate_version: e.version,
         electorate_hash: e.fingerprint(),
         electorate_term: 0,
+        electorate_stamp: 0,
     }
 }
 
@@ -332,6 +333,7 @@ fn check_quorum_and_lease_count_from_the_acknowledged_heartbeat_send_time() {
                 term: 1,
                 beat,
                 promise_ms: 30_000,
+                holds: false,
             },
         ),
     );

@@ -21,6 +21,7 @@ fn main() {
             term: 7,
             beat: 123_456,
             promise_ms: 30_000,
+            holds: false,
         },
     };
     println!("eventlog bench: {total} events per run");

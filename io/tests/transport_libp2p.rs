@@ -195,6 +195,7 @@ async fn peers_connect_identify_send_and_broadcast() {
         electorate_version: 1,
         electorate_hash: 99,
         electorate_term: 0,
+        electorate_stamp: 0,
     };
     expect(&mut c, "C sees A up", is_up(&ida)).await;
     expect(&mut c, "C sees B up", is_up(&idb)).await;
@@ -262,6 +263,7 @@ async fn identity_persists_and_bootstrap_redials_after_a_restart() {
         term: 1,
         beat: 1,
         promise_ms: 30_000,
+        holds: false,
     };
     a.send(&idb, &ack);
     a.broadcast(&Message::StepDown { term: 1 });
@@ -505,6 +507,7 @@ async fn bad_input_is_rejected_and_counted_and_the_transport_keeps_serving() {
         term: 3,
         beat: 1,
         promise_ms: 30_000,
+        holds: false,
     };
     b.send(&ida, &ack);
     let idb = b.node_id();

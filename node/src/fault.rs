@@ -58,6 +58,7 @@ impl ForgedAcks {
                         term: *term,
                         beat: *beat,
                         promise_ms: self.promise_ms,
+                        holds: false,
                     },
                 });
             }

@@ -135,6 +135,7 @@ impl Liar {
                 term: self.term(),
                 beat: self.big(),
                 promise_ms: 30_000,
+                holds: false,
             },
             2 => Message::VoteReply {
                 term: self.term(),
@@ -150,12 +151,14 @@ impl Liar {
                 electorate_version: below(&mut self.rng, 3),
                 electorate_hash: self.rng.next_u64(),
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             5 => Message::PreVoteRequest {
                 term: self.term(),
                 electorate_version: below(&mut self.rng, 3),
                 electorate_hash: self.rng.next_u64(),
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             6 => Message::StepDown { term: self.term() },
             7 | 8 => {

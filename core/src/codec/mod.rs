@@ -173,6 +173,7 @@ mod tests {
                 electorate_version: 1,
                 electorate_hash: u64::MAX,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             Message::PreVoteReply {
                 term: 4,
@@ -183,6 +184,7 @@ mod tests {
                 electorate_version: 1,
                 electorate_hash: 7,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             Message::VoteReply {
                 term: 4,
@@ -201,6 +203,7 @@ mod tests {
                 term: 4,
                 beat: 10,
                 promise_ms: 30_000,
+                holds: false,
             },
             Message::StepDown { term: 4 },
         ]

@@ -1,0 +1,324 @@
+//! The invariants, checked on every transition, and the ghost variables they need.
+//!
+//! Always (a state that breaks one is a counterexample):
+//! * `election`: at most one node becomes admin in a term;
+//! * `lease`: no two running nodes hold an unexpired lease at the same instant;
+//! * `vote`: a node never votes for two candidates in one term, crashes included;
+//! * `known`: a node follows as admin of term T only the node that won T;
+//! * `chain`: at most one electorate commits per version, each one member from the last;
+//! * `completeness`: every admin elected holds the newest committed electorate or a later one
+//!   (what Raft calls leader completeness, for the electorate);
+//! * `genesis`: bootstrap chooses at most one electorate — counted from the acceptors' own
+//!   recorded acceptances (`bootstrap_expect` of them on one ballot) and from what nodes adopt.
+//!
+//! Sometimes (so a clean run is not clean because nothing happened): see [`Reached`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use chorus_core::{ChangeOutcome, NodeId, Notice};
+
+use crate::world::{Model, World};
+
+/// A broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The invariant's name (see the module doc).
+    pub invariant: &'static str,
+    /// What happened.
+    pub message: String,
+}
+
+impl Violation {
+    fn new(invariant: &'static str, message: String) -> Violation {
+        Violation { invariant, message }
+    }
+
+    /// The model could not be set up.
+    pub fn setup(message: String) -> Violation {
+        Violation::new("setup", message)
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.invariant, self.message)
+    }
+}
+
+/// Things a search should see happen at least once, or its clean result says little.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reached(pub u32);
+
+impl Reached {
+    /// Bootstrap chose an electorate.
+    pub const BOOTSTRAPPED: u32 = 1;
+    /// A node became admin.
+    pub const ELECTED: u32 = 2;
+    /// A node became admin in a term above 1 (a failover or a re-election).
+    pub const REELECTED: u32 = 4;
+    /// A membership change committed.
+    pub const COMMITTED: u32 = 8;
+    /// Two membership changes committed.
+    pub const TWO_COMMITTED: u32 = 16;
+    /// A node behind the newest committed electorate took a later one.
+    pub const CAUGHT_UP: u32 = 32;
+    /// A crashed node restarted.
+    pub const RESTARTED: u32 = 64;
+
+    /// Every flag with its name.
+    pub const ALL: [(u32, &'static str); 7] = [
+        (Self::BOOTSTRAPPED, "bootstrap chose an electorate"),
+        (Self::ELECTED, "an admin was elected"),
+        (Self::REELECTED, "an admin was elected in a later term"),
+        (Self::COMMITTED, "a membership change committed"),
+        (Self::TWO_COMMITTED, "two membership changes committed"),
+        (
+            Self::CAUGHT_UP,
+            "a node behind the committed electorate caught up",
+        ),
+        (Self::RESTARTED, "a crashed node restarted"),
+    ];
+
+    /// Whether `flag` was reached.
+    pub fn has(self, flag: u32) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// What the invariants remember of a path: part of the state (it decides future violations).
+#[derive(Clone, Debug, Default)]
+pub struct Ghost {
+    admins: BTreeMap<u64, u8>,
+    votes: BTreeMap<(u8, u64), NodeId>,
+    committed: BTreeMap<u64, Arc<[NodeId]>>,
+    geneses: BTreeSet<Vec<NodeId>>,
+    /// Not part of the state: read and cleared by the search after each transition.
+    pub(crate) reached: Reached,
+}
+
+impl Ghost {
+    pub(crate) fn hash(&self) -> u64 {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.admins.hash(&mut h);
+        for ((n, t), c) in &self.votes {
+            (n, t, c.as_str()).hash(&mut h);
+        }
+        for (v, m) in &self.committed {
+            v.hash(&mut h);
+            for id in m.iter() {
+                id.as_str().hash(&mut h);
+            }
+        }
+        for g in &self.geneses {
+            for id in g {
+                id.as_str().hash(&mut h);
+            }
+        }
+        h.finish()
+    }
+
+    /// Judges one notice of node `i`, whose electorate version before the step was `before`.
+    pub(crate) fn notice(
+        &mut self,
+        w: &World,
+        i: usize,
+        before: Option<u64>,
+        notice: &Notice,
+    ) -> Result<(), Violation> {
+        let me = Model::id(i);
+        let core = &w.nodes[i].core;
+        match notice {
+            Notice::BecameAdmin { term, .. } => {
+                if let Some(&other) = self.admins.get(term) {
+                    if other as usize != i {
+                        return Err(Violation::new(
+                            "election",
+                            format!(
+                                "{} and {me} both became admin in term {term}",
+                                Model::id(other as usize)
+                            ),
+                        ));
+                    }
+                }
+                self.admins.insert(*term, i as u8);
+                self.reached.0 |= Reached::ELECTED;
+                if *term > 1 {
+                    self.reached.0 |= Reached::REELECTED;
+                }
+                let e = core.electorate();
+                if let (Some((&v, members)), Some(e)) = (self.committed.last_key_value(), e) {
+                    let behind = e.version < v;
+                    let other = self
+                        .committed
+                        .get(&e.version)
+                        .is_some_and(|m| **m != *e.members());
+                    if behind || other {
+                        return Err(Violation::new(
+                            "completeness",
+                            format!(
+                                "{me} became admin of term {term} on electorate v{} {:?}, but v{v} {:?} had committed",
+                                e.version,
+                                names(e.members()),
+                                names(members)
+                            ),
+                        ));
+                    }
+                }
+            }
+            Notice::Voted { term, candidate } => {
+                if let Some(c) = self.votes.get(&(i as u8, *term)) {
+                    if c != candidate {
+                        return Err(Violation::new(
+                            "vote",
+                            format!("{me} voted for {c} and {candidate} in term {term}"),
+                        ));
+                    }
+                }
+                self.votes.insert((i as u8, *term), candidate.clone());
+            }
+            Notice::AdminKnown { admin, term } => {
+                let winner = self.admins.get(term).map(|w| Model::id(*w as usize));
+                if winner.as_ref() != Some(admin) {
+                    return Err(Violation::new(
+                        "known",
+                        format!(
+                            "{me} follows {admin} as admin of term {term}, won by {}",
+                            winner.map_or("nobody".into(), |w| w.to_string())
+                        ),
+                    ));
+                }
+            }
+            Notice::MembershipChange {
+                outcome: ChangeOutcome::Committed { version },
+                ..
+            } if core.role() == chorus_core::Role::Admin
+                || core.electorate().is_some_and(|e| e.version == *version) =>
+            {
+                // Only the committing admin says Committed of its own electorate (a forwarder
+                // relays the answer, with no electorate of its own to compare).
+                let Some(e) = core.electorate().filter(|e| e.version == *version) else {
+                    return Ok(());
+                };
+                let members: Arc<[NodeId]> = e.members().to_vec().into();
+                if let Some(m) = self.committed.get(version) {
+                    if *m != members {
+                        return Err(Violation::new(
+                            "chain",
+                            format!(
+                                "v{version} committed twice: {:?} and {:?}",
+                                names(m),
+                                names(&members)
+                            ),
+                        ));
+                    }
+                }
+                if let Some(prev) = self.committed.get(&(version - 1)) {
+                    if !one_apart(prev, &members) {
+                        return Err(Violation::new(
+                            "chain",
+                            format!(
+                                "v{version} {:?} committed after v{} {:?}: not one member apart",
+                                names(&members),
+                                version - 1,
+                                names(prev)
+                            ),
+                        ));
+                    }
+                }
+                self.committed.insert(*version, members);
+                self.reached.0 |= Reached::COMMITTED;
+                if self.committed.len() >= 2 {
+                    self.reached.0 |= Reached::TWO_COMMITTED;
+                }
+            }
+            Notice::ElectorateChanged {
+                version, members, ..
+            } => {
+                if *version == 1 {
+                    self.geneses.insert(members.to_vec());
+                    self.reached.0 |= Reached::BOOTSTRAPPED;
+                    if self.geneses.len() > 1 {
+                        let all: Vec<Vec<&str>> = self.geneses.iter().map(|g| names(g)).collect();
+                        return Err(Violation::new(
+                            "genesis",
+                            format!("nodes hold different bootstrap electorates: {all:?}"),
+                        ));
+                    }
+                }
+                let newest = self.committed.last_key_value().map(|(v, _)| *v);
+                let behind = before.zip(newest).is_some_and(|(b, n)| b < n);
+                if behind
+                    && *version > before.unwrap_or(0)
+                    && core.role() != chorus_core::Role::Admin
+                {
+                    self.reached.0 |= Reached::CAUGHT_UP;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The lease check alone, for the world to call between the steps of one action (the
+    /// ghost stays in place: only reads).
+    pub(crate) fn check_leases_now(&self, w: &World) -> Result<(), Violation> {
+        lease_holders(w)
+    }
+
+    /// After every transition: leases, and the bootstrap values the acceptors chose.
+    pub(crate) fn check_leases(&mut self, w: &World) -> Result<(), Violation> {
+        lease_holders(w)?;
+        // Chosen: accepted on one ballot by as many acceptors as bootstrap needs.
+        let mut by_ballot: BTreeMap<(u64, &str), (usize, &[NodeId])> = BTreeMap::new();
+        let mut expect = usize::MAX;
+        for n in &w.nodes {
+            expect = expect.min(n.core.config().bootstrap_expect as usize);
+            if let Some((ballot, e)) = n.core.bootstrap_accepted() {
+                let slot = by_ballot
+                    .entry((ballot.round, ballot.node.as_str()))
+                    .or_insert((0, e.members()));
+                slot.0 += 1;
+            }
+        }
+        for (count, members) in by_ballot.values() {
+            if *count >= expect {
+                self.geneses.insert(members.to_vec());
+                if self.geneses.len() > 1 {
+                    let all: Vec<Vec<&str>> = self.geneses.iter().map(|g| names(g)).collect();
+                    return Err(Violation::new(
+                        "genesis",
+                        format!("bootstrap chose two electorates: {all:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// No two running nodes hold an unexpired lease now.
+fn lease_holders(w: &World) -> Result<(), Violation> {
+    let holders: Vec<String> = (w.nodes.iter().enumerate())
+        .filter(|(_, n)| n.up && n.core.holds_lease(w.now))
+        .map(|(i, n)| format!("{} (term {})", Model::id(i), n.core.term()))
+        .collect();
+    if holders.len() > 1 {
+        return Err(Violation::new(
+            "lease",
+            format!("at t={} {} all hold a lease", w.now, holders.join(" and ")),
+        ));
+    }
+    Ok(())
+}
+
+fn names(ids: &[NodeId]) -> Vec<&str> {
+    ids.iter().map(|i| i.as_str()).collect()
+}
+
+fn one_apart(a: &[NodeId], b: &[NodeId]) -> bool {
+    let only_a = a.iter().filter(|m| !b.contains(m)).count();
+    let only_b = b.iter().filter(|m| !a.contains(m)).count();
+    only_a + only_b == 1
+}
