@@ -10,7 +10,9 @@
 //!    committed starts the clock again (it steps down on purpose, so the next admin must follow
 //!    within the bound);
 //! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
-//!    term appears until the next fault (a node back from a minority raised nothing).
+//!    term appears until the next fault (a node back from a minority raised nothing) or until
+//!    that admin steps down because its own removal committed (the next election then raises
+//!    the term as designed).
 //!
 //! 7. tasks — every accepted task (`task_submitted`) gets a result at its submitter or is
 //!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
@@ -284,7 +286,10 @@ impl Checker {
                 }
                 if reason == "removed" {
                     // Its own removal committed and it handed over: a fault-free leadership
-                    // change that the next admin must complete within the bound.
+                    // change that the next admin must complete within the bound. That election
+                    // raises the term as designed, so the term its lease held after a heal is
+                    // no longer the one to guard (issue 32, finding 4).
+                    self.term_guard = None;
                     self.restart_liveness_clock(t);
                 }
             }
