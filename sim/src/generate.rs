@@ -118,11 +118,13 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
                 nodes: vec![node(i)],
                 election_timeout_min_ms: Some(min_i),
                 election_timeout_max_ms: Some(max_i),
-                heartbeat_interval_ms: if opts.mixed_timing && chance(rng, 1, 2) {
+                heartbeat_interval_ms: if !opts.mixed_timing {
+                    None
+                } else if chance(rng, 1, 2) {
                     let lease = config.lease_for(min_i);
                     Some(range(rng, min_i / 3, lease * 95 / 100))
                 } else {
-                    None
+                    Some(config.heartbeat_interval_ms.min(min_i / 3))
                 },
                 ..NodeSettings::default()
             });
@@ -292,8 +294,26 @@ fn fault(
             Action::Remove { node, target }
         }
     };
-    let kinds = if opts.membership { 15 } else { 9 };
+    let kinds = if opts.membership { 17 } else { 9 };
     match below(rng, kinds) {
+        15 | 16 => {
+            // The admin cut off with a minority, and a change asked of it just after: it may
+            // still hold its lease, and propose to the few it reaches.
+            let mut out = vec![
+                (
+                    0,
+                    Action::Partition {
+                        minority: None,
+                        with_admin: true,
+                    },
+                ),
+                (range(rng, 1, 500), change(rng)),
+            ];
+            if chance(rng, 2, 3) {
+                out.push((range(rng, 5_000, 30_000), Action::Heal));
+            }
+            out
+        }
         13 => {
             // Changes in a row, a few seconds apart.
             let mut t = 0;
