@@ -520,6 +520,31 @@ fn the_election_after_an_admin_removed_itself_may_raise_the_term_after_a_heal() 
     assert_eq!(invariants(&early, 5), vec![5]);
 }
 
+/// A group of the last partition that another fault still in force had cut in two is no
+/// majority side: when n0 and n1 could not reach each other (an earlier split), n0's lease
+/// says nothing of what n1 heard, and n2 raising the term with n1's vote after the heal is
+/// what any minority may do. (Reported as invariant 5 by the checker of 2b2eb3c; found by
+/// `chorus-sim fuzz --no-membership`, seeds 15478 and 17559.)
+#[test]
+fn a_majority_group_cut_in_two_by_another_fault_guards_no_term() {
+    let groups = |g: &[&[&str]]| Record::Partition {
+        groups: g
+            .iter()
+            .map(|g| g.iter().map(|n| n.to_string()).collect())
+            .collect(),
+    };
+    let mut t = healthy_start();
+    t.truncate(11); // n0 holds a lease until 60 000
+    t.push(at(31_000, groups(&[&["n0"], &["n1"]])));
+    t.push(at(32_000, groups(&[&["n0", "n1"], &["n2"]])));
+    t.push(at(40_000, Record::Heal));
+    t.push(at(40_100, vote("n2", 2, "n2")));
+    assert_eq!(invariants(&t, 3), Vec::<u8>::new());
+    // Without the earlier cut, the same term is reported.
+    t.remove(11);
+    assert_eq!(invariants(&t, 3), vec![5]);
+}
+
 /// A real cluster's merged trace (`chorus replay` of several data directories): no `spec`, peer
 /// ids as node ids, the eligible ones listed, kinds the simulator does not write. `check_file`
 /// reads it and quotes the line that breaks an invariant.
