@@ -76,6 +76,10 @@ struct RunArgs {
     /// adds a background task workload to one that has none (e.g. `storm+tasks`).
     #[arg(long, default_value = "steady")]
     scenario: String,
+    /// The scenario as a positional argument (`chorus-sim run FILE --seed S`), in place of
+    /// `--scenario`.
+    #[arg(value_name = "SCENARIO", conflicts_with = "scenario")]
+    file: Option<String>,
     #[command(flatten)]
     overrides: Overrides,
     /// The seed; the same seed gives a byte-identical trace.
@@ -161,7 +165,10 @@ fn cmd_check(path: PathBuf, bound_ms: Option<u64>) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
+fn cmd_run(mut args: RunArgs) -> anyhow::Result<bool> {
+    if let Some(file) = args.file.take() {
+        args.scenario = file;
+    }
     let scenario = args.overrides.apply(&args.scenario)?;
     let trace_path = args
         .trace
@@ -510,7 +517,7 @@ fn cmd_fuzz(args: FuzzArgs) -> anyhow::Result<bool> {
             std::fs::write(&generated, toml::to_string(g)?)
                 .with_context(|| format!("cannot write {}", generated.display()))?;
             println!(
-                "  saved: {} (reproduce: chorus-sim run --scenario {} --seed {})",
+                "  saved: {} (reproduce: chorus-sim run {} --seed {})",
                 path.display(),
                 path.display(),
                 o.seed

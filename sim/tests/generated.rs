@@ -140,6 +140,6 @@ fn assert_shrinks(s: &Scenario, seed: u64, invariant: u8) -> Scenario {
     let text = chorus_sim::generate::to_toml(&shrunk, s, seed, &Options::default(), "FILE");
     let back: Scenario = toml::from_str(&text).unwrap();
     assert_eq!(&back, c);
-    assert!(text.contains(&format!("chorus-sim run --scenario FILE --seed {seed}")));
+    assert!(text.contains(&format!("chorus-sim run FILE --seed {seed}")));
     shrunk.scenario
 }
