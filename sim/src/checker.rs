@@ -9,8 +9,11 @@
 //!    bound an admin holds a lease and every live node knows it; an admin whose own removal
 //!    committed starts the clock again (it steps down on purpose, so the next admin must follow
 //!    within the bound);
-//! 5. term stability — after a heal, if the majority side had a leased admin, no term above its
-//!    term appears until the next fault (a node back from a minority raised nothing).
+//! 5. term stability — after a heal, if the majority side (the part of the last partition's
+//!    group whose members still reached one another under every cut in force) had a leased
+//!    admin, no term above its term appears until the next fault (a node back from a minority
+//!    raised nothing) or until that admin steps down because its own removal committed (the
+//!    next election then raises the term as designed).
 //!
 //! 7. tasks — every accepted task (`task_submitted`) gets a result at its submitter or is
 //!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
@@ -284,7 +287,10 @@ impl Checker {
                 }
                 if reason == "removed" {
                     // Its own removal committed and it handed over: a fault-free leadership
-                    // change that the next admin must complete within the bound.
+                    // change that the next admin must complete within the bound. That election
+                    // raises the term as designed, so the term its lease held after a heal is
+                    // no longer the one to guard (issue 32, finding 4).
+                    self.term_guard = None;
                     self.restart_liveness_clock(t);
                 }
             }
@@ -363,7 +369,8 @@ impl Checker {
                 self.topology_changed(t);
             }
             Record::Heal => {
-                let groups = std::mem::take(&mut self.groups);
+                let last = std::mem::take(&mut self.groups);
+                let groups = self.connected_parts(&last);
                 self.cuts.clear();
                 self.topology_changed(t);
                 self.guard_terms_after_heal(&groups, t);
@@ -745,6 +752,54 @@ impl Checker {
             // Report each fault-free period once.
             self.satisfied = true;
         }
+    }
+
+    /// The groups of the last partition, each divided into the parts whose members reach one
+    /// another (both ways, through members of the group) under the cuts in force: another fault
+    /// still in force — a flap, a one-way cut, an earlier split — may have cut a group further,
+    /// and a group cut in two is no majority side whose admin its members all heard. Only
+    /// groups with a cut inside are walked.
+    fn connected_parts(&self, groups: &[Vec<String>]) -> Vec<Vec<String>> {
+        let index: BTreeMap<&str, usize> = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(k, g)| g.iter().map(move |n| (n.as_str(), k)))
+            .collect();
+        let mut cut_inside = BTreeSet::new();
+        for (a, b) in &self.cuts {
+            match (index.get(a.as_str()), index.get(b.as_str())) {
+                (Some(x), Some(y)) if x == y => {
+                    cut_inside.insert(*x);
+                }
+                _ => {}
+            }
+        }
+        let apart = |a: &str, b: &str| {
+            let key = |x: &str, y: &str| (x.to_owned(), y.to_owned());
+            self.cuts.contains(&key(a, b)) || self.cuts.contains(&key(b, a))
+        };
+        let mut out = Vec::new();
+        for (k, g) in groups.iter().enumerate() {
+            if !cut_inside.contains(&k) {
+                out.push(g.clone());
+                continue;
+            }
+            let mut left: Vec<&String> = g.iter().collect();
+            while let Some(first) = left.pop() {
+                let mut part = vec![first.clone()];
+                let mut next = 0;
+                while next < part.len() {
+                    let a = part[next].clone();
+                    let (near, far): (Vec<&String>, Vec<&String>) =
+                        left.into_iter().partition(|b| !apart(&a, b));
+                    part.extend(near.into_iter().cloned());
+                    left = far;
+                    next += 1;
+                }
+                out.push(part);
+            }
+        }
+        out
     }
 
     fn guard_terms_after_heal(&mut self, groups: &[Vec<String>], t: u64) {

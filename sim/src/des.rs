@@ -10,7 +10,7 @@
 //! node's clock runs at `1 + d/1e6` of global time; every time written to the trace is converted to global time),
 //! per-node settings (a restart with new ones steps `ConfigChanged` after `Started`, as
 //! `chorus run` does), connections that come up after a per-pair delay (`link_spread`), and
-//! groups kept apart from the start until a heal.
+//! groups kept apart from the start or by a `split` until a heal.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -491,7 +491,8 @@ impl<'s> Des<'s> {
         self.push(self.now + delay, Item::Connect { a, b, token });
     }
 
-    /// Whether `a` and `b` belong to different `apart_at_start` groups not yet healed.
+    /// Whether `a` and `b` belong to different groups kept apart (`apart_at_start`, a
+    /// `split`) not yet healed.
     fn apart(&self, a: usize, b: usize) -> bool {
         let (x, y) = (self.places[a].apart, self.places[b].apart);
         x != 0 && y != 0 && x != y
@@ -913,6 +914,42 @@ impl Cluster for Des<'_> {
         for (g, members) in groups.iter().enumerate() {
             for &i in members {
                 self.places[i].apart = g as u32 + 1;
+            }
+        }
+    }
+
+    fn split(&mut self, groups: &[Vec<usize>], sink: &mut Sink) {
+        // Only pairs with a node in a group, before or after, change.
+        let before: Vec<u32> = self.places.iter().map(|p| p.apart).collect();
+        for p in &mut self.places {
+            p.apart = 0;
+        }
+        self.set_apart(groups);
+        let involved: Vec<usize> = (0..self.nodes.len())
+            .filter(|i| before[*i] != 0 || self.places[*i].apart != 0)
+            .collect();
+        let was_apart =
+            |a: usize, b: usize| before[a] != 0 && before[b] != 0 && before[a] != before[b];
+        for (k, &a) in involved.iter().enumerate() {
+            for &b in &involved[k + 1..] {
+                match (was_apart(a, b), self.apart(a, b)) {
+                    (false, true) => {
+                        // A connection still waiting out its delay never comes up; one that is
+                        // up goes down at both ends.
+                        let key = (a as u32, b as u32);
+                        let up = self.pending_links.remove(&key).is_none()
+                            && self.nodes[a].core.is_some()
+                            && self.nodes[b].core.is_some()
+                            && self.peered(a, b);
+                        if up {
+                            let (ida, idb) = (self.places[a].id.clone(), self.places[b].id.clone());
+                            self.step(a, Event::PeerDown { peer: idb }, sink);
+                            self.step(b, Event::PeerDown { peer: ida }, sink);
+                        }
+                    }
+                    (true, false) if self.connected(a, b) => self.connect(a, b, sink),
+                    _ => {}
+                }
             }
         }
     }

@@ -43,6 +43,11 @@ pub trait Cluster {
     /// Keep the nodes of different groups apart from the start: no connection, no messages,
     /// until [`Cluster::heal`]. Called before any node starts.
     fn set_apart(&mut self, groups: &[Vec<usize>]);
+    /// Keep the nodes of different groups apart from now on, in place of the groups kept apart
+    /// so far (`apart_at_start` or an earlier split): the pairs newly apart lose their
+    /// connection (both ends get `PeerDown`), the pairs no longer apart connect again (if both
+    /// ends are up), messages between nodes apart are dropped, in flight too.
+    fn split(&mut self, groups: &[Vec<usize>], sink: &mut Sink);
     /// Restore every link, and connect the pairs kept apart (if both ends are up).
     fn heal(&mut self, sink: &mut Sink);
     /// Change loss, duplication and reordering (ppm).
@@ -431,6 +436,14 @@ impl Driver {
                         period,
                     },
                 );
+            }
+            Pending::Act(Action::Split { groups }) => {
+                let groups: Vec<Vec<usize>> =
+                    groups.iter().map(|g| crate::scenario::expand(g)).collect();
+                sink.record(Record::Partition {
+                    groups: groups.iter().map(|g| names(g)).collect(),
+                });
+                cluster.split(&groups, sink);
             }
             Pending::Act(Action::Heal) => {
                 sink.record(Record::Heal);

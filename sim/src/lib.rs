@@ -6,6 +6,7 @@ pub mod checker;
 pub mod des;
 pub mod driver;
 pub mod failover;
+pub mod generate;
 pub mod hostile;
 mod prefetch;
 pub mod run;

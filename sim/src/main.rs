@@ -32,6 +32,10 @@ enum Cmd {
     Run(RunArgs),
     /// Run many seeds on all cores; list failing seeds with the commands that reproduce them.
     Sweep(SweepArgs),
+    /// Generate a whole scenario from each seed (nodes, settings, faults, membership changes,
+    /// tasks), run it on the discrete-event engine with the checker, and shrink each failure to
+    /// a small scenario that breaks the same invariant on the same seed.
+    Fuzz(FuzzArgs),
     /// Re-run a trace's header and confirm the new trace is byte-identical.
     Replay {
         /// A trace written by `run --trace`.
@@ -72,6 +76,10 @@ struct RunArgs {
     /// adds a background task workload to one that has none (e.g. `storm+tasks`).
     #[arg(long, default_value = "steady")]
     scenario: String,
+    /// The scenario as a positional argument (`chorus-sim run FILE --seed S`), in place of
+    /// `--scenario`.
+    #[arg(value_name = "SCENARIO", conflicts_with = "scenario")]
+    file: Option<String>,
     #[command(flatten)]
     overrides: Overrides,
     /// The seed; the same seed gives a byte-identical trace.
@@ -96,6 +104,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Run(args) => cmd_run(args),
         Cmd::Sweep(args) => cmd_sweep(args),
+        Cmd::Fuzz(args) => cmd_fuzz(args),
         Cmd::Replay { trace } => cmd_replay(trace),
         Cmd::Check {
             trace,
@@ -156,7 +165,10 @@ fn cmd_check(path: PathBuf, bound_ms: Option<u64>) -> anyhow::Result<bool> {
     Ok(false)
 }
 
-fn cmd_run(args: RunArgs) -> anyhow::Result<bool> {
+fn cmd_run(mut args: RunArgs) -> anyhow::Result<bool> {
+    if let Some(file) = args.file.take() {
+        args.scenario = file;
+    }
     let scenario = args.overrides.apply(&args.scenario)?;
     let trace_path = args
         .trace
@@ -389,6 +401,130 @@ fn cmd_sweep(args: SweepArgs) -> anyhow::Result<bool> {
     });
     bar.finish_and_clear();
     Ok(sweep::report(&results, sweep::elapsed(start)))
+}
+
+/// `chorus-sim fuzz` arguments.
+#[derive(clap::Args, Clone)]
+struct FuzzArgs {
+    /// Seeds: `A..B` (B excluded) or `A..=B`. Default: `--seed` and `--count`.
+    #[arg(long)]
+    seeds: Option<String>,
+    /// First seed (with `--count`).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// How many seeds from `--seed` on.
+    #[arg(long, default_value_t = 100)]
+    count: u64,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Write each failure, shrunk, as `DIR/fuzz-SEED-invN.toml` (and the scenario as generated
+    /// as `DIR/fuzz-SEED-generated.toml`).
+    #[arg(long, value_name = "DIR")]
+    save: Option<PathBuf>,
+    /// No operator membership changes, no standbys, autopilot off.
+    #[arg(long)]
+    no_membership: bool,
+    /// Allow heartbeat intervals up to just below a node's own lease while other nodes have
+    /// shorter election timeouts (issue 32, finding 3).
+    #[arg(long)]
+    mixed_timing: bool,
+    /// No task workloads.
+    #[arg(long)]
+    no_tasks: bool,
+    /// Report failures without shrinking them.
+    #[arg(long)]
+    no_shrink: bool,
+    /// Print each seed's generated scenario as TOML instead of running it.
+    #[arg(long)]
+    show: bool,
+}
+
+fn cmd_fuzz(args: FuzzArgs) -> anyhow::Result<bool> {
+    use chorus_sim::generate;
+    let seeds: Vec<u64> = match &args.seeds {
+        Some(text) => sweep::parse_seeds(text)
+            .map_err(anyhow::Error::msg)?
+            .collect(),
+        None => (args.seed..args.seed.saturating_add(args.count)).collect(),
+    };
+    let opts = generate::Options {
+        membership: !args.no_membership,
+        mixed_timing: args.mixed_timing,
+        tasks: !args.no_tasks,
+    };
+    if args.show {
+        for &seed in &seeds {
+            let s = generate::generate(seed, &opts);
+            println!("# seed {seed}\n{}", toml::to_string(&s)?);
+        }
+        return Ok(true);
+    }
+    if let Some(dir) = &args.save {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let threads = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let start = Instant::now();
+    let last = std::sync::Mutex::new(Instant::now());
+    let outcomes = generate::fuzz(
+        &seeds,
+        &opts,
+        threads,
+        !args.no_shrink,
+        &|done, total, failed| {
+            let mut last = last.lock().expect("no panics while holding the lock");
+            if last.elapsed().as_secs_f64() >= 3.0 || done == total {
+                *last = Instant::now();
+                eprintln!(
+                    "fuzz: {done}/{total} · {failed} failed · {:.1} scenarios/s",
+                    done as f64 / sweep::elapsed(start).max(1e-9)
+                );
+            }
+        },
+    );
+    let wall = sweep::elapsed(start);
+    let failed: Vec<&generate::Outcome> = outcomes.iter().filter(|o| o.failure.is_some()).collect();
+    println!(
+        "{} scenarios in {wall:.1} s ({:.1} per s, {threads} threads): {} passed, {} failed",
+        outcomes.len(),
+        outcomes.len() as f64 / wall.max(1e-9),
+        outcomes.len() - failed.len(),
+        failed.len()
+    );
+    for o in failed {
+        let (invariant, message) = o.failure.as_ref().expect("filtered");
+        println!("FAILED seed {}: {message}", o.seed);
+        let Some(shrunk) = &o.shrunk else { continue };
+        let (s, g) = (&shrunk.scenario, &o.scenario);
+        println!(
+            "  shrunk ({} runs): {} → {} events, {} → {} nodes, {} → {}",
+            shrunk.runs,
+            g.events.len(),
+            s.events.len(),
+            g.nodes,
+            s.nodes,
+            chorus_sim::scenario::format_ms(g.duration_ms),
+            chorus_sim::scenario::format_ms(s.duration_ms)
+        );
+        if let Some(dir) = &args.save {
+            let path = dir.join(format!("fuzz-{}-inv{invariant}.toml", o.seed));
+            let text = generate::to_toml(shrunk, g, o.seed, &opts, &path.display().to_string());
+            std::fs::write(&path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            let generated = dir.join(format!("fuzz-{}-generated.toml", o.seed));
+            std::fs::write(&generated, toml::to_string(g)?)
+                .with_context(|| format!("cannot write {}", generated.display()))?;
+            println!(
+                "  saved: {} (reproduce: chorus-sim run {} --seed {})",
+                path.display(),
+                path.display(),
+                o.seed
+            );
+        }
+    }
+    Ok(outcomes.iter().all(|o| o.failure.is_none()))
 }
 
 fn cmd_timing(args: TimingArgs) -> anyhow::Result<bool> {

@@ -554,6 +554,16 @@ pub enum Action {
         /// Number of toggles.
         times: u32,
     },
+    /// Split the cluster into `groups` from now on, e.g. `groups = [["n0", "n4"], ["n1..=n3"]]`:
+    /// two nodes in different groups neither exchange messages nor stay connected (each end
+    /// gets `PeerDown` for the other, and `PeerUp` again once they are no longer apart);
+    /// unlisted nodes are not affected, as with `apart_at_start`. A later `split` replaces this
+    /// one (and `apart_at_start`); `heal` restores everything. Cuts made by `partition`,
+    /// `one_way` and `flap` stay until the heal. Written to the trace as a `partition`.
+    Split {
+        /// The groups, at least two, no node in two of them.
+        groups: Vec<Vec<NodeRef>>,
+    },
     /// Restore every link.
     Heal,
     /// Change loss, duplication and reordering.
@@ -849,17 +859,8 @@ impl Scenario {
                     .map_err(|e| format!("{what}: n{i}: {e}"))?;
             }
         }
-        let mut seen = std::collections::BTreeSet::new();
-        for (k, g) in self.apart_at_start.iter().enumerate() {
-            in_range(&format!("apart_at_start[{k}]"), g)?;
-            for i in expand(g) {
-                if !seen.insert(i) {
-                    return Err(format!("apart_at_start: n{i} is in more than one group"));
-                }
-            }
-        }
-        if self.apart_at_start.len() == 1 {
-            return Err("apart_at_start needs at least two groups to keep apart".into());
+        if !self.apart_at_start.is_empty() {
+            self.check_groups("apart_at_start", &self.apart_at_start)?;
         }
         if self.hostile.nodes > self.nodes - self.voter_count() {
             return Err(format!(
@@ -923,6 +924,9 @@ impl Scenario {
                     ));
                 }
             }
+            if let Action::Split { groups } = &s.action {
+                self.check_groups(&format!("{what}: split"), groups)?;
+            }
             if let Action::Join { count, nodes } = &s.action {
                 in_range(&what, nodes)?;
                 if let Some(i) = expand(nodes).into_iter().find(|i| !late.contains(i)) {
@@ -937,6 +941,31 @@ impl Scenario {
             if s.every == Some(0) {
                 return Err(format!("{what} repeats every 0 ms"));
             }
+        }
+        Ok(())
+    }
+
+    /// Groups of nodes to keep apart (`apart_at_start`, a `split`): in range, each node in
+    /// one group at most, and at least two groups that are not empty.
+    fn check_groups(&self, what: &str, groups: &[Vec<NodeRef>]) -> Result<(), String> {
+        let mut seen = std::collections::BTreeSet::new();
+        for (k, g) in groups.iter().enumerate() {
+            if let Some(r) = g.iter().find(|r| r.last() >= self.nodes) {
+                return Err(format!(
+                    "{what}[{k}] names {}, but there are {} nodes (n0..=n{})",
+                    String::from(*r),
+                    self.nodes,
+                    self.nodes - 1
+                ));
+            }
+            for i in expand(g) {
+                if !seen.insert(i) {
+                    return Err(format!("{what}: n{i} is in more than one group"));
+                }
+            }
+        }
+        if groups.iter().filter(|g| !g.is_empty()).count() < 2 {
+            return Err(format!("{what} needs at least two groups to keep apart"));
         }
         Ok(())
     }

@@ -468,6 +468,83 @@ fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
     assert_eq!(invariants(&t, 5), Vec::<u8>::new());
 }
 
+/// Issue 32, finding 4: after a heal the checker guards the majority admin's term (invariant
+/// 5); when that admin then removes itself and steps down, the election that follows raises the
+/// term as designed, and must not be reported as a minority node's raised term. (Reported as
+/// invariant 5 by the checker of 2b2eb3c, which restarted the liveness clock on that step-down
+/// but kept the guard.)
+#[test]
+fn the_election_after_an_admin_removed_itself_may_raise_the_term_after_a_heal() {
+    let mut t = three_of_five();
+    t.push(at(
+        5_000,
+        Record::Partition {
+            groups: vec![
+                vec!["n0".into(), "n1".into(), "n2".into(), "n3".into()],
+                vec!["n4".into()],
+            ],
+        },
+    ));
+    // Healed while n0 holds its lease (term 1): terms above 1 are guarded until 16 000.
+    t.push(at(6_000, Record::Heal));
+    t.push(at(10_000, electorate("n0", 2, 1, &["n1", "n2"])));
+    t.push(at(
+        10_000,
+        change("n0", false, "n0", ChangeOutcome::Proposed { version: 2 }),
+    ));
+    t.push(at(
+        10_040,
+        change("n0", false, "n0", ChangeOutcome::Committed { version: 2 }),
+    ));
+    t.push(at(
+        10_040,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "removed".into(),
+        },
+    ));
+    t.push(at(11_900, vote("n2", 2, "n2")));
+    t.push(at(11_950, vote("n1", 2, "n2")));
+    t.push(at(12_000, admin("n2", 2, 40_000)));
+    for i in 0..5 {
+        t.push(at(12_010, known(&format!("n{i}"), "n2", 2)));
+    }
+    assert_eq!(invariants(&t, 5), Vec::<u8>::new());
+    // A term raised before the removal is still reported.
+    let mut early = t.clone();
+    early.insert(
+        early.iter().position(|l| l.t >= 10_000).unwrap(),
+        at(9_000, vote("n4", 9, "n4")),
+    );
+    assert_eq!(invariants(&early, 5), vec![5]);
+}
+
+/// A group of the last partition that another fault still in force had cut in two is no
+/// majority side: when n0 and n1 could not reach each other (an earlier split), n0's lease
+/// says nothing of what n1 heard, and n2 raising the term with n1's vote after the heal is
+/// what any minority may do. (Reported as invariant 5 by the checker of 2b2eb3c; found by
+/// `chorus-sim fuzz --no-membership`, seeds 15478 and 17559.)
+#[test]
+fn a_majority_group_cut_in_two_by_another_fault_guards_no_term() {
+    let groups = |g: &[&[&str]]| Record::Partition {
+        groups: g
+            .iter()
+            .map(|g| g.iter().map(|n| n.to_string()).collect())
+            .collect(),
+    };
+    let mut t = healthy_start();
+    t.truncate(11); // n0 holds a lease until 60 000
+    t.push(at(31_000, groups(&[&["n0"], &["n1"]])));
+    t.push(at(32_000, groups(&[&["n0", "n1"], &["n2"]])));
+    t.push(at(40_000, Record::Heal));
+    t.push(at(40_100, vote("n2", 2, "n2")));
+    assert_eq!(invariants(&t, 3), Vec::<u8>::new());
+    // Without the earlier cut, the same term is reported.
+    t.remove(11);
+    assert_eq!(invariants(&t, 3), vec![5]);
+}
+
 /// A real cluster's merged trace (`chorus replay` of several data directories): no `spec`, peer
 /// ids as node ids, the eligible ones listed, kinds the simulator does not write. `check_file`
 /// reads it and quotes the line that breaks an invariant.

@@ -12,7 +12,8 @@
 //! node gets `PeerUp` for it (with `link_spread`, each pair after its own seeded delay, at the
 //! next tick boundary); when it crashes, every node connected to it gets `PeerDown` (as
 //! connection resets would tell them). Partitions cause no peer events; `apart_at_start`
-//! groups connect only at the first heal.
+//! groups connect only at the first heal, and a `split` takes connections down between its
+//! groups (`PeerDown` at both ends) and brings back those it no longer keeps apart.
 //!
 //! Operator requests (`add` and `remove` actions, task submits and cancels) reach a node's
 //! runtime on its operator channel, as the HTTP API's do in production; the node steps them
@@ -245,6 +246,8 @@ struct TurmoilCluster {
     roles: Vec<Option<(Role, u64)>>,
     /// Directed cuts in force (applied to turmoil once both ends exist).
     cuts: BTreeSet<(usize, usize)>,
+    /// The directions turmoil drops now (cuts and groups kept apart, between registered hosts).
+    applied: BTreeSet<(usize, usize)>,
     scores: Vec<u32>,
     drifts: Vec<i64>,
     voters: usize,
@@ -363,6 +366,7 @@ impl TurmoilCluster {
             live: vec![false; n],
             roles: vec![None; n],
             cuts: BTreeSet::new(),
+            applied: BTreeSet::new(),
             scores,
             drifts,
             voters: scenario.voter_count(),
@@ -380,6 +384,39 @@ impl TurmoilCluster {
             link_token: 0,
             // The discrete-event engine's stream for the same purpose, so both spread alike.
             link_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x11c5_9e4d_0000_0004),
+        }
+    }
+
+    /// Whether messages from `a` to `b` are dropped: a cut, or groups kept apart.
+    fn blocked(&self, a: usize, b: usize) -> bool {
+        self.cuts.contains(&(a, b)) || self.apart_pair(a, b)
+    }
+
+    /// Brings turmoil's links between registered hosts in line with [`Self::blocked`],
+    /// partitioning or repairing only the directions that change.
+    fn apply_links(&mut self) {
+        let n = self.apart.len();
+        for a in 0..n {
+            for b in 0..n {
+                self.apply_link(a, b);
+            }
+        }
+    }
+
+    /// [`Self::apply_links`] for the direction from `a` to `b`.
+    fn apply_link(&mut self, a: usize, b: usize) {
+        if a == b || !self.registered[a] || !self.registered[b] {
+            return;
+        }
+        let want = self.blocked(a, b);
+        if want != self.applied.contains(&(a, b)) {
+            if want {
+                self.applied.insert((a, b));
+                self.sim.partition_oneway(name(a), name(b));
+            } else {
+                self.applied.remove(&(a, b));
+                self.sim.repair_oneway(name(a), name(b));
+            }
         }
     }
 
@@ -551,15 +588,7 @@ impl Cluster for TurmoilCluster {
             let spec = self.specs[i].clone();
             self.sim.host(name(i), move || spec.software());
             self.registered[i] = true;
-            let cuts: Vec<(usize, usize)> = self
-                .cuts
-                .iter()
-                .filter(|(a, b)| (*a == i || *b == i) && self.registered[*a] && self.registered[*b])
-                .copied()
-                .collect();
-            for (a, b) in cuts {
-                self.sim.partition_oneway(name(a), name(b));
-            }
+            self.apply_links();
         }
         self.live[i] = true;
         self.roles[i] = Some((Role::Follower, 0));
@@ -574,9 +603,7 @@ impl Cluster for TurmoilCluster {
         if from == to || !self.cuts.insert((from, to)) {
             return;
         }
-        if self.registered[from] && self.registered[to] {
-            self.sim.partition_oneway(name(from), name(to));
-        }
+        self.apply_link(from, to);
     }
 
     fn set_apart(&mut self, groups: &[Vec<usize>]) {
@@ -585,31 +612,46 @@ impl Cluster for TurmoilCluster {
                 self.apart[i] = g as u32 + 1;
             }
         }
+        self.apply_links();
+    }
+
+    fn split(&mut self, groups: &[Vec<usize>], sink: &mut Sink) {
         let n = self.apart.len();
+        let before = std::mem::replace(&mut self.apart, vec![0; n]);
+        for (g, members) in groups.iter().enumerate() {
+            for &i in members {
+                self.apart[i] = g as u32 + 1;
+            }
+        }
+        let was_apart =
+            |a: usize, b: usize| before[a] != 0 && before[b] != 0 && before[a] != before[b];
         for a in 0..n {
-            for b in 0..n {
-                if self.apart_pair(a, b) {
-                    self.cut(a, b);
+            for b in a + 1..n {
+                match (was_apart(a, b), self.apart_pair(a, b)) {
+                    (false, true) => {
+                        let pending = self.pending_links.remove(&(a, b)).is_some();
+                        if !pending && self.live[a] && self.live[b] {
+                            self.tell(a, Control::Down(b));
+                            self.tell(b, Control::Down(a));
+                        }
+                    }
+                    (true, false) if self.connected(a, b) => self.connect(a, b, sink.now()),
+                    _ => {}
                 }
             }
         }
+        self.apply_links();
     }
 
     fn heal(&mut self, sink: &mut Sink) {
-        for (a, b) in std::mem::take(&mut self.cuts) {
-            if self.registered[a] && self.registered[b] {
-                self.sim.repair_oneway(name(a), name(b));
-            }
-        }
-        if self.apart.iter().all(|g| *g == 0) {
-            return;
-        }
         let n = self.apart.len();
         let pairs: Vec<(usize, usize)> = (0..n)
             .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
             .filter(|&(a, b)| self.apart_pair(a, b))
             .collect();
+        self.cuts.clear();
         self.apart = vec![0; n];
+        self.apply_links();
         for (a, b) in pairs {
             if self.connected(a, b) {
                 self.connect(a, b, sink.now());

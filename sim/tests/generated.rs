@@ -1,0 +1,145 @@
+//! The scenario generator and shrinker of `chorus-sim fuzz` (issue 32): deterministic, round
+//! trips through TOML, and a fixed slice of generated seeds.
+//!
+//! On the core as it is while issue 32 is open, generated scenarios with membership changes
+//! and splits find its bugs (two admins in one term, a cluster stalled by a stale electorate):
+//! that slice is run and its failing seeds printed, but only the slice without membership
+//! changes and autopilot must be clean. Once the core fix lands, tighten
+//! `the_slice_with_membership_changes_runs_and_its_failures_shrink` to assert it clean too.
+
+use chorus_sim::generate::{fuzz, generate, shrink, violated, Options};
+use chorus_sim::run::{run_to_bytes, Engine};
+use chorus_sim::scenario::Scenario;
+
+const SLICE: std::ops::Range<u64> = 0..150;
+
+fn without_membership() -> Options {
+    Options {
+        membership: false,
+        ..Options::default()
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_scenario_and_a_byte_identical_trace() {
+    let opts = Options::default();
+    for seed in [0, 7, 421] {
+        let a = generate(seed, &opts);
+        assert_eq!(a, generate(seed, &opts), "seed {seed}");
+        let (x, _) = run_to_bytes(&a, seed, Engine::Des, false).unwrap();
+        let (y, _) = run_to_bytes(&generate(seed, &opts), seed, Engine::Des, false).unwrap();
+        assert!(x == y, "seed {seed}: traces differ");
+    }
+    assert_ne!(generate(1, &opts), generate(2, &opts));
+    // The options shape what is drawn.
+    let plain = generate(3, &without_membership());
+    assert!(!plain.config.autopilot && plain.late.is_empty());
+}
+
+#[test]
+fn generated_scenarios_validate_and_round_trip_through_toml_to_the_same_trace() {
+    for opts in [
+        Options::default(),
+        without_membership(),
+        Options {
+            mixed_timing: true,
+            ..Options::default()
+        },
+    ] {
+        for seed in 0..40 {
+            let s = generate(seed, &opts);
+            s.validate().unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+            let text = toml::to_string(&s).unwrap();
+            let back: Scenario =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("seed {seed}: {e}\n{text}"));
+            assert_eq!(back, s, "seed {seed}:\n{text}");
+            if seed % 10 == 0 {
+                let (x, _) = run_to_bytes(&s, seed, Engine::Des, false).unwrap();
+                let (y, _) = run_to_bytes(&back, seed, Engine::Des, false).unwrap();
+                assert!(
+                    x == y,
+                    "seed {seed}: the scenario read back runs differently"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_slice_without_membership_changes_or_autopilot_is_clean() {
+    let seeds: Vec<u64> = SLICE.collect();
+    let outcomes = fuzz(&seeds, &without_membership(), 2, false, &|_, _, _| {});
+    let failed: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| {
+            let (_, m) = o.failure.as_ref()?;
+            Some(format!(
+                "seed {}: {m}\n  reproduce: chorus-sim fuzz --seed {} --count 1 --no-membership --save DIR",
+                o.seed, o.seed
+            ))
+        })
+        .collect();
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn the_slice_with_membership_changes_runs_and_its_failures_shrink() {
+    let seeds: Vec<u64> = SLICE.collect();
+    let outcomes = fuzz(&seeds, &Options::default(), 2, false, &|_, _, _| {});
+    let failed: Vec<(u64, u8)> = outcomes
+        .iter()
+        .filter_map(|o| o.failure.as_ref().map(|(i, _)| (o.seed, *i)))
+        .collect();
+    // Issue 32 is open: record what fails rather than assert it clean.
+    eprintln!(
+        "generated slice {SLICE:?} with membership changes: failing (seed, invariant): {failed:?}"
+    );
+    assert!(
+        failed.iter().all(|(_, i)| *i > 0),
+        "a run failed to run: {failed:?}"
+    );
+    // A failing seed shrinks to a scenario that breaks the same invariant and is no larger.
+    if let Some(&(seed, invariant)) = failed.first() {
+        let original = generate(seed, &Options::default());
+        assert_shrinks(&original, seed, invariant);
+    }
+}
+
+#[test]
+fn a_failure_shrinks_to_a_smaller_scenario_that_still_fails_the_same_way() {
+    // Whatever the core: a liveness bound no cluster can meet makes every generated scenario
+    // fail invariant 4, and the shrinker must keep that while removing nearly everything.
+    let mut s = generate(5, &Options::default());
+    s.liveness_bound_ms = Some(1);
+    let first = violated(&s, 5).unwrap();
+    assert_eq!(first.first().map(|(i, _)| *i), Some(4), "{first:?}");
+    let shrunk = assert_shrinks(&s, 5, 4);
+    assert!(
+        shrunk.events.len() < s.events.len(),
+        "{} events left of {}",
+        shrunk.events.len(),
+        s.events.len()
+    );
+}
+
+/// Shrinks `s` (failing `invariant` on `seed`) and checks the result: it still fails that
+/// way, is no larger, and reads back from its TOML to the same failure.
+fn assert_shrinks(s: &Scenario, seed: u64, invariant: u8) -> Scenario {
+    let shrunk = shrink(s, seed, invariant);
+    let c = &shrunk.scenario;
+    assert!(
+        violated(c, seed)
+            .unwrap()
+            .iter()
+            .any(|(i, _)| *i == invariant),
+        "seed {seed}: the shrunk scenario no longer breaks invariant {invariant}"
+    );
+    assert!(c.events.len() <= s.events.len(), "seed {seed}: more events");
+    assert!(c.nodes <= s.nodes, "seed {seed}: more nodes");
+    assert!(c.duration_ms <= s.duration_ms, "seed {seed}: longer");
+    let text = chorus_sim::generate::to_toml(&shrunk, s, seed, &Options::default(), "FILE");
+    let back: Scenario = toml::from_str(&text).unwrap();
+    assert_eq!(&back, c);
+    assert!(text.contains(&format!("chorus-sim run FILE --seed {seed}")));
+    shrunk.scenario
+}
