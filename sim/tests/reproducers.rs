@@ -30,25 +30,25 @@ const TABLE: &[(&str, Expect, &[u64])] = &[
     ("change-cut-short-lossy.toml", Clean, &[]),
     ("slow-links-bootstrap.toml", Clean, &[]),
     // Issue 32, finding 1: two admins in term 3, then overlapping leases after the heal.
-    // Flip to clean when the core fix lands.
-    ("two-admins-siblings.toml", Violates(&[1, 2]), &[]),
-    // Issue 32, finding 1 by autopilot. Flip to clean when the core fix lands.
-    ("two-admins-autopilot.toml", Violates(&[1, 2]), &[]),
+    // Fixed by ordering electorates by (stamp, version) (core/src/membership.rs).
+    ("two-admins-siblings.toml", Clean, &[]),
+    // Issue 32, finding 1 by autopilot. Fixed likewise.
+    ("two-admins-autopilot.toml", Clean, &[]),
     // Issue 32, finding 2: the stale voter never learns the admin; with n4 gone nobody is
     // elected. Flip to clean when the core fix lands.
     ("stale-voter-rolling.toml", Violates(&[4]), &[]),
     // Issue 32, finding 2, second part (see also the test below). Flip to clean when the core
     // fix lands.
     ("removal-needs-nonfollower.toml", Violates(&[4]), &[]),
-    // Issue 32, finding 3: the admin deposed right after the heal. Flip to clean when the core
-    // fix lands.
-    ("mixed-heartbeat-timeouts.toml", Violates(&[5]), &[]),
-    // Found by `chorus-sim fuzz` while issue 32 is open: an overridden proposal taken up after
-    // a heal strands the cluster. Flip to clean when the core fix lands.
-    ("stale-proposal-stall.toml", Violates(&[4]), &[]),
-    // Found by `chorus-sim fuzz`: a candidate that takes an electorate without itself still
-    // wins, in a term already won. Flip to clean when the core fix lands.
-    ("candidate-leaves-electorate.toml", Violates(&[1]), &[5424]),
+    // Issue 32, finding 3: the admin deposed right after the heal. Fixed by the admin beating
+    // within half the shortest promise it hears (core/src/election.rs).
+    ("mixed-heartbeat-timeouts.toml", Clean, &[]),
+    // Found by `chorus-sim fuzz` while issue 32 was open: an overridden proposal taken up
+    // after a heal stranded the cluster. Fixed: only a node's admin hands it an electorate.
+    ("stale-proposal-stall.toml", Clean, &[]),
+    // Found by `chorus-sim fuzz`: a candidate that took an electorate without itself still
+    // won, in a term already won. Fixed: a node whose electorate changes gives its round up.
+    ("candidate-leaves-electorate.toml", Clean, &[5424]),
     // Found by `chorus-sim fuzz`: late standbys found a second cluster while every founder is
     // down (a design question; see the file). Flip to clean if the core comes to prevent it.
     ("late-standbys-second-cluster.toml", Violates(&[1]), &[]),
@@ -140,44 +140,42 @@ fn every_reproducer_gives_what_the_table_expects_on_both_engines() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-/// The second part of finding 2, beyond invariant 4 (which the stale voter alone already
-/// breaks): the removal of n4 proposed at 1m30s never commits, and nobody is elected after it
-/// although every voter is up and the network is whole. Flip (assert a commit or an admin)
-/// when the core fix lands.
+/// Issue 32, finding 2, second part: after the rolling replacement the operator asks the
+/// admin to remove n4, whose new electorate {n2, n3} needs the stale n2. It stalled the
+/// cluster for good (the change never committed, the lease needed both majorities). Now the
+/// admin refuses it (`new_majority_not_following`, etcd's strict reconfiguration check) and
+/// keeps its lease.
 #[test]
-fn a_removal_that_needs_a_stale_voter_never_commits_and_the_cluster_stalls() {
+fn a_removal_that_needs_a_stale_voter_is_refused_and_the_admin_stays() {
     let s = load("removal-needs-nonfollower.toml");
     for (seed, engine) in [(0, Engine::Des), (1, Engine::Des), (0, Engine::Turmoil)] {
         let (bytes, _) = run_to_bytes(&s, seed, engine, false).unwrap();
         let (_, lines) = read(&String::from_utf8(bytes).unwrap()).unwrap();
         let after = |l: &&chorus_sim::trace::Line| l.t >= 90_000;
-        let proposed = lines.iter().filter(after).any(|l| {
+        let outcome = |want: fn(&ChangeOutcome) -> bool| {
+            lines.iter().filter(after).any(|l| {
+                matches!(&l.record, Record::MembershipChange { outcome, request: Some(_), .. } if want(outcome))
+            })
+        };
+        let refused = outcome(|o| {
             matches!(
-                &l.record,
-                Record::MembershipChange {
-                    outcome: ChangeOutcome::Proposed { .. },
-                    request: Some(_),
-                    ..
+                o,
+                ChangeOutcome::Refused {
+                    reason: chorus_core::ChangeRefusal::NewMajorityNotFollowing
                 }
             )
         });
-        let committed = lines.iter().filter(after).any(|l| {
-            matches!(
-                &l.record,
-                Record::MembershipChange {
-                    outcome: ChangeOutcome::Committed { .. },
-                    ..
-                }
-            )
-        });
-        let elected = lines
+        let proposed = outcome(|o| matches!(o, ChangeOutcome::Proposed { .. }));
+        let renewed_late = lines
             .iter()
-            .filter(after)
-            .any(|l| matches!(&l.record, Record::BecameAdmin { .. }));
-        assert!(proposed, "seed {seed} {engine:?}: the removal was proposed");
+            .any(|l| l.t >= 120_000 && matches!(&l.record, Record::LeaseRenewed { .. }));
         assert!(
-            !committed && !elected,
-            "seed {seed} {engine:?}: committed {committed}, elected {elected} — fixed? flip this test"
+            refused && !proposed,
+            "seed {seed} {engine:?}: refused {refused}, proposed {proposed}"
+        );
+        assert!(
+            renewed_late,
+            "seed {seed} {engine:?}: the admin keeps renewing its lease"
         );
     }
 }
