@@ -961,6 +961,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(e.clone()),
             genesis: e.genesis,
+            electorate_stamp: 0,
         };
         c.step_vec(1, from("a", reply));
         assert_eq!(

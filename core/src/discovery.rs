@@ -14,6 +14,8 @@ pub(crate) struct Report {
     pub(crate) beat: u64,
     pub(crate) uptime_s: u64,
     pub(crate) resources: Resources,
+    /// The replier's stamp on the electorate it sent.
+    pub(crate) stamp: u64,
 }
 
 impl Core {
@@ -42,6 +44,7 @@ impl Core {
             msg: Message::Whoami {
                 electorate_version,
                 electorate_term,
+                electorate_stamp: self.stamp,
             },
         });
     }
@@ -57,14 +60,19 @@ impl Core {
         self.begin_discovery(out);
     }
 
-    pub(crate) fn on_whoami(&mut self, from: NodeId, theirs: (u64, u64), out: &mut Vec<Command>) {
-        // The electorate goes to an asker on another version (or the same version from another
-        // term): behind, or ahead on a change that may never have been committed (the asker
-        // decides what to do with it).
+    pub(crate) fn on_whoami(
+        &mut self,
+        from: NodeId,
+        theirs: (u64, u64, u64),
+        out: &mut Vec<Command>,
+    ) {
+        // The electorate goes to an asker on another electorate or stamp: behind, or ahead on
+        // a change that may never have been committed (the asker decides what to do with it).
+        let stamp = self.stamp;
         let electorate = self
             .electorate
             .as_ref()
-            .filter(|e| e.key() != theirs)
+            .filter(|e| (e.version, e.term, stamp) != theirs)
             .cloned();
         let msg = Message::WhoamiReply {
             admin: self.admin.clone(),
@@ -76,6 +84,7 @@ impl Core {
             resources: self.resources,
             electorate,
             genesis: self.genesis(),
+            electorate_stamp: stamp,
         };
         out.push(Command::Send { to: from, msg });
     }
@@ -97,6 +106,7 @@ impl Core {
             beat,
             uptime_s,
             resources,
+            stamp,
         } = report;
         // Eligibility comes from the peer's advertisement when it connected, never from a reply.
         if let Some(peer) = self.peers.get_mut(&from) {
@@ -118,6 +128,8 @@ impl Core {
                     if self.electorate_version_key() == key {
                         self.stamp = self.term;
                     }
+                } else if self.is_member(&from) {
+                    self.take_later_position(theirs, stamp, out);
                 }
             } else {
                 self.consider_electorate(from.clone(), theirs, out);
@@ -220,6 +232,30 @@ impl Core {
         }
     }
 
+    /// Rule 5's second half (`membership.rs`): a member of this node's electorate hands it an
+    /// electorate at a later position (stamp, version) of the same cluster, and the node takes
+    /// it with that stamp — MongoRaftReconfig's SendConfig, from members only (they speak for
+    /// the electorate; a worker or a stranger never moves it). Without it an admin that
+    /// proposed its own removal and lost its lease left the only member of the new electorate
+    /// on the old one, where nobody could win (`chorus-sim fuzz` seed 10233).
+    fn take_later_position(&mut self, theirs: Arc<Electorate>, stamp: u64, out: &mut Vec<Command>) {
+        let Some(mine) = &self.electorate else { return };
+        let later = (stamp, theirs.version) > (self.stamp, mine.version);
+        if theirs.genesis == mine.genesis && later {
+            // A stamp is a term an admin held (never above the replier's own term, checked at
+            // the boundary in `trust.rs`): a node behind it moves to that term first, so it
+            // never holds a position from a term it has not reached. (A voter removed while
+            // cut off stayed on its old term, took nothing, and was lost to the cluster:
+            // `chorus-sim fuzz` seed 984.)
+            let same = mine.key() == theirs.key() && mine.fingerprint() == theirs.fingerprint();
+            self.observe_term(stamp, out);
+            if !same {
+                self.set_electorate(theirs, out);
+            }
+            self.stamp = stamp;
+        }
+    }
+
     /// Arms the election timer to suspect the admin at `at_ms`.
     pub(crate) fn arm_suspect(&mut self, at_ms: u64, out: &mut Vec<Command>) {
         self.election_phase = ElectionPhase::Suspect;
@@ -243,6 +279,7 @@ mod tests {
             resources: Default::default(),
             electorate: None,
             genesis: 0,
+            electorate_stamp: 0,
         }
     }
 
@@ -328,6 +365,7 @@ mod tests {
                 Message::Whoami {
                     electorate_version: v,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 },
             )
         };
@@ -393,6 +431,7 @@ mod tests {
             [&Message::Whoami {
                 electorate_version: 1,
                 electorate_term: 0,
+                electorate_stamp: 0,
             }]
         );
         n.step_vec(
@@ -447,6 +486,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(theirs.clone().into()),
             genesis: 0,
+            electorate_stamp: 0,
         };
         n.step_vec(1, from("a", msg));
         assert_eq!(n.electorate(), Some(&theirs));

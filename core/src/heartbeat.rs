@@ -512,6 +512,7 @@ mod tests {
         let whoami = Message::Whoami {
             electorate_version: 1,
             electorate_term: 0,
+            electorate_stamp: 0,
         };
         let mut b = voter("b", ABCDE);
         let out = b.step_vec(5, from("a", hb(2)));

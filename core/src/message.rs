@@ -20,6 +20,10 @@ pub enum Message {
         /// tells apart two electorates of one version proposed in different terms.
         #[serde(default, skip_serializing_if = "is_zero")]
         electorate_term: u64,
+        /// The asker's stamp (see [`Message::PreVoteRequest`]): a replier at a later position
+        /// sends its electorate.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_stamp: u64,
     },
     /// Discovery reply: the replier's view.
     WhoamiReply {
@@ -37,9 +41,13 @@ pub enum Message {
         resources: Resources,
         /// Whether the replier is admin-eligible.
         eligible: bool,
-        /// The replier's electorate, when newer than the asker's.
+        /// The replier's electorate, when it differs from the asker's.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         electorate: Option<Arc<Electorate>>,
+        /// The replier's stamp on that electorate: with its version, the position a member
+        /// of the asker's electorate hands it over at (`membership.rs`, rule 5).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        electorate_stamp: u64,
         /// The genesis of the replier's electorate (0 = none): a different one than the
         /// asker's means another cluster.
         #[serde(default, skip_serializing_if = "is_zero")]
@@ -380,6 +388,7 @@ mod tests {
             Message::Whoami {
                 electorate_version: 0,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
         ];
         for m in &election {

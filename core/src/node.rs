@@ -473,7 +473,12 @@ impl Core {
             M::Whoami {
                 electorate_version,
                 electorate_term,
-            } => self.on_whoami(from, (electorate_version, electorate_term), out),
+                electorate_stamp,
+            } => self.on_whoami(
+                from,
+                (electorate_version, electorate_term, electorate_stamp),
+                out,
+            ),
             M::WhoamiReply {
                 admin,
                 term,
@@ -484,6 +489,7 @@ impl Core {
                 resources,
                 electorate,
                 genesis,
+                electorate_stamp,
             } => {
                 let report = crate::discovery::Report {
                     genesis,
@@ -492,6 +498,7 @@ impl Core {
                     beat,
                     uptime_s,
                     resources,
+                    stamp: electorate_stamp,
                 };
                 self.on_whoami_reply(from, report, electorate, out)
             }

@@ -175,8 +175,10 @@ impl Message {
             M::Whoami {
                 electorate_version,
                 electorate_term,
+                electorate_stamp,
             } => {
                 in_range(*electorate_version)?;
+                in_range(*electorate_stamp)?;
                 in_range(*electorate_term)
             }
             M::WhoamiReply {
@@ -186,10 +188,15 @@ impl Message {
                 beat,
                 uptime_s,
                 electorate,
+                electorate_stamp,
                 ..
             } => {
                 admin.as_ref().map_or(Ok(()), check_id)?;
                 in_range(*term)?;
+                // A stamp is a term the replier lived through.
+                if electorate_stamp > term {
+                    return Err(Refusal::OutOfRange);
+                }
                 in_range(*membership_version)?;
                 in_range(*beat)?;
                 if *uptime_s > MAX_UPTIME_S {
@@ -378,10 +385,15 @@ impl Core {
     }
 
     /// Who may send messages that carry a term: members of this node's electorate; while an
-    /// admin commits a change, the members of the electorate before it too; and the admin this
-    /// node knows for its term (which may be committing its own removal).
+    /// admin commits a change, the members of the electorate before it too; the admin this
+    /// node knows for its term (which may be committing its own removal); and the candidate
+    /// it voted for in its term (admitted as a member of a later electorate, it must be heard
+    /// once elected, or the node that elected it refuses its heartbeats: `chorus-sim fuzz`
+    /// seed 14151).
     pub(crate) fn speaks_for_cluster(&self, id: &NodeId) -> bool {
-        self.counts_as_voter(id) || self.admin.as_ref() == Some(id)
+        self.counts_as_voter(id)
+            || self.admin.as_ref() == Some(id)
+            || self.voted_for.as_ref() == Some(id)
     }
 
     /// Whether `id` is a member of this node's electorate.
@@ -528,6 +540,7 @@ mod tests {
                     resources: Default::default(),
                     electorate: None,
                     genesis: 0,
+                    electorate_stamp: 0,
                 },
             ];
             for msg in msgs {
@@ -612,6 +625,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(fake.clone()),
             genesis: 0,
+            electorate_stamp: 0,
         };
         let out = a.step_vec(5, from("w", reply.clone()));
         assert_eq!(refusals(&out), [("w".to_owned(), Refusal::Unsolicited)]);
@@ -657,6 +671,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(e),
             genesis: 0,
+            electorate_stamp: 0,
         };
         for p in ["a", "b", "c", "w"] {
             n.step_vec(0, up(p, p != "w"));
@@ -695,6 +710,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(e.clone()),
             genesis: e.genesis,
+            electorate_stamp: 0,
         };
         n.step_vec(1, from("a", reply));
         assert_eq!(n.electorate(), Some(&*e));
@@ -833,6 +849,7 @@ mod tests {
             eligible: true,
             electorate,
             genesis: 0,
+            electorate_stamp: 0,
         };
         let ok = MAX_WIRE_INT;
         let bad = MAX_WIRE_INT + 1;
@@ -841,10 +858,12 @@ mod tests {
                 Message::Whoami {
                     electorate_version: ok,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 },
                 Message::Whoami {
                     electorate_version: bad,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 },
             ),
             (reply(ok, 1, 1, 0, None), reply(bad, 1, 1, 0, None)),
@@ -958,6 +977,7 @@ mod tests {
                     eligible: true,
                     genesis: e.genesis,
                     electorate: Some(e.clone()),
+                    electorate_stamp: 0,
                 },
                 Message::Heartbeat {
                     term: 1,
@@ -997,6 +1017,7 @@ mod tests {
             eligible: true,
             electorate: None,
             genesis: 0,
+            electorate_stamp: 0,
         };
         cases.push((admin(long(MAX_ID_BYTES)), admin(long(MAX_ID_BYTES + 1))));
         let accepted = |id| Message::BootstrapAccepted { ballot: ballot(id) };

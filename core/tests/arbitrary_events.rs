@@ -45,7 +45,8 @@ fn message() -> impl Strategy<Value = Message> {
     prop_oneof![
         number().prop_map(|electorate_version| Message::Whoami {
             electorate_version,
-            electorate_term: 0
+            electorate_term: 0,
+            electorate_stamp: 0,
         }),
         (
             prop::option::of(peer()),
@@ -68,6 +69,7 @@ fn message() -> impl Strategy<Value = Message> {
                         eligible,
                         electorate,
                         genesis: 0,
+                        electorate_stamp: 0,
                     }
                 }
             ),
@@ -155,6 +157,7 @@ fn message() -> impl Strategy<Value = Message> {
             None => Message::Whoami {
                 electorate_version: 0,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
         }),
     ]

@@ -9,6 +9,7 @@ fn valid() -> Vec<Vec<u8>> {
         Message::Whoami {
             electorate_version: 3,
             electorate_term: 0,
+            electorate_stamp: 0,
         },
         Message::Heartbeat {
             term: 9,

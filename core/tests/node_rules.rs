@@ -54,6 +54,7 @@ fn a_stopped_node_answers_nothing_and_takes_in_no_peer() {
                 Message::Whoami {
                     electorate_version: 0,
                     electorate_term: 0,
+                    electorate_stamp: 0,
                 },
             ),
         ),
@@ -78,6 +79,7 @@ fn a_stopped_node_answers_nothing_and_takes_in_no_peer() {
             Message::Whoami {
                 electorate_version: 0,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
         ),
     );
@@ -199,6 +201,7 @@ fn uptime_counts_whole_seconds_since_the_last_start() {
             Message::Whoami {
                 electorate_version: 1,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
         )
     };

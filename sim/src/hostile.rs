@@ -186,11 +186,13 @@ impl Liar {
                     },
                     electorate: Some(self.electorate(me, nodes)),
                     genesis: self.big(),
+                    electorate_stamp: 0,
                 }
             }
             9 => Message::Whoami {
                 electorate_version: self.big(),
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             _ => match self.heard.len() {
                 0 => Message::StepDown { term: self.term },

@@ -1,11 +1,8 @@
 //! The scenario generator and shrinker of `chorus-sim fuzz` (issue 32): deterministic, round
 //! trips through TOML, and a fixed slice of generated seeds.
 //!
-//! On the core as it is while issue 32 is open, generated scenarios with membership changes
-//! and splits find its bugs (two admins in one term, a cluster stalled by a stale electorate):
-//! that slice is run and its failing seeds printed, but only the slice without membership
-//! changes and autopilot must be clean. Once the core fix lands, tighten
-//! `the_slice_with_membership_changes_runs_and_its_failures_shrink` to assert it clean too.
+//! Both slices, with and without membership changes, must be clean; the shrinker is tested on
+//! a liveness bound no cluster can meet.
 
 use chorus_sim::generate::{fuzz, generate, shrink, violated, Options};
 use chorus_sim::run::{run_to_bytes, Engine};
@@ -82,27 +79,24 @@ fn the_slice_without_membership_changes_or_autopilot_is_clean() {
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
+/// Membership changes, splits, autopilot, crashes and all: clean on the core of issue 32's fix.
+/// On the core before it, this slice failed (seed 119, invariant 4), and 162 of the first
+/// 20,000 seeds failed (invariants 1, 4 and 5).
 #[test]
-fn the_slice_with_membership_changes_runs_and_its_failures_shrink() {
+fn the_slice_with_membership_changes_is_clean() {
     let seeds: Vec<u64> = SLICE.collect();
     let outcomes = fuzz(&seeds, &Options::default(), 2, false, &|_, _, _| {});
-    let failed: Vec<(u64, u8)> = outcomes
+    let failed: Vec<String> = outcomes
         .iter()
-        .filter_map(|o| o.failure.as_ref().map(|(i, _)| (o.seed, *i)))
+        .filter_map(|o| {
+            let (_, m) = o.failure.as_ref()?;
+            Some(format!(
+                "seed {}: {m}\n  reproduce: chorus-sim fuzz --seed {} --count 1 --save DIR",
+                o.seed, o.seed
+            ))
+        })
         .collect();
-    // Issue 32 is open: record what fails rather than assert it clean.
-    eprintln!(
-        "generated slice {SLICE:?} with membership changes: failing (seed, invariant): {failed:?}"
-    );
-    assert!(
-        failed.iter().all(|(_, i)| *i > 0),
-        "a run failed to run: {failed:?}"
-    );
-    // A failing seed shrinks to a scenario that breaks the same invariant and is no larger.
-    if let Some(&(seed, invariant)) = failed.first() {
-        let original = generate(seed, &Options::default());
-        assert_shrinks(&original, seed, invariant);
-    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
 
 #[test]

@@ -141,6 +141,7 @@ mod tests {
             Message::Whoami {
                 electorate_version: 0,
                 electorate_term: 0,
+                electorate_stamp: 0,
             },
             Message::WhoamiReply {
                 admin: Some(NodeId::from("a")),
@@ -156,6 +157,7 @@ mod tests {
                 },
                 electorate: Some(e.clone()),
                 genesis: e.genesis,
+                electorate_stamp: 2,
             },
             Message::WhoamiReply {
                 admin: None,
@@ -167,6 +169,7 @@ mod tests {
                 resources: Default::default(),
                 electorate: None,
                 genesis: 0,
+                electorate_stamp: 0,
             },
             Message::PreVoteRequest {
                 term: 4,
@@ -299,6 +302,7 @@ mod tests {
             resources: Default::default(),
             electorate: Some(Arc::new(Electorate::new(1, members))),
             genesis: 0,
+            electorate_stamp: 0,
         };
         assert!(matches!(encode("c", &m), Err(CodecError::TooLarge(_))));
     }

@@ -322,6 +322,7 @@ mod tests {
             resources: Default::default(),
             genesis: e.genesis,
             electorate: Some(e),
+            electorate_stamp: 0,
         }
     }
 
@@ -526,6 +527,7 @@ mod tests {
                 resources: Default::default(),
                 genesis: 0,
                 electorate: Some(e),
+                electorate_stamp: 0,
             }
         };
         let mut pad = 1;

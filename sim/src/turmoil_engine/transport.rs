@@ -291,6 +291,7 @@ mod tests {
             eligible: true,
             genesis: e.genesis,
             electorate: Some(e),
+            electorate_stamp: 0,
         };
         let frames = codec::encode_parts("c", &reply).unwrap().len();
         assert!(frames >= 3, "{frames} frames");
