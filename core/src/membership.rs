@@ -30,8 +30,23 @@
 //! 5. A follower takes the electorate of the admin of its current term whenever it differs from
 //!    its own — from a heartbeat carrying it, or from that admin's WHOAMI reply — except an
 //!    older version from that same admin (a delayed message: the node's stamp is already this
-//!    term). Holding the admin's electorate, it stamps the term. Nobody else hands a node an
-//!    electorate once it has one.
+//!    term). Holding the admin's electorate, it stamps the term. Besides, a member of a node's
+//!    electorate may hand it an electorate at a later position, which it takes with that
+//!    stamp, moving to the stamp's term first (`discovery.rs`; MongoRaftReconfig's
+//!    SendConfig). Nobody else hands a node an electorate once it has one.
+//! 6. So that the nodes holding a later electorate can win, a node hears (pre-)vote requests
+//!    from an eligible peer outside its electorate that names a later position (a member added
+//!    by a change it missed), and the heartbeats of the candidate it voted for (`trust.rs`).
+//!
+//! Trust, as it stands: members are trusted to tell the truth about positions (they are
+//! trusted with votes anyway). Rule 6 also listens to an *eligible* non-member about its
+//! position, and eligibility is what a peer advertises: until positions are signed (a
+//! certificate of each committed electorate by a majority of the one before, so any node can
+//! check a chain from its own electorate — the next step of issue 32), a peer that lies about
+//! a later position can collect votes and be followed. It cannot make two honest admins of
+//! one term; it can keep a cluster from electing one. A worker (not eligible) cannot.
+//! Likewise a voter that missed every change while all the members it knows were retired
+//! cannot verify the new admin and stays out (`sim/reproducers/stale-voter-rolling.toml`).
 //!
 //! Why no two admins of one term, whatever the changes (the argument a reviewer should attack;
 //! `chorus-mc` checks it on small clusters):
