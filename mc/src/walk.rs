@@ -86,8 +86,8 @@ pub fn walks(
 }
 
 /// One walk: at each state a kind of action is drawn uniformly among those possible (deliver,
-/// settle, fire a timer, lose or duplicate, partition or heal, crash or restart, a membership
-/// change), then one action of that kind.
+/// settle, let time pass to the next timer, fire any node's timer, lose or duplicate,
+/// partition or heal, crash or restart, a membership change), then one action of that kind.
 fn walk(
     model: &Model,
     root: &World,
@@ -99,7 +99,7 @@ fn walk(
     let mut taken = Vec::new();
     let mut reached = Reached::default();
     for _ in 0..length {
-        let mut kinds: [Vec<Action>; 7] = Default::default();
+        let mut kinds: [Vec<Action>; 8] = Default::default();
         for a in w.actions(model) {
             let k = match a {
                 Action::Deliver(_) => 0,
@@ -109,6 +109,7 @@ fn walk(
                 Action::Split(_) | Action::Heal => 4,
                 Action::Crash(_) | Action::Restart(_) => 5,
                 Action::Change { .. } => 6,
+                Action::Advance => 7,
             };
             kinds[k].push(a);
         }

@@ -169,6 +169,8 @@ pub enum Action {
     Drop(usize),
     /// Fire node `i`'s earliest timer (the clock moves to its deadline if that is later).
     Fire(usize),
+    /// Fire the earliest timer of all: time passes as it does on a cluster without pauses.
+    Advance,
     /// Crash node `i`.
     Crash(usize),
     /// Restart node `i`.
@@ -267,16 +269,21 @@ impl World {
             if self.agreed_admin().is_some() {
                 return Ok(());
             }
-            let next = (0..self.nodes.len())
-                .filter(|i| self.nodes[*i].up)
-                .filter_map(|i| self.nodes[i].core.next_deadline().map(|(at, _)| (at, i)))
-                .min();
-            match next {
-                Some((_, i)) => self.fire(i)?,
+            match self.earliest() {
+                Some(i) => self.fire(i)?,
                 None => return Ok(()),
             }
         }
         Ok(())
+    }
+
+    /// The running node whose timer is due first (ties: lowest index).
+    fn earliest(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].up)
+            .filter_map(|i| self.nodes[i].core.next_deadline().map(|(at, _)| (at, i)))
+            .min()
+            .map(|(_, i)| i)
     }
 
     /// The admin every running node follows, with nothing in flight, if there is one.
@@ -305,6 +312,9 @@ impl World {
             }
         }
         let n = self.nodes.len();
+        if self.left.fires > 0 && self.earliest().is_some() {
+            acts.push(Action::Advance);
+        }
         if self.left.fires > 0 {
             for i in 0..n {
                 if self.nodes[i].up && self.nodes[i].core.next_deadline().is_some() {
@@ -389,6 +399,12 @@ impl World {
             Action::Fire(i) => {
                 self.left.fires = self.left.fires.saturating_sub(1);
                 self.fire(*i)?
+            }
+            Action::Advance => {
+                self.left.fires = self.left.fires.saturating_sub(1);
+                if let Some(i) = self.earliest() {
+                    self.fire(i)?
+                }
             }
             Action::Crash(i) if self.nodes[*i].up => {
                 self.left.crashes = self.left.crashes.saturating_sub(1);
@@ -578,6 +594,10 @@ impl World {
                     None => format!("{verb} #{n} (gone)"),
                 }
             }
+            Action::Advance => match self.earliest() {
+                Some(i) => format!("advance: {}", self.describe(&Action::Fire(i))),
+                None => "advance (no timer)".into(),
+            },
             Action::Fire(i) => match self.nodes[*i].core.next_deadline() {
                 Some((at, t)) => format!("fire {} {t:?} at {}", name(*i), self.now.max(at)),
                 None => format!("fire {} (no timer)", name(*i)),

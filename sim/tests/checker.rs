@@ -578,3 +578,43 @@ fn a_real_clusters_trace_is_checked_and_the_breaking_line_quoted() {
     assert_eq!(v, [(3, 8)], "{:?}", checked.violations);
     assert_eq!(checked.quoted[&8], body[6]);
 }
+
+/// Before any electorate exists, an admin is owed only once bootstrap can found one: as many
+/// eligible nodes up as `bootstrap_expect`, not merely a majority. Five voters that all found
+/// the cluster, one crashed for good before bootstrap finished: nothing is owed (`chorus-sim
+/// fuzz` seed 33889 was reported as a liveness failure); with `bootstrap_expect` 3 it is.
+#[test]
+fn no_admin_is_owed_before_enough_founders_are_up() {
+    let lines = |n: usize| {
+        let mut l: Vec<Line> = (0..n).map(|i| at(0, restart(&format!("n{i}")))).collect();
+        l.push(at(1_000, Record::Crash { node: "n0".into() }));
+        l.push(at(40_000, vote("n1", 1, "n1")));
+        l
+    };
+    assert_eq!(invariants(&lines(5), 5), Vec::<u8>::new());
+    let mut h = header(5);
+    h.spec.bootstrap_expect = Some(3);
+    let found: Vec<u8> = check(&h, &lines(5)).iter().map(|v| v.invariant).collect();
+    assert_eq!(found, vec![4]);
+}
+
+/// Term stability guards the majority side's admin only while that side's live members are a
+/// majority: with n1 crashed during the partition, n0's side {n0, n1} had lost its majority,
+/// n0 could not keep its lease, and a later term after the heal is the design working (the
+/// fuzzer's seeds 55680 and 86113 were reported as invariant 5).
+#[test]
+fn a_majority_side_that_lost_a_member_to_a_crash_guards_no_term() {
+    let mut t = healthy_start();
+    t.truncate(11); // n0 holds a lease until 60 000
+    t.push(at(
+        31_000,
+        Record::Partition {
+            groups: vec![vec!["n0".into(), "n1".into()], vec!["n2".into()]],
+        },
+    ));
+    t.push(at(35_000, Record::Crash { node: "n1".into() }));
+    t.push(at(40_000, Record::Heal));
+    t.push(at(40_100, vote("n2", 7, "n2")));
+    let found = invariants(&t, 3);
+    assert!(!found.contains(&5), "{found:?}");
+}
