@@ -768,6 +768,12 @@ impl Core {
         self.acceptor.accepted.as_ref().map(|(b, e)| (b, &**e))
     }
 
+    /// The highest bootstrap ballot this node promised (the acceptor's durable state: model
+    /// checkers check that it never goes down, restarts included, and never lags an acceptance).
+    pub fn bootstrap_promised(&self) -> Option<&crate::Ballot> {
+        self.acceptor.promised.as_ref()
+    }
+
     /// The highest beat seen.
     pub fn beat(&self) -> u64 {
         self.beat

@@ -2322,3 +2322,46 @@ fn autopilot_under_random_faults_ends_on_one_electorate_and_one_admin() {
         assert!((3..=5).contains(&e[0].2.len()), "seed {seed}: {e:?}");
     }
 }
+
+// ---- Lease and check-quorum during a change (issue 38, semantic mutants) -----------------------
+
+/// During a change the lease and check-quorum rest on a majority of the old electorate and of
+/// the new one. `a`, admin of a, b, c, d, adds `e`; from then on only `b` and `e` acknowledge:
+/// with `a` itself a majority of the new five, but two of the old four. The lease is not
+/// extended past what the old majority's last promises cover, the change does not commit, and
+/// once no old majority has answered for a full maximum election timeout the admin steps down
+/// (it must: its change cannot commit, and a cut-off admin that kept its term for ever would
+/// keep the old electorate's other side from electing anyone).
+///
+/// Kills the hand-made semantic mutant "`tally` during a change takes the lease and the
+/// check-quorum base from the new electorate alone" (docs/mutants.md, semantic mutants): it
+/// extended the lease at each beat and never stepped down.
+#[test]
+fn during_a_change_the_lease_and_check_quorum_need_the_old_majority_too() {
+    let mut a = established(ABCD);
+    a.step_vec(a.now_ms(), up("e", true));
+    assert_eq!(outcome(&ask(&mut a, add("e"), 1)), proposed(2));
+    let lease_before = a.lease_until_ms().expect("admin");
+    let max_ms = Config::default().election_timeout_max_ms;
+    let started = a.now_ms();
+    let mut stepped_down = false;
+    while a.now_ms() < started + 3 * max_ms {
+        let out = next_heartbeat(&mut a);
+        if a.role() != Role::Admin {
+            stepped_down = true;
+            break;
+        }
+        let (beat, _) = heartbeat(&out);
+        for v in ["b", "e"] {
+            let out = ack(&mut a, v, beat);
+            assert!(!committed(&out), "two of the old four hold it: {out:?}");
+        }
+        assert!(
+            a.lease_until_ms().is_some_and(|l| l <= lease_before),
+            "lease extended on the new majority alone: {:?} > {lease_before}",
+            a.lease_until_ms()
+        );
+    }
+    assert!(stepped_down, "check-quorum counted the new majority alone");
+    assert!(a.now_ms() >= started + max_ms, "not before a full timeout");
+}

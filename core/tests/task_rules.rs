@@ -1244,3 +1244,168 @@ fn a_worker_reports_at_once_to_an_admin_reelected_and_not_at_every_step() {
     let out = w.step_vec(400, from("b", heartbeat(2, 4)));
     assert_eq!(last_report(&out), None);
 }
+
+// ---- Cancelled runs are never run again (issue 38, semantic mutants) ---------------------------
+
+/// The task placements `a` sends while its timers fire up to `until`.
+fn placements_until(a: &mut Core, until: u64) -> Vec<(TaskId, String)> {
+    let mut sent = vec![];
+    while let Some((t, timer)) = a.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(a.now_ms());
+        sent.extend(placements(&a.step_vec(t, Event::TimerFired { timer })));
+    }
+    sent
+}
+
+/// `s-1` placed on `w1`, then cancelled by its submitter: the admin asks `w1` to stop it.
+fn cancelled_on_w1() -> Core {
+    let (mut a, _) = placed_on_w1();
+    let msg = Message::TaskOffer {
+        task: task("s", 1),
+        spec: spec(),
+        cancel: true,
+    };
+    let now = a.now_ms();
+    let out = a.step_vec(now, from("s", msg));
+    assert!(
+        (sent_to(&out, "w1").iter()).any(|m| matches!(m, Message::TaskCancel { .. })),
+        "{out:?}"
+    );
+    a
+}
+
+/// Admin rules 5 and 6 together: a cancelled run its worker gives back (it failed retryably
+/// before the cancel reached it) is not queued again, and no worker is handed it after the
+/// backoff; the submitter's next cancelling offer is answered with a cancelled result by the
+/// admin.
+///
+/// Kills the hand-made semantic mutant "the release path re-queues a placement without looking
+/// at its cancelled flag" — which was the code before this test (docs/mutants.md, semantic
+/// mutants): the task was placed on `w2` two ticks later and ran again.
+#[test]
+fn a_cancelled_run_given_back_by_its_worker_is_not_placed_again() {
+    let mut a = cancelled_on_w1();
+    at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            released: vec![(task("s", 1), 1)],
+            ..Report::default()
+        },
+    );
+    at(&mut a, 0, "w2", Report::default());
+    let t = a.admin_tasks().unwrap();
+    assert_eq!(
+        (t.placed_len(), t.queue_len()),
+        (0, 0),
+        "neither placed nor queued"
+    );
+    let until = a.now_ms() + 10_000;
+    assert_eq!(placements_until(&mut a, until), [], "never run again");
+    let msg = Message::TaskOffer {
+        task: task("s", 1),
+        spec: spec(),
+        cancel: true,
+    };
+    let now = a.now_ms();
+    let out = a.step_vec(now, from("s", msg));
+    assert!(
+        matches!(
+            sent_to(&out, "s").as_slice(),
+            [Message::TaskResult { result, .. }] if result.status == chorus_core::TaskStatus::Cancelled
+        ),
+        "{out:?}"
+    );
+}
+
+/// Admin rules 5 and 6: a cancelled run whose worker goes down is not queued again (the worker
+/// took the run along; running it elsewhere would run a task its submitter cancelled).
+///
+/// Kills the hand-made semantic mutant "`admin_peer_down` re-queues a placement without looking
+/// at its cancelled flag" — the code before this test: the task went to `w2` at the next tick.
+#[test]
+fn a_cancelled_run_whose_worker_goes_down_is_not_placed_again() {
+    let mut a = cancelled_on_w1();
+    at(&mut a, 0, "w2", Report::default());
+    let now = a.now_ms();
+    a.step_vec(now, Event::PeerDown { peer: "w1".into() });
+    let t = a.admin_tasks().unwrap();
+    assert_eq!(
+        (t.placed_len(), t.queue_len()),
+        (0, 0),
+        "neither placed nor queued"
+    );
+    let until = a.now_ms() + 10_000;
+    assert_eq!(placements_until(&mut a, until), [], "never run again");
+    // A placement not cancelled is still queued again at once when its worker goes down, and
+    // goes to w2.
+    let (mut a, _) = placed_on_w1();
+    at(&mut a, 0, "w2", Report::default());
+    let now = a.now_ms();
+    let mut sent = placements(&a.step_vec(now, Event::PeerDown { peer: "w1".into() }));
+    let until = a.now_ms() + 10_000;
+    sent.extend(placements_until(&mut a, until));
+    assert_eq!(sent.first(), Some(&(task("s", 1), "w2".to_owned())));
+}
+
+/// Worker rule 3: a run the admin asked to stop that then fails retryably (the sandbox errs
+/// while it is being stopped, or the node restarts under it) ends as a cancelled result; it is
+/// not given back to the admin to run again.
+///
+/// Kills the hand-made semantic mutant `run_failed`'s `retryable && !stopping && …` →
+/// `retryable && …` (a cancelled run released, queued and run again).
+#[test]
+fn a_cancelled_run_that_fails_retryably_ends_cancelled_and_is_not_given_back() {
+    for restart in [false, true] {
+        let mut w = worker(1);
+        place(&mut w, 1);
+        let now = w.now_ms();
+        let out = w.step_vec(
+            now,
+            from(
+                "b",
+                Message::TaskCancel {
+                    term: 1,
+                    task: task("s", 1),
+                },
+            ),
+        );
+        assert!(
+            out.iter()
+                .any(|c| matches!(c, Command::StopSandbox { task, .. } if task.seq == 1)),
+            "{out:?}"
+        );
+        let out = if restart {
+            w.step_vec(now + 1, Event::Started)
+        } else {
+            let failed = Event::SandboxFailed {
+                task: task("s", 1),
+                attempt: 1,
+                error: "sandbox: stop timed out".into(),
+                retryable: true,
+            };
+            w.step_vec(now + 1, failed)
+        };
+        let status = out.iter().find_map(|c| match c {
+            Command::Notice(Notice::TaskFinished { status, .. }) => Some(*status),
+            _ => None,
+        });
+        assert_eq!(
+            status,
+            Some(Some(chorus_core::TaskStatus::Cancelled)),
+            "restart {restart}: {out:?}"
+        );
+        assert!(
+            (sent_to(&out, "s").iter()).any(|m| matches!(m, Message::TaskResult { result, .. }
+                if result.status == chorus_core::TaskStatus::Cancelled)),
+            "restart {restart}: the submitter is told: {out:?}"
+        );
+        // Whatever report goes out next lists it finished, never released.
+        let now = w.now_ms();
+        let out = w.step_vec(now + 1, from("b", heartbeat(1, 2)));
+        if let Some((_, _, released)) = last_report(&out) {
+            assert_eq!(released, Vec::<u64>::new(), "restart {restart}");
+        }
+    }
+}

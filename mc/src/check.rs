@@ -9,7 +9,16 @@
 //! * `completeness`: every admin elected holds the newest committed electorate or a later one
 //!   (what Raft calls leader completeness, for the electorate);
 //! * `genesis`: bootstrap chooses at most one electorate — counted from the acceptors' own
-//!   recorded acceptances (`bootstrap_expect` of them on one ballot) and from what nodes adopt.
+//!   recorded acceptances (`bootstrap_expect` of them on one ballot) and from what nodes adopt;
+//! * `paxos`: the acceptors keep Paxos's own invariants, so a broken rule shows at the step that
+//!   breaks it rather than only when a second cluster is founded: a node's bootstrap promise
+//!   never goes down (restarts included: it is durable state); a node never holds an acceptance
+//!   above its promise (an accept raises the promise); and once a value is chosen at ballot b,
+//!   every acceptance at b or above carries that value (a proposer accepts its own proposal
+//!   first, so a proposal that ignores a chosen value breaks this at once); and every proposal
+//!   (its first `bootstrap_accept`) carries, for some `bootstrap_expect` of the promises made to
+//!   its ballot, the value of the highest-ballot acceptance they report, or any value when none
+//!   reports one (Paxos's P2c, judged from the promises as they were sent).
 //!
 //! Sometimes (so a clean run is not clean because nothing happened): see [`Reached`].
 
@@ -17,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use chorus_core::{ChangeOutcome, NodeId, Notice};
+use chorus_core::{Ballot, ChangeOutcome, NodeId, Notice};
 
 use crate::world::{Model, World};
 
@@ -87,6 +96,9 @@ impl Reached {
     }
 }
 
+/// The acceptance a promise reports: (ballot, electorate members), if any.
+type Reported = Option<(Ballot, Vec<NodeId>)>;
+
 /// What the invariants remember of a path: part of the state (it decides future violations).
 #[derive(Clone, Debug, Default)]
 pub struct Ghost {
@@ -94,6 +106,13 @@ pub struct Ghost {
     votes: BTreeMap<(u8, u64), NodeId>,
     committed: BTreeMap<u64, Arc<[NodeId]>>,
     geneses: BTreeSet<Vec<NodeId>>,
+    /// The lowest ballot a bootstrap value was seen chosen at, and the value.
+    chosen: Option<(Ballot, Vec<NodeId>)>,
+    /// Per ballot, the promises made to it (the proposer's own included): promiser → the
+    /// acceptance it reported. Not in the fingerprint: it only judges proposals (`paxos`), so
+    /// a search that merges two paths to one state may miss a bad proposal on the second; walks
+    /// judge every path they take.
+    promises: BTreeMap<Ballot, BTreeMap<u8, Reported>>,
     /// Not part of the state: read and cleared by the search after each transition.
     pub(crate) reached: Reached,
 }
@@ -113,6 +132,12 @@ impl Ghost {
         }
         for g in &self.geneses {
             for id in g {
+                id.as_str().hash(&mut h);
+            }
+        }
+        if let Some((b, v)) = &self.chosen {
+            (b.round, b.node.as_str()).hash(&mut h);
+            for id in v {
                 id.as_str().hash(&mut h);
             }
         }
@@ -282,8 +307,15 @@ impl Ghost {
                 slot.0 += 1;
             }
         }
-        for (count, members) in by_ballot.values() {
+        for ((round, node), (count, members)) in &by_ballot {
             if *count >= expect {
+                let ballot = Ballot {
+                    round: *round,
+                    node: NodeId::from(*node),
+                };
+                if self.chosen.as_ref().is_none_or(|(b, _)| ballot < *b) {
+                    self.chosen = Some((ballot, members.to_vec()));
+                }
                 self.geneses.insert(members.to_vec());
                 if self.geneses.len() > 1 {
                     let all: Vec<Vec<&str>> = self.geneses.iter().map(|g| names(g)).collect();
@@ -294,8 +326,129 @@ impl Ghost {
                 }
             }
         }
+        // With one node expected a node founds alone, outside Paxos.
+        if expect <= 1 {
+            return Ok(());
+        }
+        for (i, n) in w.nodes.iter().enumerate() {
+            let Some((ballot, e)) = n.core.bootstrap_accepted() else {
+                continue;
+            };
+            let me = Model::id(i);
+            let promised = n.core.bootstrap_promised();
+            if promised.is_none_or(|p| ballot > p) {
+                return Err(Violation::new(
+                    "paxos",
+                    format!(
+                        "{me} holds an acceptance of ballot {} above its promise {}",
+                        show(ballot),
+                        promised.map_or("none".into(), show)
+                    ),
+                ));
+            }
+            if let Some((b, v)) = &self.chosen {
+                if ballot >= b && e.members() != v.as_slice() {
+                    return Err(Violation::new(
+                        "paxos",
+                        format!(
+                            "{me} accepted {:?} at ballot {}, but {:?} was chosen at ballot {}",
+                            names(e.members()),
+                            show(ballot),
+                            names(v),
+                            show(b)
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
+}
+
+impl Ghost {
+    /// Node `i` promised `ballot`, reporting its acceptance `accepted`.
+    pub(crate) fn promised(
+        &mut self,
+        i: usize,
+        ballot: &Ballot,
+        accepted: Option<(&Ballot, &chorus_core::Electorate)>,
+    ) {
+        // The first report stands: a later promise to the same ballot (a prepare delivered twice)
+        // can only report the proposal's own value accepted since, which the proposer cannot
+        // have heard before proposing it.
+        let accepted = accepted.map(|(b, e)| (b.clone(), e.members().to_vec()));
+        let made = self.promises.entry(ballot.clone()).or_default();
+        made.entry(i as u8).or_insert(accepted);
+    }
+
+    /// Node `i` proposes `value` at `ballot`: P2c (see the module doc).
+    pub(crate) fn proposes(
+        &self,
+        i: usize,
+        ballot: &Ballot,
+        value: &chorus_core::Electorate,
+        expect: usize,
+    ) -> Result<(), Violation> {
+        let empty = BTreeMap::new();
+        let made: Vec<&Reported> = self
+            .promises
+            .get(ballot)
+            .unwrap_or(&empty)
+            .values()
+            .collect();
+        // Some `expect` of the promises (at most 8 nodes: every subset is cheap to try).
+        let fits = (0u32..1 << made.len())
+            .filter(|set| set.count_ones() as usize == expect)
+            .any(|set| {
+                let highest = (0..made.len())
+                    .filter(|k| set >> k & 1 == 1)
+                    .filter_map(|k| made[k].as_ref())
+                    .max_by(|a, b| a.0.cmp(&b.0));
+                highest.is_none_or(|(_, v)| v.as_slice() == value.members())
+            });
+        if fits {
+            return Ok(());
+        }
+        let heard: Vec<String> = (self.promises.get(ballot).unwrap_or(&empty).iter())
+            .map(|(k, a)| match a {
+                Some((b, v)) => {
+                    format!("{}: {:?} at {}", Model::id(*k as usize), names(v), show(b))
+                }
+                None => format!("{}: none", Model::id(*k as usize)),
+            })
+            .collect();
+        Err(Violation::new(
+            "paxos",
+            format!(
+                "{} proposes {:?} at ballot {}, but no {expect} of the promises made to it report that value as their highest acceptance (promises: {})",
+                Model::id(i),
+                names(value.members()),
+                show(ballot),
+                heard.join("; ")
+            ),
+        ))
+    }
+}
+
+/// Node `i`'s bootstrap promise must not go down in a step (`before` is the promise before it).
+pub(crate) fn promise_kept(w: &World, i: usize, before: Option<&Ballot>) -> Result<(), Violation> {
+    let after = w.nodes[i].core.bootstrap_promised();
+    if after < before {
+        return Err(Violation::new(
+            "paxos",
+            format!(
+                "{}'s bootstrap promise went down from {} to {}",
+                Model::id(i),
+                before.map_or("none".into(), show),
+                after.map_or("none".into(), show)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn show(b: &Ballot) -> String {
+    format!("{}/{}", b.round, b.node)
 }
 
 /// No two running nodes hold an unexpired lease now.

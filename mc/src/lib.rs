@@ -7,10 +7,10 @@
 //! electorates committed). From a start state the search ([`search::explore`]) tries, in every
 //! state, every action the adversary has: deliver any message in flight, duplicate or drop one
 //! (within budgets), fire any node's next timer (time jumps to it; other nodes' timers then fire
-//! late, as after a pause), crash a node (its durable state kept, as the event log keeps it) and
-//! restart it, split the cluster into two groups or heal it, and ask the admin for any membership
-//! change. States are hashed and each is expanded once, breadth-first, so a violation comes with
-//! a shortest path to it.
+//! late, as after a pause), crash a node and restart it from a snapshot of its state (as a node
+//! whose event log was just compacted recovers), split the cluster into two groups or heal it,
+//! and ask the admin for any membership change. States are hashed and each is expanded once,
+//! breadth-first, so a violation comes with a shortest path to it.
 //!
 //! The invariants ([`check`]) are DESIGN §5's safety properties plus what membership and
 //! bootstrap must keep: one admin per term, no two unexpired leases at one instant, one vote per

@@ -10,7 +10,7 @@ use clap::{Parser, ValueEnum};
 /// losses, timer firings, crashes and restarts, partitions, and operator membership changes
 /// on a small cluster, breadth-first to a depth. Each transition is a real `Core::step`.
 /// Exit 1 with the shortest counterexample when an invariant breaks (see
-/// `mc/src/check.rs`: election, lease, vote, known, chain, completeness, genesis).
+/// `mc/src/check.rs`: election, lease, vote, known, chain, completeness, genesis, paxos).
 #[derive(Parser)]
 #[command(name = "chorus-mc", version)]
 struct Args {

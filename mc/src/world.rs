@@ -130,8 +130,8 @@ impl Packet {
     }
 }
 
-/// One node: its core (durable and volatile state alike; a crash keeps it whole, as replaying
-/// the event log restores it) and whether it runs.
+/// One node: its core and whether it runs (a restart restores the core from its snapshot, so
+/// what the snapshot leaves out is lost).
 #[derive(Clone, Debug)]
 pub struct Node {
     /// The core.
@@ -478,7 +478,14 @@ impl World {
     }
 
     fn restart(&mut self, i: usize) -> Result<(), Violation> {
-        Arc::make_mut(&mut self.nodes[i]).up = true;
+        let node = Arc::make_mut(&mut self.nodes[i]);
+        node.up = true;
+        // The node comes back from its durable state as a snapshot keeps it (its log compacted
+        // just before the crash): state a snapshot leaves out is lost, as it would be.
+        let promised = node.core.bootstrap_promised().cloned();
+        node.core = Core::restore(&node.core.snapshot())
+            .map_err(|e| Violation::setup(format!("a snapshot does not restore: {e}")))?;
+        crate::check::promise_kept(self, i, promised.as_ref())?;
         self.ghost.reached.0 |= crate::check::Reached::RESTARTED;
         self.step(i, Event::Started)?;
         for j in 0..self.nodes.len() {
@@ -509,11 +516,15 @@ impl World {
         let now = self.now;
         let node = Arc::make_mut(&mut self.nodes[i]);
         let before = node.core.electorate().map(|e| e.version);
+        let promised = node.core.bootstrap_promised().cloned();
         let out = node.core.step_vec(now, event);
         node.rehash();
+        crate::check::promise_kept(self, i, promised.as_ref())?;
+        let me = Model::id(i);
         for c in out {
             match c {
                 Command::Send { to, msg } => {
+                    self.judge_bootstrap(i, &me, &msg)?;
                     if let Some(j) = self.index(&to) {
                         self.send(i, j, msg);
                     }
@@ -533,6 +544,29 @@ impl World {
                 }
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Records the promises node `i` makes and judges the proposals it makes (`paxos`).
+    fn judge_bootstrap(&mut self, i: usize, me: &NodeId, msg: &Message) -> Result<(), Violation> {
+        match msg {
+            Message::BootstrapPromise { ballot, accepted } => {
+                let accepted = accepted.as_ref().map(|(b, e)| (b, &**e));
+                self.ghost.promised(i, ballot, accepted);
+            }
+            // A proposer is its own first promiser, with what it had accepted then.
+            Message::BootstrapPrepare { ballot, .. } if ballot.node == *me => {
+                let accepted = self.nodes[i].core.bootstrap_accepted();
+                let accepted = accepted.map(|(b, e)| (b.clone(), e.clone()));
+                let accepted = accepted.as_ref().map(|(b, e)| (b, e));
+                self.ghost.promised(i, ballot, accepted);
+            }
+            Message::BootstrapAccept { ballot, electorate } if ballot.node == *me => {
+                let expect = self.nodes[i].core.config().bootstrap_expect as usize;
+                self.ghost.proposes(i, ballot, electorate, expect)?;
+            }
+            _ => {}
         }
         Ok(())
     }

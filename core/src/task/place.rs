@@ -17,7 +17,8 @@
 //!    loses all its placements, queued again at once.
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
 //!    placed one asks its worker to stop it, again at each of that worker's reports that still
-//!    lists the run.
+//!    lists the run. A cancelled run that is lost (given back, or its worker gone) is never
+//!    queued again: the submitter's next cancelling offer is answered with a cancelled result.
 //! 7. An adopted run (rule 4) is told to its submitter at each report until the submitter
 //!    offers it: that offer gives the spec, or — when the task's result is in already, a
 //!    duplicate or a run cancelled at an admin that did not know of it — cancels the run, so a
@@ -339,11 +340,17 @@ impl Core {
             if !this_run || running_set.contains(&t) {
                 continue; // an older run's release, or the task runs here again
             }
-            if let Some(p) = a.unplace(&t) {
-                if let Some(spec) = p.spec {
-                    let next = p.attempt.saturating_add(1);
-                    a.enqueue(t, spec, next, now + backoff_ms(tick, next));
-                }
+            // A cancelled run is not run again: its submitter's next cancelling offer finds it
+            // neither placed nor queued and is answered with a cancelled result (rule 6).
+            if let Some(Placement {
+                spec: Some(spec),
+                attempt,
+                cancelled: false,
+                ..
+            }) = a.unplace(&t)
+            {
+                let next = attempt.saturating_add(1);
+                a.enqueue(t, spec, next, now + backoff_ms(tick, next));
             }
         }
         // Placements the worker does not mention though it saw a later one, or a tick has
@@ -428,7 +435,7 @@ impl Core {
         }
     }
 
-    /// The admin loses a worker: its placements are queued again at once.
+    /// The admin loses a worker: its placements are queued again at once, except cancelled ones.
     pub(crate) fn admin_peer_down(&mut self, peer: &NodeId) {
         let now = self.now_ms;
         let Some(a) = self.admin_tasks_mut() else {
@@ -436,10 +443,15 @@ impl Core {
         };
         a.remove_worker(peer);
         for t in a.placed_on(peer) {
-            if let Some(p) = a.unplace(&t) {
-                if let Some(spec) = p.spec {
-                    a.enqueue(t, spec, p.attempt.saturating_add(1), now);
-                }
+            // A cancelled run went down with its worker: it is not run elsewhere (rule 6).
+            if let Some(Placement {
+                spec: Some(spec),
+                attempt,
+                cancelled: false,
+                ..
+            }) = a.unplace(&t)
+            {
+                a.enqueue(t, spec, attempt.saturating_add(1), now);
             }
         }
         a.finished.retain(|_, w| w != peer);
