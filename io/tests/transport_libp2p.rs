@@ -108,6 +108,7 @@ async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
         t.broadcast(&Message::Whoami {
             electorate_version: 0,
             electorate_term: 0,
+            electorate_stamp: 0,
         });
         // The driver accounts for a broadcast on its own task: wait for this one.
         let after = loop {
@@ -652,6 +653,7 @@ async fn an_electorate_too_large_for_a_frame_travels_in_parts() {
         eligible: true,
         genesis: e.genesis,
         electorate: Some(e.clone()),
+        electorate_stamp: 0,
     };
     let frames = codec::encode_parts(CLUSTER, &reply).unwrap();
     assert!(frames.len() >= 4, "{} frames", frames.len());
