@@ -87,9 +87,11 @@ pub fn explore(
                     stats.elapsed = started.elapsed();
                     let mut actions = chain(&parents, root_fp, *fp);
                     actions.push(action);
+                    let (mut path, _) = replay(&root, &actions);
+                    path.push((format!("VIOLATION {violation}"), String::new()));
                     return Outcome::Violated {
                         violation,
-                        path: replay(&root, &actions),
+                        path,
                         stats,
                     };
                 }
@@ -139,8 +141,12 @@ fn chain(parents: &HashMap<u128, (u128, Action)>, root: u128, mut fp: u128) -> V
     actions
 }
 
-/// Replays `actions` from `root`, describing each and the state after it.
-fn replay(root: &World, actions: &[Action]) -> Vec<(String, String)> {
+/// Replays `actions` from `root`, describing each and the state after it, up to the first
+/// broken invariant (returned beside the path).
+pub(crate) fn replay(
+    root: &World,
+    actions: &[Action],
+) -> (Vec<(String, String)>, Option<Violation>) {
     let mut w = root.clone();
     let mut path = vec![("start".to_owned(), w.summary())];
     for a in actions {
@@ -148,9 +154,8 @@ fn replay(root: &World, actions: &[Action]) -> Vec<(String, String)> {
         let r = w.apply(a);
         path.push((line, w.summary()));
         if let Err(v) = r {
-            path.push((format!("VIOLATION {v}"), String::new()));
-            break;
+            return (path, Some(v));
         }
     }
-    path
+    (path, None)
 }

@@ -68,7 +68,7 @@ pub fn walks(
             Err(v) => {
                 let original_len = actions.len();
                 let shrunk = shrink(&root, actions, v.invariant);
-                let (path, violation) = describe(&root, &shrunk);
+                let (path, violation) = crate::search::replay(&root, &shrunk);
                 report.failure = Some(Failure {
                     seed,
                     violation: violation.unwrap_or(v),
@@ -165,18 +165,4 @@ fn shrink(root: &World, mut actions: Vec<Action>, invariant: &str) -> Vec<Action
             chunk = chunk.div_ceil(2);
         }
     }
-}
-
-fn describe(root: &World, actions: &[Action]) -> (Vec<(String, String)>, Option<Violation>) {
-    let mut w = root.clone();
-    let mut path = vec![("start".to_owned(), w.summary())];
-    for a in actions {
-        let line = w.describe(a);
-        let r = w.apply(a);
-        path.push((line, w.summary()));
-        if let Err(v) = r {
-            return (path, Some(v));
-        }
-    }
-    (path, None)
 }
