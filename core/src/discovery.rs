@@ -239,8 +239,8 @@ impl Core {
     /// proposed its own removal and lost its lease left the only member of the new electorate
     /// on the old one, where nobody could win (`chorus-sim fuzz` seed 10233).
     fn take_later_position(&mut self, theirs: Arc<Electorate>, stamp: u64, out: &mut Vec<Command>) {
+        let later = (stamp, theirs.version) > self.position();
         let Some(mine) = &self.electorate else { return };
-        let later = (stamp, theirs.version) > (self.stamp, mine.version);
         if theirs.genesis == mine.genesis && later {
             // A stamp is a term an admin held (never above the replier's own term, checked at
             // the boundary in `trust.rs`): a node behind it moves to that term first, so it

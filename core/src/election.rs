@@ -206,7 +206,7 @@ impl Core {
             return false;
         };
         let (stamp, version, term, hash) = key;
-        let up_to_date = match (stamp, version).cmp(&(self.stamp, e.version)) {
+        let up_to_date = match (stamp, version).cmp(&self.position()) {
             std::cmp::Ordering::Greater => true,
             std::cmp::Ordering::Equal => (term, hash) == (e.term, e.fingerprint()),
             std::cmp::Ordering::Less => false,
@@ -230,8 +230,7 @@ impl Core {
             // different electorates the later one goes on whatever the ranks: voters holding it
             // refuse the older one, so a better-ranked node on the older one could not win and
             // turning the other away livelocked the two.
-            let mine = self.vote_key();
-            let goes_on = match (key.0, key.1).cmp(&(mine.0, mine.1)) {
+            let goes_on = match (key.0, key.1).cmp(&self.position()) {
                 std::cmp::Ordering::Less => true,
                 std::cmp::Ordering::Equal => self.ranks_above(&from),
                 std::cmp::Ordering::Greater => false,

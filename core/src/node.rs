@@ -806,6 +806,15 @@ impl Core {
         })
     }
 
+    /// (stamp, version): the node's position, by which voters order electorates
+    /// (`membership.rs`); (stamp, 0) before it holds one.
+    pub(crate) fn position(&self) -> (u64, u64) {
+        (
+            self.stamp,
+            self.electorate.as_ref().map_or(0, |e| e.version),
+        )
+    }
+
     /// The stamp: the last term whose admin confirmed this node's electorate.
     pub fn stamp(&self) -> u64 {
         self.stamp

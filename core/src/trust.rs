@@ -380,8 +380,7 @@ impl Core {
             } => (*electorate_stamp, *electorate_version),
             _ => return false,
         };
-        let mine = self.vote_key();
-        self.peers.get(from).is_some_and(|p| p.eligible()) && (stamp, version) > (mine.0, mine.1)
+        self.peers.get(from).is_some_and(|p| p.eligible()) && (stamp, version) > self.position()
     }
 
     /// Who may send messages that carry a term: members of this node's electorate; while an

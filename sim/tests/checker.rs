@@ -440,9 +440,9 @@ fn outcomes_reported_by_a_node_that_is_not_the_admin_change_nothing() {
     assert_eq!(invariants(&t, 5), Vec::<u8>::new());
 }
 
-#[test]
-fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
-    let mut t = three_of_five();
+/// n0, admin of term 1, removes itself at 10 s: electorate v2 = {n1, n2} proposed and
+/// committed, and n0 steps down with `removed`.
+fn n0_removes_itself(t: &mut Vec<Line>) {
     t.push(at(10_000, electorate("n0", 2, 1, &["n1", "n2"])));
     t.push(at(
         10_000,
@@ -460,6 +460,12 @@ fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
             reason: "removed".into(),
         },
     ));
+}
+
+#[test]
+fn an_admin_that_removed_itself_must_be_followed_within_the_bound() {
+    let mut t = three_of_five();
+    n0_removes_itself(&mut t);
     assert_eq!(invariants(&t, 5), vec![4]);
     t.push(at(12_000, admin("n2", 2, 40_000)));
     for i in 0..5 {
@@ -487,23 +493,7 @@ fn the_election_after_an_admin_removed_itself_may_raise_the_term_after_a_heal() 
     ));
     // Healed while n0 holds its lease (term 1): terms above 1 are guarded until 16 000.
     t.push(at(6_000, Record::Heal));
-    t.push(at(10_000, electorate("n0", 2, 1, &["n1", "n2"])));
-    t.push(at(
-        10_000,
-        change("n0", false, "n0", ChangeOutcome::Proposed { version: 2 }),
-    ));
-    t.push(at(
-        10_040,
-        change("n0", false, "n0", ChangeOutcome::Committed { version: 2 }),
-    ));
-    t.push(at(
-        10_040,
-        Record::SteppedDown {
-            node: "n0".into(),
-            term: 1,
-            reason: "removed".into(),
-        },
-    ));
+    n0_removes_itself(&mut t);
     t.push(at(11_900, vote("n2", 2, "n2")));
     t.push(at(11_950, vote("n1", 2, "n2")));
     t.push(at(12_000, admin("n2", 2, 40_000)));

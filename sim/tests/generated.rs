@@ -64,19 +64,7 @@ fn generated_scenarios_validate_and_round_trip_through_toml_to_the_same_trace() 
 
 #[test]
 fn the_slice_without_membership_changes_or_autopilot_is_clean() {
-    let seeds: Vec<u64> = SLICE.collect();
-    let outcomes = fuzz(&seeds, &without_membership(), 2, false, &|_, _, _| {});
-    let failed: Vec<String> = outcomes
-        .iter()
-        .filter_map(|o| {
-            let (_, m) = o.failure.as_ref()?;
-            Some(format!(
-                "seed {}: {m}\n  reproduce: chorus-sim fuzz --seed {} --count 1 --no-membership --save DIR",
-                o.seed, o.seed
-            ))
-        })
-        .collect();
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    assert_slice_clean(&without_membership());
 }
 
 /// Membership changes, splits, autopilot, crashes and all: clean on the core of issue 32's fix.
@@ -84,14 +72,23 @@ fn the_slice_without_membership_changes_or_autopilot_is_clean() {
 /// 20,000 seeds failed (invariants 1, 4 and 5).
 #[test]
 fn the_slice_with_membership_changes_is_clean() {
+    assert_slice_clean(&Options::default());
+}
+
+/// Runs `SLICE` with `opts` and fails with each failing seed and the command that reproduces it.
+fn assert_slice_clean(opts: &Options) {
     let seeds: Vec<u64> = SLICE.collect();
-    let outcomes = fuzz(&seeds, &Options::default(), 2, false, &|_, _, _| {});
+    let outcomes = fuzz(&seeds, opts, 2, false, &|_, _, _| {});
+    let flags = match opts.flags() {
+        f if f.is_empty() => String::new(),
+        f => format!(" {f}"),
+    };
     let failed: Vec<String> = outcomes
         .iter()
         .filter_map(|o| {
             let (_, m) = o.failure.as_ref()?;
             Some(format!(
-                "seed {}: {m}\n  reproduce: chorus-sim fuzz --seed {} --count 1 --save DIR",
+                "seed {}: {m}\n  reproduce: chorus-sim fuzz --seed {} --count 1{flags} --save DIR",
                 o.seed, o.seed
             ))
         })
