@@ -501,13 +501,7 @@ fn a_cancelled_run_is_asked_to_stop_again_at_each_report_that_lists_it() {
         task("s", 1)
     }
     let (mut a, seq) = placed_on_w1();
-    let msg = Message::TaskOffer {
-        task: task_s1(),
-        spec: spec(),
-        cancel: true,
-    };
-    let now = a.now_ms();
-    let out = a.step_vec(now, from("s", msg));
+    let out = offer_cancel(&mut a);
     assert_eq!(cancels(&out, "w1"), 1, "asked at once");
     let running = || Report {
         seen: seq,
@@ -1257,16 +1251,21 @@ fn placements_until(a: &mut Core, until: u64) -> Vec<(TaskId, String)> {
     sent
 }
 
-/// `s-1` placed on `w1`, then cancelled by its submitter: the admin asks `w1` to stop it.
-fn cancelled_on_w1() -> Core {
-    let (mut a, _) = placed_on_w1();
+/// The submitter `s` offers `s-1` again, asking to cancel it; the admin's commands.
+fn offer_cancel(a: &mut Core) -> Vec<Command> {
     let msg = Message::TaskOffer {
         task: task("s", 1),
         spec: spec(),
         cancel: true,
     };
     let now = a.now_ms();
-    let out = a.step_vec(now, from("s", msg));
+    a.step_vec(now, from("s", msg))
+}
+
+/// `s-1` placed on `w1`, then cancelled by its submitter: the admin asks `w1` to stop it.
+fn cancelled_on_w1() -> Core {
+    let (mut a, _) = placed_on_w1();
+    let out = offer_cancel(&mut a);
     assert!(
         (sent_to(&out, "w1").iter()).any(|m| matches!(m, Message::TaskCancel { .. })),
         "{out:?}"
@@ -1303,13 +1302,7 @@ fn a_cancelled_run_given_back_by_its_worker_is_not_placed_again() {
     );
     let until = a.now_ms() + 10_000;
     assert_eq!(placements_until(&mut a, until), [], "never run again");
-    let msg = Message::TaskOffer {
-        task: task("s", 1),
-        spec: spec(),
-        cancel: true,
-    };
-    let now = a.now_ms();
-    let out = a.step_vec(now, from("s", msg));
+    let out = offer_cancel(&mut a);
     assert!(
         matches!(
             sent_to(&out, "s").as_slice(),
