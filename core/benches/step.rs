@@ -64,6 +64,7 @@ fn heartbeats(c: &mut Criterion) {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             };
             core.step(
                 t,
@@ -215,6 +216,8 @@ fn ack_rounds(c: &mut Criterion) {
                         beat,
                         promise_ms: 30_000,
                         holds: false,
+                        endorsement: None,
+                        certified: 0,
                     };
                     let from = v.clone();
                     core.step(t + 1, Event::Message { from, msg }, &mut out);

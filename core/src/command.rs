@@ -64,6 +64,12 @@ pub enum Command {
         /// The run.
         attempt: u32,
     },
+    /// Sign `digest` with this node's key and step [`crate::Event::Signed`] with it at once
+    /// (the core holds no key; see `certificate.rs`).
+    Sign {
+        /// The statement of the electorate this node holds.
+        digest: crate::Digest,
+    },
     /// Something an observer wants to know (these become trace lines, DESIGN §6).
     Notice(Notice),
 }

@@ -238,7 +238,12 @@ impl Core {
     /// the electorate; a worker or a stranger never moves it). Without it an admin that
     /// proposed its own removal and lost its lease left the only member of the new electorate
     /// on the old one, where nobody could win (`chorus-sim fuzz` seed 10233).
-    fn take_later_position(&mut self, theirs: Arc<Electorate>, stamp: u64, out: &mut Vec<Command>) {
+    pub(crate) fn take_later_position(
+        &mut self,
+        theirs: Arc<Electorate>,
+        stamp: u64,
+        out: &mut Vec<Command>,
+    ) {
         let later = (stamp, theirs.version) > self.position();
         let Some(mine) = &self.electorate else { return };
         if theirs.genesis == mine.genesis && later {
@@ -341,6 +346,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );
@@ -445,6 +451,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );

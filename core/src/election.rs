@@ -422,6 +422,7 @@ impl Core {
                     // A grant says nothing of the electorate held: establishment waits for
                     // acknowledgements that do.
                     holds: None,
+                    endorsement: None,
                 },
             );
         }
@@ -480,6 +481,7 @@ impl Core {
         let (beat, now, own) = (self.beat, self.now_ms, self.config.election_timeout_min_ms);
         let key = self.electorate_version_key();
         let id = self.id.clone();
+        let endorsement = self.own_endorsement();
         if let Some(admin) = &mut self.admin_state {
             admin.beats.push(BeatRound {
                 beat,
@@ -498,6 +500,7 @@ impl Core {
                     sent_at_ms: now,
                     promise_ms: own,
                     holds: Some(key),
+                    endorsement,
                 },
             );
         }
@@ -512,6 +515,7 @@ impl Core {
                 membership_term,
                 genesis: self.genesis(),
                 electorate: self.pending_electorate(),
+                certified: self.certified(),
             },
         });
         let interval = self.heartbeat_interval_now();
@@ -610,6 +614,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );
@@ -806,6 +811,8 @@ mod tests {
                     beat: 1,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );

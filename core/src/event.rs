@@ -111,6 +111,14 @@ pub enum Event {
         /// The capability names (order and duplicates do not matter).
         capabilities: Vec<String>,
     },
+    /// This node's signature over `digest`, answering [`crate::Command::Sign`]. Ignored unless
+    /// `digest` is the statement of the electorate the node holds now.
+    Signed {
+        /// What was signed.
+        digest: crate::Digest,
+        /// The signature.
+        signature: crate::Signature,
+    },
 }
 
 impl Event {

@@ -26,6 +26,18 @@ pub(crate) struct BeatIn {
     pub(crate) membership: (u64, u64),
     pub(crate) genesis: u64,
     pub(crate) electorate: Option<Arc<Electorate>>,
+    /// The admin's certified version (`catchup.rs`).
+    pub(crate) certified: u64,
+}
+
+/// A heartbeat acknowledgement as received, unpacked.
+pub(crate) struct AckIn {
+    pub(crate) term: u64,
+    pub(crate) beat: u64,
+    pub(crate) promise_ms: u64,
+    pub(crate) holds: bool,
+    pub(crate) endorsement: Option<crate::Signature>,
+    pub(crate) certified: u64,
 }
 
 /// What the promises on record support (see [`Core::tally`]).
@@ -60,6 +72,7 @@ impl Core {
             membership,
             genesis,
             electorate,
+            certified,
         } = hb;
         if self.is_foreign(genesis)
             || electorate
@@ -77,6 +90,8 @@ impl Core {
                     beat,
                     promise_ms: 0,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             });
             return;
@@ -133,8 +148,14 @@ impl Core {
                         0
                     },
                     holds,
+                    // What the admin certifies a change with (`catchup.rs`).
+                    endorsement: holds.then(|| self.own_endorsement()).flatten(),
+                    certified: self.certified(),
                 },
             });
+        }
+        if certified > self.certified() {
+            self.ask_chain(from.clone(), out);
         }
         if membership.0 != 0 && !holds {
             // On another electorate than the admin (another version, or the same version
@@ -146,15 +167,15 @@ impl Core {
         }
     }
 
-    pub(crate) fn on_heartbeat_ack(
-        &mut self,
-        from: NodeId,
-        term: u64,
-        beat: u64,
-        promise_ms: u64,
-        holds: bool,
-        out: &mut Vec<Command>,
-    ) {
+    pub(crate) fn on_heartbeat_ack(&mut self, from: NodeId, ack: AckIn, out: &mut Vec<Command>) {
+        let AckIn {
+            term,
+            beat,
+            promise_ms,
+            holds,
+            endorsement,
+            certified,
+        } = ack;
         // Only an admin asked, and only for beats it sent in its term.
         let asked = match &self.admin_state {
             Some(admin) if self.role == Role::Admin => {
@@ -175,6 +196,9 @@ impl Core {
         }
         if self.observe_term(term, out) {
             return;
+        }
+        if certified > self.certified() {
+            self.ask_chain(from.clone(), out);
         }
         let voter = self.counts_as_voter(&from);
         let now = self.now_ms;
@@ -201,8 +225,38 @@ impl Core {
         }
         // A voter's newest ack stands for every beat up to it: it promised on receipt, and
         // every earlier beat was sent no later. A late or duplicated ack never counts twice.
-        if admin.voters.get(&from).is_some_and(|v| v.beat >= beat) {
+        let previous = admin.voters.get(&from);
+        // A second acknowledgement of the newest beat brings only the endorsement its sender
+        // signed after the first (`catchup.rs`): taken, nothing else of it.
+        let late_endorsement = previous.is_some_and(|v| {
+            v.beat == beat && v.holds == holds && v.endorsement.is_none() && endorsement.is_some()
+        });
+        if previous.is_some_and(|v| v.beat >= beat) && !late_endorsement {
             return;
+        }
+        // An endorsement of the electorate this admin holds, checked once per voter and
+        // electorate (`catchup.rs`): a bad one is refused and the ack counts without it.
+        let endorsement = endorsement.filter(|_| holds == Some(current));
+        let known = previous
+            .filter(|v| v.holds == holds)
+            .and_then(|v| v.endorsement.clone());
+        let endorsement = match endorsement {
+            Some(sig) if known.as_ref() == Some(&sig) => Some(sig),
+            Some(sig) if self.endorses_mine(&from, &sig) => Some(sig),
+            Some(_) => {
+                self.refuse(from.clone(), "heartbeat_ack", Refusal::BadCertificate, out);
+                None
+            }
+            None => None,
+        };
+        let Some(admin) = &mut self.admin_state else {
+            return;
+        };
+        if late_endorsement {
+            if let Some(v) = admin.voters.get_mut(&from) {
+                v.endorsement = endorsement;
+            }
+            return self.after_acks(out);
         }
         admin.voters.insert(
             from,
@@ -211,6 +265,7 @@ impl Core {
                 sent_at_ms: round.sent_at_ms,
                 promise_ms,
                 holds,
+                endorsement,
             },
         );
         self.after_acks(out);
@@ -355,6 +410,8 @@ mod tests {
                     beat,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -428,6 +485,8 @@ mod tests {
             beat,
             promise_ms: 3,
             holds: true,
+            endorsement: None,
+            certified: 0,
         };
         a.step_vec(a.now_ms(), from("d", tiny));
         fire(&mut a, Timer::Heartbeat);
@@ -448,6 +507,8 @@ mod tests {
             beat,
             promise_ms: 30_000,
             holds: false,
+            endorsement: None,
+            certified: 0,
         };
         a.step_vec(sent + 5, from("b", ack.clone()));
         a.step_vec(sent + 6, from("b", ack.clone()));
@@ -493,6 +554,7 @@ mod tests {
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         };
         b.step_vec(3, from("a", hb));
         assert_eq!(step_down_refusal(&mut b, 4, "a", 1), Stale);
@@ -508,6 +570,7 @@ mod tests {
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         };
         let whoami = Message::Whoami {
             electorate_version: 1,
@@ -548,6 +611,8 @@ mod tests {
                     beat,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -557,6 +622,8 @@ mod tests {
             beat: beat + 1,
             promise_ms: 30_000,
             holds: false,
+            endorsement: None,
+            certified: 0,
         };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", beyond))),
@@ -567,6 +634,8 @@ mod tests {
             beat,
             promise_ms: 30_000,
             holds: false,
+            endorsement: None,
+            certified: 0,
         };
         assert_eq!(
             refused(&a.step_vec(a.now_ms(), from("b", higher))),
@@ -594,6 +663,8 @@ mod tests {
                     beat: b2,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -607,6 +678,8 @@ mod tests {
                     beat: b3,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -627,6 +700,8 @@ mod tests {
                     beat: b2,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -641,6 +716,8 @@ mod tests {
                     beat: b3,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -663,6 +740,8 @@ mod tests {
                     beat,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -675,6 +754,8 @@ mod tests {
                     beat,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -709,6 +790,8 @@ mod tests {
                     beat: 1,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -734,6 +817,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );
@@ -744,6 +828,8 @@ mod tests {
                 beat: 4,
                 promise_ms: 0,
                 holds: false,
+                endorsement: None,
+                certified: 0,
             }],
             "a stale admin gets no promise"
         );
@@ -764,6 +850,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );
@@ -771,6 +858,9 @@ mod tests {
             admin: "a".into(),
             term: 1
         })));
+        // Holding the electorate, b sends its endorsement of it (`catchup.rs`), and says which
+        // version it can vouch for: its first electorate, version 1.
+        let statement = b.electorate().unwrap().statement();
         assert_eq!(
             sent_to(&out, "a"),
             [&Message::HeartbeatAck {
@@ -778,6 +868,11 @@ mod tests {
                 beat: 9,
                 promise_ms: 30_000,
                 holds: true,
+                endorsement: Some(crate::certificate::simulated_signature(
+                    &"b".into(),
+                    &statement
+                )),
+                certified: 1,
             }]
         );
         assert_eq!((b.term(), b.beat()), (1, 9));
@@ -806,6 +901,7 @@ mod tests {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );
@@ -872,6 +968,7 @@ mod config_change {
                     genesis: 0,
                     electorate: None,
                     membership_term: 0,
+                    certified: 0,
                 },
             ),
         );

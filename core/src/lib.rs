@@ -12,6 +12,7 @@
 //! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;
 //! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
 //! * `membership` — one-voter changes, their commit rule, autopilot;
+//! * [`certificate`] — signed links of committed electorates, how a stale voter catches up;
 //! * [`score`] — the weighted score and rank slots;
 //! * [`task`] — tasks: submitter, admin placement, worker;
 //! * `trust` — bounds on peer input, who may send what, refusals ([`Refusal`]);
@@ -21,6 +22,8 @@
 
 pub mod audit;
 mod bootstrap;
+mod catchup;
+pub mod certificate;
 pub mod codec;
 mod command;
 mod config;
@@ -46,6 +49,7 @@ mod trust;
 mod testutil;
 
 pub use audit::VoteLedger;
+pub use certificate::{Digest, Link, Signature};
 pub use command::{Command, Notice, Role, StepDownReason};
 pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
 pub use electorate::Electorate;

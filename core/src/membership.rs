@@ -485,15 +485,36 @@ impl Core {
                 .count()
                 >= e.quorum()
         };
-        if !(holds(new) && holds(&change.old)) {
+        // The old majority's endorsements are the new electorate's link (rule 7): a voter that
+        // misses this change checks it with them, from whoever hands it over.
+        let signers: Vec<_> = change
+            .old
+            .members()
+            .iter()
+            .filter_map(|m| {
+                if *m == self.id {
+                    // Its own, signed since the heartbeat that recorded it.
+                    return Some((m.clone(), self.own_endorsement()?));
+                }
+                let v = admin.voters.get(m)?;
+                let holding = v.beat >= change.from_beat && v.holds == Some(key);
+                Some((m.clone(), v.endorsement.clone().filter(|_| holding)?))
+            })
+            .collect();
+        if !(holds(new) && signers.len() >= change.old.quorum()) {
             return;
         }
+        let link = crate::Link {
+            electorate: new.clone(),
+            signers,
+        };
         let (version, removed_self) = (new.version, !new.contains(&self.id));
         let change_done = diff(&change.old, new);
         let requested_by = change.requested_by.clone();
         if let Some(admin) = &mut self.admin_state {
             admin.change = None;
         }
+        self.certify(Arc::new(link));
         if let Some(change) = change_done {
             let outcome = ChangeOutcome::Committed { version };
             let request = match requested_by {
@@ -553,6 +574,9 @@ impl Core {
         };
         self.observe_term(self.term + 1, out);
         let new = Arc::new(old.successor(self.term, vec![self.id.clone()]));
+        // The operator vouches for it: no majority of the old electorate endorsed it, so nodes
+        // of the old one cannot check it and are added back by hand.
+        self.chain.anchor = Some(new.clone());
         self.set_electorate(new, out);
     }
 

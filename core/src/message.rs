@@ -122,6 +122,10 @@ pub enum Message {
         /// receiver adopts before it acknowledges.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         electorate: Option<Arc<Electorate>>,
+        /// The newest version the admin holds a certificate chain up to: a follower behind it
+        /// asks for the links ([`Message::ChainRequest`]).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        certified: u64,
     },
     /// A voter's acknowledgement of a heartbeat; a majority of them renews the lease.
     HeartbeatAck {
@@ -137,6 +141,26 @@ pub enum Message {
         /// stamped it with the admin's term): what establishes an admin and commits a change.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         holds: bool,
+        /// With `holds`: the sender's signature over the statement of the electorate it holds,
+        /// which the admin keeps to certify a change (`certificate.rs`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        endorsement: Option<crate::Signature>,
+        /// As in [`Message::Heartbeat`], of the sender.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        certified: u64,
+    },
+    /// "Send me the links of committed electorates after version `after`" — asked by a node
+    /// that is behind the sender's chain (`certificate.rs`).
+    ChainRequest {
+        /// The asker's anchor version.
+        after: u64,
+    },
+    /// The links after the asked version, oldest first (at most
+    /// [`MAX_LINKS_PER_MESSAGE`](crate::certificate::MAX_LINKS_PER_MESSAGE); none if the sender
+    /// has no link right after it).
+    Chain {
+        /// The links.
+        links: Vec<Arc<crate::Link>>,
     },
     /// An admin gives up its lease (graceful shutdown), so voters may elect at once.
     StepDown {
@@ -301,6 +325,8 @@ impl Message {
             Message::Heartbeat { .. } => "heartbeat",
             Message::HeartbeatAck { .. } => "heartbeat_ack",
             Message::StepDown { .. } => "step_down",
+            Message::ChainRequest { .. } => "chain_request",
+            Message::Chain { .. } => "chain",
             Message::BootstrapPrepare { .. } => "bootstrap_prepare",
             Message::BootstrapPromise { .. } => "bootstrap_promise",
             Message::BootstrapAccept { .. } => "bootstrap_accept",
@@ -384,6 +410,8 @@ mod tests {
                 beat: 1,
                 promise_ms: 0,
                 holds: false,
+                endorsement: None,
+                certified: 0,
             },
             Message::Whoami {
                 electorate_version: 0,

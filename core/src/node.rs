@@ -50,6 +50,9 @@ pub(crate) struct VoterAck {
     /// admin's term) in that acknowledgement, if it said so.
     #[serde(default)]
     pub(crate) holds: Option<(u64, u64)>,
+    /// The voter's signature over the electorate `holds` names, checked (`catchup.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) endorsement: Option<crate::Signature>,
 }
 
 /// A membership change proposed and not yet committed: `electorate` is already the new one.
@@ -161,6 +164,9 @@ pub struct Core {
     /// Tasks this node owns and runs (`task/`).
     #[serde(default)]
     pub(crate) tasks: crate::task::NodeTasks,
+    /// The certified chain of electorates this node vouches for (`certificate.rs`).
+    #[serde(default)]
+    pub(crate) chain: crate::certificate::Chain,
 
     // Volatile: reset by a restart.
     pub(crate) running: bool,
@@ -221,6 +227,7 @@ impl Core {
             ever_started: false,
             acceptor: Default::default(),
             tasks: Default::default(),
+            chain: Default::default(),
             proposal: None,
             running: false,
             now_ms: 0,
@@ -262,6 +269,7 @@ impl Core {
             ever_started,
             acceptor,
             tasks,
+            chain,
             running,
             now_ms,
             started_at_ms,
@@ -294,6 +302,7 @@ impl Core {
         to.part(ever_started);
         to.part(acceptor);
         to.part(tasks);
+        to.part(chain);
         to.part(running);
         to.part(now_ms);
         to.part(started_at_ms);
@@ -334,6 +343,7 @@ impl Core {
         let vote_before = self.voted_for.clone();
         match event {
             Event::Started => self.on_started(out),
+            Event::Signed { digest, signature } => self.on_signed(digest, signature, out),
             // Applied to a stopped node's log by `chorus recover`, so it acts while not running.
             Event::ForceNewElectorate => self.force_new_electorate(out),
             _ if !self.running => {}
@@ -404,11 +414,47 @@ impl Core {
         }
     }
 
-    /// Convenience for tests and tools: `step` into a fresh vector.
+    /// Convenience for tests and tools: `step` into a fresh vector, answering each
+    /// [`Command::Sign`] at once with the simulator's signature (see [`Core::step_signing`]).
     pub fn step_vec(&mut self, now_ms: u64, event: Event) -> Vec<Command> {
         let mut out = Vec::new();
-        self.step(now_ms, event, &mut out);
+        self.step_signing(now_ms, event, &mut out, |id, d| {
+            crate::certificate::simulated_signature(id, d)
+        });
         out
+    }
+
+    /// Steps `event`, then answers every [`Command::Sign`] it gave (and any the answers give)
+    /// with [`Event::Signed`] at once, signing with `sign(own id, digest)`: what a runtime does
+    /// when it holds the key. The `Sign` commands stay in `out`; returns the `Signed` events
+    /// stepped, in order, for a runtime that logs its inputs.
+    pub fn step_signing(
+        &mut self,
+        now_ms: u64,
+        event: Event,
+        out: &mut Vec<Command>,
+        mut sign: impl FnMut(&NodeId, &crate::Digest) -> crate::Signature,
+    ) -> Vec<Event> {
+        let mut from = out.len();
+        self.step(now_ms, event, out);
+        let mut signed = Vec::new();
+        while let Some(i) = out[from..]
+            .iter()
+            .position(|c| matches!(c, Command::Sign { .. }))
+        {
+            let i = from + i;
+            from = i + 1;
+            let Command::Sign { digest } = &out[i] else {
+                unreachable!("matched above")
+            };
+            let event = Event::Signed {
+                digest: *digest,
+                signature: sign(&self.id, digest),
+            };
+            signed.push(event.clone());
+            self.step(now_ms, event, out);
+        }
+        signed
     }
 
     fn on_capabilities_changed(&mut self, capabilities: Vec<String>) {
@@ -447,6 +493,11 @@ impl Core {
             self.promised_to = None;
         }
         self.tasks.submit.offered_view = None;
+        if self.chain.anchor.is_none() {
+            self.chain.anchor = self.electorate.clone(); // a state from before certificates
+        }
+        self.chain.asked = None;
+        self.endorse_electorate(out);
         self.worker_restarted(out);
         self.begin_discovery(out);
         self.maybe_bootstrap(out);
@@ -466,6 +517,17 @@ impl Core {
     fn on_message(&mut self, from: NodeId, msg: crate::Message, out: &mut Vec<Command>) {
         use crate::Message as M;
         if let Err(reason) = self.admit(&from, &msg) {
+            // A heartbeat of a newer certified electorate from outside this node's: perhaps a
+            // voter that missed every change; the links check themselves (`catchup.rs`).
+            if let M::Heartbeat {
+                genesis, certified, ..
+            } = &msg
+            {
+                let newer = *certified > self.certified() && !self.is_foreign(*genesis);
+                if reason == crate::Refusal::NotMember && newer && self.electorate.is_some() {
+                    self.ask_chain(from.clone(), out);
+                }
+            }
             self.refuse(from, msg.kind(), reason, out);
             return;
         }
@@ -545,6 +607,7 @@ impl Core {
                 membership_term,
                 genesis,
                 electorate,
+                certified,
             } => {
                 let beat_in = crate::heartbeat::BeatIn {
                     term,
@@ -552,6 +615,7 @@ impl Core {
                     membership: (membership_version, membership_term),
                     genesis,
                     electorate,
+                    certified,
                 };
                 self.on_heartbeat(from, beat_in, out)
             }
@@ -560,7 +624,21 @@ impl Core {
                 beat,
                 promise_ms,
                 holds,
-            } => self.on_heartbeat_ack(from, term, beat, promise_ms, holds, out),
+                endorsement,
+                certified,
+            } => {
+                let ack = crate::heartbeat::AckIn {
+                    term,
+                    beat,
+                    promise_ms,
+                    holds,
+                    endorsement,
+                    certified,
+                };
+                self.on_heartbeat_ack(from, ack, out)
+            }
+            M::ChainRequest { after } => self.on_chain_request(from, after, out),
+            M::Chain { links } => self.on_chain(from, links, out),
             M::StepDown { term } => self.on_step_down(from, term, out),
             M::BootstrapPrepare { ballot, expect } => {
                 self.on_bootstrap_prepare(from, ballot, expect, out)
@@ -791,7 +869,13 @@ impl Core {
             term: e.term,
             members: e.shared_members(),
         }));
+        if self.chain.anchor.is_none() {
+            // The first electorate (agreed at bootstrap, or confirmed by discovery) is taken
+            // on its own evidence; every later one is vouched for by a link.
+            self.chain.anchor = Some(e.clone());
+        }
         self.electorate = Some(e);
+        self.endorse_electorate(out);
         if self.round.is_some() {
             self.become_follower(out);
             self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out);

@@ -57,11 +57,14 @@ pub enum Refusal {
     /// A task message about a task the sender does not own: an offer or an acknowledgement
     /// from a node other than the task's origin, or a result for a task another node owns.
     NotOwner,
+    /// A link of electorates whose signatures do not check (not a majority of the electorate
+    /// before it, a signer outside it, a bad signature), or an endorsement that does not.
+    BadCertificate,
 }
 
 impl Refusal {
     /// Every reason, for metrics that list them all.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::NotMember,
         Refusal::OutOfRange,
         Refusal::Unsolicited,
@@ -71,6 +74,7 @@ impl Refusal {
         Refusal::ForeignCluster,
         Refusal::SettingsMismatch,
         Refusal::NotOwner,
+        Refusal::BadCertificate,
     ];
 
     /// The snake_case name used in metrics, logs and traces.
@@ -85,6 +89,7 @@ impl Refusal {
             Refusal::ForeignCluster => "foreign_cluster",
             Refusal::SettingsMismatch => "settings_mismatch",
             Refusal::NotOwner => "not_owner",
+            Refusal::BadCertificate => "bad_certificate",
         }
     }
 
@@ -240,10 +245,12 @@ impl Message {
                 membership_version,
                 membership_term,
                 electorate,
+                certified,
                 ..
             } => {
                 in_range(*term)?;
                 in_range(*beat)?;
+                in_range(*certified)?;
                 in_range(*membership_version)?;
                 in_range(*membership_term)?;
                 electorate.as_deref().map_or(Ok(()), check_electorate)
@@ -253,10 +260,26 @@ impl Message {
                 beat,
                 promise_ms,
                 holds: _,
+                endorsement: _,
+                certified,
             } => {
                 in_range(*term)?;
                 in_range(*beat)?;
+                in_range(*certified)?;
                 promise_in_range(*promise_ms)
+            }
+            M::ChainRequest { after } => in_range(*after),
+            M::Chain { links } => {
+                if links.len() > crate::certificate::MAX_LINKS_PER_MESSAGE {
+                    return Err(Refusal::OutOfRange);
+                }
+                links.iter().try_for_each(|l| {
+                    check_electorate(&l.electorate)?;
+                    if l.electorate.version < 2 || l.signers.len() > MAX_MEMBERS {
+                        return Err(Refusal::OutOfRange);
+                    }
+                    l.signers.iter().try_for_each(|(id, _)| check_id(id))
+                })
             }
             M::BootstrapPrepare { ballot, expect } => {
                 check_ballot(ballot)?;
@@ -331,6 +354,10 @@ impl Message {
                 | Message::BootstrapRefused { .. }
                 | Message::BootstrapChosen { .. }
                 | Message::ChangeRequest { .. }
+                // Public, and checked link by link (`catchup.rs`): a voter that missed every
+                // change asks a node outside the electorate it knows.
+                | Message::ChainRequest { .. }
+                | Message::Chain { .. }
                 // Judged by their own rules (`task/`): submitters, workers and results come
                 // from any node of the cluster, members or not.
                 | Message::TaskOffer { .. }
@@ -453,6 +480,7 @@ mod tests {
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         }
     }
 
@@ -518,6 +546,8 @@ mod tests {
                     beat: 1,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
                 Message::VoteReply {
                     term,
@@ -735,6 +765,8 @@ mod tests {
                     beat: 1,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -782,6 +814,8 @@ mod tests {
                     beat: 77,
                     promise_ms: 30_000,
                     holds: false,
+                    endorsement: None,
+                    certified: 0,
                 },
             ),
         );
@@ -820,7 +854,8 @@ mod tests {
                 "not_eligible",
                 "foreign_cluster",
                 "settings_mismatch",
-                "not_owner"
+                "not_owner",
+                "bad_certificate"
             ]
         );
         for r in Refusal::ALL {
@@ -932,6 +967,7 @@ mod tests {
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         };
         cases.push((hb(ok, 1, 1), hb(bad, 1, 1)));
         cases.push((hb(1, ok, 1), hb(1, bad, 1)));
@@ -941,6 +977,8 @@ mod tests {
             beat,
             promise_ms: 0,
             holds: false,
+            endorsement: None,
+            certified: 0,
         };
         cases.push((ack(ok, 1), ack(bad, 1)));
         cases.push((ack(1, ok), ack(1, bad)));
@@ -985,6 +1023,7 @@ mod tests {
                     membership_term: 0,
                     genesis: e.genesis,
                     electorate: Some(e.clone()),
+                    certified: 0,
                 },
                 Message::BootstrapPromise {
                     ballot: ballot(NodeId::from("a")),

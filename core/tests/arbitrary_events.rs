@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chorus_core::{
-    Ballot, Command, Config, Core, Electorate, Event, Message, NodeId, Notice, PeerInfo, Resources,
-    Timer, VoteLedger, ADMIN_ELECTION, MAX_WIRE_INT,
+    Ballot, Command, Config, Core, Electorate, Event, Link, Message, NodeId, Notice, PeerInfo,
+    Resources, Signature, Timer, VoteLedger, ADMIN_ELECTION, MAX_WIRE_INT,
 };
 use proptest::prelude::*;
 
@@ -111,14 +111,42 @@ fn message() -> impl Strategy<Value = Message> {
                 genesis: electorate.as_ref().map_or(0, |e| e.genesis),
                 electorate,
                 membership_term: 0,
+                certified: beat % 7,
             }
         ),
-        (number(), number(), number(), any::<bool>()).prop_map(
-            |(term, beat, promise_ms, holds)| Message::HeartbeatAck {
+        (number(), number(), number(), any::<bool>(), number()).prop_map(
+            |(term, beat, promise_ms, holds, certified)| Message::HeartbeatAck {
                 term,
                 beat,
                 promise_ms,
                 holds,
+                endorsement: holds.then(|| Signature::from_bytes(&beat.to_be_bytes())),
+                certified,
+            }
+        ),
+        number().prop_map(|after| Message::ChainRequest { after }),
+        prop::collection::vec((electorate(), prop::collection::vec(peer(), 0..4)), 0..3).prop_map(
+            |links| Message::Chain {
+                links: links
+                    .into_iter()
+                    .filter_map(|(e, signers)| {
+                        let electorate = e?;
+                        let st = electorate.statement();
+                        let mut signers: Vec<_> = signers
+                            .into_iter()
+                            .map(|s| {
+                                let sig = chorus_core::certificate::simulated_signature(&s, &st);
+                                (s, sig)
+                            })
+                            .collect();
+                        signers.sort();
+                        signers.dedup_by(|a, b| a.0 == b.0);
+                        Some(Arc::new(Link {
+                            electorate,
+                            signers,
+                        }))
+                    })
+                    .collect(),
             }
         ),
         number().prop_map(|term| Message::StepDown { term }),

@@ -18,6 +18,7 @@ fn valid() -> Vec<Vec<u8>> {
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         },
         Message::VoteRequest {
             term: 2,

@@ -313,6 +313,7 @@ fn heartbeat(term: u64) -> Message {
         genesis: 0,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     }
 }
 
@@ -597,6 +598,8 @@ fn the_admin_counts_acks_of_its_eight_most_recent_heartbeats() {
         beat,
         promise_ms: MIN,
         holds: false,
+        endorsement: None,
+        certified: 0,
     };
     // c has acknowledged nothing yet: its ack of beat 1 (nine rounds back) is too old …
     let out = a.step_vec(a.now_ms(), from("c", ack(1)));
@@ -625,6 +628,7 @@ fn an_admin_out_of_beats_sends_nothing_and_rearms_its_heartbeat_timer() {
         genesis: 0,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     a.step_vec(100, from("b", hb));
     win(&mut a, &["c"]);

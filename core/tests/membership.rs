@@ -10,9 +10,11 @@ mod support;
 
 use std::sync::Arc;
 
+use chorus_core::certificate::simulated_signature;
 use chorus_core::{
     ChangeOutcome, ChangeRefusal, Command, Config, Core, Electorate, Event, MemberChange, Message,
-    NodeId, Notice, PeerInfo, Refusal, Role, StepDownReason, Timer, ADMIN_ELECTION, MAX_WIRE_INT,
+    NodeId, Notice, PeerInfo, Refusal, Role, Signature, StepDownReason, Timer, ADMIN_ELECTION,
+    MAX_WIRE_INT,
 };
 use support::{election_bound_ms, fast_config, Clocks, Net, Start};
 
@@ -113,11 +115,20 @@ fn elect(id: &str, members: &[&str], voters: &[&str]) -> Core {
 }
 
 fn ack(c: &mut Core, peer: &str, beat: u64) -> Vec<Command> {
+    // An honest voter holding the admin's electorate endorses it (rule 7).
+    let statement = c.electorate().map(|e| e.statement());
+    let endorsement = statement.map(|s| simulated_signature(&peer.into(), &s));
+    ack_with(c, peer, beat, endorsement)
+}
+
+fn ack_with(c: &mut Core, peer: &str, beat: u64, endorsement: Option<Signature>) -> Vec<Command> {
     let msg = Message::HeartbeatAck {
         term: c.term(),
         beat,
         promise_ms: 30_000,
         holds: true,
+        endorsement,
+        certified: 0,
     };
     c.step_vec(c.now_ms(), from(peer, msg))
 }
@@ -255,6 +266,7 @@ fn refused_not_admin_by_a_follower_and_by_an_admin_that_stepped_down() {
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     b.step_vec(10, from("a", hb));
     assert_eq!(b.admin().map(NodeId::as_str), Some("a"));
@@ -273,6 +285,8 @@ fn refused_not_admin_by_a_follower_and_by_an_admin_that_stepped_down() {
         beat: a.beat(),
         promise_ms: 0,
         holds: false,
+        endorsement: None,
+        certified: 0,
     };
     a.step_vec(a.now_ms(), from("b", higher));
     assert_eq!(a.role(), Role::Follower);
@@ -300,6 +314,7 @@ fn refused_no_admin_by_a_follower_that_knows_none_and_forwarded_once_it_does() {
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     b.step_vec(10, from("a", hb));
     let out = ask(&mut b, add("d"), 12);
@@ -328,6 +343,7 @@ fn a_worker_tells_its_operator_to_ask_a_voter() {
             genesis: c.electorate().unwrap().genesis,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         };
         c.step_vec(10, from("a", hb));
         assert_eq!(c.admin(), Some(&"a".into()));
@@ -370,6 +386,7 @@ fn a_standby_and_a_voter_without_admin_election_forward_requests() {
         genesis: c.electorate().unwrap().genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     // d: eligible, outside {a, b, c}.
     let mut d = node("d", ABC);
@@ -411,6 +428,7 @@ fn a_change_result_nobody_asked_for_is_refused() {
         membership_term: 0,
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
+        certified: 0,
     };
     b.step_vec(10, from("a", hb));
     let result = |request| Message::ChangeResult {
@@ -733,6 +751,7 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
         genesis: carried.genesis,
         electorate: Some(carried.clone()),
         membership_term: carried.term,
+        certified: 0,
     };
 
     // d: an eligible standby of {a, b, c}.
@@ -762,12 +781,26 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
     assert!(changed < acked, "adopted after acking: {out:?}");
     assert_eq!(
         sent_to(&out, "a"),
-        [&Message::HeartbeatAck {
-            term: 1,
-            beat,
-            promise_ms: d.config().election_timeout_min_ms,
-            holds: true,
-        }],
+        [
+            &Message::HeartbeatAck {
+                term: 1,
+                beat,
+                promise_ms: d.config().election_timeout_min_ms,
+                holds: true,
+                endorsement: None,
+                certified: 1,
+            },
+            &Message::HeartbeatAck {
+                // Signed once it holds it, d endorses the new electorate with a second ack of the
+                // beat (rule 7); it can vouch for version 1 only.
+                term: 1,
+                beat,
+                promise_ms: 0,
+                holds: true,
+                endorsement: Some(simulated_signature(&"d".into(), &carried.statement())),
+                certified: 1,
+            }
+        ],
         "d acknowledges as a voter of the new electorate"
     );
     assert_eq!(d.electorate(), Some(&*carried));
@@ -789,18 +822,31 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
                 genesis: carried.genesis,
                 electorate: Some(carried.clone()),
                 membership_term: carried.term,
+                certified: 0,
             },
         ),
     );
     assert_eq!(c.electorate(), Some(&*carried));
     assert_eq!(
         sent_to(&out, "a"),
-        [&Message::HeartbeatAck {
-            term: 1,
-            beat,
-            promise_ms: c.config().election_timeout_min_ms,
-            holds: true,
-        }]
+        [
+            &Message::HeartbeatAck {
+                term: 1,
+                beat,
+                promise_ms: c.config().election_timeout_min_ms,
+                holds: true,
+                endorsement: None,
+                certified: 1,
+            },
+            &Message::HeartbeatAck {
+                term: 1,
+                beat,
+                promise_ms: 0,
+                holds: true,
+                endorsement: Some(simulated_signature(&"c".into(), &carried.statement())),
+                certified: 1,
+            }
+        ]
     );
 }
 
@@ -957,6 +1003,7 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
         genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     let reply = |e: &Electorate| Message::WhoamiReply {
         admin: Some("c".into()),
@@ -1007,6 +1054,7 @@ fn a_follower_takes_its_admins_electorate_from_a_whoami_reply() {
         membership_term: 2,
         genesis,
         electorate: Some(Arc::new(v2_t2.clone())),
+        certified: 0,
     };
     b.step_vec(10, from("c", carrying));
     assert_eq!((b.electorate(), b.stamp()), (Some(&v2_t2), 2));
@@ -1032,6 +1080,7 @@ fn a_follower_on_a_sibling_of_the_same_version_asks_and_takes_its_admins() {
         membership_term: 2,
         genesis: v1.genesis,
         electorate: None,
+        certified: 0,
     };
     let out = b.step_vec(10, from("c", hb));
     assert_eq!(b.admin().map(NodeId::as_str), Some("c"));
@@ -1206,6 +1255,7 @@ fn a_follower_behind_its_admin_asks_again_until_answered() {
         genesis: v1.genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     let whoami = Message::Whoami {
         electorate_version: 1,
@@ -1256,6 +1306,7 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         genesis,
         electorate: Some(Arc::new(v2.clone())),
         membership_term: v2.term,
+        certified: 0,
     };
     b.step_vec(10, from("a", carrying));
     assert_eq!(b.electorate(), Some(&v2));
@@ -1268,6 +1319,7 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         genesis,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     };
     let out = b.step_vec(30, from("c", heartbeat.clone()));
     assert!(out.contains(&Command::Notice(Notice::Refused {
@@ -1312,6 +1364,8 @@ fn a_node_whose_electorate_lacks_the_admin_finds_it_through_its_members() {
         beat: 9,
         promise_ms: b.config().election_timeout_min_ms,
         holds: false,
+        endorsement: None,
+        certified: 1,
     }));
     b.step_vec(t + 2, from("c", reply(&v1)));
     assert_eq!(b.electorate(), Some(&v1), "b takes its admin's electorate");
@@ -1380,6 +1434,7 @@ fn forwarded_requests_are_remembered_up_to_sixty_four_oldest_forgotten_first() {
         membership_term: 0,
         genesis: b.electorate().unwrap().genesis,
         electorate: None,
+        certified: 0,
     };
     b.step_vec(10, from("a", hb));
     for request in 1..=65 {
@@ -1432,6 +1487,7 @@ fn forced_recovery_is_refused_at_the_top_of_the_version_or_the_term_range() {
         membership_term: 0,
         genesis: at_max_term.electorate().unwrap().genesis,
         electorate: None,
+        certified: 0,
     };
     at_max_term.step_vec(10, from("b", hb));
     assert_eq!(at_max_term.term(), MAX_WIRE_INT);

@@ -134,6 +134,7 @@ fn vote_request_for_a_stale_term_refused_by_the_term_alone() {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             },
         ),
     );
@@ -334,6 +335,8 @@ fn check_quorum_and_lease_count_from_the_acknowledged_heartbeat_send_time() {
                 beat,
                 promise_ms: 30_000,
                 holds: false,
+                endorsement: None,
+                certified: 0,
             },
         ),
     );

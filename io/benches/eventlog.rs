@@ -22,6 +22,8 @@ fn main() {
             beat: 123_456,
             promise_ms: 30_000,
             holds: false,
+            endorsement: None,
+            certified: 0,
         },
     };
     println!("eventlog bench: {total} events per run");

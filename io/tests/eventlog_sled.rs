@@ -276,6 +276,9 @@ async fn runtime_over_sled_recovers_term_and_vote() {
         async fn next(&mut self) -> TransportEvent {
             std::future::pending().await
         }
+        fn sign(&self, signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+            chorus_core::certificate::simulated_signature(signer, digest)
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let fast = Config {

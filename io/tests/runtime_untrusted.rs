@@ -20,6 +20,10 @@ struct Inbox(mpsc::UnboundedReceiver<TransportEvent>);
 impl Transport for Inbox {
     fn send(&mut self, _: &NodeId, _: &Message) {}
     fn broadcast(&mut self, _: &Message) {}
+    fn sign(&self, signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+        chorus_core::certificate::simulated_signature(signer, digest)
+    }
+
     async fn next(&mut self) -> TransportEvent {
         match self.0.recv().await {
             Some(ev) => ev,
@@ -130,6 +134,7 @@ async fn a_forged_heartbeat_for_the_admins_term_is_refused_and_restarts_are_clea
             genesis: 0,
             electorate: None,
             membership_term: 0,
+            certified: 0,
         };
         tx.send(TransportEvent::Message {
             from: "w".into(),

@@ -151,6 +151,7 @@ fn heartbeat(beat: u64) -> Message {
         genesis: 0,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     }
 }
 
@@ -265,6 +266,8 @@ async fn identity_persists_and_bootstrap_redials_after_a_restart() {
         beat: 1,
         promise_ms: 30_000,
         holds: false,
+        endorsement: None,
+        certified: 0,
     };
     a.send(&idb, &ack);
     a.broadcast(&Message::StepDown { term: 1 });
@@ -509,6 +512,8 @@ async fn bad_input_is_rejected_and_counted_and_the_transport_keeps_serving() {
         beat: 1,
         promise_ms: 30_000,
         holds: false,
+        endorsement: None,
+        certified: 0,
     };
     b.send(&ida, &ack);
     let idb = b.node_id();
@@ -680,6 +685,7 @@ async fn an_electorate_too_large_for_a_frame_travels_in_parts() {
         membership_term: 0,
         genesis: e.genesis,
         electorate: Some(e),
+        certified: 0,
     };
     expect(&mut c, "C sees A up", is_up(&ida)).await;
     gossip_settled(&mut a, 2).await;

@@ -59,6 +59,8 @@ impl ForgedAcks {
                         beat: *beat,
                         promise_ms: self.promise_ms,
                         holds: false,
+                        endorsement: None,
+                        certified: 0,
                     },
                 });
             }

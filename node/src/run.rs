@@ -520,6 +520,15 @@ impl Transport for Handoff {
         }
     }
 
+    fn sign(&self, signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+        match self.inner.as_ref() {
+            Some(t) => t.sign(signer, digest),
+            // Handed back at shutdown: nothing is signed any more (an empty signature checks
+            // nowhere).
+            None => chorus_core::Signature::from_bytes(&[]),
+        }
+    }
+
     async fn next(&mut self) -> TransportEvent {
         #[cfg(feature = "fault-injection")]
         if let Some(ev) = self

@@ -12,6 +12,7 @@
 //! `chorus run` does), connections that come up after a per-pair delay (`link_spread`), and
 //! groups kept apart from the start or by a `split` until a heal.
 
+use chorus_core::certificate::simulated_signature;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -585,7 +586,13 @@ impl<'s> Des<'s> {
         if let Some(logged) = logged {
             node.log.push((local, logged));
         }
-        core.step(local, event, &mut out);
+        // Signing is the runtime's: answered at once, and logged as the runtime logs it.
+        let signed = core.step_signing(local, event, &mut out, simulated_signature);
+        if self.replay_logs {
+            for e in signed {
+                node.log.push((local, Logged::Other(Box::new(e))));
+            }
+        }
         // A snapshot copies the whole state, peer table included: taken at most once per as
         // many events as the node has peers, its cost stays constant per event however large
         // the cluster (a voter with 100,000 peers would otherwise copy them every 4,096 events).
@@ -608,6 +615,7 @@ impl<'s> Des<'s> {
 
     fn execute(&mut self, i: usize, c: &Command, sink: &mut Sink) {
         match c {
+            Command::Sign { .. } => {} // answered in `step`
             Command::Send { to, msg } => {
                 let Some(j) = index(to, self.nodes.len()) else {
                     return;

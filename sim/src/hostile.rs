@@ -130,12 +130,15 @@ impl Liar {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             },
             1 => Message::HeartbeatAck {
                 term: self.term(),
                 beat: self.big(),
                 promise_ms: 30_000,
                 holds: false,
+                endorsement: None,
+                certified: 0,
             },
             2 => Message::VoteReply {
                 term: self.term(),
@@ -221,6 +224,7 @@ mod tests {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             });
             (0..200).map(|_| l.lie(&me, 10)).collect::<Vec<_>>()
         };

@@ -201,12 +201,15 @@ mod tests {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             },
             Message::HeartbeatAck {
                 term: 4,
                 beat: 10,
                 promise_ms: 30_000,
                 holds: false,
+                endorsement: None,
+                certified: 0,
             },
             Message::StepDown { term: 4 },
         ]
@@ -231,6 +234,7 @@ mod tests {
                 genesis: 0,
                 electorate: None,
                 membership_term: 0,
+                certified: 0,
             },
         )
         .unwrap();

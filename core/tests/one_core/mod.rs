@@ -120,5 +120,6 @@ pub fn heartbeat(term: u64, beat: u64) -> Message {
         genesis: 0,
         electorate: None,
         membership_term: 0,
+        certified: 0,
     }
 }

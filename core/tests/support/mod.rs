@@ -388,7 +388,19 @@ impl Net {
         for c in out.iter().cloned() {
             self.execute(i, c);
         }
+        // The runtime answers a request for a signature at once, with an event it logs.
+        let signs: Vec<_> = out
+            .iter()
+            .filter_map(|c| match c {
+                Command::Sign { digest } => Some(*digest),
+                _ => None,
+            })
+            .collect();
         self.history.push((self.now, i, out));
+        for digest in signs {
+            let signature = chorus_core::certificate::simulated_signature(&self.ids[i], &digest);
+            self.apply(i, Event::Signed { digest, signature });
+        }
     }
 
     fn fail(&self, what: String) -> ! {
@@ -495,7 +507,10 @@ impl Net {
                     },
                 );
             }
-            Command::CancelTimer { .. } | Command::RoleChanged { .. } | Command::Notice(_) => {}
+            Command::CancelTimer { .. }
+            | Command::RoleChanged { .. }
+            | Command::Notice(_)
+            | Command::Sign { .. } => {}
             Command::StartSandbox {
                 task,
                 attempt,

@@ -284,7 +284,8 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime
     /// (the node would be stuck, and wiping its data dir would forget its vote).
     fn commit(&mut self, now: u64, events: Vec<Event>) -> Result<(), RuntimeError> {
         let mut steps = Vec::with_capacity(events.len());
-        for event in events {
+        let mut events = std::collections::VecDeque::from(events);
+        while let Some(event) = events.pop_front() {
             let mut commands = Vec::new();
             let started = Instant::now();
             if let Err(message) = step_guarded(&mut self.core, now, &event, &mut commands) {
@@ -298,6 +299,17 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime
             }
             let latency = started.elapsed();
             self.log.append(now, &event)?;
+            // The core holds no key: its request for a signature is answered at once, by the
+            // next event stepped and logged (so a replay needs no key).
+            for command in commands.iter().rev() {
+                if let Command::Sign { digest } = command {
+                    let signature = self.transport.sign(self.core.id(), digest);
+                    events.push_front(Event::Signed {
+                        digest: *digest,
+                        signature,
+                    });
+                }
+            }
             steps.push((event, commands, latency));
         }
         self.log.sync()?;
@@ -341,6 +353,7 @@ impl<T: Transport, L: EventLog, C: Clock, O: Observer, S: TaskSandboxes> Runtime
                 spec,
             } => self.sandboxes.start(task, *attempt, spec),
             Command::StopSandbox { task, attempt } => self.sandboxes.stop(task, *attempt),
+            Command::Sign { .. } => {} // answered in `commit`
         }
     }
 

@@ -41,6 +41,10 @@ impl Transport for FakeTransport {
             .push(Command::Broadcast { msg: msg.clone() });
     }
 
+    fn sign(&self, signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+        chorus_core::certificate::simulated_signature(signer, digest)
+    }
+
     async fn next(&mut self) -> TransportEvent {
         match self.inbox.recv().await {
             Some(ev) => ev,

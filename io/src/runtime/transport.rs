@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use chorus_core::{Message, NodeId, PeerInfo};
+use chorus_core::{Digest, Message, NodeId, PeerInfo, Signature};
 
 /// What a transport hands the runtime loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,4 +58,9 @@ pub trait Transport {
 
     /// Waits for the next input. Cancel safe.
     fn next(&mut self) -> impl Future<Output = TransportEvent>;
+
+    /// Signs `digest` as `signer`, this node (the core's [`Command::Sign`](chorus_core::Command::Sign)):
+    /// with the libp2p identity key for a real transport, or
+    /// [`simulated_signature`](chorus_core::certificate::simulated_signature) for a simulated one.
+    fn sign(&self, signer: &NodeId, digest: &Digest) -> Signature;
 }

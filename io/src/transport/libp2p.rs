@@ -195,6 +195,8 @@ enum Command {
 pub struct Libp2pTransport {
     cluster_id: String,
     local_peer_id: PeerId,
+    /// Signs the electorates this node endorses (`chorus_core::certificate`).
+    keypair: Keypair,
     commands: mpsc::Sender<Command>,
     events: mpsc::Receiver<TransportEvent>,
     stats: Arc<Libp2pStats>,
@@ -233,6 +235,7 @@ impl Libp2pTransport {
             Libp2pTransport {
                 cluster_id,
                 local_peer_id,
+                keypair,
                 commands,
                 events,
                 stats,
@@ -320,6 +323,16 @@ impl Transport for Libp2pTransport {
         if let Some(frames) = self.encode(msg) {
             self.push(Command::Broadcast { frames }, msg.kind());
         }
+    }
+
+    fn sign(&self, _signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+        // Ed25519 signing cannot fail; should another key type ever fail, an empty signature
+        // checks nowhere and the admin counts this node's acknowledgement without it.
+        let bytes = self.keypair.sign(&digest.0).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "could not sign an electorate statement");
+            Vec::new()
+        });
+        chorus_core::Signature::from_bytes(&bytes)
     }
 
     async fn next(&mut self) -> TransportEvent {

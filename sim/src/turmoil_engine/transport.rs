@@ -214,6 +214,10 @@ impl Transport for SimTransport {
         }
     }
 
+    fn sign(&self, signer: &NodeId, digest: &chorus_core::Digest) -> chorus_core::Signature {
+        chorus_core::certificate::simulated_signature(signer, digest)
+    }
+
     async fn next(&mut self) -> TransportEvent {
         loop {
             let due = self.held.first_key_value().map(|(k, _)| k.0);
