@@ -90,10 +90,14 @@ impl Core {
         self.chain.keep(link);
     }
 
-    /// Asks `peer` for the links after this node's anchor, unless a question is still out.
-    pub(crate) fn ask_chain(&mut self, peer: NodeId, out: &mut Vec<Command>) {
+    /// Asks `peer` for the links after this node's anchor. A stranger (`trusted` false: the
+    /// sender of a heartbeat refused as `not_member`) is asked only when no question went out
+    /// within a heartbeat interval; the node's admin, or a voter acknowledging it, is asked at
+    /// once (heartbeats and acknowledgements pace it), and so a stranger that keeps announcing
+    /// newer links can slow a stale node's catch-up but never a follower's.
+    pub(crate) fn ask_chain(&mut self, peer: NodeId, trusted: bool, out: &mut Vec<Command>) {
         if let Some((_, at)) = &self.chain.asked {
-            if self.now_ms < at + self.config.heartbeat_interval_ms {
+            if !trusted && self.now_ms < at + self.config.heartbeat_interval_ms {
                 return;
             }
         }
@@ -147,5 +151,176 @@ impl Core {
                 self.take_later_position(anchor, stamp, out);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::certificate::{simulated_signature, Link};
+    use crate::testutil::*;
+    use crate::{Electorate, Message, NodeId, Notice, Refusal};
+
+    fn ids(names: &[&str]) -> Vec<NodeId> {
+        names.iter().map(|n| NodeId::from(*n)).collect()
+    }
+
+    /// The link to `members`, proposed in `term` after `prev`, endorsed by `signers`.
+    fn link(prev: &Electorate, term: u64, members: &[&str], signers: &[&str]) -> Arc<Link> {
+        let e = Arc::new(prev.successor(term, ids(members)));
+        let st = e.statement();
+        let mut signers: Vec<_> = ids(signers)
+            .into_iter()
+            .map(|s| {
+                let sig = simulated_signature(&s, &st);
+                (s, sig)
+            })
+            .collect();
+        signers.sort();
+        Arc::new(Link {
+            electorate: e,
+            signers,
+        })
+    }
+
+    /// a, b, c founded {a, b, c}; while c was away d was added (term 2), a removed (term 3)
+    /// and b removed (term 4): the electorate is {c, d}, and every member c knew is gone.
+    fn history(c: &crate::Core) -> Vec<Arc<Link>> {
+        let v1 = c.electorate().unwrap().clone();
+        let l2 = link(&v1, 2, &["a", "b", "c", "d"], &["a", "b"]);
+        let l3 = link(&l2.electorate, 3, &["b", "c", "d"], &["a", "b", "d"]);
+        let l4 = link(&l3.electorate, 4, &["c", "d"], &["b", "d"]);
+        vec![l2, l3, l4]
+    }
+
+    fn heartbeat(term: u64, certified: u64, genesis: u64) -> Message {
+        Message::Heartbeat {
+            term,
+            beat: 1,
+            membership_version: certified,
+            membership_term: term,
+            genesis,
+            electorate: None,
+            certified,
+        }
+    }
+
+    fn refusals(out: &[crate::Command]) -> Vec<Refusal> {
+        out.iter()
+            .filter_map(|c| match c {
+                crate::Command::Notice(Notice::Refused { reason, .. }) => Some(*reason),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Rule 7: a voter that missed every change while every member it knew was retired asks
+    /// the stranger whose heartbeat it refuses, checks the links from its own electorate, and
+    /// takes the last at its proposing term; then it follows that admin.
+    #[test]
+    fn a_stale_voter_catches_up_along_links_from_a_stranger() {
+        let mut c = voter("c", &["a", "b", "c"]);
+        let links = history(&c);
+        let genesis = c.electorate().unwrap().genesis;
+        let out = c.step_vec(10, from("d", heartbeat(5, 4, genesis)));
+        assert_eq!(refusals(&out), [Refusal::NotMember]);
+        assert_eq!(sent_to(&out, "d"), [&Message::ChainRequest { after: 1 }]);
+        let out = c.step_vec(
+            11,
+            from(
+                "d",
+                Message::Chain {
+                    links: links.clone(),
+                },
+            ),
+        );
+        assert_eq!(refusals(&out), []);
+        assert_eq!(c.electorate(), Some(&*links[2].electorate));
+        assert_eq!((c.position(), c.term()), ((4, 4), 4));
+        // It serves the links on, and now hears d's heartbeats.
+        let out = c.step_vec(12, from("e", Message::ChainRequest { after: 2 }));
+        assert_eq!(
+            sent_to(&out, "e"),
+            [&Message::Chain {
+                links: links[1..].to_vec()
+            }]
+        );
+        let out = c.step_vec(13, from("d", heartbeat(5, 4, genesis)));
+        assert_eq!(refusals(&out), []);
+        assert_eq!(c.admin().map(NodeId::as_str), Some("d"));
+    }
+
+    /// Against a colluding minority and a hostile worker: links signed by too few members of
+    /// the electorate before, by strangers, or with signatures that do not fit are refused,
+    /// and so is an answer nobody asked for; a chain is taken up to its first bad link.
+    #[test]
+    fn forged_or_unasked_links_are_refused_and_a_chain_is_taken_up_to_its_first_bad_link() {
+        let mut c = voter("c", &["a", "b", "c"]);
+        let good = history(&c);
+        let v1 = c.electorate().unwrap().clone();
+        let genesis = v1.genesis;
+        let ask = |c: &mut crate::Core, t| {
+            let out = c.step_vec(t, from("w", heartbeat(5, 4, genesis)));
+            assert_eq!(sent_to(&out, "w").len(), 1, "asked w");
+        };
+        // Unasked.
+        let out = c.step_vec(
+            5,
+            from(
+                "w",
+                Message::Chain {
+                    links: good.clone(),
+                },
+            ),
+        );
+        assert_eq!(refusals(&out), [Refusal::Unsolicited]);
+        let forgeries = [
+            // A colluding minority (a alone) of {a, b, c}.
+            link(&v1, 2, &["a", "w"], &["a"]),
+            // A hostile worker signing for itself among members.
+            link(&v1, 2, &["a", "w"], &["a", "w"]),
+        ];
+        let mut t = MIN;
+        for forged in forgeries {
+            t += MIN;
+            ask(&mut c, t);
+            let out = c.step_vec(
+                t + 1,
+                from(
+                    "w",
+                    Message::Chain {
+                        links: vec![forged],
+                    },
+                ),
+            );
+            assert_eq!(refusals(&out), [Refusal::BadCertificate]);
+            assert_eq!(c.electorate(), Some(&v1));
+        }
+        // Signatures of a majority, over another electorate than the one shown.
+        let mut swapped = Link::clone(&good[0]);
+        swapped.electorate = Arc::new(v1.successor(2, ids(&["a", "b", "w"])));
+        t += MIN;
+        ask(&mut c, t);
+        let out = c.step_vec(
+            t + 1,
+            from(
+                "w",
+                Message::Chain {
+                    links: vec![Arc::new(swapped)],
+                },
+            ),
+        );
+        assert_eq!(refusals(&out), [Refusal::BadCertificate]);
+        assert_eq!(c.electorate(), Some(&v1));
+        // Two good links, then a forged one: it takes the two.
+        let bad = link(&good[1].electorate, 4, &["c", "w"], &["w"]);
+        t += MIN;
+        ask(&mut c, t);
+        let links = vec![good[0].clone(), good[1].clone(), bad];
+        let out = c.step_vec(t + 1, from("w", Message::Chain { links }));
+        assert_eq!(refusals(&out), [Refusal::BadCertificate]);
+        assert_eq!(c.electorate(), Some(&*good[1].electorate));
+        assert_eq!(c.position(), (3, 3));
     }
 }

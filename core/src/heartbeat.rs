@@ -155,7 +155,7 @@ impl Core {
             });
         }
         if certified > self.certified() {
-            self.ask_chain(from.clone(), out);
+            self.ask_chain(from.clone(), true, out);
         }
         if membership.0 != 0 && !holds {
             // On another electorate than the admin (another version, or the same version
@@ -198,7 +198,7 @@ impl Core {
             return;
         }
         if certified > self.certified() {
-            self.ask_chain(from.clone(), out);
+            self.ask_chain(from.clone(), true, out);
         }
         let voter = self.counts_as_voter(&from);
         let now = self.now_ms;

@@ -37,24 +37,53 @@
 //! 6. So that the nodes holding a later electorate can win, a node hears (pre-)vote requests
 //!    from an eligible peer outside its electorate that names a later position (a member added
 //!    by a change it missed), and the heartbeats of the candidate it voted for (`trust.rs`).
+//! 7. **Certified links** (`certificate.rs`, `catchup.rs`). A member signs the statement
+//!    (genesis, version, proposing term, members) of every electorate it holds and sends the
+//!    signature with the acknowledgement that says it holds it; the admin commits a change only
+//!    with such endorsements from a majority of the old electorate, and keeps them as the new
+//!    electorate's *link*. Every node keeps an *anchor* — the newest electorate it can vouch
+//!    for: its first one, then each link it checked — and the links after it. A node behind a
+//!    heartbeat's or an acknowledgement's certified version asks for the links after its
+//!    anchor, checks each against the one before (the next version of its cluster, signed by
+//!    distinct members making a majority of its predecessor, every signature good), and takes
+//!    the last like any later position (rule 5's second half), stamped with its proposing
+//!    term. A node that refuses a heartbeat as `not_member` asks its sender the same way: so a
+//!    voter that missed any number of changes, while every member it knew was retired, catches
+//!    up from whoever reaches it (`sim/reproducers/stale-voter-rolling.toml`).
 //!
-//! Trust, as it stands: members are trusted to tell the truth about positions (they are
-//! trusted with votes anyway). Rule 6 also listens to an *eligible* non-member about its
-//! position, and eligibility is what a peer advertises: until positions are signed (a
-//! certificate of each committed electorate by a majority of the one before, so any node can
-//! check a chain from its own electorate — the next step of issue 32), a peer that lies about
-//! a later position can collect votes and be followed. It cannot make two honest admins of
-//! one term; it can keep a cluster from electing one. A worker (not eligible) cannot.
-//! Likewise a voter that missed every change while all the members it knows were retired
-//! cannot verify the new admin and stays out (`sim/reproducers/stale-voter-rolling.toml`).
+//! Trust (who may tell a node what): members are trusted to tell the truth about positions
+//! (they are trusted with votes anyway). A link needs no trust in whoever hands it over:
+//! * a **hostile worker** (or any non-member) can hand a node only links that check, because
+//!   its own signature counts for nothing (it is no member of any predecessor) and it cannot
+//!   sign for a member (an Ed25519 key is the peer id; the simulator's names use a keyed hash
+//!   that stands for a signature among honest simulated nodes and is never accepted from a peer
+//!   id). It can withhold links, or answer a question with garbage, refused as
+//!   `bad_certificate` and counted; the node asks again, one question at a time.
+//! * a **colluding minority** of an electorate cannot certify a successor of its own making:
+//!   a link needs a majority of the predecessor. With a majority of every electorate honest, a
+//!   link exists only for an electorate an honest majority held — one an established admin
+//!   proposed — which rule 5 would hand the node anyway; so what a node takes from a chain is
+//!   what the cluster's own history holds, and the argument below covers it.
+//! * still trusted on first use: a node's first electorate (bootstrap's agreement, or
+//!   discovery's confirmations from `confirmations` peers) and a forced recovery's (the
+//!   operator's word; nodes of the old electorate cannot check it and are added back by hand).
+//!   Rule 6 listens to an *eligible* non-member about its *position*, which is not yet signed:
+//!   a peer that lies about a later position can collect votes and be followed. It cannot make
+//!   two honest admins of one term; it can keep a cluster from electing one.
+//! * not kept for ever: a node keeps the newest 1,024 links; a node further behind, whose old
+//!   members are all gone, is started afresh by its operator. A link lives where it was made
+//!   and where followers fetched it; if the admin that committed a change dies before any
+//!   follower fetched the link, a voter behind that version can no longer catch up through it.
 //!
 //! Why no two admins of one term, whatever the changes (the argument a reviewer should attack;
 //! `chorus-mc` checks it on small clusters):
 //!
 //! * *Positions only grow at a node.* A stamp changes only to the term of the admin the node
-//!   follows, which is its current term, at least any stamp it held; within one stamp the
-//!   version only grows (rule 5's exception). So a node that held (T, v) holds (T, v) or later
-//!   from then on — and it stays durable, being a fold of the logged events.
+//!   follows, which is its current term, at least any stamp it held, or to a later position
+//!   handed over (rule 5's second half, rule 7: taken only when later, and then (s, v) is a
+//!   position the admin of s held with that very electorate); within one stamp the version
+//!   only grows (rule 5's exception). So a node that held (T, v) holds (T, v) or later from
+//!   then on — and it stays durable, being a fold of the logged events.
 //! * *One position, one electorate.* Positions with stamp T are made only by the admin of T
 //!   (rule 2, 3, 5), and that admin's versions grow one by one: two nodes at the same position
 //!   hold the same electorate, if one admin per term holds up to T (induction on terms).
@@ -465,8 +494,8 @@ impl Core {
         Ok(version)
     }
 
-    /// Rule 3: commits the pending change once majorities of the old and the new electorate
-    /// acknowledged a heartbeat that carried it.
+    /// Rule 4: commits the pending change once majorities of the old and the new electorate
+    /// hold it, the old majority's endorsements making its link (rule 7).
     pub(crate) fn check_commit(&mut self, out: &mut Vec<Command>) {
         let (Some(admin), Some(new)) = (&self.admin_state, &self.electorate) else {
             return;

@@ -525,7 +525,7 @@ impl Core {
             {
                 let newer = *certified > self.certified() && !self.is_foreign(*genesis);
                 if reason == crate::Refusal::NotMember && newer && self.electorate.is_some() {
-                    self.ask_chain(from.clone(), out);
+                    self.ask_chain(from.clone(), false, out);
                 }
             }
             self.refuse(from, msg.kind(), reason, out);

@@ -409,7 +409,7 @@ impl<'s> Des<'s> {
                 // A link cut while the message was in flight drops it, like a real partition.
                 if self.nodes[to].core.is_some() && self.reachable(from, to) {
                     if let Some(liar) = self.nodes[to].liar.as_mut() {
-                        liar.hear(&msg);
+                        liar.hear(from, &msg);
                     }
                     let from = self.places[from].id.clone();
                     self.step(to, Event::Message { from, msg }, sink);
@@ -517,6 +517,7 @@ impl<'s> Des<'s> {
         let Some(liar) = node.liar.as_mut() else {
             return;
         };
+        let answers: Vec<_> = std::iter::from_fn(|| liar.answer(&self.places[i].id, n)).collect();
         let lies: Vec<(usize, Message)> = (0..self.scenario.hostile.burst)
             .map(|_| {
                 let to = match liar.pick(n) {
@@ -525,6 +526,7 @@ impl<'s> Des<'s> {
                 };
                 (to, liar.lie(&self.places[i].id, n))
             })
+            .chain(answers)
             .collect();
         let incarnation = node.incarnation;
         for (to, msg) in lies {

@@ -2,9 +2,13 @@
 //! connects, answers WHOAMI and follows like any worker) and, beside it, a [`Liar`] that sends
 //! well-formed but arbitrary messages to random nodes: random and extreme terms, forged
 //! heartbeats and step-downs for live terms, unsolicited votes, acks and WHOAMI replies with
-//! made-up electorates, and old messages it heard, replayed as its own.
+//! made-up electorates, and old messages it heard, replayed as its own. It announces newer
+//! certified electorates than anyone holds, and answers the nodes that ask it for the links with
+//! forged ones: made-up electorates signed by itself, with made-up signatures for members, or
+//! genuine links it heard with a member swapped in (`chorus_core::certificate`).
 //!
-//! What a liar cannot do, because the transport authenticates: send as anyone but itself. What
+//! What a liar cannot do, because the transport authenticates: send as anyone but itself; nor,
+//! because members sign with keys it does not hold, sign for another node. What
 //! it does not do: claim `admin_election` (it advertises a worker's capabilities), or collude
 //! with other liars on one made-up electorate — a node adopts an electorate only when
 //! `confirmations` peers report the same one, so that many colluding liars could mislead a node
@@ -15,8 +19,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use chorus_core::certificate::simulated_signature;
 use chorus_core::rng::below;
-use chorus_core::{Electorate, Message, NodeId, Resources, MAX_WIRE_INT};
+use chorus_core::{Electorate, Link, Message, NodeId, Resources, Signature, MAX_WIRE_INT};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -30,6 +35,10 @@ pub struct Liar {
     /// The highest term and beat heard, so forgeries can aim at live terms.
     term: u64,
     beat: u64,
+    /// The newest genesis heard, so forged links aim at the cluster.
+    genesis: u64,
+    /// Nodes that asked it for links, with the version they asked after.
+    askers: VecDeque<(usize, u64)>,
 }
 
 impl Liar {
@@ -41,11 +50,20 @@ impl Liar {
             heard: VecDeque::with_capacity(HEARD),
             term: 0,
             beat: 0,
+            genesis: 0,
+            askers: VecDeque::new(),
         }
     }
 
-    /// Takes note of a message delivered to the hostile node.
-    pub fn hear(&mut self, msg: &Message) {
+    /// Takes note of a message delivered to the hostile node by node `from`.
+    pub fn hear(&mut self, from: usize, msg: &Message) {
+        match msg {
+            Message::ChainRequest { after } if self.askers.len() < HEARD => {
+                self.askers.push_back((from, *after));
+            }
+            Message::Heartbeat { genesis, .. } if *genesis != 0 => self.genesis = *genesis,
+            _ => {}
+        }
         let (term, beat) = match msg {
             Message::Heartbeat { term, beat, .. } | Message::HeartbeatAck { term, beat, .. } => {
                 (*term, *beat)
@@ -120,6 +138,59 @@ impl Liar {
         Arc::new(Electorate::new(version, members))
     }
 
+    /// A forged answer to a node that asked this liar for links, if one asked.
+    pub fn answer(&mut self, me: &NodeId, nodes: usize) -> Option<(usize, Message)> {
+        let (to, after) = self.askers.pop_front()?;
+        let mut links = Vec::new();
+        let heard = self.heard.iter().find_map(|m| match m {
+            Message::Chain { links } => links.first().cloned(),
+            _ => None,
+        });
+        match (below(&mut self.rng, 3), heard) {
+            // A genuine link with a member swapped for the liar: the signatures no longer fit.
+            (0, Some(link)) => {
+                let mut members = link.electorate.members().to_vec();
+                members[0] = me.clone();
+                let prev_version = link.electorate.version - 1;
+                let e = Electorate::new(prev_version, vec![me.clone()]);
+                let mut forged = e.successor(link.electorate.term, members);
+                forged.genesis = link.electorate.genesis;
+                links.push(Arc::new(Link {
+                    electorate: Arc::new(forged),
+                    signers: link.signers.clone(),
+                }));
+            }
+            // A made-up next electorate, signed by the liar and with made-up signatures for
+            // members of every kind.
+            _ => {
+                let mut members = vec![me.clone()];
+                members.extend((0..3).map(|_| NodeId::from(format!("n{}", self.pick(nodes)))));
+                let before = Electorate::new(after.max(1), members.clone());
+                let mut e = before.successor(self.term, members);
+                e.genesis = self.genesis; // aimed at the cluster it heard
+                let e = Arc::new(e);
+                let statement = e.statement();
+                let mut signers: Vec<(NodeId, Signature)> = (0..nodes)
+                    .map(|j| {
+                        let id = NodeId::from(format!("n{j}"));
+                        let sig = if id == *me {
+                            simulated_signature(me, &statement)
+                        } else {
+                            Signature::from_bytes(&self.rng.next_u64().to_be_bytes())
+                        };
+                        (id, sig)
+                    })
+                    .collect();
+                signers.sort();
+                links.push(Arc::new(Link {
+                    electorate: e,
+                    signers,
+                }));
+            }
+        }
+        Some((to, Message::Chain { links }))
+    }
+
     /// The next lie of node `me` in a cluster of `nodes`.
     pub fn lie(&mut self, me: &NodeId, nodes: usize) -> Message {
         match below(&mut self.rng, 11) {
@@ -127,10 +198,11 @@ impl Liar {
                 term: self.term(),
                 beat: self.big(),
                 membership_version: below(&mut self.rng, 4),
-                genesis: 0,
+                genesis: self.genesis,
                 electorate: None,
                 membership_term: 0,
-                certified: 0,
+                // Newer links than anyone holds: every node that refuses it asks the liar.
+                certified: 1 + below(&mut self.rng, 64),
             },
             1 => Message::HeartbeatAck {
                 term: self.term(),

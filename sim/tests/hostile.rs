@@ -58,8 +58,15 @@ fn lying_is_deterministic_and_refused_by_reason() {
     let (a, fa) = run();
     let (b, _) = run();
     assert_eq!(a, b, "same seed, same bytes");
-    // Every kind of refusal a liar provokes is seen, and the honest nodes still elect.
-    for reason in ["not_member", "out_of_range", "unsolicited"] {
+    // Every kind of refusal a liar provokes is seen, and the honest nodes still elect. The
+    // liars announce newer certified electorates and answer the nodes that ask with forged
+    // links (issue 32): refused as `bad_certificate`, and never taken (below).
+    for reason in [
+        "not_member",
+        "out_of_range",
+        "unsolicited",
+        "bad_certificate",
+    ] {
         assert!(
             fa.stats.refused.get(reason).is_some_and(|n| *n > 0),
             "{reason}: {:?}",
@@ -67,6 +74,25 @@ fn lying_is_deterministic_and_refused_by_reason() {
         );
     }
     assert!(fa.stats.elections >= 1);
+    let (_, lines) = chorus_sim::trace::read(&String::from_utf8(a).unwrap()).unwrap();
+    let liars: Vec<String> = (0..s.nodes)
+        .filter(|i| s.is_hostile(*i))
+        .map(|i| format!("n{i}"))
+        .collect();
+    let mut changes = 0;
+    for l in &lines {
+        if let chorus_sim::trace::Record::ElectorateChanged { members, .. } = &l.record {
+            changes += 1;
+            assert!(
+                !members.iter().any(|m| liars.contains(&m.to_string())),
+                "a forged electorate was taken: {l:?}"
+            );
+        }
+    }
+    assert!(
+        changes > 0,
+        "the run changes no electorate: the check above says nothing"
+    );
 }
 
 #[test]
