@@ -24,6 +24,8 @@ use serde_json::Value;
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
+use crate::cli::http::{get_text, request};
+
 /// `chorus devcluster` options.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Args {
@@ -508,7 +510,7 @@ async fn demo(http: String, index: usize, count: usize) {
             "command": ["sh", "-c", format!("sleep 0.{}; echo task {n} on $(hostname)", n % 10)],
             "timeout_ms": 60_000,
         });
-        match crate::http::request(&http, "POST", "/tasks", Some(&spec.to_string())).await {
+        match request(&http, "POST", "/tasks", Some(&spec.to_string())).await {
             Ok((201, body)) => match serde_json::from_str::<Value>(&body) {
                 Ok(v) => ids.push(v["task"].as_str().unwrap_or_default().to_owned()),
                 Err(e) => println!("devcluster: demo: bad answer to a submit: {e}"),
@@ -524,7 +526,7 @@ async fn demo(http: String, index: usize, count: usize) {
         let mut still = Vec::new();
         for id in open {
             let path = format!("/tasks/{id}");
-            let result = match crate::http::request(&http, "GET", &path, None).await {
+            let result = match request(&http, "GET", &path, None).await {
                 Ok((200, body)) => serde_json::from_str::<Value>(&body)
                     .ok()
                     .map(|v| v["result"].clone())
@@ -574,11 +576,8 @@ async fn poll(nodes: &mut [Node]) {
         if node.child.is_none() {
             continue;
         }
-        let got = tokio::time::timeout(
-            Duration::from_millis(500),
-            crate::http::get_text(&node.http, "/status"),
-        )
-        .await;
+        let got =
+            tokio::time::timeout(Duration::from_millis(500), get_text(&node.http, "/status")).await;
         node.status = match got {
             Ok(Ok((200, body))) => serde_json::from_str(&body).ok(),
             _ => None,
@@ -727,7 +726,10 @@ async fn start(
     cmd.arg("--exit-with-parent");
     // The ports are read from the info-level start line, whatever else RUST_LOG asks for.
     if let Ok(filter) = std::env::var("RUST_LOG") {
-        cmd.env("RUST_LOG", format!("{filter},chorus_node::run=info"));
+        cmd.env(
+            "RUST_LOG",
+            format!("{filter},chorus_node::daemon::run=info"),
+        );
     }
     cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
