@@ -21,6 +21,9 @@
 //! * [`devcluster`] — a local cluster of real processes for demos and failover timing;
 //! * `exit` — how every command ends (exit code, one-line error); this file parses the command
 //!   line and hands each command to its folder.
+//!
+//! A new route is a file in `api/` and a line in its router; a new client command is a file in
+//! `cli/` and its variant below.
 
 pub mod api;
 pub mod cli;
