@@ -3,34 +3,46 @@
 //!
 //! * `chorus run` — the node: event log, transport, runtime loop, HTTP API.
 //! * `chorus status` — a node's status, for people.
+//! * `chorus members` — the cluster's voters and standbys; add or remove a voter.
 //! * `chorus replay` — re-runs a data directory's event log and checks the decisions.
+//! * `chorus recover` — last-resort recovery of a cluster that lost its quorum for good.
 //! * `chorus devcluster` — a local cluster of real `chorus run` processes, with failover.
 //! * `chorus sandbox` — the Docker sandbox from the command line.
 //! * `chorus task` — submit, watch, list and cancel tasks through a node's HTTP API.
+//!
+//! Where each part lives (a server file never imports a client file, nor the other way round):
+//! * [`daemon`] — `chorus run`: settings, the wiring of the runtime loop, the observer and the
+//!   state it shares with the API;
+//! * [`api`] — the HTTP API's axum router, one file per resource (status, cluster, members,
+//!   tasks);
+//! * [`wire`] — the API's JSON documents that both the server and the clients read;
+//! * [`cli`] — the command-line clients: one HTTP client, then one file per command;
+//! * [`history`] — a node's recorded history: replay, merge, the trace format, the host clock;
+//! * [`devcluster`] — a local cluster of real processes for demos and failover timing;
+//! * `exit` — how every command ends (exit code, one-line error); this file parses the command
+//!   line and hands each command to its folder.
+//!
+//! A new route is a file in `api/` and a line in its router; a new client command is a file in
+//! `cli/` and its variant below.
 
-pub mod config;
+pub mod api;
+pub mod cli;
+pub mod daemon;
 pub mod devcluster;
-#[cfg(feature = "fault-injection")]
-pub mod fault;
-pub mod hostclock;
-pub mod http;
-pub mod members;
-pub mod merge;
-pub mod observe;
-pub mod recover;
-pub mod replay;
-pub mod run;
-pub mod sandbox;
-pub mod status;
-pub mod task_cli;
-pub mod tasks;
+mod exit;
+pub mod history;
+pub mod wire;
 
-use std::path::{Path, PathBuf};
+/// `chorus_node::merge` as it was before the layout by role (the end-to-end tests call it).
+pub use history::merge;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{LogFormat, NodeConfig, RunFlags};
+use crate::daemon::config::{LogFormat, NodeConfig, RunFlags};
+use crate::exit::{block_on, fail, one_line, report};
 
 #[derive(Parser)]
 #[command(
@@ -145,12 +157,12 @@ enum Cmd {
     /// Submit, watch, list and cancel tasks (through any node's HTTP API).
     Task {
         #[command(subcommand)]
-        command: task_cli::Cmd,
+        command: cli::task::Cmd,
     },
     /// The Docker sandbox.
     Sandbox {
         #[command(subcommand)]
-        command: sandbox::Cmd,
+        command: cli::sandbox::Cmd,
     },
 }
 
@@ -177,12 +189,12 @@ pub fn main() -> ExitCode {
             addr,
             json,
             cluster: false,
-        } => report(block_on(status::show(&addr, json))),
+        } => report(block_on(cli::status::show(&addr, json))),
         Cmd::Status {
             addr,
             json,
             cluster: true,
-        } => report(block_on(status::show_cluster(&addr, json))),
+        } => report(block_on(cli::status::show_cluster(&addr, json))),
         Cmd::Members {
             addr,
             json,
@@ -195,198 +207,32 @@ pub fn main() -> ExitCode {
                 MembersCmd::Remove { id } => chorus_core::MemberChange::Remove { node: id.into() },
             });
             match change {
-                None => report(block_on(members::show(&addr, json))),
-                Some(change) => report(block_on(members::change(&addr, change, wait))),
+                None => report(block_on(cli::members::show(&addr, json))),
+                Some(change) => report(block_on(cli::members::change(&addr, change, wait))),
             }
         }
-        Cmd::Recover { data_dir, .. } => {
-            let log_dir = match replay_source(&data_dir) {
-                Ok((dir, None)) => dir,
-                Ok((_, Some(_copy))) => {
-                    return fail(&anyhow::anyhow!(
-                        "{} is read-only: recovery writes to the event log",
-                        data_dir.display()
-                    ))
-                }
-                Err(e) => return fail(&e),
-            };
-            let mut stdout = std::io::stdout().lock();
-            match recover::force_new_cluster(&log_dir, &mut stdout) {
-                Ok(_) => ExitCode::SUCCESS,
-                Err(e) => fail(&replay_error(e, &data_dir)),
-            }
-        }
+        Cmd::Recover { data_dir, .. } => cli::recover::run(&data_dir),
         Cmd::Replay {
             data_dir,
             trace,
             journal,
             task_bound_ms,
-        } if data_dir.len() > 1 || journal.is_some() || task_bound_ms.is_some() => {
-            let mut sources = Vec::new();
-            for dir in &data_dir {
-                match replay_source(dir) {
-                    Ok(source) => sources.push(source),
-                    Err(e) => return fail(&e),
-                }
-            }
-            let dirs: Vec<PathBuf> = sources.iter().map(|(d, _)| d.clone()).collect();
-            let mut stdout = std::io::stdout().lock();
-            match merge::replay_merged(
-                &dirs,
-                journal.as_deref(),
-                trace.as_deref(),
-                task_bound_ms,
-                &mut stdout,
-            ) {
-                Ok(r) if r.ok() => ExitCode::SUCCESS,
-                Ok(r) => {
-                    for (node, n) in r.nodes.iter().filter(|(_, n)| !n.ok()) {
-                        eprintln!(
-                            "chorus: {node}: replay does not match the recorded decisions ({} mismatches, {} double votes)",
-                            n.mismatches.len(),
-                            n.vote_violations.len()
-                        );
-                    }
-                    ExitCode::from(3)
-                }
-                Err(e) => fail(&e),
-            }
-        }
-        Cmd::Replay {
-            mut data_dir,
-            trace,
-            journal: _,
-            task_bound_ms: _,
-        } => {
-            let data_dir = data_dir.pop().expect("clap requires one");
-            let (log_dir, _copy) = match replay_source(&data_dir) {
-                Ok(source) => source,
-                Err(e) => return fail(&e),
-            };
-            let mut stdout = std::io::stdout().lock();
-            match replay::replay(&log_dir, trace.as_deref(), &mut stdout)
-                .map_err(|e| replay_error(e, &data_dir))
-            {
-                Ok(r) if r.ok() => ExitCode::SUCCESS,
-                Ok(r) => {
-                    eprintln!(
-                        "chorus: replay does not match the recorded decisions ({} mismatches, {} double votes)",
-                        r.mismatches.len(),
-                        r.vote_violations.len()
-                    );
-                    ExitCode::from(3)
-                }
-                Err(e) => fail(&e),
-            }
-        }
+        } => cli::replay::run(data_dir, trace, journal, task_bound_ms),
         Cmd::Devcluster(args) => {
             init_logging(LogFormat::Human);
             report(block_on(devcluster::run(args)))
         }
-        Cmd::Task { command } => match block_on(task_cli::run(command)) {
+        Cmd::Task { command } => match block_on(cli::task::run(command)) {
             Ok(code) => code,
             Err(e) => fail(&e),
         },
         Cmd::Sandbox { command } => {
             init_logging(LogFormat::Human);
-            match block_on(sandbox::run(command)) {
+            match block_on(cli::sandbox::run(command)) {
                 Ok(code) => code,
                 Err(e) => fail(&e),
             }
         }
-    }
-}
-
-/// The log directory `chorus replay` should open for `data_dir`: checked to exist and hold a
-/// log, and copied to a temporary directory (returned, to keep it alive) when it is read-only,
-/// since opening a log may write to it.
-fn replay_source(data_dir: &Path) -> anyhow::Result<(PathBuf, Option<tempfile::TempDir>)> {
-    use anyhow::bail;
-    match std::fs::metadata(data_dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => bail!("{} is not a directory", data_dir.display()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            bail!("no such directory: {}", data_dir.display())
-        }
-        Err(e) => bail!("cannot read {}: {e}", data_dir.display()),
-    }
-    let nested = data_dir.join(run::LOG_DIR);
-    let log_dir = if nested.is_dir() {
-        nested
-    } else {
-        data_dir.to_path_buf()
-    };
-    if !log_dir.join("db").exists() && !log_dir.join("conf").exists() {
-        bail!(
-            "{} holds no event log (a node's data directory has it in `{}/`)",
-            data_dir.display(),
-            run::LOG_DIR
-        );
-    }
-    if !is_read_only(&log_dir) {
-        return Ok((log_dir, None));
-    }
-    let copy = tempfile::Builder::new()
-        .prefix("chorus-replay-")
-        .tempdir()
-        .map_err(|e| anyhow::anyhow!("cannot create a temporary copy of a read-only log: {e}"))?;
-    copy_dir(&log_dir, copy.path()).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot copy the read-only log {} to a temporary directory: {e}",
-            log_dir.display()
-        )
-    })?;
-    eprintln!(
-        "chorus: {} is read-only; replaying a temporary copy",
-        log_dir.display()
-    );
-    Ok((copy.path().to_path_buf(), Some(copy)))
-}
-
-/// Whether the log directory or its files cannot (or should not) be written.
-fn is_read_only(dir: &Path) -> bool {
-    let read_only = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly());
-    if read_only(dir) || read_only(&dir.join("db")) || read_only(&dir.join("conf")) {
-        return true;
-    }
-    // A read-only mount shows writable permission bits; only a write tells.
-    tempfile::tempfile_in(dir).is_err()
-}
-
-/// Copies a directory tree (a sled log: files and a few subdirectories), writable.
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600))?;
-        }
-    }
-    Ok(())
-}
-
-/// Says what a replay failure means when the cause is a known situation.
-fn replay_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
-    let text = format!("{e:#}");
-    let locked = e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::WouldBlock)
-    }) || text.contains("WouldBlock")
-        || text.contains("os error 11")
-        || text.contains("temporarily unavailable");
-    if locked {
-        anyhow::anyhow!(
-            "the node using {} is running (its event log is locked); stop it, or copy the data \
-             directory and replay the copy",
-            data_dir.display()
-        )
-    } else {
-        e
     }
 }
 
@@ -416,44 +262,12 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         .enable_all()
         .build()
         .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(run::run(resolved)));
+        .and_then(|rt| rt.block_on(daemon::run(resolved)));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // One plain line on stderr, whatever the log format.
         Err(e) => fail(&e),
     }
-}
-
-fn block_on<T>(f: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?
-        .block_on(f)
-}
-
-fn report(result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
-    }
-}
-
-fn fail(e: &anyhow::Error) -> ExitCode {
-    eprintln!("chorus: {}", one_line(e));
-    ExitCode::FAILURE
-}
-
-/// The error and its causes on one line (the causes only where they add something).
-fn one_line(e: &anyhow::Error) -> String {
-    let mut text = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !text.contains(&c) {
-            text.push_str(": ");
-            text.push_str(&c);
-        }
-    }
-    text.replace('\n', " ")
 }
 
 fn init_logging(format: LogFormat) {

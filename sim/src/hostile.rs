@@ -289,15 +289,18 @@ mod tests {
         let me = NodeId::from("n9");
         let run = |seed| {
             let mut l = Liar::new(seed, 9);
-            l.hear(&Message::Heartbeat {
-                term: 4,
-                beat: 40,
-                membership_version: 1,
-                genesis: 0,
-                electorate: None,
-                membership_term: 0,
-                certified: 0,
-            });
+            l.hear(
+                0,
+                &Message::Heartbeat {
+                    term: 4,
+                    beat: 40,
+                    membership_version: 1,
+                    genesis: 0,
+                    electorate: None,
+                    membership_term: 0,
+                    certified: 0,
+                },
+            );
             (0..200).map(|_| l.lie(&me, 10)).collect::<Vec<_>>()
         };
         assert_eq!(run(1), run(1));

@@ -66,8 +66,12 @@ enum Cmd {
         #[arg(long, short)]
         out: PathBuf,
     },
-    /// List the built-in scenarios.
-    Scenarios,
+    /// List the built-in scenarios, or print one as its TOML file.
+    Scenarios {
+        /// Print this built-in's TOML as written (a starting point for a scenario of your own).
+        #[arg(long, value_name = "NAME")]
+        show: Option<String>,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -113,13 +117,23 @@ fn main() -> ExitCode {
         Cmd::Timing(args) => cmd_timing(args),
         Cmd::Scale(args) => chorus_sim::scale::cmd_scale(&args),
         Cmd::Svg { trace, out } => cmd_svg(trace, out),
-        Cmd::Scenarios => {
+        Cmd::Scenarios { show: None } => {
             for name in BUILTINS {
                 let s = chorus_sim::scenario::builtin(name).expect("built-in");
                 println!("{name:<16} {}", s.description);
             }
             Ok(true)
         }
+        Cmd::Scenarios { show: Some(name) } => match chorus_sim::scenario::builtin_text(&name) {
+            Some(text) => {
+                print!("{text}");
+                Ok(true)
+            }
+            None => Err(anyhow::anyhow!(
+                "no built-in scenario {name:?} (one of {})",
+                BUILTINS.join(", ")
+            )),
+        },
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

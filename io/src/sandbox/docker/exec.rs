@@ -14,12 +14,11 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::sandbox::DockerSandbox;
+use super::container::Container;
 use super::EXEC_ID_ENV;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::{
-    CappedBuffer, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, OutputStream,
-    SandboxState, UsageTotals,
+    CappedBuffer, ExecOutput, ExecRequest, OutputChunk, OutputStream, SandboxState, UsageTotals,
 };
 
 /// How long a timed-out command gets to finish after its process group was killed before the
@@ -182,7 +181,7 @@ impl OutputCollector {
     }
 }
 
-impl DockerSandbox {
+impl Container {
     /// Runs one command. `clean_up`: afterwards kill what it left running and check the OOM
     /// counter (for callers' commands; the sandbox's own file commands skip it).
     pub(super) async fn run(

@@ -2,11 +2,11 @@
 //! sandbox; see the module notes in [`super`] for why not the archive API), and the tar
 //! conversions they use.
 
-use super::sandbox::DockerSandbox;
+use super::container::Container;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree};
 
-impl DockerSandbox {
+impl Container {
     /// Writes `data` to `path` with permission bits `mode`, making parent directories.
     pub(super) async fn put_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
         check_path(path)?;

@@ -5,7 +5,10 @@
 //! - `provider.rs`: [`DockerProvider`] — connecting, creating sandboxes, reaping by label.
 //! - `host_config.rs`: the policy mapped to the create request ([`container_config`]).
 //! - `workspace.rs`: what appears at the workspace path ([`stage_workspace`]) and the sync back.
-//! - `sandbox.rs`: [`DockerSandbox`] and its lifecycle (start, state, stop, remove).
+//! - `container.rs`: one container as the parts below see it (client, name, policy, exec
+//!   bookkeeping): exec, files, stats and workspace work on it, not on the sandbox type.
+//! - `sandbox.rs`: [`DockerSandbox`] (a container and its workspace) and its lifecycle (start,
+//!   state, stop, remove).
 //! - `exec.rs`: running one command — timeouts, the post-exec cleanup, OOM detection.
 //! - `files.rs`: files and trees moved through exec ([`tree_to_tar`], [`tar_to_tree`]).
 //! - `stats.rs`: live resource usage, with the docker CLI's formulas ([`cpu_percent`]).
@@ -27,6 +30,7 @@
 //!   command dies by SIGKILL: Docker 20.10 sets `State.OOMKilled` only when the *main* process
 //!   is killed.
 
+mod container;
 mod exec;
 mod files;
 mod host_config;

@@ -5,11 +5,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
 
+use super::container::force_remove;
 use super::host_config::{container_config, ResolvedInputs};
 use super::sandbox::DockerSandbox;
 use super::workspace::{stage_workspace, StagedWorkspace};
@@ -326,14 +325,6 @@ fn unix_now_s() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// Remove options that also kill a running container and drop its anonymous volumes.
-pub(super) fn force_remove() -> bollard::query_parameters::RemoveContainerOptions {
-    RemoveContainerOptionsBuilder::new()
-        .force(true)
-        .v(true)
-        .build()
 }
 
 /// Deletes a staging directory, but only inside `root` (the path comes from a label, which

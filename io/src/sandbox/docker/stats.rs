@@ -8,19 +8,11 @@ use bollard::models::ContainerStatsResponse;
 use bollard::query_parameters::StatsOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::sandbox::DockerSandbox;
+use super::container::{Container, CpuSample};
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::{ResourceUsage, UsageTotals};
 
-/// A CPU sample for the docker CLI's CPU-percent formula.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct CpuSample {
-    total_ns: u64,
-    system_ns: u64,
-    online_cpus: u32,
-}
-
-impl DockerSandbox {
+impl Container {
     /// One stats sample, with the CPU percentage since the previous call (or over a short
     /// interval, the first time).
     pub(super) async fn sample_usage(&self) -> SandboxResult<ResourceUsage> {

@@ -1,13 +1,14 @@
 //! What appears at the workspace path: an empty tmpfs, a repository bind-mounted read-only, a
 //! filtered copy of one, or a read-write repository's copy in a tmpfs that is synced back
-//! ([`stage_workspace`], [`DockerSandbox::sync_workspace`]).
+//! ([`stage_workspace`], `DockerSandbox::sync_workspace`).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
+use super::container::Container;
 use super::files::tar_to_tree;
 use super::host_config::WorkspaceMount;
-use super::sandbox::DockerSandbox;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::repo::SyncReport;
@@ -59,7 +60,7 @@ pub struct SyncTarget {
 ///   their names, need one mount per file, and miss files created later; a copy shows exactly
 ///   the filtered tree. Symlinks are copied as links, never followed.
 /// - A read-write repository: a sized tmpfs, into which the (filtered) repository is copied
-///   when the sandbox starts, without `.git/hooks`; [`DockerSandbox::sync_workspace`] (and
+///   when the sandbox starts, without `.git/hooks`; `DockerSandbox::sync_workspace` (and
 ///   `remove`) carries the changes back. The sandbox never writes to a host directory, so its
 ///   writes are bounded by the tmpfs size and it cannot plant symlinks on the host.
 pub fn stage_workspace(
@@ -254,64 +255,67 @@ fn set_owner_and_mode(
     Ok(())
 }
 
-impl DockerSandbox {
-    /// Carries a read-write workspace's changes back to its repository (see
-    /// [`crate::sandbox::repo::sync_back`] for what is and is not carried). Also done by
-    /// `remove`. Errors with [`ErrorCategory::Unsupported`] for a sandbox without a read-write
-    /// repository.
-    pub async fn sync_workspace(&self) -> SandboxResult<SyncReport> {
-        let Some(target) = &self.sync else {
-            return Err(SandboxError::new(
-                ErrorCategory::Unsupported,
-                "this sandbox has no read-write repository to sync back",
-            ));
-        };
-        let cap = usize::try_from(self.policy.workspace_size_bytes)
-            .unwrap_or(usize::MAX)
-            .saturating_add(1024 * 1024);
-        let mut req = self.file_request(
-            ["tar", "-c", "-f", "-", "-C", &self.workspace_path, "."]
-                .map(String::from)
-                .to_vec(),
-        );
-        req.output_limit_bytes = Some(cap);
-        let out = self.file_command("reading the workspace back", req).await?;
-        if out.stdout_truncated {
-            return Err(SandboxError::new(
-                ErrorCategory::Io,
-                "the workspace archive is larger than the workspace size bound",
-            ));
-        }
-        let tree = tar_to_tree(&out.stdout)
-            .map_err(|e| SandboxError::io("parsing the workspace archive", e))?;
-        let target = target.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::sandbox::repo::sync_back(&target.repo, &tree, &target.copied_in)
-        })
-        .await
-        .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+/// Carries a read-write workspace's changes back to its repository `target` (see
+/// [`crate::sandbox::repo::sync_back`] for what is and is not carried). Errors with
+/// [`ErrorCategory::Unsupported`] without one.
+pub(super) async fn sync_workspace(
+    container: &Container,
+    target: Option<&SyncTarget>,
+) -> SandboxResult<SyncReport> {
+    let Some(target) = target else {
+        return Err(SandboxError::new(
+            ErrorCategory::Unsupported,
+            "this sandbox has no read-write repository to sync back",
+        ));
+    };
+    let cap = usize::try_from(container.policy.workspace_size_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1024 * 1024);
+    let mut req = container.file_request(
+        ["tar", "-c", "-f", "-", "-C", &container.workspace_path, "."]
+            .map(String::from)
+            .to_vec(),
+    );
+    req.output_limit_bytes = Some(cap);
+    let out = container
+        .file_command("reading the workspace back", req)
+        .await?;
+    if out.stdout_truncated {
+        return Err(SandboxError::new(
+            ErrorCategory::Io,
+            "the workspace archive is larger than the workspace size bound",
+        ));
     }
+    let tree = tar_to_tree(&out.stdout)
+        .map_err(|e| SandboxError::io("parsing the workspace archive", e))?;
+    let target = target.clone();
+    tokio::task::spawn_blocking(move || {
+        crate::sandbox::repo::sync_back(&target.repo, &tree, &target.copied_in)
+    })
+    .await
+    .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+}
 
-    /// Unpacks a read-write repository's archive into the workspace, once (on the first start).
-    pub(super) async fn copy_repository_in(&self) -> SandboxResult<()> {
-        let copy_in = self
-            .copy_in
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let Some(archive) = copy_in else {
-            return Ok(());
-        };
-        let mut req = self.file_request(
-            ["tar", "-x", "-f", "-", "-C", &self.workspace_path]
-                .map(String::from)
-                .to_vec(),
-        );
-        req.stdin = Some(archive);
-        self.file_command("copying the repository into the workspace", req)
-            .await?;
-        Ok(())
-    }
+/// Unpacks a read-write repository's archive (taken from `copy_in`) into the workspace, once
+/// (on the first start).
+pub(super) async fn copy_repository_in(
+    container: &Container,
+    copy_in: &Mutex<Option<Vec<u8>>>,
+) -> SandboxResult<()> {
+    let copy_in = copy_in.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let Some(archive) = copy_in else {
+        return Ok(());
+    };
+    let mut req = container.file_request(
+        ["tar", "-x", "-f", "-", "-C", &container.workspace_path]
+            .map(String::from)
+            .to_vec(),
+    );
+    req.stdin = Some(archive);
+    container
+        .file_command("copying the repository into the workspace", req)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,10 +9,9 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use chorus_core::{Command, Core, Event, Message, Notice, VoteLedger};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
-use serde::Serialize;
 
-use crate::observe::role_name;
-use crate::run::LOG_DIR;
+use super::trace::{Header, Line, Record};
+use super::LOG_DIR;
 
 /// One decision the replay made.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,34 +34,6 @@ impl ReplayReport {
     pub fn ok(&self) -> bool {
         self.mismatches.is_empty() && self.vote_violations.is_empty()
     }
-}
-
-/// A trace's header: the simulator's fields (`sim/src/trace.rs`; `chorus-sim check` reads it),
-/// plus, for one node, its id, and for a merge, who may be admin, the clock and the sources.
-#[derive(Serialize)]
-pub(crate) struct Header<'a> {
-    pub kind: &'static str,
-    pub seed: u64,
-    pub scenario: String,
-    pub engine: &'static str,
-    pub nodes: usize,
-    pub version: u32,
-    pub voters: usize,
-    pub duration_ms: u64,
-    pub steps: bool,
-    /// The simulator's default bound for these settings.
-    pub liveness_bound_ms: u64,
-    /// Invariant 7's bound on a task's result ([`task_bound`]), when tasks were submitted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub task_bound_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub node: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub eligible: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub clock: Option<crate::merge::Clock<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub data_dirs: Option<Vec<String>>,
 }
 
 /// The simulator's default liveness bound for one node's settings (`sim` scenario.rs).
@@ -89,136 +60,6 @@ pub(crate) fn task_bound(histories: &[&NodeHistory]) -> Option<u64> {
     Some(chorus_core::task::result_bound_ms(
         heartbeat, liveness, longest,
     ))
-}
-
-#[derive(Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub(crate) enum Record {
-    BecameAdmin {
-        node: String,
-        term: u64,
-        lease_until: u64,
-    },
-    LeaseRenewed {
-        node: String,
-        term: u64,
-        lease_until: u64,
-    },
-    LeaseExpired {
-        node: String,
-        term: u64,
-    },
-    SteppedDown {
-        node: String,
-        term: u64,
-        reason: &'static str,
-    },
-    Voted {
-        node: String,
-        term: u64,
-        #[serde(rename = "for")]
-        candidate: String,
-    },
-    VoteGranted {
-        node: String,
-        term: u64,
-        to: String,
-    },
-    AdminKnown {
-        node: String,
-        admin: String,
-        term: u64,
-    },
-    ElectorateChanged {
-        node: String,
-        version: u64,
-        term: u64,
-        members: Vec<chorus_core::NodeId>,
-    },
-    MembershipChange {
-        node: String,
-        change: chorus_core::MemberChange,
-        outcome: chorus_core::ChangeOutcome,
-        #[serde(skip_serializing_if = "is_zero")]
-        request: u64,
-    },
-    Role {
-        node: String,
-        role: &'static str,
-        term: u64,
-    },
-    Restart {
-        node: String,
-    },
-    /// Inferred by a merge: the run ended here (see `merge.rs`).
-    Crash {
-        node: String,
-    },
-    TaskSubmitted {
-        node: String,
-        task: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        request: Option<u64>,
-        #[serde(skip_serializing_if = "std::ops::Not::not")]
-        existing: bool,
-    },
-    TaskRefused {
-        node: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        request: Option<u64>,
-        reason: String,
-    },
-    TaskCancelRequested {
-        node: String,
-        task: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        request: Option<u64>,
-    },
-    TaskPlaced {
-        node: String,
-        task: String,
-        worker: String,
-        attempt: u32,
-    },
-    TaskStarted {
-        node: String,
-        task: String,
-        attempt: u32,
-    },
-    TaskFinished {
-        node: String,
-        task: String,
-        attempt: u32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        status: Option<chorus_core::TaskStatus>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
-    },
-    /// The submitter has the task's result (`Notice::TaskCompleted`).
-    TaskResult {
-        node: String,
-        task: String,
-        status: chorus_core::TaskStatus,
-    },
-}
-
-impl Record {
-    /// The lease end it carries (node time until a merge maps it).
-    pub(crate) fn lease_until_mut(&mut self) -> Option<&mut u64> {
-        match self {
-            Record::BecameAdmin { lease_until, .. } | Record::LeaseRenewed { lease_until, .. } => {
-                Some(lease_until)
-            }
-            _ => None,
-        }
-    }
-}
-
-#[derive(Serialize)]
-pub(crate) struct Line<'a> {
-    pub t: u64,
-    #[serde(flatten)]
-    pub record: &'a Record,
 }
 
 /// Accepts either the node's data directory or its `log` subdirectory.
@@ -555,7 +396,7 @@ pub(crate) fn replay_node(
         out,
         "final     term {} role {} admin {} voted_for {}",
         core.term(),
-        role_name(core.role()),
+        core.role().as_str(),
         core.admin().map_or("-".to_owned(), |a| a.to_string()),
         core.voted_for().map_or("-".to_owned(), |a| a.to_string()),
     )?;
@@ -719,10 +560,6 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
         },
         Notice::Refused { .. } => return None,
     })
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> anyhow::Result<()> {

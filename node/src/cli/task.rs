@@ -12,7 +12,8 @@ use anyhow::{bail, Context};
 use chorus_core::{RepoMount, TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
-use crate::tasks::{TaskRow, TaskView};
+use super::http::request;
+use crate::wire::{TaskRow, TaskView};
 
 /// Exit code of `submit --wait` when the task timed out (as `timeout(1)`).
 pub const EXIT_TIMED_OUT: u8 = 124;
@@ -248,7 +249,7 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::List { addr, state, json } => {
             let path = format!("/tasks?state={state}");
-            let (code, body) = crate::http::request(&addr, "GET", &path, None)
+            let (code, body) = request(&addr, "GET", &path, None)
                 .await
                 .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
             let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -278,7 +279,7 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::Cancel { id, addr } => {
             let path = format!("/tasks/{id}");
-            let (code, body) = crate::http::request(&addr, "DELETE", &path, None)
+            let (code, body) = request(&addr, "DELETE", &path, None)
                 .await
                 .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
             let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -298,7 +299,7 @@ fn error_of(value: &Value, body: &str) -> String {
 }
 
 async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
-    let (code, body) = crate::http::request(addr, "GET", &format!("/tasks/{id}"), None)
+    let (code, body) = request(addr, "GET", &format!("/tasks/{id}"), None)
         .await
         .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
     let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -321,7 +322,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         body["key"] = Value::String(k.clone());
     }
     let addr = &args.addr;
-    let (code, text) = crate::http::request(addr, "POST", "/tasks", Some(&body.to_string()))
+    let (code, text) = request(addr, "POST", "/tasks", Some(&body.to_string()))
         .await
         .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
     let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -531,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_done_task_renders_its_result_usage_and_output() {
-        let v = crate::tasks::TaskView {
+        let v = TaskView {
             task: "n-3".into(),
             phase: "done".into(),
             worker: Some("w".into()),

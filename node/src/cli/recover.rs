@@ -14,11 +14,35 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use chorus_core::{Command, Event, Notice};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
 use chorus_io::runtime::{restore, EventLog};
+
+use crate::exit::fail;
+use crate::history::source::{replay_error, replay_source};
+
+/// Runs `chorus recover --force-new-cluster` on the stopped node whose data directory is
+/// `data_dir` (refused when it is read-only: recovery writes to the event log).
+pub fn run(data_dir: &Path) -> ExitCode {
+    let log_dir = match replay_source(data_dir) {
+        Ok((dir, None)) => dir,
+        Ok((_, Some(_copy))) => {
+            return fail(&anyhow::anyhow!(
+                "{} is read-only: recovery writes to the event log",
+                data_dir.display()
+            ))
+        }
+        Err(e) => return fail(&e),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match force_new_cluster(&log_dir, &mut stdout) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => fail(&replay_error(e, data_dir)),
+    }
+}
 
 /// What the recovery did, for the caller and tests.
 #[derive(Clone, Debug, PartialEq, Eq)]

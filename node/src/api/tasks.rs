@@ -1,23 +1,30 @@
-//! Tasks for users: `POST /tasks` (submit, with an idempotency key), `GET /tasks/{id}`,
+//! `/tasks` for users: `POST /tasks` (submit, with an idempotency key), `GET /tasks/{id}`,
 //! `GET /tasks?state=…` and `DELETE /tasks/{id}` (cancel), over the tasks this node owns.
 //!
 //! A submit or a cancel is an [`Event::SubmitTask`] or [`Event::CancelTask`] handed to the
 //! runtime loop (logged and replayed like every input), with a request id; the handler waits
-//! for the notice that answers that id ([`Notice::TaskSubmitted`], `TaskCancelRequested` or
-//! `TaskRefused`). Reads come from the node's shadow core, so they show exactly what the log
+//! for the notice that answers that id (`Notice::TaskSubmitted`, `TaskCancelRequested` or
+//! `TaskRefused`, see [`crate::daemon::operator`]). Reads come from the node's shadow core, so they show exactly what the log
 //! holds. Delivery is at least once: a task may run more than once (a failover while it ran,
 //! a worker taken for lost that was not); its submitter keeps the first result.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chorus_core::{Event, Notice, OwnedTask, TaskId, TaskPhase, TaskResult, TaskSpec, TaskStatus};
-use serde::{Deserialize, Serialize};
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chorus_core::{Event, OwnedTask, TaskId, TaskPhase, TaskSpec};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-use crate::observe::{Shared, SharedState};
+use crate::daemon::operator::TaskAnswer;
+use crate::daemon::shared::{Shared, SharedState};
+use crate::wire::{TaskRow, TaskView};
 
 /// The timeout of a task whose spec names none: 10 minutes.
 pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
@@ -41,59 +48,64 @@ const SPEC_KEYS: [&str; 11] = [
     "repo",
 ];
 
-/// The core's answer to a task request.
-#[derive(Debug)]
-pub enum TaskAnswer {
-    /// Accepted (or, for a known idempotency key, the task it made).
-    Submitted {
-        /// The task.
-        task: TaskId,
-        /// The key named an earlier task.
-        existing: bool,
-    },
-    /// Cancellation was asked for.
-    CancelRequested,
-    /// Refused, with the core's reason.
-    Refused {
-        /// Why.
-        reason: String,
-    },
+/// `POST /tasks` with a task spec (JSON; `key` or the `Idempotency-Key` header makes a retried
+/// submit name the same task): 201 new, 200 known key, 400 refused (with the reason).
+pub(super) async fn submit_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let header_key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) => Some(k),
+        Some(Err(_)) => {
+            let error = "the Idempotency-Key header is not text";
+            return json_answer(400, serde_json::json!({ "error": error }));
+        }
+    };
+    let (spec, key) = match parse_submit(&body, header_key) {
+        Ok(parsed) => parsed,
+        Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
+    };
+    let (code, body) = submit(&shared, spec, key).await;
+    json_answer(code, body)
 }
 
-/// Hands a task notice to the request waiting for it.
-pub fn deliver(shared: &mut Shared, notice: &Notice) {
-    let (request, answer) = match notice {
-        Notice::TaskSubmitted {
-            task,
-            request,
-            existing,
-        } => (
-            *request,
-            TaskAnswer::Submitted {
-                task: task.clone(),
-                existing: *existing,
-            },
-        ),
-        Notice::TaskCancelRequested { request, .. } => (*request, TaskAnswer::CancelRequested),
-        Notice::TaskRefused { request, reason } => (
-            *request,
-            TaskAnswer::Refused {
-                reason: reason.clone(),
-            },
-        ),
-        _ => return,
+/// `GET /tasks/{id}`: the task as its submitter (this node) knows it.
+pub(super) async fn get_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Path(id): Path<String>,
+) -> Response {
+    let (code, body) = get(&shared.lock(), &id);
+    json_answer(code, body)
+}
+
+/// `GET /tasks?state=S`: the tasks this node owns.
+pub(super) async fn list_tasks(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let (code, body) = list(&shared.lock(), query.get("state").map(String::as_str));
+    json_answer(code, body)
+}
+
+/// `DELETE /tasks/{id}`: cancel (202 asked for, 404 not owned here, 409 finished already).
+pub(super) async fn cancel_task(
+    State((shared, _)): State<(SharedState, SocketAddr)>,
+    Path(id): Path<String>,
+) -> Response {
+    let task = match id.parse() {
+        Ok(t) => t,
+        Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
-    if request == 0 {
-        return;
-    }
-    if let Some(waiter) = shared
-        .operator
-        .as_mut()
-        .and_then(|ops| ops.task_waiters.remove(&request))
-    {
-        // The asker may have given up: nothing to do then.
-        let _ = waiter.send(answer);
-    }
+    let (code, body) = cancel(&shared, task).await;
+    json_answer(code, body)
+}
+
+/// A JSON answer with `code`.
+fn json_answer(code: u16, body: serde_json::Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, Json(body)).into_response()
 }
 
 /// Parses the body of `POST /tasks`: a task spec (`timeout_ms` defaults to
@@ -219,50 +231,22 @@ fn not_here(task: &TaskId) -> Value {
 }
 
 /// A task as `GET /tasks/{id}` shows it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TaskView {
-    /// Its id (`ORIGIN-SEQ`).
-    pub task: String,
-    /// `submitted`, `queued`, `placed`, `finished` or `done`.
-    pub phase: String,
-    /// The worker it is placed on or finished at (the result's worker once done).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<String>,
-    /// The run, while placed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<u32>,
-    /// Cancellation was asked for.
-    pub cancel: bool,
-    /// The idempotency key it was submitted with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    /// When it was accepted, on this node's clock (ms).
-    pub submitted_at_ms: u64,
-    /// What it runs.
-    pub spec: TaskSpec,
-    /// The result, once done.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<TaskResult>,
-}
-
-impl TaskView {
-    fn of(task: &TaskId, t: &OwnedTask) -> TaskView {
-        let (worker, attempt) = match &t.phase {
-            TaskPhase::Placed { worker, attempt } => (Some(worker.to_string()), Some(*attempt)),
-            TaskPhase::Finished { worker } => (Some(worker.to_string()), None),
-            _ => (t.result.as_ref().map(|r| r.worker.to_string()), None),
-        };
-        TaskView {
-            task: task.to_string(),
-            phase: t.phase.as_str().to_owned(),
-            worker,
-            attempt,
-            cancel: t.cancel,
-            key: t.key.clone(),
-            submitted_at_ms: t.submitted_at_ms,
-            spec: (*t.spec).clone(),
-            result: t.result.clone(),
-        }
+fn task_view(task: &TaskId, t: &OwnedTask) -> TaskView {
+    let (worker, attempt) = match &t.phase {
+        TaskPhase::Placed { worker, attempt } => (Some(worker.to_string()), Some(*attempt)),
+        TaskPhase::Finished { worker } => (Some(worker.to_string()), None),
+        _ => (t.result.as_ref().map(|r| r.worker.to_string()), None),
+    };
+    TaskView {
+        task: task.to_string(),
+        phase: t.phase.as_str().to_owned(),
+        worker,
+        attempt,
+        cancel: t.cancel,
+        key: t.key.clone(),
+        submitted_at_ms: t.submitted_at_ms,
+        spec: (*t.spec).clone(),
+        result: t.result.clone(),
     }
 }
 
@@ -276,7 +260,7 @@ pub fn get(shared: &Shared, id: &str) -> (u16, Value) {
         return (503, json!({ "error": "starting" }));
     };
     match core.owned_tasks().get(&task) {
-        Some(t) => (200, json!(TaskView::of(&task, t))),
+        Some(t) => (200, json!(task_view(&task, t))),
         None => (404, not_here(&task)),
     }
 }
@@ -297,24 +281,6 @@ pub const STATES: [&str; 13] = [
     "cancelled",
     "error",
 ];
-
-/// One task in `GET /tasks`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct TaskRow {
-    /// Its id.
-    pub task: String,
-    /// Its phase.
-    pub phase: String,
-    /// The result's status, once done.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<TaskStatus>,
-    /// The exit code, once done (when the command exited).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    /// Where it runs or ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub worker: Option<String>,
-}
 
 /// `GET /tasks?state=S`: the tasks this node owns in state `S` (default `all`), in id order.
 pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
@@ -341,7 +307,7 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
             }
         })
         .map(|(id, t)| {
-            let view = TaskView::of(id, t);
+            let view = task_view(id, t);
             TaskRow {
                 task: view.task,
                 phase: view.phase,
@@ -356,9 +322,6 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
         json!({ "node_id": core.id().to_string(), "tasks": rows }),
     )
 }
-
-/// Open task requests (for [`crate::members::OperatorInputs`]).
-pub type TaskWaiters = BTreeMap<u64, oneshot::Sender<TaskAnswer>>;
 
 #[cfg(test)]
 mod tests {

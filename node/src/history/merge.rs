@@ -19,39 +19,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use chorus_io::eventlog::ClockAnchor;
-use serde::Serialize;
 use serde_json::Value;
 
-use crate::replay::{
-    liveness_bound, replay_node, task_bound, Header, Line, NodeHistory, Record, ReplayReport,
-};
-
-/// Which host clock the merged trace's times come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClockSource {
-    /// `CLOCK_MONOTONIC` of one boot of one host.
-    Monotonic,
-    /// The hosts' wall clocks (Unix time).
-    Unix,
-}
-
-impl ClockSource {
-    fn read(self, a: &ClockAnchor) -> u64 {
-        match self {
-            ClockSource::Monotonic => a.monotonic_ms,
-            ClockSource::Unix => a.unix_ms,
-        }
-    }
-
-    fn journal_key(self) -> &'static str {
-        match self {
-            ClockSource::Monotonic => "at_monotonic_ms",
-            ClockSource::Unix => "at_unix_ms",
-        }
-    }
-}
+use super::replay::{liveness_bound, replay_node, task_bound, NodeHistory, ReplayReport};
+pub use super::trace::ClockSource;
+use super::trace::{Clock, Header, Line, Record};
 
 /// What a merged replay found.
 pub struct MergeReport {
@@ -67,15 +39,6 @@ impl MergeReport {
     pub fn ok(&self) -> bool {
         self.nodes.iter().all(|(_, r)| r.ok())
     }
-}
-
-/// The header's `clock`: which host clock, and the host time `t = 0` stands for.
-#[derive(Serialize)]
-pub(crate) struct Clock<'a> {
-    source: ClockSource,
-    origin_ms: u64,
-    #[serde(skip_serializing_if = "str::is_empty")]
-    boot_id: &'a str,
 }
 
 /// One line of the merged trace before it is written, at its host time.
@@ -351,7 +314,7 @@ fn read_journal(path: &Path, clock: ClockSource, out: &mut Vec<Entry>) -> anyhow
 mod tests {
     use super::*;
     use chorus_core::{Command, Config, Event, NodeId, Timer, ADMIN_ELECTION};
-    use chorus_io::eventlog::{LogMeta, RecordedNotice, SledLog, SledLogOptions};
+    use chorus_io::eventlog::{ClockAnchor, LogMeta, RecordedNotice, SledLog, SledLogOptions};
     use chorus_io::runtime::EventLog;
 
     /// A lone voter's log, as its node would write it: each start anchored at `starts[i]` =
@@ -451,7 +414,7 @@ mod tests {
         // Each node's own trace, on its own clock.
         let local = |dir: &Path, id: &str| {
             let single = dir.with_extension("jsonl");
-            crate::replay::replay(dir, Some(&single), &mut Vec::new()).unwrap();
+            crate::history::replay::replay(dir, Some(&single), &mut Vec::new()).unwrap();
             at(&lines(&single), "became_admin", id)
         };
         let (local_a, local_b) = (local(&a, "a"), local(&b, "b"));

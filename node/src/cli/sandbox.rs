@@ -10,8 +10,8 @@
 //! only sandboxes whose owning process is gone or whose deadline passed, so it never touches
 //! another user's live run.
 //!
-//! The node (`chorus run --docker`) uses the same provider: [`reap_on_start`] removes what its
-//! earlier runs left behind.
+//! The node (`chorus run --docker`) uses the same provider: at start it removes what its earlier
+//! runs left behind (`daemon::sandboxes::reap_on_start`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -31,39 +31,6 @@ pub const CLI_NODE: &str = "chorus-cli";
 
 /// How long a CLI sandbox may outlive its command's timeout before its deadline.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
-
-/// How long a starting node waits for the Docker Engine to answer.
-const CONNECT_BOUND: Duration = Duration::from_secs(10);
-
-/// How long a starting node's reap may take (a list and one removal per leftover sandbox).
-const REAP_BOUND: Duration = Duration::from_secs(60);
-
-/// For a node that uses Docker, at start: connects to the Engine and removes the sandboxes that
-/// earlier runs of `node_id` left behind — those whose owner is gone or whose deadline passed
-/// (`DockerProvider::reap`). A live owner's sandboxes and every other node's (CLI runs are
-/// node `chorus-cli`) are left alone. Returns how many were removed. An Engine that does not
-/// answer is an error saying so and what to do.
-pub async fn reap_on_start(node_id: &str) -> anyhow::Result<usize> {
-    let unreachable = |reason: String| {
-        anyhow::anyhow!(
-            "this node is configured to use Docker (--docker, or `docker = true` in \
-             `[sandbox]`), but the Docker Engine does not answer: {reason}. Start Docker (or \
-             point DOCKER_HOST at it), or run the node without --docker"
-        )
-    };
-    let provider = tokio::time::timeout(CONNECT_BOUND, DockerProvider::connect())
-        .await
-        .map_err(|_| unreachable(format!("no answer within {CONNECT_BOUND:?}")))?
-        .map_err(|e| unreachable(e.to_string()))?;
-    tokio::time::timeout(REAP_BOUND, provider.reap(node_id))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "removing this node's leftover Docker sandboxes took longer than {REAP_BOUND:?}"
-            )
-        })?
-        .context("cannot remove this node's leftover Docker sandboxes")
-}
 
 /// The sandbox subcommands.
 #[derive(clap::Subcommand)]

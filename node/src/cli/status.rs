@@ -5,9 +5,11 @@
 use anyhow::Context;
 use serde_json::Value;
 
+use super::http::{get_document, get_text};
+
 /// Prints the status of the node whose HTTP API is at `addr`.
 pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
-    let body = crate::http::get_document(addr, "/status").await?;
+    let body = get_document(addr, "/status").await?;
     if json {
         println!("{}", body.trim());
         return Ok(());
@@ -73,7 +75,7 @@ const MEMBER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Prints one table of every node the node at `addr` knows: each row from that node's own
 /// `/status` where it answers, and this node's last contact with it.
 pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
-    let body = crate::http::get_document(addr, "/cluster").await?;
+    let body = get_document(addr, "/cluster").await?;
     let view: Value = serde_json::from_str(&body).context("the cluster view is not JSON")?;
     let members = view["members"].as_array().cloned().unwrap_or_default();
     let mut statuses = Vec::new();
@@ -115,7 +117,7 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
 /// A member's own `/status`, checked to be that member's (a loopback address advertised by a
 /// node on another machine would reach a different node here).
 async fn member_status(http: &str, id: &str) -> Result<Value, String> {
-    let got = tokio::time::timeout(MEMBER_TIMEOUT, crate::http::get_text(http, "/status")).await;
+    let got = tokio::time::timeout(MEMBER_TIMEOUT, get_text(http, "/status")).await;
     let (code, body) = match got {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(format!("unreachable at {http}: {e}")),

@@ -1,0 +1,138 @@
+//! [`Container`]: one Docker container as the parts that run things in it see it — the Engine
+//! client, its name and id, the policy, the environment, and the bookkeeping its commands share
+//! (the exec gate and counter, OOM and CPU readings). `exec`, `files` and `stats` work on it
+//! and `workspace` through it; [`DockerSandbox`](super::DockerSandbox) owns one and adds the
+//! workspace and the lifecycle, so none of those parts imports the sandbox type.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bollard::models::ContainerStateStatusEnum;
+use bollard::query_parameters::{RemoveContainerOptions, RemoveContainerOptionsBuilder};
+use bollard::Docker;
+
+use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
+use crate::sandbox::policy::SandboxPolicy;
+use crate::sandbox::{SandboxState, UsageTotals};
+
+/// A created container and what its commands share.
+#[derive(Debug)]
+pub(super) struct Container {
+    pub(super) docker: Docker,
+    pub(super) name: String,
+    pub(super) container_id: String,
+    pub(super) policy: SandboxPolicy,
+    pub(super) workspace_path: String,
+    pub(super) env: Mutex<BTreeMap<String, String>>,
+    pub(super) last_cpu: Mutex<Option<CpuSample>>,
+    pub(super) oom_kills_seen: Mutex<u64>,
+    /// The cgroup's totals as the last post-exec cleanup read them (the Engine's stats answer
+    /// only at their once-a-second collection).
+    pub(super) last_totals: Mutex<Option<UsageTotals>>,
+    /// Every exec holds it shared; the post-exec cleanup takes it exclusively to kill all of the
+    /// commands' user's processes, and falls back to killing only its own exec's when another
+    /// exec is in flight.
+    pub(super) exec_gate: tokio::sync::RwLock<()>,
+    pub(super) exec_counter: AtomicU64,
+    pub(super) removed: AtomicBool,
+}
+
+/// A CPU sample for the docker CLI's CPU-percent formula (see `stats`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CpuSample {
+    pub(super) total_ns: u64,
+    pub(super) system_ns: u64,
+    pub(super) online_cpus: u32,
+}
+
+impl Container {
+    /// A freshly created container.
+    pub(super) fn new(
+        docker: Docker,
+        name: String,
+        container_id: String,
+        policy: SandboxPolicy,
+        workspace_path: String,
+    ) -> Self {
+        Container {
+            docker,
+            name,
+            container_id,
+            policy,
+            workspace_path,
+            env: Mutex::new(BTreeMap::new()),
+            last_cpu: Mutex::new(None),
+            oom_kills_seen: Mutex::new(0),
+            last_totals: Mutex::new(None),
+            exec_gate: tokio::sync::RwLock::new(()),
+            exec_counter: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
+        }
+    }
+
+    pub(super) fn lock_env(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        // A poisoned lock only means a panic elsewhere while holding a plain map; the map is
+        // still consistent.
+        self.env.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error for a command that met a main process already gone.
+    pub(super) fn exited_error(&self, exit_code: i64, oom_killed: bool) -> SandboxError {
+        if oom_killed {
+            SandboxError::new(
+                ErrorCategory::ResourceLimit,
+                format!(
+                    "sandbox {} main process was OOM-killed (exit code {exit_code})",
+                    self.name
+                ),
+            )
+        } else {
+            SandboxError::new(
+                ErrorCategory::Exited,
+                format!(
+                    "sandbox {} main process exited with code {exit_code}",
+                    self.name
+                ),
+            )
+        }
+    }
+
+    /// The container's state as the Engine reports it (removed once removed here).
+    pub(super) async fn state(&self) -> SandboxResult<SandboxState> {
+        if self.removed.load(Ordering::Relaxed) {
+            return Ok(SandboxState::Removed);
+        }
+        let Some(info) = unless_answered(
+            self.docker.inspect_container(&self.name, None).await,
+            &[404],
+            ErrorCategory::NotFound,
+            "inspect",
+        )?
+        else {
+            return Ok(SandboxState::Removed);
+        };
+        let state = info.state.unwrap_or_default();
+        Ok(match state.status {
+            Some(ContainerStateStatusEnum::CREATED) => SandboxState::Created,
+            Some(
+                ContainerStateStatusEnum::RUNNING
+                | ContainerStateStatusEnum::PAUSED
+                | ContainerStateStatusEnum::RESTARTING,
+            ) => SandboxState::Running,
+            Some(ContainerStateStatusEnum::REMOVING) => SandboxState::Removed,
+            _ => SandboxState::Exited {
+                exit_code: state.exit_code.unwrap_or(-1),
+                oom_killed: state.oom_killed.unwrap_or(false),
+            },
+        })
+    }
+}
+
+/// Remove options that also kill a running container and drop its anonymous volumes.
+pub(super) fn force_remove() -> RemoveContainerOptions {
+    RemoveContainerOptionsBuilder::new()
+        .force(true)
+        .v(true)
+        .build()
+}

@@ -1,0 +1,220 @@
+//! `GET /healthz`, `/readyz`, `/status` (the node's own state, for people and for `chorus
+//! status`) and `/metrics` (Prometheus text).
+
+use std::net::SocketAddr;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chorus_core::{NodeId, Refusal, Role};
+use serde::Serialize;
+
+use crate::daemon::metrics::role_name;
+use crate::daemon::shared::{Shared, SharedState};
+
+/// The `/status` document.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub node_id: String,
+    /// `admin`, `follower`, `pre_candidate` or `candidate` — the same label as `chorus_role`
+    /// in `/metrics`.
+    pub role: &'static str,
+    pub term: u64,
+    pub admin: Option<String>,
+    pub voted_for: Option<String>,
+    pub lease_until_ms: Option<u64>,
+    /// The node's clock at the time of the request (the lease is on this clock).
+    pub now_ms: u64,
+    /// Milliseconds of lease left at the time of the request (admin only).
+    pub lease_left_ms: Option<u64>,
+    pub peers: Vec<String>,
+    pub beat: u64,
+    pub electorate: Vec<String>,
+    /// The electorate's version and the term that proposed it (0 at bootstrap; both 0 before
+    /// the cluster formed).
+    pub electorate_version: u64,
+    pub electorate_term: u64,
+    /// Messages refused because their sender belongs to another cluster (an operator's
+    /// mistake: two clusters founded where one was meant; see `foreign_cluster` in `/metrics`).
+    pub foreign_cluster_refusals: u64,
+    pub listen_addrs: Vec<String>,
+    pub capabilities: Vec<String>,
+    /// Seconds since the process started, at the time of the request.
+    pub uptime_s: u64,
+    pub shutting_down: bool,
+}
+
+impl Shared {
+    /// The status document, or `None` before recovery finished.
+    pub fn status(&self) -> Option<Status> {
+        let core = self.core.as_ref()?;
+        let now_ms = self.now_ms()?;
+        let lease_until_ms = core.lease_until_ms().filter(|_| core.role() == Role::Admin);
+        Some(Status {
+            node_id: self.node_id.clone(),
+            role: role_name(core.role()),
+            term: core.term(),
+            admin: core.admin().map(NodeId::to_string),
+            voted_for: core.voted_for().map(NodeId::to_string),
+            lease_until_ms,
+            now_ms,
+            lease_left_ms: lease_until_ms.map(|l| l.saturating_sub(now_ms)),
+            peers: core.peers().ids().map(NodeId::to_string).collect(),
+            beat: core.beat(),
+            electorate: core
+                .electorate()
+                .map(|e| e.members().iter().map(NodeId::to_string).collect())
+                .unwrap_or_default(),
+            electorate_version: core.electorate().map_or(0, |e| e.version),
+            electorate_term: core.electorate().map_or(0, |e| e.term),
+            foreign_cluster_refusals: self
+                .metrics
+                .refused
+                .get(Refusal::ForeignCluster.as_str())
+                .copied()
+                .unwrap_or(0),
+            listen_addrs: self.listen_addrs.clone(),
+            capabilities: self.capabilities.clone(),
+            uptime_s: self
+                .started_at
+                .map_or_else(|| core.uptime_s(), |t| t.elapsed().as_secs()),
+            shutting_down: self.shutting_down,
+        })
+    }
+}
+
+pub(super) async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready once an admin is known (this node or another).
+pub(super) async fn readyz(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
+    let admin = shared.lock().core.as_ref().and_then(|c| c.admin().cloned());
+    match admin {
+        Some(admin) => (StatusCode::OK, format!("ready: admin {admin}\n")).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "no admin known\n").into_response(),
+    }
+}
+
+pub(super) async fn status(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
+    match shared.lock().status() {
+        Some(status) => Json(status).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response(),
+    }
+}
+
+pub(super) async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
+    let body = shared.lock().metrics_text();
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Config, Core, Event, ADMIN_ELECTION};
+    use std::time::{Duration, Instant};
+
+    /// The role `/metrics` reports with value 1.
+    fn metrics_role(text: &str) -> String {
+        let ones: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("chorus_role{") && l.ends_with(" 1"))
+            .collect();
+        assert_eq!(ones.len(), 1, "exactly one role is 1: {ones:?}");
+        ones[0]
+            .split('"')
+            .nth(1)
+            .expect("a quoted role label")
+            .to_owned()
+    }
+
+    /// Fires the core's timers until `until` holds, checking at every state that `/status`
+    /// and `/metrics` name the same role; returns the roles seen, in order.
+    fn walk(core: &mut Core, until: impl Fn(&Core) -> bool) -> Vec<&'static str> {
+        let mut shared = Shared::default();
+        let mut seen = Vec::new();
+        let mut out = Vec::new();
+        // Bounded: discovery re-arms every 100 ms, the election within 45 s.
+        for _ in 0..2_000 {
+            shared.core = Some(core.clone());
+            let status = shared.status().unwrap();
+            assert_eq!(status.role, metrics_role(&shared.metrics_text()));
+            if seen.last() != Some(&status.role) {
+                seen.push(status.role);
+            }
+            if until(core) {
+                return seen;
+            }
+            let (at, timer) = core.next_deadline().expect("a timer is armed");
+            out.clear();
+            core.step(at, Event::TimerFired { timer }, &mut out);
+        }
+        panic!("the condition never held; roles seen: {seen:?}");
+    }
+
+    fn voter(bootstrap_expect: u32) -> Core {
+        let config = Config {
+            discovery_timeout_ms: 100,
+            bootstrap_expect,
+            ..Config::default()
+        };
+        let mut core = Core::new("me".into(), config, vec![ADMIN_ELECTION.into()], 1).unwrap();
+        core.step(0, Event::Started, &mut Vec::new());
+        core
+    }
+
+    #[test]
+    fn status_and_metrics_agree_on_a_pre_candidate() {
+        let mut core = voter(2);
+        let info = chorus_core::PeerInfo {
+            capabilities: vec![ADMIN_ELECTION.to_owned()].into(),
+            ..chorus_core::PeerInfo::default()
+        };
+        core.step(1, Event::peer_up("other".into(), info), &mut Vec::new());
+        core.set_electorate_for_test(chorus_core::Electorate::new(
+            1,
+            vec!["me".into(), "other".into()],
+        ));
+        // The other voter never answers: this node stays a pre-candidate.
+        let seen = walk(&mut core, |c| c.role() != Role::Follower);
+        assert_eq!(seen, ["follower", "pre_candidate"]);
+    }
+
+    #[test]
+    fn status_and_metrics_agree_on_an_admin() {
+        let mut core = voter(1);
+        let seen = walk(&mut core, |c| c.role() == Role::Admin);
+        assert_eq!(seen.first(), Some(&"follower"), "{seen:?}");
+        assert_eq!(seen.last(), Some(&"admin"), "{seen:?}");
+    }
+
+    #[test]
+    fn status_time_and_lease_are_those_of_the_request() {
+        let mut core = Core::new(
+            "me".into(),
+            Config::default(),
+            vec![ADMIN_ELECTION.into()],
+            1,
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        core.step(5_000, Event::Started, &mut out);
+        let shared = Shared {
+            core: Some(core),
+            stepped_at: Some(Instant::now() - Duration::from_secs(10)),
+            started_at: Some(Instant::now() - Duration::from_secs(26)),
+            ..Shared::default()
+        };
+        let status = shared.status().unwrap();
+        assert!(status.now_ms >= 15_000, "{}", status.now_ms);
+        assert!(status.uptime_s >= 26, "{}", status.uptime_s);
+    }
+}

@@ -1,0 +1,100 @@
+//! `chorus members`: the membership as a node sees it, and `add`/`remove` through any node
+//! (`GET` and `POST /members`).
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chorus_core::MemberChange;
+use serde_json::Value;
+
+use super::http::{get_document, request};
+use crate::wire::MembersView;
+
+/// `chorus members`: prints the membership as the node at `addr` sees it.
+pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
+    let body = get_document(addr, "/members").await?;
+    if json {
+        println!("{}", body.trim());
+        return Ok(());
+    }
+    let view: MembersView = serde_json::from_str(&body).context("the members list is not JSON")?;
+    print!("{}", render(&view));
+    Ok(())
+}
+
+/// The membership as an aligned table.
+pub fn render(v: &MembersView) -> String {
+    let origin = match (v.version, v.version_term) {
+        (0, _) => "not formed yet".to_owned(),
+        (_, 0) => "agreed at bootstrap".to_owned(),
+        (_, t) => format!("changed in term {t}"),
+    };
+    let mut out = format!(
+        "electorate version {} ({origin}); admin {}; as seen by {}\n",
+        v.version,
+        v.admin.as_deref().unwrap_or("none known"),
+        v.node_id,
+    );
+    let width = v
+        .members
+        .iter()
+        .map(|m| m.node_id.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    out.push_str(&format!(
+        "{:<width$}  {:<7}  {:<9}  {:>12}  {:>5}\n",
+        "NODE", "ROLE", "REACHABLE", "LAST CONTACT", "SCORE"
+    ));
+    for m in &v.members {
+        let role = if m.admin {
+            format!("{}*", m.role)
+        } else {
+            m.role.clone()
+        };
+        let contact = if m.node_id == v.node_id {
+            "this node".to_owned()
+        } else {
+            m.last_contact_ms.map_or("-".to_owned(), |ms| {
+                format!("{:.1} s ago", ms as f64 / 1000.0)
+            })
+        };
+        let score = m.score.map_or("-".to_owned(), |s| s.to_string());
+        out.push_str(&format!(
+            "{:<width$}  {:<7}  {:<9}  {:>12}  {:>5}\n",
+            m.node_id,
+            role,
+            if m.reachable { "yes" } else { "no" },
+            contact,
+            score
+        ));
+    }
+    out.push_str("(* the admin)\n");
+    out
+}
+
+/// `chorus members add|remove ID`: asks the node at `addr`, which forwards to the admin, and
+/// waits for the change to commit. Errors carry the node's reason.
+pub async fn change(addr: &str, change: MemberChange, wait: Duration) -> anyhow::Result<()> {
+    let body = serde_json::to_string(&change)?;
+    let path = format!("/members?wait_ms={}", wait.as_millis());
+    // The node waits `wait`; give the connection a little longer than that.
+    let reply = tokio::time::timeout(
+        wait + Duration::from_secs(5),
+        request(addr, "POST", &path, Some(&body)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("{addr} did not answer within {} s", wait.as_secs() + 5))?
+    .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    let (code, text) = reply;
+    let message = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.trim().to_owned());
+    if code == 200 {
+        println!("{message}");
+        Ok(())
+    } else {
+        bail!("{message}")
+    }
+}

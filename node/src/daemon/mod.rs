@@ -1,0 +1,26 @@
+//! The daemon, `chorus run`: its settings, the wiring of event log, transport, clock, sandboxes
+//! and observer into the runtime loop, and the state the loop shares with the HTTP API.
+//!
+//! * `config` — the settings: file, flags, defaults, checks;
+//! * `run` — the wiring and the graceful stop; `signals`, `handoff` (the transport handed back
+//!   at the end), `sandboxes` (Docker task runner or none), `progress` (what a node without an
+//!   admin waits for) are its parts;
+//! * `observer` — the shadow core, the notices recorded for `chorus replay`, the log lines;
+//! * `shared` — the state the observer writes and the API reads; `metrics` its counters,
+//!   `operator` the requests waiting in it for the core's answer;
+//! * `fault` — deliberately broken builds, for the checker's tests (feature `fault-injection`).
+
+pub mod config;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+mod handoff;
+pub mod metrics;
+pub mod observer;
+pub mod operator;
+pub mod progress;
+pub mod run;
+mod sandboxes;
+pub mod shared;
+mod signals;
+
+pub use run::run;

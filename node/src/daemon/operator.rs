@@ -1,0 +1,134 @@
+//! Operator requests into the runtime loop (`POST /members`, `POST /tasks`, `DELETE
+//! /tasks/{id}`): where they go in, the request ids they carry, and who waits for which answer.
+//!
+//! A request is an event handed to the loop, so it is logged and replayed like every other
+//! input. The core's notices about it carry its request id back; [`OperatorInputs::deliver`]
+//! hands each to the request waiting for it. Request ids start from the wall clock at start, so
+//! an answer to a request of an earlier run of this node never settles a new one.
+
+use std::collections::BTreeMap;
+
+use chorus_core::{ChangeOutcome, Event, Notice, TaskId};
+use tokio::sync::{mpsc, oneshot};
+
+/// The operator side of the runtime loop: where changes go in, and who waits for their
+/// outcome.
+#[derive(Debug)]
+pub struct OperatorInputs {
+    /// Events for the runtime loop.
+    pub tx: mpsc::Sender<Event>,
+    /// The next request id.
+    pub next_request: u64,
+    /// Open requests: the outcomes of each are sent here until it settles.
+    pub waiters: BTreeMap<u64, mpsc::UnboundedSender<ChangeOutcome>>,
+    /// Open task requests (submit, cancel): the core's answer is sent here.
+    pub task_waiters: TaskWaiters,
+}
+
+impl OperatorInputs {
+    /// Inputs into `tx`, with request ids starting at `first_request` (nonzero).
+    pub fn new(tx: mpsc::Sender<Event>, first_request: u64) -> Self {
+        OperatorInputs {
+            tx,
+            next_request: first_request.max(1),
+            waiters: BTreeMap::new(),
+            task_waiters: BTreeMap::new(),
+        }
+    }
+
+    /// Hands a notice to the request waiting for it: a membership change's outcome (a settled
+    /// request stops waiting) or the core's answer to a task request.
+    pub fn deliver(&mut self, notice: &Notice) {
+        self.deliver_change_outcome(notice);
+        self.deliver_task_answer(notice);
+    }
+
+    fn deliver_change_outcome(&mut self, notice: &Notice) {
+        let Notice::MembershipChange {
+            outcome, request, ..
+        } = notice
+        else {
+            return;
+        };
+        if *request == 0 {
+            return;
+        }
+        let Some(waiter) = self.waiters.get(request) else {
+            return;
+        };
+        let gone = waiter.send(outcome.clone()).is_err();
+        if gone || settles(outcome) {
+            self.waiters.remove(request);
+        }
+    }
+
+    fn deliver_task_answer(&mut self, notice: &Notice) {
+        let (request, answer) = match notice {
+            Notice::TaskSubmitted {
+                task,
+                request,
+                existing,
+            } => (
+                *request,
+                TaskAnswer::Submitted {
+                    task: task.clone(),
+                    existing: *existing,
+                },
+            ),
+            Notice::TaskCancelRequested { request, .. } => (*request, TaskAnswer::CancelRequested),
+            Notice::TaskRefused { request, reason } => (
+                *request,
+                TaskAnswer::Refused {
+                    reason: reason.clone(),
+                },
+            ),
+            _ => return,
+        };
+        if request == 0 {
+            return;
+        }
+        if let Some(waiter) = self.task_waiters.remove(&request) {
+            // The asker may have given up: nothing to do then.
+            let _ = waiter.send(answer);
+        }
+    }
+}
+
+/// A first request id for this run: the wall clock in microseconds, kept below 2⁵³ so that
+/// any JSON reader holds it exactly.
+pub fn first_request_id() -> u64 {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_micros() as u64);
+    (micros % (1 << 52)).max(1)
+}
+
+/// Whether an outcome is final for the operator who asked.
+fn settles(outcome: &ChangeOutcome) -> bool {
+    matches!(
+        outcome,
+        ChangeOutcome::Committed { .. } | ChangeOutcome::Refused { .. }
+    )
+}
+
+/// The core's answer to a task request.
+#[derive(Debug)]
+pub enum TaskAnswer {
+    /// Accepted (or, for a known idempotency key, the task it made).
+    Submitted {
+        /// The task.
+        task: TaskId,
+        /// The key named an earlier task.
+        existing: bool,
+    },
+    /// Cancellation was asked for.
+    CancelRequested,
+    /// Refused, with the core's reason.
+    Refused {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Open task requests, by request id.
+pub type TaskWaiters = BTreeMap<u64, oneshot::Sender<TaskAnswer>>;

@@ -1,0 +1,393 @@
+//! `chorus run`: wires the sled event log, the libp2p transport, the tokio clock and the node's
+//! observer into the shared runtime loop, serves the HTTP API, and shuts down gracefully on
+//! SIGINT, SIGTERM or SIGHUP (an admin steps down and says so, the log is flushed, exit 0).
+//!
+//! SIGHUP is a graceful stop, not a reload: the settings that matter (timings, electorate,
+//! addresses, keys) cannot change under a running node, and a supervisor restarts it with the
+//! new configuration.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::Context;
+use chorus_core::{Core, Event, NodeId, PeerInfo, Resources, ADMIN_ELECTION};
+use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
+use chorus_io::runtime::{NoSandboxes, Runtime, RuntimeConfig, TokioClock};
+use chorus_io::transport::libp2p::node_id as peer_node_id;
+use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
+use libp2p::identity::Keypair;
+use libp2p::pnet::PreSharedKey;
+use libp2p::Multiaddr;
+
+use super::config::{NodeConfig, Resolved};
+use super::handoff::Handoff;
+use super::observer::NodeObserver;
+use super::operator::{first_request_id, OperatorInputs};
+use super::progress::progress;
+use super::sandboxes::{reap_on_start, task_runner, NodeSandboxes};
+use super::shared::SharedState;
+use super::signals::{shutdown_signal, stop_signals};
+use crate::history::hostclock::HostClockOrigin;
+use crate::history::LOG_DIR;
+
+/// How long the transport gets to send the last messages (a step-down) before it is stopped.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+
+/// The identity key file inside the data directory.
+pub const IDENTITY_FILE: &str = "identity.key";
+
+/// Runs the node until SIGINT/SIGTERM/SIGHUP. Errors are reported by the caller as one line.
+pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
+    let Resolved {
+        config,
+        listen,
+        bootstrap,
+        http,
+        psk,
+        warnings,
+        accept_log_reset,
+        exit_with_parent,
+    } = resolved;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let (keypair, node_id, log_path) = open_data_dir(&config, accept_log_reset)?;
+    // `sandbox` and `repo:NAME` join the configured capabilities when the node runs tasks.
+    let capabilities = config.advertised_capabilities();
+    let slots = config.task_slots();
+    let log = open_log(&config, &node_id, &capabilities, &log_path)?;
+    // Reaped once the data directory's log is open (and locked: no other process of this node
+    // id runs) and before the node says it started, so what it reports is the cleaned state.
+    if config.sandbox.docker {
+        remove_leftover_sandboxes(&node_id).await?;
+    }
+    let core = Core::new(
+        node_id.clone(),
+        config.protocol.clone(),
+        capabilities.clone(),
+        config.cluster_seed,
+    )?;
+    let sandboxes = if slots > 0 {
+        NodeSandboxes::Docker(Box::new(task_runner(&config, node_id.as_str()).await?))
+    } else {
+        NodeSandboxes::Off(NoSandboxes::default())
+    };
+    let pools = match &sandboxes {
+        NodeSandboxes::Docker(runner) => Some(runner.shutdown_handle()),
+        NodeSandboxes::Off(_) => None,
+    };
+
+    let loopback_only = listen.iter().all(is_loopback);
+    let mut resources = sample_resources();
+    resources.task_slots = slots;
+    let mut transport_config =
+        transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
+    // The HTTP API first: its bound address is advertised to peers.
+    let shared = SharedState::default();
+    let (http_addr, server) = crate::api::serve(http, shared.clone()).await?;
+    transport_config.http = Some(http_addr.to_string());
+    let (transport, addrs) = Libp2pTransport::start(keypair, transport_config).await?;
+    let listen_addrs: Vec<String> = addrs.iter().map(|a| format!("{a}/p2p/{node_id}")).collect();
+    record_identity(
+        &shared,
+        &node_id,
+        &listen_addrs,
+        &capabilities,
+        &transport,
+        &sandboxes,
+    );
+    tokio::spawn(server);
+    // Before the start line: whoever reads it may stop the node at once.
+    let signals = stop_signals();
+    announce_start(&config, &node_id, http_addr, &listen_addrs);
+    if loopback_only {
+        tracing::info!(
+            "listening on loopback only: other machines cannot connect (a local node); pass \
+             --listen /ip4/0.0.0.0/tcp/7946 to join a network"
+        );
+    }
+    announce_role(&config, &capabilities);
+    tokio::spawn(progress(shared.clone()));
+
+    let clock = TokioClock::new();
+    let clock_origin = HostClockOrigin::now();
+    let observer = NodeObserver::new(
+        shared.clone(),
+        log.notice_recorder(),
+        log.next_seq(),
+        clock_origin,
+    );
+    let slot = Arc::new(Mutex::new(None));
+    let transport = Handoff {
+        inner: Some(transport),
+        slot: slot.clone(),
+        #[cfg(feature = "fault-injection")]
+        forged: super::fault::ForgedAcks::from_env(config.protocol.election_timeout_min_ms),
+    };
+    // Operator requests (`POST /members`) reach the loop here; a few may queue, more are
+    // refused as busy rather than piling up.
+    let (operator_tx, operator_rx) = tokio::sync::mpsc::channel(16);
+    shared.lock().operator = Some(OperatorInputs::new(operator_tx, first_request_id()));
+    announce_tasks(&config, slots);
+    let runtime = Runtime::new(core, transport, log, clock, observer)
+        .with_sandboxes(sandboxes)
+        .with_config(RuntimeConfig {
+            snapshot_every_events: config.snapshot_every_events,
+            ..RuntimeConfig::default()
+        })
+        .with_start_events(start_events(&config, resources, &capabilities))
+        .with_operator_inputs(operator_rx);
+    let result = runtime
+        .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
+        .await;
+    if let Some(pools) = &pools {
+        // The warm sandboxes go with the node; a run still going when it stopped is reaped at
+        // the next start (its owner, this process, is gone by then).
+        let n = pools.shutdown().await;
+        tracing::info!("removed the sandboxes of {n} warm pool(s)");
+    }
+    // The runtime handed the transport back when it dropped it.
+    let transport = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let core = result?;
+    close_transport(transport).await;
+    tracing::info!(
+        term = core.term(),
+        role = %core.role(),
+        "chorus node stopped; event log flushed"
+    );
+    Ok(())
+}
+
+/// Creates the data directory if needed and loads (or makes) the node's identity there.
+/// Refuses a kept identity whose event log is gone unless `accept_log_reset`: the log holds the
+/// node's term and vote. Returns the identity, the node id and the log's path.
+fn open_data_dir(
+    config: &NodeConfig,
+    accept_log_reset: bool,
+) -> anyhow::Result<(Keypair, NodeId, PathBuf)> {
+    std::fs::create_dir_all(&config.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            config.data_dir.display()
+        )
+    })?;
+    let identity_path = config.data_dir.join(IDENTITY_FILE);
+    let log_path = config.data_dir.join(LOG_DIR);
+    let identity_kept = identity_path.exists();
+    let keypair = load_or_create_identity(&identity_path)?;
+    let node_id: NodeId = peer_node_id(&keypair.public().to_peer_id());
+    if identity_kept && !log_exists(&log_path) {
+        if !accept_log_reset {
+            anyhow::bail!(
+                "{} holds the identity of node {node_id} but no event log ({} is missing or \
+                 empty): the log holds this node's term and vote, and starting without it could \
+                 make the node vote twice in a term. Restore the log, or delete {} to join as a \
+                 new node, or pass --accept-log-reset once the cluster's term has moved past any \
+                 vote this node may have cast",
+                config.data_dir.display(),
+                log_path.display(),
+                identity_path.display(),
+            );
+        }
+        tracing::warn!(
+            node_id = %node_id,
+            "--accept-log-reset: starting with a new, empty event log under a kept identity \
+             (term 0, no vote)"
+        );
+    }
+    Ok((keypair, node_id, log_path))
+}
+
+/// Opens (or creates) the event log, saying so when the protocol settings changed since the
+/// data directory was created.
+fn open_log(
+    config: &NodeConfig,
+    node_id: &NodeId,
+    capabilities: &[String],
+    log_path: &Path,
+) -> anyhow::Result<SledLog> {
+    let meta = LogMeta::new(
+        node_id.clone(),
+        config.protocol.clone(),
+        capabilities.to_vec(),
+        config.cluster_seed,
+    );
+    let log = SledLog::open(log_path, meta, SledLogOptions::default())?;
+    if log.meta().config != config.protocol {
+        tracing::info!(
+            "the protocol settings differ from those the data directory was created with; the \
+             new ones are logged as a config change and apply from now on"
+        );
+    }
+    Ok(log)
+}
+
+/// Removes the Docker sandboxes earlier runs of this node left behind, and says how many.
+async fn remove_leftover_sandboxes(node_id: &NodeId) -> anyhow::Result<()> {
+    let removed = reap_on_start(node_id.as_str()).await?;
+    tracing::info!(
+        node_id = %node_id,
+        removed,
+        "Docker sandbox: removed {removed} sandbox(es) that earlier runs of this node left \
+         behind (owner gone or deadline passed)"
+    );
+    Ok(())
+}
+
+/// The transport's settings: addresses, discovery, the private network's key, and what this
+/// node advertises (capabilities, resources).
+fn transport_config(
+    config: &NodeConfig,
+    listen: Vec<Multiaddr>,
+    bootstrap: Vec<Multiaddr>,
+    psk: Option<PreSharedKey>,
+    capabilities: &[String],
+    resources: Resources,
+) -> Libp2pConfig {
+    let mut transport_config = Libp2pConfig::new(config.protocol.cluster_id.clone());
+    transport_config.listen = listen;
+    transport_config.bootstrap = bootstrap;
+    transport_config.mdns = config.mdns;
+    transport_config.psk = psk;
+    transport_config.info = PeerInfo {
+        capabilities: capabilities.to_vec().into(),
+        uptime_s: 0,
+        resources,
+    };
+    transport_config
+}
+
+/// Fills in what the API shows about this node itself, once its addresses are known.
+fn record_identity(
+    shared: &SharedState,
+    node_id: &NodeId,
+    listen_addrs: &[String],
+    capabilities: &[String],
+    transport: &Libp2pTransport,
+    sandboxes: &NodeSandboxes,
+) {
+    let mut s = shared.lock();
+    s.started_at = Some(std::time::Instant::now());
+    s.node_id = node_id.to_string();
+    s.listen_addrs = listen_addrs.to_vec();
+    s.capabilities = capabilities.to_vec();
+    s.transport_stats = Some(transport.stats());
+    if let NodeSandboxes::Docker(runner) = sandboxes {
+        s.tasks.runner = Some(runner.stats());
+    }
+}
+
+/// The "chorus node started" line (devcluster and the end-to-end tests read its ports).
+fn announce_start(
+    config: &NodeConfig,
+    node_id: &NodeId,
+    http_addr: SocketAddr,
+    listen_addrs: &[String],
+) {
+    tracing::info!(
+        node_id = %node_id,
+        data_dir = %config.data_dir.display(),
+        http = %http_addr,
+        listen = ?listen_addrs,
+        mdns = config.mdns,
+        "chorus node started"
+    );
+}
+
+/// Says whether this node votes (and how many voters the first election waits for) or is a
+/// worker only.
+fn announce_role(config: &NodeConfig, capabilities: &[String]) {
+    let expect = config.protocol.bootstrap_expect;
+    if config.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
+        tracing::info!(
+            capabilities = ?capabilities,
+            bootstrap_expect = expect,
+            "this node is a voter (capability admin_election): it votes and may become admin; \
+             the first election waits for {expect} voter(s)"
+        );
+    } else {
+        tracing::info!(
+            capabilities = ?capabilities,
+            "this node is a worker, not a voter (no capability admin_election): it never \
+             votes nor becomes admin"
+        );
+    }
+}
+
+/// Says whether this node runs tasks, and in how many slots.
+fn announce_tasks(config: &NodeConfig, slots: u32) {
+    if slots > 0 {
+        tracing::info!(
+            slots,
+            repos = ?config.repos.keys().collect::<Vec<_>>(),
+            "this node runs tasks in Docker sandboxes ({slots} at once)"
+        );
+    } else {
+        tracing::info!(
+            "this node runs no tasks (no task slots: pass --docker, or set `[tasks] slots`); \
+             it still accepts submissions"
+        );
+    }
+}
+
+/// The events logged at every start, after the recovered state: the configured settings. The
+/// core ignores them when they equal the recovered ones, and otherwise a changed timing takes
+/// effect (and replays).
+fn start_events(config: &NodeConfig, resources: Resources, capabilities: &[String]) -> Vec<Event> {
+    vec![
+        Event::ResourcesSampled { resources },
+        Event::ConfigChanged {
+            config: config.protocol.clone(),
+        },
+        // As the settings: a restored core would otherwise keep the capabilities of the
+        // start it was snapshot in (a repository added since, a voter made a worker).
+        Event::CapabilitiesChanged {
+            capabilities: capabilities.to_vec(),
+        },
+    ]
+}
+
+/// Gives the last messages (a step-down broadcast) a moment to leave, then closes every
+/// connection.
+async fn close_transport(transport: Option<Libp2pTransport>) {
+    if let Some(transport) = transport {
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        transport.shutdown().await;
+    }
+}
+
+/// Whether the event log directory holds a log (sled's files).
+fn log_exists(path: &Path) -> bool {
+    path.join("conf").exists() || path.join("db").exists()
+}
+
+/// Whether a listen address is on loopback only.
+fn is_loopback(addr: &libp2p::Multiaddr) -> bool {
+    use libp2p::multiaddr::Protocol;
+    match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => ip.is_loopback(),
+        Some(Protocol::Ip6(ip)) => ip.is_loopback(),
+        _ => false,
+    }
+}
+
+/// Free CPU (all cores) and available memory, for the score.
+fn sample_resources() -> Resources {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let mem_free_mb = std::fs::read_to_string(Path::new("/proc/meminfo"))
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| (kb / 1024).min(u64::from(u32::MAX)) as u32);
+    Resources {
+        cpu_millicores: cpus * 1_000,
+        mem_free_mb,
+        task_slots: 0,
+    }
+}

@@ -1,0 +1,133 @@
+//! The state the runtime loop writes (through the observer) and the HTTP API reads: the shadow
+//! core, the counters, and the operator requests waiting for the core's answer.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use chorus_core::{Core, Notice};
+use chorus_io::transport::Libp2pStats;
+
+use super::metrics::{exposition, Metrics, TaskMetrics};
+use super::operator::OperatorInputs;
+
+/// State shared between the runtime loop (writer) and the HTTP API (readers).
+#[derive(Debug, Default)]
+pub struct Shared {
+    /// The shadow core: the node's state after the last carried-out step.
+    pub core: Option<Core>,
+    pub metrics: Metrics,
+    pub listen_addrs: Vec<String>,
+    pub node_id: String,
+    pub capabilities: Vec<String>,
+    pub shutting_down: bool,
+    /// The transport's own counters (wire-level: gossip vs direct, denied connections, …).
+    pub transport_stats: Option<Arc<Libp2pStats>>,
+    /// When the shadow core last stepped (or was recovered): with its `now_ms`, this gives the
+    /// node's time at any later instant, so status shows the time of the request, not of the
+    /// last event.
+    pub stepped_at: Option<Instant>,
+    /// When the process started (uptime).
+    pub started_at: Option<Instant>,
+    /// When each peer was last heard from (a message or its arrival), by node id; at most
+    /// [`MAX_CONTACTS`] entries.
+    pub last_contact: BTreeMap<String, Instant>,
+    /// Operator requests into the runtime loop (`POST /members`, `/tasks`), once it runs.
+    pub operator: Option<OperatorInputs>,
+    /// Task figures.
+    pub tasks: TaskMetrics,
+}
+
+/// Most peers whose last contact is remembered.
+pub const MAX_CONTACTS: usize = 4_096;
+
+/// A handle on [`Shared`].
+#[derive(Clone, Debug, Default)]
+pub struct SharedState(Arc<Mutex<Shared>>);
+
+impl SharedState {
+    pub fn lock(&self) -> MutexGuard<'_, Shared> {
+        // Plain data: a panic elsewhere cannot leave it half-updated in a harmful way.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Shared {
+    /// The node's clock now: the shadow core's time plus the time since its last step.
+    pub fn now_ms(&self) -> Option<u64> {
+        let core = self.core.as_ref()?;
+        let since = self
+            .stepped_at
+            .map_or(0, |t| t.elapsed().as_millis() as u64);
+        Some(core.now_ms() + since)
+    }
+
+    /// Prometheus text exposition (format 0.0.4).
+    pub fn metrics_text(&self) -> String {
+        exposition(
+            &self.metrics,
+            self.core.as_ref(),
+            self.transport_stats.as_deref(),
+            &self.tasks,
+        )
+    }
+}
+
+/// Hands a notice to the operator request waiting for it, if any (see
+/// [`OperatorInputs::deliver`]).
+pub fn deliver(shared: &mut Shared, notice: &Notice) {
+    if let Some(ops) = shared.operator.as_mut() {
+        ops.deliver(notice);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{ChangeOutcome, MemberChange, NodeId};
+    use tokio::sync::mpsc;
+
+    #[test]
+    fn only_committed_and_refused_settle_a_request() {
+        let (tx, _rx) = mpsc::channel(1);
+        let mut shared = Shared {
+            operator: Some(OperatorInputs::new(tx, 7)),
+            ..Shared::default()
+        };
+        let (wtx, mut wrx) = mpsc::unbounded_channel();
+        shared.operator.as_mut().unwrap().waiters.insert(7, wtx);
+        let change = MemberChange::Remove {
+            node: NodeId::from("b"),
+        };
+        let notice = |outcome, request| Notice::MembershipChange {
+            change: change.clone(),
+            outcome,
+            request,
+        };
+        let forwarded = ChangeOutcome::Forwarded {
+            admin: NodeId::from("a"),
+        };
+        deliver(&mut shared, &notice(forwarded.clone(), 7));
+        // Another request's answer, or autopilot's notice (request 0), is not this one's.
+        deliver(
+            &mut shared,
+            &notice(ChangeOutcome::Committed { version: 9 }, 8),
+        );
+        deliver(
+            &mut shared,
+            &notice(ChangeOutcome::Committed { version: 9 }, 0),
+        );
+        assert!(shared.operator.as_ref().unwrap().waiters.contains_key(&7));
+        deliver(
+            &mut shared,
+            &notice(ChangeOutcome::Committed { version: 3 }, 7),
+        );
+        assert!(shared.operator.as_ref().unwrap().waiters.is_empty());
+        assert_eq!(wrx.try_recv().unwrap(), forwarded);
+        assert_eq!(
+            wrx.try_recv().unwrap(),
+            ChangeOutcome::Committed { version: 3 }
+        );
+        assert!(wrx.try_recv().is_err(), "nothing else reached the request");
+    }
+}

@@ -1,0 +1,177 @@
+//! `chorus devcluster`: N real `chorus run` processes on loopback with temporary data
+//! directories and short timings, a live table of who is admin, and admin kills that show
+//! (and measure) the failover: by default the admin is killed once, a few seconds after the
+//! cluster settles, and restarted once a new admin is agreed.
+//!
+//! Ctrl-C, SIGTERM and SIGHUP all stop it the same way: every child gets SIGTERM (then SIGKILL
+//! if it lingers), the temporary directory is removed, and one summary line is printed. The
+//! children also watch their parent and stop on their own if devcluster dies without cleaning
+//! up (SIGKILL).
+//!
+//! Ports: every node binds port 0, so the OS picks free ones, and devcluster reads them from the
+//! node's "chorus node started" log line ([`parse_started_line`]) before starting the next node,
+//! which bootstraps off the running ones. Nothing picks a port number and hopes it is still free
+//! when the child binds it.
+//!
+//! `args` holds the options, `process` starts, signals and polls the `chorus run` children,
+//! `watch` is the loop that follows the cluster and its failovers, `report` what is printed,
+//! and `demo` the `--demo-tasks` workload.
+
+mod args;
+mod demo;
+mod process;
+mod report;
+mod watch;
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use tokio::sync::mpsc;
+
+pub use args::Args;
+pub use process::{log_since, parse_started_line, LoopbackNode, Ports, START_BOUND};
+
+use process::{signal, start, Node};
+use report::Report;
+use watch::watch;
+
+/// Runs the dev cluster until Ctrl-C (or the end of the kills with `--exit-when-done`).
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.nodes == 0 || args.nodes > 64 {
+        bail!("--nodes must be between 1 and 64");
+    }
+    let exe = std::env::current_exe().context("cannot find the chorus binary")?;
+    let root = tempfile::Builder::new()
+        .prefix("chorus-devcluster-")
+        .tempdir()
+        .context("cannot create a temporary directory")?;
+    let mut nodes: Vec<Node> = (0..args.nodes)
+        .map(|index| Node {
+            index,
+            data_dir: root.path().join(format!("n{index}")),
+            p2p_port: 0,
+            http: String::new(),
+            child: None,
+            stopping: None,
+            status: None,
+        })
+        .collect();
+    announce(&args, root.path());
+    if args.demo_tasks > 0 {
+        ensure_demo_image().await?;
+    }
+    for i in 0..nodes.len() {
+        start(&exe, &args, root.path(), &mut nodes, i).await?;
+    }
+    let mut keys = read_keys();
+    let table = !args.plain && std::io::stdout().is_terminal();
+    let started = Instant::now();
+    let mut report = Report::default();
+    let result = watch(
+        &exe,
+        &args,
+        root.path(),
+        &mut nodes,
+        &mut keys,
+        table,
+        &mut report,
+    )
+    .await;
+    stop_all(&mut nodes).await;
+    let data = if args.keep {
+        let kept = root.keep();
+        format!("data kept in {}", kept.display())
+    } else {
+        let path = root.path().to_path_buf();
+        match root.close() {
+            Ok(()) => "data removed".to_owned(),
+            Err(e) => format!("could not remove {}: {e}", path.display()),
+        }
+    };
+    println!("{}", report.line(args.nodes, started.elapsed(), &data));
+    result
+}
+
+/// Says where the cluster lives, how to drive it, and which kills are coming.
+fn announce(args: &Args, root: &Path) {
+    println!(
+        "devcluster: {} nodes in {} (logs: n<i>.log); Ctrl-C to stop{}",
+        args.nodes,
+        root.display(),
+        if std::io::stdin().is_terminal() {
+            "; type k + Enter to kill the admin, q + Enter to quit"
+        } else {
+            ""
+        }
+    );
+    if args.kills > 0 {
+        println!(
+            "devcluster: the admin will be {} {} s after the cluster agrees on it{}, to show a \
+             failover (--kills 0: never; --signal term: a graceful stop)",
+            if args.signal == "term" {
+                "stopped (SIGTERM)"
+            } else {
+                "killed (SIGKILL)"
+            },
+            args.kill_admin_after,
+            if args.kills > 1 {
+                format!(", {} times", args.kills)
+            } else {
+                String::new()
+            }
+        );
+    }
+}
+
+/// `--demo-tasks` runs tasks in Docker: the Engine must answer and have the sandbox image
+/// (built if missing).
+async fn ensure_demo_image() -> anyhow::Result<()> {
+    let provider = chorus_io::sandbox::docker::DockerProvider::connect()
+        .await
+        .context("--demo-tasks runs tasks in Docker, but the Docker Engine does not answer")?;
+    chorus_io::sandbox::image::ensure_sandbox_image(provider.docker())
+        .await
+        .context("--demo-tasks needs the sandbox test image")?;
+    Ok(())
+}
+
+/// Lines typed at a terminal (`k` kills the admin, `q` quits). Without a terminal the channel
+/// is closed at once, which the watch loop reads as "no keys" (as it does stdin's end).
+fn read_keys() -> mpsc::UnboundedReceiver<String> {
+    let (keys_tx, keys) = mpsc::unbounded_channel();
+    if std::io::stdin().is_terminal() {
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {
+                if keys_tx.send(line.trim().to_owned()).is_err() {
+                    break;
+                }
+                line.clear();
+            }
+        });
+    }
+    keys
+}
+
+/// Stops every child: SIGTERM, then SIGKILL for any still running after a moment.
+async fn stop_all(nodes: &mut [Node]) {
+    for node in nodes.iter_mut() {
+        for child in [&node.child, &node.stopping].into_iter().flatten() {
+            signal(child, nix::sys::signal::Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(3);
+    for node in nodes.iter_mut() {
+        for mut child in [node.child.take(), node.stopping.take()]
+            .into_iter()
+            .flatten()
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, child.wait()).await.is_err() {
+                let _ = child.kill().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The JSON documents of the HTTP API that both sides read: the server (`api/`) builds them,
+//! the command line (`cli/`) parses them — one definition, so the two cannot drift apart.
+
+use chorus_core::{TaskResult, TaskSpec, TaskStatus};
+use serde::{Deserialize, Serialize};
+
+/// One node in `GET /members`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MemberRow {
+    /// The node.
+    pub node_id: String,
+    /// `voter` (a member of the electorate) or `standby` (admin-eligible, not a member).
+    pub role: String,
+    /// The admin of the answering node's term.
+    pub admin: bool,
+    /// Connected to the answering node (always true for itself).
+    pub reachable: bool,
+    /// Milliseconds since the answering node last heard from it (0 for itself).
+    pub last_contact_ms: Option<u64>,
+    /// Its score as the answering node computes it (uptime, capabilities, free resources).
+    pub score: Option<u32>,
+}
+
+/// The `GET /members` document.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MembersView {
+    /// The node answering.
+    pub node_id: String,
+    /// Its term and the admin it follows.
+    pub term: u64,
+    pub admin: Option<String>,
+    /// The electorate's version and the term that proposed it (0 at bootstrap); 0 and 0
+    /// before the cluster formed.
+    pub version: u64,
+    pub version_term: u64,
+    /// Voters first, then standbys, each in id order.
+    pub members: Vec<MemberRow>,
+}
+
+/// A task as `GET /tasks/{id}` shows it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskView {
+    /// Its id (`ORIGIN-SEQ`).
+    pub task: String,
+    /// `submitted`, `queued`, `placed`, `finished` or `done`.
+    pub phase: String,
+    /// The worker it is placed on or finished at (the result's worker once done).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The run, while placed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Cancellation was asked for.
+    pub cancel: bool,
+    /// The idempotency key it was submitted with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it was accepted, on this node's clock (ms).
+    pub submitted_at_ms: u64,
+    /// What it runs.
+    pub spec: TaskSpec,
+    /// The result, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<TaskResult>,
+}
+
+/// One task in `GET /tasks`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TaskRow {
+    /// Its id.
+    pub task: String,
+    /// Its phase.
+    pub phase: String,
+    /// The result's status, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<TaskStatus>,
+    /// The exit code, once done (when the command exited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Where it runs or ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+}
