@@ -37,10 +37,10 @@ impl Core {
         signature: Signature,
         out: &mut Vec<Command>,
     ) {
-        if !self
+        if self
             .electorate
             .as_ref()
-            .is_some_and(|e| e.statement() == digest)
+            .is_none_or(|e| e.statement() != digest)
         {
             return;
         }
