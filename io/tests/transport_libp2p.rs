@@ -716,3 +716,34 @@ async fn an_electorate_too_large_for_a_frame_travels_in_parts() {
     assert_eq!(s.messages_in.get("heartbeat"), Some(&1), "{s:?}");
     assert!(s.rejected.is_empty(), "{s:?}");
 }
+
+/// The transport signs electorate statements with the node's identity key, and the core checks
+/// the signature from the peer id alone (`chorus_core::certificate`): another node's id, or a
+/// signature over another statement, does not check.
+#[tokio::test]
+async fn the_transport_signs_with_the_key_its_peer_id_names() {
+    let (a, _) = start(config(&[])).await;
+    let (b, _) = start(config(&[])).await;
+    let id = a.node_id();
+    let e = chorus_core::Electorate::new(1, vec![id.clone(), b.node_id()]);
+    let other = chorus_core::Electorate::new(1, vec![id.clone()]);
+    let sig = a.sign(&id, &e.statement());
+    assert_eq!(sig.as_bytes().len(), 64, "an Ed25519 signature");
+    assert!(chorus_core::certificate::verify(&id, &e.statement(), &sig));
+    assert!(!chorus_core::certificate::verify(
+        &b.node_id(),
+        &e.statement(),
+        &sig
+    ));
+    assert!(!chorus_core::certificate::verify(
+        &id,
+        &other.statement(),
+        &sig
+    ));
+    let forged = chorus_core::certificate::simulated_signature(&id, &e.statement());
+    assert!(!chorus_core::certificate::verify(
+        &id,
+        &e.statement(),
+        &forged
+    ));
+}
