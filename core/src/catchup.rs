@@ -260,9 +260,11 @@ mod tests {
         let good = history(&c);
         let v1 = c.electorate().unwrap().clone();
         let genesis = v1.genesis;
-        let ask = |c: &mut crate::Core, t| {
+        // w announces newer links and c asks it; then w answers with `links` a moment later.
+        let asked_then_answered = |c: &mut crate::Core, t, links: Vec<Arc<Link>>| {
             let out = c.step_vec(t, from("w", heartbeat(5, 4, genesis)));
             assert_eq!(sent_to(&out, "w").len(), 1, "asked w");
+            refusals(&c.step_vec(t + 1, from("w", Message::Chain { links })))
         };
         // Unasked.
         let out = c.step_vec(
@@ -275,51 +277,28 @@ mod tests {
             ),
         );
         assert_eq!(refusals(&out), [Refusal::Unsolicited]);
+        // Signatures of a majority, over another electorate than the one shown.
+        let mut swapped = Link::clone(&good[0]);
+        swapped.electorate = Arc::new(v1.successor(2, ids(&["a", "b", "w"])));
         let forgeries = [
             // A colluding minority (a alone) of {a, b, c}.
             link(&v1, 2, &["a", "w"], &["a"]),
             // A hostile worker signing for itself among members.
             link(&v1, 2, &["a", "w"], &["a", "w"]),
+            Arc::new(swapped),
         ];
         let mut t = MIN;
         for forged in forgeries {
             t += MIN;
-            ask(&mut c, t);
-            let out = c.step_vec(
-                t + 1,
-                from(
-                    "w",
-                    Message::Chain {
-                        links: vec![forged],
-                    },
-                ),
-            );
-            assert_eq!(refusals(&out), [Refusal::BadCertificate]);
+            let refused = asked_then_answered(&mut c, t, vec![forged]);
+            assert_eq!(refused, [Refusal::BadCertificate]);
             assert_eq!(c.electorate(), Some(&v1));
         }
-        // Signatures of a majority, over another electorate than the one shown.
-        let mut swapped = Link::clone(&good[0]);
-        swapped.electorate = Arc::new(v1.successor(2, ids(&["a", "b", "w"])));
-        t += MIN;
-        ask(&mut c, t);
-        let out = c.step_vec(
-            t + 1,
-            from(
-                "w",
-                Message::Chain {
-                    links: vec![Arc::new(swapped)],
-                },
-            ),
-        );
-        assert_eq!(refusals(&out), [Refusal::BadCertificate]);
-        assert_eq!(c.electorate(), Some(&v1));
         // Two good links, then a forged one: it takes the two.
         let bad = link(&good[1].electorate, 4, &["c", "w"], &["w"]);
-        t += MIN;
-        ask(&mut c, t);
         let links = vec![good[0].clone(), good[1].clone(), bad];
-        let out = c.step_vec(t + 1, from("w", Message::Chain { links }));
-        assert_eq!(refusals(&out), [Refusal::BadCertificate]);
+        let refused = asked_then_answered(&mut c, t + MIN, links);
+        assert_eq!(refused, [Refusal::BadCertificate]);
         assert_eq!(c.electorate(), Some(&*good[1].electorate));
         assert_eq!(c.position(), (3, 3));
     }
