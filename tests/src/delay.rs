@@ -3,9 +3,15 @@
 //! a random 50–150 ms (say), and let go — so packets overtake each other as on a real network.
 //! One thread per namespace, entered with `setns`; the queue fails open (a packet nobody holds
 //! goes on), and dropping the [`Delayer`] lets every held packet go.
+//!
+//! A delayer never stops quietly (issue 39): the errors a queue reports in normal operation — a
+//! late verdict (`ENOENT`: the fail-open queue let the packet through when it was full) and a
+//! full netlink socket (`ENOBUFS`) — are counted and it goes on; any other error, or a thread
+//! that ends while the run goes on, is recorded, and [`Delayer::health`] says so, naming the
+//! namespace, so the run fails at once instead of carrying on undelayed.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -14,7 +20,44 @@ use nfq::{Queue, Verdict};
 /// Delaying threads, one per namespace; stopped and joined on drop.
 pub struct Delayer {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<(String, JoinHandle<()>)>,
+    stats: Arc<Stats>,
+}
+
+/// What the delaying threads did, summed over namespaces.
+#[derive(Default)]
+struct Stats {
+    held: AtomicU64,
+    late_verdicts: AtomicU64,
+    overflows: AtomicU64,
+    hold_ms_total: AtomicU64,
+    hold_ms_max: AtomicU64,
+    /// The first error that stopped a thread, with its namespace.
+    failed: Mutex<Option<String>>,
+}
+
+/// What an error from the queue means.
+#[derive(Debug, PartialEq, Eq)]
+enum QueueError {
+    /// Nothing to read now.
+    Empty,
+    /// A verdict for a packet the kernel no longer holds: counted.
+    LateVerdict,
+    /// The netlink socket overflowed (messages were lost, the queue fails open): counted.
+    Overflow,
+    /// Anything else: the thread stops and the run must fail.
+    Fatal,
+}
+
+fn classify(e: &std::io::Error) -> QueueError {
+    if e.kind() == std::io::ErrorKind::WouldBlock {
+        return QueueError::Empty;
+    }
+    match e.raw_os_error() {
+        Some(nix::libc::ENOENT) => QueueError::LateVerdict,
+        Some(nix::libc::ENOBUFS) => QueueError::Overflow,
+        _ => QueueError::Fatal,
+    }
 }
 
 impl Delayer {
@@ -22,35 +65,66 @@ impl Delayer {
     /// random `min_ms..=max_ms`. Returns once every thread listens.
     pub fn start(namespaces: &[String], min_ms: u64, max_ms: u64) -> Delayer {
         let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Stats::default());
         let mut threads = Vec::new();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (k, ns) in namespaces.iter().enumerate() {
-            let (ns, stop, ready) = (ns.clone(), stop.clone(), ready_tx.clone());
-            threads.push(std::thread::spawn(move || {
-                let queue = open_in(&ns);
+            let (name, stop, ready, stats) =
+                (ns.clone(), stop.clone(), ready_tx.clone(), stats.clone());
+            let thread = std::thread::spawn(move || {
+                let queue = open_in(&name);
                 ready.send(()).expect("ready");
-                hold(
-                    queue,
-                    &stop,
-                    min_ms,
-                    max_ms,
-                    0x9E37_79B9_7F4A_7C15 ^ k as u64,
-                );
-            }));
+                let seed = 0x9E37_79B9_7F4A_7C15 ^ k as u64;
+                if let Err(e) = hold(queue, &stop, min_ms, max_ms, seed, &stats) {
+                    let mut failed = stats.failed.lock().unwrap_or_else(|p| p.into_inner());
+                    failed.get_or_insert(format!("the delayer of {name}: netfilter queue: {e}"));
+                }
+            });
+            threads.push((ns.clone(), thread));
         }
         for _ in namespaces {
             ready_rx
                 .recv_timeout(Duration::from_secs(10))
                 .expect("a delaying thread failed to start (see its panic)");
         }
-        Delayer { stop, threads }
+        Delayer {
+            stop,
+            threads,
+            stats,
+        }
+    }
+
+    /// `Err` naming the namespace once a delaying thread stopped (an error it could not go on
+    /// from, or a panic) while the delay is meant to be in force.
+    pub fn health(&self) -> Result<(), String> {
+        let failed = self.stats.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = failed.as_ref() {
+            return Err(e.clone());
+        }
+        match self.threads.iter().find(|(_, t)| t.is_finished()) {
+            Some((ns, _)) => Err(format!("the delayer of {ns} stopped (see its panic)")),
+            None => Ok(()),
+        }
+    }
+
+    /// One line: packets held, their mean and longest hold, and the queue errors counted.
+    pub fn summary(&self) -> String {
+        let s = &self.stats;
+        let held = s.held.load(Ordering::Relaxed);
+        let mean = s.hold_ms_total.load(Ordering::Relaxed) / held.max(1);
+        format!(
+            "delayer: {held} packets held, mean {mean} ms, longest {} ms; {} late verdicts, {} queue overflows",
+            s.hold_ms_max.load(Ordering::Relaxed),
+            s.late_verdicts.load(Ordering::Relaxed),
+            s.overflows.load(Ordering::Relaxed),
+        )
     }
 }
 
 impl Drop for Delayer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        for t in self.threads.drain(..) {
+        for (_, t) in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -70,8 +144,28 @@ fn open_in(ns: &str) -> Queue {
     q
 }
 
-fn hold(mut q: Queue, stop: &AtomicBool, min_ms: u64, max_ms: u64, mut seed: u64) {
-    let mut held: Vec<(Instant, nfq::Message)> = Vec::new();
+fn hold(
+    mut q: Queue,
+    stop: &AtomicBool,
+    min_ms: u64,
+    max_ms: u64,
+    mut seed: u64,
+    stats: &Stats,
+) -> std::io::Result<()> {
+    let mut held: Vec<(Instant, Instant, nfq::Message)> = Vec::new();
+    // Counted, or the error that ends the thread.
+    let counted = |e: std::io::Error| match classify(&e) {
+        QueueError::Empty => Ok(()),
+        QueueError::LateVerdict => {
+            stats.late_verdicts.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        QueueError::Overflow => {
+            stats.overflows.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        QueueError::Fatal => Err(e),
+    };
     let mut next = || {
         // xorshift64*: a test's own stream, no dependency.
         seed ^= seed >> 12;
@@ -85,25 +179,72 @@ fn hold(mut q: Queue, stop: &AtomicBool, min_ms: u64, max_ms: u64, mut seed: u64
                 Ok(mut msg) => {
                     msg.set_verdict(Verdict::Accept);
                     let d = min_ms + next() % (max_ms - min_ms + 1);
-                    held.push((Instant::now() + Duration::from_millis(d), msg));
+                    let now = Instant::now();
+                    held.push((now, now + Duration::from_millis(d), msg));
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => panic!("netfilter queue: {e}"),
+                Err(e) if classify(&e) == QueueError::Empty => break,
+                Err(e) => counted(e)?,
             }
         }
         let now = Instant::now();
         let mut i = 0;
         while i < held.len() {
-            if held[i].0 <= now {
-                let (_, msg) = held.swap_remove(i);
-                let _ = q.verdict(msg);
+            if held[i].1 <= now {
+                let (arrived, _, msg) = held.swap_remove(i);
+                let ms = now.duration_since(arrived).as_millis() as u64;
+                stats.held.fetch_add(1, Ordering::Relaxed);
+                stats.hold_ms_total.fetch_add(ms, Ordering::Relaxed);
+                stats.hold_ms_max.fetch_max(ms, Ordering::Relaxed);
+                if let Err(e) = q.verdict(msg) {
+                    counted(e)?;
+                }
             } else {
                 i += 1;
             }
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    for (_, msg) in held {
+    for (_, _, msg) in held {
         let _ = q.verdict(msg);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The errors a fail-open queue reports in normal operation are counted, not fatal.
+    #[test]
+    fn late_verdicts_and_overflows_are_counted_and_anything_else_is_fatal() {
+        let os = std::io::Error::from_raw_os_error;
+        assert_eq!(classify(&os(nix::libc::ENOENT)), QueueError::LateVerdict);
+        assert_eq!(classify(&os(nix::libc::ENOBUFS)), QueueError::Overflow);
+        assert_eq!(classify(&os(nix::libc::EAGAIN)), QueueError::Empty);
+        assert_eq!(classify(&os(nix::libc::EBADF)), QueueError::Fatal);
+    }
+
+    /// A delaying thread that dies while the delay is in force makes `health` fail, naming its
+    /// namespace; one that recorded an error says which.
+    #[test]
+    fn a_delayer_whose_thread_stopped_is_unhealthy() {
+        let stats = Arc::new(Stats::default());
+        let d = Delayer {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: vec![("ns-a".into(), std::thread::spawn(|| {}))],
+            stats: stats.clone(),
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let err = d.health().unwrap_err();
+        assert!(err.contains("ns-a"), "{err}");
+        *stats.failed.lock().unwrap() = Some("the delayer of ns-b: netfilter queue: EBADF".into());
+        assert!(d.health().unwrap_err().contains("ns-b"));
+        let healthy = Delayer {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: vec![],
+            stats: Arc::new(Stats::default()),
+        };
+        assert_eq!(healthy.health(), Ok(()));
+        assert!(healthy.summary().contains("0 packets held"));
     }
 }

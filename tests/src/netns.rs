@@ -586,6 +586,20 @@ impl NetCluster {
         .expect("connect thread")
     }
 
+    /// `Err` naming the fault injector that stopped while its fault is meant to be in force
+    /// (issue 39): a run must then fail, not go on under other conditions than it states.
+    pub fn check_injectors(&self) -> Result<(), String> {
+        match &self.delay {
+            Some((_, _, d)) => d.health(),
+            None => Ok(()),
+        }
+    }
+
+    /// What each fault injector in force did, one line each.
+    pub fn injector_summary(&self) -> Vec<String> {
+        self.delay.iter().map(|(_, _, d)| d.summary()).collect()
+    }
+
     /// Ends [`NetCluster::set_delay`].
     pub fn clear_delay(&mut self) {
         if self.delay.take().is_some() {

@@ -153,6 +153,15 @@ fn a_cluster_losing_a_fifth_of_its_packets_with_50_to_150_ms_delays_keeps_an_adm
     eprintln!("kill -9 under loss and delay: n{new_admin} of term {new_term} after {failover:?}");
     c.restart(admin);
     c.wait_agreed(AGREE);
+    // The delayer held packets all along and is still running (issue 39: it used to die on
+    // the first late verdict while the run went on as if delayed).
+    c.check_injectors().expect("the delayer kept delaying");
+    let summary = c.injector_summary();
+    eprintln!("{}", summary.join("\n"));
+    assert!(
+        summary.len() == 1 && !summary[0].starts_with("delayer: 0 packets"),
+        "{summary:?}"
+    );
     c.clear_delay();
     c.set_loss(0);
     c.wait_agreed(AGREE);

@@ -144,9 +144,22 @@ fn main() -> ExitCode {
         one => vec![one],
     };
     let mut times: Vec<(Fault, Duration)> = Vec::new();
+    // A fault injector that stopped fails the run at once (issue 39): its numbers would
+    // describe another run than the one stated.
+    let injectors_alive = |c: &NetCluster| match c.check_injectors() {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("chorus-real: a fault injector stopped: {e}");
+            false
+        }
+    };
     for k in 0..args.faults {
         if args.duration.is_some_and(|d| started.elapsed() > d) {
             break;
+        }
+        if !injectors_alive(&c) {
+            c.keep_data();
+            return ExitCode::FAILURE;
         }
         let kind = kinds[k % kinds.len()];
         let ((_, term, admin), _) = c.wait_agreed(bound);
@@ -216,6 +229,13 @@ fn main() -> ExitCode {
             pct(99),
             t[t.len() - 1]
         );
+    }
+    for line in c.injector_summary() {
+        println!("{line}");
+    }
+    if !injectors_alive(&c) {
+        c.keep_data();
+        return ExitCode::FAILURE;
     }
     let (trace, problems) = c.stop_and_check_within(args.liveness_bound_ms);
     println!("merged history: {}", trace.display());
