@@ -24,16 +24,58 @@ pub struct Delayer {
     stats: Arc<Stats>,
 }
 
+/// Holds are counted per millisecond up to this; longer ones in the last bucket.
+const HOLD_BUCKETS: usize = 1_001;
+
 /// What the delaying threads did, summed over namespaces.
-#[derive(Default)]
 struct Stats {
     held: AtomicU64,
     late_verdicts: AtomicU64,
     overflows: AtomicU64,
     hold_ms_total: AtomicU64,
     hold_ms_max: AtomicU64,
+    /// Packets by how long they were held, in whole milliseconds.
+    hold_ms: Vec<AtomicU64>,
     /// The first error that stopped a thread, with its namespace.
     failed: Mutex<Option<String>>,
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        Stats {
+            held: AtomicU64::new(0),
+            late_verdicts: AtomicU64::new(0),
+            overflows: AtomicU64::new(0),
+            hold_ms_total: AtomicU64::new(0),
+            hold_ms_max: AtomicU64::new(0),
+            hold_ms: (0..HOLD_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            failed: Mutex::new(None),
+        }
+    }
+}
+
+impl Stats {
+    fn record_hold(&self, ms: u64) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+        self.hold_ms_total.fetch_add(ms, Ordering::Relaxed);
+        self.hold_ms_max.fetch_max(ms, Ordering::Relaxed);
+        let bucket = (ms as usize).min(HOLD_BUCKETS - 1);
+        self.hold_ms[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The hold at percentile `p` (0–100), in whole milliseconds (0 with nothing held).
+    fn hold_percentile(&self, p: u64) -> u64 {
+        let held = self.held.load(Ordering::Relaxed);
+        let rank = (held * p).div_ceil(100).max(1);
+        let mut seen = 0;
+        for (ms, n) in self.hold_ms.iter().enumerate() {
+            seen += n.load(Ordering::Relaxed);
+            if seen >= rank {
+                return ms as u64;
+            }
+        }
+        0
+    }
 }
 
 /// What an error from the queue means.
@@ -107,13 +149,16 @@ impl Delayer {
         }
     }
 
-    /// One line: packets held, their mean and longest hold, and the queue errors counted.
+    /// One line: packets held, their hold percentiles, and the queue errors counted.
     pub fn summary(&self) -> String {
         let s = &self.stats;
         let held = s.held.load(Ordering::Relaxed);
         let mean = s.hold_ms_total.load(Ordering::Relaxed) / held.max(1);
         format!(
-            "delayer: {held} packets held, mean {mean} ms, longest {} ms; {} late verdicts, {} queue overflows",
+            "delayer: {held} packets held, mean {mean} ms, p50 {} ms, p90 {} ms, p99 {} ms, longest {} ms; {} late verdicts, {} queue overflows",
+            s.hold_percentile(50),
+            s.hold_percentile(90),
+            s.hold_percentile(99),
             s.hold_ms_max.load(Ordering::Relaxed),
             s.late_verdicts.load(Ordering::Relaxed),
             s.overflows.load(Ordering::Relaxed),
@@ -191,10 +236,7 @@ fn hold(
         while i < held.len() {
             if held[i].1 <= now {
                 let (arrived, _, msg) = held.swap_remove(i);
-                let ms = now.duration_since(arrived).as_millis() as u64;
-                stats.held.fetch_add(1, Ordering::Relaxed);
-                stats.hold_ms_total.fetch_add(ms, Ordering::Relaxed);
-                stats.hold_ms_max.fetch_max(ms, Ordering::Relaxed);
+                stats.record_hold(now.duration_since(arrived).as_millis() as u64);
                 if let Err(e) = q.verdict(msg) {
                     counted(e)?;
                 }
@@ -246,5 +288,19 @@ mod tests {
         };
         assert_eq!(healthy.health(), Ok(()));
         assert!(healthy.summary().contains("0 packets held"));
+    }
+
+    #[test]
+    fn hold_percentiles_come_from_the_per_millisecond_counts() {
+        let s = Stats::default();
+        assert_eq!(s.hold_percentile(50), 0);
+        for ms in 1..=100 {
+            s.record_hold(ms);
+        }
+        s.record_hold(5_000); // beyond the buckets: counted in the last
+        assert_eq!(s.hold_percentile(50), 51);
+        assert_eq!(s.hold_percentile(90), 91);
+        assert_eq!(s.hold_percentile(100), (HOLD_BUCKETS - 1) as u64);
+        assert_eq!(s.hold_ms_max.load(Ordering::Relaxed), 5_000);
     }
 }
