@@ -19,11 +19,12 @@ impl Core {
     /// Workers never sign. Called whenever the electorate changes and at start.
     pub(crate) fn endorse_electorate(&mut self, out: &mut Vec<Command>) {
         self.chain.endorsement = None;
+        self.chain.statement = None;
         let Some(e) = &self.electorate else { return };
         if self.is_eligible() || e.contains(&self.id) {
-            out.push(Command::Sign {
-                digest: e.statement(),
-            });
+            let digest = e.statement();
+            self.chain.statement = Some(digest);
+            out.push(Command::Sign { digest });
         }
     }
 
@@ -37,14 +38,10 @@ impl Core {
         signature: Signature,
         out: &mut Vec<Command>,
     ) {
-        if self
-            .electorate
-            .as_ref()
-            .is_none_or(|e| e.statement() != digest)
-        {
+        if self.chain.statement != Some(digest) {
             return;
         }
-        self.chain.endorsement = Some((digest, signature.clone()));
+        self.chain.endorsement = Some(signature.clone());
         if self.role == Role::Admin {
             return self.check_commit(out); // its own endorsement may be the last one wanted
         }
@@ -68,7 +65,7 @@ impl Core {
     /// This node's signature over the electorate it holds, if it has one yet (reset with every
     /// change of electorate, so it is always for the current one).
     pub(crate) fn own_endorsement(&self) -> Option<Signature> {
-        self.chain.endorsement.as_ref().map(|(_, s)| s.clone())
+        self.chain.endorsement.clone()
     }
 
     /// The newest version this node holds a chain up to.
@@ -76,11 +73,15 @@ impl Core {
         self.chain.certified()
     }
 
-    /// Whether `sig` is `from`'s endorsement of the electorate this node holds.
+    /// Whether `sig` is `from`'s endorsement of the electorate this node holds. The statement
+    /// was computed when the electorate changed (an admin signs what it holds); hashed again
+    /// only for an admin that does not sign.
     pub(crate) fn endorses_mine(&self, from: &NodeId, sig: &Signature) -> bool {
-        self.electorate
-            .as_ref()
-            .is_some_and(|e| certificate::verify(from, &e.statement(), sig))
+        let statement = self
+            .chain
+            .statement
+            .or_else(|| self.electorate.as_ref().map(|e| e.statement()));
+        statement.is_some_and(|d| certificate::verify(from, &d, sig))
     }
 
     /// The admin certified `link` (a majority of the electorate before it endorsed it): keep it

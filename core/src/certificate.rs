@@ -68,10 +68,14 @@ pub(crate) struct Chain {
     pub(crate) anchor: Option<Arc<Electorate>>,
     /// The links this node can hand on, by version (the newest [`MAX_LINKS_KEPT`]).
     pub(crate) links: BTreeMap<u64, Arc<Link>>,
-    /// This node's signature over its electorate's statement. Volatile: asked for again at
-    /// start.
+    /// The statement of the electorate this node holds, computed once per change when the
+    /// node is one that signs (eligible or a member): what its signature and its voters'
+    /// endorsements are checked against. Volatile: computed again at start.
     #[serde(default)]
-    pub(crate) endorsement: Option<(Digest, Signature)>,
+    pub(crate) statement: Option<Digest>,
+    /// This node's signature over `statement`, once the runtime answered. Volatile.
+    #[serde(default)]
+    pub(crate) endorsement: Option<Signature>,
     /// The peer asked for links, and when: one question at a time, so a flood of heartbeats
     /// from strangers cannot make this node ask a flood of questions. Volatile.
     #[serde(default)]
