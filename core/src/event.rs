@@ -64,6 +64,10 @@ pub enum Event {
         /// An idempotency key: a retried submit with the same key and spec names the same task.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
+        /// Who submitted it: the id of the API token (none: a caller without one, as in the
+        /// simulators). Bounds how many unfinished tasks one caller may leave here.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
         /// The caller's id for this request (0: none).
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,

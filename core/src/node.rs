@@ -374,9 +374,12 @@ impl Core {
             Event::ChangeMembers { change, request } => {
                 self.on_change_members(change, request, out);
             }
-            Event::SubmitTask { spec, key, request } => {
-                self.on_submit_task(spec, key, request, out)
-            }
+            Event::SubmitTask {
+                spec,
+                key,
+                owner,
+                request,
+            } => self.on_submit_task(spec, key, owner, request, out),
             Event::CancelTask { task, request } => self.on_cancel_task(task, request, out),
             Event::SandboxExited {
                 task,

@@ -426,7 +426,7 @@ proptest! {
                 Input::Task(kind, n, origin) => {
                     let task = chorus_core::TaskId { origin, seq: n.max(1) };
                     match kind {
-                        0 => Event::SubmitTask { spec: spec(n), key: (n % 3 == 0).then(|| "k".into()), request: n },
+                        0 => Event::SubmitTask { spec: spec(n), key: (n % 3 == 0).then(|| "k".into()), owner: None, request: n },
                         1 => Event::CancelTask { task, request: n },
                         2 => Event::SandboxExited { task, attempt: n as u32, exit: Default::default() },
                         3 => Event::CapabilitiesChanged {

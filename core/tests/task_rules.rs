@@ -622,6 +622,7 @@ fn submit(c: &mut Core, key: Option<String>, request: u64) -> Vec<Command> {
         Event::SubmitTask {
             spec: spec(),
             key,
+            owner: None,
             request,
         },
     )
@@ -896,6 +897,7 @@ fn a_submitter_owns_4096_unfinished_tasks_and_remembers_1024_done() {
         Event::SubmitTask {
             spec: spec(),
             key: Some("first".into()),
+            owner: None,
             request: 1,
         },
     );
@@ -939,6 +941,7 @@ fn a_submitter_owns_4096_unfinished_tasks_and_remembers_1024_done() {
         Event::SubmitTask {
             spec: spec(),
             key: Some("first".into()),
+            owner: None,
             request: 2,
         },
     );

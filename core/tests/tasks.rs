@@ -399,6 +399,7 @@ fn a_restored_node_takes_the_capabilities_logged_at_its_start() {
         Event::SubmitTask {
             spec: spec.into(),
             key: None,
+            owner: None,
             request: 0,
         },
     );
@@ -439,6 +440,7 @@ fn an_idempotency_key_names_one_task_and_bad_specs_are_refused() {
             Event::SubmitTask {
                 spec: spec.clone().into(),
                 key: Some(key.into()),
+                owner: None,
                 request: 1,
             },
         )

@@ -9,6 +9,7 @@
 //! * `chorus devcluster` — a local cluster of real `chorus run` processes, with failover.
 //! * `chorus sandbox` — the Docker sandbox from the command line.
 //! * `chorus task` — submit, watch, list and cancel tasks through a node's HTTP API.
+//! * `chorus acl` — API tokens.
 //!
 //! Where each part lives (a server file never imports a client file, nor the other way round):
 //! * [`daemon`] — `chorus run`: settings, the wiring of the runtime loop, the observer and the
@@ -51,6 +52,13 @@ use crate::exit::{block_on, fail, one_line, report};
     about = "CHORUS: a peer-to-peer cluster daemon with partition-safe admin elections"
 )]
 struct Cli {
+    /// The API token requests carry (env CHORUS_TOKEN) [default: --token-file, else
+    /// ./chorus-data/management.token when it exists]. Health and status need none.
+    #[arg(long, global = true, env = "CHORUS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A file holding the API token (env CHORUS_TOKEN_FILE).
+    #[arg(long, global = true, env = "CHORUS_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -159,6 +167,11 @@ enum Cmd {
         #[command(subcommand)]
         command: cli::task::Cmd,
     },
+    /// API tokens (`chorus acl token create --role submit`).
+    Acl {
+        #[command(subcommand)]
+        command: cli::acl::Cmd,
+    },
     /// The Docker sandbox.
     Sandbox {
         #[command(subcommand)]
@@ -183,6 +196,9 @@ enum MembersCmd {
 /// The `chorus` command line: parses the arguments and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = cli::http::set_token(cli.token, cli.token_file.as_deref()) {
+        return fail(&e);
+    }
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
         Cmd::Status {
@@ -226,6 +242,7 @@ pub fn main() -> ExitCode {
             Ok(code) => code,
             Err(e) => fail(&e),
         },
+        Cmd::Acl { command } => report(block_on(cli::acl::run(command))),
         Cmd::Sandbox { command } => {
             init_logging(LogFormat::Human);
             match block_on(cli::sandbox::run(command)) {

@@ -1013,7 +1013,16 @@ impl Cluster for Des<'_> {
         request: u64,
         sink: &mut Sink,
     ) {
-        self.step(i, Event::SubmitTask { spec, key, request }, sink);
+        self.step(
+            i,
+            Event::SubmitTask {
+                spec,
+                key,
+                owner: None,
+                request,
+            },
+            sink,
+        );
     }
 
     fn cancel_task(&mut self, i: usize, task: TaskId, request: u64, sink: &mut Sink) {

@@ -18,6 +18,42 @@ pub use serde_json::Value;
 pub mod delay;
 pub mod netns;
 
+/// The ACL key of every node the tests start (a constant: test clusters hold nothing secret),
+/// so one token, [`test_token`], works on all of them.
+const TEST_ACL_KEY: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
+
+/// The file holding [`TEST_ACL_KEY`] (mode 0600), made once per machine and shared by every
+/// test process: written under a unique name and renamed, so a reader never sees half of it.
+pub fn test_acl_key_file() -> &'static Path {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = std::env::temp_dir().join("chorus-tests-acl.key");
+        if std::fs::read_to_string(&path).is_ok_and(|t| t.trim() == TEST_ACL_KEY) {
+            return path;
+        }
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .expect("test ACL key file");
+        f.write_all(TEST_ACL_KEY.as_bytes()).expect("test ACL key");
+        std::fs::rename(&tmp, &path).expect("test ACL key in place");
+        path
+    })
+}
+
+/// The management token of [`TEST_ACL_KEY`]: every request of the harness carries it, and
+/// every `chorus` command it runs gets it as `CHORUS_TOKEN`.
+pub fn test_token() -> String {
+    chorus_node::api::auth::AclKey::from_hex(TEST_ACL_KEY)
+        .expect("a key")
+        .management_token()
+}
+
 /// Protocol timings handed to every node.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
@@ -152,6 +188,7 @@ impl Cluster {
             heartbeat_ms: t.heartbeat_ms,
             election_timeout_ms: &election_timeout_ms,
             discovery_timeout_ms: t.discovery_ms,
+            acl_key_file: Some(test_acl_key_file()),
         };
         let mut cmd = Command::new(&self.bin);
         cmd.args(spec.run_args(&ports));
@@ -324,6 +361,8 @@ pub fn lone_node_args_on(data_dir: &Path, http: &str, listen: &str) -> Vec<Strin
         "600..900",
         "--discovery-timeout-ms",
         "300",
+        "--acl-key-file",
+        test_acl_key_file().to_str().expect("a UTF-8 path"),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -410,6 +449,7 @@ pub fn run_chorus(bin: &Path, args: &[&str]) -> Output {
 pub fn run_chorus_env(bin: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let child = Command::new(bin)
         .args(args)
+        .env("CHORUS_TOKEN", test_token())
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -447,8 +487,10 @@ pub fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<(u16, Strin
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        addr.ip()
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+         Authorization: Bearer {}\r\n\r\n",
+        addr.ip(),
+        test_token()
     )
     .ok()?;
     let mut raw = String::new();
@@ -488,8 +530,10 @@ pub fn http_request_at(
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+         Authorization: Bearer {}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         addr.ip(),
+        test_token(),
         body.len()
     )
     .ok()?;

@@ -268,6 +268,8 @@ impl NetCluster {
                 &format!("{}..{}", t.election_min_ms, t.election_max_ms),
             ])
             .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()])
+            .arg("--acl-key-file")
+            .arg(crate::test_acl_key_file())
             .args(&node.args);
         for (j, other) in self.nodes.iter().enumerate() {
             if j != i {

@@ -75,6 +75,10 @@ pub const MAX_DONE_TASKS: usize = 1_024;
 /// Tasks one node may own unfinished at once; a submit beyond is refused.
 pub const MAX_OWNED_TASKS: usize = 4_096;
 
+/// Unfinished tasks one owner (an API token) may have at a node: a quarter of
+/// [`MAX_OWNED_TASKS`], so one caller cannot lock every other out.
+pub const MAX_TASKS_PER_OWNER: usize = MAX_OWNED_TASKS / 4;
+
 /// Bounds of a task spec (they keep an offer within a 64 KiB frame with room to spare).
 pub mod bounds {
     /// Bytes of the image name.

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     OfferState, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_DONE_TASKS, MAX_OWNED_TASKS,
+    MAX_TASKS_PER_OWNER,
 };
 use crate::{Command, Core, Message, NodeId, Notice, Refusal};
 
@@ -75,6 +76,9 @@ pub struct OwnedTask {
     /// The idempotency key it was submitted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Who submitted it (an API token's id), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// When it was accepted (this node's clock).
     pub submitted_at_ms: u64,
     /// Where it stands.
@@ -123,6 +127,7 @@ impl Core {
         &mut self,
         spec: SharedSpec,
         key: Option<String>,
+        owner: Option<String>,
         request: u64,
         out: &mut Vec<Command>,
     ) {
@@ -132,6 +137,15 @@ impl Core {
         if let Err(e) = spec.check() {
             return refuse(format!("bad task spec: {e}"), out);
         }
+        if owner
+            .as_ref()
+            .is_some_and(|o| o.is_empty() || o.len() > super::bounds::NAME)
+        {
+            return refuse(
+                format!("owner must be 1 to {} bytes", super::bounds::NAME),
+                out,
+            );
+        }
         if let Some(k) = &key {
             if k.is_empty() || k.len() > super::bounds::NAME {
                 return refuse(
@@ -140,7 +154,14 @@ impl Core {
                 );
             }
             if let Some(task) = self.tasks.submit.keys.get(k) {
-                let same = self.tasks.submit.owned.get(task).map(|t| &t.spec) == Some(&spec);
+                let known = self.tasks.submit.owned.get(task);
+                if known.is_some_and(|t| t.owner != owner) {
+                    return refuse(
+                        format!("idempotency key `{k}` belongs to another caller"),
+                        out,
+                    );
+                }
+                let same = known.map(|t| &t.spec) == Some(&spec);
                 if !same {
                     return refuse(
                         format!("idempotency key `{k}` was used for task {task} with another spec"),
@@ -162,6 +183,22 @@ impl Core {
                 out,
             );
         }
+        if let Some(o) = &owner {
+            let theirs = s
+                .owned
+                .values()
+                .filter(|t| t.owner.as_ref() == Some(o) && !matches!(t.phase, TaskPhase::Done))
+                .count();
+            if theirs >= MAX_TASKS_PER_OWNER {
+                return refuse(
+                    format!(
+                        "this caller has {MAX_TASKS_PER_OWNER} unfinished tasks here already; \
+                         wait for some to finish"
+                    ),
+                    out,
+                );
+            }
+        }
         if s.last_seq >= crate::MAX_WIRE_INT {
             return refuse("task numbers are used up on this node".into(), out);
         }
@@ -178,6 +215,7 @@ impl Core {
             OwnedTask {
                 spec,
                 key,
+                owner,
                 submitted_at_ms: self.now_ms,
                 phase: TaskPhase::Submitted,
                 cancel: false,

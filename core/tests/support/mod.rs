@@ -773,6 +773,7 @@ impl Net {
             Event::SubmitTask {
                 spec: spec.into(),
                 key: None,
+                owner: None,
                 request: 0,
             },
         );

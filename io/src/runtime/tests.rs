@@ -472,6 +472,7 @@ async fn a_task_runs_through_the_sandbox_adapter_and_its_end_is_logged() {
         ops.send(Event::SubmitTask {
             spec: spec.into(),
             key: None,
+            owner: None,
             request: 1,
         })
         .await

@@ -1,25 +1,31 @@
 //! The HTTP API (127.0.0.1 by default), one file per resource: `status` (`/healthz`,
 //! `/readyz`, `/status`, `/metrics`), `cluster` (this node's view of every node it knows, with
-//! their HTTP addresses), `members` and `tasks`. Handlers read the daemon's shared state and
-//! hand operator requests to its runtime loop; they never call the command-line clients.
+//! their HTTP addresses), `members`, `tasks` and `acl` (tokens). Handlers read the daemon's
+//! shared state and hand operator requests to its runtime loop; they never call the
+//! command-line clients. Every request passes `auth` first: who may do what is decided there.
 
+pub mod acl;
+pub mod auth;
 pub mod cluster;
 pub mod members;
 pub mod status;
 pub mod tasks;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
-use axum::routing::get;
-use axum::Router;
+use axum::routing::{get, post};
+use axum::{Extension, Router};
 use tokio::net::TcpListener;
 
 use crate::daemon::shared::SharedState;
 
 /// Binds `addr` (failing early, with the address in the error) and returns the server future.
+/// `auth` decides who may call what.
 pub async fn serve(
     addr: SocketAddr,
     shared: SharedState,
+    auth: Arc<auth::Auth>,
 ) -> anyhow::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = TcpListener::bind(addr)
         .await
@@ -40,6 +46,12 @@ pub async fn serve(
             "/tasks/{id}",
             get(tasks::get_task).delete(tasks::cancel_task),
         )
+        .route("/acl/tokens", post(acl::create_token))
+        .layer(Extension(auth.clone()))
+        .layer(axum::middleware::from_fn_with_state(
+            (shared.clone(), auth),
+            auth::guard,
+        ))
         .with_state((shared, bound));
     let server = async move {
         if let Err(e) = axum::serve(listener, app).await {

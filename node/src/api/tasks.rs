@@ -17,11 +17,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use chorus_core::{Event, OwnedTask, TaskId, TaskPhase, TaskSpec};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use super::auth::{Caller, Role};
 use crate::daemon::operator::TaskAnswer;
 use crate::daemon::shared::{Shared, SharedState};
 use crate::wire::{TaskRow, TaskView};
@@ -52,6 +53,7 @@ const SPEC_KEYS: [&str; 11] = [
 /// submit name the same task): 201 new, 200 known key, 400 refused (with the reason).
 pub(super) async fn submit_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -67,16 +69,18 @@ pub(super) async fn submit_task(
         Ok(parsed) => parsed,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
-    let (code, body) = submit(&shared, spec, key).await;
+    let (code, body) = submit(&shared, spec, key, Some(caller.id)).await;
     json_answer(code, body)
 }
 
-/// `GET /tasks/{id}`: the task as its submitter (this node) knows it.
+/// `GET /tasks/{id}`: the task as its submitter (this node) knows it; the environment's
+/// values only to the token that submitted it.
 pub(super) async fn get_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    let (code, body) = get(&shared.lock(), &id);
+    let (code, body) = get(&shared.lock(), &id, Some(&caller.id));
     json_answer(code, body)
 }
 
@@ -89,15 +93,32 @@ pub(super) async fn list_tasks(
     json_answer(code, body)
 }
 
-/// `DELETE /tasks/{id}`: cancel (202 asked for, 404 not owned here, 409 finished already).
+/// `DELETE /tasks/{id}`: cancel (202 asked for, 404 not owned here, 409 finished already,
+/// 403 another caller's task and a token below `operate`).
 pub(super) async fn cancel_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
     let task = match id.parse() {
         Ok(t) => t,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
+    if caller.role < Role::Operate {
+        let owner = shared
+            .lock()
+            .core
+            .as_ref()
+            .and_then(|c| c.owned_tasks().get(&task).map(|t| t.owner.clone()));
+        if let Some(owner) = owner.filter(|o| o.as_deref() != Some(caller.id.as_str())) {
+            let error = format!(
+                "task {task} was submitted by another caller ({}); cancelling it needs a token \
+                 of role operate",
+                owner.as_deref().unwrap_or("unknown")
+            );
+            return json_answer(403, serde_json::json!({ "error": error }));
+        }
+    }
     let (code, body) = cancel(&shared, task).await;
     json_answer(code, body)
 }
@@ -190,9 +211,20 @@ async fn ask(
 
 /// Submits a task. Returns the HTTP status and body: 201 `{"task", "existing": false}`, 200
 /// for a known idempotency key, 400 `{"error"}` with the core's reason, 503/504.
-pub async fn submit(shared: &SharedState, spec: TaskSpec, key: Option<String>) -> (u16, Value) {
+pub async fn submit(
+    shared: &SharedState,
+    spec: TaskSpec,
+    key: Option<String>,
+    owner: Option<String>,
+) -> (u16, Value) {
     let spec = Arc::new(spec);
-    match ask(shared, |request| Event::SubmitTask { spec, key, request }).await {
+    let event = |request| Event::SubmitTask {
+        spec,
+        key,
+        owner,
+        request,
+    };
+    match ask(shared, event).await {
         Ok(TaskAnswer::Submitted { task, existing }) => (
             if existing { 200 } else { 201 },
             json!({ "task": task.to_string(), "existing": existing }),
@@ -230,8 +262,18 @@ fn not_here(task: &TaskId) -> Value {
         chorus_core::task::MAX_DONE_TASKS) })
 }
 
-/// A task as `GET /tasks/{id}` shows it.
-fn task_view(task: &TaskId, t: &OwnedTask) -> TaskView {
+/// What `GET /tasks/{id}` shows of an environment value to anyone but the task's submitter.
+pub const REDACTED: &str = "<redacted>";
+
+/// A task as `GET /tasks/{id}` shows it to `reader` (a token id): the environment's values
+/// only when the reader submitted it.
+fn task_view(task: &TaskId, t: &OwnedTask, reader: Option<&str>) -> TaskView {
+    let mut spec = (*t.spec).clone();
+    if reader.is_none() || t.owner.as_deref() != reader {
+        for value in spec.env.values_mut() {
+            *value = REDACTED.to_owned();
+        }
+    }
     let (worker, attempt) = match &t.phase {
         TaskPhase::Placed { worker, attempt } => (Some(worker.to_string()), Some(*attempt)),
         TaskPhase::Finished { worker } => (Some(worker.to_string()), None),
@@ -245,13 +287,13 @@ fn task_view(task: &TaskId, t: &OwnedTask) -> TaskView {
         cancel: t.cancel,
         key: t.key.clone(),
         submitted_at_ms: t.submitted_at_ms,
-        spec: (*t.spec).clone(),
+        spec,
         result: t.result.clone(),
     }
 }
 
 /// `GET /tasks/{id}`: 200 with the task, 404 when this node does not own it, 503 starting.
-pub fn get(shared: &Shared, id: &str) -> (u16, Value) {
+pub fn get(shared: &Shared, id: &str, reader: Option<&str>) -> (u16, Value) {
     let task: TaskId = match id.parse() {
         Ok(t) => t,
         Err(e) => return (400, json!({ "error": e })),
@@ -260,7 +302,7 @@ pub fn get(shared: &Shared, id: &str) -> (u16, Value) {
         return (503, json!({ "error": "starting" }));
     };
     match core.owned_tasks().get(&task) {
-        Some(t) => (200, json!(task_view(&task, t))),
+        Some(t) => (200, json!(task_view(&task, t, reader))),
         None => (404, not_here(&task)),
     }
 }
@@ -307,7 +349,7 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
             }
         })
         .map(|(id, t)| {
-            let view = task_view(id, t);
+            let view = task_view(id, t, None);
             TaskRow {
                 task: view.task,
                 phase: view.phase,

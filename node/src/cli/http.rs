@@ -1,7 +1,43 @@
 //! The one HTTP client every command uses to talk to a node's API (and devcluster to its
 //! nodes): a minimal HTTP/1.1 request over one loopback or LAN connection, no client library.
 
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
 use anyhow::Context;
+
+/// The API token every request of this process carries (see [`set_token`]).
+static TOKEN: Mutex<Option<String>> = Mutex::new(None);
+
+/// Where the CLI looks for a token when none is given: the management token of a node run with
+/// the default data directory in the current directory (the local demo).
+pub const DEFAULT_TOKEN_FILE: &str = "chorus-data/management.token";
+
+/// Chooses the token this process sends: `token` (`--token` or `CHORUS_TOKEN`), else the file
+/// `token_file` (`--token-file` or `CHORUS_TOKEN_FILE`), else [`DEFAULT_TOKEN_FILE`] when it
+/// exists, else none (the public routes still answer). A later call replaces the token.
+pub fn set_token(token: Option<String>, token_file: Option<&Path>) -> anyhow::Result<()> {
+    let token = token.filter(|t| !t.trim().is_empty());
+    let chosen = match (token, token_file) {
+        (Some(t), _) => Some(t),
+        (None, Some(file)) => Some(
+            std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read the token file {}", file.display()))?,
+        ),
+        (None, None) => std::fs::read_to_string(DEFAULT_TOKEN_FILE).ok(),
+    };
+    let chosen = chosen
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    if let Some(t) = &chosen {
+        // It goes into a header line: a newline would end the header.
+        if t.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            anyhow::bail!("the token holds spaces or control characters");
+        }
+    }
+    *TOKEN.lock().unwrap_or_else(PoisonError::into_inner) = chosen;
+    Ok(())
+}
 
 /// A minimal HTTP/1.1 GET for `chorus status` and `chorus devcluster` (no client library
 /// needed for one loopback request). Returns (status code, body).
@@ -31,6 +67,10 @@ pub async fn request(
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
     if let Some(body) = body {
         request.push_str(&format!(
             "Content-Type: application/json\r\nContent-Length: {}\r\n",

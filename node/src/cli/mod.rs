@@ -1,9 +1,10 @@
 //! The command-line tools that are not the daemon: `http` is the one HTTP client every command
-//! talks to a node's API with; then one file per command — `status`, `members`, `task`,
+//! talks to a node's API with; then one file per command — `status`, `members`, `task`, `acl`,
 //! `sandbox` (the Docker sandbox by hand), and the offline ones on a stopped node's data
 //! directory, `replay` and `recover`. They read the API's documents from [`crate::wire`] and
 //! never import the server.
 
+pub mod acl;
 pub mod http;
 pub mod members;
 pub mod recover;

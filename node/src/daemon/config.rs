@@ -51,6 +51,13 @@ pub struct NodeConfig {
     pub capabilities: Vec<String>,
     /// A private network's pre-shared key file; nodes without the key cannot connect.
     pub psk_file: Option<PathBuf>,
+    /// The key API tokens are made and checked with (64 hex digits, mode 0600). Give every
+    /// node the same file and a token is good on all of them; default: `acl.key` in the data
+    /// directory, made at first start.
+    pub acl_key_file: Option<PathBuf>,
+    /// DNS names the HTTP API answers to (its `Host` header), besides IP addresses and
+    /// `localhost`: a request for any other name is refused (DNS rebinding).
+    pub http_names: Vec<String>,
     /// Discover peers on the local network with mDNS.
     pub mdns: bool,
     /// Log format.
@@ -86,6 +93,8 @@ impl Default for NodeConfig {
             bootstrap: Vec::new(),
             capabilities: vec![ADMIN_ELECTION.to_owned()],
             psk_file: None,
+            acl_key_file: None,
+            http_names: Vec::new(),
             mdns: false,
             log_format: LogFormat::Human,
             cluster_seed: 0,
@@ -197,6 +206,14 @@ pub struct RunFlags {
     /// Pre-shared network key file (private network).
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
+    /// The API token key file, shared by the nodes whose tokens should be good everywhere
+    /// (config `acl_key_file`) [default: DATA_DIR/acl.key, made at first start].
+    #[arg(long, value_name = "FILE")]
+    pub acl_key_file: Option<PathBuf>,
+    /// A DNS name the HTTP API answers to (repeatable; config `http_names`); IP addresses and
+    /// `localhost` always work, other names are refused (DNS rebinding).
+    #[arg(long, value_name = "NAME")]
+    pub http_name: Vec<String>,
     /// Capability to advertise (repeatable; replaces the default `admin_election`).
     #[arg(long, value_name = "NAME")]
     pub capability: Vec<String>,
@@ -342,6 +359,14 @@ impl NodeConfig {
         if let Some(v) = &flags.psk_file {
             self.psk_file = Some(v.clone());
             self.from_flags.insert("psk_file", "--psk-file");
+        }
+        if let Some(v) = &flags.acl_key_file {
+            self.acl_key_file = Some(v.clone());
+            self.from_flags.insert("acl_key_file", "--acl-key-file");
+        }
+        if !flags.http_name.is_empty() {
+            self.http_names = flags.http_name.clone();
+            self.from_flags.insert("http_names", "--http-name");
         }
         if !flags.capability.is_empty() {
             self.capabilities = flags.capability.clone();

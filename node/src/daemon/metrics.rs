@@ -242,6 +242,8 @@ pub struct Metrics {
     pub latency_count: u64,
     pub latency_sum_s: f64,
     pub notice_record_errors: u64,
+    /// HTTP requests refused before a handler saw them (`crate::api::auth`), by reason.
+    pub http_refused: BTreeMap<&'static str, u64>,
 }
 
 /// Every role, in the order `/metrics` lists them.
@@ -330,6 +332,22 @@ pub fn exposition(
             let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
         }
     };
+    let http_refused: BTreeMap<&'static str, u64> = crate::api::auth::HttpRefusal::ALL
+        .iter()
+        .map(|r| {
+            (
+                r.as_str(),
+                m.http_refused.get(r.as_str()).copied().unwrap_or(0),
+            )
+        })
+        .collect();
+    labelled(
+        &mut out,
+        "chorus_http_refused_total",
+        "HTTP requests refused before any handler (bad_host, cross_origin, content_type, no_token, bad_token, role), by reason.",
+        "reason",
+        &http_refused,
+    );
     labelled(
         &mut out,
         "chorus_messages_in_total",

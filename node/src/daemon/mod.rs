@@ -1,7 +1,7 @@
 //! The daemon, `chorus run`: its settings, the wiring of event log, transport, clock, sandboxes
 //! and observer into the runtime loop, and the state the loop shares with the HTTP API.
 //!
-//! * `config` — the settings: file, flags, defaults, checks;
+//! * `config` — the settings: file, flags, defaults, checks; `acl` the API token key on disk;
 //! * `run` — the wiring and the graceful stop; `signals`, `handoff` (the transport handed back
 //!   at the end), `sandboxes` (Docker task runner or none), `progress` (what a node without an
 //!   admin waits for) are its parts;
@@ -10,6 +10,7 @@
 //!   `operator` the requests waiting in it for the core's answer;
 //! * `fault` — deliberately broken builds, for the checker's tests (feature `fault-injection`).
 
+pub mod acl;
 pub mod config;
 #[cfg(feature = "fault-injection")]
 pub mod fault;

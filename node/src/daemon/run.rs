@@ -29,6 +29,7 @@ use super::progress::progress;
 use super::sandboxes::{reap_on_start, task_runner, NodeSandboxes};
 use super::shared::SharedState;
 use super::signals::{shutdown_signal, stop_signals};
+use crate::api::auth::Auth;
 use crate::history::hostclock::HostClockOrigin;
 use crate::history::LOG_DIR;
 
@@ -54,6 +55,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let (keypair, node_id, log_path) = open_data_dir(&config, accept_log_reset)?;
+    let (acl_key, new_management_token) = super::acl::load_or_create(&config)?;
     // `sandbox` and `repo:NAME` join the configured capabilities when the node runs tasks.
     let capabilities = config.advertised_capabilities();
     let slots = config.task_slots();
@@ -86,7 +88,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
     // The HTTP API first: its bound address is advertised to peers.
     let shared = SharedState::default();
-    let (http_addr, server) = crate::api::serve(http, shared.clone()).await?;
+    let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
+    let (http_addr, server) = crate::api::serve(http, shared.clone(), auth).await?;
     transport_config.http = Some(http_addr.to_string());
     let (transport, addrs) = Libp2pTransport::start(keypair, transport_config).await?;
     let listen_addrs: Vec<String> = addrs.iter().map(|a| format!("{a}/p2p/{node_id}")).collect();
@@ -104,10 +107,11 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     announce_start(&config, &node_id, http_addr, &listen_addrs);
     if loopback_only {
         tracing::info!(
-            "listening on loopback only: other machines cannot connect (a local node); pass \
-             --listen /ip4/0.0.0.0/tcp/7946 to join a network"
+            "libp2p listens on loopback only: other machines cannot connect (a local node); \
+             pass --listen /ip4/0.0.0.0/tcp/7946 to join a network"
         );
     }
+    announce_api(&config, http_addr, new_management_token.as_deref());
     announce_role(&config, &capabilities);
     tokio::spawn(progress(shared.clone()));
 
@@ -294,6 +298,28 @@ fn announce_start(
         mdns = config.mdns,
         "chorus node started"
     );
+}
+
+/// Says who may use the HTTP API, and shows a new management token once (on stderr, not
+/// through the log: it is a secret, and log lines travel further than a terminal).
+fn announce_api(config: &NodeConfig, http_addr: SocketAddr, new_token: Option<&str>) {
+    let token_file = config.data_dir.join(super::acl::MANAGEMENT_TOKEN_FILE);
+    if let Some(token) = new_token {
+        eprintln!(
+            "chorus: the management token of this node's ACL key (shown once; also in {}, \
+             mode 0600; make narrower ones with `chorus acl token create --role submit`):\n  \
+             {token}",
+            token_file.display()
+        );
+    }
+    if !http_addr.ip().is_loopback() {
+        tracing::warn!(
+            http = %http_addr,
+            "the HTTP API is reachable from other machines over plain HTTP: tokens and task \
+             output cross the network unencrypted; keep it on a trusted network or behind a \
+             TLS proxy"
+        );
+    }
 }
 
 /// Says whether this node votes (and how many voters the first election waits for) or is a

@@ -58,7 +58,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             status: None,
         })
         .collect();
-    announce(&args, root.path());
+    // One key for every node, so one token works on all; this process's requests carry it.
+    let acl_key = crate::api::auth::AclKey::generate()?;
+    crate::daemon::acl::write_private(
+        &root.path().join(process::ACL_KEY_FILE),
+        &format!("{}\n", acl_key.to_hex()),
+    )?;
+    let token = acl_key.management_token();
+    crate::cli::http::set_token(Some(token.clone()), None)?;
+    announce(&args, root.path(), &token);
     if args.demo_tasks > 0 {
         ensure_demo_image().await?;
     }
@@ -95,7 +103,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Says where the cluster lives, how to drive it, and which kills are coming.
-fn announce(args: &Args, root: &Path) {
+fn announce(args: &Args, root: &Path, token: &str) {
     println!(
         "devcluster: {} nodes in {} (logs: n<i>.log); Ctrl-C to stop{}",
         args.nodes,
@@ -105,6 +113,10 @@ fn announce(args: &Args, root: &Path) {
         } else {
             ""
         }
+    );
+    println!(
+        "devcluster: the cluster's management token (every node takes it; `chorus task` and \
+         `chorus members` read it from the environment): export CHORUS_TOKEN={token}"
     );
     if args.kills > 0 {
         println!(

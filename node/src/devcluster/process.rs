@@ -61,6 +61,8 @@ pub struct LoopbackNode<'a> {
     pub election_timeout_ms: &'a str,
     /// Discovery timeout, ms.
     pub discovery_timeout_ms: u64,
+    /// The API token key every node of the cluster shares, so one token works on all.
+    pub acl_key_file: Option<&'a Path>,
 }
 
 impl LoopbackNode<'_> {
@@ -88,6 +90,10 @@ impl LoopbackNode<'_> {
             "--discovery-timeout-ms".into(),
             self.discovery_timeout_ms.to_string().into(),
         ];
+        if let Some(key) = self.acl_key_file {
+            args.push("--acl-key-file".into());
+            args.push(key.into());
+        }
         for port in ports {
             args.push("--bootstrap".into());
             args.push(format!("/ip4/127.0.0.1/tcp/{port}").into());
@@ -98,6 +104,9 @@ impl LoopbackNode<'_> {
 
 /// How long a starting node may take to report its ports: a liveness bound for a loaded
 /// machine (a start takes well under a second).
+/// The ACL key every devcluster node shares, in the cluster's temporary directory.
+pub const ACL_KEY_FILE: &str = "acl.key";
+
 pub const START_BOUND: Duration = Duration::from_secs(30);
 
 /// The ports a `chorus run` process bound, as it reported them.
@@ -166,6 +175,7 @@ pub(super) async fn start(
         .append(true)
         .open(&log_path)?;
     let offset = log.metadata()?.len();
+    let acl_key_file = root.join(ACL_KEY_FILE);
     let spec = LoopbackNode {
         data_dir: &node.data_dir,
         bootstrap_expect: args.nodes,
@@ -173,6 +183,7 @@ pub(super) async fn start(
         heartbeat_ms: args.heartbeat_ms,
         election_timeout_ms: &args.election_timeout_ms,
         discovery_timeout_ms: args.discovery_timeout_ms,
+        acl_key_file: Some(&acl_key_file),
     };
     let mut cmd = Command::new(exe);
     cmd.args(spec.run_args(&ports));

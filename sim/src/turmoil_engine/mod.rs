@@ -690,7 +690,12 @@ impl Cluster for TurmoilCluster {
     ) {
         if let Some(tx) = &self.operators.borrow()[i] {
             // As for membership requests: a node that is down misses it, as its API would.
-            let _ = tx.try_send(Event::SubmitTask { spec, key, request });
+            let _ = tx.try_send(Event::SubmitTask {
+                spec,
+                key,
+                owner: None,
+                request,
+            });
         }
     }
 

@@ -1,0 +1,562 @@
+//! Who may call the HTTP API for what (issue 33). Every request passes [`guard`] before any
+//! handler runs; a refusal is counted by reason in `/metrics` (`chorus_http_refused_total`).
+//!
+//! The trust model:
+//! - **Anyone who reaches the port** may read the node's health and public state: `/healthz`,
+//!   `/readyz`, `/status`, `/metrics`, `/cluster` and `GET /members` — what Consul's and
+//!   Nomad's status endpoints show without a token. No task, no environment, no output.
+//! - **Everything else needs a token** (`Authorization: Bearer chorus_v1_…`), whose role says
+//!   what it may do; roles are ordered, each allows what the ones before it do:
+//!   `read` (list and read tasks, secrets redacted), `submit` (submit tasks, cancel one's own),
+//!   `operate` (change the membership, cancel any task), `manage` (make tokens).
+//! - **A web page in an operator's browser** can make it send requests it did not mean to: a
+//!   request whose `Host` is a name this node does not answer to (DNS rebinding) is refused, so
+//!   is one whose `Origin` is not this node's; a request that changes anything must say
+//!   `Content-Type: application/json`, which a page can only send after a CORS preflight, and no
+//!   route answers preflights. A page never holds a token (none is kept in a cookie).
+//!
+//! A token is `chorus_v1_<role>_<id>_<mac>`: the mac is HMAC-SHA256 of the role and id under the
+//! node's ACL key (`acl.key` in the data directory, or the shared `acl_key_file` that makes
+//! tokens good on every node of a cluster). Nothing about tokens is stored, so any node holding
+//! the key checks any token; revoking one means changing the key (every token goes with it).
+
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hmac::{KeyInit, Mac};
+use serde::{Deserialize, Serialize};
+
+use crate::daemon::shared::SharedState;
+
+/// The id of the management token made with the key: one per key, so every node that shares
+/// the key prints and accepts the same one.
+pub const MANAGEMENT_ID: &str = "0000000000000000";
+
+/// The length of a token id: 16 lowercase hex digits.
+const ID_LEN: usize = 16;
+
+/// Bytes of the HMAC kept in a token (128 bits).
+const MAC_BYTES: usize = 16;
+
+/// What a token may do; each role allows what the roles before it do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// List and read tasks (secrets redacted).
+    Read,
+    /// Submit tasks and cancel one's own.
+    Submit,
+    /// Change the membership, cancel any task.
+    Operate,
+    /// Make tokens.
+    Manage,
+}
+
+impl Role {
+    /// Every role, lowest first.
+    pub const ALL: [Role; 4] = [Role::Read, Role::Submit, Role::Operate, Role::Manage];
+
+    /// The role's name in tokens, the CLI and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Submit => "submit",
+            Role::Operate => "operate",
+            Role::Manage => "manage",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is no role (read, submit, operate, manage)"))
+    }
+}
+
+/// The secret that makes and checks tokens: 32 random bytes.
+#[derive(Clone)]
+pub struct AclKey([u8; 32]);
+
+impl fmt::Debug for AclKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AclKey(..)")
+    }
+}
+
+impl AclKey {
+    /// A new key from the operating system's randomness.
+    pub fn generate() -> anyhow::Result<Self> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        Ok(AclKey(bytes))
+    }
+
+    /// The key from its file's text: 64 hex digits (surrounding whitespace ignored).
+    pub fn from_hex(text: &str) -> Result<Self, String> {
+        let bytes = hex::decode(text.trim())
+            .map_err(|e| format!("not a key (64 hex digits expected): {e}"))?;
+        let bytes: [u8; 32] = bytes
+            .try_into()
+            .map_err(|b: Vec<u8>| format!("{} bytes where a key has 32", b.len()))?;
+        Ok(AclKey(bytes))
+    }
+
+    /// The key as its file holds it.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    fn mac(&self, role: Role, id: &str) -> hmac::Hmac<sha2::Sha256> {
+        let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"chorus-token-v1\0");
+        mac.update(role.as_str().as_bytes());
+        mac.update(b"\0");
+        mac.update(id.as_bytes());
+        mac
+    }
+
+    /// The token of `role` with `id` (16 lowercase hex digits).
+    pub fn mint(&self, role: Role, id: &str) -> String {
+        let tag = self.mac(role, id).finalize().into_bytes();
+        format!(
+            "chorus_v1_{}_{id}_{}",
+            role.as_str(),
+            hex::encode(&tag[..MAC_BYTES])
+        )
+    }
+
+    /// A token of `role` with a fresh random id.
+    pub fn mint_new(&self, role: Role) -> anyhow::Result<(String, String)> {
+        let mut raw = [0u8; ID_LEN / 2];
+        getrandom::fill(&mut raw).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        let id = hex::encode(raw);
+        Ok((self.mint(role, &id), id))
+    }
+
+    /// The management token of this key.
+    pub fn management_token(&self) -> String {
+        self.mint(Role::Manage, MANAGEMENT_ID)
+    }
+
+    /// Who `token` speaks for, if this key made it. The comparison takes the same time however
+    /// much of the mac matches.
+    pub fn check(&self, token: &str) -> Option<Caller> {
+        let rest = token.strip_prefix("chorus_v1_")?;
+        let mut parts = rest.split('_');
+        let (role, id, tag) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some()
+            || id.len() != ID_LEN
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return None;
+        }
+        let role: Role = role.parse().ok()?;
+        let tag = hex::decode(tag).ok()?;
+        if tag.len() != MAC_BYTES {
+            return None;
+        }
+        self.mac(role, id).verify_truncated_left(&tag).ok()?;
+        Some(Caller {
+            role,
+            id: id.to_owned(),
+        })
+    }
+}
+
+/// The holder of a checked token, as handlers see it (a request extension).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub role: Role,
+    /// The token's id: who submitted a task, in the task's record.
+    pub id: String,
+}
+
+/// Why a request was refused before any handler saw it; the `reason` label in `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpRefusal {
+    /// `Host` is missing or a name this node does not answer to (DNS rebinding).
+    BadHost,
+    /// `Origin` names another site than `Host` (a web page's request).
+    CrossOrigin,
+    /// A body that is not `application/json`.
+    ContentType,
+    /// No `Authorization: Bearer` token.
+    NoToken,
+    /// A token this node's key did not make.
+    BadToken,
+    /// A good token whose role does not allow the request.
+    Role,
+}
+
+impl HttpRefusal {
+    /// Every reason, for `/metrics` (each listed, 0 or not).
+    pub const ALL: [HttpRefusal; 6] = [
+        HttpRefusal::BadHost,
+        HttpRefusal::CrossOrigin,
+        HttpRefusal::ContentType,
+        HttpRefusal::NoToken,
+        HttpRefusal::BadToken,
+        HttpRefusal::Role,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpRefusal::BadHost => "bad_host",
+            HttpRefusal::CrossOrigin => "cross_origin",
+            HttpRefusal::ContentType => "content_type",
+            HttpRefusal::NoToken => "no_token",
+            HttpRefusal::BadToken => "bad_token",
+            HttpRefusal::Role => "role",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            HttpRefusal::BadHost | HttpRefusal::CrossOrigin => StatusCode::FORBIDDEN,
+            HttpRefusal::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            HttpRefusal::NoToken | HttpRefusal::BadToken => StatusCode::UNAUTHORIZED,
+            HttpRefusal::Role => StatusCode::FORBIDDEN,
+        }
+    }
+}
+
+/// The API's gatekeeper: the key and the names this node answers to.
+#[derive(Debug)]
+pub struct Auth {
+    key: AclKey,
+    /// Host names (besides IP literals and `localhost`) a request's `Host` may carry.
+    names: Vec<String>,
+}
+
+impl Auth {
+    pub fn new(key: AclKey, names: Vec<String>) -> Self {
+        let names = names.into_iter().map(|n| n.to_ascii_lowercase()).collect();
+        Auth { key, names }
+    }
+
+    pub fn key(&self) -> &AclKey {
+        &self.key
+    }
+
+    /// Whether a `Host` (or an `Origin`'s host) names this node: an IP literal, `localhost`, or
+    /// a configured name. A name an attacker controls that resolves here is none of these.
+    fn known_host(&self, host: &str) -> bool {
+        let name = strip_port(host).to_ascii_lowercase();
+        let bare = name.trim_start_matches('[').trim_end_matches(']');
+        bare.parse::<IpAddr>().is_ok() || name == "localhost" || self.names.contains(&name)
+    }
+
+    /// Checks a request's head; `Ok(None)` for an anonymous route, `Ok(Some(caller))` for a
+    /// token that allows it.
+    pub fn admit(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+    ) -> Result<Option<Caller>, HttpRefusal> {
+        let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+        let host = text(header::HOST).ok_or(HttpRefusal::BadHost)?;
+        if !self.known_host(host) {
+            return Err(HttpRefusal::BadHost);
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            // A browser sends Origin on every request but a same-origin GET; the only pages
+            // that may talk to the API are its own (none yet).
+            let origin_host = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.split_once("://"))
+                .map(|(_, h)| h);
+            if origin_host.is_none_or(|h| !h.eq_ignore_ascii_case(host)) {
+                return Err(HttpRefusal::CrossOrigin);
+            }
+        }
+        let Some(needed) = required_role(method, path) else {
+            return Ok(None);
+        };
+        if matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+            let json = text(header::CONTENT_TYPE).is_some_and(|ct| {
+                ct.split(';')
+                    .next()
+                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
+            });
+            if !json {
+                return Err(HttpRefusal::ContentType);
+            }
+        }
+        let token = text(header::AUTHORIZATION)
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(HttpRefusal::NoToken)?;
+        let caller = self.key.check(token).ok_or(HttpRefusal::BadToken)?;
+        if caller.role < needed {
+            return Err(HttpRefusal::Role);
+        }
+        Ok(Some(caller))
+    }
+}
+
+/// `host:port`, `[v6]:port` or a bare host → the host.
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.split_once(']').map_or(host, |(h, _)| h);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if !h.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// The role a request needs; `None`: anyone may (health and public state).
+pub fn required_role(method: &Method, path: &str) -> Option<Role> {
+    let public = [
+        "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
+    ];
+    let read = *method == Method::GET || *method == Method::HEAD;
+    if read && public.contains(&path) {
+        return None;
+    }
+    let tasks = path == "/tasks" || path.starts_with("/tasks/");
+    Some(match (method, path) {
+        (&Method::POST, "/members") => Role::Operate,
+        (&Method::POST, p) if p.starts_with("/acl/") => Role::Manage,
+        (&Method::POST, "/tasks") => Role::Submit,
+        (&Method::DELETE, _) if tasks => Role::Submit,
+        _ if read => Role::Read,
+        // Any other change to a route that does not exist: as much as the most a token can.
+        _ => Role::Manage,
+    })
+}
+
+/// The axum middleware: refuses (counted) or hands the request on with its [`Caller`].
+pub async fn guard(
+    State((shared, auth)): State<(SharedState, Arc<Auth>)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match auth.admit(request.method(), request.uri().path(), request.headers()) {
+        Ok(caller) => {
+            if let Some(caller) = caller {
+                request.extensions_mut().insert(caller);
+            }
+            next.run(request).await
+        }
+        Err(why) => {
+            *shared
+                .lock()
+                .metrics
+                .http_refused
+                .entry(why.as_str())
+                .or_default() += 1;
+            let body = serde_json::json!({ "error": refusal_text(why, request.method()) });
+            (why.status(), axum::Json(body)).into_response()
+        }
+    }
+}
+
+/// What a refused caller is told.
+fn refusal_text(why: HttpRefusal, method: &Method) -> String {
+    match why {
+        HttpRefusal::BadHost => "the Host header names no address of this node (configure \
+                                 `http_names` to answer to a DNS name)"
+            .into(),
+        HttpRefusal::CrossOrigin => "cross-origin requests are refused".into(),
+        HttpRefusal::ContentType => format!("{method} needs Content-Type: application/json"),
+        HttpRefusal::NoToken => "this route needs a token: Authorization: Bearer <token> (the \
+                                 CLI reads --token, CHORUS_TOKEN or --token-file)"
+            .into(),
+        HttpRefusal::BadToken => "the token was not made with this node's ACL key".into(),
+        HttpRefusal::Role => "the token's role does not allow this".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn key() -> AclKey {
+        AclKey::from_hex(&"ab".repeat(32)).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn tokens_check_under_their_key_only() {
+        let k = key();
+        let t = k.mint(Role::Submit, "0123456789abcdef");
+        let caller = k.check(&t).unwrap();
+        assert_eq!(caller.role, Role::Submit);
+        assert_eq!(caller.id, "0123456789abcdef");
+        let other = AclKey::from_hex(&"cd".repeat(32)).unwrap();
+        assert!(other.check(&t).is_none(), "another key's token");
+        // The role is bound by the mac: raising it breaks the token.
+        let raised = t.replace("_submit_", "_manage_");
+        assert!(k.check(&raised).is_none());
+        for bad in [
+            "",
+            "chorus_v1_",
+            "chorus_v1_submit_0123456789abcdef",
+            &format!("{t}_x"),
+            &t[..t.len() - 2],
+            &t.replace("0123456789abcdef", "0123456789ABCDEF"),
+        ] {
+            assert!(k.check(bad).is_none(), "{bad:?}");
+        }
+        let (fresh, id) = k.mint_new(Role::Read).unwrap();
+        assert_eq!(k.check(&fresh).unwrap().id, id);
+        assert_eq!(k.check(&k.management_token()).unwrap().role, Role::Manage);
+    }
+
+    #[test]
+    fn keys_round_trip_and_bad_files_say_why() {
+        let k = AclKey::generate().unwrap();
+        assert_eq!(AclKey::from_hex(&k.to_hex()).unwrap().to_hex(), k.to_hex());
+        assert!(AclKey::from_hex("abcd").unwrap_err().contains("2 bytes"));
+        assert!(AclKey::from_hex("zz").unwrap_err().contains("hex"));
+    }
+
+    #[test]
+    fn routes_need_the_roles_the_trust_model_states() {
+        for p in [
+            "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
+        ] {
+            assert_eq!(required_role(&Method::GET, p), None, "{p}");
+        }
+        assert_eq!(required_role(&Method::GET, "/tasks"), Some(Role::Read));
+        assert_eq!(required_role(&Method::GET, "/tasks/a-1"), Some(Role::Read));
+        assert_eq!(required_role(&Method::POST, "/tasks"), Some(Role::Submit));
+        assert_eq!(
+            required_role(&Method::DELETE, "/tasks/a-1"),
+            Some(Role::Submit)
+        );
+        assert_eq!(
+            required_role(&Method::POST, "/members"),
+            Some(Role::Operate)
+        );
+        assert_eq!(
+            required_role(&Method::POST, "/acl/tokens"),
+            Some(Role::Manage)
+        );
+        assert_eq!(required_role(&Method::POST, "/status"), Some(Role::Manage));
+    }
+
+    #[test]
+    fn admit_refuses_rebinding_cross_origin_text_bodies_and_weak_tokens() {
+        let auth = Auth::new(key(), vec!["Chorus.Example".into()]);
+        let submit = auth.key().mint(Role::Submit, "0123456789abcdef");
+        let read = auth.key().mint(Role::Read, "0123456789abcdef");
+        let bearer = |t: &str| format!("Bearer {t}");
+        let ok_submit = [
+            ("host", "127.0.0.1:7070"),
+            ("content-type", "application/json; charset=utf-8"),
+        ];
+        let admit = |m: Method, p: &str, h: &[(&str, &str)]| auth.admit(&m, p, &headers(h));
+        // Public routes: any known host, no token.
+        for host in [
+            "127.0.0.1:7070",
+            "localhost",
+            "[::1]:7070",
+            "chorus.example:80",
+        ] {
+            assert_eq!(admit(Method::GET, "/status", &[("host", host)]), Ok(None));
+        }
+        // DNS rebinding: a name that resolves here but is not ours.
+        assert_eq!(
+            admit(Method::GET, "/status", &[("host", "evil.example:7070")]),
+            Err(HttpRefusal::BadHost)
+        );
+        assert_eq!(
+            admit(Method::GET, "/status", &[]),
+            Err(HttpRefusal::BadHost)
+        );
+        // A page's no-cors POST: text/plain, and an Origin of its own.
+        let t = bearer(&submit);
+        let mut h = ok_submit.to_vec();
+        h.push(("authorization", &t));
+        assert!(admit(Method::POST, "/tasks", &h).unwrap().is_some());
+        let mut text = h.clone();
+        text[1] = ("content-type", "text/plain");
+        assert_eq!(
+            admit(Method::POST, "/tasks", &text),
+            Err(HttpRefusal::ContentType)
+        );
+        let mut page = h.clone();
+        page.push(("origin", "https://evil.example"));
+        assert_eq!(
+            admit(Method::POST, "/tasks", &page),
+            Err(HttpRefusal::CrossOrigin)
+        );
+        let mut same = h.clone();
+        same.push(("origin", "http://127.0.0.1:7070"));
+        assert!(admit(Method::POST, "/tasks", &same).is_ok());
+        // Tokens: none, forged, too weak.
+        assert_eq!(
+            admit(Method::POST, "/tasks", &ok_submit),
+            Err(HttpRefusal::NoToken)
+        );
+        let forged = bearer(
+            &AclKey::generate()
+                .unwrap()
+                .mint(Role::Manage, MANAGEMENT_ID),
+        );
+        let mut f = ok_submit.to_vec();
+        f.push(("authorization", &forged));
+        assert_eq!(
+            admit(Method::POST, "/tasks", &f),
+            Err(HttpRefusal::BadToken)
+        );
+        let r = bearer(&read);
+        let mut weak = ok_submit.to_vec();
+        weak.push(("authorization", &r));
+        assert_eq!(admit(Method::POST, "/tasks", &weak), Err(HttpRefusal::Role));
+        assert_eq!(
+            admit(Method::POST, "/members", &h),
+            Err(HttpRefusal::Role),
+            "submit may not change members"
+        );
+        assert_eq!(
+            admit(
+                Method::GET,
+                "/tasks",
+                &[("host", "localhost"), ("authorization", &r)]
+            )
+            .unwrap()
+            .unwrap()
+            .role,
+            Role::Read
+        );
+        assert_eq!(
+            admit(Method::GET, "/tasks", &[("host", "localhost")]),
+            Err(HttpRefusal::NoToken)
+        );
+    }
+}
