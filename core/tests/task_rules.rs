@@ -948,6 +948,48 @@ fn a_submitter_owns_4096_unfinished_tasks_and_remembers_1024_done() {
     assert_eq!(submit_notice(&again), Some(Ok(task("s", 4_098))));
 }
 
+/// One owner (an API token) leaves at most 1,024 unfinished tasks at a node, so it cannot lock
+/// the others out; its idempotency keys are its own; an owner id is bounded like a name.
+#[test]
+fn an_owner_leaves_at_most_1024_unfinished_tasks_and_keeps_its_keys() {
+    use chorus_core::TaskStatus::Succeeded;
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    let by = |s: &mut Core, owner: &str, key: Option<&str>, request: u64| {
+        let now = s.now_ms();
+        let out = s.step_vec(
+            now,
+            Event::SubmitTask {
+                spec: spec(),
+                key: key.map(str::to_owned),
+                owner: Some(owner.to_owned()),
+                request,
+            },
+        );
+        submit_notice(&out)
+    };
+    assert_eq!(by(&mut s, "alice", Some("k"), 1), Some(Ok(task("s", 1))));
+    for seq in 2..=1_024 {
+        assert_eq!(by(&mut s, "alice", None, seq), Some(Ok(task("s", seq))));
+    }
+    let refused = by(&mut s, "alice", None, 1_025).unwrap().unwrap_err();
+    assert!(refused.contains("1024 unfinished tasks"), "{refused}");
+    // Another caller is not held back, and cannot take alice's key.
+    assert_eq!(by(&mut s, "bob", None, 1_026), Some(Ok(task("s", 1_025))));
+    let theirs = by(&mut s, "bob", Some("k"), 1_027).unwrap().unwrap_err();
+    assert!(theirs.contains("another caller"), "{theirs}");
+    assert_eq!(
+        by(&mut s, "alice", Some("k"), 1_028),
+        Some(Ok(task("s", 1)))
+    );
+    // A finished task frees a place.
+    assert_eq!(completed(&result_from(&mut s, "b", 2, Succeeded)), 1);
+    assert_eq!(by(&mut s, "alice", None, 1_029), Some(Ok(task("s", 1_026))));
+    let long = "o".repeat(300);
+    let bad = by(&mut s, &long, None, 1_030).unwrap().unwrap_err();
+    assert!(bad.contains("owner must be"), "{bad}");
+}
+
 // ---- The worker (`task/work.rs`) -----------------------------------------------------------------
 
 /// `w`, a member following the admin `b` (term 1), with `slots` task slots.
