@@ -1,20 +1,57 @@
 //! Repository sources for sandbox workspaces: which host paths may be mounted at all, and the
 //! staged copy a read-write workspace works on (copied in, synced back). Pure host-side file
-//! logic; how the copy reaches the container is the implementation's business.
+//! logic; how the copy reaches the container is the implementation's business. The sync back
+//! itself, file by file through a directory handle, is [`sync_back`].
 //!
-//! Rules (issue 16):
+//! Rules (issues 16 and 33):
 //! - a repository must lie inside one of the configured roots ([`RepoRoots`]);
 //! - the given path must be absolute and already resolved: its canonical form must equal it, so
 //!   a symlink anywhere in it (`chain/src -> /`) or a `..` is refused, not followed;
-//! - `.git/hooks` is never carried into a sandbox nor back out of it (a sandbox must not get to
-//!   run code on the host's next `git commit`), and symlinks, devices, fifos and sockets made in
-//!   the sandbox are not carried back.
+//! - `.git/hooks` (at any depth) is never carried into a sandbox; the rest of `.git` is, so a
+//!   task can run `git log`, `git diff` and even commit in its copy;
+//! - **nothing under a `.git` is carried back**, at any depth and whatever it is (the directory,
+//!   a submodule's `.git` file pointing at another gitdir, `.git/modules/*/...`). A `.git` is
+//!   where git takes its orders from, and the host runs git in the repository, often as root:
+//!   `core.fsmonitor`, `core.hooksPath`, `core.sshCommand`, filter and diff drivers in
+//!   `config`, `info/attributes` naming them, hooks, each submodule's own `config` and `hooks`
+//!   under `modules/`, a `gitdir:` redirect. Filtering that list is a race against git's next
+//!   feature, so the whole of it stays on the host: what comes back is the **working tree**, as
+//!   files, and the task's commits stay in the sandbox (the operator reviews the changed files
+//!   and commits them). A `.git` path the task changed, made or deleted is listed in
+//!   [`SyncReport::refused`]; one it left as it was is not;
+//! - every write and delete goes through a handle on the repository's root directory, opened
+//!   once: each path component is opened with `O_NOFOLLOW | O_DIRECTORY` from the previous one
+//!   (a missing one made with `mkdirat`), a file is written to a fresh, randomly named
+//!   temporary (`O_CREAT | O_EXCL | O_NOFOLLOW`, so a planted `.chorus-sync-*` link is never
+//!   opened), owned and moded through its descriptor, `fsync`ed and renamed over the target in
+//!   the same directory; a delete is an `unlinkat` of a name seen to be a regular file. No
+//!   symlink in the repository is followed, checked-then-swapped or not (a name that is a
+//!   symlink is refused), and a file is replaced, never written in place, so a hard link is
+//!   not written through;
+//! - what is written lands owned by the repository root directory's owner (not the node's user,
+//!   often root), with permission bits only and no group or other write (`mode & 0o755`: no
+//!   setuid, setgid or sticky bit; the executable bit is kept); directories made are `0o755`;
+//! - mounts nested in the repository are skipped both ways, as the read-only mount (a
+//!   non-recursive bind) skips them: a directory on another mount (another mount id, or another
+//!   device where the kernel gives no mount id) is packed as an empty directory and nothing is
+//!   written or deleted below it, a file on another mount is neither packed nor replaced;
+//! - symlinks, devices, fifos and sockets made in the sandbox are not carried back.
+//!
+//! The working tree still carries what the task wrote, which the operator should read before
+//! committing: a repository whose own configuration points git at working-tree hooks
+//! (`core.hooksPath = .husky`) or filters will run what a task put there.
+
+mod sync;
 
 use std::collections::BTreeSet;
+use std::os::fd::AsFd;
 use std::path::{Component, Path, PathBuf};
 
+use rustix::fs::{AtFlags, FileType, StatxFlags};
+
 use super::error::{ErrorCategory, SandboxError, SandboxResult};
-use super::FileTree;
+
+pub use sync::{sync_back, SyncReport};
 
 /// The directories repositories may come from. Empty: no repository may be mounted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -86,204 +123,201 @@ impl RepoRoots {
     }
 }
 
-/// Whether `rel` (relative, `/`-separated) is inside `.git/hooks`, at any depth (submodules keep
-/// their own `.git` directories).
+/// Whether `rel` (relative, `/`-separated) is a git hooks directory or inside one, at any
+/// depth: `.git/hooks`, and a submodule's `.git/modules/<name>/hooks` (`<name>` may hold
+/// slashes; a branch or log named `hooks` under `refs/` or `logs/` is not one). Never packed.
 pub fn is_git_hook(rel: &Path) -> bool {
-    let parts: Vec<_> = rel.components().collect();
-    parts
-        .windows(2)
-        .any(|w| w[0].as_os_str() == ".git" && w[1].as_os_str() == "hooks")
+    let parts: Vec<_> = rel.components().map(|c| c.as_os_str()).collect();
+    parts.iter().enumerate().any(|(i, part)| {
+        if !is_dot_git(part) {
+            return false;
+        }
+        let gitdir = &parts[i + 1..];
+        match gitdir {
+            [first, ..] if *first == "hooks" => true,
+            [first, rest @ ..] if *first == "modules" => rest
+                .iter()
+                .take_while(|p| **p != "refs" && **p != "logs" && **p != "objects")
+                .skip(1)
+                .any(|p| *p == "hooks"),
+            _ => false,
+        }
+    })
+}
+
+/// Whether `rel` is a `.git` or lies under one, at any depth: never synced back. The name is
+/// compared without regard to ASCII case, as git does on case-insensitive file systems.
+pub fn is_git_path(rel: &Path) -> bool {
+    rel.components().any(|c| is_dot_git(c.as_os_str()))
+}
+
+fn is_dot_git(name: &std::ffi::OsStr) -> bool {
+    name.as_encoded_bytes().eq_ignore_ascii_case(b".git")
+}
+
+/// Which mount a file is on: what a non-recursive bind mount of the repository shows is the
+/// files of the root's mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MountId {
+    dev: (u32, u32),
+    /// The mount id (Linux 5.8 on); without it, the device alone decides.
+    mnt: Option<u64>,
+}
+
+/// What the repository's rules need to know of a file, from one `statx` that never follows a
+/// symlink.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    kind: FileType,
+    /// Permission bits (and setuid/setgid/sticky).
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    size: u64,
+    mount: MountId,
+}
+
+impl Meta {
+    /// `path` relative to `dir` (`""`: `dir` itself), not following a final symlink.
+    fn at(dir: impl AsFd, path: &Path) -> std::io::Result<Meta> {
+        let flags = if path.as_os_str().is_empty() {
+            AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
+        } else {
+            AtFlags::SYMLINK_NOFOLLOW
+        };
+        let want = StatxFlags::TYPE
+            | StatxFlags::MODE
+            | StatxFlags::UID
+            | StatxFlags::GID
+            | StatxFlags::SIZE
+            | StatxFlags::MNT_ID;
+        let st = rustix::fs::statx(dir, path, flags, want)?;
+        let has_mnt = st.stx_mask & StatxFlags::MNT_ID.bits() != 0;
+        Ok(Meta {
+            kind: FileType::from_raw_mode(st.stx_mode.into()),
+            mode: u32::from(st.stx_mode) & 0o7777,
+            uid: st.stx_uid,
+            gid: st.stx_gid,
+            size: st.stx_size,
+            mount: MountId {
+                dev: (st.stx_dev_major, st.stx_dev_minor),
+                mnt: has_mnt.then_some(st.stx_mnt_id),
+            },
+        })
+    }
+
+    /// `path` (absolute, or relative to the working directory), not following a final symlink.
+    fn of(path: &Path) -> std::io::Result<Meta> {
+        Meta::at(rustix::fs::CWD, path)
+    }
 }
 
 /// The regular files, symlinks and directories of `repo` that pass the filters, as a tar
 /// archive to unpack at the workspace path, plus the set of regular files it holds (what a
 /// later sync may delete). Symlinks are stored as links, never followed; `.git/hooks` is left
-/// out. `owner` sets the entries' uid/gid.
+/// out; a directory on another mount than `repo` is stored empty and a file on one not at all
+/// (as the read-only mount shows them). `owner` sets the entries' uid/gid.
 pub fn pack_repo(
     repo: &Path,
     include: Option<&globset::GlobSet>,
     exclude: Option<&globset::GlobSet>,
     owner: (u32, u32),
 ) -> SandboxResult<(Vec<u8>, BTreeSet<PathBuf>)> {
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut files = BTreeSet::new();
-    pack_dir(
-        repo,
-        Path::new(""),
+    let root =
+        Meta::of(repo).map_err(|e| SandboxError::io(format!("stat {}", repo.display()), e))?;
+    let mut pack = Pack {
+        root: repo,
+        mount: root.mount,
         include,
         exclude,
         owner,
-        &mut tar,
-        &mut files,
-    )?;
-    let bytes = tar
+        tar: tar::Builder::new(Vec::new()),
+        files: BTreeSet::new(),
+    };
+    pack.dir(Path::new(""))?;
+    let bytes = pack
+        .tar
         .into_inner()
         .map_err(|e| SandboxError::io("finishing the repository archive", e))?;
-    Ok((bytes, files))
+    Ok((bytes, pack.files))
 }
 
-fn pack_dir(
-    root: &Path,
-    rel: &Path,
-    include: Option<&globset::GlobSet>,
-    exclude: Option<&globset::GlobSet>,
+/// A repository being packed.
+struct Pack<'a> {
+    root: &'a Path,
+    mount: MountId,
+    include: Option<&'a globset::GlobSet>,
+    exclude: Option<&'a globset::GlobSet>,
     owner: (u32, u32),
-    tar: &mut tar::Builder<Vec<u8>>,
-    files: &mut BTreeSet<PathBuf>,
-) -> SandboxResult<()> {
-    let dir = root.join(rel);
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .map_err(|e| SandboxError::io(format!("reading {}", dir.display()), e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| SandboxError::io("reading a directory entry", e))?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let rel_path = rel.join(entry.file_name());
-        if is_git_hook(&rel_path) || exclude.is_some_and(|g| g.is_match(&rel_path)) {
-            continue;
-        }
-        let src = entry.path();
-        let meta = std::fs::symlink_metadata(&src)
-            .map_err(|e| SandboxError::io(format!("stat {}", src.display()), e))?;
-        let mut header = tar::Header::new_gnu();
-        header.set_uid(u64::from(owner.0));
-        header.set_gid(u64::from(owner.1));
-        header.set_mtime(0);
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            use std::os::unix::fs::PermissionsExt;
-            header.set_entry_type(tar::EntryType::Directory);
-            header.set_mode(meta.permissions().mode() & 0o7777 | 0o700);
-            header.set_size(0);
-            tar.append_data(&mut header, &rel_path, std::io::empty())
-                .map_err(|e| SandboxError::io("archiving a directory", e))?;
-            pack_dir(root, &rel_path, include, exclude, owner, tar, files)?;
-            continue;
-        }
-        if include.is_some_and(|g| !g.is_match(&rel_path)) {
-            continue;
-        }
-        if ft.is_symlink() {
-            let target = std::fs::read_link(&src)
-                .map_err(|e| SandboxError::io(format!("readlink {}", src.display()), e))?;
-            header.set_entry_type(tar::EntryType::Symlink);
-            header.set_mode(0o777);
-            header.set_size(0);
-            tar.append_link(&mut header, &rel_path, &target)
-                .map_err(|e| SandboxError::io("archiving a symlink", e))?;
-        } else if ft.is_file() {
-            use std::os::unix::fs::PermissionsExt;
-            let data = std::fs::read(&src)
-                .map_err(|e| SandboxError::io(format!("reading {}", src.display()), e))?;
-            header.set_entry_type(tar::EntryType::Regular);
-            header.set_mode(meta.permissions().mode() & 0o777);
-            header.set_size(data.len() as u64);
-            tar.append_data(&mut header, &rel_path, data.as_slice())
-                .map_err(|e| SandboxError::io("archiving a file", e))?;
-            files.insert(rel_path);
-        }
-        // Sockets, fifos and devices never go in.
-    }
-    Ok(())
+    tar: tar::Builder<Vec<u8>>,
+    files: BTreeSet<PathBuf>,
 }
 
-/// What a sync back changed in the repository.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SyncReport {
-    /// Files written (new or changed).
-    pub written: usize,
-    /// Files deleted (they were copied in and are gone from the sandbox).
-    pub deleted: usize,
-    /// Paths not carried back: `.git/hooks`, or a place in the repository that is a symlink.
-    pub refused: Vec<String>,
-}
-
-/// Applies the sandbox's workspace `tree` (regular files only, as read back) to `repo`: new and
-/// changed files are written, files from `copied_in` that are gone are deleted. Nothing is
-/// written through a symlink in the repository, nothing into `.git/hooks`; modes keep only the
-/// permission bits (no setuid/setgid/sticky).
-pub fn sync_back(
-    repo: &Path,
-    tree: &FileTree,
-    copied_in: &BTreeSet<PathBuf>,
-) -> SandboxResult<SyncReport> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut report = SyncReport::default();
-    for (rel, entry) in tree {
-        let rel_path = PathBuf::from(rel);
-        let safe = rel_path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-        if !safe || is_git_hook(&rel_path) || !no_symlink_on_the_way(repo, &rel_path) {
-            report.refused.push(rel.clone());
-            continue;
+impl Pack<'_> {
+    fn dir(&mut self, rel: &Path) -> SandboxResult<()> {
+        let dir = self.root.join(rel);
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| SandboxError::io(format!("reading {}", dir.display()), e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| SandboxError::io("reading a directory entry", e))?;
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let rel_path = rel.join(entry.file_name());
+            if is_git_hook(&rel_path) || self.exclude.is_some_and(|g| g.is_match(&rel_path)) {
+                continue;
+            }
+            let src = entry.path();
+            let meta = Meta::of(&src)
+                .map_err(|e| SandboxError::io(format!("stat {}", src.display()), e))?;
+            let mut header = tar::Header::new_gnu();
+            header.set_uid(u64::from(self.owner.0));
+            header.set_gid(u64::from(self.owner.1));
+            header.set_mtime(0);
+            let nested_mount = meta.mount != self.mount;
+            if meta.kind == FileType::Directory {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_mode(meta.mode | 0o700);
+                header.set_size(0);
+                self.tar
+                    .append_data(&mut header, &rel_path, std::io::empty())
+                    .map_err(|e| SandboxError::io("archiving a directory", e))?;
+                if !nested_mount {
+                    self.dir(&rel_path)?;
+                }
+                continue;
+            }
+            if nested_mount || self.include.is_some_and(|g| !g.is_match(&rel_path)) {
+                continue;
+            }
+            if meta.kind == FileType::Symlink {
+                let target = std::fs::read_link(&src)
+                    .map_err(|e| SandboxError::io(format!("readlink {}", src.display()), e))?;
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_mode(0o777);
+                header.set_size(0);
+                self.tar
+                    .append_link(&mut header, &rel_path, &target)
+                    .map_err(|e| SandboxError::io("archiving a symlink", e))?;
+            } else if meta.kind == FileType::RegularFile {
+                let data = std::fs::read(&src)
+                    .map_err(|e| SandboxError::io(format!("reading {}", src.display()), e))?;
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_mode(meta.mode & 0o777);
+                header.set_size(data.len() as u64);
+                self.tar
+                    .append_data(&mut header, &rel_path, data.as_slice())
+                    .map_err(|e| SandboxError::io("archiving a file", e))?;
+                self.files.insert(rel_path);
+            }
+            // Sockets, fifos and devices never go in.
         }
-        let dst = repo.join(&rel_path);
-        if std::fs::read(&dst).ok().as_deref() == Some(entry.data.as_slice()) {
-            let mode = entry.mode & 0o777;
-            let _ = std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode));
-            continue;
-        }
-        if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| SandboxError::io(format!("creating {}", parent.display()), e))?;
-        }
-        // Replace rather than write in place, so a hard link in the repository is not written
-        // through either.
-        let tmp = dst.with_file_name(format!(
-            ".chorus-sync-{}",
-            dst.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        ));
-        std::fs::write(&tmp, &entry.data)
-            .and_then(|()| {
-                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(entry.mode & 0o777))
-            })
-            .and_then(|()| std::fs::rename(&tmp, &dst))
-            .map_err(|e| SandboxError::io(format!("writing {}", dst.display()), e))?;
-        report.written += 1;
+        Ok(())
     }
-    for rel in copied_in {
-        let key = rel.to_string_lossy();
-        if tree.contains_key(key.as_ref()) || !no_symlink_on_the_way(repo, rel) {
-            continue;
-        }
-        let dst = repo.join(rel);
-        if std::fs::symlink_metadata(&dst).is_ok_and(|m| m.is_file()) {
-            std::fs::remove_file(&dst)
-                .map_err(|e| SandboxError::io(format!("deleting {}", dst.display()), e))?;
-            report.deleted += 1;
-        }
-    }
-    Ok(report)
-}
-
-/// Whether no existing component of `repo/rel` (the file itself included) is a symlink.
-fn no_symlink_on_the_way(repo: &Path, rel: &Path) -> bool {
-    let mut at = repo.to_path_buf();
-    for c in rel.components() {
-        at.push(c);
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => return false,
-            Ok(_) => {}
-            Err(_) => return true, // the rest does not exist yet
-        }
-    }
-    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sandbox::FileEntry;
-
-    fn entry(data: &[u8], mode: u32) -> FileEntry {
-        FileEntry {
-            data: data.to_vec(),
-            mode,
-        }
-    }
 
     #[test]
     fn confine_refuses_symlinks_dotdot_relative_and_outside_paths() {
@@ -317,6 +351,80 @@ mod tests {
         assert!(is_git_hook(Path::new("sub/.git/hooks")));
         assert!(!is_git_hook(Path::new(".git/config")));
         assert!(!is_git_hook(Path::new("hooks/.git")));
+        assert!(is_git_hook(Path::new(
+            ".git/modules/sub/hooks/post-checkout"
+        )));
+    }
+
+    #[test]
+    fn git_paths_are_anything_under_a_dot_git_at_any_depth() {
+        for git in [
+            ".git",
+            ".git/config",
+            ".git/info/attributes",
+            ".git/modules/sub/hooks/post-checkout",
+            "sub/.git",
+            "vendor/lib/.git/config",
+            ".GIT/config",
+        ] {
+            assert!(is_git_path(Path::new(git)), "{git}");
+        }
+        for not in [
+            ".gitignore",
+            ".gitattributes",
+            ".github/ci.yml",
+            "src/git/x",
+            "a.git",
+        ] {
+            assert!(!is_git_path(Path::new(not)), "{not}");
+        }
+    }
+
+    /// A mount below the repository is skipped as the read-only mount (non-recursive) skips
+    /// it: its directory is there, empty, and nothing in it is packed or counted as copied in.
+    #[test]
+    fn pack_skips_nested_mounts() {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::write(repo.path().join("top.txt"), "top").unwrap();
+        let sub = repo.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let Some(_mounted) = TmpfsGuard::mount(&sub) else {
+            return;
+        };
+        std::fs::write(sub.join("below.txt"), "below").unwrap();
+        let (tar, files) = pack_repo(repo.path(), None, None, (0, 0)).unwrap();
+        let mut names = Vec::new();
+        for e in tar::Archive::new(tar.as_slice()).entries().unwrap() {
+            names.push(e.unwrap().path().unwrap().display().to_string());
+        }
+        assert_eq!(names, ["sub", "top.txt"]);
+        assert_eq!(files, BTreeSet::from([PathBuf::from("top.txt")]));
+    }
+
+    /// A tmpfs mounted on `path` for a test, unmounted on drop; `None` (and a note) when not
+    /// root, who alone may mount.
+    pub(super) struct TmpfsGuard(PathBuf);
+
+    impl TmpfsGuard {
+        pub(super) fn mount(path: &Path) -> Option<TmpfsGuard> {
+            if !rustix::process::geteuid().is_root() {
+                eprintln!("not root: cannot mount a tmpfs, nested-mount case not checked");
+                return None;
+            }
+            let status = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "chorus-test"])
+                .arg(path)
+                .status()
+                .expect("running mount");
+            assert!(status.success(), "mount tmpfs on {}", path.display());
+            Some(TmpfsGuard(path.to_path_buf()))
+        }
+    }
+
+    impl Drop for TmpfsGuard {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
     }
 
     #[test]
@@ -324,6 +432,12 @@ mod tests {
         let repo = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(repo.path().join(".git/hooks")).unwrap();
         std::fs::write(repo.path().join(".git/hooks/pre-commit"), "evil").unwrap();
+        std::fs::create_dir_all(repo.path().join(".git/modules/sub/hooks")).unwrap();
+        std::fs::write(
+            repo.path().join(".git/modules/sub/hooks/post-checkout"),
+            "evil",
+        )
+        .unwrap();
         std::fs::write(repo.path().join(".git/config"), "[core]").unwrap();
         std::fs::write(repo.path().join("a.txt"), "a").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", repo.path().join("link")).unwrap();
@@ -342,33 +456,5 @@ mod tests {
         assert!(names.contains(&("link".into(), tar::EntryType::Symlink)));
         assert!(files.contains(Path::new("a.txt")) && files.contains(Path::new(".git/config")));
         assert!(!files.contains(Path::new("link")));
-    }
-
-    #[test]
-    fn sync_back_writes_deletes_and_refuses_hooks_and_symlinked_places() {
-        let repo = tempfile::tempdir().unwrap();
-        let outside = tempfile::tempdir().unwrap();
-        std::fs::write(repo.path().join("keep.txt"), "same").unwrap();
-        std::fs::write(repo.path().join("gone.txt"), "x").unwrap();
-        std::os::unix::fs::symlink(outside.path(), repo.path().join("out")).unwrap();
-        let copied_in: BTreeSet<PathBuf> = ["keep.txt", "gone.txt"].map(PathBuf::from).into();
-        let mut tree = FileTree::new();
-        tree.insert("keep.txt".into(), entry(b"same", 0o644));
-        tree.insert("new/dir/file.txt".into(), entry(b"new", 0o4755));
-        tree.insert(".git/hooks/post-checkout".into(), entry(b"evil", 0o755));
-        tree.insert("out/escape.txt".into(), entry(b"escape", 0o644));
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
-        assert_eq!(report.written, 1);
-        assert_eq!(report.deleted, 1);
-        assert_eq!(report.refused.len(), 2, "{report:?}");
-        assert!(!repo.path().join("gone.txt").exists());
-        assert!(!repo.path().join(".git/hooks").exists());
-        assert!(!outside.path().join("escape.txt").exists());
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(repo.path().join("new/dir/file.txt"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o7777, 0o755, "setuid bit dropped");
     }
 }

@@ -202,11 +202,25 @@ impl ExecutionSandbox for DockerSandbox {
         )?;
         self.remove_staging_dir()?;
         removed.store(true, Ordering::Relaxed);
-        if let Some(Err(e)) = synced {
-            return Err(SandboxError::new(
-                e.category,
-                format!("the sandbox was removed, but its workspace was not synced back: {e}"),
-            ));
+        match synced {
+            Some(Err(e)) => {
+                return Err(SandboxError::new(
+                    e.category,
+                    format!("the sandbox was removed, but its workspace was not synced back: {e}"),
+                ))
+            }
+            Some(Ok(report)) if !report.refused.is_empty() => {
+                // A `.git` change or a symlinked place a task tried to carry back: worth a look.
+                tracing::warn!(
+                    sandbox = %self.container.name,
+                    written = report.written,
+                    deleted = report.deleted,
+                    refused = report.refused.len(),
+                    first_refused = ?report.refused.iter().take(10).collect::<Vec<_>>(),
+                    "sync back refused paths"
+                );
+            }
+            _ => {}
         }
         Ok(())
     }
