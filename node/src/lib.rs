@@ -9,7 +9,7 @@
 //! * `chorus devcluster` — a local cluster of real `chorus run` processes, with failover.
 //! * `chorus sandbox` — the Docker sandbox from the command line.
 //! * `chorus task` — submit, watch, list and cancel tasks through a node's HTTP API.
-//! * `chorus acl` — API tokens.
+//! * `chorus acl` — API tokens; `chorus psk` — the cluster's pre-shared key.
 //!
 //! Where each part lives (a server file never imports a client file, nor the other way round):
 //! * [`daemon`] — `chorus run`: settings, the wiring of the runtime loop, the observer and the
@@ -167,6 +167,11 @@ enum Cmd {
         #[command(subcommand)]
         command: cli::task::Cmd,
     },
+    /// The cluster's pre-shared key (`chorus psk generate swarm.key`).
+    Psk {
+        #[command(subcommand)]
+        command: PskCmd,
+    },
     /// API tokens (`chorus acl token create --role submit`).
     Acl {
         #[command(subcommand)]
@@ -176,6 +181,19 @@ enum Cmd {
     Sandbox {
         #[command(subcommand)]
         command: cli::sandbox::Cmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum PskCmd {
+    /// Write a new random pre-shared key (mode 0600; an existing file is never overwritten).
+    ///
+    /// Nodes that can meet other machines (listening off loopback, dialling another machine,
+    /// mDNS) refuse to start without one: copy the file to every node and pass `--psk-file`.
+    /// Only peers holding the same key can connect at all.
+    Generate {
+        /// Where to write it.
+        file: PathBuf,
     },
 }
 
@@ -242,6 +260,9 @@ pub fn main() -> ExitCode {
             Ok(code) => code,
             Err(e) => fail(&e),
         },
+        Cmd::Psk {
+            command: PskCmd::Generate { file },
+        } => report(cli::psk::generate(&file)),
         Cmd::Acl { command } => report(block_on(cli::acl::run(command))),
         Cmd::Sandbox { command } => {
             init_logging(LogFormat::Human);

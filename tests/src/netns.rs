@@ -252,6 +252,11 @@ impl NetCluster {
         let t = node.timings;
         assert!(node.child.is_none(), "n{i} is already running");
         let log = crate::append_to(&node.log);
+        // Off loopback a node admits only holders of the cluster's key (issue 33).
+        let psk = self.root.path().join("swarm.key");
+        if !psk.exists() {
+            chorus_node::cli::psk::generate(&psk).expect("a cluster key");
+        }
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &node.ns])
             .arg(&self.bin)
@@ -270,6 +275,8 @@ impl NetCluster {
             .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()])
             .arg("--acl-key-file")
             .arg(crate::test_acl_key_file())
+            .arg("--psk-file")
+            .arg(&psk)
             .args(&node.args);
         for (j, other) in self.nodes.iter().enumerate() {
             if j != i {

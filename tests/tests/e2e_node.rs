@@ -144,6 +144,12 @@ fn bad_config_is_one_line_naming_the_key() {
             "`listen`",
         ),
         (vec!["--http".into(), "nowhere".into()], "`http`"),
+        (
+            ["--listen", "/ip4/0.0.0.0/tcp/0", "--bootstrap-expect", "3"]
+                .map(String::from)
+                .to_vec(),
+            "`psk_file`",
+        ),
     ];
     for (extra, key) in cases {
         let mut args = vec![

@@ -7,6 +7,7 @@
 pub mod acl;
 pub mod http;
 pub mod members;
+pub mod psk;
 pub mod recover;
 pub mod replay;
 pub mod sandbox;

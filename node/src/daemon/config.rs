@@ -2,7 +2,7 @@
 //! flags that override it, embedded defaults for everything, and validation that names the
 //! offending key — or the flag, when the value came from one.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -51,6 +51,9 @@ pub struct NodeConfig {
     pub capabilities: Vec<String>,
     /// A private network's pre-shared key file; nodes without the key cannot connect.
     pub psk_file: Option<PathBuf>,
+    /// Peer ids allowed to connect (besides this node); empty: any peer holding the
+    /// pre-shared key. Pins a cluster to known machines.
+    pub allowed_peers: Vec<String>,
     /// The key API tokens are made and checked with (64 hex digits, mode 0600). Give every
     /// node the same file and a token is good on all of them; default: `acl.key` in the data
     /// directory, made at first start.
@@ -93,6 +96,7 @@ impl Default for NodeConfig {
             bootstrap: Vec::new(),
             capabilities: vec![ADMIN_ELECTION.to_owned()],
             psk_file: None,
+            allowed_peers: Vec::new(),
             acl_key_file: None,
             http_names: Vec::new(),
             mdns: false,
@@ -206,6 +210,10 @@ pub struct RunFlags {
     /// Pre-shared network key file (private network).
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
+    /// A peer id allowed to connect (repeatable; config `allowed_peers`); given any, every
+    /// other peer is refused even with the pre-shared key.
+    #[arg(long, value_name = "PEER_ID")]
+    pub allow_peer: Vec<String>,
     /// The API token key file, shared by the nodes whose tokens should be good everywhere
     /// (config `acl_key_file`) [default: DATA_DIR/acl.key, made at first start].
     #[arg(long, value_name = "FILE")]
@@ -283,6 +291,8 @@ pub struct Resolved {
     pub http: SocketAddr,
     /// The private network's key, read from `psk_file`.
     pub psk: Option<PreSharedKey>,
+    /// The peers allowed to connect (`allowed_peers`), when pinned.
+    pub allowlist: Option<BTreeSet<libp2p::PeerId>>,
     /// Things that are allowed but probably not meant (logged at start, once logging is up).
     pub warnings: Vec<String>,
     /// Start even when the identity was kept but the event log is gone (`--accept-log-reset`).
@@ -359,6 +369,10 @@ impl NodeConfig {
         if let Some(v) = &flags.psk_file {
             self.psk_file = Some(v.clone());
             self.from_flags.insert("psk_file", "--psk-file");
+        }
+        if !flags.allow_peer.is_empty() {
+            self.allowed_peers = flags.allow_peer.clone();
+            self.from_flags.insert("allowed_peers", "--allow-peer");
         }
         if let Some(v) = &flags.acl_key_file {
             self.acl_key_file = Some(v.clone());
@@ -449,6 +463,15 @@ impl NodeConfig {
         let listen = addrs("listen", &self.listen)?;
         let bootstrap = addrs("bootstrap", &self.bootstrap)?;
         self.check_founding(&listen, &bootstrap)?;
+        self.check_admission(&listen, &bootstrap)?;
+        let mut allowlist = BTreeSet::new();
+        for p in &self.allowed_peers {
+            let id = p
+                .parse::<libp2p::PeerId>()
+                .map_err(|e| self.invalid("allowed_peers", &format!("{p:?} is no peer id: {e}")))?;
+            allowlist.insert(id);
+        }
+        let allowlist = (!allowlist.is_empty()).then_some(allowlist);
         let http: SocketAddr = self
             .http
             .parse()
@@ -508,6 +531,7 @@ impl NodeConfig {
             bootstrap,
             http,
             psk,
+            allowlist,
             warnings,
             accept_log_reset: false,
             exit_with_parent: false,
@@ -540,6 +564,33 @@ impl NodeConfig {
                  Set it (--bootstrap-expect N) to the number of admin-eligible nodes that start \
                  the cluster together — the same on each, more than half of them — or to 1 to \
                  found a one-node cluster on purpose"
+            ),
+        ))
+    }
+
+    /// A node that can meet other machines — listening off loopback, dialling a peer off
+    /// loopback, or discovering with mDNS — admits only peers holding the cluster's pre-shared
+    /// key: without it, anyone who reaches the port joins, votes when made a voter, and is
+    /// handed other users' tasks (issue 33).
+    fn check_admission(&self, listen: &[Multiaddr], bootstrap: &[Multiaddr]) -> anyhow::Result<()> {
+        if self.psk_file.is_some() {
+            return Ok(());
+        }
+        let why = if let Some(a) = listen.iter().find(|a| !is_loopback(a)) {
+            format!("it listens on {a}, which other machines can reach")
+        } else if let Some(a) = bootstrap.iter().find(|a| !is_loopback(a)) {
+            format!("it dials {a}, another machine")
+        } else if self.mdns {
+            "mDNS is on".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(self.invalid(
+            "psk_file",
+            &format!(
+                "not set, and {why}: without the cluster's pre-shared key any peer that reaches \
+                 it could join. Make one with `chorus psk generate swarm.key`, copy it to every \
+                 node (mode 0600) and pass --psk-file swarm.key"
             ),
         ))
     }
@@ -788,11 +839,15 @@ mod tests {
             (vec![DEFAULT_LISTEN], vec!["/ip4/10.0.0.1/tcp/7946"], false),
             (vec![DEFAULT_LISTEN], vec![], true),
         ];
+        let dir = tempfile::tempdir().unwrap();
+        let psk = dir.path().join("swarm.key");
+        crate::cli::psk::generate(&psk).unwrap();
         for (listen, bootstrap, mdns) in reachable {
             let config = NodeConfig {
                 listen: listen.iter().map(|s| s.to_string()).collect(),
                 bootstrap: bootstrap.iter().map(|s| s.to_string()).collect(),
                 mdns,
+                psk_file: Some(psk.clone()),
                 ..NodeConfig::default()
             };
             let err = config.clone().resolve().unwrap_err().to_string();
@@ -816,13 +871,61 @@ mod tests {
             };
             worker.resolve().unwrap();
         }
-        let file = NodeConfig::from_toml(
-            "listen = [\"/ip4/0.0.0.0/tcp/7946\"]\n[protocol]\nbootstrap_expect = 1\n",
-        )
+        let file = NodeConfig::from_toml(&format!(
+            "listen = [\"/ip4/0.0.0.0/tcp/7946\"]\npsk_file = {:?}\n[protocol]\n\
+             bootstrap_expect = 1\n",
+            psk.display().to_string()
+        ))
         .unwrap();
         file.resolve().unwrap();
         let file = NodeConfig::from_toml("listen = [\"/ip4/0.0.0.0/tcp/7946\"]\n").unwrap();
         assert!(file.resolve().is_err());
+    }
+
+    /// Issue 33: a node that can meet other machines admits only holders of the cluster key;
+    /// a pinned node only the peers it names.
+    #[test]
+    fn a_node_other_machines_reach_needs_the_cluster_key() {
+        let reachable = [
+            (vec!["/ip4/0.0.0.0/tcp/7946"], vec![], false, "listens on"),
+            (
+                vec![DEFAULT_LISTEN],
+                vec!["/ip4/10.0.0.1/tcp/7946"],
+                false,
+                "dials",
+            ),
+            (vec![DEFAULT_LISTEN], vec![], true, "mDNS"),
+        ];
+        for (listen, bootstrap, mdns, why) in reachable {
+            let mut config = NodeConfig {
+                listen: listen.iter().map(|s| s.to_string()).collect(),
+                bootstrap: bootstrap.iter().map(|s| s.to_string()).collect(),
+                mdns,
+                ..NodeConfig::default()
+            };
+            config.protocol.bootstrap_expect = 3;
+            let err = config.resolve().unwrap_err().to_string();
+            assert!(err.contains("`psk_file`") && err.contains(why), "{err}");
+            assert!(err.contains("chorus psk generate"), "{err}");
+        }
+        // Loopback only: a local node needs none.
+        NodeConfig::default().resolve().unwrap();
+        let pinned = NodeConfig {
+            allowed_peers: vec!["12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN".into()],
+            ..NodeConfig::default()
+        };
+        assert_eq!(pinned.resolve().unwrap().allowlist.unwrap().len(), 1);
+        let mut bad = NodeConfig::default();
+        bad.apply(&RunFlags {
+            allow_peer: vec!["n1".into()],
+            ..RunFlags::default()
+        })
+        .unwrap();
+        let err = bad.resolve().unwrap_err().to_string();
+        assert!(
+            err.contains("--allow-peer") && err.contains("no peer id"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         bootstrap,
         http,
         psk,
+        allowlist,
         warnings,
         accept_log_reset,
         exit_with_parent,
@@ -86,6 +87,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     resources.task_slots = slots;
     let mut transport_config =
         transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
+    transport_config.allowlist = allowlist;
     // The HTTP API first: its bound address is advertised to peers.
     let shared = SharedState::default();
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
