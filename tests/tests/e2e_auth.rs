@@ -152,6 +152,15 @@ fn the_api_admits_only_what_a_token_allows_and_refuses_web_pages() {
     assert_eq!(code, 403, "{body}");
     let (code, body) = call("DELETE", &path, &alice, "");
     assert_eq!(code, 202, "{body}");
+    // The node's ceilings, not the task author, bound a task's limits (issue 33).
+    let greedy = r#"{"image":"busybox","command":["true"],"memory_mb":1048576}"#;
+    let (code, body) = call("POST", "/tasks", &alice, greedy);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("max_memory_mb"), "{body}");
+    let forkbomb = r#"{"image":"busybox","command":["true"],"pids":1000000}"#;
+    let (code, body) = call("POST", "/tasks", &alice, forkbomb);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("max_pids"), "{body}");
     // Membership changes need operate.
     let (code, _) = call("POST", "/members", &alice, r#"{"op":"remove","node":"x"}"#);
     assert_eq!(code, 403);

@@ -69,6 +69,11 @@ pub(super) async fn submit_task(
         Ok(parsed) => parsed,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
+    // This node's ceilings: a cluster configured alike would run it nowhere (issue 33).
+    let ceilings = shared.lock().ceilings;
+    if let Err(error) = ceilings.check(&spec) {
+        return json_answer(400, serde_json::json!({ "error": error }));
+    }
     let (code, body) = submit(&shared, spec, key, Some(caller.id)).await;
     json_answer(code, body)
 }

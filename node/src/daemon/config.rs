@@ -138,6 +138,44 @@ pub struct TasksConfig {
     /// Images whose default shape is kept warm from the start (default: none; the first task of
     /// a shape makes its pool).
     pub warm_images: Vec<String>,
+    /// The most memory one task may ask for, MiB (default: half the host's memory).
+    pub max_memory_mb: Option<u32>,
+    /// The most CPU one task may ask for, millicores (default: every CPU of the host).
+    pub max_cpu_millis: Option<u32>,
+    /// The most processes one task may ask for (default [`DEFAULT_MAX_PIDS`]).
+    pub max_pids: Option<u32>,
+    /// The longest timeout one task may ask for, ms (default [`DEFAULT_MAX_TIMEOUT_MS`]).
+    pub max_timeout_ms: Option<u64>,
+}
+
+/// Processes one task may ask for unless `[tasks] max_pids` says otherwise: far below a
+/// host's `pid_max` (32,768 on many), so one task cannot take every pid.
+pub const DEFAULT_MAX_PIDS: u32 = 4_096;
+
+/// The longest timeout a task may ask for unless `[tasks] max_timeout_ms` says otherwise: a day.
+pub const DEFAULT_MAX_TIMEOUT_MS: u64 = 24 * 3_600_000;
+
+impl TasksConfig {
+    /// The ceilings on one task's limits (issue 33): the configured ones, else defaults from
+    /// this host — half its memory, all its CPUs — so one task cannot exhaust it.
+    pub fn ceilings(&self) -> chorus_io::sandbox::tasks::Ceilings {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let host_mb = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("MemTotal:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<u64>().ok())
+            })
+            .map(|kb| (kb / 1024 / 2).min(u64::from(u32::MAX)) as u32);
+        chorus_io::sandbox::tasks::Ceilings {
+            memory_mb: self.max_memory_mb.or(host_mb),
+            cpu_millis: Some(self.max_cpu_millis.unwrap_or(cpus.saturating_mul(1_000))),
+            pids: Some(self.max_pids.unwrap_or(DEFAULT_MAX_PIDS)),
+            timeout_ms: Some(self.max_timeout_ms.unwrap_or(DEFAULT_MAX_TIMEOUT_MS)),
+        }
+    }
 }
 
 /// Task slots of a node with the Docker sandbox on, unless `[tasks] slots` says otherwise.

@@ -90,6 +90,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     transport_config.allowlist = allowlist;
     // The HTTP API first: its bound address is advertised to peers.
     let shared = SharedState::default();
+    shared.lock().ceilings = config.tasks.ceilings();
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
     let (http_addr, server) = crate::api::serve(http, shared.clone(), auth).await?;
     transport_config.http = Some(http_addr.to_string());

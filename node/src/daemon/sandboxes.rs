@@ -63,6 +63,7 @@ pub(super) async fn task_runner(
     runner.repos = config.repos.clone();
     runner.pool_size = config.tasks.pool_size.unwrap_or(DEFAULT_POOL_SIZE) as usize;
     runner.warm_images = config.tasks.warm_images.clone();
+    runner.ceilings = config.tasks.ceilings();
     Ok(TaskRunner::new(provider, runner))
 }
 

@@ -36,6 +36,8 @@ pub struct Shared {
     pub operator: Option<OperatorInputs>,
     /// Task figures.
     pub tasks: TaskMetrics,
+    /// The most one task may ask for (`[tasks]` ceilings): a submit above them is refused.
+    pub ceilings: chorus_io::sandbox::tasks::Ceilings,
 }
 
 /// Most peers whose last contact is remembered.

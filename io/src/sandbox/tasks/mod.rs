@@ -21,6 +21,7 @@
 //!    earlier process left (owner gone or deadline passed: `SandboxProvider::reap`), before the
 //!    core steps `Started` and counts those runs as retryable failures.
 
+mod ceilings;
 mod run;
 mod shape;
 mod stats;
@@ -37,6 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec};
 use crate::runtime::TaskSandboxes;
 
+pub use ceilings::Ceilings;
 pub use shape::{lifetime_for, TaskShape};
 pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
@@ -62,6 +64,8 @@ pub struct TaskRunnerConfig {
     pub pool_lifetime: Duration,
     /// Idle pooled sandboxes older than this are replaced.
     pub max_idle_age: Duration,
+    /// The most one task may ask for; a spec above them fails without a sandbox (not retried).
+    pub ceilings: Ceilings,
 }
 
 impl TaskRunnerConfig {
@@ -78,6 +82,7 @@ impl TaskRunnerConfig {
             base_policy: SandboxPolicy::default(),
             pool_lifetime: Duration::from_secs(3_600),
             max_idle_age: Duration::from_secs(600),
+            ceilings: Ceilings::default(),
         }
     }
 

@@ -74,6 +74,15 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             retryable: e.retryable,
         }
     };
+    if let Err(why) = shared.config.ceilings.check(spec) {
+        shared.stats.failed();
+        return Event::SandboxFailed {
+            task: task.clone(),
+            attempt,
+            error: format!("policy_violation: {why}"),
+            retryable: false,
+        };
+    }
     // Taking the sandbox is not interrupted by a stop: a creation dropped half-way could leave
     // a container behind. A stop that came meanwhile is seen right after.
     let held = match take(shared, task, spec).await {

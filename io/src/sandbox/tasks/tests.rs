@@ -111,6 +111,40 @@ async fn sandbox_errors_keep_their_category_and_retryable_flag() {
     assert_eq!(runner.stats().snapshot().failed, 2);
 }
 
+/// Issue 33: the worker, not the task author, decides how much of its host a task may take: a
+/// spec above a ceiling fails before any sandbox is made, naming the ceiling, and is not retried.
+#[tokio::test]
+async fn a_spec_above_the_workers_ceilings_fails_without_a_sandbox() {
+    let provider = ScriptedProvider::new();
+    let config = TaskRunnerConfig {
+        ceilings: Ceilings {
+            memory_mb: Some(1_024),
+            ..Ceilings::default()
+        },
+        ..fresh_config("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    let mut greedy = (*spec("img", &["true"])).clone();
+    greedy.memory_mb = 1_048_576;
+    runner.start(&task(1), 1, &Arc::new(greedy));
+    match end(&mut runner).await {
+        Event::SandboxFailed {
+            error, retryable, ..
+        } => {
+            assert!(
+                error.contains("max_memory_mb") && error.contains("1048576"),
+                "{error}"
+            );
+            assert!(!retryable);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(provider.sandboxes().is_empty(), "no sandbox made");
+    runner.start(&task(2), 1, &spec("img", &["true"]));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "a spec within the ceilings runs");
+}
+
 /// Timeout and OOM come from the sandbox as errors; a run reports them as exits the core turns
 /// into `timed_out` and `out_of_memory`, with the output's tail.
 #[tokio::test]
