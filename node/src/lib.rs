@@ -296,6 +296,8 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         }
     };
     init_logging(resolved.config.log_format);
+    // Every file the node makes (event log, keys, snapshots) is its user's alone.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let result = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -207,6 +207,16 @@ fn a_node_without_a_shared_key_makes_one_and_shows_its_token_once() {
             .mode();
         assert_eq!(mode & 0o777, 0o600, "{f}");
     }
+    // The data directory and the event log (task specs, environments) are the node's alone.
+    let mode = std::fs::metadata(&data).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    for entry in walk(&data) {
+        let mode = std::fs::symlink_metadata(&entry)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{} is {mode:o}", entry.display());
+    }
     let addr = format!("127.0.0.1:{}", ports.http);
     let list = |env: &[(&str, &str)]| {
         run_chorus_env(Path::new(BIN), &["task", "list", "--addr", &addr], env)
@@ -227,4 +237,17 @@ fn a_node_without_a_shared_key_makes_one_and_shows_its_token_once() {
     wait_admin(ports.http, Duration::from_secs(15), &log);
     assert!(!read(&log).contains(token), "shown once");
     stop(&mut guard, Signal::SIGTERM);
+}
+
+/// Every file and directory under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        }
+        out.push(p);
+    }
+    out
 }

@@ -243,6 +243,10 @@ impl TaskSpec {
         if self.image.is_empty() || self.image.len() > bounds::IMAGE {
             return err(format!("image must be 1 to {} bytes", bounds::IMAGE));
         }
+        // A newline in an image name would forge log lines wherever it is printed.
+        if self.image.chars().any(char::is_control) {
+            return err("image must not hold control characters");
+        }
         if self.command.is_empty() || self.command.len() > bounds::ARGS {
             return err(format!("command must have 1 to {} arguments", bounds::ARGS));
         }
@@ -257,7 +261,11 @@ impl TaskSpec {
         }
         let mut env_bytes = 0;
         for (k, v) in &self.env {
-            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            if k.is_empty()
+                || k.contains('=')
+                || k.chars().any(char::is_control)
+                || v.contains('\0')
+            {
                 return err(format!("environment variable `{k}` is not NAME=VALUE"));
             }
             env_bytes += k.len() + v.len();

@@ -52,6 +52,20 @@ fn a_spec_within_its_bounds_passes_and_each_bound_is_checked() {
             },
         ),
         (
+            "a newline in the image (forged log lines)",
+            TaskSpec {
+                image: "img\nINFO forged".into(),
+                ..spec()
+            },
+        ),
+        (
+            "an escape in an environment name",
+            TaskSpec {
+                env: [("K\u{1b}[2J".to_owned(), "v".to_owned())].into(),
+                ..spec()
+            },
+        ),
+        (
             "no command",
             TaskSpec {
                 command: vec![],

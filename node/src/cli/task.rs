@@ -116,6 +116,11 @@ pub struct SubmitArgs {
     /// Wait for the result, print its output and exit with the task's exit code.
     #[arg(long)]
     pub wait: bool,
+    /// With --wait: print the output exactly as the task wrote it. By default control
+    /// characters other than newline and tab are shown escaped (`\x1b`), so a task's output
+    /// cannot drive the terminal.
+    #[arg(long, requires = "wait")]
+    pub raw: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -348,19 +353,48 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         pause = (pause * 2).min(Duration::from_millis(500));
     };
     use std::io::Write;
+    let shown = |text: &str| {
+        if args.raw {
+            text.to_owned()
+        } else {
+            escape_controls(text)
+        }
+    };
     let mut out = std::io::stdout().lock();
-    out.write_all(result.stdout.as_bytes())?;
+    out.write_all(shown(&result.stdout).as_bytes())?;
     out.flush()?;
     let mut err = std::io::stderr().lock();
-    err.write_all(result.stderr.as_bytes())?;
+    err.write_all(shown(&result.stderr).as_bytes())?;
     if let Some(words) = plain_words(&id, &result) {
         writeln!(err, "chorus: {words}")?;
     }
     Ok(ExitCode::from(exit_code(&result)))
 }
 
-/// A task for people.
+/// `text` with every control character but newline and tab shown as an escape (`\x1b`,
+/// `\u{9b}`): what a task wrote reaches an operator's terminal as text, never as commands.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A task for people (every text from the task or its author escaped: [`escape_controls`]).
 pub fn render(v: &TaskView) -> String {
+    let out = render_unescaped(v);
+    escape_controls(&out)
+}
+
+fn render_unescaped(v: &TaskView) -> String {
     let mut out = format!("task {}: {}", v.task, v.phase);
     if let Some(w) = &v.worker {
         out.push_str(&format!(" on {w}"));
@@ -412,6 +446,16 @@ pub fn render(v: &TaskView) -> String {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        let text = "ok\tline\n\u{1b}]0;pwned\u{7}\u{1b}[2J\r\u{9b}31m";
+        let shown = escape_controls(text);
+        assert_eq!(shown, "ok\tline\n\\x1b]0;pwned\\x07\\x1b[2J\\x0d\\u{9b}31m");
+        assert!(!shown
+            .chars()
+            .any(|c| c.is_control() && c != '\n' && c != '\t'));
+    }
 
     #[derive(clap::Parser)]
     struct Cli {

@@ -180,6 +180,12 @@ fn open_data_dir(
             config.data_dir.display()
         )
     })?;
+    // Keys, tokens and task specs (environments) live here: the node's user only (issue 33).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make {} private", config.data_dir.display()))?;
+    }
     let identity_path = config.data_dir.join(IDENTITY_FILE);
     let log_path = config.data_dir.join(LOG_DIR);
     let identity_kept = identity_path.exists();
