@@ -97,13 +97,11 @@ impl Core {
         if expect <= 1 {
             // A quorum of one: this node alone founds the cluster.
             let e = Arc::new(Electorate::new(1, vec![self.id.clone()]));
-            self.acceptor.accepted = Some((
-                Ballot {
-                    round: 1,
-                    node: self.id.clone(),
-                },
-                e.clone(),
-            ));
+            let ballot = Ballot {
+                round: 1,
+                node: self.id.clone(),
+            };
+            self.accept(ballot, e.clone(), out);
             return self.adopt_electorate(e, out);
         }
         // Counted, not walked: a node that hears of thousands of workers does not walk its peer
@@ -346,7 +344,7 @@ impl Core {
             .unwrap_or_else(|| Arc::new(Electorate::new(1, p.promises.keys().cloned().collect())));
         p.value = Some(value.clone());
         p.accepted_by.insert(self.id.clone());
-        self.acceptor.accepted = Some((ballot.clone(), value.clone()));
+        self.accept(ballot.clone(), value.clone(), out);
         for peer in self.eligible_peers() {
             out.push(Command::Send {
                 to: peer,
@@ -357,6 +355,16 @@ impl Core {
             });
         }
         self.check_chosen(out);
+    }
+
+    /// Records this node's acceptance of `value` at `ballot` (rule 1: durable with the core)
+    /// and reports it, so that observers can judge bootstrap's safety from acceptances alone.
+    fn accept(&mut self, ballot: Ballot, value: Arc<Electorate>, out: &mut Vec<Command>) {
+        out.push(Command::Notice(crate::Notice::BootstrapAccepted {
+            ballot: ballot.clone(),
+            members: value.shared_members(),
+        }));
+        self.acceptor.accepted = Some((ballot, value));
     }
 
     /// A reply about a ballot this node is not running: stale if it was one of ours.
@@ -388,7 +396,7 @@ impl Core {
             return;
         }
         self.acceptor.promised = Some(ballot.clone());
-        self.acceptor.accepted = Some((ballot.clone(), electorate));
+        self.accept(ballot.clone(), electorate, out);
         self.yield_to(&ballot, out);
         self.reply(from, Message::BootstrapAccepted { ballot }, out);
     }
@@ -840,6 +848,76 @@ mod tests {
         );
         assert_eq!(prepares_sent(&out), 0, "no round above the top: {out:?}");
         assert_eq!(c.acceptor.highest_round, crate::MAX_WIRE_INT);
+    }
+
+    /// Every acceptance is reported with its ballot and value, before the electorate it may
+    /// found: a lone node's own, a proposer's own when it starts phase 2, and an acceptor's.
+    /// The simulator judges bootstrap's safety from these notices alone.
+    #[test]
+    fn every_acceptance_is_reported_with_its_ballot_and_value() {
+        let accepted = |out: &[Command]| -> Vec<(crate::Ballot, Vec<String>)> {
+            out.iter()
+                .filter_map(|c| match c {
+                    Command::Notice(crate::Notice::BootstrapAccepted { ballot, members }) => {
+                        Some((
+                            ballot.clone(),
+                            members.iter().map(|m| m.to_string()).collect(),
+                        ))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        let ballot = |round, node: &str| crate::Ballot {
+            round,
+            node: node.into(),
+        };
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+
+        // A lone node accepts its own electorate as it founds it.
+        let mut solo = Core::new("solo".into(), cfg(1), vec![ADMIN_ELECTION.into()], 7).unwrap();
+        let out = solo.step_vec(0, Event::Started);
+        assert_eq!(accepted(&out), [(ballot(1, "solo"), names(&["solo"]))]);
+        let founded = out
+            .iter()
+            .position(|c| matches!(c, Command::Notice(crate::Notice::ElectorateChanged { .. })));
+        let reported = out
+            .iter()
+            .position(|c| matches!(c, Command::Notice(crate::Notice::BootstrapAccepted { .. })));
+        assert!(reported < founded, "{out:?}");
+
+        // A proposer accepts its own value when its k-th promise comes in.
+        let mut a = fresh("a", 3);
+        for p in ["b", "c"] {
+            a.step_vec(0, up(p, true));
+        }
+        fire(&mut a, Timer::Bootstrap);
+        let mine = a.proposal.as_ref().expect("proposing").ballot.clone();
+        let promise = Message::BootstrapPromise {
+            ballot: mine.clone(),
+            accepted: None,
+        };
+        let now = a.now_ms;
+        assert_eq!(accepted(&a.step_vec(now, from("b", promise.clone()))), []);
+        let out = a.step_vec(now, from("c", promise));
+        assert_eq!(accepted(&out), [(mine, names(&["a", "b", "c"]))]);
+
+        // An acceptor reports what it accepts, and nothing for what it refuses.
+        let mut c = fresh("c", 3);
+        for p in ["a", "b"] {
+            c.step_vec(0, up(p, true));
+        }
+        let e = std::sync::Arc::new(crate::Electorate::new(
+            1,
+            vec!["a".into(), "b".into(), "c".into()],
+        ));
+        let accept = |round, node: &str| Message::BootstrapAccept {
+            ballot: ballot(round, node),
+            electorate: e.clone(),
+        };
+        let out = c.step_vec(1, from("b", accept(2, "b")));
+        assert_eq!(accepted(&out), [(ballot(2, "b"), names(&["a", "b", "c"]))]);
+        assert_eq!(accepted(&c.step_vec(2, from("a", accept(1, "a")))), []);
     }
 
     #[test]

@@ -119,6 +119,15 @@ pub enum Notice {
         /// Its term.
         term: u64,
     },
+    /// This node, as a bootstrap acceptor, accepted the genesis electorate `members` at
+    /// `ballot` (a proposer's own acceptance included). The simulator judges bootstrap from
+    /// these: at most one value per ballot, and at most one value ever accepted by a quorum.
+    BootstrapAccepted {
+        /// The ballot of the proposal accepted.
+        ballot: crate::Ballot,
+        /// The proposed electorate's voters, in id order (its own list, shared).
+        members: Arc<[NodeId]>,
+    },
     /// This node's electorate changed: agreed at bootstrap, adopted from its cluster, or a
     /// membership change.
     ElectorateChanged {
@@ -226,6 +235,7 @@ impl Notice {
             Notice::Voted { .. } => "voted",
             Notice::AdminKnown { .. } => "admin_known",
             Notice::Refused { .. } => "refused",
+            Notice::BootstrapAccepted { .. } => "bootstrap_accepted",
             Notice::ElectorateChanged { .. } => "electorate_changed",
             Notice::MembershipChange { .. } => "membership_change",
             Notice::TaskSubmitted { .. } => "task_submitted",
@@ -326,6 +336,16 @@ mod tests {
                 "became_admin",
             ),
             (Notice::LeaseExpired { term: 1 }, "lease_expired"),
+            (
+                Notice::BootstrapAccepted {
+                    ballot: crate::Ballot {
+                        round: 1,
+                        node: a.clone(),
+                    },
+                    members: [a.clone()].into(),
+                },
+                "bootstrap_accepted",
+            ),
             (
                 Notice::SteppedDown {
                     term: 1,

@@ -26,6 +26,17 @@
 //!    `task_placed` at node N at time t falls within N's lease (t before the `lease_until` of
 //!    its latest `became_admin`/`lease_renewed`, with no `stepped_down` or crash since).
 //!
+//! 8. genesis — at most one bootstrap electorate is ever accepted by a quorum, judged from the
+//!    acceptances themselves (`bootstrap_accepted`), not only through one admin per term: all
+//!    acceptances at one ballot carry one value; a value is chosen once as many distinct nodes
+//!    accepted it at one ballot as it has members (an acceptor accepts only an electorate of
+//!    its own `bootstrap_expect` members, and a proposer declares it chosen at that count);
+//!    no two values are chosen; and every acceptance at a ballot above one where a value was
+//!    chosen carries that value (Paxos's P2, which the proposer's "highest accepted value"
+//!    rule keeps, and which a wrong proposal breaks before a second quorum ever forms). These
+//!    hold where the operator kept bootstrap's promise (`bootstrap_expect` more than half the
+//!    eligible nodes that start), as every simulated scenario does.
+//!
 //! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
 //!
 //! "The electorate" is the one in force at that moment, learned from the trace: the bootstrap
@@ -40,7 +51,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::sync::Arc;
 
-use chorus_core::ChangeOutcome;
+use chorus_core::{Ballot, ChangeOutcome};
 
 use crate::trace::{Header, Line, Record};
 
@@ -67,6 +78,7 @@ impl fmt::Display for Violation {
             5 => "term stability",
             6 => "determinism",
             7 => "tasks",
+            8 => "genesis",
             _ => "invariant",
         };
         write!(
@@ -157,6 +169,14 @@ pub struct Checker {
     tasks_owed_since: Option<u64>,
     /// Unfinished tasks by the time their result is owed, in this fault-free period.
     task_deadlines: BTreeSet<(u64, String)>,
+    /// Invariant 8: per bootstrap ballot, the value accepted (the first acceptance's) and the
+    /// nodes that accepted it.
+    ballots: BTreeMap<Ballot, (Arc<[String]>, BTreeSet<String>)>,
+    /// Invariant 8: the ballots at which a value was chosen, with the value, in the order found.
+    chosen: Vec<(Ballot, Arc<[String]>)>,
+    /// Invariant 8: the ballots already reported, by rule, so that one broken ballot is
+    /// reported once for each rule it breaks.
+    genesis_reported: BTreeSet<(Ballot, Genesis)>,
     violations: Vec<Violation>,
 }
 
@@ -201,6 +221,9 @@ impl Checker {
             tasks: BTreeMap::new(),
             tasks_owed_since: None,
             task_deadlines: BTreeSet::new(),
+            ballots: BTreeMap::new(),
+            chosen: Vec::new(),
+            genesis_reported: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -332,6 +355,11 @@ impl Checker {
                     self.set_in_force(vec![e], t);
                 }
             }
+            Record::BootstrapAccepted {
+                node,
+                ballot,
+                members,
+            } => self.bootstrap_accepted(node, ballot, members, t, line_no),
             Record::MembershipChange { node, outcome, .. } => {
                 self.membership_change(node, outcome, t);
             }
@@ -534,6 +562,99 @@ impl Checker {
                 self.votes
                     .insert((node.to_owned(), term), candidate.to_owned());
             }
+        }
+    }
+
+    /// Invariant 8: `node` accepted the genesis electorate `members` at `ballot`.
+    fn bootstrap_accepted(
+        &mut self,
+        node: &str,
+        ballot: &Ballot,
+        members: &Arc<[String]>,
+        t: u64,
+        line_no: usize,
+    ) {
+        let (value, by) = self
+            .ballots
+            .entry(ballot.clone())
+            .or_insert_with(|| (members.clone(), BTreeSet::new()));
+        if value != members {
+            let msg = format!(
+                "{node} accepted {} at ballot {}, where {} accepted {}",
+                list(members),
+                show(ballot),
+                by.iter().cloned().collect::<Vec<_>>().join(", "),
+                list(value),
+            );
+            return self.genesis_fail(ballot, Genesis::OneValue, t, line_no, msg);
+        }
+        // A second acceptance by one node (a resent accept) counts once.
+        let newly_chosen = by.insert(node.to_owned()) && by.len() == members.len();
+        // Above a ballot where a value was chosen, only that value may be accepted.
+        let below = (self.chosen.iter())
+            .find(|(b, v)| b < ballot && v != members)
+            .cloned();
+        if let Some((b, v)) = below {
+            let msg = format!(
+                "{node} accepted {} at ballot {}, above ballot {} at which a quorum accepted {}",
+                list(members),
+                show(ballot),
+                show(&b),
+                list(&v),
+            );
+            self.genesis_fail(ballot, Genesis::AboveChosen, t, line_no, msg);
+        }
+        if !newly_chosen {
+            return;
+        }
+        // Named only for a report: a cold start of n voters makes n acceptances of n members.
+        let acceptors = |c: &Checker| match c.ballots.get(ballot) {
+            Some((_, by)) => by.iter().cloned().collect::<Vec<_>>().join(", "),
+            None => String::new(),
+        };
+        let other = (self.chosen.iter()).find(|(_, v)| v != members).cloned();
+        if let Some((b, v)) = other {
+            let acceptors = acceptors(self);
+            let msg = format!(
+                "two genesis electorates were each accepted by a quorum: {} at ballot {}, and {} at ballot {} (by {acceptors})",
+                list(&v),
+                show(&b),
+                list(members),
+                show(ballot),
+            );
+            self.genesis_fail(ballot, Genesis::TwoChosen, t, line_no, msg);
+        } else {
+            // Acceptances already made above this ballot must carry its value too.
+            let above = (self.ballots.range(ballot.clone()..))
+                .find(|(b, (v, _))| *b != ballot && v != members)
+                .map(|(b, (v, who))| (b.clone(), v.clone(), who.clone()));
+            if let Some((b, v, who)) = above {
+                let acceptors = acceptors(self);
+                let who = who.into_iter().collect::<Vec<_>>().join(", ");
+                let msg = format!(
+                    "a quorum ({acceptors}) accepted {} at ballot {}, but {who} had accepted {} at the higher ballot {}",
+                    list(members),
+                    show(ballot),
+                    list(&v),
+                    show(&b),
+                );
+                self.genesis_fail(&b, Genesis::AboveChosen, t, line_no, msg);
+            }
+        }
+        self.chosen.push((ballot.clone(), members.clone()));
+    }
+
+    /// Reports a break of invariant 8's `rule` at `ballot`, once.
+    fn genesis_fail(
+        &mut self,
+        ballot: &Ballot,
+        rule: Genesis,
+        t: u64,
+        line_no: usize,
+        msg: String,
+    ) {
+        if self.genesis_reported.insert((ballot.clone(), rule)) {
+            self.fail(8, t, line_no, msg);
         }
     }
 
@@ -852,6 +973,27 @@ struct TaskRecord {
     result: bool,
 }
 
+/// The rules of invariant 8 (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Genesis {
+    /// All acceptances at one ballot carry one value.
+    OneValue,
+    /// Acceptances above a ballot where a value was chosen carry that value.
+    AboveChosen,
+    /// At most one value is chosen.
+    TwoChosen,
+}
+
+/// A member list as a violation names it: `[n0, n1, n2]`.
+fn list(members: &[String]) -> String {
+    format!("[{}]", members.join(", "))
+}
+
+/// A ballot as a violation names it: `round/proposer`.
+fn show(ballot: &Ballot) -> String {
+    format!("{}/{}", ballot.round, ballot.node)
+}
+
 /// The submitter named in a task id `ORIGIN-SEQ`.
 fn task_origin(task: &str) -> Option<&str> {
     task.rsplit_once('-').map(|(origin, _)| origin)
@@ -868,6 +1010,7 @@ fn subject(record: &Record) -> Option<&str> {
         | Record::VoteGranted { node, .. }
         | Record::AdminKnown { node, .. }
         | Record::ElectorateChanged { node, .. }
+        | Record::BootstrapAccepted { node, .. }
         | Record::MembershipChange { node, .. }
         | Record::Role { node, .. }
         | Record::Crash { node }

@@ -167,7 +167,7 @@ fn cmd_check(path: PathBuf, bound_ms: Option<u64>) -> anyhow::Result<bool> {
         );
     }
     if checked.violations.is_empty() {
-        println!("invariants 1-5 and 7 hold");
+        println!("invariants 1-5, 7 and 8 hold");
         return Ok(true);
     }
     for v in &checked.violations {

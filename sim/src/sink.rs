@@ -392,6 +392,13 @@ impl Sink {
                 admin: admin.to_string(),
                 term: *term,
             },
+            Command::Notice(Notice::BootstrapAccepted { ballot, members }) => {
+                Record::BootstrapAccepted {
+                    node: node.to_owned(),
+                    ballot: ballot.clone(),
+                    members: self.member_names(members),
+                }
+            }
             Command::Notice(Notice::ElectorateChanged {
                 version,
                 term,

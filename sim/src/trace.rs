@@ -128,6 +128,17 @@ pub enum Record {
         /// Term.
         term: u64,
     },
+    /// A node, as a bootstrap acceptor, accepted a genesis electorate at a ballot (a
+    /// proposer's own acceptance included). The checker's genesis invariant is judged from
+    /// these.
+    BootstrapAccepted {
+        /// Node id (the acceptor).
+        node: String,
+        /// The ballot accepted: `{"round":R,"node":"<proposer>"}`, as on the wire.
+        ballot: chorus_core::Ballot,
+        /// The proposed electorate's voters, in id order. Shared like `electorate_changed`'s.
+        members: Arc<[String]>,
+    },
     /// A node's electorate changed: agreed at bootstrap, adopted from its cluster, or a
     /// membership change proposed by this node (as admin) or taken from its admin.
     ElectorateChanged {
@@ -407,6 +418,23 @@ mod tests {
             serde_json::to_string(&electorate).unwrap(),
             r#"{"t":8,"kind":"electorate_changed","node":"n0","version":2,"term":3,"members":["n0","n1","n2","n5"]}"#
         );
+        let accepted = Line {
+            t: 8,
+            record: Record::BootstrapAccepted {
+                node: "n1".into(),
+                ballot: chorus_core::Ballot {
+                    round: 2,
+                    node: "n0".into(),
+                },
+                members: ["n0".into(), "n1".into(), "n2".into()].into(),
+            },
+        };
+        let text = serde_json::to_string(&accepted).unwrap();
+        assert_eq!(
+            text,
+            r#"{"t":8,"kind":"bootstrap_accepted","node":"n1","ballot":{"round":2,"node":"n0"},"members":["n0","n1","n2"]}"#
+        );
+        assert_eq!(serde_json::from_str::<Line>(&text).unwrap(), accepted);
         let change = Line {
             t: 8,
             record: Record::MembershipChange {

@@ -608,3 +608,137 @@ fn a_majority_side_that_lost_a_member_to_a_crash_guards_no_term() {
     let found = invariants(&t, 3);
     assert!(!found.contains(&5), "{found:?}");
 }
+
+/// `node` accepted `members` at ballot `round`/`proposer`.
+fn accepted(node: &str, round: u64, proposer: &str, members: &[&str]) -> Record {
+    Record::BootstrapAccepted {
+        node: node.into(),
+        ballot: chorus_core::Ballot {
+            round,
+            node: proposer.into(),
+        },
+        members: members.iter().map(|m| m.to_string()).collect(),
+    }
+}
+
+/// Five voters up, and then `acceptances` (node, round, proposer, value), one a millisecond.
+fn bootstrap(acceptances: &[(&str, u64, &str, &[&str])]) -> Vec<Line> {
+    let mut l: Vec<Line> = (0..5).map(|i| at(0, restart(&format!("n{i}")))).collect();
+    for (i, (node, round, proposer, value)) in acceptances.iter().enumerate() {
+        l.push(at(100 + i as u64, accepted(node, *round, proposer, value)));
+    }
+    l
+}
+
+/// The genesis invariants of the trace, with bootstrap expecting 3 of the 5 voters.
+fn genesis(acceptances: &[(&str, u64, &str, &[&str])]) -> Vec<(u8, String)> {
+    let mut h = header(5);
+    h.spec.bootstrap_expect = Some(3);
+    h.duration_ms = 1_000;
+    check(&h, &bootstrap(acceptances))
+        .into_iter()
+        .map(|v| (v.invariant, v.message))
+        .collect()
+}
+
+const X: &[&str] = &["n0", "n1", "n2"];
+const Y: &[&str] = &["n2", "n3", "n4"];
+
+/// Invariant 8: two different genesis electorates, each accepted by a quorum (three nodes at
+/// one ballot), are reported — in either order of ballots — with the ballots and acceptors.
+#[test]
+fn two_genesis_electorates_each_accepted_by_a_quorum_are_reported() {
+    let x_then_y = [
+        ("n0", 1, "n0", X),
+        ("n1", 1, "n0", X),
+        ("n2", 1, "n0", X),
+        ("n3", 2, "n3", Y),
+        ("n4", 2, "n3", Y),
+        ("n2", 2, "n3", Y),
+    ];
+    let found = genesis(&x_then_y);
+    assert!(
+        found.contains(&(
+            8,
+            "two genesis electorates were each accepted by a quorum: [n0, n1, n2] at ballot 1/n0, and [n2, n3, n4] at ballot 2/n3 (by n2, n3, n4)".into()
+        )),
+        "{found:?}"
+    );
+    // The first acceptance of Y above the ballot where X was chosen is reported at once.
+    assert_eq!(found[0].0, 8);
+    assert!(found[0].1.contains("above ballot 1/n0"), "{found:?}");
+
+    // The higher ballot chosen first, the lower one after: still two.
+    let y_then_x = [
+        ("n3", 2, "n3", Y),
+        ("n4", 2, "n3", Y),
+        ("n2", 2, "n3", Y),
+        ("n0", 1, "n0", X),
+        ("n1", 1, "n0", X),
+        ("n2", 1, "n0", X),
+    ];
+    let found = genesis(&y_then_x);
+    assert!(
+        found
+            .iter()
+            .any(|(i, m)| *i == 8 && m.starts_with("two genesis")),
+        "{found:?}"
+    );
+}
+
+/// Invariant 8: two values at one ballot (a proposer proposes one value per ballot), and a
+/// value accepted above a ballot where another was chosen — even when that acceptance came
+/// first — are reported though no second quorum formed.
+#[test]
+fn two_values_at_one_ballot_or_another_value_above_a_chosen_one_are_reported() {
+    let found = genesis(&[("n0", 1, "n0", X), ("n3", 1, "n0", Y)]);
+    assert_eq!(
+        found,
+        [(
+            8,
+            "n3 accepted [n2, n3, n4] at ballot 1/n0, where n0 accepted [n0, n1, n2]".into()
+        )]
+    );
+    let found = genesis(&[
+        ("n3", 2, "n3", Y),
+        ("n0", 1, "n0", X),
+        ("n1", 1, "n0", X),
+        ("n2", 1, "n0", X),
+    ]);
+    assert_eq!(
+        found,
+        [(
+            8,
+            "a quorum (n0, n1, n2) accepted [n0, n1, n2] at ballot 1/n0, but n3 had accepted [n2, n3, n4] at the higher ballot 2/n3".into()
+        )]
+    );
+}
+
+/// What Paxos allows is not reported: acceptances of two values that add up to three nodes
+/// each, but never three at one ballot (n2 takes X at ballot 3 from promises of n0, n1, n2;
+/// n3 then proposes Y, the highest of the promises of n0, n3 and n4, which never saw ballot 3),
+/// a resent accept counted once, and a value chosen again at a higher ballot.
+#[test]
+fn acceptances_paxos_allows_are_not_reported() {
+    let found = genesis(&[
+        ("n0", 1, "n0", X),
+        ("n1", 1, "n0", X),
+        ("n3", 2, "n3", Y),
+        ("n4", 2, "n3", Y),
+        ("n2", 3, "n2", X),
+        ("n0", 4, "n3", Y),
+        ("n3", 4, "n3", Y),
+        ("n3", 4, "n3", Y),
+    ]);
+    assert_eq!(found, []);
+    let found = genesis(&[
+        ("n0", 1, "n0", X),
+        ("n1", 1, "n0", X),
+        ("n2", 1, "n0", X),
+        ("n3", 2, "n3", X),
+        ("n4", 2, "n3", X),
+        ("n3", 2, "n3", X),
+        ("n2", 2, "n3", X),
+    ]);
+    assert_eq!(found, []);
+}

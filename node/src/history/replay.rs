@@ -484,6 +484,11 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             admin: admin.to_string(),
             term: *term,
         },
+        Notice::BootstrapAccepted { ballot, members } => Record::BootstrapAccepted {
+            node,
+            ballot: ballot.clone(),
+            members: members.to_vec(),
+        },
         Notice::ElectorateChanged {
             version,
             term,
@@ -585,6 +590,16 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
                 message,
                 reason,
             } => format!("refused {message} from {from} ({reason})"),
+            Notice::BootstrapAccepted { ballot, members } => format!(
+                "accepted bootstrap ballot {}/{}: {}",
+                ballot.round,
+                ballot.node,
+                members
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Notice::ElectorateChanged {
                 version,
                 term,
@@ -648,8 +663,8 @@ fn fmt_ms(ms: u64) -> String {
 mod tests {
     use super::*;
 
-    /// The electorate and membership kinds have the shape the simulator writes (DESIGN §6;
-    /// `sim/src/trace.rs`).
+    /// The electorate, bootstrap and membership kinds have the shape the simulator writes
+    /// (DESIGN §6; `sim/src/trace.rs`).
     #[test]
     fn electorate_and_membership_notices_become_trace_lines() {
         use chorus_core::{ChangeOutcome, ChangeRefusal, MemberChange, NodeId};
@@ -669,6 +684,15 @@ mod tests {
                 members
             }),
             r#"{"t":5,"kind":"electorate_changed","node":"n0","version":3,"term":2,"members":["n0","n1","n3"]}"#
+        );
+        let members = [NodeId::from("n0"), NodeId::from("n1"), NodeId::from("n3")].into();
+        let ballot = chorus_core::Ballot {
+            round: 2,
+            node: NodeId::from("n1"),
+        };
+        assert_eq!(
+            line(&Notice::BootstrapAccepted { ballot, members }),
+            r#"{"t":5,"kind":"bootstrap_accepted","node":"n0","ballot":{"round":2,"node":"n1"},"members":["n0","n1","n3"]}"#
         );
         let add = MemberChange::Add {
             node: NodeId::from("n3"),

@@ -108,6 +108,13 @@ pub(crate) enum Record {
         admin: String,
         term: u64,
     },
+    /// `Notice::BootstrapAccepted`: an acceptance of a genesis electorate (the checker's
+    /// invariant 8).
+    BootstrapAccepted {
+        node: String,
+        ballot: chorus_core::Ballot,
+        members: Vec<chorus_core::NodeId>,
+    },
     ElectorateChanged {
         node: String,
         version: u64,
