@@ -19,7 +19,7 @@ use crate::MAX_WIRE_INT;
 
 /// Room left in a frame for the message around a spec or a result: the envelope, the message's
 /// other fields, a cluster id of 128 bytes and node ids of [`MAX_ID_BYTES`](crate::MAX_ID_BYTES),
-/// every byte of them escaped to six, and numbers at their widest (about 1.6 KiB; a test
+/// every byte of them escaped to six, and numbers at their widest (about 1.5 KiB; a test
 /// measures it).
 pub const ENVELOPE_RESERVE_BYTES: usize = 4 * 1024;
 
