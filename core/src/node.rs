@@ -496,6 +496,7 @@ impl Core {
             self.promised_to = None;
         }
         self.tasks.submit.offered_view = None;
+        self.submitter_restarted(out);
         if self.chain.anchor.is_none() {
             self.chain.anchor = self.electorate.clone(); // a state from before certificates
         }

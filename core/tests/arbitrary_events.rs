@@ -256,6 +256,8 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
                 usage: Default::default(),
                 stdout: "x".repeat((m % 20_000) as usize),
                 stderr: String::new(),
+                stdout_truncated_bytes: m,
+                stderr_truncated_bytes: 0,
                 error: None,
             }),
         },

@@ -786,6 +786,8 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
         usage: Default::default(),
         stdout: String::new(),
         stderr: String::new(),
+        stdout_truncated_bytes: 0,
+        stderr_truncated_bytes: 0,
         error: None,
     };
     let done = Message::TaskResult {
@@ -832,6 +834,8 @@ fn result_from(
         usage: Default::default(),
         stdout: String::new(),
         stderr: String::new(),
+        stdout_truncated_bytes: 0,
+        stderr_truncated_bytes: 0,
         error: None,
     };
     let now = s.now_ms();

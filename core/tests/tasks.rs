@@ -665,6 +665,8 @@ fn task_messages_count_only_from_who_may_send_them() {
         usage: Default::default(),
         stdout: String::new(),
         stderr: String::new(),
+        stdout_truncated_bytes: 0,
+        stderr_truncated_bytes: 0,
         error: None,
     };
     let liar = if admin == 2 { "n1" } else { "n2" };

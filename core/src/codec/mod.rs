@@ -88,6 +88,37 @@ pub fn encode(cluster: &str, msg: &Message) -> Result<Vec<u8>, CodecError> {
     Ok(bytes)
 }
 
+/// How many bytes `value` takes encoded as the codec encodes a message (serde_json, compact):
+/// the measure of everything that must fit a frame. Nothing is kept but the count.
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Plain data with string keys always serializes, and the count never fails to write; were
+    // either to fail, the count so far is a lower bound and `encode` still refuses the message.
+    let _ = serde_json::to_writer(&mut n, value);
+    n.0
+}
+
+/// How many bytes `c` takes inside a JSON string as serde_json writes it: `"`, `\` and the
+/// control characters with a short escape take two, the other control characters six
+/// (`\u0001`), anything else its UTF-8 length (non-ASCII is not escaped).
+pub(crate) fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\u{08}' | '\u{0c}' | '\n' | '\r' | '\t' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
 /// Decodes one frame received for `cluster`. The version and cluster are checked before the
 /// body is interpreted, so a future version's message is reported as such rather than as
 /// garbage. A part of a larger message is refused here: a [`Reassembler`] takes those.

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{decode_whole, CodecError, EnvelopeIn, MAX_MESSAGE_BYTES, WIRE_VERSION};
+use super::{decode_whole, escaped_len, CodecError, EnvelopeIn, MAX_MESSAGE_BYTES, WIRE_VERSION};
 use crate::electorate::Fnv;
 use crate::{Message, MAX_WIRE_INT};
 
@@ -64,17 +64,6 @@ fn checksum(bytes: &[u8]) -> u64 {
     let mut h = Fnv::new();
     h.write(bytes);
     h.0 & MAX_WIRE_INT
-}
-
-/// How many bytes `c` takes inside a JSON string as serde_json writes it. (The text cut into
-/// parts is serde_json's own output, so only `"` and `\` occur of the escaped characters; the
-/// rest is here so that the function is right for any text.)
-fn escaped_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\u{08}' | '\u{0c}' | '\n' | '\r' | '\t' => 2,
-        c if (c as u32) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
 }
 
 /// Encodes `msg` for `cluster` as one frame or, when it carries an electorate and is larger

@@ -17,7 +17,8 @@
 //!
 //! Everything a peer sends is bounded ([`TaskSpec::check`], [`TaskResult::check`]) and judged by
 //! who sent it: only the task's origin offers it, only the admin of this node's term places or
-//! cancels, only a worker the admin named (or the admin) delivers a result.
+//! cancels, only a worker the admin named (or the admin) delivers a result. Every message that
+//! carries a spec or a result fits a frame, measured on its encoded bytes (`task/wire.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -30,10 +31,15 @@ use crate::NodeId;
 
 pub(crate) mod place;
 pub(crate) mod submit;
+pub(crate) mod wire;
 pub(crate) mod work;
 
 pub use place::AdminTasks;
 pub use submit::{OwnedTask, TaskPhase};
+pub use wire::{
+    ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES,
+    MAX_TAIL_WIRE_BYTES,
+};
 pub use work::RunningTask;
 
 /// The capability a node advertises when it runs tasks. A node with task slots but without it
@@ -66,7 +72,8 @@ pub fn result_bound_ms(
         .saturating_add(2 * reoffer)
 }
 
-/// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame.
+/// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame
+/// (and at most [`MAX_TAIL_WIRE_BYTES`] of each once encoded: see `task/wire.rs`).
 pub const MAX_TAIL_BYTES: usize = 8 * 1024;
 
 /// Done tasks a submitter remembers (for `GET /tasks/{id}`); older ones are forgotten first.
@@ -79,7 +86,8 @@ pub const MAX_OWNED_TASKS: usize = 4_096;
 /// [`MAX_OWNED_TASKS`], so one caller cannot lock every other out.
 pub const MAX_TASKS_PER_OWNER: usize = MAX_OWNED_TASKS / 4;
 
-/// Bounds of a task spec (they keep an offer within a 64 KiB frame with room to spare).
+/// Bounds of a task spec. The spec encoded must also be at most [`MAX_SPEC_WIRE_BYTES`], so its
+/// offer and placement fit a frame whatever its text (see `task/wire.rs`).
 pub mod bounds {
     /// Bytes of the image name.
     pub const IMAGE: usize = 256;
@@ -213,6 +221,10 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Why a spec (or a result) is refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpecError(pub String);
@@ -312,6 +324,16 @@ impl TaskSpec {
             {
                 return err("repo name may hold only letters, digits, `-`, `_` and `.`");
             }
+        }
+        // Last: the bounds above keep this count cheap.
+        let encoded = crate::codec::encoded_len(self);
+        if encoded > MAX_SPEC_WIRE_BYTES {
+            return err(format!(
+                "the spec is {encoded} bytes encoded (JSON writes a control character as 6 \
+                 bytes); at most {MAX_SPEC_WIRE_BYTES} fit, with the message around it, in a \
+                 {}-byte frame",
+                crate::codec::MAX_MESSAGE_BYTES
+            ));
         }
         Ok(())
     }
@@ -415,6 +437,12 @@ pub struct SandboxExit {
     /// The tail of its stderr.
     #[serde(default)]
     pub stderr: String,
+    /// Bytes of stdout the runtime dropped before `stdout` (it keeps a tail).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub stdout_truncated_bytes: u64,
+    /// Bytes of stderr the runtime dropped before `stderr`.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub stderr_truncated_bytes: u64,
 }
 
 /// The result of a task, sent by the worker to the submitter.
@@ -438,12 +466,20 @@ pub struct TaskResult {
     /// What it used.
     #[serde(default)]
     pub usage: Usage,
-    /// The last [`MAX_TAIL_BYTES`] of stdout.
+    /// The tail of stdout: its last [`MAX_TAIL_BYTES`], fewer when they encode to more than
+    /// [`MAX_TAIL_WIRE_BYTES`].
     #[serde(default)]
     pub stdout: String,
-    /// The last [`MAX_TAIL_BYTES`] of stderr.
+    /// The tail of stderr, bounded as `stdout`.
     #[serde(default)]
     pub stderr: String,
+    /// Bytes of stdout left out before `stdout` (0: `stdout` is all of it): those the runtime
+    /// dropped while the run streamed, and those the worker cut so the result fits its frame.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub stdout_truncated_bytes: u64,
+    /// Bytes of stderr left out before `stderr`, counted as for stdout.
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub stderr_truncated_bytes: u64,
     /// For [`TaskStatus::Error`]: the sandbox's error category and message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -464,8 +500,18 @@ impl TaskResult {
         {
             return err("the error message is too long");
         }
-        if self.attempt == 0 || self.duration_ms > crate::MAX_WIRE_INT {
+        if self.attempt == 0
+            || self.duration_ms > crate::MAX_WIRE_INT
+            || self.stdout_truncated_bytes > crate::MAX_WIRE_INT
+            || self.stderr_truncated_bytes > crate::MAX_WIRE_INT
+        {
             return err("a number is out of range");
+        }
+        let encoded = crate::codec::encoded_len(self);
+        if encoded > MAX_RESULT_WIRE_BYTES {
+            return err(format!(
+                "the result is {encoded} bytes encoded; at most {MAX_RESULT_WIRE_BYTES} fit a frame"
+            ));
         }
         Ok(())
     }
@@ -482,22 +528,11 @@ impl TaskResult {
             usage: Usage::default(),
             stdout: String::new(),
             stderr: String::new(),
+            stdout_truncated_bytes: 0,
+            stderr_truncated_bytes: 0,
             error: None,
         }
     }
-}
-
-/// The last `max` bytes of `s`, cut at a character boundary.
-pub(crate) fn tail(mut s: String, max: usize) -> String {
-    if s.len() <= max {
-        return s;
-    }
-    let mut start = s.len() - max;
-    while !s.is_char_boundary(start) {
-        start += 1;
-    }
-    s.drain(..start);
-    s
 }
 
 /// The admin's answer to an offer: where the task stands.

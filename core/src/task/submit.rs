@@ -1,8 +1,10 @@
 //! The submitter: owns the tasks it accepted and offers each to the admin until its result is in.
 //!
 //! Rules:
-//! 1. A submit is checked ([`TaskSpec::check`]) and, with an idempotency key already used,
-//!    answered with the task that key made (a different spec under the same key is refused).
+//! 1. A submit is checked ([`TaskSpec::check`]: its bounds, and that its offer fits a frame)
+//!    and, with an idempotency key already used, answered with the task that key made (a
+//!    different spec under the same key is refused). A task kept from an older build whose spec
+//!    fails the check ends at the next restart, as an error.
 //! 2. An unfinished task is offered to the admin of the moment: at once, again whenever the
 //!    (admin, term) this node follows changes (a new admin starts with an empty queue), every
 //!    tick while no admin answered, and every [`REOFFER_TICKS`] ticks in any case (an admin may
@@ -388,33 +390,63 @@ impl Core {
             return self.refuse(from, "task_result", Refusal::OutOfRange, out);
         }
         let admin = self.admin.clone();
-        match self.tasks.submit.owned.get_mut(&task) {
+        let named = match self.tasks.submit.owned.get(&task) {
             Some(t) if t.phase != TaskPhase::Done => {
-                let named =
-                    t.workers.contains(&from) || admin.as_ref() == Some(&from) || from == self.id;
-                if !named {
-                    // Not acknowledged: the worker sends it again, and by then the admin will
-                    // have named it.
-                    return self.refuse(from, "task_result", Refusal::Unsolicited, out);
-                }
-                result.worker = from.clone();
-                let status = result.status;
-                t.phase = TaskPhase::Done;
-                t.result = Some(result);
-                t.done_at_ms = self.now_ms;
-                self.tasks.submit.unfinished -= 1;
-                self.tasks.submit.done.push_back(task.clone());
-                out.push(Command::Notice(Notice::TaskCompleted {
-                    task: task.clone(),
-                    status,
-                }));
-                self.forget_old_done_tasks();
+                Some(t.workers.contains(&from) || admin.as_ref() == Some(&from) || from == self.id)
             }
             // A copy of a result already in, or of a task done long ago: acknowledged so the
             // worker stops sending it.
-            _ => {}
+            _ => None,
+        };
+        match named {
+            // Not acknowledged: the worker sends it again, and by then the admin will have
+            // named it.
+            Some(false) => return self.refuse(from, "task_result", Refusal::Unsolicited, out),
+            Some(true) => {
+                result.worker = from.clone();
+                self.complete(&task, result, out);
+            }
+            None => {}
         }
         self.deliver(from, Message::TaskResultAck { task }, out);
+    }
+
+    /// Records the result of an unfinished task: done, counted, announced.
+    fn complete(&mut self, task: &TaskId, result: TaskResult, out: &mut Vec<Command>) {
+        let Some(t) = self.tasks.submit.owned.get_mut(task) else {
+            return;
+        };
+        let status = result.status;
+        t.phase = TaskPhase::Done;
+        t.result = Some(result);
+        t.done_at_ms = self.now_ms;
+        self.tasks.submit.unfinished -= 1;
+        self.tasks.submit.done.push_back(task.clone());
+        out.push(Command::Notice(Notice::TaskCompleted {
+            task: task.clone(),
+            status,
+        }));
+        self.forget_old_done_tasks();
+    }
+
+    /// At a restart: an unfinished task whose spec fails today's check — one an older build
+    /// accepted though its offer could not fit a frame — could never be offered, so would wait
+    /// for ever (and could not be cancelled). It ends here, as an error that says why.
+    pub(crate) fn submitter_restarted(&mut self, out: &mut Vec<Command>) {
+        let unfit: Vec<(TaskId, String)> = self
+            .tasks
+            .submit
+            .owned
+            .iter()
+            .filter(|(_, t)| t.phase != TaskPhase::Done)
+            .filter_map(|(id, t)| t.spec.check().err().map(|e| (id.clone(), e.0)))
+            .collect();
+        for (task, why) in unfit {
+            let mut result = TaskResult::without_run(TaskStatus::Error, self.id.clone(), 1);
+            result.error = Some(format!("submitter: the task can never be offered: {why}"));
+            super::wire::fit_result(&mut result);
+            self.complete(&task, result, out);
+        }
     }
 
     fn forget_old_done_tasks(&mut self) {

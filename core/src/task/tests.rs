@@ -177,6 +177,11 @@ fn a_spec_fits_a_node_with_its_capabilities_and_repository() {
     assert!(!repo("site").fits(&["site".into()]));
 }
 
+/// The tail of at most `max` bytes, whatever its encoded length.
+fn tail(s: String, max: usize) -> String {
+    wire::wire_tail(s, max, usize::MAX).0
+}
+
 #[test]
 fn tails_keep_the_last_bytes_at_a_character_boundary() {
     assert_eq!(tail("hello".into(), 10), "hello");

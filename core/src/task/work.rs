@@ -9,9 +9,12 @@
 //! 3. A run's end becomes a result: cancelled (the admin asked), timed out, out of memory,
 //!    succeeded (exit 0) or failed. A retryable sandbox failure before the last attempt is given
 //!    back to the admin (placed again after a backoff); otherwise it is an error result.
-//! 4. Results are durable and sent to the submitter every tick until acknowledged.
+//! 4. Results are durable and sent to the submitter every tick until acknowledged. A result
+//!    always fits its frame: its output tails are cut, from the front, until it does, and say
+//!    how much was cut (`task/wire.rs`).
 //! 5. A restart ends every run the log says was going (the runtime reaps the containers): each
-//!    counts as a retryable failure.
+//!    counts as a retryable failure. Results held across it are fitted again (one an older
+//!    build kept may not fit).
 //! 6. The worker reports (slots, runs, finished tasks — unacknowledged results and the latest
 //!    acknowledged ones —, the last placement seen) to its
 //!    admin when the admin or its term changes, when its runs change, and every
@@ -21,7 +24,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::{tail, SandboxExit, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_ATTEMPTS};
+use super::wire::fit_result;
+use super::{SandboxExit, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_ATTEMPTS};
 use crate::{Command, Core, Message, NodeId, Notice, Refusal};
 
 /// A worker reports at least this often, in beats.
@@ -194,7 +198,7 @@ impl Core {
         } else {
             TaskStatus::Failed
         };
-        let result = TaskResult {
+        let mut result = TaskResult {
             status,
             exit_code: exit.exit_code,
             signal: exit.signal,
@@ -202,10 +206,13 @@ impl Core {
             attempt,
             duration_ms: exit.duration_ms.min(crate::MAX_WIRE_INT),
             usage: exit.usage,
-            stdout: tail(exit.stdout, super::MAX_TAIL_BYTES),
-            stderr: tail(exit.stderr, super::MAX_TAIL_BYTES),
+            stdout: exit.stdout,
+            stderr: exit.stderr,
+            stdout_truncated_bytes: exit.stdout_truncated_bytes,
+            stderr_truncated_bytes: exit.stderr_truncated_bytes,
             error: None,
         };
+        fit_result(&mut result);
         self.finish(task, result, out);
     }
 
@@ -250,8 +257,9 @@ impl Core {
         };
         let mut result = TaskResult::without_run(status, self.id.clone(), attempt);
         if status == TaskStatus::Error {
-            result.error = Some(tail(error, super::MAX_TAIL_BYTES));
+            result.error = Some(error);
         }
+        fit_result(&mut result);
         self.finish(task, result, out);
     }
 
@@ -309,6 +317,7 @@ impl Core {
         w.reported = None;
         w.acked.clear();
         w.released.clear();
+        w.results.values_mut().for_each(fit_result);
         let runs = std::mem::take(&mut w.running);
         for (task, run) in runs {
             self.run_failed(

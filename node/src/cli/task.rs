@@ -550,6 +550,8 @@ mod tests {
             usage: Default::default(),
             stdout: String::new(),
             stderr: String::new(),
+            stdout_truncated_bytes: 0,
+            stderr_truncated_bytes: 0,
             error: Some("image: no such image".into()),
         };
         assert_eq!(exit_code(&r(TaskStatus::Succeeded, Some(0), None)), 0);
@@ -603,6 +605,8 @@ mod tests {
                 },
                 stdout: "hi\n".into(),
                 stderr: String::new(),
+                stdout_truncated_bytes: 0,
+                stderr_truncated_bytes: 0,
                 error: None,
             }),
         };

@@ -13,8 +13,9 @@
 //!    not retry in the background for ever.
 //! 3. **Every run ends once** on the channel [`TaskRunner::next_exit`] reads (cancel safe): as
 //!    [`Event::SandboxExited`] (exit code, OOM, timeout, output tails of at most
-//!    `chorus_core::MAX_TAIL_BYTES` each, duration) or [`Event::SandboxFailed`] (the sandbox
-//!    error's category and message, and its `retryable` flag).
+//!    `chorus_core::MAX_TAIL_BYTES` each and the bytes dropped before them, duration) or
+//!    [`Event::SandboxFailed`] (the sandbox error's category and message, and its `retryable`
+//!    flag). The core cuts the tails further if their encoding would not fit a frame.
 //! 4. **Stop kills the run:** its command is abandoned and its sandbox removed (forced), and the
 //!    end is an exit by signal 9, which the core records as cancelled.
 //! 5. **Recovery reaps.** [`TaskSandboxes::recovered`] removes this node's sandboxes that an

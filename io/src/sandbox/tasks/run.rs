@@ -127,6 +127,8 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             usage,
             stdout: tails.stdout(),
             stderr: tails.stderr(),
+            stdout_truncated_bytes: tails.stdout_dropped(),
+            stderr_truncated_bytes: tails.stderr_dropped(),
             ..exit
         },
     };

@@ -317,6 +317,27 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
 }
 
+/// The tails are the last 8 KiB of each stream, and the bytes before them are counted: 9,000
+/// bytes of `\x01` keep 8,192 and say 808 went (the core cuts further, to fit a frame).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_counts_the_output_dropped_before_each_tail() {
+    let (provider, image) = docker().await;
+    let node = test_node("tails");
+    let mut runner = TaskRunner::new(provider.clone(), fresh_config(&node));
+    let ones = "head -c 9000 /dev/zero | tr '\\0' '\\1'; echo oops >&2";
+    runner.start(&task(1), 1, &spec(&image, &["sh", "-c", ones]));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "{:?}", exit.stderr);
+    assert_eq!(exit.stdout, "\u{1}".repeat(MAX_TAIL_BYTES));
+    assert_eq!(exit.stdout_truncated_bytes, 9_000 - MAX_TAIL_BYTES as u64);
+    assert_eq!(
+        (exit.stderr.as_str(), exit.stderr_truncated_bytes),
+        ("oops\n", 0)
+    );
+    drop(runner);
+    wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_reports_the_cpu_time_and_peak_memory_a_run_used() {
     let (provider, image) = docker().await;
