@@ -365,6 +365,17 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     let mut err = std::io::stderr().lock();
     err.write_all(shown(&result.stderr).as_bytes())?;
+    for (name, cut) in [
+        ("stdout", result.stdout_truncated_bytes),
+        ("stderr", result.stderr_truncated_bytes),
+    ] {
+        if cut > 0 {
+            writeln!(
+                err,
+                "chorus: {name}: only its last part is shown; {cut} earlier bytes were cut"
+            )?;
+        }
+    }
     if let Some(words) = plain_words(&id, &result) {
         writeln!(err, "chorus: {words}")?;
     }
@@ -430,9 +441,17 @@ fn render_unescaped(v: &TaskView) -> String {
         if let Some(e) = &r.error {
             out.push_str(&format!("  error: {e}\n"));
         }
-        for (name, tail) in [("stdout", &r.stdout), ("stderr", &r.stderr)] {
+        for (name, tail, cut) in [
+            ("stdout", &r.stdout, r.stdout_truncated_bytes),
+            ("stderr", &r.stderr, r.stderr_truncated_bytes),
+        ] {
             if !tail.is_empty() {
-                out.push_str(&format!("  {name} (last 8 KiB):\n"));
+                let head = if cut > 0 {
+                    format!("the last {} bytes; {cut} earlier bytes cut", tail.len())
+                } else {
+                    "all of it".to_owned()
+                };
+                out.push_str(&format!("  {name} ({head}):\n"));
                 for line in tail.lines() {
                     out.push_str(&format!("    {line}\n"));
                 }
