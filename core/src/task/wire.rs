@@ -70,26 +70,14 @@ pub(crate) fn wire_tail(mut s: String, max_bytes: usize, max_wire_bytes: usize) 
 /// `*_truncated_bytes`. A no-op on a result that fits already, so a result kept by an older
 /// build can be fitted again.
 pub(crate) fn fit_result(r: &mut TaskResult) {
-    let (stdout, cut) = wire_tail(
-        std::mem::take(&mut r.stdout),
-        MAX_TAIL_BYTES,
-        MAX_TAIL_WIRE_BYTES,
-    );
-    r.stdout = stdout;
-    r.stdout_truncated_bytes = r
-        .stdout_truncated_bytes
-        .saturating_add(cut)
-        .min(MAX_WIRE_INT);
-    let (stderr, cut) = wire_tail(
-        std::mem::take(&mut r.stderr),
-        MAX_TAIL_BYTES,
-        MAX_TAIL_WIRE_BYTES,
-    );
-    r.stderr = stderr;
-    r.stderr_truncated_bytes = r
-        .stderr_truncated_bytes
-        .saturating_add(cut)
-        .min(MAX_WIRE_INT);
+    for (tail, truncated) in [
+        (&mut r.stdout, &mut r.stdout_truncated_bytes),
+        (&mut r.stderr, &mut r.stderr_truncated_bytes),
+    ] {
+        let (kept, cut) = wire_tail(std::mem::take(tail), MAX_TAIL_BYTES, MAX_TAIL_WIRE_BYTES);
+        *tail = kept;
+        *truncated = truncated.saturating_add(cut).min(MAX_WIRE_INT);
+    }
     if let Some(e) = r.error.take() {
         r.error = Some(wire_tail(e, MAX_TAIL_BYTES, MAX_ERROR_WIRE_BYTES).0);
     }

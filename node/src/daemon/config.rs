@@ -148,6 +148,19 @@ pub struct TasksConfig {
     pub max_timeout_ms: Option<u64>,
 }
 
+/// A `/proc/meminfo` field (`MemTotal`, `MemAvailable`) in MiB, when the host has one.
+pub fn meminfo_mb(field: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = text
+        .lines()
+        .find(|l| l.split(':').next() == Some(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((kb / 1024).min(u64::from(u32::MAX)) as u32)
+}
+
 /// Processes one task may ask for unless `[tasks] max_pids` says otherwise: far below a
 /// host's `pid_max` (32,768 on many), so one task cannot take every pid.
 pub const DEFAULT_MAX_PIDS: u32 = 4_096;
@@ -160,17 +173,9 @@ impl TasksConfig {
     /// this host — half its memory, all its CPUs — so one task cannot exhaust it.
     pub fn ceilings(&self) -> chorus_io::sandbox::tasks::Ceilings {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        let host_mb = std::fs::read_to_string("/proc/meminfo")
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find(|l| l.starts_with("MemTotal:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|kb| kb.parse::<u64>().ok())
-            })
-            .map(|kb| (kb / 1024 / 2).min(u64::from(u32::MAX)) as u32);
+        let half_the_host = meminfo_mb("MemTotal").map(|mb| mb / 2);
         chorus_io::sandbox::tasks::Ceilings {
-            memory_mb: self.max_memory_mb.or(host_mb),
+            memory_mb: self.max_memory_mb.or(half_the_host),
             cpu_millis: Some(self.max_cpu_millis.unwrap_or(cpus.saturating_mul(1_000))),
             pids: Some(self.max_pids.unwrap_or(DEFAULT_MAX_PIDS)),
             timeout_ms: Some(self.max_timeout_ms.unwrap_or(DEFAULT_MAX_TIMEOUT_MS)),

@@ -411,15 +411,7 @@ fn is_loopback(addr: &libp2p::Multiaddr) -> bool {
 /// Free CPU (all cores) and available memory, for the score.
 fn sample_resources() -> Resources {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-    let mem_free_mb = std::fs::read_to_string(Path::new("/proc/meminfo"))
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .find(|l| l.starts_with("MemAvailable:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| (kb / 1024).min(u64::from(u32::MAX)) as u32);
+    let mem_free_mb = super::config::meminfo_mb("MemAvailable").unwrap_or(0);
     Resources {
         cpu_millicores: cpus * 1_000,
         mem_free_mb,
