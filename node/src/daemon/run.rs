@@ -150,8 +150,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
         .await;
     if let Some(pools) = &pools {
-        // The warm sandboxes go with the node; a run still going when it stopped is reaped at
-        // the next start (its owner, this process, is gone by then).
+        // The runs still going are stopped (their sandboxes removed) and the warm sandboxes
+        // go with the node; what a stop could not remove is reaped at the next start.
         let n = pools.shutdown().await;
         tracing::info!("removed the sandboxes of {n} warm pool(s)");
     }

@@ -18,7 +18,9 @@
 //!    flag). The core cuts the tails further if their encoding would not fit a frame.
 //! 4. **Stop kills the run:** its command is abandoned and its sandbox removed (forced), and the
 //!    end is an exit by signal 9, which the core records as cancelled.
-//! 5. **Recovery reaps.** [`TaskSandboxes::recovered`] removes this node's sandboxes that an
+//! 5. **A graceful stop stops every run** ([`ShutdownHandle::shutdown`]): each removes its
+//!    sandbox as a cancellation does, so no run outlives its node's graceful stop.
+//! 6. **Recovery reaps.** [`TaskSandboxes::recovered`] removes this node's sandboxes that an
 //!    earlier process left (owner gone or deadline passed: `SandboxProvider::reap`), before the
 //!    core steps `Started` and counts those runs as retryable failures.
 
@@ -30,6 +32,7 @@ mod tail;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,6 +46,9 @@ pub use ceilings::Ceilings;
 pub use shape::{lifetime_for, TaskShape};
 pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
+
+/// How long a graceful stop waits for the runs it stopped to remove their sandboxes.
+pub const STOP_RUNS_BOUND: Duration = Duration::from_secs(30);
 
 /// How a [`TaskRunner`] runs tasks.
 #[derive(Clone, Debug)]
@@ -107,9 +113,19 @@ struct Shared<P: SandboxProvider + 'static> {
     config: TaskRunnerConfig,
     stats: Arc<RunnerStats>,
     pools: Mutex<(u64, BTreeMap<TaskShape, PoolEntry<P>>)>,
+    /// Runs going: how to stop each (here, not in the runner, so a node stopping after its
+    /// runtime loop returned can still stop them).
+    runs: Mutex<BTreeMap<(TaskId, u32), oneshot::Sender<()>>>,
+    /// Spawned runs not yet ended (their sandboxes may still exist).
+    active: AtomicUsize,
 }
 
 impl<P: SandboxProvider + Clone + 'static> Shared<P> {
+    fn lock_runs(&self) -> MutexGuard<'_, BTreeMap<(TaskId, u32), oneshot::Sender<()>>> {
+        // A map of senders: a panic elsewhere cannot leave it inconsistent.
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock_pools(&self) -> MutexGuard<'_, (u64, BTreeMap<TaskShape, PoolEntry<P>>)> {
         // A map of handles: a panic elsewhere cannot leave it inconsistent.
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
@@ -180,8 +196,6 @@ impl<P: SandboxProvider + Clone + 'static> Shared<P> {
 /// Runs the core's tasks in sandboxes of one provider. See the [module docs](self).
 pub struct TaskRunner<P: SandboxProvider + Clone + 'static> {
     shared: Arc<Shared<P>>,
-    /// Runs going: how to stop each.
-    runs: BTreeMap<(TaskId, u32), oneshot::Sender<()>>,
     ended_tx: mpsc::UnboundedSender<Event>,
     ended_rx: mpsc::UnboundedReceiver<Event>,
 }
@@ -190,7 +204,7 @@ impl<P: SandboxProvider + Clone + 'static> std::fmt::Debug for TaskRunner<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskRunner")
             .field("node_id", &self.shared.config.node_id)
-            .field("runs", &self.runs.len())
+            .field("runs", &self.running())
             .finish()
     }
 }
@@ -205,8 +219,9 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
                 config,
                 stats: Arc::new(RunnerStats::default()),
                 pools: Mutex::new((0, BTreeMap::new())),
+                runs: Mutex::new(BTreeMap::new()),
+                active: AtomicUsize::new(0),
             }),
-            runs: BTreeMap::new(),
             ended_tx,
             ended_rx,
         }
@@ -225,7 +240,7 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
 
     /// Runs going now.
     pub fn running(&self) -> usize {
-        self.runs.len()
+        self.shared.lock_runs().len()
     }
 
     /// The state of the warm pool of `shape`, if there is one.
@@ -249,10 +264,26 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
 pub struct ShutdownHandle<P: SandboxProvider + Clone + 'static>(Arc<Shared<P>>);
 
 impl<P: SandboxProvider + Clone + 'static> ShutdownHandle<P> {
-    /// Removes every pooled sandbox (idle, and leased to runs still going) and waits for the
-    /// removals; returns how many pools there were. Sandboxes made fresh for runs still going
-    /// are left to the next start's reap.
+    /// Stops every run still going — each removes its sandbox, as a cancellation does (rule
+    /// 4) — and waits for them (at most [`STOP_RUNS_BOUND`]; what is left then goes to the
+    /// next start's reap), then removes every pooled sandbox and waits for the removals.
+    /// Returns how many pools there were. A run never outlives its node's graceful stop.
     pub async fn shutdown(&self) -> usize {
+        let stops: Vec<_> = std::mem::take(&mut *self.0.lock_runs())
+            .into_values()
+            .collect();
+        let asked = stops.len();
+        for stop in stops {
+            let _ = stop.send(());
+        }
+        let deadline = tokio::time::Instant::now() + STOP_RUNS_BOUND;
+        while self.0.active.load(Ordering::SeqCst) > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let left = self.0.active.load(Ordering::SeqCst);
+        if asked > 0 || left > 0 {
+            tracing::info!(stopped = asked, left, "stopped the task runs still going");
+        }
         let pools: Vec<_> = std::mem::take(&mut self.0.lock_pools().1)
             .into_values()
             .map(|e| e.pool)
@@ -285,19 +316,24 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
 
     fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {
         let (stop_tx, stop_rx) = oneshot::channel();
-        self.runs.insert((task.clone(), attempt), stop_tx);
+        self.shared
+            .lock_runs()
+            .insert((task.clone(), attempt), stop_tx);
         let shared = Arc::clone(&self.shared);
         let ended = self.ended_tx.clone();
         let (task, spec) = (task.clone(), Arc::clone(spec));
+        shared.active.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let event = run::run(&shared, &task, attempt, &spec, stop_rx).await;
+            shared.active.fetch_sub(1, Ordering::SeqCst);
             // The runner is gone only when the node stops; the end is then moot.
             let _ = ended.send(event);
         });
     }
 
     fn stop(&mut self, task: &TaskId, attempt: u32) {
-        if let Some(stop) = self.runs.remove(&(task.clone(), attempt)) {
+        let stop = self.shared.lock_runs().remove(&(task.clone(), attempt));
+        if let Some(stop) = stop {
             // The run may have ended a moment ago: its end is on the channel either way.
             let _ = stop.send(());
         }
@@ -311,7 +347,7 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
         if let Event::SandboxExited { task, attempt, .. }
         | Event::SandboxFailed { task, attempt, .. } = &event
         {
-            self.runs.remove(&(task.clone(), *attempt));
+            self.shared.lock_runs().remove(&(task.clone(), *attempt));
         }
         event
     }

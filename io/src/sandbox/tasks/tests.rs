@@ -397,6 +397,31 @@ async fn docker_reports_timeouts_oom_kills_and_cancellations() {
     );
 }
 
+/// Issue 33: a run never outlives its node's graceful stop — the shutdown handle (used after
+/// the runtime loop returned) stops every run still going and waits until its sandbox is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_graceful_stop_ends_every_run_and_removes_its_sandbox() {
+    let (provider, image) = docker().await;
+    let node = test_node("stop");
+    let mut runner = TaskRunner::new(provider.clone(), fresh_config(&node));
+    runner.start(&task(1), 1, &spec(&image, &["sleep", "600"]));
+    runner.start(&task(2), 1, &spec(&image, &["sleep", "600"]));
+    wait_until(|| async { containers_of(&provider, &node).await == 2 }).await;
+    let began = std::time::Instant::now();
+    runner.shutdown_handle().shutdown().await;
+    assert_eq!(
+        containers_of(&provider, &node).await,
+        0,
+        "no sandbox left after the stop"
+    );
+    assert!(began.elapsed() < STOP_RUNS_BOUND, "{:?}", began.elapsed());
+    assert_eq!(runner.running(), 0);
+    for _ in 0..2 {
+        let (_, _, exit) = exited(end(&mut runner).await);
+        assert_eq!(exit.signal, Some(9), "{exit:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_mounts_a_configured_repository_read_only_or_read_write() {
     let (provider, image) = docker().await;
