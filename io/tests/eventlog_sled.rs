@@ -31,6 +31,21 @@ fn events() -> Vec<(u64, Event)> {
     ]
 }
 
+/// The log's sled database opened directly, to damage it. sled releases its file lock from a
+/// background thread a moment after the log is dropped: retry while the lock is still held.
+fn raw_db(dir: &std::path::Path) -> sled::Db {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match sled::open(dir) {
+            Ok(db) => return db,
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("lock") => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => panic!("cannot open {}: {e}", dir.display()),
+        }
+    }
+}
+
 fn open(dir: &std::path::Path, id: &str) -> Result<SledLog, LogError> {
     SledLog::open(dir, meta(id), SledLogOptions::default())
 }
@@ -170,7 +185,7 @@ fn corrupt_record_is_a_clear_error_naming_the_path() {
     }
     {
         // Garbage under an event key, written through sled itself.
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_db(dir.path());
         let events = db.open_tree("events").unwrap();
         events
             .insert(3u64.to_be_bytes(), &b"\xff\x00garbage"[..])
@@ -196,7 +211,7 @@ fn gap_in_the_sequence_is_corruption() {
         log.sync().unwrap();
     }
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_db(dir.path());
         db.open_tree("events")
             .unwrap()
             .remove(2u64.to_be_bytes())
@@ -212,7 +227,7 @@ fn version_mismatch_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path(), "a").unwrap());
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_db(dir.path());
         let meta_tree = db.open_tree("meta").unwrap();
         let mut marker: serde_json::Value =
             serde_json::from_slice(&meta_tree.get("meta").unwrap().unwrap()).unwrap();
@@ -241,7 +256,7 @@ fn another_nodes_data_dir_is_refused() {
 fn events_without_a_version_marker_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_db(dir.path());
         db.open_tree("events")
             .unwrap()
             .insert(1u64.to_be_bytes(), &b"[0,{\"kind\":\"started\"}]"[..])
@@ -345,7 +360,7 @@ fn corrupt_record_under_a_snapshot_is_found_at_recovery() {
         log.snapshot(&core).unwrap();
     }
     {
-        let db = sled::open(dir.path()).unwrap();
+        let db = raw_db(dir.path());
         db.open_tree("events")
             .unwrap()
             .insert(2u64.to_be_bytes(), &b"{"[..])
