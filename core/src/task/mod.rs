@@ -239,26 +239,25 @@ fn err<T>(msg: impl Into<String>) -> Result<T, SpecError> {
     Err(SpecError(msg.into()))
 }
 
-fn check_name(what: &str, s: &str) -> Result<(), SpecError> {
-    if s.is_empty() || s.len() > bounds::NAME || s.chars().any(char::is_control) {
+/// A name of at most `max` bytes, without control characters (a newline in a name would forge
+/// log lines wherever it is printed).
+fn check_text(what: &str, s: &str, max: usize) -> Result<(), SpecError> {
+    if s.is_empty() || s.len() > max || s.chars().any(char::is_control) {
         return err(format!(
-            "{what} must be 1 to {} bytes without control characters",
-            bounds::NAME
+            "{what} must be 1 to {max} bytes without control characters"
         ));
     }
     Ok(())
 }
 
+fn check_name(what: &str, s: &str) -> Result<(), SpecError> {
+    check_text(what, s, bounds::NAME)
+}
+
 impl TaskSpec {
     /// Checks every bound; a spec from a user or a peer is used only after this passed.
     pub fn check(&self) -> Result<(), SpecError> {
-        if self.image.is_empty() || self.image.len() > bounds::IMAGE {
-            return err(format!("image must be 1 to {} bytes", bounds::IMAGE));
-        }
-        // A newline in an image name would forge log lines wherever it is printed.
-        if self.image.chars().any(char::is_control) {
-            return err("image must not hold control characters");
-        }
+        check_text("image", &self.image, bounds::IMAGE)?;
         if self.command.is_empty() || self.command.len() > bounds::ARGS {
             return err(format!("command must have 1 to {} arguments", bounds::ARGS));
         }

@@ -72,8 +72,12 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         capabilities.clone(),
         config.cluster_seed,
     )?;
+    // Read from the host once: the worker enforces them and the API refuses submits above them.
+    let ceilings = config.tasks.ceilings();
     let sandboxes = if slots > 0 {
-        NodeSandboxes::Docker(Box::new(task_runner(&config, node_id.as_str()).await?))
+        NodeSandboxes::Docker(Box::new(
+            task_runner(&config, node_id.as_str(), ceilings).await?,
+        ))
     } else {
         NodeSandboxes::Off(NoSandboxes::default())
     };
@@ -90,7 +94,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     transport_config.allowlist = allowlist;
     // The HTTP API first: its bound address is advertised to peers.
     let shared = SharedState::default();
-    shared.lock().ceilings = config.tasks.ceilings();
+    shared.lock().ceilings = ceilings;
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
     let (http_addr, server) = crate::api::serve(http, shared.clone(), auth).await?;
     transport_config.http = Some(http_addr.to_string());

@@ -9,7 +9,7 @@ use chorus_core::{Core, Event, SharedSpec, TaskId};
 use chorus_io::runtime::{NoSandboxes, TaskSandboxes};
 use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::repo::RepoRoots;
-use chorus_io::sandbox::tasks::{TaskRunner, TaskRunnerConfig};
+use chorus_io::sandbox::tasks::{Ceilings, TaskRunner, TaskRunnerConfig};
 use chorus_io::sandbox::SandboxProvider;
 
 use super::config::{NodeConfig, DEFAULT_POOL_SIZE};
@@ -48,10 +48,12 @@ pub async fn reap_on_start(node_id: &str) -> anyhow::Result<usize> {
 }
 
 /// The Docker-backed task runner of a node with task slots: repositories from `[repos]` (each
-/// the only place its mount may come from), warm pools as `[tasks]` says.
+/// the only place its mount may come from), warm pools as `[tasks]` says, and `ceilings` on
+/// what one task may ask for.
 pub(super) async fn task_runner(
     config: &NodeConfig,
     node_id: &str,
+    ceilings: Ceilings,
 ) -> anyhow::Result<TaskRunner<DockerProvider>> {
     let roots = RepoRoots::new(config.repos.values())
         .context("a repository of `[repos]` cannot be used")?;
@@ -63,7 +65,7 @@ pub(super) async fn task_runner(
     runner.repos = config.repos.clone();
     runner.pool_size = config.tasks.pool_size.unwrap_or(DEFAULT_POOL_SIZE) as usize;
     runner.warm_images = config.tasks.warm_images.clone();
-    runner.ceilings = config.tasks.ceilings();
+    runner.ceilings = ceilings;
     Ok(TaskRunner::new(provider, runner))
 }
 
