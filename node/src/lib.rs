@@ -32,6 +32,7 @@ pub mod daemon;
 pub mod devcluster;
 mod exit;
 pub mod history;
+pub mod pki;
 pub mod wire;
 
 /// `chorus_node::merge` as it was before the layout by role (the end-to-end tests call it).
@@ -59,6 +60,19 @@ struct Cli {
     /// A file holding the API token (env CHORUS_TOKEN_FILE).
     #[arg(long, global = true, env = "CHORUS_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// The SHA-256 fingerprint of a node's TLS certificate to accept for https:// addresses
+    /// (env CHORUS_TLS_FINGERPRINT; the node prints it at its first start and in its log).
+    #[arg(
+        long,
+        global = true,
+        env = "CHORUS_TLS_FINGERPRINT",
+        value_name = "SHA256"
+    )]
+    tls_fingerprint: Option<String>,
+    /// A CA certificate (PEM) that signed the nodes' TLS certificates, for https:// addresses
+    /// (env CHORUS_CA_CERT).
+    #[arg(long, global = true, env = "CHORUS_CA_CERT", value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -84,7 +98,7 @@ enum Cmd {
     /// Show a node's status.
     Status {
         /// The node's HTTP API.
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
         /// Print the raw JSON.
         #[arg(long)]
@@ -104,7 +118,12 @@ enum Cmd {
     /// or fails with the reason (exit 1). One change at a time.
     Members {
         /// The HTTP API of any node of the cluster.
-        #[arg(long, default_value = "127.0.0.1:7070", global = true)]
+        #[arg(
+            long,
+            env = "CHORUS_ADDR",
+            default_value = "127.0.0.1:7070",
+            global = true
+        )]
         addr: String,
         /// Print the raw JSON (listing only).
         #[arg(long)]
@@ -215,6 +234,9 @@ enum MembersCmd {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(e) = cli::http::set_token(cli.token, cli.token_file.as_deref()) {
+        return fail(&e);
+    }
+    if let Err(e) = cli::http::set_tls(cli.tls_fingerprint.as_deref(), cli.ca_cert.as_deref()) {
         return fail(&e);
     }
     match cli.command {

@@ -59,7 +59,11 @@ impl Shared {
         ids.remove(&self.node_id);
         let mut members = vec![Member {
             node_id: self.node_id.clone(),
-            http: Some(http.to_owned()),
+            http: Some(if self.http_url.is_empty() {
+                http.to_owned()
+            } else {
+                self.http_url.clone()
+            }),
             voter: electorate.contains(&self.node_id),
             connected: true,
             last_contact_ms: Some(0),

@@ -10,7 +10,9 @@ pub mod cluster;
 pub mod members;
 pub mod status;
 pub mod tasks;
+pub mod tls;
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,11 +23,12 @@ use tokio::net::TcpListener;
 use crate::daemon::shared::SharedState;
 
 /// Binds `addr` (failing early, with the address in the error) and returns the server future.
-/// `auth` decides who may call what.
+/// `auth` decides who may call what; with `tls` every connection speaks TLS.
 pub async fn serve(
     addr: SocketAddr,
     shared: SharedState,
     auth: Arc<auth::Auth>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> anyhow::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = TcpListener::bind(addr)
         .await
@@ -53,8 +56,15 @@ pub async fn serve(
             auth::guard,
         ))
         .with_state((shared, bound));
+    let server: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
+        match tls {
+            Some(config) => {
+                Box::pin(axum::serve(tls::TlsListener::new(listener, config)?, app).into_future())
+            }
+            None => Box::pin(axum::serve(listener, app).into_future()),
+        };
     let server = async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = server.await {
             tracing::error!(error = %e, "HTTP API stopped");
         }
     };

@@ -39,6 +39,10 @@ pub struct Status {
     /// mistake: two clusters founded where one was meant; see `foreign_cluster` in `/metrics`).
     pub foreign_cluster_refusals: u64,
     pub listen_addrs: Vec<String>,
+    /// SHA-256 of the HTTP API's TLS certificate (what `--tls-fingerprint` pins), when it
+    /// speaks TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_tls_fingerprint: Option<String>,
     pub capabilities: Vec<String>,
     /// Seconds since the process started, at the time of the request.
     pub uptime_s: u64,
@@ -75,6 +79,7 @@ impl Shared {
                 .copied()
                 .unwrap_or(0),
             listen_addrs: self.listen_addrs.clone(),
+            http_tls_fingerprint: self.http_tls_fingerprint.clone(),
             capabilities: self.capabilities.clone(),
             uptime_s: self
                 .started_at

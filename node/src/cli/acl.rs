@@ -30,7 +30,7 @@ pub enum TokenCmd {
         #[arg(long)]
         role: Role,
         /// The HTTP API of any node.
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
         /// Print the answer as JSON (token, id, role).
         #[arg(long)]

@@ -41,7 +41,7 @@ pub enum Cmd {
         /// The task id (ORIGIN-SEQ, as `submit` printed it).
         id: String,
         /// The node's HTTP API.
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
         /// Print the raw JSON.
         #[arg(long)]
@@ -50,7 +50,7 @@ pub enum Cmd {
     /// List the tasks submitted to a node.
     List {
         /// The node's HTTP API.
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
         /// Only tasks in this state: all, unfinished, a phase (submitted, queued, placed,
         /// finished, done) or a result (succeeded, failed, out_of_memory, timed_out, cancelled,
@@ -66,7 +66,7 @@ pub enum Cmd {
         /// The task id.
         id: String,
         /// The node's HTTP API.
-        #[arg(long, default_value = "127.0.0.1:7070")]
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
     },
 }
@@ -75,7 +75,7 @@ pub enum Cmd {
 #[derive(clap::Args)]
 pub struct SubmitArgs {
     /// The HTTP API of any node.
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
     pub addr: String,
     /// The image (it must exist on the workers; nothing is pulled).
     #[arg(long)]

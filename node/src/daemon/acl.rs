@@ -4,7 +4,7 @@
 
 use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context};
 
@@ -74,7 +74,7 @@ pub fn read_key(path: &Path) -> anyhow::Result<AclKey> {
 }
 
 /// Writes a new file only its owner may read (never through an existing file or link).
-pub fn write_private(path: &PathBuf, text: &str) -> anyhow::Result<()> {
+pub fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

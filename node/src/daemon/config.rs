@@ -23,6 +23,21 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether the HTTP API speaks TLS (`http_tls`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpTls {
+    /// TLS when the API listens off loopback (or a certificate is given), plain HTTP on
+    /// loopback.
+    #[default]
+    Auto,
+    /// Always TLS: the given certificate, else one made and kept in the data directory.
+    On,
+    /// Never TLS, off loopback too (behind a TLS proxy on a trusted network): tokens and task
+    /// output then cross the network in the clear.
+    Off,
+}
+
 /// The capability names this build gives a meaning to. Others are advertised as they are (a
 /// task may require them), but one that looks like a known name is probably a typo.
 pub const KNOWN_CAPABILITIES: [&str; 2] = [ADMIN_ELECTION, DOCKER];
@@ -61,6 +76,13 @@ pub struct NodeConfig {
     /// DNS names the HTTP API answers to (its `Host` header), besides IP addresses and
     /// `localhost`: a request for any other name is refused (DNS rebinding).
     pub http_names: Vec<String>,
+    /// Whether the HTTP API speaks TLS.
+    pub http_tls: HttpTls,
+    /// The API's TLS certificate chain (PEM); with `http_tls_key`. Default: one made at first
+    /// start in `DATA_DIR/http-tls/`, its SHA-256 fingerprint printed for clients to pin.
+    pub http_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of `http_tls_cert`.
+    pub http_tls_key: Option<PathBuf>,
     /// Discover peers on the local network with mDNS.
     pub mdns: bool,
     /// Log format.
@@ -99,6 +121,9 @@ impl Default for NodeConfig {
             allowed_peers: Vec::new(),
             acl_key_file: None,
             http_names: Vec::new(),
+            http_tls: HttpTls::Auto,
+            http_tls_cert: None,
+            http_tls_key: None,
             mdns: false,
             log_format: LogFormat::Human,
             cluster_seed: 0,
@@ -265,6 +290,17 @@ pub struct RunFlags {
     /// `localhost` always work, other names are refused (DNS rebinding).
     #[arg(long, value_name = "NAME")]
     pub http_name: Vec<String>,
+    /// TLS for the HTTP API (config `http_tls`) [default: auto, TLS when it listens off
+    /// loopback or a certificate is given; a certificate is made in DATA_DIR/http-tls/ when
+    /// none is given, and its fingerprint printed for `chorus --tls-fingerprint`].
+    #[arg(long, value_enum, value_name = "WHEN")]
+    pub http_tls: Option<HttpTls>,
+    /// The HTTP API's certificate chain, PEM (config `http_tls_cert`; with --http-tls-key).
+    #[arg(long, value_name = "FILE", requires = "http_tls_key")]
+    pub http_tls_cert: Option<PathBuf>,
+    /// The private key of --http-tls-cert, PEM (config `http_tls_key`).
+    #[arg(long, value_name = "FILE", requires = "http_tls_cert")]
+    pub http_tls_key: Option<PathBuf>,
     /// Capability to advertise (repeatable; replaces the default `admin_election`).
     #[arg(long, value_name = "NAME")]
     pub capability: Vec<String>,
@@ -332,6 +368,8 @@ pub struct Resolved {
     pub bootstrap: Vec<Multiaddr>,
     /// Parsed HTTP address.
     pub http: SocketAddr,
+    /// Where the HTTP API's TLS certificate comes from, if it speaks TLS.
+    pub http_tls: Option<TlsSource>,
     /// The private network's key, read from `psk_file`.
     pub psk: Option<PreSharedKey>,
     /// The peers allowed to connect (`allowed_peers`), when pinned.
@@ -342,6 +380,20 @@ pub struct Resolved {
     pub accept_log_reset: bool,
     /// Stop when the parent process exits (`--exit-with-parent`).
     pub exit_with_parent: bool,
+}
+
+/// The HTTP API's certificate and key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TlsSource {
+    /// Given by the operator (PEM files).
+    Files {
+        /// The certificate chain.
+        cert: PathBuf,
+        /// Its private key.
+        key: PathBuf,
+    },
+    /// Made at first start and kept in `DATA_DIR/http-tls/`.
+    Generated,
 }
 
 impl NodeConfig {
@@ -424,6 +476,18 @@ impl NodeConfig {
         if !flags.http_name.is_empty() {
             self.http_names = flags.http_name.clone();
             self.from_flags.insert("http_names", "--http-name");
+        }
+        if let Some(v) = flags.http_tls {
+            self.http_tls = v;
+            self.from_flags.insert("http_tls", "--http-tls");
+        }
+        if let Some(v) = &flags.http_tls_cert {
+            self.http_tls_cert = Some(v.clone());
+            self.from_flags.insert("http_tls_cert", "--http-tls-cert");
+        }
+        if let Some(v) = &flags.http_tls_key {
+            self.http_tls_key = Some(v.clone());
+            self.from_flags.insert("http_tls_key", "--http-tls-key");
         }
         if !flags.capability.is_empty() {
             self.capabilities = flags.capability.clone();
@@ -568,11 +632,20 @@ impl NodeConfig {
                     .to_owned(),
             );
         }
+        let http_tls = this.http_tls_source(http)?;
+        if http_tls.is_none() && !http.ip().is_loopback() {
+            warnings.push(format!(
+                "the HTTP API listens on {http} without TLS (http_tls = \"off\"): tokens and \
+                 task output cross the network in the clear; keep it behind a TLS proxy on a \
+                 trusted network"
+            ));
+        }
         Ok(Resolved {
             config: this,
             listen,
             bootstrap,
             http,
+            http_tls,
             psk,
             allowlist,
             warnings,
@@ -636,6 +709,38 @@ impl NodeConfig {
                  node (mode 0600) and pass --psk-file swarm.key"
             ),
         ))
+    }
+
+    /// Where the API's certificate comes from: off loopback TLS is the default, since tokens
+    /// and task output would otherwise cross the network readable (issue 33).
+    fn http_tls_source(&self, http: SocketAddr) -> anyhow::Result<Option<TlsSource>> {
+        let files = match (&self.http_tls_cert, &self.http_tls_key) {
+            (Some(cert), Some(key)) => Some(TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(self.invalid("http_tls_key", "not set, but http_tls_cert is"))
+            }
+            (None, Some(_)) => {
+                return Err(self.invalid("http_tls_cert", "not set, but http_tls_key is"))
+            }
+        };
+        let wanted = match self.http_tls {
+            HttpTls::On => true,
+            HttpTls::Off => {
+                if files.is_some() {
+                    return Err(self.invalid(
+                        "http_tls",
+                        "\"off\", but a certificate is given (http_tls_cert): drop one of them",
+                    ));
+                }
+                false
+            }
+            HttpTls::Auto => files.is_some() || !http.ip().is_loopback(),
+        };
+        Ok(wanted.then(|| files.unwrap_or(TlsSource::Generated)))
     }
 
     /// The repositories, each resolved (canonical, so no symlink in a mounted path can lead

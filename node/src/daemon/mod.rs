@@ -23,5 +23,6 @@ pub mod run;
 mod sandboxes;
 pub mod shared;
 mod signals;
+pub mod tls;
 
 pub use run::run;

@@ -46,6 +46,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         listen,
         bootstrap,
         http,
+        http_tls,
         psk,
         allowlist,
         warnings,
@@ -96,8 +97,28 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let shared = SharedState::default();
     shared.lock().ceilings = ceilings;
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
-    let (http_addr, server) = crate::api::serve(http, shared.clone(), auth).await?;
-    transport_config.http = Some(http_addr.to_string());
+    let tls = http_tls
+        .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))
+        .transpose()?;
+    let (http_addr, server) = crate::api::serve(
+        http,
+        shared.clone(),
+        auth,
+        tls.as_ref().map(|t| t.config.clone()),
+    )
+    .await?;
+    // Peers pass it on (`/cluster`); a TLS address carries the fingerprint to pin, so a client
+    // that trusts this node can reach the others it names.
+    let http_url = match &tls {
+        Some(t) => format!("https://{http_addr}#sha256={}", t.fingerprint),
+        None => http_addr.to_string(),
+    };
+    {
+        let mut s = shared.lock();
+        s.http_url = http_url.clone();
+        s.http_tls_fingerprint = tls.as_ref().map(|t| t.fingerprint.clone());
+    }
+    transport_config.http = Some(http_url);
     let (transport, addrs) = Libp2pTransport::start(keypair, transport_config).await?;
     let listen_addrs: Vec<String> = addrs.iter().map(|a| format!("{a}/p2p/{node_id}")).collect();
     record_identity(
@@ -118,7 +139,12 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
              pass --listen /ip4/0.0.0.0/tcp/7946 to join a network"
         );
     }
-    announce_api(&config, http_addr, new_management_token.as_deref());
+    announce_api(
+        &config,
+        http_addr,
+        new_management_token.as_deref(),
+        tls.as_ref(),
+    );
     announce_role(&config, &capabilities);
     tokio::spawn(progress(shared.clone()));
 
@@ -315,7 +341,12 @@ fn announce_start(
 
 /// Says who may use the HTTP API, and shows a new management token once (on stderr, not
 /// through the log: it is a secret, and log lines travel further than a terminal).
-fn announce_api(config: &NodeConfig, http_addr: SocketAddr, new_token: Option<&str>) {
+fn announce_api(
+    config: &NodeConfig,
+    http_addr: SocketAddr,
+    new_token: Option<&str>,
+    tls: Option<&super::tls::HttpTlsIdentity>,
+) {
     let token_file = config.data_dir.join(super::acl::MANAGEMENT_TOKEN_FILE);
     if let Some(token) = new_token {
         eprintln!(
@@ -325,12 +356,23 @@ fn announce_api(config: &NodeConfig, http_addr: SocketAddr, new_token: Option<&s
             token_file.display()
         );
     }
-    if !http_addr.ip().is_loopback() {
-        tracing::warn!(
+    if let Some(tls) = tls {
+        // On stderr as well as in the log: a client needs it before it can talk to the node.
+        if tls.generated_now {
+            eprintln!(
+                "chorus: the HTTP API speaks TLS with a certificate made for it ({}); clients \
+                 pin its fingerprint:\n  chorus --addr https://{http_addr} --tls-fingerprint {}",
+                tls.cert_path.display(),
+                tls.fingerprint
+            );
+        }
+        tracing::info!(
             http = %http_addr,
-            "the HTTP API is reachable from other machines over plain HTTP: tokens and task \
-             output cross the network unencrypted; keep it on a trusted network or behind a \
-             TLS proxy"
+            certificate = %tls.cert_path.display(),
+            fingerprint = %tls.fingerprint,
+            "the HTTP API speaks TLS (https://{http_addr}); pin the certificate with \
+             --tls-fingerprint {} or trust its CA with --ca-cert",
+            tls.fingerprint
         );
     }
 }

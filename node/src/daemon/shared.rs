@@ -38,6 +38,10 @@ pub struct Shared {
     pub tasks: TaskMetrics,
     /// The most one task may ask for (`[tasks]` ceilings): a submit above them is refused.
     pub ceilings: chorus_io::sandbox::tasks::Ceilings,
+    /// The API's address as peers are told it: `HOST:PORT`, or `https://HOST:PORT#sha256=FP`.
+    pub http_url: String,
+    /// SHA-256 of the API's TLS certificate, when it speaks TLS.
+    pub http_tls_fingerprint: Option<String>,
 }
 
 /// Most peers whose last contact is remembered.
