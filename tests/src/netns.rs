@@ -265,6 +265,8 @@ impl NetCluster {
             .arg(&node.data_dir)
             .args(["--listen", &format!("/ip4/{}/tcp/{P2P_PORT}", node.addr)])
             .args(["--http", &format!("{}:{HTTP_PORT}", node.addr)])
+            // The harness's client speaks plain HTTP; the namespaces are the test's own.
+            .args(["--http-tls", "off"])
             .args(["--bootstrap-expect", &self.nodes.len().to_string()])
             .args(["--no-mdns", "--cluster-id", "real", "--exit-with-parent"])
             .args(["--heartbeat-ms", &t.heartbeat_ms.to_string()])
