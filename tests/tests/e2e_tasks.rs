@@ -393,3 +393,81 @@ fn a_repository_added_across_a_clean_restart_is_used() {
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_eq!(r["stdout"], "from the repo\n");
 }
+
+/// Whether any file under `dir` holds `needle` (the event log's sled files are not compressed,
+/// so a value logged in plain text is found).
+fn any_file_holds(dir: &std::path::Path, needle: &[u8]) -> Option<std::path::PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = any_file_holds(&path, needle) {
+                return Some(found);
+            }
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            if bytes.windows(needle.len()).any(|w| w == needle) {
+                return Some(path);
+            }
+        }
+    }
+    None
+}
+
+/// `--secret-env` (issue 33): the command sees the value; no API answer shows it, not even to
+/// its submitter, and no node's data directory holds it in plain text — the submitter seals it
+/// under the cluster's pre-shared key and only the worker opens it.
+#[test]
+fn a_secret_value_reaches_the_command_and_no_log_or_api_answer() {
+    let out = chorus_tests::run_chorus(BIN.as_ref(), &["sandbox", "image", "build"]);
+    assert!(
+        out.status.success(),
+        "the test image builds (this test needs Docker)"
+    );
+    let keys = tempfile::tempdir().unwrap();
+    let psk = keys.path().join("swarm.key");
+    chorus_node::cli::psk::generate(&psk).unwrap();
+    let c = Cluster::start_with(
+        BIN,
+        2,
+        Timings::FAST,
+        &[
+            "--docker",
+            "--warm-image",
+            IMAGE,
+            "--psk-file",
+            psk.to_str().unwrap(),
+        ],
+    );
+    c.wait_agreed(Duration::from_secs(60));
+    let ids: Vec<String> = (0..2).map(|i| id(&c, i)).collect();
+    let _cleanup = TaskCluster { c, ids };
+    let c = &_cleanup.c;
+
+    let secret = "correct-horse-battery-staple";
+    // The command names the value only in parts: the spec itself is no secret.
+    let mut s = spec(
+        r#"X=correct-horse; [ "$PASSWORD" = "$X-battery-staple" ] && echo same; echo ${#PASSWORD}"#,
+    );
+    s["secret_env"] = serde_json::json!({ "PASSWORD": secret });
+    let (code, id) = submit(c, 0, &s);
+    assert_eq!(code, 201);
+    let r = result(c, 0, &id);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["stdout"], format!("same\n{}\n", secret.len()), "{r}");
+    let t = task(c, 0, &id).unwrap();
+    assert_eq!(t["spec"]["env"]["PASSWORD"], "<secret>", "{t}");
+    for node in &c.nodes {
+        let found = any_file_holds(&node.data_dir, secret.as_bytes());
+        assert!(found.is_none(), "the secret is in plain text in {found:?}");
+    }
+    // A value dressed as a sealed one is refused at submit.
+    let mut forged = spec("true");
+    forged["env"] = serde_json::json!({ "PASSWORD": "chorus-sealed-v1:00" });
+    let (code, body) = http_request(
+        c.nodes[0].http_port,
+        "POST",
+        "/tasks",
+        Some(&forged.to_string()),
+    )
+    .unwrap();
+    assert_eq!(code, 400, "{body}");
+}

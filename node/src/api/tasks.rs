@@ -22,6 +22,8 @@ use chorus_core::{Event, OwnedTask, TaskId, TaskPhase, TaskSpec};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use chorus_io::sandbox::tasks::secret::{is_sealed, SecretKey, SEALED_PREFIX};
+
 use super::auth::{Caller, Role};
 use crate::daemon::operator::TaskAnswer;
 use crate::daemon::shared::{Shared, SharedState};
@@ -35,10 +37,11 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
 const ANSWER_BOUND: Duration = Duration::from_secs(10);
 
 /// The keys of a task spec in JSON: anything else in a submit is a mistake, said as one.
-const SPEC_KEYS: [&str; 11] = [
+const SPEC_KEYS: [&str; 12] = [
     "image",
     "command",
     "env",
+    "secret_env",
     "workdir",
     "timeout_ms",
     "memory_mb",
@@ -65,7 +68,8 @@ pub(super) async fn submit_task(
             return json_answer(400, serde_json::json!({ "error": error }));
         }
     };
-    let (spec, key) = match parse_submit(&body, header_key) {
+    let secret_key = shared.lock().secret_key.clone();
+    let (spec, key) = match parse_submit(&body, header_key, secret_key.as_ref()) {
         Ok(parsed) => parsed,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
@@ -136,10 +140,12 @@ fn json_answer(code: u16, body: serde_json::Value) -> Response {
 
 /// Parses the body of `POST /tasks`: a task spec (`timeout_ms` defaults to
 /// [`DEFAULT_TIMEOUT_MS`]) and an optional `key`, which the `Idempotency-Key` header may give
-/// instead (both: they must agree).
+/// instead (both: they must agree). `secret_env` (name → value) is sealed with `secret_key`
+/// into the spec's `env`, so the value never reaches the log in plain text.
 pub fn parse_submit(
     body: &[u8],
     header_key: Option<&str>,
+    secret_key: Option<&SecretKey>,
 ) -> Result<(TaskSpec, Option<String>), String> {
     let mut value: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
@@ -151,6 +157,11 @@ pub fn parse_submit(
         Some(Value::String(k)) => Some(k),
         Some(_) => return Err("`key` must be a string".into()),
     };
+    let secrets: BTreeMap<String, String> = match obj.remove("secret_env") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(v) => serde_json::from_value(v)
+            .map_err(|_| "`secret_env` must be an object of names to string values")?,
+    };
     if let Some(unknown) = obj.keys().find(|k| !SPEC_KEYS.contains(&k.as_str())) {
         return Err(format!(
             "unknown field `{unknown}`; a task spec has {}",
@@ -159,8 +170,40 @@ pub fn parse_submit(
     }
     obj.entry("timeout_ms")
         .or_insert_with(|| DEFAULT_TIMEOUT_MS.into());
-    let spec: TaskSpec =
+    let mut spec: TaskSpec =
         serde_json::from_value(value).map_err(|e| format!("not a task spec: {e}"))?;
+    // A sealed value copied from elsewhere would be opened into this task: only this node
+    // seals.
+    if let Some(name) = spec.env.iter().find(|(_, v)| is_sealed(v)).map(|(k, _)| k) {
+        return Err(format!(
+            "environment variable `{name}`: a value may not start with {SEALED_PREFIX} (give \
+             secrets in `secret_env`)"
+        ));
+    }
+    if !secrets.is_empty() {
+        let Some(seal) = secret_key else {
+            return Err(
+                "`secret_env` needs the cluster's pre-shared key (psk_file) on this \
+                        node and the workers: it seals the values; this node has none"
+                    .into(),
+            );
+        };
+        for (name, value) in secrets {
+            if spec.env.contains_key(&name) {
+                return Err(format!(
+                    "environment variable `{name}` is given both in `env` and in `secret_env`"
+                ));
+            }
+            // Checked as the spec checks names: the seal is made over it.
+            if name.is_empty() || name.contains('=') || name.chars().any(char::is_control) {
+                return Err(format!(
+                    "secret environment variable `{name}` is not NAME=VALUE"
+                ));
+            }
+            let sealed = seal.seal(&name, &value);
+            spec.env.insert(name, sealed);
+        }
+    }
     let key = match (header_key, body_key) {
         (Some(h), Some(b)) if h != b => {
             return Err(format!(
@@ -270,12 +313,18 @@ fn not_here(task: &TaskId) -> Value {
 /// What `GET /tasks/{id}` shows of an environment value to anyone but the task's submitter.
 pub const REDACTED: &str = "<redacted>";
 
+/// What `GET /tasks/{id}` shows of a secret value, to everyone.
+pub const SECRET: &str = "<secret>";
+
 /// A task as `GET /tasks/{id}` shows it to `reader` (a token id): the environment's values
 /// only when the reader submitted it.
 fn task_view(task: &TaskId, t: &OwnedTask, reader: Option<&str>) -> TaskView {
     let mut spec = (*t.spec).clone();
-    if reader.is_none() || t.owner.as_deref() != reader {
-        for value in spec.env.values_mut() {
+    let submitter = reader.is_some() && t.owner.as_deref() == reader;
+    for value in spec.env.values_mut() {
+        if is_sealed(value) {
+            *value = SECRET.to_owned();
+        } else if !submitter {
             *value = REDACTED.to_owned();
         }
     }
@@ -376,19 +425,70 @@ mod tests {
 
     #[test]
     fn a_submit_body_is_a_spec_with_a_default_timeout_and_an_optional_key() {
-        let (spec, key) =
-            parse_submit(br#"{"image":"i","command":["true"],"key":"k1"}"#, None).unwrap();
+        let (spec, key) = parse_submit(
+            br#"{"image":"i","command":["true"],"key":"k1"}"#,
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(spec.timeout_ms, DEFAULT_TIMEOUT_MS);
         assert_eq!(key.as_deref(), Some("k1"));
-        let (_, key) = parse_submit(br#"{"image":"i","command":["true"]}"#, Some("h")).unwrap();
+        let (_, key) =
+            parse_submit(br#"{"image":"i","command":["true"]}"#, Some("h"), None).unwrap();
         assert_eq!(key.as_deref(), Some("h"));
-        let err =
-            parse_submit(br#"{"image":"i","command":["true"],"key":"a"}"#, Some("b")).unwrap_err();
+        let err = parse_submit(
+            br#"{"image":"i","command":["true"],"key":"a"}"#,
+            Some("b"),
+            None,
+        )
+        .unwrap_err();
         assert!(err.contains("differ"), "{err}");
-        let err =
-            parse_submit(br#"{"image":"i","command":["true"],"memroy_mb":5}"#, None).unwrap_err();
+        let err = parse_submit(
+            br#"{"image":"i","command":["true"],"memroy_mb":5}"#,
+            None,
+            None,
+        )
+        .unwrap_err();
         assert!(err.contains("`memroy_mb`"), "{err}");
-        assert!(parse_submit(b"[1]", None).is_err());
-        assert!(parse_submit(br#"{"image":"i"}"#, None).is_err());
+        assert!(parse_submit(b"[1]", None, None).is_err());
+        assert!(parse_submit(br#"{"image":"i"}"#, None, None).is_err());
+    }
+
+    #[test]
+    fn secret_values_are_sealed_at_submit_and_shown_to_no_one() {
+        let key = SecretKey::from_psk("cluster");
+        let body =
+            br#"{"image":"i","command":["true"],"env":{"A":"1"},"secret_env":{"S":"hunter2"}}"#;
+        let (spec, _) = parse_submit(body, None, Some(&key)).unwrap();
+        assert!(is_sealed(&spec.env["S"]) && !spec.env["S"].contains("hunter2"));
+        assert_eq!(key.open("S", &spec.env["S"]).unwrap(), "hunter2");
+        // The same submit seals to the same spec (its idempotency key still matches).
+        assert_eq!(parse_submit(body, None, Some(&key)).unwrap().0, spec);
+        // Not even the submitter reads it back; plain values only the submitter.
+        let task: OwnedTask = serde_json::from_value(json!({
+            "spec": spec, "owner": "me", "submitted_at_ms": 0, "phase": {"phase": "submitted"}
+        }))
+        .unwrap();
+        let id: TaskId = "n-1".parse().unwrap();
+        let mine = task_view(&id, &task, Some("me"));
+        assert_eq!(
+            (mine.spec.env["S"].as_str(), mine.spec.env["A"].as_str()),
+            (SECRET, "1")
+        );
+        let theirs = task_view(&id, &task, Some("other"));
+        assert_eq!(theirs.spec.env["A"], REDACTED);
+
+        let err = parse_submit(body, None, None).unwrap_err();
+        assert!(err.contains("psk_file"), "{err}");
+        let copied = format!(
+            r#"{{"image":"i","command":["true"],"env":{{"S":"{}"}}}}"#,
+            key.seal("S", "theirs")
+        );
+        let err = parse_submit(copied.as_bytes(), None, Some(&key)).unwrap_err();
+        assert!(err.contains("may not start with"), "{err}");
+        let both = br#"{"image":"i","command":["true"],"env":{"S":"1"},"secret_env":{"S":"2"}}"#;
+        assert!(parse_submit(both, None, Some(&key))
+            .unwrap_err()
+            .contains("both"));
     }
 }

@@ -10,8 +10,7 @@ pub fn generate(path: &Path) -> anyhow::Result<()> {
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
     let text = format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", hex::encode(key));
-    crate::daemon::acl::write_private(path, &text)
-        .context("the key file must not exist yet")?;
+    crate::daemon::acl::write_private(path, &text).context("the key file must not exist yet")?;
     // What the node will read: the file must parse as it does.
     chorus_io::transport::load_psk(path)?;
     eprintln!(

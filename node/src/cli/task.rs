@@ -87,6 +87,11 @@ pub struct SubmitArgs {
     /// An environment variable, `K=V` (repeatable).
     #[arg(long, value_name = "K=V")]
     pub env: Vec<String>,
+    /// A secret environment variable, its value taken from this command's own environment
+    /// variable K (repeatable): sealed by the node under the cluster's pre-shared key, opened
+    /// only by the worker for the command, never shown by the API nor kept in plain text.
+    #[arg(long, value_name = "K")]
+    pub secret_env: Vec<String>,
     /// Working directory inside the sandbox (default: /workspace).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<String>,
@@ -323,6 +328,22 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let mut body = serde_json::to_value(&spec)?;
+    if !args.secret_env.is_empty() {
+        let mut secrets = serde_json::Map::new();
+        for name in &args.secret_env {
+            match std::env::var(name) {
+                Ok(v) => secrets.insert(name.clone(), Value::String(v)),
+                Err(_) => {
+                    eprintln!(
+                        "chorus: --secret-env {name}: this command's environment has no \
+                         variable {name} (export it first; its value is what is sent)"
+                    );
+                    return Ok(ExitCode::from(2));
+                }
+            };
+        }
+        body["secret_env"] = Value::Object(secrets);
+    }
     if let Some(k) = &args.key {
         body["key"] = Value::String(k.clone());
     }

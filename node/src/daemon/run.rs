@@ -75,9 +75,11 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     )?;
     // Read from the host once: the worker enforces them and the API refuses submits above them.
     let ceilings = config.tasks.ceilings();
+    // Secret environment values are sealed and opened under the cluster's pre-shared key.
+    let secret_key = psk.map(|k| chorus_io::sandbox::tasks::SecretKey::from_psk(&k.to_key_file()));
     let sandboxes = if slots > 0 {
         NodeSandboxes::Docker(Box::new(
-            task_runner(&config, node_id.as_str(), ceilings).await?,
+            task_runner(&config, node_id.as_str(), ceilings, secret_key.clone()).await?,
         ))
     } else {
         NodeSandboxes::Off(NoSandboxes::default())
@@ -96,6 +98,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     // The HTTP API first: its bound address is advertised to peers.
     let shared = SharedState::default();
     shared.lock().ceilings = ceilings;
+    shared.lock().secret_key = secret_key;
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
     let tls = http_tls
         .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))

@@ -54,6 +54,7 @@ pub(super) async fn task_runner(
     config: &NodeConfig,
     node_id: &str,
     ceilings: Ceilings,
+    secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
 ) -> anyhow::Result<TaskRunner<DockerProvider>> {
     let roots = RepoRoots::new(config.repos.values())
         .context("a repository of `[repos]` cannot be used")?;
@@ -66,6 +67,7 @@ pub(super) async fn task_runner(
     runner.pool_size = config.tasks.pool_size.unwrap_or(DEFAULT_POOL_SIZE) as usize;
     runner.warm_images = config.tasks.warm_images.clone();
     runner.ceilings = ceilings;
+    runner.secret_key = secret_key;
     Ok(TaskRunner::new(provider, runner))
 }
 

@@ -42,6 +42,8 @@ pub struct Shared {
     pub http_url: String,
     /// SHA-256 of the API's TLS certificate, when it speaks TLS.
     pub http_tls_fingerprint: Option<String>,
+    /// Seals secret environment values at submit (the cluster's pre-shared key), if any.
+    pub secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
 }
 
 /// Most peers whose last contact is remembered.

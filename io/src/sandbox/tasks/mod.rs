@@ -26,6 +26,7 @@
 
 mod ceilings;
 mod run;
+pub mod secret;
 mod shape;
 mod stats;
 mod tail;
@@ -43,6 +44,7 @@ use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec
 use crate::runtime::TaskSandboxes;
 
 pub use ceilings::Ceilings;
+pub use secret::SecretKey;
 pub use shape::{lifetime_for, TaskShape};
 pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
@@ -73,6 +75,9 @@ pub struct TaskRunnerConfig {
     pub max_idle_age: Duration,
     /// The most one task may ask for; a spec above them fails without a sandbox (not retried).
     pub ceilings: Ceilings,
+    /// Opens secret environment values (the cluster's pre-shared key); none: a task with
+    /// one fails, not retried.
+    pub secret_key: Option<SecretKey>,
 }
 
 impl TaskRunnerConfig {
@@ -90,6 +95,7 @@ impl TaskRunnerConfig {
             pool_lifetime: Duration::from_secs(3_600),
             max_idle_age: Duration::from_secs(600),
             ceilings: Ceilings::default(),
+            secret_key: None,
         }
     }
 

@@ -83,6 +83,20 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             retryable: false,
         };
     }
+    // Secret values are opened here, for the exec's environment only (never a label, a log
+    // line or the sandbox's own environment).
+    let env = match super::secret::open_env(&spec.env, shared.config.secret_key.as_ref()) {
+        Ok(env) => env,
+        Err(why) => {
+            shared.stats.failed();
+            return Event::SandboxFailed {
+                task: task.clone(),
+                attempt,
+                error: format!("policy_violation: {why}"),
+                retryable: false,
+            };
+        }
+    };
     // Taking the sandbox is not interrupted by a stop: a creation dropped half-way could leave
     // a container behind. A stop that came meanwhile is seen right after.
     let held = match take(shared, task, spec).await {
@@ -99,7 +113,9 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
     let outcome = if stop.try_recv().is_ok() {
         Outcome::Stopped
     } else {
-        execute(held.sandbox(), request(spec), &mut tails, &mut stop).await
+        let mut req = request(spec);
+        req.env = env;
+        execute(held.sandbox(), req, &mut tails, &mut stop).await
     };
     let duration_ms = exec_started.elapsed().as_millis() as u64;
     // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
