@@ -53,6 +53,14 @@ fn five_nodes_elect_fail_over_and_rejoin() {
     eprintln!("crash failover: {failover:?} (term {term} -> {new_term})");
     assert!(new_term > term);
     assert_ne!(b, a);
+    // The new admin says how much of the electorate it reaches: 3 of the 4 others (the dead
+    // one's connection is gone once the transport notices).
+    let reach = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        let v = c.status(b)?["voters_connected"].clone();
+        (v["connected"] == 3).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("voters_connected: {:?}", c.status(b)));
+    assert_eq!(reach["others"], 4, "{reach}");
 
     // The old admin comes back: it follows, and the term does not move.
     c.start_node(a);

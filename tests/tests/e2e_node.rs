@@ -186,3 +186,53 @@ fn bad_config_is_one_line_naming_the_key() {
         "nothing is created for a bad config"
     );
 }
+
+/// A second `chorus run` on a node's data directory, or on a taken HTTP port, is one line
+/// saying so — and a first start that cannot serve leaves no data directory behind; `GET /`
+/// says what the port is (issue 35).
+#[test]
+fn a_busy_data_dir_or_port_is_said_plainly_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("n0");
+    let log = dir.path().join("n0.log");
+    let (_guard, ports) = chorus_tests::spawn_reported(
+        Path::new(BIN),
+        &chorus_tests::lone_node_args(&data),
+        &[],
+        &log,
+    );
+    let (code, body) = chorus_tests::http_get(ports.http, "/").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("/status") && body.contains("Bearer"),
+        "{body}"
+    );
+
+    // The same data directory, another port: the log is locked.
+    let mut args = chorus_tests::lone_node_args(&data);
+    let out = run_chorus(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("another chorus process runs on the data directory"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("WouldBlock"), "{stderr}");
+
+    // A fresh data directory, the port taken: said, and nothing made.
+    let fresh = dir.path().join("fresh");
+    args = chorus_tests::lone_node_args(&fresh);
+    let http = args.iter().position(|a| a == "--http").unwrap() + 1;
+    args[http] = format!("127.0.0.1:{}", ports.http);
+    let out = run_chorus(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("cannot bind the HTTP API"), "{stderr}");
+    assert!(!fresh.exists(), "a fresh data directory was left behind");
+}

@@ -329,7 +329,7 @@ fn strip_port(host: &str) -> &str {
 /// The role a request needs; `None`: anyone may (health and public state).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let public = [
-        "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
+        "/", "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
     ];
     let read = *method == Method::GET || *method == Method::HEAD;
     if read && public.contains(&path) {

@@ -128,6 +128,12 @@ pub fn parse_change(body: &[u8]) -> Result<MemberChange, String> {
             "not a node id: {id:?} (1 to {MAX_ID_LEN} characters, no spaces)"
         ));
     }
+    if id.parse::<libp2p::PeerId>().is_err() {
+        return Err(format!(
+            "not a node id: {id:?} (a node id is a peer id such as 12D3KooW…, as `chorus \
+             status` and `chorus members` print it)"
+        ));
+    }
     Ok(change)
 }
 
@@ -245,13 +251,16 @@ mod tests {
 
     #[test]
     fn change_bodies_are_checked() {
-        let ok = parse_change(br#"{"op":"add","node":"12D3KooW"}"#).unwrap();
+        let id = "12D3KooWLJu94BJSujZvmyLfAv2iiboi2skJPVNamQpZcUkLpuft";
+        let ok = parse_change(format!(r#"{{"op":"add","node":"{id}"}}"#).as_bytes()).unwrap();
         assert_eq!(
             ok,
             MemberChange::Add {
-                node: NodeId::from("12D3KooW")
+                node: NodeId::from(id)
             }
         );
+        let err = parse_change(br#"{"op":"add","node":"foo"}"#).unwrap_err();
+        assert!(err.contains("\"foo\"") && err.contains("peer id"), "{err}");
         for bad in [
             &br#"{"op":"promote","node":"a"}"#[..],
             br#"{"op":"add"}"#,

@@ -35,6 +35,7 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot bind the HTTP API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     let app = Router::new()
+        .route("/", get(status::index))
         .route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
         .route("/status", get(status::status))

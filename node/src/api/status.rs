@@ -35,6 +35,11 @@ pub struct Status {
     /// the cluster formed).
     pub electorate_version: u64,
     pub electorate_term: u64,
+    /// How many of the electorate's other members this node is connected to, of how many
+    /// (absent before there is an electorate, or when this node is its only member): fewer
+    /// than half means an election could not be won from here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub voters_connected: Option<VotersConnected>,
     /// Messages refused because their sender belongs to another cluster (an operator's
     /// mistake: two clusters founded where one was meant; see `foreign_cluster` in `/metrics`).
     pub foreign_cluster_refusals: u64,
@@ -47,6 +52,13 @@ pub struct Status {
     /// Seconds since the process started, at the time of the request.
     pub uptime_s: u64,
     pub shutting_down: bool,
+}
+
+/// `connected` of the `others` members of the electorate (this node left out).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct VotersConnected {
+    pub connected: usize,
+    pub others: usize,
 }
 
 impl Shared {
@@ -72,6 +84,8 @@ impl Shared {
                 .unwrap_or_default(),
             electorate_version: core.electorate().map_or(0, |e| e.version),
             electorate_term: core.electorate().map_or(0, |e| e.term),
+            voters_connected: crate::daemon::progress::voters_connected(core)
+                .map(|(connected, others)| VotersConnected { connected, others }),
             foreign_cluster_refusals: self
                 .metrics
                 .refused
@@ -87,6 +101,20 @@ impl Shared {
             shutting_down: self.shutting_down,
         })
     }
+}
+
+/// `GET /`: what this is and where to go (a browser or `curl` pointed at the port finds out).
+pub(super) async fn index() -> &'static str {
+    concat!(
+        "CHORUS node ",
+        env!("CARGO_PKG_VERSION"),
+        ": the HTTP API.\n\n",
+        "Public:        GET /healthz /readyz /status /metrics /cluster /members\n",
+        "With a token:  GET /tasks /tasks/ID, POST /tasks, DELETE /tasks/ID (submit),\n",
+        "               POST /members (operate), POST /acl/tokens (manage)\n",
+        "               (Authorization: Bearer TOKEN; `chorus acl token create --help`)\n\n",
+        "From a shell:  chorus status | chorus status --cluster | chorus task --help\n",
+    )
 }
 
 pub(super) async fn healthz() -> &'static str {

@@ -57,7 +57,17 @@ pub fn render(v: &Value) -> String {
     for p in &peers {
         out.push_str(&format!("  {p}\n"));
     }
-    out.push_str(&format!("electorate  {}\n", electorate.len()));
+    let reach = match (
+        v["voters_connected"]["connected"].as_u64(),
+        v["voters_connected"]["others"].as_u64(),
+    ) {
+        (Some(c), Some(o)) if 2 * c < o => {
+            format!(" (connected to {c} of {o} other voters: most are out of reach)")
+        }
+        (Some(c), Some(o)) => format!(" (connected to {c} of {o} other voters)"),
+        _ => String::new(),
+    };
+    out.push_str(&format!("electorate  {}{reach}\n", electorate.len()));
     for p in &electorate {
         let mark = if *p == admin { "  (admin)" } else { "" };
         out.push_str(&format!("  {p}{mark}\n"));
@@ -65,6 +75,9 @@ pub fn render(v: &Value) -> String {
     out.push_str("listening\n");
     for a in list("listen_addrs") {
         out.push_str(&format!("  {a}\n"));
+    }
+    if let Some(fp) = v["http_tls_fingerprint"].as_str() {
+        out.push_str(&format!("api tls     sha256 {fp}\n"));
     }
     out
 }

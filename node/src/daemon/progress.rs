@@ -18,22 +18,64 @@ pub(super) async fn progress(shared: SharedState) {
         tokio::time::Instant::now() + Duration::from_secs(1),
         PROGRESS_EVERY,
     );
+    // The last (connected, other voters) warned about, and when: said again on a change or
+    // once a minute.
+    let mut warned: Option<((usize, usize), tokio::time::Instant)> = None;
     loop {
         tick.tick().await;
-        let line = {
+        let (line, voters) = {
             let s = shared.lock();
             if s.shutting_down {
                 return;
             }
             match (&s.core, s.now_ms()) {
-                (Some(core), Some(now_ms)) => waiting_line(core, &s.capabilities, now_ms),
-                _ => None,
+                (Some(core), Some(now_ms)) => (
+                    waiting_line(core, &s.capabilities, now_ms),
+                    voters_connected(core),
+                ),
+                _ => (None, None),
             }
         };
         if let Some(line) = line {
             tracing::info!("{line}");
+        } else if let Some((connected, others)) = voters.filter(|(c, o)| 2 * c < *o) {
+            // An admin is known, but most other voters are out of reach: the next election
+            // could not be won from here.
+            let due = warned.is_none_or(|(last, at)| {
+                last != (connected, others) || at.elapsed() >= Duration::from_secs(60)
+            });
+            if due {
+                tracing::warn!(
+                    "connected to {connected} of {others} other voters: most of the \
+                     electorate is out of reach (see `chorus status --cluster`)"
+                );
+                warned = Some(((connected, others), tokio::time::Instant::now()));
+            }
         }
     }
+}
+
+/// How many of the electorate's other members this node is connected to, and how many there
+/// are; `None` before there is an electorate or when this node is its only member.
+pub fn voters_connected(core: &Core) -> Option<(usize, usize)> {
+    let electorate = core.electorate()?;
+    let others: Vec<_> = electorate
+        .members()
+        .iter()
+        .filter(|m| *m != core.id())
+        .collect();
+    if others.is_empty() {
+        return None;
+    }
+    let connected = others.iter().filter(|m| core.peers().contains(m)).count();
+    Some((connected, others.len()))
+}
+
+/// `; connected to X of Y other voters`, or nothing when there are no others.
+fn voters_clause(core: &Core) -> String {
+    voters_connected(core)
+        .map(|(c, o)| format!("; connected to {c} of {o} other voters"))
+        .unwrap_or_default()
 }
 
 /// What a node without an admin waits for, or `None` when it has one.
@@ -52,14 +94,16 @@ pub fn waiting_line(core: &Core, capabilities: &[String], now_ms: u64) -> Option
     match core.role() {
         Role::PreCandidate => {
             return Some(format!(
-                "no admin known; asking for pre-votes (term {})",
-                core.term()
+                "no admin known; asking for pre-votes (term {}){}",
+                core.term(),
+                voters_clause(core)
             ))
         }
         Role::Candidate => {
             return Some(format!(
-                "no admin known; asking for votes in term {}",
-                core.term()
+                "no admin known; asking for votes in term {}{}",
+                core.term(),
+                voters_clause(core)
             ))
         }
         _ => {}
@@ -73,7 +117,7 @@ pub fn waiting_line(core: &Core, capabilities: &[String], now_ms: u64) -> Option
             core.peers().len()
         ));
     };
-    Some(match deadline {
+    let line = match deadline {
         Some((at, Timer::Election)) => format!(
             "no admin known; electing in {} s (electorate of {})",
             secs(at),
@@ -90,5 +134,6 @@ pub fn waiting_line(core: &Core, capabilities: &[String], now_ms: u64) -> Option
             electorate.len(),
             core.peers().len()
         ),
-    })
+    };
+    Some(line + &voters_clause(core))
 }

@@ -56,6 +56,11 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     for w in &warnings {
         tracing::warn!("{w}");
     }
+    // A port already taken is said before anything is written: a first start that cannot
+    // serve leaves no fresh data directory behind.
+    drop(std::net::TcpListener::bind(http).map_err(|e| {
+        anyhow::anyhow!("cannot bind the HTTP API on {http}: {e} (is another node running?)")
+    })?);
     let (keypair, node_id, log_path) = open_data_dir(&config, accept_log_reset)?;
     let (acl_key, new_management_token) = super::acl::load_or_create(&config)?;
     // `sandbox` and `repo:NAME` join the configured capabilities when the node runs tasks.
@@ -260,7 +265,19 @@ fn open_log(
         capabilities.to_vec(),
         config.cluster_seed,
     );
-    let log = SledLog::open(log_path, meta, SledLogOptions::default())?;
+    let log = SledLog::open(log_path, meta, SledLogOptions::default())
+        .map_err(anyhow::Error::from)
+        .map_err(|e| {
+            if crate::history::source::log_locked(&e) {
+                anyhow::anyhow!(
+                    "another chorus process runs on the data directory {} (its event log is \
+                     locked): stop it, or give this node its own --data-dir",
+                    config.data_dir.display()
+                )
+            } else {
+                e
+            }
+        })?;
     if log.meta().config != config.protocol {
         tracing::info!(
             "the protocol settings differ from those the data directory was created with; the \

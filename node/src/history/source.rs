@@ -79,16 +79,21 @@ fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Says what a replay failure means when the cause is a known situation.
-pub fn replay_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
+/// Whether opening an event log failed because another process holds its lock (sled's
+/// `WouldBlock`).
+pub fn log_locked(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
-    let locked = e.chain().any(|c| {
+    e.chain().any(|c| {
         c.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::WouldBlock)
     }) || text.contains("WouldBlock")
         || text.contains("os error 11")
-        || text.contains("temporarily unavailable");
-    if locked {
+        || text.contains("temporarily unavailable")
+}
+
+/// Says what a replay failure means when the cause is a known situation.
+pub fn replay_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
+    if log_locked(&e) {
         anyhow::anyhow!(
             "the node using {} is running (its event log is locked); stop it, or copy the data \
              directory and replay the copy",
