@@ -116,8 +116,17 @@ fn members_add_and_remove_a_voter_through_any_node() {
     four.push(d_id.clone());
     wait_electorate(&c, 2, &four);
 
-    // A bad request fails with the admin's reason (exit 1).
+    // A name that is no node id is refused as such (exit 1).
     let out = c.chorus(&["members", "--addr", &addr(&c, f), "add", "no-such-node"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a node id: \"no-such-node\""),
+        "{}",
+        text(&out)
+    );
+    // A node id no one here knows fails with the admin's reason (exit 1).
+    let stranger = "12D3KooWLJu94BJSujZvmyLfAv2iiboi2skJPVNamQpZcUkLpuft";
+    let out = c.chorus(&["members", "--addr", &addr(&c, f), "add", stranger]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("not connected to the admin"),
