@@ -180,6 +180,29 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
     ]);
     assert_eq!(out.status.code(), Some(5), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from-cli\n");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("submitted; waiting for its result"), "{said}");
+    // --wait-timeout ends the wait (exit 75), not the task, and names it.
+    let out = c.chorus(&[
+        "task",
+        "submit",
+        "--addr",
+        &addr,
+        "--image",
+        IMAGE,
+        "--wait",
+        "--wait-timeout",
+        "0.5",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    assert_eq!(out.status.code(), Some(75), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("within --wait-timeout") && said.contains("goes on"),
+        "{said}"
+    );
 }
 
 #[test]

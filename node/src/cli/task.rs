@@ -23,6 +23,9 @@ pub const EXIT_ERROR: u8 = 125;
 pub const EXIT_CANCELLED: u8 = 130;
 /// Exit code when the task ran out of memory (killed, 128 + 9).
 pub const EXIT_OUT_OF_MEMORY: u8 = 137;
+/// Exit code of `submit --wait --wait-timeout S` when no result came in time (the task goes
+/// on; `EX_TEMPFAIL` of sysexits.h).
+pub const EXIT_WAIT_TIMEOUT: u8 = 75;
 
 /// The task subcommands.
 #[derive(clap::Subcommand)]
@@ -126,6 +129,10 @@ pub struct SubmitArgs {
     /// cannot drive the terminal.
     #[arg(long, requires = "wait")]
     pub raw: bool,
+    /// With --wait: stop waiting after this many seconds (exit 75; the task goes on, and
+    /// `chorus task get ID` follows it).
+    #[arg(long, value_name = "S", requires = "wait")]
+    pub wait_timeout: Option<f64>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -364,11 +371,31 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         println!("{id}");
         return Ok(ExitCode::SUCCESS);
     }
+    // The id first: whoever waits can follow or cancel the task from another terminal.
+    eprintln!("chorus: task {id} submitted; waiting for its result");
+    let give_up = match args.wait_timeout {
+        Some(s) if s.is_finite() && s >= 0.0 => {
+            Some(tokio::time::Instant::now() + Duration::from_secs_f64(s.min(1e9)))
+        }
+        Some(s) => {
+            eprintln!("chorus: --wait-timeout {s} must be a number of seconds");
+            return Ok(ExitCode::from(2));
+        }
+        None => None,
+    };
     let mut pause = Duration::from_millis(20);
     let result = loop {
         let view = fetch(addr, &id).await?;
         if let Some(r) = view.result {
             break r;
+        }
+        if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
+            eprintln!(
+                "chorus: no result for task {id} within --wait-timeout (it is {}); it goes on: \
+                 `chorus task get {id}` follows it",
+                view.phase
+            );
+            return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
