@@ -587,7 +587,8 @@ async fn reap_removes_what_a_dead_owner_left_and_spares_live_owners() -> TestRes
 
     owner_proc.kill()?;
     owner_proc.wait()?;
-    assert_eq!(provider.reap(&node).await?, 3);
+    // At most 3: any node on this host reaps stale sandboxes every period and may come first.
+    assert!(provider.reap(&node).await? <= 3);
     assert_eq!(containers_of(&node), 1);
     assert!(ids.iter().all(|id| !common::container_exists(id)));
     survivor.remove().await?;
@@ -627,8 +628,44 @@ async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
     }
     let err = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
     assert_eq!(err.category, ErrorCategory::Exited, "{err}");
-    assert_eq!(provider.reap(&node).await?, 1);
+    // At most 1: any node on this host reaps stale sandboxes every period and may come first.
+    assert!(provider.reap(&node).await? <= 1);
     assert_eq!(containers_of(&node), 0);
+    Ok(())
+}
+
+/// Issue 33: `end_after` makes a sandbox end by itself from inside — its commands with it —
+/// however long its own lifetime, whoever is left on the host; the commands' user cannot stop
+/// that (the watchdog runs as the supervisor user). Without an init it cannot, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_armed_to_end_ends_by_itself_and_a_task_cannot_disarm_it() -> TestResult {
+    let (_p, sb, _c) = started("end", SandboxPolicy::default(), |_| {}).await;
+    sb.end_after(Duration::from_secs(3)).await?;
+    // The commands' user tries to kill every process it can see, the watchdog included.
+    let out = sb
+        .exec(ExecRequest::shell("kill -9 -1; echo tried").timeout(Duration::from_secs(30)))
+        .await;
+    assert!(
+        out.as_ref().is_ok_and(|o| o.stdout_text() == "tried\n"),
+        "{out:?}"
+    );
+    // Liveness bound, not a timing assert: the end is 3 s away, the lifetime 2 h.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sb.state().await?.is_running() {
+        assert!(Instant::now() < deadline, "the sandbox outlived its end");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exited, "{err}");
+
+    let no_init = SandboxPolicy {
+        init: false,
+        ..SandboxPolicy::default()
+    };
+    let (_p, sb, _c) = started("end-no-init", no_init, |_| {}).await;
+    let err = sb.end_after(Duration::from_secs(3)).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Unsupported, "{err}");
+    assert!(sb.state().await?.is_running());
     Ok(())
 }
 

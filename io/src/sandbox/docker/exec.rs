@@ -356,7 +356,7 @@ impl Container {
         Ok(())
     }
 
-    fn exec_error(&self, op: &str, e: bollard::errors::Error) -> SandboxError {
+    pub(super) fn exec_error(&self, op: &str, e: bollard::errors::Error) -> SandboxError {
         SandboxError::from_bollard(ErrorCategory::Exec, &format!("{op} in {}", self.name), e)
     }
 

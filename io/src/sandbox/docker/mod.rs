@@ -10,6 +10,7 @@
 //! - `sandbox.rs`: [`DockerSandbox`] (a container and its workspace) and its lifecycle (start,
 //!   state, stop, remove).
 //! - `exec.rs`: running one command — timeouts, the post-exec cleanup, OOM detection.
+//! - `end.rs`: the sandbox's own end, armed from inside (`end_after`).
 //! - `files.rs`: files and trees moved through exec ([`tree_to_tar`], [`tar_to_tree`]).
 //! - `stats.rs`: live resource usage, with the docker CLI's formulas ([`cpu_percent`]).
 //!
@@ -31,6 +32,7 @@
 //!   is killed.
 
 mod container;
+mod end;
 mod exec;
 mod files;
 mod host_config;
@@ -62,6 +64,8 @@ pub const LABEL_STAGING: &str = "io.chorus.staging";
 pub const LABEL_OWNER: &str = "io.chorus.owner";
 /// Label: the boot id of the owner's host.
 pub const LABEL_BOOT: &str = "io.chorus.boot";
+/// Label: the inode of the owner's pid namespace (liveness is judged only from inside it).
+pub const LABEL_PIDNS: &str = "io.chorus.pidns";
 /// Label: the deadline, seconds since the Unix epoch; the main process ends then.
 pub const LABEL_DEADLINE: &str = "io.chorus.deadline";
 /// Environment variable marking every process of one exec (inherited by its children), so the

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use bollard::Docker;
@@ -167,6 +168,10 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn state(&self) -> SandboxResult<SandboxState> {
         self.container.state().await
+    }
+
+    async fn end_after(&self, after: Duration) -> SandboxResult<()> {
+        self.container.end_after(after).await
     }
 
     async fn stop(&self) -> SandboxResult<()> {
