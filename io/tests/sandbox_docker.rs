@@ -356,6 +356,37 @@ async fn memory_hog_is_reported_as_oom() -> TestResult {
     Ok(())
 }
 
+/// Issue 33: memory that stays full — a tmpfs file the OOM killer cannot free — leaves no room
+/// for a check inside the sandbox (it is killed as it starts), so the OOM kill is read from the
+/// host's cgroup counter. The command is a shell that exits 0 after its `dd` was killed: without
+/// the counter it would read as a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_in_a_full_sandbox_is_read_from_the_host() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let (_p, sb, _c) = started("oomfull", policy, |_| {}).await;
+    let fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>/dev/null; echo done";
+    let err = sb
+        .exec(ExecRequest::shell(fill).timeout(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
+    assert!(err.message.contains("host's cgroup counter"), "{err}");
+    // The check the sandbox ran inside before cannot run now: the file still holds the memory.
+    let inside = sb
+        .exec(
+            ExecRequest::shell("cat /sys/fs/cgroup/memory/memory.oom_control")
+                .timeout(Duration::from_secs(30)),
+        )
+        .await;
+    assert!(
+        inside.as_ref().map_or(true, |o| o.exit_code != 0),
+        "a check inside still ran: {inside:?}"
+    );
+    sb.remove().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn main_process_death_and_oom_are_reported() -> TestResult {
     let mut policy = SandboxPolicy::default();

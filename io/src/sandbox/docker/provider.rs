@@ -3,11 +3,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
 
+use super::cgroup::CgroupLayout;
 use super::container::force_remove;
 use super::host_config::{container_config, ResolvedInputs};
 use super::sandbox::DockerSandbox;
@@ -30,6 +32,9 @@ pub struct DockerProvider {
     repo_roots: RepoRoots,
     owner: Option<Owner>,
     network: SandboxNetwork,
+    /// The Engine's cgroup layout (`docker info`), asked once: sandboxes read their OOM counter
+    /// from the host with it. `None` inside when the Engine did not say.
+    cgroup_layout: Arc<tokio::sync::OnceCell<Option<CgroupLayout>>>,
 }
 
 impl DockerProvider {
@@ -65,6 +70,7 @@ impl DockerProvider {
             repo_roots: RepoRoots::default(),
             owner: Owner::this_process(),
             network: SandboxNetwork::default(),
+            cgroup_layout: Arc::default(),
         })
     }
 
@@ -109,6 +115,28 @@ impl DockerProvider {
     /// Where workspaces are staged.
     pub fn staging_root(&self) -> &Path {
         &self.staging_root
+    }
+
+    /// How the Engine lays out its containers' cgroups, as `docker info` says (asked once; a
+    /// failed answer is asked again next time).
+    pub async fn cgroup_layout(&self) -> Option<CgroupLayout> {
+        let asked = self
+            .cgroup_layout
+            .get_or_try_init(|| async {
+                let info = self.docker.info().await?;
+                Ok::<_, bollard::errors::Error>(CgroupLayout::from_info(
+                    info.cgroup_driver.map(|d| d.to_string()).as_deref(),
+                    info.cgroup_version.map(|v| v.to_string()).as_deref(),
+                ))
+            })
+            .await;
+        match asked {
+            Ok(layout) => *layout,
+            Err(e) => {
+                tracing::debug!(error = %e, "docker info did not answer; cgroup layout unknown");
+                None
+            }
+        }
     }
 
     /// Removes the sandboxes matching `label_filter` that [`is_stale`] says may go: one list
@@ -285,6 +313,7 @@ impl SandboxProvider for DockerProvider {
             policy.clone(),
             spec.workspace_path.clone(),
             staged,
+            self.cgroup_layout().await,
         ))
     }
 

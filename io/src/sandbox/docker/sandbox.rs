@@ -12,6 +12,7 @@ use bollard::query_parameters::StopContainerOptionsBuilder;
 use bollard::Docker;
 use tokio::sync::mpsc;
 
+use super::cgroup::CgroupLayout;
 use super::container::{force_remove, Container};
 use super::workspace::{copy_repository_in, sync_workspace, StagedWorkspace, SyncTarget};
 use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
@@ -46,9 +47,17 @@ impl DockerSandbox {
         policy: SandboxPolicy,
         workspace_path: String,
         staged: StagedWorkspace,
+        cgroup_layout: Option<CgroupLayout>,
     ) -> Self {
         DockerSandbox {
-            container: Container::new(docker, name, container_id, policy, workspace_path),
+            container: Container::new(
+                docker,
+                name,
+                container_id,
+                policy,
+                workspace_path,
+                cgroup_layout,
+            ),
             staging_dir: staged.staging_dir,
             copy_in: Mutex::new(staged.copy_in),
             sync: staged.sync,

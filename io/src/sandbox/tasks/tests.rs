@@ -485,6 +485,22 @@ async fn docker_reports_timeouts_oom_kills_and_cancellations() {
     let (_, _, exit) = exited(end(&mut runner).await);
     assert!(exit.oom, "{exit:?}");
 
+    // Issue 33: memory that stays full (a tmpfs file the OOM killer cannot free) leaves no room
+    // for a check inside the sandbox; the host's counter says OOM, although the shell exits 0.
+    let mut filler = (*spec(
+        &image,
+        &[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/workspace/fill bs=1M count=64; echo done",
+        ],
+    ))
+    .clone();
+    filler.memory_mb = 32;
+    runner.start(&task(4), 1, &Arc::new(filler));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert!(exit.oom, "{exit:?}");
+
     runner.start(&task(3), 1, &spec(&image, &["sleep", "60"]));
     wait_until(|| async { containers_of(&provider, &node).await == 1 }).await;
     runner.stop(&task(3), 1);
