@@ -700,6 +700,35 @@ async fn a_sandbox_armed_to_end_ends_by_itself_and_a_task_cannot_disarm_it() -> 
     Ok(())
 }
 
+/// Issue 33: a working directory the sandbox lacks is named in the error (the Engine itself
+/// says only "exit code 126"), not retryable; a command that exits 126 by itself keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_working_directory_says_so() -> TestResult {
+    let (_p, sb, _c) = started("workdir", SandboxPolicy::default(), |_| {}).await;
+    let err = sb
+        .exec(ExecRequest::new(["true"]).working_dir("/x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exec, "{err}");
+    assert_eq!(err.message, "workdir /x does not exist in the sandbox");
+    assert!(!err.retryable);
+    sb.write_file("/workspace/file", b"", 0o644).await?;
+    let err = sb
+        .exec(ExecRequest::new(["true"]).working_dir("/workspace/file"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "workdir /workspace/file is not a directory in the sandbox"
+    );
+    let out = sb
+        .exec(ExecRequest::shell("exit 126").working_dir("/tmp"))
+        .await?;
+    assert_eq!(out.exit_code, 126);
+    sb.remove().await?;
+    Ok(())
+}
+
 /// Building is idempotent: a second call finds the image current. (How fast that is — one
 /// inspect — is measured by the benchmark; here only a liveness bound.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

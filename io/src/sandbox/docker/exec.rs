@@ -63,6 +63,15 @@ grep '^usage_usec ' /sys/fs/cgroup/cpu.stat 2>/dev/null
 m=$(cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory.current 2>/dev/null) && echo "memory_peak $m"
 exit 0"#;
 
+/// Why a working directory cannot be entered (`$1`): one word, always exit 0.
+const WORKDIR_CHECK: &str = r#"if [ ! -e "$1" ]; then echo missing
+elif [ ! -d "$1" ]; then echo not-a-directory
+elif ! cd "$1" 2>/dev/null; then echo no-access
+else echo ok; fi"#;
+
+/// The exit code the Engine gives an exec its runtime could not start.
+const NOT_STARTED: i64 = 126;
+
 /// What the post-exec cleanup found.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cleanup {
@@ -254,6 +263,9 @@ impl Container {
         }
         let exit_code = self.exec_exit_code(&attached.exec_id).await?;
         let duration = started.elapsed();
+        if exit_code == NOT_STARTED && collected.stdout.data.is_empty() {
+            self.check_working_dir(&request, &collected).await?;
+        }
         let host_oom_kills = host_oom_before
             .zip(self.host_oom_kills())
             .map(|(before, after)| after.saturating_sub(before));
@@ -387,6 +399,36 @@ impl Container {
             };
         }
         Oom::Unknown
+    }
+
+    /// Fails a command the runtime could not start because of its working directory. The
+    /// Engine says only "exit code 126, no output" then; a directory check (a helper exec, only
+    /// in this case) tells whether that is why.
+    async fn check_working_dir(
+        &self,
+        request: &ExecRequest,
+        collected: &OutputCollector,
+    ) -> SandboxResult<()> {
+        let Some(dir) = request.working_dir.as_deref() else {
+            return Ok(());
+        };
+        if !collected.stderr.data.is_empty() {
+            return Ok(());
+        }
+        let argv = ["sh", "-c", WORKDIR_CHECK, "chorus-workdir", dir].map(String::from);
+        let Ok(out) = self.helper(argv.to_vec()).await else {
+            return Ok(());
+        };
+        let why = match String::from_utf8_lossy(&out).trim() {
+            "missing" => "does not exist",
+            "not-a-directory" => "is not a directory",
+            "no-access" => "cannot be entered by the commands' user",
+            _ => return Ok(()),
+        };
+        Err(SandboxError::new(
+            ErrorCategory::Exec,
+            format!("workdir {} {why} in the sandbox", dir.escape_debug()),
+        ))
     }
 
     /// Whether the Engine flags the container as OOM-killed.

@@ -419,6 +419,38 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
 }
 
+/// Issue 33: a workdir that does not exist in the sandbox fails the run saying so, not
+/// retried (it would not exist the next time either), pooled or fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_missing_workdir_says_so() {
+    let (provider, image) = docker().await;
+    let node = test_node("workdir");
+    for pool_size in [1, 0] {
+        let config = TaskRunnerConfig {
+            pool_size,
+            ..TaskRunnerConfig::new(&node)
+        };
+        let mut runner = TaskRunner::new(provider.clone(), config);
+        let mut s = (*spec(&image, &["true"])).clone();
+        s.workdir = Some("/x".into());
+        runner.start(&task(1), 1, &Arc::new(s));
+        match end(&mut runner).await {
+            Event::SandboxFailed {
+                error, retryable, ..
+            } => {
+                assert!(
+                    error.contains("workdir /x does not exist in the sandbox"),
+                    "{error}"
+                );
+                assert!(!retryable, "{error}");
+            }
+            other => panic!("pool size {pool_size}: {other:?}"),
+        }
+        runner.shutdown_handle().shutdown().await;
+    }
+    wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
 /// The tails are the last 8 KiB of each stream, and the bytes before them are counted: 9,000
 /// bytes of `\x01` keep 8,192 and say 808 went (the core cuts further, to fit a frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
