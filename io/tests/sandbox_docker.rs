@@ -356,6 +356,37 @@ async fn memory_hog_is_reported_as_oom() -> TestResult {
     Ok(())
 }
 
+/// Issue 33: memory that stays full — a tmpfs file the OOM killer cannot free — leaves no room
+/// for a check inside the sandbox (it is killed as it starts), so the OOM kill is read from the
+/// host's cgroup counter. The command is a shell that exits 0 after its `dd` was killed: without
+/// the counter it would read as a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_kill_in_a_full_sandbox_is_read_from_the_host() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let (_p, sb, _c) = started("oomfull", policy, |_| {}).await;
+    let fill = "dd if=/dev/zero of=/workspace/fill bs=1M count=64 2>/dev/null; echo done";
+    let err = sb
+        .exec(ExecRequest::shell(fill).timeout(Duration::from_secs(60)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
+    assert!(err.message.contains("host's cgroup counter"), "{err}");
+    // The check the sandbox ran inside before cannot run now: the file still holds the memory.
+    let inside = sb
+        .exec(
+            ExecRequest::shell("cat /sys/fs/cgroup/memory/memory.oom_control")
+                .timeout(Duration::from_secs(30)),
+        )
+        .await;
+    assert!(
+        inside.as_ref().map_or(true, |o| o.exit_code != 0),
+        "a check inside still ran: {inside:?}"
+    );
+    sb.remove().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn main_process_death_and_oom_are_reported() -> TestResult {
     let mut policy = SandboxPolicy::default();
@@ -587,7 +618,8 @@ async fn reap_removes_what_a_dead_owner_left_and_spares_live_owners() -> TestRes
 
     owner_proc.kill()?;
     owner_proc.wait()?;
-    assert_eq!(provider.reap(&node).await?, 3);
+    // At most 3: any node on this host reaps stale sandboxes every period and may come first.
+    assert!(provider.reap(&node).await? <= 3);
     assert_eq!(containers_of(&node), 1);
     assert!(ids.iter().all(|id| !common::container_exists(id)));
     survivor.remove().await?;
@@ -627,8 +659,73 @@ async fn a_sandbox_ends_at_its_deadline_and_is_reaped_then() -> TestResult {
     }
     let err = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
     assert_eq!(err.category, ErrorCategory::Exited, "{err}");
-    assert_eq!(provider.reap(&node).await?, 1);
+    // At most 1: any node on this host reaps stale sandboxes every period and may come first.
+    assert!(provider.reap(&node).await? <= 1);
     assert_eq!(containers_of(&node), 0);
+    Ok(())
+}
+
+/// Issue 33: `end_after` makes a sandbox end by itself from inside — its commands with it —
+/// however long its own lifetime, whoever is left on the host; the commands' user cannot stop
+/// that (the watchdog runs as the supervisor user). Without an init it cannot, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_armed_to_end_ends_by_itself_and_a_task_cannot_disarm_it() -> TestResult {
+    let (_p, sb, _c) = started("end", SandboxPolicy::default(), |_| {}).await;
+    sb.end_after(Duration::from_secs(3)).await?;
+    // The commands' user tries to kill every process it can see, the watchdog included.
+    let out = sb
+        .exec(ExecRequest::shell("kill -9 -1; echo tried").timeout(Duration::from_secs(30)))
+        .await;
+    assert!(
+        out.as_ref().is_ok_and(|o| o.stdout_text() == "tried\n"),
+        "{out:?}"
+    );
+    // Liveness bound, not a timing assert: the end is 3 s away, the lifetime 2 h.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sb.state().await?.is_running() {
+        assert!(Instant::now() < deadline, "the sandbox outlived its end");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exited, "{err}");
+
+    let no_init = SandboxPolicy {
+        init: false,
+        ..SandboxPolicy::default()
+    };
+    let (_p, sb, _c) = started("end-no-init", no_init, |_| {}).await;
+    let err = sb.end_after(Duration::from_secs(3)).await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Unsupported, "{err}");
+    assert!(sb.state().await?.is_running());
+    Ok(())
+}
+
+/// Issue 33: a working directory the sandbox lacks is named in the error (the Engine itself
+/// says only "exit code 126"), not retryable; a command that exits 126 by itself keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_working_directory_says_so() -> TestResult {
+    let (_p, sb, _c) = started("workdir", SandboxPolicy::default(), |_| {}).await;
+    let err = sb
+        .exec(ExecRequest::new(["true"]).working_dir("/x"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Exec, "{err}");
+    assert_eq!(err.message, "workdir /x does not exist in the sandbox");
+    assert!(!err.retryable);
+    sb.write_file("/workspace/file", b"", 0o644).await?;
+    let err = sb
+        .exec(ExecRequest::new(["true"]).working_dir("/workspace/file"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "workdir /workspace/file is not a directory in the sandbox"
+    );
+    let out = sb
+        .exec(ExecRequest::shell("exit 126").working_dir("/tmp"))
+        .await?;
+    assert_eq!(out.exit_code, 126);
+    sb.remove().await?;
     Ok(())
 }
 

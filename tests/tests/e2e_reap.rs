@@ -2,7 +2,9 @@
 //! --docker`) removes, when it starts, the sandboxes earlier runs of the same node id left
 //! behind — their owner is gone or their deadline passed — and leaves alone a live owner's
 //! sandbox and every other node's. A node configured for Docker that cannot reach it says so
-//! and does not start.
+//! and does not start. Issue 33: from then on it also removes, every 15 s, the stale sandboxes
+//! of any node on its host (another node's whose owner died among them), still sparing live
+//! owners'.
 //!
 //! The Docker test needs the real Docker Engine and fails (never skips) without it.
 
@@ -140,6 +142,24 @@ fn a_docker_node_reaps_what_its_earlier_runs_left_and_nothing_else() {
     assert!(
         log.contains("removed 2 sandbox(es)"),
         "the count is not logged:\n{log}"
+    );
+    // The periodic reap (every 15 s) takes the other node's sandbox its dead owner left.
+    let reaped = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        (!container_exists(&others)).then_some(())
+    });
+    let log = read(&log2);
+    assert!(
+        reaped.is_some(),
+        "the periodic reap kept a dead owner's sandbox:\n{log}"
+    );
+    assert!(
+        // At least 1: stale sandboxes other tests left on this host count too.
+        log.contains("stale sandbox(es) on this host"),
+        "the periodic reap's count is not logged:\n{log}"
+    );
+    assert!(
+        container_exists(&live),
+        "the periodic reap removed a live owner's sandbox:\n{log}"
     );
     assert!(
         stop(&mut second, Signal::SIGTERM).success(),

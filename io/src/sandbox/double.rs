@@ -29,6 +29,8 @@ pub enum Op {
     Read,
     /// [`ExecutionSandbox::usage`].
     Usage,
+    /// [`ExecutionSandbox::end_after`].
+    EndAfter,
     /// [`ExecutionSandbox::stop`].
     Stop,
     /// [`ExecutionSandbox::remove`].
@@ -97,6 +99,8 @@ struct Inner {
     usage: ResourceUsage,
     totals: UsageTotals,
     calls: Vec<Call>,
+    /// Its owner is gone (a test says so): `reap_stale` removes it.
+    orphaned: bool,
 }
 
 /// The scripted sandbox. Clones share state, so a test can keep a handle to script and inspect
@@ -128,6 +132,13 @@ impl ScriptedSandbox {
     /// Queues the answer to the next unanswered command.
     pub fn push_exec(&self, exec: ScriptedExec) -> &Self {
         self.lock().script.push_back(exec);
+        self
+    }
+
+    /// Marks it as left by an owner that is gone, as a crashed process leaves its sandboxes:
+    /// [`SandboxProvider::reap_stale`] removes it.
+    pub fn orphan(&self) -> &Self {
+        self.lock().orphaned = true;
         self
     }
 
@@ -340,6 +351,13 @@ impl ExecutionSandbox for ScriptedSandbox {
         Ok(self.lock().state.unwrap_or(SandboxState::Removed))
     }
 
+    /// Recorded (detail: the delay in ms); the double ends nothing by itself (a test moves its
+    /// state with `set_state`).
+    async fn end_after(&self, after: Duration) -> SandboxResult<()> {
+        self.begin(Op::EndAfter, format!("{}ms", after.as_millis()))?;
+        self.require_running()
+    }
+
     async fn stop(&self) -> SandboxResult<()> {
         self.begin(Op::Stop, String::new())?;
         let mut inner = self.lock();
@@ -436,6 +454,22 @@ impl SandboxProvider for ScriptedProvider {
         let mut removed = 0;
         for (owner, sandbox) in made {
             if owner == node_id && sandbox.lock().state != Some(SandboxState::Removed) {
+                sandbox.remove().await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn reap_stale(&self) -> SandboxResult<usize> {
+        let made = self.made.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut removed = 0;
+        for (_, sandbox) in made {
+            let stale = {
+                let inner = sandbox.lock();
+                inner.orphaned && inner.state != Some(SandboxState::Removed)
+            };
+            if stale {
                 sandbox.remove().await?;
                 removed += 1;
             }
@@ -570,5 +604,25 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.category, ErrorCategory::Image);
+    }
+
+    #[tokio::test]
+    async fn reap_stale_removes_the_orphaned_sandboxes_of_any_node() {
+        let provider = ScriptedProvider::new();
+        let policy = SandboxPolicy::default();
+        let left = provider
+            .create(&SandboxSpec::new("a", "1", "img"), &policy)
+            .await
+            .unwrap();
+        let live = provider
+            .create(&SandboxSpec::new("b", "2", "img"), &policy)
+            .await
+            .unwrap();
+        assert_eq!(provider.reap_stale().await.unwrap(), 0);
+        left.orphan();
+        assert_eq!(provider.reap_stale().await.unwrap(), 1);
+        assert_eq!(provider.reap_stale().await.unwrap(), 0);
+        assert_eq!(left.state().await.unwrap(), SandboxState::Removed);
+        assert_eq!(live.state().await.unwrap(), SandboxState::Created);
     }
 }

@@ -487,6 +487,13 @@ pub trait ExecutionSandbox: Send + Sync {
     /// Current state (the health check: is the main process still alive?).
     fn state(&self) -> impl Future<Output = SandboxResult<SandboxState>> + Send;
 
+    /// Makes the sandbox end by itself (its main process, and with it every command) `after`
+    /// from now, enforced inside it, so it cannot outlive that even when no process is left on
+    /// the host to stop or reap it. It never lengthens the sandbox's life. Errors with
+    /// [`ErrorCategory::Unsupported`] where the sandbox cannot (no init, an image without
+    /// `sh` or `sleep`, or no main process at all); the sandbox is then as before.
+    fn end_after(&self, after: Duration) -> impl Future<Output = SandboxResult<()>> + Send;
+
     /// Stops the main process (and with it every command). Idempotent.
     fn stop(&self) -> impl Future<Output = SandboxResult<()>> + Send;
 
@@ -510,6 +517,11 @@ pub trait SandboxProvider: Send + Sync {
     /// process is gone (e.g. it crashed) or their deadline passed — and leaves the others alone;
     /// returns how many it removed.
     fn reap(&self, node_id: &str) -> impl Future<Output = SandboxResult<usize>> + Send;
+
+    /// Like [`reap`](Self::reap), over every node's sandboxes on this host: what a node's
+    /// periodic reap and `chorus sandbox reap` do. Errors with [`ErrorCategory::Unsupported`]
+    /// where the sandboxes carry no owner to judge by.
+    fn reap_stale(&self) -> impl Future<Output = SandboxResult<usize>> + Send;
 }
 
 /// Makes a name unique within this process and across processes started at different times:

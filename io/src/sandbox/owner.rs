@@ -4,6 +4,11 @@
 //! (pids are reused; a pid with another start time is another process). These go into labels
 //! on every sandbox, so any later process on the host can tell a live owner's sandbox (left
 //! alone) from one whose owner is gone (reaped), without a shared registry.
+//!
+//! Liveness is read from `/proc`, which shows only the reader's pid namespace. So an owner also
+//! names its pid namespace, and a reaper in another one says it cannot tell rather than
+//! "gone": every node on a host reaps every owner's stale sandboxes, and a node in a container
+//! sharing the host's Docker socket must not take the host's live owners for dead.
 
 use std::path::Path;
 
@@ -16,6 +21,9 @@ pub struct Owner {
     pub pid: u32,
     /// The owner's start time, in clock ticks since boot (`/proc/<pid>/stat` field 22).
     pub start_ticks: u64,
+    /// The inode of the owner's pid namespace (`/proc/<pid>/ns/pid`), when it could be read;
+    /// `None` in labels made before it was recorded.
+    pub pid_ns: Option<u64>,
 }
 
 impl Owner {
@@ -30,6 +38,7 @@ impl Owner {
             boot_id: boot_id()?,
             pid,
             start_ticks: start_ticks(pid)?,
+            pid_ns: pid_namespace(&pid.to_string()),
         })
     }
 
@@ -38,14 +47,28 @@ impl Owner {
         format!("{}.{}", self.pid, self.start_ticks)
     }
 
-    /// Parses a label written by [`label`](Self::label) plus the boot id label.
+    /// The pid namespace label's value, when known.
+    pub fn pid_ns_label(&self) -> Option<String> {
+        self.pid_ns.map(|ns| ns.to_string())
+    }
+
+    /// Parses a label written by [`label`](Self::label) plus the boot id label (the pid
+    /// namespace is left unknown; see [`with_pid_ns_label`](Self::with_pid_ns_label)).
     pub fn from_labels(owner: &str, boot_id: &str) -> Option<Self> {
         let (pid, start) = owner.split_once('.')?;
         Some(Owner {
             boot_id: boot_id.to_string(),
             pid: pid.parse().ok()?,
             start_ticks: start.parse().ok()?,
+            pid_ns: None,
         })
+    }
+
+    /// The same owner in the pid namespace a label names; a label that does not parse is
+    /// ignored (the namespace stays unknown, as for labels made before it was recorded).
+    pub fn with_pid_ns_label(mut self, label: Option<&str>) -> Self {
+        self.pid_ns = label.and_then(|l| l.parse().ok());
+        self
     }
 
     /// Whether the owner still runs: same boot, and its pid still names a process that started
@@ -54,6 +77,31 @@ impl Owner {
         boot_id().as_deref() == Some(self.boot_id.as_str())
             && start_ticks(self.pid) == Some(self.start_ticks)
     }
+
+    /// Whether the owner is known to be gone, as this process can tell: another boot, or no
+    /// process with its pid and start time — judged only in the owner's own pid namespace.
+    /// An owner in another pid namespace is not judged (`false`): this `/proc` does not show it.
+    pub fn is_gone(&self) -> bool {
+        if boot_id().as_deref() != Some(self.boot_id.as_str()) {
+            return true;
+        }
+        let judgeable = match self.pid_ns {
+            Some(ns) => pid_namespace("self") == Some(ns),
+            None => true,
+        };
+        judgeable && start_ticks(self.pid) != Some(self.start_ticks)
+    }
+}
+
+/// The inode of the pid namespace of process `pid` (`self` for this one), from the
+/// `pid:[N]` link `/proc/<pid>/ns/pid` points to.
+fn pid_namespace(pid: &str) -> Option<u64> {
+    let link = std::fs::read_link(Path::new("/proc").join(pid).join("ns/pid")).ok()?;
+    link.to_str()?
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
 }
 
 /// This host's boot id.
@@ -87,7 +135,9 @@ mod tests {
     fn this_process_is_alive_and_round_trips_through_labels() {
         let me = Owner::this_process().expect("a Linux /proc");
         assert!(me.is_alive());
-        let back = Owner::from_labels(&me.label(), &me.boot_id).unwrap();
+        let back = Owner::from_labels(&me.label(), &me.boot_id)
+            .unwrap()
+            .with_pid_ns_label(me.pid_ns_label().as_deref());
         assert_eq!(back, me);
     }
 
@@ -109,5 +159,35 @@ mod tests {
         me.boot_id = "another-boot".into();
         assert!(!me.is_alive());
         assert!(Owner::from_labels("garbage", "b").is_none());
+    }
+
+    #[test]
+    fn an_owner_in_another_pid_namespace_is_not_judged_from_here() {
+        let me = Owner::this_process().unwrap();
+        assert!(me.pid_ns.is_some(), "a Linux /proc shows the namespace");
+        assert!(!me.is_gone());
+        let back = Owner::from_labels(&me.label(), &me.boot_id)
+            .unwrap()
+            .with_pid_ns_label(me.pid_ns_label().as_deref());
+        assert_eq!(back, me);
+        // A pid that names no process here, in this namespace: gone; in another: not judged.
+        let absent = Owner {
+            pid: u32::MAX,
+            ..me.clone()
+        };
+        assert!(absent.is_gone());
+        let elsewhere = Owner {
+            pid_ns: me.pid_ns.map(|ns| ns + 1),
+            ..absent.clone()
+        };
+        assert!(!elsewhere.is_gone());
+        // Another boot is gone wherever it ran.
+        let rebooted = Owner {
+            boot_id: "another-boot".into(),
+            ..elsewhere
+        };
+        assert!(rebooted.is_gone());
+        // Labels from before the namespace was recorded: judged here, as before.
+        assert!(absent.with_pid_ns_label(None).is_gone());
     }
 }

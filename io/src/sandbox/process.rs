@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -102,6 +102,16 @@ impl SandboxProvider for ProcessProvider {
             }
         }
         Ok(removed)
+    }
+
+    async fn reap_stale(&self) -> SandboxResult<usize> {
+        // Its directories name a node but no owning process, so nothing tells a live owner's
+        // sandbox from a dead one's.
+        Err(SandboxError::new(
+            ErrorCategory::Unsupported,
+            "the process sandbox records no owner, so it cannot tell whose sandboxes are \
+             stale; `reap(node)` removes one node's",
+        ))
     }
 }
 
@@ -505,6 +515,16 @@ impl ExecutionSandbox for ProcessSandbox {
 
     async fn state(&self) -> SandboxResult<SandboxState> {
         Ok(*lock(&self.state))
+    }
+
+    async fn end_after(&self, _after: Duration) -> SandboxResult<()> {
+        // Its commands are this process's children: nothing apart from this process could end
+        // them, so there is no end to arm that outlives it.
+        Err(SandboxError::new(
+            ErrorCategory::Unsupported,
+            "the process sandbox has no main process of its own to end; its commands end with \
+             their timeouts, enforced by this process",
+        ))
     }
 
     async fn stop(&self) -> SandboxResult<()> {

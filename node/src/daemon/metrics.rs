@@ -217,6 +217,12 @@ impl TaskMetrics {
                 "Runs that ended in a sandbox error.",
                 counts.failed,
             ),
+            (
+                "chorus_sandbox_reaped_total",
+                "Stale sandboxes of any owner on this host (owner gone or deadline passed) that \
+                 this node's periodic reap removed.",
+                counts.reaped,
+            ),
         ] {
             let _ = writeln!(
                 out,

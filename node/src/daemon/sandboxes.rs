@@ -1,4 +1,5 @@
-//! The node's task sandboxes: Docker when it has task slots (a [`TaskRunner`] with warm pools),
+//! The node's task sandboxes: Docker when it has task slots (a [`TaskRunner`] with warm pools,
+//! which from recovery on also removes every node's stale sandboxes on this host every 15 s),
 //! none otherwise; and, for a node that uses Docker, the reap at start of what its earlier runs
 //! left behind.
 

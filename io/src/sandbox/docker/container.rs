@@ -5,6 +5,7 @@
 //! workspace and the lifecycle, so none of those parts imports the sandbox type.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -12,6 +13,7 @@ use bollard::models::ContainerStateStatusEnum;
 use bollard::query_parameters::{RemoveContainerOptions, RemoveContainerOptionsBuilder};
 use bollard::Docker;
 
+use super::cgroup::{self, CgroupLayout};
 use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::policy::SandboxPolicy;
 use crate::sandbox::{SandboxState, UsageTotals};
@@ -26,7 +28,12 @@ pub(super) struct Container {
     pub(super) workspace_path: String,
     pub(super) env: Mutex<BTreeMap<String, String>>,
     pub(super) last_cpu: Mutex<Option<CpuSample>>,
+    /// The in-sandbox OOM counter as the post-exec cleanup last read it.
     pub(super) oom_kills_seen: Mutex<u64>,
+    /// How the Engine lays out cgroups, for finding this container's from the host.
+    pub(super) cgroup_layout: Option<CgroupLayout>,
+    /// The host's OOM counter file of this container, once found.
+    pub(super) oom_counter: Mutex<Option<PathBuf>>,
     /// The cgroup's totals as the last post-exec cleanup read them (the Engine's stats answer
     /// only at their once-a-second collection).
     pub(super) last_totals: Mutex<Option<UsageTotals>>,
@@ -54,6 +61,7 @@ impl Container {
         container_id: String,
         policy: SandboxPolicy,
         workspace_path: String,
+        cgroup_layout: Option<CgroupLayout>,
     ) -> Self {
         Container {
             docker,
@@ -64,11 +72,32 @@ impl Container {
             env: Mutex::new(BTreeMap::new()),
             last_cpu: Mutex::new(None),
             oom_kills_seen: Mutex::new(0),
+            cgroup_layout,
+            oom_counter: Mutex::new(None),
             last_totals: Mutex::new(None),
             exec_gate: tokio::sync::RwLock::new(()),
             exec_counter: AtomicU64::new(0),
             removed: AtomicBool::new(false),
         }
+    }
+
+    /// The container's OOM-kill count as the host's cgroup file says it, when it can be read:
+    /// the file is looked for once the container runs (its cgroup exists from its start) and
+    /// again after a failed read.
+    pub(super) fn host_oom_kills(&self) -> Option<u64> {
+        let mut counter = self.oom_counter.lock().unwrap_or_else(|p| p.into_inner());
+        if counter.is_none() {
+            *counter = cgroup::find_counter(
+                Path::new(cgroup::CGROUP_ROOT),
+                self.cgroup_layout,
+                &self.container_id,
+            );
+        }
+        let count = cgroup::read_oom_kills(counter.as_deref()?);
+        if count.is_none() {
+            *counter = None;
+        }
+        count
     }
 
     pub(super) fn lock_env(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {

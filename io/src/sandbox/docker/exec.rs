@@ -1,6 +1,8 @@
 //! Running one command in a sandbox: the exec request, output collection with a hard timeout,
 //! killing a timed-out command's process group, the post-exec cleanup of what a command left
-//! running, and OOM detection from the cgroup's counter (see the module notes in [`super`]).
+//! running, and OOM detection from the cgroup's counter — read from the host before and after
+//! the command, else by the cleanup inside, else from the Engine; unknown when none answers
+//! (see the module notes in [`super`]).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -14,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::cgroup;
 use super::container::Container;
 use super::EXEC_ID_ENV;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
@@ -60,12 +63,35 @@ grep '^usage_usec ' /sys/fs/cgroup/cpu.stat 2>/dev/null
 m=$(cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.peak 2>/dev/null || cat /sys/fs/cgroup/memory.current 2>/dev/null) && echo "memory_peak $m"
 exit 0"#;
 
+/// Why a working directory cannot be entered (`$1`): one word, always exit 0.
+const WORKDIR_CHECK: &str = r#"if [ ! -e "$1" ]; then echo missing
+elif [ ! -d "$1" ]; then echo not-a-directory
+elif ! cd "$1" 2>/dev/null; then echo no-access
+else echo ok; fi"#;
+
+/// The exit code the Engine gives an exec its runtime could not start.
+const NOT_STARTED: i64 = 126;
+
 /// What the post-exec cleanup found.
 #[derive(Debug, Clone, Copy, Default)]
 struct Cleanup {
     killed: u32,
-    new_oom_kills: u64,
+    /// New kills on the in-sandbox OOM counter; `None` when the cleanup could not read it (it
+    /// did not run, or was killed itself: a full container has no room for it).
+    new_oom_kills: Option<u64>,
 }
+
+/// What is known of the OOM kills during one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Oom {
+    /// `kills` new kills, as `from` says.
+    Known { kills: u64, from: &'static str },
+    /// No way of telling answered.
+    Unknown,
+}
+
+/// The exit code of a process killed by SIGKILL (the OOM killer's signal).
+const KILLED: i64 = 137;
 
 /// How a command's output stream ended.
 enum StreamEnd {
@@ -204,6 +230,9 @@ impl Container {
             .unwrap_or(self.policy.output_limit_bytes);
         let config = self.exec_config(&request, &marker);
 
+        // The host's counter before the command: kills from now on are this command's (and,
+        // with concurrent commands, every one's that runs then).
+        let host_oom_before = self.host_oom_kills();
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
         let mut attached = self.attach(config, request.stdin.take()).await?;
@@ -234,7 +263,16 @@ impl Container {
         }
         let exit_code = self.exec_exit_code(&attached.exec_id).await?;
         let duration = started.elapsed();
-        self.check_oom_and_main_process(&request, exit_code, clean_up.then_some(cleanup))
+        if exit_code == NOT_STARTED && collected.stdout.data.is_empty() {
+            self.check_working_dir(&request, &collected).await?;
+        }
+        let host_oom_kills = host_oom_before
+            .zip(self.host_oom_kills())
+            .map(|(before, after)| after.saturating_sub(before));
+        let oom = self
+            .oom_verdict(exit_code, clean_up.then_some(cleanup), host_oom_kills)
+            .await;
+        self.check_oom_and_main_process(&request, exit_code, oom)
             .await?;
         Ok(ExecOutput {
             exit_code,
@@ -319,32 +357,115 @@ impl Container {
         })
     }
 
-    /// Fails a finished command that met the OOM killer, or whose exit by SIGKILL came from
-    /// the main process ending. `cleanup` is the post-exec cleanup's finding, when it ran.
+    /// What is known of the OOM kills during a finished command, from the first source that
+    /// answers: the host's cgroup counter (`host_kills`: after minus before), the post-exec
+    /// cleanup's reading inside (`cleanup`, when it ran), a reading inside now (a killed file
+    /// command), the Engine's `OOMKilled` flag (only for a killed command: it stays set once any
+    /// kill set it, and is set only for the main process on Docker 20.10, so it can confirm a
+    /// kill but never deny one). The sandbox's own file commands (no cleanup) are judged only
+    /// when killed, as before: a command running beside them may be what was killed.
+    async fn oom_verdict(
+        &self,
+        exit_code: i64,
+        cleanup: Option<Cleanup>,
+        host_kills: Option<u64>,
+    ) -> Oom {
+        if cleanup.is_none() && exit_code != KILLED {
+            return Oom::Known {
+                kills: 0,
+                from: "nothing: a file command that was not killed is not judged",
+            };
+        }
+        if let Some(kills) = host_kills {
+            return Oom::Known {
+                kills,
+                from: "the host's cgroup counter",
+            };
+        }
+        let inside = match cleanup {
+            Some(cleanup) => cleanup.new_oom_kills,
+            None => self.new_oom_kills().await,
+        };
+        if let Some(kills) = inside {
+            return Oom::Known {
+                kills,
+                from: "the sandbox's cgroup counter, read inside",
+            };
+        }
+        if exit_code == KILLED && self.engine_says_oom_killed().await {
+            return Oom::Known {
+                kills: 1,
+                from: "the Engine's OOMKilled flag",
+            };
+        }
+        Oom::Unknown
+    }
+
+    /// Fails a command the runtime could not start because of its working directory. The
+    /// Engine says only "exit code 126, no output" then; a directory check (a helper exec, only
+    /// in this case) tells whether that is why.
+    async fn check_working_dir(
+        &self,
+        request: &ExecRequest,
+        collected: &OutputCollector,
+    ) -> SandboxResult<()> {
+        let Some(dir) = request.working_dir.as_deref() else {
+            return Ok(());
+        };
+        if !collected.stderr.data.is_empty() {
+            return Ok(());
+        }
+        let argv = ["sh", "-c", WORKDIR_CHECK, "chorus-workdir", dir].map(String::from);
+        let Ok(out) = self.helper(argv.to_vec()).await else {
+            return Ok(());
+        };
+        let why = match String::from_utf8_lossy(&out).trim() {
+            "missing" => "does not exist",
+            "not-a-directory" => "is not a directory",
+            "no-access" => "cannot be entered by the commands' user",
+            _ => return Ok(()),
+        };
+        Err(SandboxError::new(
+            ErrorCategory::Exec,
+            format!("workdir {} {why} in the sandbox", dir.escape_debug()),
+        ))
+    }
+
+    /// Whether the Engine flags the container as OOM-killed.
+    async fn engine_says_oom_killed(&self) -> bool {
+        let inspected = self.docker.inspect_container(&self.name, None).await;
+        inspected
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false)
+    }
+
+    /// Fails a finished command that met the OOM killer, whose exit by SIGKILL came from the
+    /// main process ending, or that was killed by SIGKILL when nothing could tell whether the
+    /// OOM killer did it (that is said, never taken for "no OOM"). A command that exited by
+    /// itself while the OOM state is unknown keeps its result, with a warning in the log.
     async fn check_oom_and_main_process(
         &self,
         request: &ExecRequest,
         exit_code: i64,
-        cleanup: Option<Cleanup>,
+        oom: Oom,
     ) -> SandboxResult<()> {
         // Judged from the cgroup's counter whatever the exit code: a pipeline or a shell can
         // exit 0 after one of its processes was OOM-killed.
-        let oom_kills = match cleanup {
-            Some(cleanup) => (cleanup.new_oom_kills > 0).then_some(cleanup.new_oom_kills),
-            None if exit_code == 137 => self.new_oom_kills().await,
-            None => None,
-        };
-        if let Some(kills) = oom_kills {
-            return Err(SandboxError::new(
-                ErrorCategory::ResourceLimit,
-                format!(
-                    "command {:?} (exit code {exit_code}) met the out-of-memory killer ({kills} \
-                     new OOM kill(s); memory limit {:?} bytes)",
-                    request.argv, self.policy.limits.memory_bytes
-                ),
-            ));
+        if let Oom::Known { kills, from } = oom {
+            if kills > 0 {
+                return Err(SandboxError::new(
+                    ErrorCategory::ResourceLimit,
+                    format!(
+                        "command {:?} (exit code {exit_code}) met the out-of-memory killer \
+                         ({kills} new OOM kill(s), from {from}; memory limit {:?} bytes)",
+                        request.argv, self.policy.limits.memory_bytes
+                    ),
+                ));
+            }
         }
-        if exit_code == 137 {
+        if exit_code == KILLED {
             if let Ok(SandboxState::Exited {
                 exit_code,
                 oom_killed,
@@ -353,10 +474,27 @@ impl Container {
                 return Err(self.exited_error(exit_code, oom_killed));
             }
         }
+        if oom == Oom::Unknown {
+            if exit_code == KILLED {
+                return Err(SandboxError::new(
+                    ErrorCategory::Exec,
+                    format!(
+                        "command {:?} was killed by SIGKILL (exit code {KILLED}), and whether \
+                         the out-of-memory killer did it is unknown: neither the host's cgroup \
+                         counter, nor a check inside the sandbox, nor the Engine could tell \
+                         (memory limit {:?} bytes)",
+                        request.argv, self.policy.limits.memory_bytes
+                    ),
+                ));
+            }
+            tracing::warn!(sandbox = %self.name, command = ?request.argv, exit_code,
+                "OOM state of the command unknown: neither the host's cgroup counter nor a \
+                 check inside the sandbox could be read");
+        }
         Ok(())
     }
 
-    fn exec_error(&self, op: &str, e: bollard::errors::Error) -> SandboxError {
+    pub(super) fn exec_error(&self, op: &str, e: bollard::errors::Error) -> SandboxError {
         SandboxError::from_bollard(ErrorCategory::Exec, &format!("{op} in {}", self.name), e)
     }
 
@@ -471,8 +609,9 @@ impl Container {
             })
     }
 
-    /// Reads the memory cgroup's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`)
-    /// and returns how many kills happened since the last look, if any.
+    /// Reads the memory cgroup's OOM-kill counter inside the sandbox (v1 `memory.oom_control`,
+    /// v2 `memory.events`) and returns how many kills happened since the last look; `None`
+    /// when it cannot be read.
     async fn new_oom_kills(&self) -> Option<u64> {
         let out = self
             .helper(vec![
@@ -484,16 +623,12 @@ impl Container {
             ])
             .await
             .ok()?;
-        let new = self.note_oom_count(&String::from_utf8_lossy(&out))?;
-        (new > 0).then_some(new)
+        self.note_oom_count(&String::from_utf8_lossy(&out))
     }
 
     /// Records the `oom_kill` count found in `text`; returns how many are new since last time.
     fn note_oom_count(&self, text: &str) -> Option<u64> {
-        let count: u64 = text
-            .lines()
-            .find_map(|l| l.strip_prefix("oom_kill "))
-            .and_then(|n| n.trim().parse().ok())?;
+        let count = cgroup::parse_oom_kills(text)?;
         let mut seen = self
             .oom_kills_seen
             .lock()
@@ -534,7 +669,7 @@ impl Container {
         }
         Cleanup {
             killed,
-            new_oom_kills: self.note_oom_count(&text).unwrap_or(0),
+            new_oom_kills: self.note_oom_count(&text),
         }
     }
 }
@@ -579,6 +714,76 @@ fn timeout_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::SandboxPolicy;
+
+    /// A container on an Engine that does not answer: what the verdict does when the Engine
+    /// cannot tell either.
+    fn unreachable_container() -> Container {
+        let dir = tempfile::tempdir().unwrap();
+        // A plain file where the socket should be: connecting to it is refused.
+        let socket = dir.path().join("no-engine.sock");
+        std::fs::write(&socket, b"").unwrap();
+        let docker = bollard::Docker::connect_with_unix(
+            socket.to_str().unwrap(),
+            5,
+            bollard::API_DEFAULT_VERSION,
+        )
+        .unwrap();
+        Container::new(
+            docker,
+            "chorus-test".into(),
+            "0123abcd".into(),
+            SandboxPolicy::default(),
+            "/workspace".into(),
+            None,
+        )
+    }
+
+    /// Issue 33: an OOM state nobody could read is never taken for "no OOM": a command killed
+    /// by SIGKILL is an error saying it is unknown; one that exited by itself keeps its result
+    /// (with a warning in the log). A known kill is an OOM whatever the exit code.
+    #[tokio::test]
+    async fn an_unknown_oom_state_is_said_never_taken_for_none() {
+        let container = unreachable_container();
+        let request = ExecRequest::new(["hog"]);
+        let err = container
+            .check_oom_and_main_process(&request, KILLED, Oom::Unknown)
+            .await
+            .unwrap_err();
+        assert_eq!(err.category, ErrorCategory::Exec, "{err}");
+        assert!(err.message.contains("is unknown"), "{err}");
+        assert!(!err.retryable);
+        container
+            .check_oom_and_main_process(&request, 0, Oom::Unknown)
+            .await
+            .unwrap();
+        let known = Oom::Known {
+            kills: 1,
+            from: "the host's cgroup counter",
+        };
+        let err = container
+            .check_oom_and_main_process(&request, 0, known)
+            .await
+            .unwrap_err();
+        assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
+        assert!(err.message.contains("host's cgroup counter"), "{err}");
+        // With neither a host counter, a cleanup reading, nor an Engine: unknown.
+        assert_eq!(
+            container
+                .oom_verdict(KILLED, Some(Cleanup::default()), None)
+                .await,
+            Oom::Unknown
+        );
+        // A file command that exited by itself is not judged; a host reading wins.
+        assert!(matches!(
+            container.oom_verdict(0, None, None).await,
+            Oom::Known { kills: 0, .. }
+        ));
+        assert!(matches!(
+            container.oom_verdict(KILLED, None, Some(2)).await,
+            Oom::Known { kills: 2, .. }
+        ));
+    }
 
     #[test]
     fn the_cleanups_totals_parse_from_either_cgroup_version() {

@@ -11,7 +11,7 @@ use bollard::models::{
 };
 
 use super::{
-    LABEL_BOOT, LABEL_CREATED, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_PREFIX,
+    LABEL_BOOT, LABEL_CREATED, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_PIDNS, LABEL_PREFIX,
     LABEL_SANDBOX, LABEL_STAGING, LABEL_TASK,
 };
 use crate::sandbox::owner::Owner;
@@ -101,6 +101,9 @@ fn labels(spec: &SandboxSpec, inputs: &ResolvedInputs) -> HashMap<String, String
     if let Some(owner) = &inputs.owner {
         labels.insert(LABEL_OWNER.into(), owner.label());
         labels.insert(LABEL_BOOT.into(), owner.boot_id.clone());
+        if let Some(ns) = owner.pid_ns_label() {
+            labels.insert(LABEL_PIDNS.into(), ns);
+        }
     }
     labels
 }
@@ -350,6 +353,7 @@ mod tests {
                     boot_id: "boot-1".into(),
                     pid: 7,
                     start_ticks: 99,
+                    pid_ns: Some(4_026_531_836),
                 }),
                 network_name: "chorus-sandbox".into(),
                 ..ResolvedInputs::default()
@@ -412,6 +416,7 @@ mod tests {
         assert_eq!(labels[LABEL_DEADLINE], "3642");
         assert_eq!(labels[LABEL_OWNER], "7.99");
         assert_eq!(labels[LABEL_BOOT], "boot-1");
+        assert_eq!(labels[LABEL_PIDNS], "4026531836");
         assert!(c.env.unwrap().contains(&"HOME=/tmp".to_string()));
     }
 

@@ -10,6 +10,8 @@
 //! - `sandbox.rs`: [`DockerSandbox`] (a container and its workspace) and its lifecycle (start,
 //!   state, stop, remove).
 //! - `exec.rs`: running one command — timeouts, the post-exec cleanup, OOM detection.
+//! - `cgroup.rs`: the container's OOM-kill counter, read from the host.
+//! - `end.rs`: the sandbox's own end, armed from inside (`end_after`).
 //! - `files.rs`: files and trees moved through exec ([`tree_to_tar`], [`tar_to_tree`]).
 //! - `stats.rs`: live resource usage, with the docker CLI's formulas ([`cpu_percent`]).
 //!
@@ -26,11 +28,15 @@
 //!   -<pgid>` as the same user (root without `CAP_KILL` could not). If the command's output does not end within
 //!   a grace period after that (a child escaped the group), the whole container is killed.
 //! - **Filtered repository mounts are staged copies** (see [`stage_workspace`]).
-//! - **OOM is detected from the cgroup's `oom_kill` counter** read inside the sandbox after a
-//!   command dies by SIGKILL: Docker 20.10 sets `State.OOMKilled` only when the *main* process
-//!   is killed.
+//! - **OOM is detected from the cgroup's `oom_kill` counter**, read from the host before and
+//!   after each command (a container whose memory stays full cannot run a check of its own),
+//!   else by the post-exec cleanup inside, else from the Engine's `State.OOMKilled` (Docker
+//!   20.10 sets it only when the *main* process is killed); when none answers the result says
+//!   the OOM state is unknown, never "no OOM".
 
+mod cgroup;
 mod container;
+mod end;
 mod exec;
 mod files;
 mod host_config;
@@ -39,6 +45,7 @@ mod sandbox;
 mod stats;
 mod workspace;
 
+pub use cgroup::CgroupLayout;
 pub use files::{tar_to_tree, tree_to_tar};
 pub use host_config::{container_config, host_config, ResolvedInputs, WorkspaceMount};
 pub use provider::{is_stale, DockerProvider};
@@ -62,6 +69,8 @@ pub const LABEL_STAGING: &str = "io.chorus.staging";
 pub const LABEL_OWNER: &str = "io.chorus.owner";
 /// Label: the boot id of the owner's host.
 pub const LABEL_BOOT: &str = "io.chorus.boot";
+/// Label: the inode of the owner's pid namespace (liveness is judged only from inside it).
+pub const LABEL_PIDNS: &str = "io.chorus.pidns";
 /// Label: the deadline, seconds since the Unix epoch; the main process ends then.
 pub const LABEL_DEADLINE: &str = "io.chorus.deadline";
 /// Environment variable marking every process of one exec (inherited by its children), so the

@@ -3,16 +3,20 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder};
 use bollard::Docker;
 
+use super::cgroup::CgroupLayout;
 use super::container::force_remove;
 use super::host_config::{container_config, ResolvedInputs};
 use super::sandbox::DockerSandbox;
 use super::workspace::{stage_workspace, StagedWorkspace};
-use super::{LABEL_BOOT, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_SANDBOX, LABEL_STAGING};
+use super::{
+    LABEL_BOOT, LABEL_DEADLINE, LABEL_NODE, LABEL_OWNER, LABEL_PIDNS, LABEL_SANDBOX, LABEL_STAGING,
+};
 use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::network::SandboxNetwork;
 use crate::sandbox::owner::Owner;
@@ -28,6 +32,9 @@ pub struct DockerProvider {
     repo_roots: RepoRoots,
     owner: Option<Owner>,
     network: SandboxNetwork,
+    /// The Engine's cgroup layout (`docker info`), asked once: sandboxes read their OOM counter
+    /// from the host with it. `None` inside when the Engine did not say.
+    cgroup_layout: Arc<tokio::sync::OnceCell<Option<CgroupLayout>>>,
 }
 
 impl DockerProvider {
@@ -63,6 +70,7 @@ impl DockerProvider {
             repo_roots: RepoRoots::default(),
             owner: Owner::this_process(),
             network: SandboxNetwork::default(),
+            cgroup_layout: Arc::default(),
         })
     }
 
@@ -109,12 +117,30 @@ impl DockerProvider {
         &self.staging_root
     }
 
-    /// Removes the sandboxes of every node whose owner is gone or whose deadline passed (what
-    /// `chorus sandbox reap` does); returns how many.
-    pub async fn reap_stale(&self) -> SandboxResult<usize> {
-        self.reap_matching(format!("{LABEL_SANDBOX}=1")).await
+    /// How the Engine lays out its containers' cgroups, as `docker info` says (asked once; a
+    /// failed answer is asked again next time).
+    pub async fn cgroup_layout(&self) -> Option<CgroupLayout> {
+        let asked = self
+            .cgroup_layout
+            .get_or_try_init(|| async {
+                let info = self.docker.info().await?;
+                Ok::<_, bollard::errors::Error>(CgroupLayout::from_info(
+                    info.cgroup_driver.map(|d| d.to_string()).as_deref(),
+                    info.cgroup_version.map(|v| v.to_string()).as_deref(),
+                ))
+            })
+            .await;
+        match asked {
+            Ok(layout) => *layout,
+            Err(e) => {
+                tracing::debug!(error = %e, "docker info did not answer; cgroup layout unknown");
+                None
+            }
+        }
     }
 
+    /// Removes the sandboxes matching `label_filter` that [`is_stale`] says may go: one list
+    /// call (the Engine filters by label), then one removal per stale sandbox.
     async fn reap_matching(&self, label_filter: String) -> SandboxResult<usize> {
         let filters: HashMap<&str, Vec<String>> = [("label", vec![label_filter])].into();
         let options = ListContainersOptionsBuilder::new()
@@ -287,11 +313,16 @@ impl SandboxProvider for DockerProvider {
             policy.clone(),
             spec.workspace_path.clone(),
             staged,
+            self.cgroup_layout().await,
         ))
     }
 
     async fn reap(&self, node_id: &str) -> SandboxResult<usize> {
         self.reap_matching(format!("{LABEL_NODE}={node_id}")).await
+    }
+
+    async fn reap_stale(&self) -> SandboxResult<usize> {
+        self.reap_matching(format!("{LABEL_SANDBOX}=1")).await
     }
 }
 
@@ -306,18 +337,22 @@ fn read_seccomp_profile(policy: &SandboxPolicy) -> SandboxResult<Option<String>>
 }
 
 /// Whether a sandbox with these labels may be reaped at `now_s`: its deadline passed, or its
-/// owner is gone (another boot, or no process with that pid and start time). A sandbox without
-/// owner labels (made before they existed) counts as orphaned.
+/// owner is gone (another boot, or no process with that pid and start time in the owner's pid
+/// namespace, when that is this process's; see [`Owner::is_gone`]). A sandbox without owner
+/// labels (made before they existed) counts as orphaned.
 pub fn is_stale(labels: &HashMap<String, String>, now_s: u64) -> bool {
     let deadline_passed = labels
         .get(LABEL_DEADLINE)
         .and_then(|d| d.parse::<u64>().ok())
         .is_none_or(|d| d <= now_s);
-    let owner_alive = match (labels.get(LABEL_OWNER), labels.get(LABEL_BOOT)) {
-        (Some(owner), Some(boot)) => Owner::from_labels(owner, boot).is_some_and(|o| o.is_alive()),
-        _ => false,
+    let owner_gone = match (labels.get(LABEL_OWNER), labels.get(LABEL_BOOT)) {
+        (Some(owner), Some(boot)) => Owner::from_labels(owner, boot).is_none_or(|o| {
+            o.with_pid_ns_label(labels.get(LABEL_PIDNS).map(String::as_str))
+                .is_gone()
+        }),
+        _ => true,
     };
-    deadline_passed || !owner_alive
+    deadline_passed || owner_gone
 }
 
 fn unix_now_s() -> u64 {
@@ -347,11 +382,15 @@ mod tests {
     fn reap_judges_by_deadline_and_owner_liveness() {
         let me = Owner::this_process().unwrap();
         let labels = |deadline: u64, owner: &Owner| {
-            HashMap::from([
+            let mut labels = HashMap::from([
                 (LABEL_DEADLINE.to_string(), deadline.to_string()),
                 (LABEL_OWNER.to_string(), owner.label()),
                 (LABEL_BOOT.to_string(), owner.boot_id.clone()),
-            ])
+            ]);
+            if let Some(ns) = owner.pid_ns_label() {
+                labels.insert(LABEL_PIDNS.to_string(), ns);
+            }
+            labels
         };
         assert!(
             !is_stale(&labels(200, &me), 100),
@@ -367,6 +406,19 @@ mod tests {
             "owner from another boot"
         );
         assert!(is_stale(&HashMap::new(), 100), "unlabelled: orphaned");
+        // An owner that is gone as seen from here; in another pid namespace it cannot be
+        // judged from here, so only its deadline counts.
+        let gone = Owner {
+            pid: u32::MAX,
+            ..me.clone()
+        };
+        assert!(is_stale(&labels(200, &gone), 100));
+        let elsewhere = Owner {
+            pid_ns: me.pid_ns.map(|ns| ns + 1),
+            ..gone
+        };
+        assert!(!is_stale(&labels(200, &elsewhere), 100));
+        assert!(is_stale(&labels(100, &elsewhere), 100));
     }
 
     #[test]

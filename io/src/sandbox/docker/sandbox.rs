@@ -6,11 +6,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use bollard::query_parameters::StopContainerOptionsBuilder;
 use bollard::Docker;
 use tokio::sync::mpsc;
 
+use super::cgroup::CgroupLayout;
 use super::container::{force_remove, Container};
 use super::workspace::{copy_repository_in, sync_workspace, StagedWorkspace, SyncTarget};
 use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
@@ -45,9 +47,17 @@ impl DockerSandbox {
         policy: SandboxPolicy,
         workspace_path: String,
         staged: StagedWorkspace,
+        cgroup_layout: Option<CgroupLayout>,
     ) -> Self {
         DockerSandbox {
-            container: Container::new(docker, name, container_id, policy, workspace_path),
+            container: Container::new(
+                docker,
+                name,
+                container_id,
+                policy,
+                workspace_path,
+                cgroup_layout,
+            ),
             staging_dir: staged.staging_dir,
             copy_in: Mutex::new(staged.copy_in),
             sync: staged.sync,
@@ -167,6 +177,10 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn state(&self) -> SandboxResult<SandboxState> {
         self.container.state().await
+    }
+
+    async fn end_after(&self, after: Duration) -> SandboxResult<()> {
+        self.container.end_after(after).await
     }
 
     async fn stop(&self) -> SandboxResult<()> {

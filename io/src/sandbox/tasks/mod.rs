@@ -6,25 +6,37 @@
 //!    [`TaskShape`] (image, limits, network) when its timeout fits the pooled sandboxes'
 //!    lifetime, else (a repository mount, a very long timeout, pools off) a fresh sandbox made
 //!    for it alone; either way the sandbox is removed after the run, never reused.
-//! 2. **Pools are made on demand and bounded.** The first run of a shape makes its pool (and
+//! 2. **A run's sandbox ends by itself at the run's timeout plus `run_grace`**, enforced inside
+//!    it, so nothing a run started outlives that even when its node is killed with `kill -9`
+//!    and no node is left on the host to reap: a fresh sandbox lives `timeout + run_grace`
+//!    from its start (its deadline label says the same, from its creation), and a pooled one
+//!    (made before the run, for an hour) is armed to end `timeout + run_grace` after the
+//!    command starts (`ExecutionSandbox::end_after`). Where that cannot be armed (an image
+//!    without `sh` or `sleep`, a policy without init) the run goes on, with a warning, bounded
+//!    by the pooled sandbox's own lifetime and the periodic reap.
+//! 3. **Pools are made on demand and bounded.** The first run of a shape makes its pool (and
 //!    waits like a cold start); `warm_images` are pooled at recovery. At most `max_pools`
 //!    shapes are kept (the least recently used is dropped); a pool whose sandboxes cannot be
 //!    made for a reason that will not go away (a missing image) is dropped at once, so it does
 //!    not retry in the background for ever.
-//! 3. **Every run ends once** on the channel [`TaskRunner::next_exit`] reads (cancel safe): as
+//! 4. **Every run ends once** on the channel [`TaskRunner::next_exit`] reads (cancel safe): as
 //!    [`Event::SandboxExited`] (exit code, OOM, timeout, output tails of at most
 //!    `chorus_core::MAX_TAIL_BYTES` each and the bytes dropped before them, duration) or
 //!    [`Event::SandboxFailed`] (the sandbox error's category and message, and its `retryable`
 //!    flag). The core cuts the tails further if their encoding would not fit a frame.
-//! 4. **Stop kills the run:** its command is abandoned and its sandbox removed (forced), and the
+//! 5. **Stop kills the run:** its command is abandoned and its sandbox removed (forced), and the
 //!    end is an exit by signal 9, which the core records as cancelled.
-//! 5. **A graceful stop stops every run** ([`ShutdownHandle::shutdown`]): each removes its
+//! 6. **A graceful stop stops every run** ([`ShutdownHandle::shutdown`]): each removes its
 //!    sandbox as a cancellation does, so no run outlives its node's graceful stop.
-//! 6. **Recovery reaps.** [`TaskSandboxes::recovered`] removes this node's sandboxes that an
-//!    earlier process left (owner gone or deadline passed: `SandboxProvider::reap`), before the
-//!    core steps `Started` and counts those runs as retryable failures.
+//! 7. **Recovery reaps, and so does every period after it.** [`TaskSandboxes::recovered`]
+//!    removes this node's sandboxes that an earlier process left (owner gone or deadline passed:
+//!    `SandboxProvider::reap`), before the core steps `Started` and counts those runs as
+//!    retryable failures; then every `reap_period` it removes the stale sandboxes of any owner
+//!    on the host (`SandboxProvider::reap_stale`), so a node killed with `kill -9` leaves
+//!    nothing behind for longer than a period while any node runs on its host.
 
 mod ceilings;
+mod reaper;
 mod run;
 pub mod secret;
 mod shape;
@@ -45,12 +57,18 @@ use crate::runtime::TaskSandboxes;
 
 pub use ceilings::Ceilings;
 pub use secret::SecretKey;
+pub use reaper::REAP_PERIOD;
 pub use shape::{lifetime_for, TaskShape};
 pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
 
 /// How long a graceful stop waits for the runs it stopped to remove their sandboxes.
 pub const STOP_RUNS_BOUND: Duration = Duration::from_secs(30);
+
+/// How long after a run's timeout its sandbox ends by itself at the latest, unless configured
+/// otherwise: what the node does after the timeout (kill the command, clean up, read the usage,
+/// remove the sandbox, sync a read-write repository back) must fit in it.
+pub const RUN_GRACE: Duration = Duration::from_secs(30);
 
 /// How a [`TaskRunner`] runs tasks.
 #[derive(Clone, Debug)]
@@ -78,12 +96,18 @@ pub struct TaskRunnerConfig {
     /// Opens secret environment values (the cluster's pre-shared key); none: a task with
     /// one fails, not retried.
     pub secret_key: Option<SecretKey>,
+    /// How often the stale sandboxes of any owner on this host are removed, from recovery on
+    /// ([`REAP_PERIOD`]); zero: never (only this node's, at recovery).
+    pub reap_period: Duration,
+    /// How long after its timeout a run's sandbox ends by itself ([`RUN_GRACE`]; rule 2).
+    pub run_grace: Duration,
 }
 
 impl TaskRunnerConfig {
     /// Defaults for node `node_id`: pools of 2, at most 8 shapes, pooled sandboxes living an
-    /// hour and replaced after 10 idle minutes (so tasks with timeouts up to 50 minutes use
-    /// them), the default (hardened) policy, no repositories.
+    /// hour and replaced after 10 idle minutes (so tasks with timeouts up to 48½ minutes use
+    /// them), runs ending by themselves 30 s after their timeout, a reap every 15 s, the default
+    /// (hardened) policy, no repositories.
     pub fn new(node_id: impl Into<String>) -> Self {
         TaskRunnerConfig {
             node_id: node_id.into(),
@@ -96,13 +120,17 @@ impl TaskRunnerConfig {
             max_idle_age: Duration::from_secs(600),
             ceilings: Ceilings::default(),
             secret_key: None,
+            reap_period: REAP_PERIOD,
+            run_grace: RUN_GRACE,
         }
     }
 
-    /// The longest timeout a pooled sandbox can serve.
+    /// The longest timeout a pooled sandbox can serve: one taken at the oldest idle age still
+    /// lives past the run's own end (timeout + grace), with a minute to spare.
     pub fn max_pooled_timeout(&self) -> Duration {
         self.pool_lifetime
             .saturating_sub(self.max_idle_age)
+            .saturating_sub(self.run_grace)
             .saturating_sub(Duration::from_secs(60))
     }
 }
@@ -124,6 +152,8 @@ struct Shared<P: SandboxProvider + 'static> {
     runs: Mutex<BTreeMap<(TaskId, u32), oneshot::Sender<()>>>,
     /// Spawned runs not yet ended (their sandboxes may still exist).
     active: AtomicUsize,
+    /// The periodic reap, once recovery started it.
+    reaper: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl<P: SandboxProvider + Clone + 'static> Shared<P> {
@@ -227,6 +257,7 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
                 pools: Mutex::new((0, BTreeMap::new())),
                 runs: Mutex::new(BTreeMap::new()),
                 active: AtomicUsize::new(0),
+                reaper: Mutex::new(None),
             }),
             ended_tx,
             ended_rx,
@@ -264,17 +295,41 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
             self.shared.pool(&TaskShape::default_of(image.clone()));
         }
     }
+
+    /// Starts the periodic reap (see [`reaper`]) unless it runs or its period is zero; it ends
+    /// with the runner or its shutdown.
+    fn start_reaper(&self) {
+        let period = self.shared.config.reap_period;
+        let mut reaper = self.shared.reaper.lock().unwrap_or_else(|p| p.into_inner());
+        if period.is_zero() || reaper.is_some() {
+            return;
+        }
+        let task = tokio::spawn(reaper::reap_periodically(
+            Arc::downgrade(&self.shared),
+            period,
+        ));
+        *reaper = Some(task.abort_handle());
+    }
 }
 
 /// Shuts a [`TaskRunner`]'s warm pools down: see [`TaskRunner::shutdown_handle`].
 pub struct ShutdownHandle<P: SandboxProvider + Clone + 'static>(Arc<Shared<P>>);
 
 impl<P: SandboxProvider + Clone + 'static> ShutdownHandle<P> {
-    /// Stops every run still going — each removes its sandbox, as a cancellation does (rule
-    /// 4) — and waits for them (at most [`STOP_RUNS_BOUND`]; what is left then goes to the
+    /// Stops the periodic reap, then every run still going — each removes its sandbox, as a
+    /// cancellation does (rule 5) — and waits for them (at most [`STOP_RUNS_BOUND`]; what is left then goes to the
     /// next start's reap), then removes every pooled sandbox and waits for the removals.
     /// Returns how many pools there were. A run never outlives its node's graceful stop.
     pub async fn shutdown(&self) -> usize {
+        if let Some(reaper) = self
+            .0
+            .reaper
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            reaper.abort();
+        }
         let stops: Vec<_> = std::mem::take(&mut *self.0.lock_runs())
             .into_values()
             .collect();
@@ -318,6 +373,7 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
                  `chorus sandbox reap` or the next start will"),
         }
         self.warm_up();
+        self.start_reaper();
     }
 
     fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {

@@ -105,6 +105,7 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
     };
     let from_pool = matches!(&held, Held::Pooled(p) if p.from_pool());
     shared.stats.started(begun.elapsed(), from_pool);
+    arm_end(shared, &held, task, spec).await;
     tracing::debug!(%task, attempt, sandbox = held.sandbox().id(), from_pool,
         waited_ms = begun.elapsed().as_millis() as u64, "task run started");
 
@@ -204,7 +205,7 @@ async fn take<P: SandboxProvider + Clone + 'static>(
         };
     }
     let mut sandbox_spec = SandboxSpec::new(&config.node_id, task.to_string(), &spec.image);
-    sandbox_spec.lifetime = lifetime_for(timeout);
+    sandbox_spec.lifetime = lifetime_for(timeout, config.run_grace);
     if let Some(repo) = &spec.repo {
         let Some(path) = config.repos.get(&repo.name) else {
             return Err(SandboxError::new(
@@ -225,6 +226,27 @@ async fn take<P: SandboxProvider + Clone + 'static>(
         return Err(e);
     }
     Ok(Held::Fresh(sandbox))
+}
+
+/// Makes a pooled sandbox end by itself at the run's timeout plus the grace (module rule 2): it
+/// was made before the run, to live an hour. A fresh sandbox's own lifetime says the same
+/// already. Where it cannot be armed, the run goes on: its sandbox is bounded by its lifetime
+/// and the periodic reap, and a warning says so.
+async fn arm_end<P: SandboxProvider + Clone + 'static>(
+    shared: &Shared<P>,
+    held: &Held<P>,
+    task: &TaskId,
+    spec: &TaskSpec,
+) {
+    let Held::Pooled(sandbox) = held else {
+        return;
+    };
+    let end = Duration::from_millis(spec.timeout_ms).saturating_add(shared.config.run_grace);
+    if let Err(e) = sandbox.end_after(end).await {
+        tracing::warn!(%task, sandbox = sandbox.id(), error = %e,
+            "the run's sandbox cannot end by itself after the timeout and grace; the pool's \
+             lifetime and the periodic reap bound it instead");
+    }
 }
 
 /// The command of `spec` as an exec request; the head the sandbox keeps is cut to the tail's

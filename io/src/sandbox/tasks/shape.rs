@@ -68,10 +68,17 @@ impl TaskShape {
     }
 }
 
-/// How long a task's sandbox lives at most: its timeout plus a margin for start, clean-up and
-/// removal (the deadline is enforced inside the container, and `reap` honours it).
-pub fn lifetime_for(timeout: Duration) -> Duration {
-    timeout + Duration::from_secs(120)
+/// How long a fresh task sandbox lives at most: the run's timeout plus `grace` for what comes
+/// after it (kill, clean-up, usage, removal, sync back), in whole seconds rounded up (the
+/// deadline is enforced inside the container from its start, and `reap` honours it from its
+/// creation).
+pub fn lifetime_for(timeout: Duration, grace: Duration) -> Duration {
+    let total = timeout.saturating_add(grace);
+    Duration::from_secs(
+        total
+            .as_secs()
+            .saturating_add(u64::from(total.subsec_nanos() > 0)),
+    )
 }
 
 #[cfg(test)]
@@ -100,5 +107,23 @@ mod tests {
         p.validate().unwrap();
         let plain = TaskShape::default_of("img").policy(&base);
         assert_eq!(plain, base);
+    }
+
+    #[test]
+    fn a_fresh_sandbox_lives_its_timeout_and_the_grace_never_less() {
+        let grace = Duration::from_secs(30);
+        assert_eq!(
+            lifetime_for(Duration::from_secs(30), grace),
+            Duration::from_secs(60)
+        );
+        // Whole seconds, rounded up: the label and `sleep` count seconds.
+        assert_eq!(
+            lifetime_for(Duration::from_millis(1_500), grace),
+            Duration::from_secs(32)
+        );
+        assert_eq!(
+            lifetime_for(Duration::MAX, grace),
+            Duration::from_secs(u64::MAX)
+        );
     }
 }

@@ -1,5 +1,6 @@
-//! Counters of a [`super::TaskRunner`] for the node's metrics: runs, warm-pool hits, and how
-//! long a run waited for its sandbox (the sandbox start latency).
+//! Counters of a [`super::TaskRunner`] for the node's metrics: runs, warm-pool hits, how long
+//! a run waited for its sandbox (the sandbox start latency), and sandboxes the periodic reap
+//! removed.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,6 +19,8 @@ pub struct RunnerCounts {
     pub pool_hits: u64,
     /// Runs that failed before or while running (a sandbox error).
     pub failed: u64,
+    /// Stale sandboxes of any owner on this host that the periodic reap removed.
+    pub reaped: u64,
     /// Observations per bucket of [`START_BUCKETS_S`] (each counted in its own bucket only).
     pub start_buckets: [u64; START_BUCKETS_S.len()],
     /// Observations of start latency.
@@ -56,5 +59,9 @@ impl RunnerStats {
 
     pub(super) fn failed(&self) {
         self.with(|c| c.failed += 1);
+    }
+
+    pub(super) fn reaped(&self, removed: usize) {
+        self.with(|c| c.reaped += removed as u64);
     }
 }

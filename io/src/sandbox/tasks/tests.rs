@@ -195,6 +195,59 @@ async fn timeouts_and_oom_kills_are_exits_and_output_keeps_its_tail() {
     assert_eq!(runner.stats().snapshot().pool_hits, 3);
 }
 
+/// Issue 33: a pooled sandbox (made before the run, to live an hour) is armed to end at the
+/// run's timeout plus the grace before the command starts; a fresh one is not (its lifetime says
+/// the same). A sandbox that cannot be armed still runs the task.
+#[tokio::test]
+async fn a_pooled_run_arms_its_sandboxes_end_and_runs_on_where_it_cannot() {
+    let provider = ScriptedProvider::new();
+    let config = TaskRunnerConfig {
+        pool_size: 1,
+        warm_images: vec!["img".into()],
+        run_grace: Duration::from_secs(7),
+        ..TaskRunnerConfig::new("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    runner.warm_up();
+    for (seq, can_end) in [(1, true), (2, false)] {
+        let ready = wait_for(|| {
+            provider.sandboxes().into_iter().find(|s| {
+                s.calls()
+                    .iter()
+                    .all(|c| c.op != Op::Exec && c.op != Op::Remove)
+            })
+        })
+        .await;
+        if !can_end {
+            ready.fail_next(
+                Op::EndAfter,
+                SandboxError::new(ErrorCategory::Unsupported, "no sleep in the image"),
+            );
+        }
+        runner.start(&task(seq), 1, &spec("img", &["work"]));
+        let (_, _, exit) = exited(end(&mut runner).await);
+        assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+        let calls = ready.calls();
+        let armed = calls.iter().position(|c| c.op == Op::EndAfter);
+        let exec = calls.iter().position(|c| c.op == Op::Exec);
+        assert!(armed < exec && armed.is_some(), "{calls:?}");
+        assert_eq!(
+            calls[armed.unwrap()].detail,
+            "37000ms",
+            "timeout 30 s + grace 7 s"
+        );
+    }
+
+    let fresh = ScriptedProvider::new();
+    let mut runner = TaskRunner::new(fresh.clone(), fresh_config("n1"));
+    runner.start(&task(3), 1, &spec("img", &["work"]));
+    exited(end(&mut runner).await);
+    assert!(fresh.sandboxes()[0]
+        .calls()
+        .iter()
+        .all(|c| c.op != Op::EndAfter));
+}
+
 /// Polls `f` until it returns something (bounded).
 async fn wait_for<T>(f: impl Fn() -> Option<T>) -> T {
     for _ in 0..1_000 {
@@ -223,6 +276,55 @@ async fn recovery_reaps_what_this_node_left_and_only_that() {
     runner.recovered(&core).await;
     assert_eq!(mine.state().await.unwrap(), SandboxState::Removed);
     assert_eq!(theirs.state().await.unwrap(), SandboxState::Created);
+}
+
+/// Issue 33: after recovery a runner removes the stale sandboxes of any node on its host every
+/// period — one whose owner died goes within a period — spares live owners', counts what it
+/// removed, and stops with the runner's shutdown. (Paused clock: the periods cost no time.)
+#[tokio::test(start_paused = true)]
+async fn recovery_starts_a_periodic_reap_of_every_owners_stale_sandboxes() {
+    let provider = ScriptedProvider::new();
+    let config = TaskRunnerConfig {
+        reap_period: REAP_PERIOD,
+        ..fresh_config("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    let core = Core::new("n1".into(), Config::default(), vec![], 1).unwrap();
+    runner.recovered(&core).await;
+    let policy = SandboxPolicy::default();
+    let theirs = provider
+        .create(&SandboxSpec::new("n2", "t", "img"), &policy)
+        .await
+        .unwrap();
+    tokio::time::sleep(REAP_PERIOD * 3).await;
+    assert_eq!(
+        theirs.state().await.unwrap(),
+        SandboxState::Created,
+        "live owner"
+    );
+    theirs.orphan();
+    let orphaned_at = tokio::time::Instant::now();
+    while theirs.state().await.unwrap() != SandboxState::Removed {
+        assert!(
+            orphaned_at.elapsed() <= REAP_PERIOD,
+            "not reaped within a period"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runner.stats().snapshot().reaped, 1);
+
+    runner.shutdown_handle().shutdown().await;
+    let after = provider
+        .create(&SandboxSpec::new("n2", "u", "img"), &policy)
+        .await
+        .unwrap();
+    after.orphan();
+    tokio::time::sleep(REAP_PERIOD * 3).await;
+    assert_eq!(
+        after.state().await.unwrap(),
+        SandboxState::Created,
+        "stopped"
+    );
 }
 
 #[tokio::test]
@@ -317,6 +419,38 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
 }
 
+/// Issue 33: a workdir that does not exist in the sandbox fails the run saying so, not
+/// retried (it would not exist the next time either), pooled or fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_missing_workdir_says_so() {
+    let (provider, image) = docker().await;
+    let node = test_node("workdir");
+    for pool_size in [1, 0] {
+        let config = TaskRunnerConfig {
+            pool_size,
+            ..TaskRunnerConfig::new(&node)
+        };
+        let mut runner = TaskRunner::new(provider.clone(), config);
+        let mut s = (*spec(&image, &["true"])).clone();
+        s.workdir = Some("/x".into());
+        runner.start(&task(1), 1, &Arc::new(s));
+        match end(&mut runner).await {
+            Event::SandboxFailed {
+                error, retryable, ..
+            } => {
+                assert!(
+                    error.contains("workdir /x does not exist in the sandbox"),
+                    "{error}"
+                );
+                assert!(!retryable, "{error}");
+            }
+            other => panic!("pool size {pool_size}: {other:?}"),
+        }
+        runner.shutdown_handle().shutdown().await;
+    }
+    wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
 /// The tails are the last 8 KiB of each stream, and the bytes before them are counted: 9,000
 /// bytes of `\x01` keep 8,192 and say 808 went (the core cuts further, to fit a frame).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,6 +514,22 @@ async fn docker_reports_timeouts_oom_kills_and_cancellations() {
     .clone();
     hog.memory_mb = 32;
     runner.start(&task(2), 1, &Arc::new(hog));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert!(exit.oom, "{exit:?}");
+
+    // Issue 33: memory that stays full (a tmpfs file the OOM killer cannot free) leaves no room
+    // for a check inside the sandbox; the host's counter says OOM, although the shell exits 0.
+    let mut filler = (*spec(
+        &image,
+        &[
+            "sh",
+            "-c",
+            "dd if=/dev/zero of=/workspace/fill bs=1M count=64; echo done",
+        ],
+    ))
+    .clone();
+    filler.memory_mb = 32;
+    runner.start(&task(4), 1, &Arc::new(filler));
     let (_, _, exit) = exited(end(&mut runner).await);
     assert!(exit.oom, "{exit:?}");
 
@@ -470,17 +620,8 @@ async fn docker_mounts_a_configured_repository_read_only_or_read_write() {
 async fn docker_recovery_reaps_the_containers_a_dead_process_of_this_node_left() {
     let (provider, image) = docker().await;
     let node = test_node("reap");
-    // A sandbox owned by a process that is gone (a child that exited), as a crashed node
-    // leaves them. The child blocks on its stdin until its owner identity is read: a child
-    // that exits at once can be gone from /proc before it is read.
-    let mut child = std::process::Command::new("cat")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let owner = crate::sandbox::owner::Owner::of_process(child.id()).unwrap();
-    drop(child.stdin.take());
-    child.wait().unwrap();
-    let dead = provider.clone().with_owner(owner);
+    // A sandbox owned by a process that is gone, as a crashed node leaves them.
+    let dead = provider.clone().with_owner(dead_owner());
     let left = dead
         .create(
             &SandboxSpec::new(&node, "t", &image),
@@ -494,6 +635,197 @@ async fn docker_recovery_reaps_the_containers_a_dead_process_of_this_node_left()
     let core = Core::new(node.as_str().into(), Config::default(), vec![], 1).unwrap();
     runner.recovered(&core).await;
     assert_eq!(containers_of(&provider, &node).await, 0);
+}
+
+/// An owner that is gone: a child that ran and exited. The child blocks on its stdin until its
+/// identity is read (one that exits at once can be gone from /proc before it is read).
+fn dead_owner() -> crate::sandbox::owner::Owner {
+    let mut child = std::process::Command::new("cat")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let owner = crate::sandbox::owner::Owner::of_process(child.id()).unwrap();
+    drop(child.stdin.take());
+    child.wait().unwrap();
+    owner
+}
+
+/// Whether the container `id` exists (in any state).
+async fn exists(provider: &DockerProvider, id: &str) -> bool {
+    provider.docker().inspect_container(id, None).await.is_ok()
+}
+
+/// Issue 33: the periodic reap of a node with Docker tasks removes the sandbox a dead owner of
+/// another node left (as `kill -9` of that node leaves it) within a period, without waiting for
+/// that node to start again, and spares a live owner's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_the_periodic_reap_removes_a_dead_owners_sandbox_of_any_node() {
+    let (provider, image) = docker().await;
+    let node = test_node("periodic");
+    let other = test_node("periodic-other");
+    let policy = SandboxPolicy::default();
+    let left = provider
+        .clone()
+        .with_owner(dead_owner())
+        .create(&SandboxSpec::new(&other, "left", &image), &policy)
+        .await
+        .unwrap();
+    left.start().await.unwrap();
+    let live = provider
+        .create(&SandboxSpec::new(&other, "live", &image), &policy)
+        .await
+        .unwrap();
+    let period = Duration::from_secs(2);
+    let config = TaskRunnerConfig {
+        reap_period: period,
+        ..fresh_config(&node)
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    let core = Core::new(node.as_str().into(), Config::default(), vec![], 1).unwrap();
+    runner.recovered(&core).await;
+    assert!(
+        exists(&provider, left.id()).await,
+        "recovery reaps its own node's only"
+    );
+    wait_until(|| async { !exists(&provider, left.id()).await }).await;
+    // Not asserted: that this runner's counter took it — any other node on the host may have
+    // reaped it first. The count itself is the scripted test's.
+    assert!(
+        exists(&provider, live.id()).await,
+        "a live owner's sandbox is spared"
+    );
+    runner.shutdown_handle().shutdown().await;
+    live.remove().await.unwrap();
+}
+
+/// The command lines running in container `id`, as `docker top` lists them (none once it is
+/// not running).
+async fn commands_in(provider: &DockerProvider, id: &str) -> Vec<String> {
+    let Ok(top) = provider.docker().top_processes(id, None).await else {
+        return Vec::new();
+    };
+    let column = top
+        .titles
+        .unwrap_or_default()
+        .iter()
+        .position(|t| t == "CMD")
+        .expect("docker top lists CMD");
+    top.processes
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| p.get(column).cloned())
+        .collect()
+}
+
+/// The containers of node `node` (any state).
+async fn container_ids_of(provider: &DockerProvider, node: &str) -> Vec<String> {
+    use bollard::query_parameters::ListContainersOptionsBuilder;
+    let filters: std::collections::HashMap<&str, Vec<String>> =
+        [("label", vec![format!("io.chorus.node={node}")])].into();
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    provider
+        .docker()
+        .list_containers(Some(options))
+        .await
+        .expect("list containers")
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
+}
+
+/// Issue 33: a run never outlives its task, even when its node dies. The runner runs on a
+/// runtime of its own, dropped mid-run as `kill -9` of the node would end it: nothing on the
+/// host kills the command, cleans up or removes the sandbox (the command is seen still running
+/// afterwards), and no periodic reap runs. The sandbox still ends by itself at the run's
+/// timeout plus the grace — a pooled one (its own lifetime is an hour) by the end the run
+/// armed, a fresh one by its lifetime.
+#[test]
+fn docker_a_run_ends_by_its_timeout_and_grace_with_no_node_left() {
+    let checks = tokio::runtime::Runtime::new().unwrap();
+    let (provider, image) = checks.block_on(docker());
+    for pooled in [true, false] {
+        let node = test_node(if pooled {
+            "orphan-pooled"
+        } else {
+            "orphan-fresh"
+        });
+        let config = TaskRunnerConfig {
+            pool_size: usize::from(pooled),
+            run_grace: Duration::from_secs(5),
+            reap_period: Duration::ZERO,
+            ..TaskRunnerConfig::new(&node)
+        };
+        let mut command = (*spec(&image, &["sleep", "600"])).clone();
+        command.timeout_ms = 5_000;
+        // The node's own runtime and Engine connections: they go with it.
+        let node_runtime = tokio::runtime::Runtime::new().unwrap();
+        let sandbox = node_runtime.block_on(async {
+            let (provider, _) = docker().await;
+            let mut runner = TaskRunner::new(provider.clone(), config);
+            runner.start(&task(1), 1, &Arc::new(command));
+            let mut found = None;
+            for _ in 0..600 {
+                for id in container_ids_of(&provider, &node).await {
+                    if commands_in(&provider, &id)
+                        .await
+                        .iter()
+                        .any(|c| c == "sleep 600")
+                    {
+                        found = Some(id);
+                    }
+                }
+                if found.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Nothing of the runner may act after this point, not even its pool's drop: it
+            // is leaked, and its run goes with the runtime, mid-command.
+            std::mem::forget(runner);
+            found.expect("the command ran within 60 s")
+        });
+        drop(node_runtime);
+        let gone = std::time::Instant::now();
+        checks.block_on(async {
+            assert!(
+                commands_in(&provider, &sandbox)
+                    .await
+                    .iter()
+                    .any(|c| c == "sleep 600"),
+                "the command still runs: nothing on the host ended it (pooled: {pooled})"
+            );
+            // Stopped, as the Engine says (the container is left for a reaper to remove).
+            let running = || async {
+                let info = provider.docker().inspect_container(&sandbox, None).await;
+                info.expect("the sandbox is still there")
+                    .state
+                    .and_then(|s| s.running)
+            };
+            wait_until(|| async { running().await == Some(false) }).await;
+            eprintln!(
+                "pooled: {pooled}: the sandbox ended by itself {:?} after its node went \
+                 (timeout 5 s, grace 5 s from the command's start)",
+                gone.elapsed()
+            );
+            assert!(commands_in(&provider, &sandbox).await.is_empty());
+            for id in container_ids_of(&provider, &node).await {
+                let _ = provider
+                    .docker()
+                    .remove_container(
+                        &id,
+                        Some(
+                            bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                                .force(true)
+                                .build(),
+                        ),
+                    )
+                    .await;
+            }
+        });
+    }
 }
 
 async fn wait_until<F, Fut>(f: F)
