@@ -747,3 +747,42 @@ async fn the_transport_signs_with_the_key_its_peer_id_names() {
         &forged
     ));
 }
+
+/// Issue 35: B and C, given only A's address, meet through A's Kademlia table and stay
+/// connected when A goes; X, a node of another cluster that also dialled A, is never passed on.
+#[tokio::test]
+async fn peers_met_through_one_address_connect_and_other_clusters_stay_out() {
+    let (a, a_addr) = start(config(&[])).await;
+    let mut cx = config(&[]);
+    cx.cluster_id = "c2".into();
+    cx.bootstrap = vec![a_addr.clone()];
+    let (x, _) = start(cx).await;
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, _) = start(cb).await;
+    let mut cc = config(&[]);
+    cc.bootstrap = vec![a_addr];
+    let (mut c, _) = start(cc).await;
+    expect(&mut b, "B sees C up", is_up(&c.node_id())).await;
+    expect(&mut c, "C sees B up", is_up(&b.node_id())).await;
+
+    let (ida, idc, idx) = (a.node_id(), c.node_id(), x.node_id());
+    drop(a);
+    expect(
+        &mut b,
+        "B sees A down",
+        |ev| matches!(ev, TransportEvent::PeerDown { peer } if *peer == ida),
+    )
+    .await;
+    expect_none(&mut b, "B losing C, or meeting X", |ev| match ev {
+        TransportEvent::PeerDown { peer } => *peer == idc,
+        TransportEvent::PeerUp { peer, .. } => *peer == idx,
+        _ => false,
+    })
+    .await;
+    for t in [&b, &c] {
+        let s = t.stats().snapshot();
+        assert_eq!(s.rejected.get("wrong_cluster"), None, "{s:?}");
+        assert_eq!(s.peers_up, 1, "{s:?}");
+    }
+}

@@ -94,6 +94,19 @@ pub struct Cluster {
     pub expect: usize,
     /// More `chorus run` arguments for every node (e.g. `--docker`), after the cluster's own.
     pub extra_args: Vec<String>,
+    /// Which running nodes a (re)started node is given as `--bootstrap`.
+    pub join: Join,
+}
+
+/// The bootstrap addresses a starting node gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Join {
+    /// Every running node's.
+    All,
+    /// Only n0's (none for n0 itself): the others must find each other through it.
+    First,
+    /// None: the node finds the cluster from its data directory (its known peers) or not at all.
+    None,
 }
 
 /// Waits for `child` to report its ports in `log` (written from byte `offset` on). Fails the
@@ -137,11 +150,25 @@ impl Cluster {
             timings,
             expect: n,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            join: Join::All,
         };
-        for _ in 0..n {
-            cluster.add_node();
-        }
+        cluster.add_nodes(n);
         cluster
+    }
+
+    /// Starts `n` nodes (bootstrap-expect `n`, mDNS off) that are only given n0's address.
+    pub fn start_joining_first(bin: &str, n: usize, timings: Timings) -> Cluster {
+        let mut cluster = Cluster::start_with(bin, 0, timings, &[]);
+        cluster.expect = n;
+        cluster.join = Join::First;
+        cluster.add_nodes(n);
+        cluster
+    }
+
+    fn add_nodes(&mut self, n: usize) {
+        for _ in 0..n {
+            self.add_node();
+        }
     }
 
     /// Starts one more node (the next index) with the cluster's settings; it joins the formed
@@ -172,8 +199,14 @@ impl Cluster {
         let t = self.timings;
         let n = self.nodes.len();
         // The running nodes' ports; the new process binds port 0.
+        let join = self.join;
         let ports: Vec<u16> = (0..n)
             .filter(|j| *j != i && self.is_up(*j))
+            .filter(|j| match join {
+                Join::All => true,
+                Join::First => *j == 0,
+                Join::None => false,
+            })
             .map(|j| self.nodes[j].p2p_port)
             .collect();
         let node = &mut self.nodes[i];

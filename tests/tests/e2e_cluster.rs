@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use chorus_tests::{wait_until, Cluster, Timings};
+use chorus_tests::{wait_until, Cluster, Join, Timings};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
@@ -228,5 +228,89 @@ fn crash_right_after_voting_does_not_vote_twice() {
     assert!(
         stdout.lines().filter(|l| l.ends_with(" started")).count() >= 2,
         "{stdout}"
+    );
+}
+
+/// How long nodes that were given one address may take to meet the others through it: a
+/// liveness bound (identify, one Kademlia lookup, one dial), not a performance figure.
+const MESH_BOUND: Duration = Duration::from_secs(30);
+
+/// The node ids node `i` has as peers (`/status` `peers`), if it answers.
+fn peer_ids(c: &Cluster, i: usize) -> Option<Vec<String>> {
+    let s = c.status(i)?;
+    Some(
+        s["peers"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| p.as_str().map(str::to_owned))
+            .collect(),
+    )
+}
+
+/// Issue 35: one join address is enough. Nodes given only n0's address meet each other through
+/// its Kademlia table, so losing n0 (kill -9) leaves a connected majority that keeps an admin;
+/// a node restarted with no bootstrap address at all finds the cluster from its peers file.
+#[test]
+fn one_join_address_is_enough() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start_joining_first(BIN, 3, t);
+    let started = Instant::now();
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+                Some(c.status(i)?["node_id"].as_str()?.to_owned())
+            })
+            .expect("node id")
+        })
+        .collect();
+    let meshed = |c: &Cluster, i: usize, want: &[usize]| {
+        peer_ids(c, i).is_some_and(|p| want.iter().all(|j| p.contains(&ids[*j])))
+    };
+    wait_until(MESH_BOUND, Duration::from_millis(50), || {
+        (meshed(&c, 0, &[1, 2]) && meshed(&c, 1, &[0, 2]) && meshed(&c, 2, &[0, 1])).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "not meshed within {MESH_BOUND:?}: {:?}",
+            (0..3).map(|i| peer_ids(&c, i)).collect::<Vec<_>>()
+        )
+    });
+    eprintln!("n1 and n2 met through n0 in {:?}", started.elapsed());
+    let (_, _, admin_before) = c.wait_agreed(Duration::from_secs(20));
+
+    // n1 keeps the peers it met (atomically rewritten, at most every few seconds).
+    let file = c.nodes[1].data_dir.join("peers.json");
+    wait_until(Duration::from_secs(15), Duration::from_millis(100), || {
+        let text = std::fs::read_to_string(&file).ok()?;
+        (text.contains(&ids[0]) && text.contains(&ids[2])).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{} does not name n0 and n2", file.display()));
+
+    c.kill(0);
+    let killed = Instant::now();
+    // n1 and n2 stay connected to each other and agree on an admin among themselves.
+    let bound = crash_failover_bound(t);
+    let (admin, _, a) = c.wait_agreed(bound);
+    assert_ne!(a, 0);
+    assert!(meshed(&c, 1, &[2]) && meshed(&c, 2, &[1]));
+    eprintln!(
+        "after n0's kill (admin before: n{admin_before}), n1 and n2 agreed on n{a} ({admin}) in {:?}",
+        killed.elapsed()
+    );
+
+    // n1 restarted without any bootstrap address: its peers file leads it back to n2.
+    c.kill(1);
+    c.join = Join::None;
+    c.start_node(1);
+    let restarted = Instant::now();
+    wait_until(MESH_BOUND, Duration::from_millis(50), || {
+        (meshed(&c, 1, &[2]) && meshed(&c, 2, &[1])).then_some(())
+    })
+    .unwrap_or_else(|| panic!("restarted n1 did not reconnect: {:?}", peer_ids(&c, 1)));
+    let (_, _, a) = c.wait_agreed(bound);
+    assert_ne!(a, 0);
+    eprintln!(
+        "n1 restarted with no bootstrap address reconnected in {:?}",
+        restarted.elapsed()
     );
 }

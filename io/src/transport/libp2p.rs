@@ -1,6 +1,7 @@
 //! The libp2p transport (DESIGN §4): TCP + noise + yamux, gossipsub for broadcasts,
 //! request-response for direct messages, identify for peers' capabilities, ping, mDNS,
-//! bootstrap dialling with backoff, an optional pre-shared-key private network, an optional
+//! Kademlia peer exchange (one bootstrap address is enough to meet the whole cluster), dialling
+//! of bootstrap addresses and known peers with backoff, known peers kept in a file, an optional pre-shared-key private network, an optional
 //! peer allowlist, and connection limits.
 //!
 //! # Shape
@@ -38,9 +39,11 @@ mod behaviour;
 mod driver;
 mod frame;
 mod identity;
+mod peers;
 mod stats;
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,6 +75,13 @@ pub struct Libp2pConfig {
     pub bootstrap: Vec<Multiaddr>,
     /// Discover peers on the local network with mDNS.
     pub mdns: bool,
+    /// Where the peers this node met are kept (e.g. `DATA_DIR/peers.json`): read at start and
+    /// dialled like bootstrap addresses, rewritten (atomically, at most every few seconds) as
+    /// the set changes. `None`: remembered for this run only. A corrupt file is logged and
+    /// ignored.
+    pub peers_file: Option<PathBuf>,
+    /// Most peers remembered (and re-dialled after a loss).
+    pub max_known_peers: usize,
     /// A private network's pre-shared key (see [`load_psk`]); nodes without it cannot connect.
     pub psk: Option<PreSharedKey>,
     /// When set, only these peers may connect: connections from anyone else are closed and
@@ -92,9 +102,10 @@ pub struct Libp2pConfig {
     pub idle_connection_timeout: Duration,
     /// Time allowed for a connection's TCP, key, noise and yamux handshakes.
     pub handshake_timeout: Duration,
-    /// First delay before re-dialling an unreachable bootstrap address; doubles per failure.
+    /// First delay before re-dialling an unreachable bootstrap address or known peer; doubles
+    /// per failure.
     pub redial_backoff_min: Duration,
-    /// Longest delay between re-dials of a bootstrap address.
+    /// Longest delay between re-dials of a bootstrap address or known peer.
     pub redial_backoff_max: Duration,
     /// Capacity of the queue of events towards the runtime (the driver waits when it is full).
     pub event_queue: usize,
@@ -113,6 +124,8 @@ impl Libp2pConfig {
                 .expect("a constant, valid multiaddr")],
             bootstrap: Vec::new(),
             mdns: true,
+            peers_file: None,
+            max_known_peers: 256,
             psk: None,
             allowlist: None,
             max_connections: 256,

@@ -437,6 +437,14 @@ pub fn exposition(
             "reason",
             &t.connections_failed_by_reason,
         );
+        labelled(
+            &mut out,
+            "chorus_transport_discovery_dropped_total",
+            "Peers or addresses peer discovery left out, by reason: no_address, book_full, \
+             table_full, file_write.",
+            "reason",
+            &t.discovery_dropped,
+        );
         counter(
             &mut out,
             "chorus_transport_broadcasts_gossiped_total",

@@ -313,6 +313,8 @@ fn transport_config(
     transport_config.listen = listen;
     transport_config.bootstrap = bootstrap;
     transport_config.mdns = config.mdns;
+    // The peers met, so a restart finds the cluster without its original bootstrap address.
+    transport_config.peers_file = Some(config.data_dir.join("peers.json"));
     transport_config.psk = psk;
     transport_config.info = PeerInfo {
         capabilities: capabilities.to_vec().into(),

@@ -1,6 +1,7 @@
 //! The composed libp2p behaviour, the layered TCP transport, and what a node advertises through
 //! identify.
 
+use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use chorus_core::codec::MAX_MESSAGE_BYTES;
@@ -14,8 +15,8 @@ use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::behaviour::toggle::Toggle;
 use libp2p::swarm::NetworkBehaviour;
 use libp2p::{
-    allow_block_list, connection_limits, gossipsub, identify, mdns, noise, ping, tcp, yamux,
-    PeerId, Transport as _,
+    allow_block_list, connection_limits, gossipsub, identify, kad, mdns, noise, ping, tcp, yamux,
+    PeerId, StreamProtocol, Transport as _,
 };
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,20 @@ pub const IDENTIFY_PROTOCOL: &str = "/chorus/1.0.0";
 /// topic); this leaves room for that around a 64 KiB message.
 const GOSSIP_MAX_TRANSMIT_BYTES: usize = MAX_MESSAGE_BYTES + 4 * 1024;
 
+/// Peers per Kademlia bucket: libp2p's default `K_VALUE`; 256 buckets of them bound the table.
+const KAD_BUCKET_SIZE: usize = 20;
+
+/// How often Kademlia looks for peers on its own (it also does when its table is nearly empty,
+/// and the driver asks after a peer is lost).
+pub(super) const KAD_BOOTSTRAP_EVERY: Duration = Duration::from_secs(30);
+
+/// The Kademlia protocol of a cluster: a node of another cluster does not speak it, so the two
+/// never exchange tables.
+pub(super) fn kad_protocol(cluster_id: &str) -> Result<StreamProtocol, TransportError> {
+    StreamProtocol::try_from_owned(format!("/chorus/{cluster_id}/kad/1.0.0"))
+        .map_err(|e| TransportError::Config(format!("Kademlia protocol name: {e}")))
+}
+
 /// Every protocol a node runs, in one behaviour. The allowlist and the connection limits come
 /// first: they deny connections before the other behaviours see them.
 #[derive(NetworkBehaviour)]
@@ -38,6 +53,7 @@ pub(super) struct Behaviour {
     pub(super) direct: request_response::Behaviour<FrameCodec>,
     pub(super) gossipsub: gossipsub::Behaviour,
     pub(super) identify: identify::Behaviour,
+    pub(super) kad: kad::Behaviour<kad::store::MemoryStore>,
     pub(super) ping: ping::Behaviour,
     pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
 }
@@ -131,6 +147,30 @@ impl Behaviour {
                 .with_agent_version(agent),
         );
 
+        // Kademlia only for peer exchange: the driver adds a peer to the table once identify
+        // showed it is a node of this cluster (manual inserts), and no records are stored for
+        // others (inbound records are filtered, and none are kept).
+        let mut kad_config = kad::Config::new(kad_protocol(&config.cluster_id)?);
+        kad_config
+            .set_kbucket_inserts(kad::BucketInserts::Manual)
+            .set_record_filtering(kad::StoreInserts::FilterBoth)
+            .set_kbucket_size(NonZeroUsize::new(KAD_BUCKET_SIZE).unwrap_or(NonZeroUsize::MIN))
+            .set_periodic_bootstrap_interval(Some(KAD_BOOTSTRAP_EVERY))
+            .set_query_timeout(Duration::from_secs(20));
+        let store = kad::store::MemoryStore::with_config(
+            local,
+            kad::store::MemoryStoreConfig {
+                max_records: 0,
+                max_value_bytes: 0,
+                max_providers_per_key: 0,
+                max_provided_keys: 0,
+            },
+        );
+        let mut kad = kad::Behaviour::with_config(local, store, kad_config);
+        // Server mode from the start: nodes listen on addresses they advertise themselves (no
+        // external address confirmation here), and peers must be able to ask this one.
+        kad.set_mode(Some(kad::Mode::Server));
+
         let ping = ping::Behaviour::new(ping::Config::new());
 
         let mdns = if config.mdns {
@@ -148,6 +188,7 @@ impl Behaviour {
             direct,
             gossipsub,
             identify,
+            kad,
             ping,
             mdns: mdns.into(),
         })

@@ -1,7 +1,9 @@
 //! The task that owns the swarm: it carries out send and broadcast commands, turns swarm events
-//! into [`TransportEvent`]s, tracks which peers are up, and re-dials bootstrap addresses.
+//! into [`TransportEvent`]s, tracks which peers are up, exchanges peers through Kademlia, and
+//! re-dials bootstrap addresses and known peers.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundFailure};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionDenied, ConnectionId, DialError, ListenError, SwarmEvent};
-use libp2p::{allow_block_list, connection_limits, gossipsub, identify, mdns};
+use libp2p::{allow_block_list, connection_limits, gossipsub, identify, kad, mdns};
 use libp2p::{Multiaddr, PeerId, Swarm};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -22,6 +24,7 @@ use super::behaviour::{
     build_transport, cluster_topic, Advertisement, Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL,
 };
 use super::frame::Frame;
+use super::peers::{self, PeerBook};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
 use crate::runtime::TransportEvent;
 
@@ -49,10 +52,24 @@ const MAX_WARNED: usize = 1024;
 /// How often the bootstrap addresses are checked for a re-dial.
 const REDIAL_TICK: Duration = Duration::from_millis(250);
 
+/// Known peers dialled at once by the driver (Kademlia's own queries dial a few more).
+const MAX_DIALS_IN_FLIGHT: usize = 8;
+
+/// Peers from one Kademlia answer dialled at once.
+const MAX_DISCOVERED_DIALS: usize = 16;
+
+/// Shortest time between two writes of the peers file.
+const SAVE_EVERY: Duration = Duration::from_secs(5);
+
+/// Shortest time between two Kademlia lookups the driver asks for after losing a peer.
+const REBOOTSTRAP_MIN: Duration = Duration::from_secs(5);
+
 /// What the driver knows about a connected peer.
 #[derive(Debug, Default)]
 struct PeerState {
     connections: BTreeSet<ConnectionId>,
+    /// The remote address of its first connection: whether it is reached over loopback.
+    remote: Option<Multiaddr>,
     /// Set once the peer identified as a node of this cluster and `PeerUp` went out.
     up: bool,
     /// Direct messages that arrived before `PeerUp`, delivered right after it.
@@ -94,6 +111,14 @@ pub(super) struct Driver {
     warned: BTreeSet<String>,
     /// Messages arriving in parts, per authenticated sender.
     parts: codec::Reassembler<PeerId>,
+    /// Peers of this cluster met (or read from the peers file), re-dialled after a loss.
+    book: PeerBook,
+    peers_file: Option<PathBuf>,
+    last_save: Option<Instant>,
+    /// When the driver last asked Kademlia for a lookup; `None` until then.
+    last_lookup: Option<Instant>,
+    /// A peer was lost: look for others at the next tick (rate-limited).
+    lookup_wanted: bool,
 }
 
 impl Driver {
@@ -130,6 +155,36 @@ impl Driver {
                 disabled: false,
             })
             .collect();
+        let mut book = PeerBook::new(
+            config.max_known_peers,
+            config.redial_backoff_min,
+            config.redial_backoff_max,
+        );
+        if let Some(path) = &config.peers_file {
+            match peers::load(path) {
+                Ok(file) => {
+                    for (peer, addrs) in file.entries() {
+                        if peer != local && book.learn(peer, addrs, now).is_err() {
+                            stats.discovery_dropped("book_full");
+                        }
+                    }
+                    if book.len() > 0 {
+                        tracing::info!(
+                            peers = book.len(),
+                            file = %path.display(),
+                            "dialling the peers known from the last run"
+                        );
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    file = %path.display(),
+                    error = %e,
+                    "the known peers file is unreadable; ignored (it is rewritten as peers connect)"
+                ),
+            }
+            // What was read is on disk already.
+            book.take_dirty();
+        }
         Ok(Driver {
             swarm,
             local,
@@ -148,6 +203,11 @@ impl Driver {
             has_psk,
             warned: BTreeSet::new(),
             parts: codec::Reassembler::new(),
+            book,
+            peers_file: config.peers_file,
+            last_save: None,
+            last_lookup: None,
+            lookup_wanted: false,
         })
     }
 
@@ -232,7 +292,12 @@ impl Driver {
                     None => break,
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
-                _ = tick.tick() => self.redial(),
+                _ = tick.tick() => {
+                    self.redial();
+                    self.redial_known();
+                    self.lookup();
+                    self.save_peers();
+                }
             }
         }
         tracing::debug!("libp2p driver stopped");
@@ -385,6 +450,7 @@ impl Driver {
     }
 
     fn on_dial_settled(&mut self, connection_id: ConnectionId, peer: Option<PeerId>, ok: bool) {
+        self.book.dial_settled(connection_id, ok);
         for b in &mut self.bootstrap {
             if b.dialing == Some(connection_id) {
                 b.dialing = None;
@@ -392,6 +458,165 @@ impl Driver {
                     b.peer = peer;
                 }
             }
+        }
+    }
+
+    // ---- known peers ---------------------------------------------------------------------------
+
+    /// Dials known peers that are not connected, once their backoff has passed, a few at once.
+    fn redial_known(&mut self) {
+        let now = Instant::now();
+        let room = MAX_DIALS_IN_FLIGHT.saturating_sub(self.book.dialing());
+        if room == 0 {
+            return;
+        }
+        let swarm = &self.swarm;
+        let due = self.book.due(now, |p| swarm.is_connected(p), room);
+        for peer in due {
+            let Some(addrs) = self.book.get(&peer).map(|k| k.addrs.clone()) else {
+                continue;
+            };
+            let opts = DialOpts::peer_id(peer)
+                .addresses(addrs)
+                .condition(PeerCondition::DisconnectedAndNotDialing)
+                .build();
+            let id = opts.connection_id();
+            match self.swarm.dial(opts) {
+                Ok(()) => self.book.dial_started(&peer, id, now),
+                Err(DialError::DialPeerConditionFalse(_)) => {}
+                Err(e) => {
+                    // Counted as a failed attempt, so the backoff grows.
+                    self.book.dial_started(&peer, id, now);
+                    self.book.dial_settled(id, false);
+                    tracing::debug!(%peer, error = %e, "known peer dial failed");
+                }
+            }
+        }
+    }
+
+    /// After a peer was lost, asks Kademlia for the others sooner than its periodic lookup.
+    fn lookup(&mut self) {
+        if !self.lookup_wanted {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .last_lookup
+            .is_some_and(|t| now.duration_since(t) < REBOOTSTRAP_MIN)
+        {
+            return;
+        }
+        self.lookup_wanted = false;
+        self.last_lookup = Some(now);
+        // An empty table is no error: the known peers and bootstrap addresses are still dialled.
+        let _ = self.swarm.behaviour_mut().kad.bootstrap();
+    }
+
+    /// Writes the peers file when the known peers changed, at most every [`SAVE_EVERY`]; off
+    /// the driver's task, since it syncs to disk.
+    fn save_peers(&mut self) {
+        let Some(path) = &self.peers_file else {
+            return;
+        };
+        let now = Instant::now();
+        if self
+            .last_save
+            .is_some_and(|t| now.duration_since(t) < SAVE_EVERY)
+            || !self.book.take_dirty()
+        {
+            return;
+        }
+        self.last_save = Some(now);
+        let (path, content, stats) = (path.clone(), self.book.to_file(), self.stats.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = peers::save(&path, &content) {
+                stats.discovery_dropped("file_write");
+                tracing::warn!(file = %path.display(), error = %e, "could not write the known peers file");
+            }
+        });
+    }
+
+    /// An admitted peer's listen addresses go to the Kademlia table and the known peers.
+    fn learn_peer(&mut self, peer: PeerId, listen_addrs: &[Multiaddr]) {
+        let loopback_ok = self
+            .peers
+            .get(&peer)
+            .and_then(|s| s.remote.as_ref())
+            .is_some_and(peers::is_loopback);
+        let addrs: Vec<Multiaddr> = listen_addrs
+            .iter()
+            .filter_map(|a| peers::dialable(a, loopback_ok))
+            .take(peers::MAX_ADDRS_PER_PEER)
+            .collect();
+        if addrs.is_empty() {
+            self.stats.discovery_dropped("no_address");
+            tracing::debug!(%peer, ?listen_addrs, "peer advertises no dialable address");
+            return;
+        }
+        let kad = &mut self.swarm.behaviour_mut().kad;
+        let mut in_table = false;
+        for addr in &addrs {
+            match kad.add_address(&peer, addr.clone()) {
+                kad::RoutingUpdate::Success | kad::RoutingUpdate::Pending => in_table = true,
+                kad::RoutingUpdate::Failed => {}
+            }
+        }
+        if !in_table {
+            self.stats.discovery_dropped("table_full");
+        }
+        if self.book.learn(peer, addrs, Instant::now()).is_err() {
+            self.stats.discovery_dropped("book_full");
+        }
+        self.book.reached(&peer);
+    }
+
+    fn on_kad_event(&mut self, event: kad::Event) {
+        match event {
+            kad::Event::RoutingUpdated {
+                peer,
+                is_new_peer: true,
+                ..
+            } => tracing::debug!(%peer, "peer added to the Kademlia table"),
+            kad::Event::OutboundQueryProgressed {
+                result: kad::QueryResult::GetClosestPeers(Ok(ok)),
+                ..
+            } => {
+                // The lookup dialled the peers it asked; dial the rest of those it found.
+                let mut dialled = 0;
+                for found in ok.peers {
+                    if dialled >= MAX_DISCOVERED_DIALS {
+                        break;
+                    }
+                    if found.peer_id == self.local
+                        || self.foreign.contains(&found.peer_id)
+                        || self.swarm.is_connected(&found.peer_id)
+                    {
+                        continue;
+                    }
+                    let addrs: Vec<Multiaddr> = found
+                        .addrs
+                        .iter()
+                        .filter_map(|a| peers::dialable(a, true))
+                        .take(peers::MAX_ADDRS_PER_PEER)
+                        .collect();
+                    if addrs.is_empty() {
+                        continue;
+                    }
+                    dialled += 1;
+                    let opts = DialOpts::peer_id(found.peer_id)
+                        .addresses(addrs)
+                        .condition(PeerCondition::DisconnectedAndNotDialing)
+                        .build();
+                    let _ = self.swarm.dial(opts);
+                }
+            }
+            kad::Event::OutboundQueryProgressed {
+                result: kad::QueryResult::Bootstrap(result),
+                ..
+            } => {
+                tracing::trace!(?result, "Kademlia lookup step");
+            }
+            _ => {}
         }
     }
 
@@ -419,11 +644,11 @@ impl Driver {
                     return;
                 }
                 tracing::debug!(peer = %peer_id, addr = %endpoint.get_remote_address(), "connected");
-                self.peers
-                    .entry(peer_id)
-                    .or_default()
-                    .connections
-                    .insert(connection_id);
+                let state = self.peers.entry(peer_id).or_default();
+                state.connections.insert(connection_id);
+                state
+                    .remote
+                    .get_or_insert_with(|| endpoint.get_remote_address().clone());
                 self.publish_peer_counts();
             }
             SwarmEvent::ConnectionClosed {
@@ -444,6 +669,7 @@ impl Driver {
                     self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id, ?cause, "disconnected");
                     if was_up {
+                        self.lookup_wanted = true;
                         self.emit(TransportEvent::PeerDown {
                             peer: node_id(&peer_id),
                         })
@@ -526,6 +752,7 @@ impl Driver {
             BehaviourEvent::Gossipsub(event) => self.on_gossip_event(event).await,
             BehaviourEvent::Identify(event) => self.on_identify_event(event).await,
             BehaviourEvent::Mdns(event) => self.on_mdns_event(event),
+            BehaviourEvent::Kad(event) => self.on_kad_event(event),
             BehaviourEvent::Ping(_) => {}
             BehaviourEvent::Allow(never) => match never {},
             BehaviourEvent::Limits(never) => match never {},
@@ -681,6 +908,7 @@ impl Driver {
                 return;
             }
         };
+        self.learn_peer(peer, &info.listen_addrs);
         for addr in info.listen_addrs {
             self.swarm.add_peer_address(peer, addr);
         }
@@ -710,6 +938,9 @@ impl Driver {
             self.foreign.clear();
         }
         self.foreign.insert(peer);
+        // A stale entry of the peers file (a data directory reused by another cluster) or
+        // an address that now leads elsewhere: not re-dialled.
+        self.book.forget(&peer);
         self.reject(Some(peer), reason).await;
         if let Some(state) = self.peers.get_mut(&peer) {
             state.pending.clear();

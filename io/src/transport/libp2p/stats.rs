@@ -17,6 +17,7 @@ pub struct Libp2pStats {
     connections_denied: Mutex<BTreeMap<&'static str, u64>>,
     send_failures: Mutex<BTreeMap<&'static str, u64>>,
     connections_failed_by_reason: Mutex<BTreeMap<&'static str, u64>>,
+    discovery_dropped: Mutex<BTreeMap<&'static str, u64>>,
     broadcasts_gossiped: AtomicU64,
     broadcasts_direct: AtomicU64,
     connections_failed: AtomicU64,
@@ -59,6 +60,11 @@ pub struct StatsSnapshot {
     /// (nothing listens there), `timeout` (no answer in time, or a handshake that went silent:
     /// also a sign of a key mismatch), `other`.
     pub connections_failed_by_reason: BTreeMap<&'static str, u64>,
+    /// Peers or addresses that peer discovery left out, by reason: `no_address` (a peer
+    /// advertised no dialable listen address), `book_full` (the known peers are at their
+    /// bound), `table_full` (the Kademlia bucket is full), `file_write` (the peers file could
+    /// not be written).
+    pub discovery_dropped: BTreeMap<&'static str, u64>,
     /// Peers with at least one open connection.
     pub peers_connected: u64,
     /// Peers announced to the runtime with `PeerUp` and not yet `PeerDown`.
@@ -88,6 +94,7 @@ impl Libp2pStats {
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
             connections_failed: self.connections_failed.load(Ordering::Relaxed),
             connections_failed_by_reason: copy(&self.connections_failed_by_reason),
+            discovery_dropped: copy(&self.discovery_dropped),
             peers_connected: self.peers_connected.load(Ordering::Relaxed),
             peers_up: self.peers_up.load(Ordering::Relaxed),
         }
@@ -142,6 +149,9 @@ impl Libp2pStats {
     pub(super) fn connection_failed(&self, reason: &'static str) {
         bump(&self.connections_failed_by_reason, reason);
         self.connections_failed.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn discovery_dropped(&self, reason: &'static str) {
+        bump(&self.discovery_dropped, reason);
     }
     pub(super) fn set_peers(&self, connected: u64, up: u64) {
         self.peers_connected.store(connected, Ordering::Relaxed);
