@@ -56,8 +56,8 @@ use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec
 use crate::runtime::TaskSandboxes;
 
 pub use ceilings::Ceilings;
-pub use secret::SecretKey;
 pub use reaper::REAP_PERIOD;
+pub use secret::SecretKey;
 pub use shape::{lifetime_for, TaskShape};
 pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
