@@ -74,28 +74,24 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             retryable: e.retryable,
         }
     };
-    if let Err(why) = shared.config.ceilings.check(spec) {
+    // A spec this worker will not run: refused before any sandbox, never retried.
+    let refused = |why: String| {
         shared.stats.failed();
-        return Event::SandboxFailed {
+        Event::SandboxFailed {
             task: task.clone(),
             attempt,
             error: format!("policy_violation: {why}"),
             retryable: false,
-        };
+        }
+    };
+    if let Err(why) = shared.config.ceilings.check(spec) {
+        return refused(why);
     }
     // Secret values are opened here, for the exec's environment only (never a label, a log
     // line or the sandbox's own environment).
     let env = match super::secret::open_env(&spec.env, shared.config.secret_key.as_ref()) {
         Ok(env) => env,
-        Err(why) => {
-            shared.stats.failed();
-            return Event::SandboxFailed {
-                task: task.clone(),
-                attempt,
-                error: format!("policy_violation: {why}"),
-                retryable: false,
-            };
-        }
+        Err(why) => return refused(why),
     };
     // Taking the sandbox is not interrupted by a stop: a creation dropped half-way could leave
     // a container behind. A stop that came meanwhile is seen right after.
