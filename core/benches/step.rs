@@ -255,6 +255,7 @@ fn placement(c: &mut Criterion) {
             running: vec![],
             finished: vec![],
             released: vec![],
+            partial: false,
         };
         core.step(
             now,
@@ -313,6 +314,7 @@ fn placement(c: &mut Criterion) {
                 running: vec![],
                 finished: vec![task],
                 released: vec![],
+                partial: false,
             };
             core.step(now, Event::Message { from: worker, msg }, &mut out);
         })

@@ -283,6 +283,10 @@ pub enum Message {
         /// back after a retryable failure — by task and attempt, the latest last.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         released: Vec<(crate::TaskId, u32)>,
+        /// The lists did not fit one frame: each holds only some of its entries, the rest come
+        /// in the next reports (`task/work.rs`, rule 7), so a placement left out is not lost.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
     },
     /// A task's result, sent by its worker to its submitter until acknowledged.
     TaskResult {

@@ -243,6 +243,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             running: vec![(task.clone(), m as u32)],
             finished: vec![task],
             released: vec![],
+            partial: false,
         },
         5 => Message::TaskResult {
             task,

@@ -59,6 +59,7 @@ fn report(
         running: running.to_vec(),
         finished: finished.to_vec(),
         released: vec![],
+        partial: false,
     };
     let now = a.now_ms();
     a.step_vec(now, from(worker, msg))
@@ -261,6 +262,7 @@ fn each_list_of_a_worker_report_is_bounded_at_1024_on_its_own() {
             running,
             finished,
             released,
+            partial: false,
         };
         let now = a.now_ms();
         let out = a.step_vec(now, from("w1", msg));
@@ -305,6 +307,7 @@ struct Report {
     running: Vec<(TaskId, u32)>,
     finished: Vec<TaskId>,
     released: Vec<(TaskId, u32)>,
+    partial: bool,
 }
 
 /// `worker` (one slot) reports `r` to the admin `after` ms past the admin's last step.
@@ -316,6 +319,7 @@ fn at(a: &mut Core, after: u64, worker: &str, r: Report) -> Vec<Command> {
         running: r.running,
         finished: r.finished,
         released: r.released,
+        partial: r.partial,
     };
     let now = a.now_ms() + after;
     a.step_vec(now, from(worker, msg))
@@ -425,6 +429,43 @@ fn an_unmentioned_placement_is_sent_again_once_a_later_one_was_seen_or_a_tick_pa
         [(task("s", 1), "w1".to_owned())],
         "a later placement seen"
     );
+}
+
+/// Rule 5 (resend) and the worker's rule 7: a partial report — its lists did not fit one frame,
+/// the rest come next — proves nothing of what it leaves out: the placement it does not
+/// mention is not sent again, though a later one was seen and a tick passed. (Every tick the
+/// worker's follow-ups went on to be answered by a flood of placements sent again, each making
+/// the worker report again.)
+#[test]
+fn a_partial_report_does_not_make_the_admin_send_what_it_leaves_out_again() {
+    let partial = |seen: u64| Report {
+        seen,
+        partial: true,
+        ..Report::default()
+    };
+    let (mut a, seq) = placed_on_w1();
+    assert!(
+        placements(&at(&mut a, 1_000, "w1", partial(seq + 1))).is_empty(),
+        "left out of a partial report"
+    );
+    // The rest of the round mentions it: confirmed, not sent again by the ticks either.
+    let out = at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            seen: seq + 1,
+            running: vec![(task("s", 1), 1)],
+            partial: true,
+            ..Report::default()
+        },
+    );
+    assert!(placements(&out).is_empty());
+    let until = a.now_ms() + 6_000;
+    while let Some((t, timer)) = a.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(a.now_ms());
+        assert!(placements(&a.step_vec(t, Event::TimerFired { timer })).is_empty());
+    }
 }
 
 /// Rule 5 (release): a release counts only for the run it names — this worker, this attempt —

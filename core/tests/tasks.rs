@@ -711,6 +711,7 @@ fn task_messages_count_only_from_who_may_send_them() {
             running: vec![],
             finished: vec![],
             released: vec![],
+            partial: false,
         },
     );
     assert_eq!(refusals(&out), [Refusal::Stale]);

@@ -37,10 +37,10 @@ pub(crate) mod work;
 pub use place::AdminTasks;
 pub use submit::{OwnedTask, TaskPhase};
 pub use wire::{
-    ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES,
-    MAX_TAIL_WIRE_BYTES,
+    ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_REPORT_LISTS_WIRE_BYTES,
+    MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES, MAX_TAIL_WIRE_BYTES,
 };
-pub use work::RunningTask;
+pub use work::{RunningTask, MAX_REPORTED};
 
 /// The capability a node advertises when it runs tasks. A node with task slots but without it
 /// is still placed on (slots are what count); it is for operators and `--require`.
@@ -618,6 +618,7 @@ impl crate::Core {
                 running,
                 finished,
                 released,
+                partial,
             } => {
                 let report = place::WorkerReportIn {
                     term,
@@ -626,6 +627,7 @@ impl crate::Core {
                     running,
                     finished,
                     released,
+                    partial,
                 };
                 self.on_worker_report(from, report, out)
             }

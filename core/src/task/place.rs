@@ -14,7 +14,8 @@
 //! 5. A placement the worker has seen (its report's `seen` covers the placement number) but does
 //!    not list as running or finished is lost — refused, or given back after a retryable
 //!    failure — and queued again after a backoff, as the next attempt. A worker that goes down
-//!    loses all its placements, queued again at once.
+//!    loses all its placements, queued again at once. A `partial` report (its lists did not fit
+//!    one frame: `work.rs`, rule 7) proves nothing of what it leaves out.
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
 //!    placed one asks its worker to stop it, again at each of that worker's reports that still
 //!    lists the run. A cancelled run that is lost (given back, or its worker gone) is never
@@ -305,6 +306,7 @@ impl Core {
             running,
             finished,
             released,
+            partial,
         } = report;
         if running.len() > MAX_REPORTED
             || finished.len() > MAX_REPORTED
@@ -355,10 +357,12 @@ impl Core {
         }
         // Placements the worker does not mention though it saw a later one, or a tick has
         // passed: lost on the way (a cut link), or still on it (placements travel apart and may
-        // overtake each other). Sent again; the worker deduplicates by task id.
+        // overtake each other). Sent again; the worker deduplicates by task id. A partial
+        // report (its lists did not fit a frame) leaves out some it holds: it proves nothing.
         let resend: Vec<Resend> = a
             .placed_on(&from)
             .into_iter()
+            .filter(|_| !partial)
             .filter_map(|t| {
                 let p = &a.placed[&t];
                 let unmentioned = !running_set.contains(&t) && !finished_set.contains(&t);
@@ -648,4 +652,5 @@ pub(crate) struct WorkerReportIn {
     pub(crate) running: Vec<(TaskId, u32)>,
     pub(crate) finished: Vec<TaskId>,
     pub(crate) released: Vec<(TaskId, u32)>,
+    pub(crate) partial: bool,
 }
