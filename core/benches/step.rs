@@ -288,6 +288,7 @@ fn placement(c: &mut Criterion) {
                 task: task.clone(),
                 spec: spec.clone(),
                 cancel: false,
+                attempt: 0,
             };
             core.step(
                 now,

@@ -238,6 +238,10 @@ pub enum Message {
         /// The submitter's user asked to cancel it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cancel: bool,
+        /// The latest run of it an admin named to the submitter (0: none): an admin that
+        /// places it counts on from there, so run numbers go on across failovers.
+        #[serde(default, skip_serializing_if = "is_zero32")]
+        attempt: u32,
     },
     /// The admin's answer to an offer (and news of a placement): where the task stands.
     TaskState {
@@ -304,6 +308,10 @@ pub enum Message {
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
     *n == 0
 }
 

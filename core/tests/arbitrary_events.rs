@@ -216,6 +216,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             task,
             spec: spec(m),
             cancel: flag,
+            attempt: m as u32,
         },
         1 => Message::TaskState {
             task,

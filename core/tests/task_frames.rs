@@ -75,6 +75,7 @@ fn carriers(spec: &TaskSpec) -> [Message; 2] {
             task: task.clone(),
             spec: spec.clone(),
             cancel: true,
+            attempt: u32::MAX,
         },
         Message::TaskPlace {
             term: u64::MAX,

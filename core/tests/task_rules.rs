@@ -70,6 +70,7 @@ fn offer(a: &mut Core, t: &TaskId) -> Vec<Command> {
         task: t.clone(),
         spec: spec(),
         cancel: false,
+        attempt: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from(t.origin.as_str(), msg))
@@ -108,6 +109,42 @@ fn the_least_loaded_worker_by_share_of_its_slots_gets_the_task() {
         (tasks.placed_len(), tasks.queue_len(), tasks.worker_count()),
         (3, 0, 2)
     );
+}
+
+/// Rule 9: an offer carries the latest run its submitter heard of, and the admin numbers the
+/// run it places after it — also for a task already in its queue (offered again after the
+/// submitter heard of a later run elsewhere).
+#[test]
+fn an_admin_numbers_its_run_after_the_latest_its_submitter_heard_of() {
+    let offer_after = |a: &mut Core, t: &TaskId, attempt: u32| {
+        let msg = Message::TaskOffer {
+            task: t.clone(),
+            spec: spec(),
+            cancel: false,
+            attempt,
+        };
+        let now = a.now_ms();
+        a.step_vec(now, from(t.origin.as_str(), msg))
+    };
+    let attempts = |out: &[Command]| -> Vec<u32> {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Send {
+                    msg: Message::TaskPlace { attempt, .. },
+                    ..
+                } => Some(*attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut a = admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    assert_eq!(attempts(&offer_after(&mut a, &task("s", 1), 2)), [3]);
+    // No free slot: queued as run 1, then offered by a submitter that heard of run 4.
+    assert!(attempts(&offer_after(&mut a, &task("s", 2), 0)).is_empty());
+    assert!(attempts(&offer_after(&mut a, &task("s", 2), 4)).is_empty());
+    let out = report(&mut a, "w1", 1, &[], &[task("s", 1)]);
+    assert_eq!(attempts(&out), [5]);
 }
 
 /// Rule 2: tasks waiting for a worker are placed in the order they arrived, whatever their
@@ -621,6 +658,7 @@ fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
             task: task("s", seq),
             spec: gpu.clone(),
             cancel: false,
+            attempt: 0,
         };
         let now = a.now_ms();
         a.step_vec(now, from("s", msg));
@@ -1347,6 +1385,7 @@ fn offer_cancel(a: &mut Core) -> Vec<Command> {
         task: task("s", 1),
         spec: spec(),
         cancel: true,
+        attempt: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from("s", msg))

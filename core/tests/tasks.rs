@@ -124,6 +124,45 @@ fn queued_tasks_survive_the_admins_death_and_complete_under_the_next_admin() {
     }
 }
 
+/// Issue 33: run numbers go on across failovers. A new admin starts with an empty queue; it
+/// used to number the run it placed 1 again, so a task run three times through failovers
+/// showed attempt 1 three times (and a retryable failure was given up to 3 more runs). Here
+/// the admin dies with the worker running the task, twice: the next admins place it as runs 2
+/// and 3, from the latest run the submitter heard of.
+#[test]
+fn run_numbers_go_on_across_failovers() {
+    for seed in 0..10 {
+        // Three workers with a slot each, and n8, which runs nothing, submits.
+        let mut net = Net::with_workers(seed, 5, 4, fast_config());
+        for w in 5..8 {
+            net.set_slots(w, 1);
+        }
+        net.run_until(2_000);
+        assert!(net.agreed_admin().is_some(), "elected (seed {seed})");
+        let submitter = 8;
+        let t = net
+            .submit(submitter, &["sleep", "60000"], 2 * LONG)
+            .unwrap();
+        for run in 1..=3 {
+            net.run_until(net.now + 1_500);
+            let runs = runs_of(&net, &t);
+            assert_eq!(runs.len(), run as usize, "seed {seed}: {runs:?}");
+            let (attempt, worker) = runs[run as usize - 1];
+            assert_eq!(attempt, run, "seed {seed}: {runs:?}");
+            if run == 3 {
+                break;
+            }
+            // The admin and the worker go down together: nobody reports the run.
+            let admin = admin_index(&net);
+            net.crash(admin);
+            net.crash(worker);
+        }
+        let phase = &net.nodes[submitter].as_ref().unwrap().owned_tasks()[&t];
+        assert_eq!(phase.last_attempt, 3, "seed {seed}");
+        net.check_tasks(false);
+    }
+}
+
 #[test]
 fn a_submitter_that_restarts_keeps_its_tasks_and_still_gets_their_results() {
     let mut net = cluster(1);
@@ -634,6 +673,7 @@ fn task_messages_count_only_from_who_may_send_them() {
             task: forged.clone(),
             spec: spec.clone(),
             cancel: false,
+            attempt: 0,
         },
     );
     assert_eq!(refusals(&out), [Refusal::NotOwner]);

@@ -599,9 +599,12 @@ impl crate::Core {
     ) {
         use crate::Message as M;
         match msg {
-            M::TaskOffer { task, spec, cancel } => {
-                self.on_task_offer(from, task, spec, cancel, out)
-            }
+            M::TaskOffer {
+                task,
+                spec,
+                cancel,
+                attempt,
+            } => self.on_task_offer(from, task, spec, (cancel, attempt), out),
             M::TaskState { task, state } => self.on_task_state(from, task, state, out),
             M::TaskPlace {
                 term,

@@ -27,6 +27,9 @@
 //! 8. A placement no report has confirmed (lost on the way, and the worker's reports are far
 //!    apart or lost too) is sent again every [`RESEND_TICKS`] ticks while the lease holds; the
 //!    worker deduplicates by task id.
+//! 9. Run numbers go on across admins: an offer carries the latest run its submitter heard of,
+//!    and a task this admin queues runs next as the one after it (so attempt 1 under one admin
+//!    is followed by attempt 2 under the next, not by another attempt 1).
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -235,7 +238,7 @@ impl Core {
         from: NodeId,
         task: TaskId,
         spec: SharedSpec,
-        cancel: bool,
+        (cancel, last_attempt): (bool, u32),
         out: &mut Vec<Command>,
     ) {
         if task.origin != from {
@@ -250,6 +253,8 @@ impl Core {
         }
         let now = self.now_ms;
         let term = self.term;
+        // Rule 9: the next run comes after the latest the submitter heard of.
+        let next_attempt = last_attempt.saturating_add(1);
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
@@ -271,12 +276,14 @@ impl Core {
         } else if cancel {
             a.dequeue(&task);
             None
-        } else if a.queued.contains_key(&task) {
+        } else if let Some(q) = a.queued.get_mut(&task) {
+            // Rule 9: the submitter heard of a later run than this queue knew of.
+            q.attempt = q.attempt.max(next_attempt);
             Some(OfferState::Queued)
         } else if a.queued.len() >= MAX_QUEUED {
             Some(OfferState::Busy)
         } else {
-            a.enqueue(task.clone(), spec, 1, now);
+            a.enqueue(task.clone(), spec, next_attempt, now);
             Some(OfferState::Queued)
         };
         if let Some((worker, task)) = cancel_at {

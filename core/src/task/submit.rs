@@ -16,6 +16,9 @@
 //! 5. When the admin says a task whose result is in is placed (a run it adopted from a
 //!    worker's report: a duplicate, or a run cancelled at an admin that did not know of it), the
 //!    task is offered once more, cancelled, so that run stops; at most once a tick.
+//! 6. Run numbers go on across admins: the submitter keeps the latest run an admin named for
+//!    a task (durable) and offers it along; an admin that queues the task numbers its next run
+//!    after it. (A new admin starts empty: without this, every failover began again at run 1.)
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -26,6 +29,10 @@ use super::{
     MAX_TASKS_PER_OWNER,
 };
 use crate::{Command, Core, Message, NodeId, Notice, Refusal};
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
 
 /// An unfinished task is offered again after this many ticks even when the admin answered.
 pub(crate) const REOFFER_TICKS: u64 = 10;
@@ -94,6 +101,10 @@ pub struct OwnedTask {
     /// When it was last offered (0: never).
     #[serde(default)]
     pub offered_at_ms: u64,
+    /// The latest run an admin named for it (0: none yet), offered along so the next admin
+    /// numbers its run after it (rule 6).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub last_attempt: u32,
     /// The result, once in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<TaskResult>,
@@ -223,6 +234,7 @@ impl Core {
                 cancel: false,
                 workers: Vec::new(),
                 offered_at_ms: 0,
+                last_attempt: 0,
                 result: None,
                 done_at_ms: 0,
             },
@@ -267,6 +279,7 @@ impl Core {
             spec: t.spec.clone(),
             // A done task is offered only to stop a stray run of it (rule 5).
             cancel: t.cancel || t.phase == TaskPhase::Done,
+            attempt: t.last_attempt,
         };
         self.deliver(admin, msg, out);
     }
@@ -364,6 +377,7 @@ impl Core {
             OfferState::Queued => TaskPhase::Queued,
             OfferState::Placed { worker, attempt } => {
                 name(&worker, t);
+                t.last_attempt = t.last_attempt.max(attempt);
                 TaskPhase::Placed { worker, attempt }
             }
             OfferState::Finished { worker } => {

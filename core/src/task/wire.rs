@@ -127,6 +127,7 @@ mod tests {
             task: wide_task(),
             spec: spec.clone(),
             cancel: true,
+            attempt: u32::MAX,
         };
         let place = Message::TaskPlace {
             term: u64::MAX,
