@@ -278,6 +278,9 @@ pub enum Message {
         seen: u64,
         /// Task slots offered.
         slots: u32,
+        /// Memory and CPU offered to tasks (absent: not said, only slots count).
+        #[serde(default, skip_serializing_if = "crate::TaskCapacity::is_unset")]
+        capacity: crate::TaskCapacity,
         /// Runs in progress, with their attempt.
         running: Vec<(crate::TaskId, u32)>,
         /// Tasks finished here whose results their submitters have not acknowledged, and the

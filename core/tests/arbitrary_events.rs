@@ -241,6 +241,10 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             term: m % 4,
             seen: m,
             slots: m as u32,
+            capacity: chorus_core::TaskCapacity {
+                memory_mb: m as u32,
+                ..Default::default()
+            },
             running: vec![(task.clone(), m as u32)],
             finished: vec![task],
             released: vec![],

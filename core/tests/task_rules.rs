@@ -10,8 +10,8 @@ mod one_core;
 use std::sync::Arc;
 
 use chorus_core::{
-    Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskId, TaskPhase,
-    TaskSpec, MAX_WIRE_INT,
+    Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskCapacity, TaskId,
+    TaskPhase, TaskSpec, MAX_WIRE_INT,
 };
 use one_core::{from, heartbeat, refusals, sent_to, voter, win};
 
@@ -56,6 +56,7 @@ fn report(
         term: a.term(),
         seen: 0,
         slots,
+        capacity: Default::default(),
         running: running.to_vec(),
         finished: finished.to_vec(),
         released: vec![],
@@ -296,6 +297,7 @@ fn each_list_of_a_worker_report_is_bounded_at_1024_on_its_own() {
             term: a.term(),
             seen: 0,
             slots,
+            capacity: Default::default(),
             running,
             finished,
             released,
@@ -353,6 +355,7 @@ fn at(a: &mut Core, after: u64, worker: &str, r: Report) -> Vec<Command> {
         term: a.term(),
         seen: r.seen,
         slots: 1,
+        capacity: Default::default(),
         running: r.running,
         finished: r.finished,
         released: r.released,
@@ -1530,4 +1533,170 @@ fn a_cancelled_run_that_fails_retryably_ends_cancelled_and_is_not_given_back() {
             assert_eq!(released, Vec::<u64>::new(), "restart {restart}");
         }
     }
+}
+
+// ---- Memory and CPU (issue 33) ---------------------------------------------------------------
+
+fn cap(memory_mb: u32, cpu_millis: u32) -> TaskCapacity {
+    TaskCapacity {
+        memory_mb,
+        cpu_millis,
+        ..TaskCapacity::default()
+    }
+}
+
+/// `worker` reports `slots` and `capacity`, running `running` and having finished `finished`.
+fn report_with(
+    a: &mut Core,
+    worker: &str,
+    (slots, capacity): (u32, TaskCapacity),
+    running: &[(TaskId, u32)],
+    finished: &[TaskId],
+) -> Vec<Command> {
+    let msg = Message::WorkerReport {
+        term: a.term(),
+        seen: 0,
+        slots,
+        capacity,
+        running: running.to_vec(),
+        finished: finished.to_vec(),
+        released: vec![],
+        partial: false,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(worker, msg))
+}
+
+/// `t` offered with limits of `memory_mb` and `cpu_millis` (0: the worker's default).
+fn offer_limits(a: &mut Core, t: &TaskId, memory_mb: u32, cpu_millis: u32) -> Vec<Command> {
+    let spec = TaskSpec {
+        memory_mb,
+        cpu_millis,
+        ..(*spec()).clone()
+    };
+    let msg = Message::TaskOffer {
+        task: t.clone(),
+        spec: Arc::new(spec),
+        cancel: false,
+        attempt: 0,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(t.origin.as_str(), msg))
+}
+
+fn on(t: u64, w: &str) -> Vec<(TaskId, String)> {
+    vec![(task("s", t), w.to_owned())]
+}
+
+/// Rule 2: a task goes only where its memory fits beside what the admin placed there, though
+/// slots are free; a worker that has room takes it, and memory freed by a finished run counts
+/// again. (Slots alone counted: four 600 MiB tasks went to a worker offering 1 GiB.)
+#[test]
+fn a_task_is_placed_only_where_its_memory_fits_beside_what_is_placed_there() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    report_with(&mut a, "w1", (4, cap(1_024, 0)), &[], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 600, 0)),
+        on(1, "w1")
+    );
+    // 424 MiB left on w1: s-2 waits, a slot free or not.
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 2), 600, 0)), []);
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 1);
+    // w2 offers 2 GiB: s-2 goes there.
+    let out = report_with(&mut a, "w2", (4, cap(2_048, 0)), &[], &[]);
+    assert_eq!(placements(&out), on(2, "w2"));
+    // w2 has 1,448 MiB left, w1 424: 1,000 MiB go to w2, though w1 is less loaded by slots.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 1_000, 0)),
+        on(3, "w2")
+    );
+    // s-1 ends on w1: its 600 MiB are free again.
+    report_with(&mut a, "w1", (4, cap(1_024, 0)), &[], &[task("s", 1)]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 4), 1_000, 0)),
+        on(4, "w1")
+    );
+}
+
+/// Rule 2: CPU counts as memory does, and a task that names no limit counts as what the worker
+/// says it gives such a task (its default).
+#[test]
+fn cpu_counts_too_and_a_limit_of_0_counts_as_the_workers_default() {
+    let mut a = admin(&["w1", "s"]);
+    let capacity = TaskCapacity {
+        default_cpu_millis: 1_000,
+        ..cap(0, 2_000)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 0, 0)),
+        on(1, "w1")
+    );
+    // 1,000 millicores left.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 2), 0, 1_500)),
+        []
+    );
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 0, 0)),
+        on(3, "w1")
+    );
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 4), 0, 0)), []);
+    // s-2 and s-4 wait (w1 says nothing of memory: memory is not counted).
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 2);
+}
+
+/// Rule 2: never on a worker whose ceiling of one task the task exceeds, however much it has in
+/// all; a worker that says nothing of memory (an older build) is placed on by its slots alone.
+#[test]
+fn a_task_above_a_workers_ceiling_of_one_task_is_not_placed_there() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    let capacity = TaskCapacity {
+        task_memory_mb: 1_024,
+        ..cap(8_192, 0)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[], &[]);
+    report_with(&mut a, "w2", (1, TaskCapacity::default()), &[], &[]);
+    // w1 sorts first, but 2 GiB are above its ceiling: w2, which says nothing, takes it.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 2_048, 0)),
+        on(1, "w2")
+    );
+    // w2 is full: the next one waits rather than go to w1.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 2), 2_048, 0)),
+        []
+    );
+    // At the ceiling is within it.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 1_024, 0)),
+        on(3, "w1")
+    );
+}
+
+/// Rule 2: a run adopted from a report counts at the worker's default until its submitter's
+/// offer names its limits; then those count.
+#[test]
+fn an_adopted_run_counts_at_the_default_until_its_offer_names_its_limits() {
+    let mut a = admin(&["w1", "s"]);
+    let capacity = TaskCapacity {
+        default_memory_mb: 400,
+        ..cap(1_000, 0)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[(task("s", 1), 1)], &[]);
+    // 400 taken by the adopted run: 600 fit, 601 do not.
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 2), 601, 0)), []);
+    let mut b = admin(&["w1", "s"]);
+    report_with(&mut b, "w1", (4, capacity), &[(task("s", 1), 1)], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut b, &task("s", 2), 600, 0)),
+        on(2, "w1")
+    );
+    // The adopted run's offer says it has 100 MiB: 300 more fit now.
+    offer_limits(&mut b, &task("s", 1), 100, 0);
+    assert_eq!(
+        placements(&offer_limits(&mut b, &task("s", 3), 300, 0)),
+        on(3, "w1")
+    );
+    assert_eq!(placements(&offer_limits(&mut b, &task("s", 4), 1, 0)), []);
 }

@@ -748,6 +748,7 @@ fn task_messages_count_only_from_who_may_send_them() {
             term: term + 1,
             seen: 0,
             slots: 2,
+            capacity: Default::default(),
             running: vec![],
             finished: vec![],
             released: vec![],

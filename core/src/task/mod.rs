@@ -350,6 +350,100 @@ impl TaskSpec {
     }
 }
 
+/// What a worker offers its tasks besides slots (issue 33): memory and CPU for all of them
+/// together, the most one task may ask for, and what a task that names no limit is given. A
+/// worker says it in its reports; a field of 0 is not said, and a worker that says nothing (an
+/// older build) is placed on by its slots alone. The admin believes what a worker claims
+/// (`place.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCapacity {
+    /// Memory (MiB) for its tasks together (0: memory is not counted).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub memory_mb: u32,
+    /// CPU (millicores) for its tasks together (0: CPU is not counted).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub cpu_millis: u32,
+    /// The most memory (MiB) one task may ask for (0: no ceiling besides the total).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub task_memory_mb: u32,
+    /// The most CPU (millicores) one task may ask for (0: no ceiling besides the total).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub task_cpu_millis: u32,
+    /// The memory (MiB) a task whose spec names none gets here, and is counted for.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub default_memory_mb: u32,
+    /// The CPU (millicores) a task whose spec names none gets here, and is counted for.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub default_cpu_millis: u32,
+}
+
+impl TaskCapacity {
+    /// Nothing said: slots alone count.
+    pub fn is_unset(&self) -> bool {
+        *self == TaskCapacity::default()
+    }
+
+    /// What one task of `spec` takes here, counted against the totals: (memory MiB, CPU
+    /// millicores). A limit of 0 takes the worker's default (at most the total).
+    pub fn demand(&self, spec: &TaskSpec) -> (u64, u64) {
+        let take = |asked: u32, default: u32, total: u32| {
+            u64::from(if asked > 0 { asked } else { default.min(total) })
+        };
+        (
+            take(spec.memory_mb, self.default_memory_mb, self.memory_mb),
+            take(spec.cpu_millis, self.default_cpu_millis, self.cpu_millis),
+        )
+    }
+
+    /// Why a task of `spec` can never run here, even alone: a limit above the ceiling of one
+    /// task, or above the total. `None`: it can, once there is room.
+    pub fn refuses(&self, spec: &TaskSpec) -> Option<String> {
+        let (memory, cpu) = self.demand(spec);
+        let over = |what: &str, unit: &str, asked: u64, ceiling: u32, total: u32| {
+            if ceiling > 0 && asked > u64::from(ceiling) {
+                Some(format!(
+                    "it asks for {asked}{unit} of {what}, above the ceiling of {ceiling}{unit} \
+                     a task"
+                ))
+            } else if total > 0 && asked > u64::from(total) {
+                Some(format!(
+                    "it asks for {asked}{unit} of {what}, more than the {total}{unit} for tasks"
+                ))
+            } else {
+                None
+            }
+        };
+        over(
+            "memory",
+            " MiB",
+            memory,
+            self.task_memory_mb,
+            self.memory_mb,
+        )
+        .or_else(|| {
+            over(
+                "CPU",
+                " millicores",
+                cpu,
+                self.task_cpu_millis,
+                self.cpu_millis,
+            )
+        })
+    }
+
+    /// Whether a task of `spec` fits beside what is placed already (`used`: memory MiB, CPU
+    /// millicores), within both totals (a total of 0 is not counted).
+    pub fn has_room(&self, used: (u64, u64), spec: &TaskSpec) -> bool {
+        let (memory, cpu) = self.demand(spec);
+        let within = |used: u64, more: u64, total: u32| {
+            total == 0 || used.saturating_add(more) <= u64::from(total)
+        };
+        self.refuses(spec).is_none()
+            && within(used.0, memory, self.memory_mb)
+            && within(used.1, cpu, self.cpu_millis)
+    }
+}
+
 /// How a task ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -618,6 +712,7 @@ impl crate::Core {
                 term,
                 seen,
                 slots,
+                capacity,
                 running,
                 finished,
                 released,
@@ -627,6 +722,7 @@ impl crate::Core {
                     term,
                     seen,
                     slots,
+                    capacity,
                     running,
                     finished,
                     released,

@@ -3,7 +3,11 @@
 //! Rules:
 //! 1. Placement happens only while this node holds a valid lease ([`Core::holds_lease`]).
 //! 2. A task goes to a worker that fits it (its required capabilities and repository) and has a
-//!    free slot, the least loaded first (running / slots), ties broken by node id. Queued tasks
+//!    free slot, and — when the worker says what it offers its tasks ([`TaskCapacity`]) — room
+//!    for the task's memory and CPU beside what this admin placed there (a limit of 0 counts as
+//!    the worker's default), within the ceiling of one task; the least loaded first (running /
+//!    slots), ties broken by node id. A worker that says nothing of memory or CPU (an older
+//!    build) is placed on by its slots alone. Queued tasks
 //!    are tried in arrival order; a step passes over at most [`MAX_SKIPS_PER_STEP`] that no
 //!    worker fits, and the next step goes on from there (round the queue), so tasks behind
 //!    many unplaceable ones are still reached.
@@ -33,13 +37,21 @@
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
+//!
+//! What a worker claims — its slots, its memory and CPU for tasks — is believed: a node
+//! admitted to the cluster (authenticated, and allowed by its key and allowlist) is trusted
+//! for this. A worker that claims more than it has is given more than it can hold: its own
+//! checks still refuse a placement without a free slot (released, and placed elsewhere) and a
+//! limit above its sandbox ceilings (an error result), but it may run more than its memory or
+//! CPU allow, as any misconfigured node would. The numbers are 32-bit, summed in 64: a claim
+//! cannot overflow a sum.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use super::work::MAX_REPORTED;
-use super::{OfferState, SharedSpec, TaskId, TaskResult, TaskStatus};
+use super::{OfferState, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus};
 use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
 
 /// Tasks queued at once; an offer beyond is answered `busy`.
@@ -91,6 +103,52 @@ pub(crate) struct Placement {
 pub(crate) struct WorkerLoad {
     slots: u32,
     running: u32,
+    #[serde(default, skip_serializing_if = "TaskCapacity::is_unset")]
+    capacity: TaskCapacity,
+}
+
+/// What this admin's placements on a worker take of its memory and CPU: the limits their
+/// specs name, and how many are counted at the worker's defaults (a limit of 0, or an adopted
+/// run whose spec this admin has not seen yet). Counted so, a default the worker changes in a
+/// later report counts at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Used {
+    memory_mb: u64,
+    cpu_millis: u64,
+    default_memory: u64,
+    default_cpu: u64,
+}
+
+impl Used {
+    /// Adds (or takes away) a placement of `spec`.
+    fn charge(&mut self, spec: Option<&TaskSpec>, add: bool) {
+        let (memory, cpu) = spec.map_or((0, 0), |s| (s.memory_mb, s.cpu_millis));
+        let count = |named: &mut u64, defaults: &mut u64, limit: u32| {
+            let (n, by) = if limit > 0 {
+                (named, u64::from(limit))
+            } else {
+                (defaults, 1)
+            };
+            *n = if add {
+                n.saturating_add(by)
+            } else {
+                n.saturating_sub(by)
+            };
+        };
+        count(&mut self.memory_mb, &mut self.default_memory, memory);
+        count(&mut self.cpu_millis, &mut self.default_cpu, cpu);
+    }
+
+    /// (memory MiB, CPU millicores) taken on a worker offering `capacity`.
+    fn taken(&self, capacity: &TaskCapacity) -> (u64, u64) {
+        let (memory, cpu) = capacity.demand(&TaskSpec::default());
+        (
+            self.memory_mb
+                .saturating_add(self.default_memory.saturating_mul(memory)),
+            self.cpu_millis
+                .saturating_add(self.default_cpu.saturating_mul(cpu)),
+        )
+    }
 }
 
 impl WorkerLoad {
@@ -112,6 +170,9 @@ pub struct AdminTasks {
     #[serde(default)]
     unconfirmed: BTreeSet<TaskId>,
     workers: BTreeMap<NodeId, WorkerLoad>,
+    /// What `placed` takes of each worker's memory and CPU (rule 2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    used: BTreeMap<NodeId, Used>,
     /// Workers with a free slot, least loaded first.
     free: BTreeSet<(u64, NodeId)>,
     finished: BTreeMap<TaskId, NodeId>,
@@ -145,6 +206,10 @@ impl AdminTasks {
             .entry(p.worker.clone())
             .or_default()
             .insert(task.clone());
+        self.used
+            .entry(p.worker.clone())
+            .or_default()
+            .charge(p.spec.as_deref(), true);
         if p.seq > 0 {
             self.unconfirmed.insert(task.clone());
         }
@@ -154,6 +219,12 @@ impl AdminTasks {
     fn unplace(&mut self, task: &TaskId) -> Option<Placement> {
         let p = self.placed.remove(task)?;
         self.unindex(task, &p.worker);
+        if let Some(used) = self.used.get_mut(&p.worker) {
+            used.charge(p.spec.as_deref(), false);
+            if *used == Used::default() {
+                self.used.remove(&p.worker);
+            }
+        }
         self.unconfirmed.remove(task);
         Some(p)
     }
@@ -165,6 +236,19 @@ impl AdminTasks {
                 self.on_worker.remove(worker);
             }
         }
+    }
+
+    /// Whether `worker` has room for a task of `spec` beside what is placed there: memory and
+    /// CPU, when it says what it offers (rule 2).
+    fn has_room(&self, worker: &NodeId, spec: &TaskSpec) -> bool {
+        let Some(load) = self.workers.get(worker) else {
+            return true;
+        };
+        let used = self
+            .used
+            .get(worker)
+            .map_or((0, 0), |u| u.taken(&load.capacity));
+        load.capacity.has_room(used, spec)
     }
 
     /// Tasks placed on `worker`.
@@ -261,7 +345,12 @@ impl Core {
         let mut cancel_at: Option<(NodeId, TaskId)> = None;
         let answer = if let Some(p) = a.placed.get_mut(&task) {
             if p.spec.is_none() {
-                p.spec = Some(spec); // an adopted run: its submitter speaks (rule 7)
+                // An adopted run: its submitter speaks (rule 7), and its limits now count.
+                if let Some(used) = a.used.get_mut(&p.worker) {
+                    used.charge(None, false);
+                    used.charge(Some(&spec), true);
+                }
+                p.spec = Some(spec);
             }
             if cancel {
                 p.cancelled = true;
@@ -310,6 +399,7 @@ impl Core {
             term,
             seen,
             slots,
+            capacity,
             running,
             finished,
             released,
@@ -430,6 +520,7 @@ impl Core {
             WorkerLoad {
                 slots,
                 running: load,
+                capacity,
             },
         );
         let term = self.term;
@@ -572,7 +663,7 @@ impl Core {
                 .iter()
                 .take(MAX_CANDIDATES)
                 .map(|(_, w)| w)
-                .find(|w| self.worker_fits(w, &spec))
+                .find(|w| self.worker_fits(w, &spec) && a.has_room(w, &spec))
                 .cloned();
             let Some(worker) = worker else {
                 skipped += 1;
@@ -656,6 +747,7 @@ pub(crate) struct WorkerReportIn {
     pub(crate) term: u64,
     pub(crate) seen: u64,
     pub(crate) slots: u32,
+    pub(crate) capacity: TaskCapacity,
     pub(crate) running: Vec<(TaskId, u32)>,
     pub(crate) finished: Vec<TaskId>,
     pub(crate) released: Vec<(TaskId, u32)>,

@@ -566,6 +566,7 @@ impl Core {
             term: self.term,
             seen: if w.seen.0 == self.term { w.seen.1 } else { 0 },
             slots: self.resources.task_slots.min(MAX_REPORTED as u32),
+            capacity: self.resources.task_capacity,
             running: lists.running,
             finished: lists.finished,
             released: lists.released,
