@@ -290,6 +290,7 @@ fn placement(c: &mut Criterion) {
                 spec: spec.clone(),
                 cancel: false,
                 attempt: 0,
+                unplaceable_ms: 0,
             };
             core.step(
                 now,

@@ -242,6 +242,11 @@ pub enum Message {
         /// places it counts on from there, so run numbers go on across failovers.
         #[serde(default, skip_serializing_if = "is_zero32")]
         attempt: u32,
+        /// How long admins have said no live worker can run it (ms; 0: none said, or a worker
+        /// could): an admin counts on from there towards ending it `unschedulable`, so a
+        /// failover does not start the count again (`task/place.rs`, rule 10).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        unplaceable_ms: u64,
     },
     /// The admin's answer to an offer (and news of a placement): where the task stands.
     TaskState {

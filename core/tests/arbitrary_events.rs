@@ -217,6 +217,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             spec: spec(m),
             cancel: flag,
             attempt: m as u32,
+            unplaceable_ms: m,
         },
         1 => Message::TaskState {
             task,

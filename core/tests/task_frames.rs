@@ -76,6 +76,7 @@ fn carriers(spec: &TaskSpec) -> [Message; 2] {
             spec: spec.clone(),
             cancel: true,
             attempt: u32::MAX,
+            unplaceable_ms: MAX_WIRE_INT,
         },
         Message::TaskPlace {
             term: u64::MAX,

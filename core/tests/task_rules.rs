@@ -72,6 +72,7 @@ fn offer(a: &mut Core, t: &TaskId) -> Vec<Command> {
         spec: spec(),
         cancel: false,
         attempt: 0,
+        unplaceable_ms: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from(t.origin.as_str(), msg))
@@ -123,6 +124,7 @@ fn an_admin_numbers_its_run_after_the_latest_its_submitter_heard_of() {
             spec: spec(),
             cancel: false,
             attempt,
+            unplaceable_ms: 0,
         };
         let now = a.now_ms();
         a.step_vec(now, from(t.origin.as_str(), msg))
@@ -662,6 +664,7 @@ fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
             spec: gpu.clone(),
             cancel: false,
             attempt: 0,
+            unplaceable_ms: 0,
         };
         let now = a.now_ms();
         a.step_vec(now, from("s", msg));
@@ -844,7 +847,7 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
     // Queued: then every ten ticks only.
     let queued = Message::TaskState {
         task: task("s", 1),
-        state: OfferState::Queued,
+        state: OfferState::Queued { pending: None },
     };
     s.step_vec(1_100, from("b", queued));
     assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Queued);
@@ -1389,6 +1392,7 @@ fn offer_cancel(a: &mut Core) -> Vec<Command> {
         spec: spec(),
         cancel: true,
         attempt: 0,
+        unplaceable_ms: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from("s", msg))
@@ -1579,6 +1583,7 @@ fn offer_limits(a: &mut Core, t: &TaskId, memory_mb: u32, cpu_millis: u32) -> Ve
         spec: Arc::new(spec),
         cancel: false,
         attempt: 0,
+        unplaceable_ms: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from(t.origin.as_str(), msg))
@@ -1699,4 +1704,175 @@ fn an_adopted_run_counts_at_the_default_until_its_offer_names_its_limits() {
         on(3, "w1")
     );
     assert_eq!(placements(&offer_limits(&mut b, &task("s", 4), 1, 0)), []);
+}
+
+// ---- Unplaceable tasks (issue 33) ------------------------------------------------------------
+
+/// Submitter rule 7: what the admin says of why a task waits is kept (the API shows it) and
+/// the count offered along to the next admin; the admin saying a worker could run it clears
+/// both, and a reason longer than 1 KiB, or a count out of range, is refused.
+#[test]
+fn the_submitter_keeps_why_its_task_waits_and_offers_the_count_along() {
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    submit(&mut s, None, 1);
+    let state = |pending| Message::TaskState {
+        task: task("s", 1),
+        state: OfferState::Queued {
+            pending: Some(pending),
+        },
+    };
+    let unplaceable = |reason: &str, for_ms| {
+        state(chorus_core::task::Pending::Unplaceable {
+            reason: reason.into(),
+            for_ms,
+        })
+    };
+    let why = "no worker offers gpu (3 workers checked)";
+    s.step_vec(200, from("b", unplaceable(why, 1_500)));
+    let t = &s.owned_tasks()[&task("s", 1)];
+    assert_eq!((t.pending.as_deref(), t.unplaceable_ms), (Some(why), 1_500));
+    // Out of range: refused, nothing kept.
+    let out = s.step_vec(300, from("b", unplaceable(&"x".repeat(1_025), 2_000)));
+    assert_eq!(refusals(&out).len(), 1);
+    let out = s.step_vec(300, from("b", unplaceable(why, MAX_WIRE_INT + 1)));
+    assert_eq!(refusals(&out).len(), 1);
+    assert_eq!(s.owned_tasks()[&task("s", 1)].unplaceable_ms, 1_500);
+    // The next admin is offered the count.
+    let out = s.step_vec(400, from("c", heartbeat(2, 2)));
+    let carried: Vec<u64> = sent_to(&out, "c")
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::TaskOffer { unplaceable_ms, .. } => Some(*unplaceable_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(carried, [1_500]);
+    // A worker could run it after all: cleared.
+    s.step_vec(500, from("c", state(chorus_core::task::Pending::Room)));
+    let t = &s.owned_tasks()[&task("s", 1)];
+    assert_eq!((t.pending.as_deref(), t.unplaceable_ms), (None, 0));
+}
+
+/// `a`, admin of a, b, c with a lease of 300 s (no acknowledgements needed meanwhile) and 1 s
+/// task ticks, connected to `peers`.
+fn patient_admin(peers: &[&str]) -> Core {
+    let config = chorus_core::Config {
+        heartbeat_interval_ms: 1_000,
+        election_timeout_min_ms: 300_000,
+        election_timeout_max_ms: 400_000,
+        ..chorus_core::Config::default()
+    };
+    let mut a = one_core::voter_with("a", ABC, config);
+    win(&mut a, &["b"]);
+    let now = a.now_ms();
+    for p in peers {
+        a.step_vec(now, Event::peer_up((*p).into(), PeerInfo::default()));
+    }
+    a
+}
+
+/// Fires `a`'s timers until `until`; returns what it sent to `to`, with when.
+fn sent_until(a: &mut Core, until: u64, to: &str) -> Vec<(u64, Message)> {
+    let mut sent = vec![];
+    while let Some((t, timer)) = a.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(a.now_ms());
+        let out = a.step_vec(t, Event::TimerFired { timer });
+        sent.extend(sent_to(&out, to).into_iter().map(|m| (t, m.clone())));
+    }
+    sent
+}
+
+fn gpu_offer(a: &mut Core, seq: u64, unplaceable_ms: u64) -> Vec<Command> {
+    let msg = Message::TaskOffer {
+        task: task("s", seq),
+        spec: Arc::new(TaskSpec {
+            requires: vec!["gpu".into()],
+            ..(*spec()).clone()
+        }),
+        cancel: false,
+        attempt: 0,
+        unplaceable_ms,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from("s", msg))
+}
+
+/// Admin rule 10: a task no worker can run is judged after the admin's first 3 ticks, its
+/// submitter told why, and ended `unschedulable` 60 ticks (60 s) after — not before; a
+/// submitter that offers it again (its result lost) gets the result again at once.
+#[test]
+fn the_admin_ends_a_task_no_worker_can_run_after_60_ticks_and_answers_again() {
+    let mut a = patient_admin(&["w1", "s"]);
+    let elected = a.now_ms();
+    report(&mut a, "w1", 1, &[], &[]);
+    let out = gpu_offer(&mut a, 1, 0);
+    assert_eq!(
+        sent_to(&out, "s"),
+        [&Message::TaskState {
+            task: task("s", 1),
+            state: OfferState::Queued { pending: None },
+        }]
+    );
+    let sent = sent_until(&mut a, elected + 120_000, "s");
+    let why = "no worker offers gpu (1 worker checked)";
+    let (told, first) = &sent[0];
+    assert_eq!(
+        first,
+        &Message::TaskState {
+            task: task("s", 1),
+            state: OfferState::Queued {
+                pending: Some(chorus_core::task::Pending::Unplaceable {
+                    reason: why.into(),
+                    for_ms: 0,
+                }),
+            },
+        }
+    );
+    assert_eq!(*told, elected + 3_000, "after the admin's first 3 ticks");
+    let results: Vec<(u64, chorus_core::TaskResult)> = sent
+        .iter()
+        .filter_map(|(t, m)| match m {
+            Message::TaskResult { result, .. } => Some((*t, (**result).clone())),
+            _ => None,
+        })
+        .collect();
+    let [(ended, result)] = &results[..] else {
+        panic!("one result: {sent:?}");
+    };
+    assert_eq!(*ended, told + 60_000);
+    assert_eq!(result.status, chorus_core::TaskStatus::Unschedulable);
+    assert!(result.error.as_deref().unwrap_or("").contains(why));
+    assert_eq!(sent.len(), 2, "told once, then the result: {sent:?}");
+    // The result was lost: the next offer gets it again, not a new count.
+    let out = gpu_offer(&mut a, 1, 59_000);
+    let again = Message::TaskResult {
+        task: task("s", 1),
+        result: Box::new(result.clone()),
+    };
+    assert_eq!(sent_to(&out, "s"), [&again]);
+}
+
+/// Admin rule 10: a new admin counts on from the count its submitter carries, but ends the
+/// task only after 2 heartbeat intervals of its own watching (a worker whose first report was
+/// lost reports within them).
+#[test]
+fn a_new_admin_counts_on_from_the_carried_count_after_a_window_of_its_own() {
+    let mut a = patient_admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    let offered = a.now_ms();
+    // 50 s so far: 10 s left.
+    gpu_offer(&mut a, 1, 50_000);
+    // 59.5 s so far: 2 s left (its own window), not 0.5 s.
+    gpu_offer(&mut a, 2, 59_500);
+    let sent = sent_until(&mut a, offered + 120_000, "s");
+    let ended: Vec<(u64, u64)> = sent
+        .iter()
+        .filter_map(|(t, m)| match m {
+            Message::TaskResult { task, .. } => Some((task.seq, t - offered)),
+            _ => None,
+        })
+        .collect();
+    // Judged first at the admin's third tick (3 s), then 10 s and 2 s to go.
+    assert_eq!(ended, [(2, 5_000), (1, 13_000)]);
 }

@@ -57,8 +57,10 @@ pub const MAX_ATTEMPTS: u32 = 3;
 /// knows it): every attempt runs to its end (`longest_run_ms`: the longest timeout), and the
 /// submitter's offer and the worker's report are each lost once with an old admin and re-sent at
 /// the next re-offer ([`submit`]'s `REOFFER_TICKS` task ticks). Queueing is not in it: a
-/// cluster given more work than it has slots is late by design. The simulator's checker judges
-/// invariant 7 by this bound, for simulated runs and for real clusters' merged logs.
+/// cluster given more work than it has slots is late by design. Nor is a task no live worker
+/// can run: the admin says so (`Notice::TaskUnplaceable`, a `task_unplaceable` trace record),
+/// and from then [`unschedulable_bound_ms`] holds for it. The simulator's checker judges
+/// invariant 7 by these bounds, for simulated runs and for real clusters' merged logs.
 pub fn result_bound_ms(
     heartbeat_interval_ms: u64,
     liveness_bound_ms: u64,
@@ -70,6 +72,17 @@ pub fn result_bound_ms(
     liveness_bound_ms
         .saturating_add(u64::from(MAX_ATTEMPTS).saturating_mul(longest_run_ms))
         .saturating_add(2 * reoffer)
+}
+
+/// How long after an admin first says no live worker can run a task (`Notice::TaskUnplaceable`)
+/// its submitter may wait for the `unschedulable` result, while the cluster stays healed: the
+/// count began at or before that notice and ends [`UNSCHEDULABLE_TICKS`] ticks on, judged at the
+/// next tick (with at most 256 tasks queued: the admin judges 256 a tick); the result may be
+/// lost once, and the submitter's next offer (a re-offer period on) carries a count at most a
+/// re-offer period behind, so the task ends again within that much more.
+pub fn unschedulable_bound_ms(heartbeat_interval_ms: u64) -> u64 {
+    let tick = heartbeat_interval_ms.clamp(10, 1_000);
+    tick.saturating_mul(UNSCHEDULABLE_TICKS + 1 + 2 * submit::REOFFER_TICKS)
 }
 
 /// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame
@@ -460,17 +473,22 @@ pub enum TaskStatus {
     Cancelled,
     /// The sandbox could not run it (a bad image, a missing repository, retries used up).
     Error,
+    /// No live worker could run it — none offers what it requires, or its limits are above
+    /// what every worker offers — for [`UNSCHEDULABLE_TICKS`] ticks: the admin ended it
+    /// (`place.rs`, rule 10). Not retried; the result's `error` says why.
+    Unschedulable,
 }
 
 impl TaskStatus {
     /// Every status, for metrics.
-    pub const ALL: [TaskStatus; 6] = [
+    pub const ALL: [TaskStatus; 7] = [
         TaskStatus::Succeeded,
         TaskStatus::Failed,
         TaskStatus::OutOfMemory,
         TaskStatus::TimedOut,
         TaskStatus::Cancelled,
         TaskStatus::Error,
+        TaskStatus::Unschedulable,
     ];
 
     /// The snake_case name used in the API, metrics and traces.
@@ -482,6 +500,7 @@ impl TaskStatus {
             TaskStatus::TimedOut => "timed_out",
             TaskStatus::Cancelled => "cancelled",
             TaskStatus::Error => "error",
+            TaskStatus::Unschedulable => "unschedulable",
         }
     }
 }
@@ -632,8 +651,13 @@ impl TaskResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum OfferState {
-    /// Queued for placement.
-    Queued,
+    /// Queued for placement; `pending` says why it waits, once the admin judged it.
+    Queued {
+        /// Absent: not judged yet (a new admin waits for the workers' reports), or an older
+        /// admin.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pending: Option<Pending>,
+    },
     /// Placed on `worker` for run `attempt`.
     Placed {
         /// The worker.
@@ -649,6 +673,42 @@ pub enum OfferState {
     /// The queue is full: offer again later.
     Busy,
 }
+
+/// Why a queued task waits, as the admin judged it (`place.rs`, rule 10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Pending {
+    /// A live worker could run it: it waits for room (a free slot, memory, CPU).
+    Room,
+    /// No live worker can run it, for `reason`; for `for_ms` so far (counted on from earlier
+    /// admins). The admin ends it `unschedulable` after [`UNSCHEDULABLE_TICKS`] ticks.
+    Unplaceable {
+        /// Why, e.g. `no worker offers repo:nosuch (3 workers checked)`; at most
+        /// [`MAX_PENDING_BYTES`].
+        reason: String,
+        /// How long no live worker could run it, ms.
+        for_ms: u64,
+    },
+}
+
+/// The longest pending reason accepted from the wire.
+pub const MAX_PENDING_BYTES: usize = 1_024;
+
+/// Ticks a task may wait with no live worker able to run it before the admin ends it
+/// `unschedulable`: 60 s at the default tick (1 s). The count goes on across admins (the
+/// submitter carries it in its offers, `place.rs` rule 10), so a failover does not start it
+/// again.
+pub const UNSCHEDULABLE_TICKS: u64 = 60;
+
+/// A new admin judges no task until this many ticks after it won: the workers that heard its
+/// first heartbeat have reported by then.
+pub const JUDGE_AFTER_TICKS: u64 = 3;
+
+/// A new admin ends a task `unschedulable` only once it has itself found no worker for it
+/// during this many heartbeat intervals (at most the whole bound), whatever count the
+/// submitter carried: a live worker whose first report to it was lost (a heartbeat lost on the
+/// way) reports within that, and a task it could run is not ended for want of its report.
+pub const FRESH_BEATS: u64 = 2;
 
 /// A shared spec (cloned into offers and placements without copying the strings).
 pub type SharedSpec = Arc<TaskSpec>;
@@ -698,7 +758,15 @@ impl crate::Core {
                 spec,
                 cancel,
                 attempt,
-            } => self.on_task_offer(from, task, spec, (cancel, attempt), out),
+                unplaceable_ms,
+            } => {
+                let offer = place::OfferIn {
+                    cancel,
+                    attempt,
+                    unplaceable_ms,
+                };
+                self.on_task_offer(from, task, spec, offer, out)
+            }
             M::TaskState { task, state } => self.on_task_state(from, task, state, out),
             M::TaskPlace {
                 term,

@@ -34,6 +34,31 @@
 //! 9. Run numbers go on across admins: an offer carries the latest run its submitter heard of,
 //!    and a task this admin queues runs next as the one after it (so attempt 1 under one admin
 //!    is followed by attempt 2 under the next, not by another attempt 1).
+//! 10. A task no live node can run is never parked for ever. Every tick the admin judges
+//!     queued tasks (up to [`MAX_JUDGED_PER_TICK`], going on round the queue at the next):
+//!     could a worker that has reported slots run it — the capabilities and repository it
+//!     requires, its limits within that worker's ceiling and totals — once it has room? If
+//!     none can, the submitter is told why (`task_state` queued, `pending` unplaceable: e.g.
+//!     `no worker offers repo:nosuch (3 workers checked)`; again when the reason changes, and in
+//!     every answer to its offers, with how long so far), and once none could for
+//!     [`UNSCHEDULABLE_TICKS`] ticks the admin ends it with an `unschedulable` result (not
+//!     retried; its `error` says why). A task that becomes placeable before that (a worker
+//!     that fits reports) is placed as any other, and its submitter told (`pending` room).
+//!
+//!     The count survives failovers, and stays bounded: the submitter keeps how long admins
+//!     have said no worker can run the task (durable) and offers it along; a new admin counts
+//!     on from there. A new admin judges nothing in its first [`JUDGE_AFTER_TICKS`] ticks (the
+//!     workers that heard its first heartbeat report meanwhile), and ends a task only after it
+//!     has itself found no worker for it during [`FRESH_BEATS`] heartbeat intervals — a worker
+//!     whose first report to it was lost reports within that, so a task it can run is not
+//!     ended for want of its report. So each failover adds at most the election, the grace, a
+//!     re-offer period (the count the submitter carries lags by at most that) and the fresh
+//!     window to the bound; and a task never ends before the bound. Keeping the count in the
+//!     admin alone would start it again at each admin change, and an admin changing within
+//!     every bound would park the task for ever.
+//!
+//!     The admin remembers the tasks it ended so (up to 4,096): a submitter whose result was
+//!     lost offers the task again and gets the result again at once.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -50,8 +75,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::wire::fit_result;
 use super::work::MAX_REPORTED;
-use super::{OfferState, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus};
+use super::{
+    OfferState, Pending, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus,
+    FRESH_BEATS, JUDGE_AFTER_TICKS, REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
+};
 use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
 
 /// Tasks queued at once; an offer beyond is answered `busy`.
@@ -66,6 +95,9 @@ const MAX_SKIPS_PER_STEP: usize = 64;
 /// Workers examined per task for a capability match.
 const MAX_CANDIDATES: usize = 256;
 
+/// Queued tasks judged per tick (rule 10); the next tick goes on from there.
+const MAX_JUDGED_PER_TICK: usize = 256;
+
 /// Ticks a placement waits for a report to confirm it before it is sent again (rule 8).
 pub(crate) const RESEND_TICKS: u64 = 3;
 
@@ -79,6 +111,42 @@ pub(crate) struct Queued {
     attempt: u32,
     /// Its key in the queue: (not before, arrival order).
     key: (u64, u64),
+    /// How long its submitter says earlier admins found no live worker to run it (rule 10).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    carried_ms: u64,
+    /// This admin's judgement (rule 10): `None` not judged yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verdict: Option<Verdict>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Whether a live worker could run a queued task (rule 10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Verdict {
+    /// One could: it waits for room.
+    Room,
+    /// None can, for `reason`, since `since_ms` (this admin's clock; the count its submitter
+    /// carried comes on top).
+    Unplaceable { since_ms: u64, reason: String },
+}
+
+impl Queued {
+    /// What an answer to its offer says of why it waits.
+    fn pending(&self, now: u64) -> Option<Pending> {
+        self.verdict.as_ref().map(|v| match v {
+            Verdict::Room => Pending::Room,
+            Verdict::Unplaceable { since_ms, reason } => Pending::Unplaceable {
+                reason: reason.clone(),
+                for_ms: self
+                    .carried_ms
+                    .saturating_add(now.saturating_sub(*since_ms)),
+            },
+        })
+    }
 }
 
 /// A task placed on a worker.
@@ -176,12 +244,20 @@ pub struct AdminTasks {
     /// Workers with a free slot, least loaded first.
     free: BTreeSet<(u64, NodeId)>,
     finished: BTreeMap<TaskId, NodeId>,
+    /// Tasks this admin ended `unschedulable`, with their results (rule 10): sent again to a
+    /// submitter that offers one again (its result was lost).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    unschedulable: BTreeMap<TaskId, TaskResult>,
     last_seq: u64,
     last_order: u64,
     /// Where the last step stopped after passing over [`MAX_SKIPS_PER_STEP`] tasks no worker
     /// fits: the next step goes on from there, so the tasks behind them are reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scan_after: Option<((u64, u64), TaskId)>,
+    /// Where the last tick's judgement of the queue stopped (rule 10): the next goes on from
+    /// there, round the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    judge_after: Option<TaskId>,
 }
 
 impl AdminTasks {
@@ -263,7 +339,14 @@ impl AdminTasks {
         self.last_order += 1;
         let key = (not_before, self.last_order);
         self.queue.insert((key, task.clone()));
-        self.queued.insert(task, Queued { spec, attempt, key });
+        let q = Queued {
+            spec,
+            attempt,
+            key,
+            carried_ms: 0,
+            verdict: None,
+        };
+        self.queued.insert(task, q);
     }
 
     fn dequeue(&mut self, task: &TaskId) -> Option<Queued> {
@@ -322,13 +405,18 @@ impl Core {
         from: NodeId,
         task: TaskId,
         spec: SharedSpec,
-        (cancel, last_attempt): (bool, u32),
+        offer: OfferIn,
         out: &mut Vec<Command>,
     ) {
+        let OfferIn {
+            cancel,
+            attempt: last_attempt,
+            unplaceable_ms,
+        } = offer;
         if task.origin != from {
             return self.refuse(from, "task_offer", Refusal::NotOwner, out);
         }
-        if spec.check().is_err() {
+        if spec.check().is_err() || unplaceable_ms > crate::MAX_WIRE_INT {
             return self.refuse(from, "task_offer", Refusal::OutOfRange, out);
         }
         if self.role != Role::Admin {
@@ -339,10 +427,19 @@ impl Core {
         let term = self.term;
         // Rule 9: the next run comes after the latest the submitter heard of.
         let next_attempt = last_attempt.saturating_add(1);
+        // Rule 10: the count carried, less the window this admin watches for itself.
+        let bound = self.task_tick_ms() * UNSCHEDULABLE_TICKS;
+        let fresh = self
+            .config
+            .heartbeat_interval_ms
+            .saturating_mul(FRESH_BEATS)
+            .min(bound);
+        let carried_ms = unplaceable_ms.min(bound - fresh);
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
         let mut cancel_at: Option<(NodeId, TaskId)> = None;
+        let mut ended: Option<TaskResult> = None;
         let answer = if let Some(p) = a.placed.get_mut(&task) {
             if p.spec.is_none() {
                 // An adopted run: its submitter speaks (rule 7), and its limits now count.
@@ -362,25 +459,39 @@ impl Core {
             })
         } else if let Some(w) = a.finished.get(&task) {
             Some(OfferState::Finished { worker: w.clone() })
+        } else if let Some(r) = a.unschedulable.get(&task) {
+            // Rule 10: ended here; its result was lost on the way.
+            ended = Some(r.clone());
+            None
         } else if cancel {
             a.dequeue(&task);
             None
         } else if let Some(q) = a.queued.get_mut(&task) {
             // Rule 9: the submitter heard of a later run than this queue knew of.
             q.attempt = q.attempt.max(next_attempt);
-            Some(OfferState::Queued)
+            Some(OfferState::Queued {
+                pending: q.pending(now),
+            })
         } else if a.queued.len() >= MAX_QUEUED {
             Some(OfferState::Busy)
         } else {
             a.enqueue(task.clone(), spec, next_attempt, now);
-            Some(OfferState::Queued)
+            if let Some(q) = a.queued.get_mut(&task) {
+                // Rule 10: the count goes on from where earlier admins left it.
+                q.carried_ms = carried_ms;
+            }
+            Some(OfferState::Queued { pending: None })
         };
         if let Some((worker, task)) = cancel_at {
             self.deliver(worker, Message::TaskCancel { term, task }, out);
         }
-        match answer {
-            Some(state) => self.deliver(from, Message::TaskState { task, state }, out),
-            None => {
+        match (answer, ended) {
+            (Some(state), _) => self.deliver(from, Message::TaskState { task, state }, out),
+            (None, Some(result)) => {
+                let result = Box::new(result);
+                self.deliver(from, Message::TaskResult { task, result }, out);
+            }
+            (None, None) => {
                 // Cancelled before it ran: the admin answers in the worker's place.
                 let result = TaskResult::without_run(TaskStatus::Cancelled, self.id.clone(), 1);
                 let result = Box::new(result);
@@ -593,6 +704,238 @@ impl Core {
         for (worker, resend) in due {
             self.send_placements_again(&worker, resend, out);
         }
+        self.judge_queue(out);
+    }
+
+    /// Rule 10: whether a live worker could run each of (up to [`MAX_JUDGED_PER_TICK`]) queued
+    /// tasks; the submitter of one none can run is told why, and the task ends `unschedulable`
+    /// once none could for [`UNSCHEDULABLE_TICKS`] ticks (the count its submitter carried
+    /// included). Not before [`JUDGE_AFTER_TICKS`] ticks as admin: the workers report first.
+    fn judge_queue(&mut self, out: &mut Vec<Command>) {
+        let now = self.now_ms;
+        let grace = self.task_tick_ms().saturating_mul(JUDGE_AFTER_TICKS);
+        let Some(admin) = self.admin_state.as_ref() else {
+            return;
+        };
+        if now < admin.elected_at_ms.saturating_add(grace) {
+            return;
+        }
+        let a = &admin.tasks;
+        let mut batch: Vec<TaskId> = match &a.judge_after {
+            Some(t) => a
+                .queued
+                .range((
+                    std::ops::Bound::Excluded(t.clone()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .take(MAX_JUDGED_PER_TICK)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        // Round to the start of the queue (and up to where this round began).
+        let room = MAX_JUDGED_PER_TICK - batch.len();
+        let wrap = a
+            .judge_after
+            .as_ref()
+            .map_or(std::ops::Bound::Unbounded, |t| {
+                std::ops::Bound::Included(t.clone())
+            });
+        batch.extend(
+            a.queued
+                .range((std::ops::Bound::Unbounded, wrap))
+                .take(room)
+                .map(|(k, _)| k.clone()),
+        );
+        if batch.is_empty() {
+            return;
+        }
+        let workers: Vec<(&NodeId, TaskCapacity)> = a
+            .workers
+            .iter()
+            .filter(|(_, l)| l.slots > 0)
+            .map(|(w, l)| (w, l.capacity))
+            .collect();
+        // Tasks alike are judged once.
+        type Shape = (Vec<String>, Option<String>, u32, u32);
+        let mut memo: BTreeMap<Shape, Option<String>> = BTreeMap::new();
+        let verdicts: Vec<(TaskId, Option<String>)> = batch
+            .iter()
+            .map(|t| {
+                let spec = &a.queued[t].spec;
+                let shape = (
+                    spec.requires.clone(),
+                    spec.repo.as_ref().map(|r| r.name.clone()),
+                    spec.memory_mb,
+                    spec.cpu_millis,
+                );
+                let v = memo
+                    .entry(shape)
+                    .or_insert_with(|| self.unplaceable(spec, &workers))
+                    .clone();
+                (t.clone(), v)
+            })
+            .collect();
+        let bound = self.task_tick_ms().saturating_mul(UNSCHEDULABLE_TICKS);
+        let me = self.id.clone();
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        a.judge_after = batch.last().cloned();
+        let mut tell: Vec<(TaskId, Pending)> = Vec::new();
+        let mut end: Vec<(TaskId, TaskResult)> = Vec::new();
+        for (t, verdict) in verdicts {
+            let Some(q) = a.queued.get_mut(&t) else {
+                continue;
+            };
+            let Some(reason) = verdict else {
+                // A live worker could run it: the count ends (and its submitter's with it).
+                let was = q.verdict.replace(Verdict::Room);
+                let counted = matches!(was, Some(Verdict::Unplaceable { .. }))
+                    || (was.is_none() && q.carried_ms > 0);
+                q.carried_ms = 0;
+                if counted {
+                    tell.push((t, Pending::Room));
+                }
+                continue;
+            };
+            let since = match &q.verdict {
+                Some(Verdict::Unplaceable { since_ms, .. }) => *since_ms,
+                _ => now,
+            };
+            let waited = q.carried_ms.saturating_add(now.saturating_sub(since));
+            if waited >= bound {
+                let attempt = q.attempt;
+                a.dequeue(&t);
+                let mut result =
+                    TaskResult::without_run(TaskStatus::Unschedulable, me.clone(), attempt);
+                result.error = Some(format!(
+                    "admin: no live worker could run it for {} s: {reason}",
+                    waited / 1_000
+                ));
+                fit_result(&mut result);
+                if a.unschedulable.len() >= MAX_FINISHED {
+                    a.unschedulable.pop_first();
+                }
+                a.unschedulable.insert(t.clone(), result.clone());
+                end.push((t, result));
+                continue;
+            }
+            let same =
+                matches!(&q.verdict, Some(Verdict::Unplaceable { reason: r, .. }) if *r == reason);
+            q.verdict = Some(Verdict::Unplaceable {
+                since_ms: since,
+                reason: reason.clone(),
+            });
+            if !same {
+                tell.push((
+                    t,
+                    Pending::Unplaceable {
+                        reason,
+                        for_ms: waited,
+                    },
+                ));
+            }
+        }
+        for (task, pending) in tell {
+            if let Pending::Unplaceable { reason, .. } = &pending {
+                out.push(Command::Notice(Notice::TaskUnplaceable {
+                    task: task.clone(),
+                    reason: reason.clone(),
+                }));
+            }
+            let state = OfferState::Queued {
+                pending: Some(pending),
+            };
+            self.deliver(task.origin.clone(), Message::TaskState { task, state }, out);
+        }
+        for (task, result) in end {
+            let msg = Message::TaskResult {
+                task: task.clone(),
+                result: Box::new(result),
+            };
+            self.deliver(task.origin.clone(), msg, out);
+        }
+    }
+
+    /// Why no live worker (of `workers`: those with slots, and what each offers) can run
+    /// `spec`, or `None` when one can (now, or once it has room).
+    fn unplaceable(&self, spec: &TaskSpec, workers: &[(&NodeId, TaskCapacity)]) -> Option<String> {
+        let n = workers.len();
+        if n == 0 {
+            return Some("no worker has reported task slots to the admin".into());
+        }
+        let none: &[String] = &[];
+        let caps = |w: &NodeId| -> &[String] {
+            if *w == self.id {
+                &self.capabilities
+            } else {
+                self.peers.get(w).map_or(none, |p| p.capabilities())
+            }
+        };
+        let capable: Vec<&TaskCapacity> = workers
+            .iter()
+            .filter(|(w, _)| spec.fits(caps(w)))
+            .map(|(_, c)| c)
+            .collect();
+        if capable.iter().any(|c| c.refuses(spec).is_none()) {
+            return None;
+        }
+        let checked = format!("{n} worker{} checked", if n == 1 { "" } else { "s" });
+        if capable.is_empty() {
+            let needed: Vec<String> = spec
+                .requires
+                .iter()
+                .cloned()
+                .chain(
+                    spec.repo
+                        .as_ref()
+                        .map(|r| format!("{REPO_CAPABILITY_PREFIX}{}", r.name)),
+                )
+                .collect();
+            let missing = needed
+                .iter()
+                .find(|c| !workers.iter().any(|(w, _)| caps(w).contains(c)));
+            return Some(match missing {
+                Some(c) => format!("no worker offers {c} ({checked})"),
+                None => format!(
+                    "no worker offers {} together ({checked})",
+                    needed.join(", ")
+                ),
+            });
+        }
+        // Each worker that offers what it requires refuses its limits.
+        let most = |limit: fn(&TaskCapacity) -> Option<u32>| -> Option<u32> {
+            capable
+                .iter()
+                .map(|c| limit(c))
+                .try_fold(0, |m, l| l.map(|l| m.max(l)))
+        };
+        fn allowed(total: u32, one: u32) -> Option<u32> {
+            match (total, one) {
+                (0, 0) => None,
+                (0, x) | (x, 0) => Some(x),
+                (t, o) => Some(t.min(o)),
+            }
+        }
+        let memory = most(|c| allowed(c.memory_mb, c.task_memory_mb));
+        let cpu = most(|c| allowed(c.cpu_millis, c.task_cpu_millis));
+        let ask = |what: &str, unit: &str, asked: u32, most: Option<u32>| {
+            most.filter(|m| asked > *m).map(|m| {
+                format!(
+                    "it asks for {asked}{unit} of {what}; the most a worker that offers what it \
+                     requires gives one task is {m}{unit} ({checked})"
+                )
+            })
+        };
+        ask("memory", " MiB", spec.memory_mb, memory)
+            .or_else(|| ask("CPU", " millicores", spec.cpu_millis, cpu))
+            .or_else(|| {
+                Some(format!(
+                    "no worker that offers what it requires has room for both its memory and its \
+                     CPU ({checked})"
+                ))
+            })
     }
 
     /// Sends placements on `worker` again (rules 5 and 8), their clock restarted.
@@ -740,6 +1083,13 @@ impl Core {
                 .is_some_and(|p| spec.fits(p.capabilities()))
         }
     }
+}
+
+/// An offer's fields besides the task and its spec.
+pub(crate) struct OfferIn {
+    pub(crate) cancel: bool,
+    pub(crate) attempt: u32,
+    pub(crate) unplaceable_ms: u64,
 }
 
 /// A worker report's fields, as the message carries them.

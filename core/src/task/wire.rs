@@ -128,6 +128,7 @@ mod tests {
             spec: spec.clone(),
             cancel: true,
             attempt: u32::MAX,
+            unplaceable_ms: crate::MAX_WIRE_INT,
         };
         let place = Message::TaskPlace {
             term: u64::MAX,
