@@ -252,9 +252,11 @@ fn placement(c: &mut Criterion) {
             term: 1,
             seen: 0,
             slots: 4,
+            capacity: Default::default(),
             running: vec![],
             finished: vec![],
             released: vec![],
+            partial: false,
         };
         core.step(
             now,
@@ -287,6 +289,8 @@ fn placement(c: &mut Criterion) {
                 task: task.clone(),
                 spec: spec.clone(),
                 cancel: false,
+                attempt: 0,
+                unplaceable_ms: 0,
             };
             core.step(
                 now,
@@ -310,9 +314,11 @@ fn placement(c: &mut Criterion) {
                 term: 1,
                 seen: seq,
                 slots: 4,
+                capacity: Default::default(),
                 running: vec![],
                 finished: vec![task],
                 released: vec![],
+                partial: false,
             };
             core.step(now, Event::Message { from: worker, msg }, &mut out);
         })

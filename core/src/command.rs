@@ -185,6 +185,17 @@ pub enum Notice {
         /// The run.
         attempt: u32,
     },
+    /// The admin found that no live worker can run a queued task (at its first judgement, or
+    /// for another reason than before): it tells the submitter why, and ends the task
+    /// `unschedulable` once none could for
+    /// [`UNSCHEDULABLE_TICKS`](crate::task::UNSCHEDULABLE_TICKS) ticks (`task/place.rs`, rule
+    /// 10). From this notice on, [`crate::task::unschedulable_bound_ms`] bounds its result.
+    TaskUnplaceable {
+        /// The task.
+        task: crate::TaskId,
+        /// Why, e.g. `no worker offers repo:nosuch (3 workers checked)`.
+        reason: String,
+    },
     /// This worker started a run.
     TaskStarted {
         /// The task.
@@ -242,6 +253,7 @@ impl Notice {
             Notice::TaskRefused { .. } => "task_refused",
             Notice::TaskCancelRequested { .. } => "task_cancel_requested",
             Notice::TaskPlaced { .. } => "task_placed",
+            Notice::TaskUnplaceable { .. } => "task_unplaceable",
             Notice::TaskStarted { .. } => "task_started",
             Notice::TaskFinished { .. } => "task_finished",
             Notice::TaskCompleted { .. } => "task_result",
@@ -367,6 +379,13 @@ mod tests {
                     attempt: 1,
                 },
                 "task_placed",
+            ),
+            (
+                Notice::TaskUnplaceable {
+                    task: task.clone(),
+                    reason: "no worker offers gpu (1 worker checked)".into(),
+                },
+                "task_unplaceable",
             ),
             (
                 Notice::TaskCompleted {

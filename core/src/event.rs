@@ -283,6 +283,10 @@ pub struct Resources {
     /// Task slots this node offers (0: it runs no tasks). Not part of the score.
     #[serde(default, skip_serializing_if = "is_zero32")]
     pub task_slots: u32,
+    /// What this node offers its tasks besides slots: memory and CPU (issue 33). Not part of
+    /// the score; absent (all 0) in what an older node sends, and then only slots count.
+    #[serde(default, skip_serializing_if = "crate::TaskCapacity::is_unset")]
+    pub task_capacity: crate::TaskCapacity,
 }
 
 fn is_zero32(n: &u32) -> bool {
@@ -301,6 +305,7 @@ mod tests {
             cpu_millicores: 1_000,
             mem_free_mb: 512,
             task_slots: 0,
+            task_capacity: Default::default(),
         };
         let text = serde_json::to_string(&none).unwrap();
         assert_eq!(text, r#"{"cpu_millicores":1000,"mem_free_mb":512}"#);

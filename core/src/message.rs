@@ -238,6 +238,15 @@ pub enum Message {
         /// The submitter's user asked to cancel it.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cancel: bool,
+        /// The latest run of it an admin named to the submitter (0: none): an admin that
+        /// places it counts on from there, so run numbers go on across failovers.
+        #[serde(default, skip_serializing_if = "is_zero32")]
+        attempt: u32,
+        /// How long admins have said no live worker can run it (ms; 0: none said, or a worker
+        /// could): an admin counts on from there towards ending it `unschedulable`, so a
+        /// failover does not start the count again (`task/place.rs`, rule 10).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        unplaceable_ms: u64,
     },
     /// The admin's answer to an offer (and news of a placement): where the task stands.
     TaskState {
@@ -274,6 +283,9 @@ pub enum Message {
         seen: u64,
         /// Task slots offered.
         slots: u32,
+        /// Memory and CPU offered to tasks (absent: not said, only slots count).
+        #[serde(default, skip_serializing_if = "crate::TaskCapacity::is_unset")]
+        capacity: crate::TaskCapacity,
         /// Runs in progress, with their attempt.
         running: Vec<(crate::TaskId, u32)>,
         /// Tasks finished here whose results their submitters have not acknowledged, and the
@@ -283,6 +295,10 @@ pub enum Message {
         /// back after a retryable failure — by task and attempt, the latest last.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         released: Vec<(crate::TaskId, u32)>,
+        /// The lists did not fit one frame: each holds only some of its entries, the rest come
+        /// in the next reports (`task/work.rs`, rule 7), so a placement left out is not lost.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        partial: bool,
     },
     /// A task's result, sent by its worker to its submitter until acknowledged.
     TaskResult {
@@ -300,6 +316,10 @@ pub enum Message {
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
     *n == 0
 }
 

@@ -365,8 +365,10 @@ impl Core {
                 self.electorate_reports.remove(&peer);
             }
             Event::ResourcesSampled { resources } => {
-                // The admin places by slots: tell it when they change.
-                if resources.task_slots != self.resources.task_slots {
+                // The admin places by slots, memory and CPU: tell it when they change.
+                if resources.task_slots != self.resources.task_slots
+                    || resources.task_capacity != self.resources.task_capacity
+                {
                     self.tasks.work.report_due = true;
                 }
                 self.resources = resources;

@@ -216,6 +216,8 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             task,
             spec: spec(m),
             cancel: flag,
+            attempt: m as u32,
+            unplaceable_ms: m,
         },
         1 => Message::TaskState {
             task,
@@ -240,9 +242,14 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
             term: m % 4,
             seen: m,
             slots: m as u32,
+            capacity: chorus_core::TaskCapacity {
+                memory_mb: m as u32,
+                ..Default::default()
+            },
             running: vec![(task.clone(), m as u32)],
             finished: vec![task],
             released: vec![],
+            partial: false,
         },
         5 => Message::TaskResult {
             task,

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use chorus_core::codec::{encode, MAX_MESSAGE_BYTES};
 use chorus_core::{
-    Command, Config, Core, Event, Message, Notice, TaskId, TaskResult, TaskSpec, MAX_ID_BYTES,
-    MAX_SPEC_WIRE_BYTES, MAX_WIRE_INT,
+    Command, Config, Core, Event, Message, Notice, TaskId, TaskResult, TaskSpec, Timer,
+    MAX_ID_BYTES, MAX_SPEC_WIRE_BYTES, MAX_WIRE_INT,
 };
 use one_core::{from, heartbeat, voter_with};
 use proptest::prelude::*;
@@ -75,6 +75,8 @@ fn carriers(spec: &TaskSpec) -> [Message; 2] {
             task: task.clone(),
             spec: spec.clone(),
             cancel: true,
+            attempt: u32::MAX,
+            unplaceable_ms: MAX_WIRE_INT,
         },
         Message::TaskPlace {
             term: u64::MAX,
@@ -344,6 +346,163 @@ fn what_an_older_build_kept_is_fitted_at_restart() {
         .unwrap_or_default();
     assert!(error.contains("can never be offered"), "{error}");
     assert_sends_fit(&out);
+}
+
+/// The worker reports in `out`: (running, finished, released, partial).
+type ReportSeen = (Vec<TaskId>, Vec<TaskId>, Vec<TaskId>, bool);
+
+fn reports(out: &[Command]) -> Vec<ReportSeen> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send {
+                msg:
+                    msg @ Message::WorkerReport {
+                        running,
+                        finished,
+                        released,
+                        partial,
+                        ..
+                    },
+                ..
+            } => {
+                frame_len(msg);
+                let tasks = |l: &[(TaskId, u32)]| l.iter().map(|(t, _)| t.clone()).collect();
+                Some((tasks(running), finished.clone(), tasks(released), *partial))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 33: a worker report listed up to 1,024 runs, 1,024 finished tasks and 1,024 released
+/// placements, ~70 bytes each with ordinary peer ids (~200 KB) and ~600 with the widest task
+/// ids (~1.8 MB): it could never be sent, and the admin never heard of the worker again. Here
+/// every list is full, every id at its widest: each report fits its frame, says it is partial,
+/// and the follow-ups (one a tick) report every entry of every list — none starved by the
+/// others — and then stop.
+#[test]
+fn a_worker_report_of_full_lists_is_cut_to_fit_and_every_entry_is_reported_in_turn() {
+    const N: u64 = chorus_core::task::MAX_REPORTED as u64;
+    let me = wide_id('w');
+    let mut w = voter_with(&me, &["b", "c", &me], config());
+    w.step_vec(
+        50,
+        Event::ResourcesSampled {
+            resources: chorus_core::Resources {
+                task_slots: N as u32,
+                ..Default::default()
+            },
+        },
+    );
+    w.step_vec(100, from("b", heartbeat(1, 1)));
+    let origin = wide_id('s');
+    let id = |k: u64| TaskId {
+        origin: origin.as_str().into(),
+        seq: MAX_WIRE_INT - k,
+    };
+    let mut seq = 0;
+    let mut place = |w: &mut Core, k: u64| {
+        seq += 1;
+        let msg = Message::TaskPlace {
+            term: 1,
+            task: id(k),
+            attempt: u32::MAX,
+            seq,
+            spec: Arc::new(spec()),
+        };
+        reports(&w.step_vec(200, from("b", msg)));
+    };
+    // 1,024 run, finish and are acknowledged; 1,024 run and finish, their results held;
+    // 1,024 run; 1,024 more find no free slot and are released.
+    for k in 0..2 * N {
+        place(&mut w, k);
+        let exit = chorus_core::SandboxExit {
+            exit_code: Some(0),
+            ..Default::default()
+        };
+        let event = Event::SandboxExited {
+            task: id(k),
+            attempt: u32::MAX,
+            exit,
+        };
+        reports(&w.step_vec(200, event));
+        if k < N {
+            let ack = Message::TaskResultAck { task: id(k) };
+            reports(&w.step_vec(200, from(&origin, ack)));
+        }
+    }
+    for k in 2 * N..4 * N {
+        place(&mut w, k);
+    }
+    assert_eq!(
+        (w.running_tasks().len(), w.unacknowledged_results().len()),
+        (N as usize, N as usize)
+    );
+    // A new term: the report to its admin starts a round from the start of every list.
+    let mut now = 300;
+    let mut seen = reports(&w.step_vec(now, from("b", heartbeat(2, 2))));
+    assert_eq!(seen.len(), 1);
+    // Follow-ups, one a tick, until a tick sends none: the round is over. The admin's
+    // heartbeats keep coming (every 10 ticks), so the worker follows it throughout.
+    let tick = |w: &mut Core, now: &mut u64| {
+        let mut out = vec![];
+        loop {
+            let (at, timer) = w.next_deadline().expect("a tick is armed");
+            *now = at.max(*now);
+            out.extend(w.step_vec(*now, Event::TimerFired { timer }));
+            if timer == Timer::Tasks {
+                return reports(&out);
+            }
+        }
+    };
+    let mut beat = 2;
+    for ticks in 1.. {
+        assert!(ticks < 200, "the round never ends");
+        if ticks % 10 == 0 {
+            beat += 1;
+            seen.extend(reports(&w.step_vec(now, from("b", heartbeat(2, beat)))));
+        }
+        let more = tick(&mut w, &mut now);
+        if more.is_empty() {
+            break;
+        }
+        seen.extend(more);
+    }
+    assert!(
+        seen.len() > 4 && seen.iter().all(|r| r.3),
+        "{} reports",
+        seen.len()
+    );
+    let all = |pick: fn(&ReportSeen) -> &Vec<TaskId>| -> std::collections::BTreeSet<TaskId> {
+        seen.iter().flat_map(|r| pick(r).iter().cloned()).collect()
+    };
+    let range = |from: u64, to: u64| {
+        (from..to)
+            .map(id)
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let same = |got: std::collections::BTreeSet<TaskId>,
+                want: std::collections::BTreeSet<TaskId>,
+                what: &str| {
+        let missing = want.difference(&got).count();
+        let extra = got.difference(&want).count();
+        assert_eq!((missing, extra), (0, 0), "{what}: missing, extra");
+    };
+    same(all(|r| &r.0), range(2 * N, 3 * N), "every run");
+    same(
+        all(|r| &r.1),
+        range(0, 2 * N),
+        "every result and acknowledgement",
+    );
+    same(all(|r| &r.2), range(3 * N, 4 * N), "every release");
+    // Each list had its share of every report but the last.
+    for r in &seen[..seen.len() - 1] {
+        assert!(!r.0.is_empty() && !r.1.is_empty() && !r.2.is_empty());
+    }
+    // The worker is back to its cadence (no report at the next ticks).
+    for _ in 0..3 {
+        assert!(tick(&mut w, &mut now).is_empty());
+    }
 }
 
 // ---- Properties ----------------------------------------------------------------------------------

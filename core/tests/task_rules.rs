@@ -10,8 +10,8 @@ mod one_core;
 use std::sync::Arc;
 
 use chorus_core::{
-    Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskId, TaskPhase,
-    TaskSpec, MAX_WIRE_INT,
+    Command, Core, Event, Message, Notice, OfferState, PeerInfo, Refusal, TaskCapacity, TaskId,
+    TaskPhase, TaskSpec, MAX_WIRE_INT,
 };
 use one_core::{from, heartbeat, refusals, sent_to, voter, win};
 
@@ -56,9 +56,11 @@ fn report(
         term: a.term(),
         seen: 0,
         slots,
+        capacity: Default::default(),
         running: running.to_vec(),
         finished: finished.to_vec(),
         released: vec![],
+        partial: false,
     };
     let now = a.now_ms();
     a.step_vec(now, from(worker, msg))
@@ -69,6 +71,8 @@ fn offer(a: &mut Core, t: &TaskId) -> Vec<Command> {
         task: t.clone(),
         spec: spec(),
         cancel: false,
+        attempt: 0,
+        unplaceable_ms: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from(t.origin.as_str(), msg))
@@ -107,6 +111,43 @@ fn the_least_loaded_worker_by_share_of_its_slots_gets_the_task() {
         (tasks.placed_len(), tasks.queue_len(), tasks.worker_count()),
         (3, 0, 2)
     );
+}
+
+/// Rule 9: an offer carries the latest run its submitter heard of, and the admin numbers the
+/// run it places after it — also for a task already in its queue (offered again after the
+/// submitter heard of a later run elsewhere).
+#[test]
+fn an_admin_numbers_its_run_after_the_latest_its_submitter_heard_of() {
+    let offer_after = |a: &mut Core, t: &TaskId, attempt: u32| {
+        let msg = Message::TaskOffer {
+            task: t.clone(),
+            spec: spec(),
+            cancel: false,
+            attempt,
+            unplaceable_ms: 0,
+        };
+        let now = a.now_ms();
+        a.step_vec(now, from(t.origin.as_str(), msg))
+    };
+    let attempts = |out: &[Command]| -> Vec<u32> {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Send {
+                    msg: Message::TaskPlace { attempt, .. },
+                    ..
+                } => Some(*attempt),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut a = admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    assert_eq!(attempts(&offer_after(&mut a, &task("s", 1), 2)), [3]);
+    // No free slot: queued as run 1, then offered by a submitter that heard of run 4.
+    assert!(attempts(&offer_after(&mut a, &task("s", 2), 0)).is_empty());
+    assert!(attempts(&offer_after(&mut a, &task("s", 2), 4)).is_empty());
+    let out = report(&mut a, "w1", 1, &[], &[task("s", 1)]);
+    assert_eq!(attempts(&out), [5]);
 }
 
 /// Rule 2: tasks waiting for a worker are placed in the order they arrived, whatever their
@@ -258,9 +299,11 @@ fn each_list_of_a_worker_report_is_bounded_at_1024_on_its_own() {
             term: a.term(),
             seen: 0,
             slots,
+            capacity: Default::default(),
             running,
             finished,
             released,
+            partial: false,
         };
         let now = a.now_ms();
         let out = a.step_vec(now, from("w1", msg));
@@ -305,6 +348,7 @@ struct Report {
     running: Vec<(TaskId, u32)>,
     finished: Vec<TaskId>,
     released: Vec<(TaskId, u32)>,
+    partial: bool,
 }
 
 /// `worker` (one slot) reports `r` to the admin `after` ms past the admin's last step.
@@ -313,9 +357,11 @@ fn at(a: &mut Core, after: u64, worker: &str, r: Report) -> Vec<Command> {
         term: a.term(),
         seen: r.seen,
         slots: 1,
+        capacity: Default::default(),
         running: r.running,
         finished: r.finished,
         released: r.released,
+        partial: r.partial,
     };
     let now = a.now_ms() + after;
     a.step_vec(now, from(worker, msg))
@@ -425,6 +471,43 @@ fn an_unmentioned_placement_is_sent_again_once_a_later_one_was_seen_or_a_tick_pa
         [(task("s", 1), "w1".to_owned())],
         "a later placement seen"
     );
+}
+
+/// Rule 5 (resend) and the worker's rule 7: a partial report — its lists did not fit one frame,
+/// the rest come next — proves nothing of what it leaves out: the placement it does not
+/// mention is not sent again, though a later one was seen and a tick passed. (Every tick the
+/// worker's follow-ups went on to be answered by a flood of placements sent again, each making
+/// the worker report again.)
+#[test]
+fn a_partial_report_does_not_make_the_admin_send_what_it_leaves_out_again() {
+    let partial = |seen: u64| Report {
+        seen,
+        partial: true,
+        ..Report::default()
+    };
+    let (mut a, seq) = placed_on_w1();
+    assert!(
+        placements(&at(&mut a, 1_000, "w1", partial(seq + 1))).is_empty(),
+        "left out of a partial report"
+    );
+    // The rest of the round mentions it: confirmed, not sent again by the ticks either.
+    let out = at(
+        &mut a,
+        0,
+        "w1",
+        Report {
+            seen: seq + 1,
+            running: vec![(task("s", 1), 1)],
+            partial: true,
+            ..Report::default()
+        },
+    );
+    assert!(placements(&out).is_empty());
+    let until = a.now_ms() + 6_000;
+    while let Some((t, timer)) = a.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(a.now_ms());
+        assert!(placements(&a.step_vec(t, Event::TimerFired { timer })).is_empty());
+    }
 }
 
 /// Rule 5 (release): a release counts only for the run it names — this worker, this attempt —
@@ -580,6 +663,8 @@ fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
             task: task("s", seq),
             spec: gpu.clone(),
             cancel: false,
+            attempt: 0,
+            unplaceable_ms: 0,
         };
         let now = a.now_ms();
         a.step_vec(now, from("s", msg));
@@ -762,7 +847,7 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
     // Queued: then every ten ticks only.
     let queued = Message::TaskState {
         task: task("s", 1),
-        state: OfferState::Queued,
+        state: OfferState::Queued { pending: None },
     };
     s.step_vec(1_100, from("b", queued));
     assert_eq!(s.owned_tasks()[&task("s", 1)].phase, TaskPhase::Queued);
@@ -1306,6 +1391,8 @@ fn offer_cancel(a: &mut Core) -> Vec<Command> {
         task: task("s", 1),
         spec: spec(),
         cancel: true,
+        attempt: 0,
+        unplaceable_ms: 0,
     };
     let now = a.now_ms();
     a.step_vec(now, from("s", msg))
@@ -1450,4 +1537,342 @@ fn a_cancelled_run_that_fails_retryably_ends_cancelled_and_is_not_given_back() {
             assert_eq!(released, Vec::<u64>::new(), "restart {restart}");
         }
     }
+}
+
+// ---- Memory and CPU (issue 33) ---------------------------------------------------------------
+
+fn cap(memory_mb: u32, cpu_millis: u32) -> TaskCapacity {
+    TaskCapacity {
+        memory_mb,
+        cpu_millis,
+        ..TaskCapacity::default()
+    }
+}
+
+/// `worker` reports `slots` and `capacity`, running `running` and having finished `finished`.
+fn report_with(
+    a: &mut Core,
+    worker: &str,
+    (slots, capacity): (u32, TaskCapacity),
+    running: &[(TaskId, u32)],
+    finished: &[TaskId],
+) -> Vec<Command> {
+    let msg = Message::WorkerReport {
+        term: a.term(),
+        seen: 0,
+        slots,
+        capacity,
+        running: running.to_vec(),
+        finished: finished.to_vec(),
+        released: vec![],
+        partial: false,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(worker, msg))
+}
+
+/// `t` offered with limits of `memory_mb` and `cpu_millis` (0: the worker's default).
+fn offer_limits(a: &mut Core, t: &TaskId, memory_mb: u32, cpu_millis: u32) -> Vec<Command> {
+    let spec = TaskSpec {
+        memory_mb,
+        cpu_millis,
+        ..(*spec()).clone()
+    };
+    let msg = Message::TaskOffer {
+        task: t.clone(),
+        spec: Arc::new(spec),
+        cancel: false,
+        attempt: 0,
+        unplaceable_ms: 0,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(t.origin.as_str(), msg))
+}
+
+fn on(t: u64, w: &str) -> Vec<(TaskId, String)> {
+    vec![(task("s", t), w.to_owned())]
+}
+
+/// Rule 2: a task goes only where its memory fits beside what the admin placed there, though
+/// slots are free; a worker that has room takes it, and memory freed by a finished run counts
+/// again. (Slots alone counted: four 600 MiB tasks went to a worker offering 1 GiB.)
+#[test]
+fn a_task_is_placed_only_where_its_memory_fits_beside_what_is_placed_there() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    report_with(&mut a, "w1", (4, cap(1_024, 0)), &[], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 600, 0)),
+        on(1, "w1")
+    );
+    // 424 MiB left on w1: s-2 waits, a slot free or not.
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 2), 600, 0)), []);
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 1);
+    // w2 offers 2 GiB: s-2 goes there.
+    let out = report_with(&mut a, "w2", (4, cap(2_048, 0)), &[], &[]);
+    assert_eq!(placements(&out), on(2, "w2"));
+    // w2 has 1,448 MiB left, w1 424: 1,000 MiB go to w2, though w1 is less loaded by slots.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 1_000, 0)),
+        on(3, "w2")
+    );
+    // s-1 ends on w1: its 600 MiB are free again.
+    report_with(&mut a, "w1", (4, cap(1_024, 0)), &[], &[task("s", 1)]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 4), 1_000, 0)),
+        on(4, "w1")
+    );
+}
+
+/// Rule 2: CPU counts as memory does, and a task that names no limit counts as what the worker
+/// says it gives such a task (its default).
+#[test]
+fn cpu_counts_too_and_a_limit_of_0_counts_as_the_workers_default() {
+    let mut a = admin(&["w1", "s"]);
+    let capacity = TaskCapacity {
+        default_cpu_millis: 1_000,
+        ..cap(0, 2_000)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 0, 0)),
+        on(1, "w1")
+    );
+    // 1,000 millicores left.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 2), 0, 1_500)),
+        []
+    );
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 0, 0)),
+        on(3, "w1")
+    );
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 4), 0, 0)), []);
+    // s-2 and s-4 wait (w1 says nothing of memory: memory is not counted).
+    assert_eq!(a.admin_tasks().unwrap().queue_len(), 2);
+}
+
+/// Rule 2: never on a worker whose ceiling of one task the task exceeds, however much it has in
+/// all; a worker that says nothing of memory (an older build) is placed on by its slots alone.
+#[test]
+fn a_task_above_a_workers_ceiling_of_one_task_is_not_placed_there() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    let capacity = TaskCapacity {
+        task_memory_mb: 1_024,
+        ..cap(8_192, 0)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[], &[]);
+    report_with(&mut a, "w2", (1, TaskCapacity::default()), &[], &[]);
+    // w1 sorts first, but 2 GiB are above its ceiling: w2, which says nothing, takes it.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 1), 2_048, 0)),
+        on(1, "w2")
+    );
+    // w2 is full: the next one waits rather than go to w1.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 2), 2_048, 0)),
+        []
+    );
+    // At the ceiling is within it.
+    assert_eq!(
+        placements(&offer_limits(&mut a, &task("s", 3), 1_024, 0)),
+        on(3, "w1")
+    );
+}
+
+/// Rule 2: a run adopted from a report counts at the worker's default until its submitter's
+/// offer names its limits; then those count.
+#[test]
+fn an_adopted_run_counts_at_the_default_until_its_offer_names_its_limits() {
+    let mut a = admin(&["w1", "s"]);
+    let capacity = TaskCapacity {
+        default_memory_mb: 400,
+        ..cap(1_000, 0)
+    };
+    report_with(&mut a, "w1", (4, capacity), &[(task("s", 1), 1)], &[]);
+    // 400 taken by the adopted run: 600 fit, 601 do not.
+    assert_eq!(placements(&offer_limits(&mut a, &task("s", 2), 601, 0)), []);
+    let mut b = admin(&["w1", "s"]);
+    report_with(&mut b, "w1", (4, capacity), &[(task("s", 1), 1)], &[]);
+    assert_eq!(
+        placements(&offer_limits(&mut b, &task("s", 2), 600, 0)),
+        on(2, "w1")
+    );
+    // The adopted run's offer says it has 100 MiB: 300 more fit now.
+    offer_limits(&mut b, &task("s", 1), 100, 0);
+    assert_eq!(
+        placements(&offer_limits(&mut b, &task("s", 3), 300, 0)),
+        on(3, "w1")
+    );
+    assert_eq!(placements(&offer_limits(&mut b, &task("s", 4), 1, 0)), []);
+}
+
+// ---- Unplaceable tasks (issue 33) ------------------------------------------------------------
+
+/// Submitter rule 7: what the admin says of why a task waits is kept (the API shows it) and
+/// the count offered along to the next admin; the admin saying a worker could run it clears
+/// both, and a reason longer than 1 KiB, or a count out of range, is refused.
+#[test]
+fn the_submitter_keeps_why_its_task_waits_and_offers_the_count_along() {
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    submit(&mut s, None, 1);
+    let state = |pending| Message::TaskState {
+        task: task("s", 1),
+        state: OfferState::Queued {
+            pending: Some(pending),
+        },
+    };
+    let unplaceable = |reason: &str, for_ms| {
+        state(chorus_core::task::Pending::Unplaceable {
+            reason: reason.into(),
+            for_ms,
+        })
+    };
+    let why = "no worker offers gpu (3 workers checked)";
+    s.step_vec(200, from("b", unplaceable(why, 1_500)));
+    let t = &s.owned_tasks()[&task("s", 1)];
+    assert_eq!((t.pending.as_deref(), t.unplaceable_ms), (Some(why), 1_500));
+    // Out of range: refused, nothing kept.
+    let out = s.step_vec(300, from("b", unplaceable(&"x".repeat(1_025), 2_000)));
+    assert_eq!(refusals(&out).len(), 1);
+    let out = s.step_vec(300, from("b", unplaceable(why, MAX_WIRE_INT + 1)));
+    assert_eq!(refusals(&out).len(), 1);
+    assert_eq!(s.owned_tasks()[&task("s", 1)].unplaceable_ms, 1_500);
+    // The next admin is offered the count.
+    let out = s.step_vec(400, from("c", heartbeat(2, 2)));
+    let carried: Vec<u64> = sent_to(&out, "c")
+        .into_iter()
+        .filter_map(|m| match m {
+            Message::TaskOffer { unplaceable_ms, .. } => Some(*unplaceable_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(carried, [1_500]);
+    // A worker could run it after all: cleared.
+    s.step_vec(500, from("c", state(chorus_core::task::Pending::Room)));
+    let t = &s.owned_tasks()[&task("s", 1)];
+    assert_eq!((t.pending.as_deref(), t.unplaceable_ms), (None, 0));
+}
+
+/// `a`, admin of a, b, c with a lease of 300 s (no acknowledgements needed meanwhile) and 1 s
+/// task ticks, connected to `peers`.
+fn patient_admin(peers: &[&str]) -> Core {
+    let config = chorus_core::Config {
+        heartbeat_interval_ms: 1_000,
+        election_timeout_min_ms: 300_000,
+        election_timeout_max_ms: 400_000,
+        ..chorus_core::Config::default()
+    };
+    let mut a = one_core::voter_with("a", ABC, config);
+    win(&mut a, &["b"]);
+    let now = a.now_ms();
+    for p in peers {
+        a.step_vec(now, Event::peer_up((*p).into(), PeerInfo::default()));
+    }
+    a
+}
+
+/// Fires `a`'s timers until `until`; returns what it sent to `to`, with when.
+fn sent_until(a: &mut Core, until: u64, to: &str) -> Vec<(u64, Message)> {
+    let mut sent = vec![];
+    while let Some((t, timer)) = a.next_deadline().filter(|(t, _)| *t <= until) {
+        let t = t.max(a.now_ms());
+        let out = a.step_vec(t, Event::TimerFired { timer });
+        sent.extend(sent_to(&out, to).into_iter().map(|m| (t, m.clone())));
+    }
+    sent
+}
+
+fn gpu_offer(a: &mut Core, seq: u64, unplaceable_ms: u64) -> Vec<Command> {
+    let msg = Message::TaskOffer {
+        task: task("s", seq),
+        spec: Arc::new(TaskSpec {
+            requires: vec!["gpu".into()],
+            ..(*spec()).clone()
+        }),
+        cancel: false,
+        attempt: 0,
+        unplaceable_ms,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from("s", msg))
+}
+
+/// Admin rule 10: a task no worker can run is judged after the admin's first 3 ticks, its
+/// submitter told why, and ended `unschedulable` 60 ticks (60 s) after — not before; a
+/// submitter that offers it again (its result lost) gets the result again at once.
+#[test]
+fn the_admin_ends_a_task_no_worker_can_run_after_60_ticks_and_answers_again() {
+    let mut a = patient_admin(&["w1", "s"]);
+    let elected = a.now_ms();
+    report(&mut a, "w1", 1, &[], &[]);
+    let out = gpu_offer(&mut a, 1, 0);
+    assert_eq!(
+        sent_to(&out, "s"),
+        [&Message::TaskState {
+            task: task("s", 1),
+            state: OfferState::Queued { pending: None },
+        }]
+    );
+    let sent = sent_until(&mut a, elected + 120_000, "s");
+    let why = "no worker offers gpu (1 worker checked)";
+    let (told, first) = &sent[0];
+    assert_eq!(
+        first,
+        &Message::TaskState {
+            task: task("s", 1),
+            state: OfferState::Queued {
+                pending: Some(chorus_core::task::Pending::Unplaceable {
+                    reason: why.into(),
+                    for_ms: 0,
+                }),
+            },
+        }
+    );
+    assert_eq!(*told, elected + 3_000, "after the admin's first 3 ticks");
+    let results: Vec<(u64, chorus_core::TaskResult)> = sent
+        .iter()
+        .filter_map(|(t, m)| match m {
+            Message::TaskResult { result, .. } => Some((*t, (**result).clone())),
+            _ => None,
+        })
+        .collect();
+    let [(ended, result)] = &results[..] else {
+        panic!("one result: {sent:?}");
+    };
+    assert_eq!(*ended, told + 60_000);
+    assert_eq!(result.status, chorus_core::TaskStatus::Unschedulable);
+    assert!(result.error.as_deref().unwrap_or("").contains(why));
+    assert_eq!(sent.len(), 2, "told once, then the result: {sent:?}");
+    // The result was lost: the next offer gets it again, not a new count.
+    let out = gpu_offer(&mut a, 1, 59_000);
+    let again = Message::TaskResult {
+        task: task("s", 1),
+        result: Box::new(result.clone()),
+    };
+    assert_eq!(sent_to(&out, "s"), [&again]);
+}
+
+/// Admin rule 10: a new admin counts on from the count its submitter carries, but ends the
+/// task only after 2 heartbeat intervals of its own watching (a worker whose first report was
+/// lost reports within them).
+#[test]
+fn a_new_admin_counts_on_from_the_carried_count_after_a_window_of_its_own() {
+    let mut a = patient_admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    let offered = a.now_ms();
+    // 50 s so far: 10 s left.
+    gpu_offer(&mut a, 1, 50_000);
+    // 59.5 s so far: 2 s left (its own window), not 0.5 s.
+    gpu_offer(&mut a, 2, 59_500);
+    let sent = sent_until(&mut a, offered + 120_000, "s");
+    let ended: Vec<(u64, u64)> = sent
+        .iter()
+        .filter_map(|(t, m)| match m {
+            Message::TaskResult { task, .. } => Some((task.seq, t - offered)),
+            _ => None,
+        })
+        .collect();
+    // Judged first at the admin's third tick (3 s), then 10 s and 2 s to go.
+    assert_eq!(ended, [(2, 5_000), (1, 13_000)]);
 }

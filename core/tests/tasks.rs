@@ -124,6 +124,179 @@ fn queued_tasks_survive_the_admins_death_and_complete_under_the_next_admin() {
     }
 }
 
+/// Issue 33: run numbers go on across failovers. A new admin starts with an empty queue; it
+/// used to number the run it placed 1 again, so a task run three times through failovers
+/// showed attempt 1 three times (and a retryable failure was given up to 3 more runs). Here
+/// the admin dies with the worker running the task, twice: the next admins place it as runs 2
+/// and 3, from the latest run the submitter heard of.
+#[test]
+fn run_numbers_go_on_across_failovers() {
+    for seed in 0..10 {
+        // Three workers with a slot each, and n8, which runs nothing, submits.
+        let mut net = Net::with_workers(seed, 5, 4, fast_config());
+        for w in 5..8 {
+            net.set_slots(w, 1);
+        }
+        net.run_until(2_000);
+        assert!(net.agreed_admin().is_some(), "elected (seed {seed})");
+        let submitter = 8;
+        let t = net
+            .submit(submitter, &["sleep", "60000"], 2 * LONG)
+            .unwrap();
+        for run in 1..=3 {
+            net.run_until(net.now + 1_500);
+            let runs = runs_of(&net, &t);
+            assert_eq!(runs.len(), run as usize, "seed {seed}: {runs:?}");
+            let (attempt, worker) = runs[run as usize - 1];
+            assert_eq!(attempt, run, "seed {seed}: {runs:?}");
+            if run == 3 {
+                break;
+            }
+            // The admin and the worker go down together: nobody reports the run.
+            let admin = admin_index(&net);
+            net.crash(admin);
+            net.crash(worker);
+        }
+        let phase = &net.nodes[submitter].as_ref().unwrap().owned_tasks()[&t];
+        assert_eq!(phase.last_attempt, 3, "seed {seed}");
+        net.check_tasks(false);
+    }
+}
+
+/// `sleep 10` that needs `repo:NAME` (`require`: or the capability `require`).
+fn needing(require: &str) -> TaskSpec {
+    let (requires, repo) = match require.strip_prefix("repo:") {
+        Some(name) => (
+            vec![],
+            Some(chorus_core::RepoMount {
+                name: name.into(),
+                writable: false,
+            }),
+        ),
+        None => (vec![require.to_owned()], None),
+    };
+    TaskSpec {
+        image: "test".into(),
+        command: vec!["sleep".into(), "10".into()],
+        timeout_ms: LONG,
+        requires,
+        repo,
+        ..Default::default()
+    }
+}
+
+/// When the task at `i` got its result (global time), if it did.
+fn completed_at(net: &Net, i: usize, t: &TaskId) -> Option<u64> {
+    net.notices(i).into_iter().find_map(|(at, n)| match n {
+        Notice::TaskCompleted { task, .. } if task == *t => Some(at),
+        _ => None,
+    })
+}
+
+/// With `fast_config`, a task tick is 50 ms: the admin ends a task no live worker can run
+/// after 60 ticks.
+const UNSCHEDULABLE_MS: u64 = 60 * 50;
+
+/// Issue 33: a task no live node can run sat queued for ever. The admin tells its submitter
+/// why it waits — kept on the submitter's task, for the API — and ends it `unschedulable`
+/// (saying why) 60 ticks later, not before.
+#[test]
+fn a_task_no_live_worker_can_run_is_told_why_and_ends_unschedulable() {
+    for seed in 0..10 {
+        let mut net = cluster(seed);
+        let submitted = net.now;
+        let t = net.submit_spec(0, needing("repo:nosuch")).unwrap();
+        net.run_until(net.now + 1_000);
+        let own = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t];
+        assert_eq!(own.phase, TaskPhase::Queued, "seed {seed}");
+        assert_eq!(
+            own.pending.as_deref(),
+            Some("no worker offers repo:nosuch (2 workers checked)"),
+            "seed {seed}"
+        );
+        assert!(
+            (800..=1_000).contains(&own.unplaceable_ms),
+            "{}",
+            own.unplaceable_ms
+        );
+        net.run_until(submitted + UNSCHEDULABLE_MS + 1_000);
+        assert_eq!(
+            status(&net, &t),
+            Some(TaskStatus::Unschedulable),
+            "seed {seed}"
+        );
+        let took = completed_at(&net, 0, &t).unwrap() - submitted;
+        assert!(
+            (UNSCHEDULABLE_MS..UNSCHEDULABLE_MS + 300).contains(&took),
+            "seed {seed}: {took} ms"
+        );
+        let own = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t];
+        let error = own.result.as_ref().and_then(|r| r.error.clone()).unwrap();
+        assert!(error.contains("no worker offers repo:nosuch"), "{error}");
+        assert!(runs_of(&net, &t).is_empty());
+        net.check_tasks(true);
+    }
+}
+
+/// A task that becomes placeable before the bound — a worker that offers what it needs comes
+/// up — is placed and runs as any other.
+#[test]
+fn a_task_placeable_before_the_bound_is_placed_normally() {
+    for seed in 0..10 {
+        // The workers start late: at first no worker has reported any slots.
+        let start = support::Start {
+            late: vec![3, 4],
+            ..Default::default()
+        };
+        let mut net = Net::build_with(seed, 3, 2, fast_config(), support::Clocks::Shared, start);
+        net.run_until(2_000);
+        let t = net.submit_spec(0, needing("docker")).unwrap();
+        net.run_until(net.now + 1_000);
+        let own = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t];
+        assert_eq!(
+            own.pending.as_deref(),
+            Some("no worker has reported task slots to the admin"),
+            "seed {seed}"
+        );
+        net.start(4);
+        net.set_slots(4, 1);
+        net.run_until(net.now + UNSCHEDULABLE_MS);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded), "seed {seed}");
+        assert_eq!(runs_of(&net, &t), [(1, 4)]);
+        let own = &net.nodes[0].as_ref().unwrap().owned_tasks()[&t];
+        assert_eq!((own.pending.as_deref(), own.unplaceable_ms), (None, 0));
+        net.check_tasks(true);
+    }
+}
+
+/// A new admin does not start the count again: the submitter carries how long no worker could
+/// run its task, and the next admin counts on from there. The admin dies 2.5 s into the 3 s;
+/// the task ends within the bound plus the failover (starting again, it would take 3 s more).
+#[test]
+fn a_failover_does_not_start_the_count_again() {
+    for seed in 0..10 {
+        let mut net = cluster(seed);
+        // A worker submits (the voters may be crashed).
+        let submitted = net.now;
+        let t = net.submit_spec(3, needing("gpu")).unwrap();
+        net.run_until(submitted + 2_500);
+        assert_eq!(status(&net, &t), None);
+        net.crash(admin_index(&net));
+        net.run_until(submitted + 2 * UNSCHEDULABLE_MS + 1_000);
+        assert_eq!(
+            status(&net, &t),
+            Some(TaskStatus::Unschedulable),
+            "seed {seed}"
+        );
+        let took = completed_at(&net, 3, &t).unwrap() - submitted;
+        assert!(
+            (UNSCHEDULABLE_MS..UNSCHEDULABLE_MS + 1_500).contains(&took),
+            "seed {seed}: {took} ms"
+        );
+        net.check_tasks(true);
+    }
+}
+
 #[test]
 fn a_submitter_that_restarts_keeps_its_tasks_and_still_gets_their_results() {
     let mut net = cluster(1);
@@ -634,6 +807,8 @@ fn task_messages_count_only_from_who_may_send_them() {
             task: forged.clone(),
             spec: spec.clone(),
             cancel: false,
+            attempt: 0,
+            unplaceable_ms: 0,
         },
     );
     assert_eq!(refusals(&out), [Refusal::NotOwner]);
@@ -708,9 +883,11 @@ fn task_messages_count_only_from_who_may_send_them() {
             term: term + 1,
             seen: 0,
             slots: 2,
+            capacity: Default::default(),
             running: vec![],
             finished: vec![],
             released: vec![],
+            partial: false,
         },
     );
     assert_eq!(refusals(&out), [Refusal::Stale]);

@@ -36,6 +36,7 @@ fn info(caps: &[&str], uptime_s: u64) -> PeerInfo {
             cpu_millicores: 1500,
             mem_free_mb: 256,
             task_slots: 0,
+            task_capacity: Default::default(),
         },
     }
 }

@@ -42,7 +42,9 @@ pub struct MembersView {
 pub struct TaskView {
     /// Its id (`ORIGIN-SEQ`).
     pub task: String,
-    /// `submitted`, `queued`, `placed`, `finished` or `done`.
+    /// `submitted`, `queued`, `placed`, `finished` or `done` (the result's `status` says how it
+    /// ended: `succeeded`, `failed`, `out_of_memory`, `timed_out`, `cancelled`, `error` or
+    /// `unschedulable`).
     pub phase: String,
     /// The worker it is placed on or finished at (the result's worker once done).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -52,6 +54,13 @@ pub struct TaskView {
     pub attempt: Option<u32>,
     /// Cancellation was asked for.
     pub cancel: bool,
+    /// Why it waits, when the admin said no live worker can run it (e.g. `no worker offers
+    /// repo:nosuch (3 workers checked)`); it ends `unschedulable` if none can for 60 ticks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    /// How long no live worker could run it, as the admin last said (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_ms: Option<u64>,
     /// The idempotency key it was submitted with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -80,4 +89,7 @@ pub struct TaskRow {
     /// Where it runs or ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker: Option<String>,
+    /// Why it waits, when no live worker can run it (see [`TaskView::pending`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
 }

@@ -19,7 +19,9 @@
 //!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
 //!    the electorate up, a task accepted at a live submitter has its `task_result` within the
 //!    task bound (header `task_bound_ms`) of its acceptance or of the period's start, whichever
-//!    is later; at the end of a run a task without a result must still be owned by its live
+//!    is later — or, once an admin said no live worker can run it (`task_unplaceable`), within
+//!    `unschedulable_bound_ms` of that record (or of the period's start, after a fault), when
+//!    that is later: such a task ends `unschedulable` after its own bound; at the end of a run a task without a result must still be owned by its live
 //!    submitter (the discrete-event engine reports what each live core owns; a submitter down
 //!    at the end keeps its tasks in its log). A submitter records at most one `task_result` per
 //!    task, only for a task it accepted. And placement only under a valid lease: every
@@ -163,6 +165,8 @@ pub struct Checker {
     term_guard: Option<(u64, u64)>,
     /// Invariant 7's bound, when the run has a task workload.
     task_bound_ms: Option<u64>,
+    /// Invariant 7's bound from an admin's `task_unplaceable` record on.
+    unschedulable_bound_ms: Option<u64>,
     /// Accepted tasks by id.
     tasks: BTreeMap<String, TaskRecord>,
     /// Since when results are owed (the cluster healed with a majority up), if it is.
@@ -218,6 +222,7 @@ impl Checker {
             satisfied: false,
             term_guard: None,
             task_bound_ms: header.task_bound_ms,
+            unschedulable_bound_ms: header.unschedulable_bound_ms,
             tasks: BTreeMap::new(),
             tasks_owed_since: None,
             task_deadlines: BTreeSet::new(),
@@ -274,6 +279,7 @@ impl Checker {
                 }
             }
             Record::TaskResult { node, task, .. } => self.task_result(node, task, t, line_no),
+            Record::TaskUnplaceable { task, .. } => self.task_unplaceable(task, t),
             _ => {}
         }
         if matches!(
@@ -420,6 +426,7 @@ impl Checker {
             | Record::TaskRefused { .. }
             | Record::TaskCancelRequested { .. }
             | Record::TaskPlaced { .. }
+            | Record::TaskUnplaceable { .. }
             | Record::TaskStarted { .. }
             | Record::TaskFinished { .. }
             | Record::TaskResult { .. } => {}
@@ -474,6 +481,7 @@ impl Checker {
                 submitter: node.to_owned(),
                 accepted_at: t,
                 result: false,
+                unplaceable: false,
             },
         );
         if let (Some(since), Some(bound)) = (self.tasks_owed_since, self.task_bound_ms) {
@@ -501,6 +509,29 @@ impl Checker {
         r.result = true;
     }
 
+    /// An admin said no live worker can run `task`: its result is owed within the unschedulable
+    /// bound from now, if that is later than it was owed.
+    fn task_unplaceable(&mut self, task: &str, t: u64) {
+        let Some(r) = self.tasks.get_mut(task) else {
+            return;
+        };
+        r.unplaceable = true;
+        let Some(bound) = self.unschedulable_bound_ms else {
+            return;
+        };
+        if let Some(entry) = self
+            .task_deadlines
+            .iter()
+            .find(|(_, id)| id == task)
+            .cloned()
+        {
+            if entry.0 < t + bound {
+                self.task_deadlines.remove(&entry);
+                self.task_deadlines.insert((t + bound, entry.1));
+            }
+        }
+    }
+
     /// A fault-free period ends (a fault, or the end): tasks owed by now are judged first.
     fn tasks_period_ends(&mut self, t: u64, line_no: usize) {
         self.check_task_deadlines(t, line_no);
@@ -521,7 +552,15 @@ impl Checker {
             .tasks
             .iter()
             .filter(|(_, r)| !r.result)
-            .map(|(id, r)| (r.accepted_at.max(t) + bound, id.clone()))
+            .map(|(id, r)| {
+                // An admin of an earlier period said no worker can run it: it may end
+                // unschedulable only its own bound on (the admin may be the same).
+                let unplaceable = self
+                    .unschedulable_bound_ms
+                    .filter(|_| r.unplaceable)
+                    .unwrap_or(0);
+                (r.accepted_at.max(t) + bound.max(unplaceable), id.clone())
+            })
             .collect();
     }
 
@@ -538,8 +577,16 @@ impl Checker {
             if r.result || !self.live.contains(&r.submitter) {
                 continue;
             }
+            let unplaceable = if r.unplaceable {
+                format!(
+                    " ({} ms from an admin's task_unplaceable)",
+                    self.unschedulable_bound_ms.unwrap_or(0)
+                )
+            } else {
+                String::new()
+            };
             let msg = format!(
-                "{task}, accepted by {} at t={}, has no result by t={due}: healed with a majority up since t={}, and the task bound is {} ms",
+                "{task}, accepted by {} at t={}, has no result by t={due}: healed with a majority up since t={}, and the task bound is {} ms{unplaceable}",
                 r.submitter,
                 r.accepted_at,
                 self.tasks_owed_since.unwrap_or(0),
@@ -971,6 +1018,8 @@ struct TaskRecord {
     submitter: String,
     accepted_at: u64,
     result: bool,
+    /// An admin said no live worker can run it (`task_unplaceable`).
+    unplaceable: bool,
 }
 
 /// The rules of invariant 8 (see the module comment).
@@ -1020,6 +1069,7 @@ fn subject(record: &Record) -> Option<&str> {
         | Record::TaskRefused { node, .. }
         | Record::TaskCancelRequested { node, .. }
         | Record::TaskPlaced { node, .. }
+        | Record::TaskUnplaceable { node, .. }
         | Record::TaskStarted { node, .. }
         | Record::TaskFinished { node, .. }
         | Record::TaskResult { node, .. } => Some(node),

@@ -649,6 +649,7 @@ pub fn node_profile(scenario: &Scenario, seed: u64, i: usize) -> chorus_core::Pe
             cpu_millicores: 4_000,
             mem_free_mb: 8_192,
             task_slots,
+            task_capacity: Default::default(),
         }
     } else {
         let mut rng = chorus_core::rng::node_rng(seed ^ 0x9e50_12ce_5eed_0001, &name(i).into());
@@ -656,6 +657,7 @@ pub fn node_profile(scenario: &Scenario, seed: u64, i: usize) -> chorus_core::Pe
             cpu_millicores: 500 + below(&mut rng, 15_500) as u32,
             mem_free_mb: 256 + below(&mut rng, 32_512) as u32,
             task_slots,
+            task_capacity: Default::default(),
         }
     };
     chorus_core::PeerInfo {

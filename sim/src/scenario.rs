@@ -819,6 +819,19 @@ impl Scenario {
         }))
     }
 
+    /// Invariant 7's bound on the result of a task an admin found no live worker for, from its
+    /// `task_unplaceable` record, when the scenario has a task workload.
+    pub fn unschedulable_bound(&self) -> Option<u64> {
+        self.tasks.as_ref()?;
+        let heartbeat = self
+            .all_configs()
+            .iter()
+            .map(|c| c.heartbeat_interval_ms)
+            .max()
+            .unwrap_or(1_000);
+        Some(chorus_core::task::unschedulable_bound_ms(heartbeat))
+    }
+
     /// Loads a TOML scenario file.
     pub fn from_file(path: &Path) -> anyhow::Result<Scenario> {
         let text = std::fs::read_to_string(path)

@@ -451,6 +451,11 @@ impl Sink {
                 worker: worker.to_string(),
                 attempt: *attempt,
             },
+            Command::Notice(Notice::TaskUnplaceable { task, reason }) => Record::TaskUnplaceable {
+                node: node.to_owned(),
+                task: task.to_string(),
+                reason: reason.clone(),
+            },
             Command::Notice(Notice::TaskStarted { task, attempt }) => Record::TaskStarted {
                 node: node.to_owned(),
                 task: task.to_string(),

@@ -40,6 +40,11 @@ pub struct Header {
     /// Invariant 7's bound the checker used, when the scenario has a task workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_bound_ms: Option<u64>,
+    /// Invariant 7's bound on the result of a task an admin found no live worker for, from its
+    /// `task_unplaceable` record (`chorus_core::task::unschedulable_bound_ms`), when the
+    /// scenario has a task workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unschedulable_bound_ms: Option<u64>,
     /// The full scenario (with `nodes` and `duration` as run), so file scenarios replay too.
     /// Absent in traces of real clusters (`chorus replay` of several data directories).
     #[serde(default = "Scenario::unspecified")]
@@ -210,6 +215,17 @@ pub enum Record {
         /// The run, from 1.
         attempt: u32,
     },
+    /// The admin `node` found no live worker that can run a queued task (`reason`): from here
+    /// its result is owed within the header's `unschedulable_bound_ms`, not `task_bound_ms`
+    /// (the admin ends it `unschedulable` after its own bound).
+    TaskUnplaceable {
+        /// The admin.
+        node: String,
+        /// The task.
+        task: String,
+        /// Why.
+        reason: String,
+    },
     /// A worker started run `attempt` of a task.
     TaskStarted {
         /// The worker.
@@ -228,7 +244,8 @@ pub enum Record {
         task: String,
         /// The run.
         attempt: u32,
-        /// `succeeded`, `failed`, `out_of_memory`, `timed_out`, `cancelled` or `error`.
+        /// `succeeded`, `failed`, `out_of_memory`, `timed_out`, `cancelled` or `error` (a
+        /// worker's run never ends `unschedulable`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<chorus_core::TaskStatus>,
         /// The sandbox's error, if there was one.
@@ -312,6 +329,7 @@ impl Header {
             steps,
             liveness_bound_ms: scenario.liveness_bound(),
             task_bound_ms: scenario.task_bound(),
+            unschedulable_bound_ms: scenario.unschedulable_bound(),
             spec: scenario.clone(),
             eligible: None,
         }

@@ -293,3 +293,69 @@ fn a_task_its_live_submitter_forgot_is_lost() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].message.contains("no longer owns it: lost"));
 }
+
+/// `clean` without the run: n0 says at 5.2 s that no live worker can run n1-1, and n1's result
+/// (`unschedulable`) comes at `result_at`, if any.
+fn unplaceable(result_at: Option<u64>) -> Vec<Line> {
+    let mut t = without(clean(), |r| {
+        matches!(
+            r,
+            Record::TaskPlaced { .. }
+                | Record::TaskStarted { .. }
+                | Record::TaskFinished { .. }
+                | Record::TaskResult { .. }
+        )
+    });
+    t.push(at(
+        5_200,
+        Record::TaskUnplaceable {
+            node: "n0".into(),
+            task: "n1-1".into(),
+            reason: "no worker offers gpu (2 workers checked)".into(),
+        },
+    ));
+    if let Some(r) = result_at {
+        t.push(at(
+            r,
+            Record::TaskResult {
+                node: "n1".into(),
+                task: "n1-1".into(),
+                status: TaskStatus::Unschedulable,
+            },
+        ));
+    }
+    t.sort_by_key(|l| l.t);
+    t
+}
+
+/// Issue 33: a task an admin said no live worker can run ends `unschedulable` after its own
+/// bound, which may be past the task bound: it is owed within `unschedulable_bound_ms` of the
+/// admin's `task_unplaceable` — also across a fault after it (the admin may be the same, and
+/// say nothing new) — and reported when it is later than that.
+#[test]
+fn a_task_no_worker_can_run_is_owed_within_the_unschedulable_bound() {
+    let u = header().unschedulable_bound_ms.expect("a task workload");
+    assert!(u > 20_000 && 5_200 + u < 100_000, "{u}");
+    assert_eq!(
+        task_messages(&unplaceable(Some(5_200 + u - 100))),
+        Vec::<String>::new()
+    );
+    let found = task_messages(&unplaceable(None));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains(&format!("no result by t={}", 5_200 + u))
+            && found[0].contains("task_unplaceable"),
+        "{found:?}"
+    );
+    // A short partition at 10 s: owed from the heal at 12 s, by the later bound.
+    let mut t = unplaceable(Some(12_000 + u - 100));
+    t.push(at(
+        10_000,
+        Record::Partition {
+            groups: vec![vec!["n0".into(), "n1".into()], vec!["n2".into()]],
+        },
+    ));
+    t.push(at(12_000, Record::Heal));
+    t.sort_by_key(|l| l.t);
+    assert_eq!(task_messages(&t), Vec::<String>::new());
+}

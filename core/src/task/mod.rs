@@ -37,10 +37,10 @@ pub(crate) mod work;
 pub use place::AdminTasks;
 pub use submit::{OwnedTask, TaskPhase};
 pub use wire::{
-    ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES,
-    MAX_TAIL_WIRE_BYTES,
+    ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_REPORT_LISTS_WIRE_BYTES,
+    MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES, MAX_TAIL_WIRE_BYTES,
 };
-pub use work::RunningTask;
+pub use work::{RunningTask, MAX_REPORTED};
 
 /// The capability a node advertises when it runs tasks. A node with task slots but without it
 /// is still placed on (slots are what count); it is for operators and `--require`.
@@ -57,8 +57,10 @@ pub const MAX_ATTEMPTS: u32 = 3;
 /// knows it): every attempt runs to its end (`longest_run_ms`: the longest timeout), and the
 /// submitter's offer and the worker's report are each lost once with an old admin and re-sent at
 /// the next re-offer ([`submit`]'s `REOFFER_TICKS` task ticks). Queueing is not in it: a
-/// cluster given more work than it has slots is late by design. The simulator's checker judges
-/// invariant 7 by this bound, for simulated runs and for real clusters' merged logs.
+/// cluster given more work than it has slots is late by design. Nor is a task no live worker
+/// can run: the admin says so (`Notice::TaskUnplaceable`, a `task_unplaceable` trace record),
+/// and from then [`unschedulable_bound_ms`] holds for it. The simulator's checker judges
+/// invariant 7 by these bounds, for simulated runs and for real clusters' merged logs.
 pub fn result_bound_ms(
     heartbeat_interval_ms: u64,
     liveness_bound_ms: u64,
@@ -70,6 +72,17 @@ pub fn result_bound_ms(
     liveness_bound_ms
         .saturating_add(u64::from(MAX_ATTEMPTS).saturating_mul(longest_run_ms))
         .saturating_add(2 * reoffer)
+}
+
+/// How long after an admin first says no live worker can run a task (`Notice::TaskUnplaceable`)
+/// its submitter may wait for the `unschedulable` result, while the cluster stays healed: the
+/// count began at or before that notice and ends [`UNSCHEDULABLE_TICKS`] ticks on, judged at the
+/// next tick (with at most 256 tasks queued: the admin judges 256 a tick); the result may be
+/// lost once, and the submitter's next offer (a re-offer period on) carries a count at most a
+/// re-offer period behind, so the task ends again within that much more.
+pub fn unschedulable_bound_ms(heartbeat_interval_ms: u64) -> u64 {
+    let tick = heartbeat_interval_ms.clamp(10, 1_000);
+    tick.saturating_mul(UNSCHEDULABLE_TICKS + 1 + 2 * submit::REOFFER_TICKS)
 }
 
 /// Bytes of stdout and of stderr kept in a result: the tail, so a result fits a 64 KiB frame
@@ -350,6 +363,100 @@ impl TaskSpec {
     }
 }
 
+/// What a worker offers its tasks besides slots (issue 33): memory and CPU for all of them
+/// together, the most one task may ask for, and what a task that names no limit is given. A
+/// worker says it in its reports; a field of 0 is not said, and a worker that says nothing (an
+/// older build) is placed on by its slots alone. The admin believes what a worker claims
+/// (`place.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCapacity {
+    /// Memory (MiB) for its tasks together (0: memory is not counted).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub memory_mb: u32,
+    /// CPU (millicores) for its tasks together (0: CPU is not counted).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub cpu_millis: u32,
+    /// The most memory (MiB) one task may ask for (0: no ceiling besides the total).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub task_memory_mb: u32,
+    /// The most CPU (millicores) one task may ask for (0: no ceiling besides the total).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub task_cpu_millis: u32,
+    /// The memory (MiB) a task whose spec names none gets here, and is counted for.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub default_memory_mb: u32,
+    /// The CPU (millicores) a task whose spec names none gets here, and is counted for.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub default_cpu_millis: u32,
+}
+
+impl TaskCapacity {
+    /// Nothing said: slots alone count.
+    pub fn is_unset(&self) -> bool {
+        *self == TaskCapacity::default()
+    }
+
+    /// What one task of `spec` takes here, counted against the totals: (memory MiB, CPU
+    /// millicores). A limit of 0 takes the worker's default (at most the total).
+    pub fn demand(&self, spec: &TaskSpec) -> (u64, u64) {
+        let take = |asked: u32, default: u32, total: u32| {
+            u64::from(if asked > 0 { asked } else { default.min(total) })
+        };
+        (
+            take(spec.memory_mb, self.default_memory_mb, self.memory_mb),
+            take(spec.cpu_millis, self.default_cpu_millis, self.cpu_millis),
+        )
+    }
+
+    /// Why a task of `spec` can never run here, even alone: a limit above the ceiling of one
+    /// task, or above the total. `None`: it can, once there is room.
+    pub fn refuses(&self, spec: &TaskSpec) -> Option<String> {
+        let (memory, cpu) = self.demand(spec);
+        let over = |what: &str, unit: &str, asked: u64, ceiling: u32, total: u32| {
+            if ceiling > 0 && asked > u64::from(ceiling) {
+                Some(format!(
+                    "it asks for {asked}{unit} of {what}, above the ceiling of {ceiling}{unit} \
+                     a task"
+                ))
+            } else if total > 0 && asked > u64::from(total) {
+                Some(format!(
+                    "it asks for {asked}{unit} of {what}, more than the {total}{unit} for tasks"
+                ))
+            } else {
+                None
+            }
+        };
+        over(
+            "memory",
+            " MiB",
+            memory,
+            self.task_memory_mb,
+            self.memory_mb,
+        )
+        .or_else(|| {
+            over(
+                "CPU",
+                " millicores",
+                cpu,
+                self.task_cpu_millis,
+                self.cpu_millis,
+            )
+        })
+    }
+
+    /// Whether a task of `spec` fits beside what is placed already (`used`: memory MiB, CPU
+    /// millicores), within both totals (a total of 0 is not counted).
+    pub fn has_room(&self, used: (u64, u64), spec: &TaskSpec) -> bool {
+        let (memory, cpu) = self.demand(spec);
+        let within = |used: u64, more: u64, total: u32| {
+            total == 0 || used.saturating_add(more) <= u64::from(total)
+        };
+        self.refuses(spec).is_none()
+            && within(used.0, memory, self.memory_mb)
+            && within(used.1, cpu, self.cpu_millis)
+    }
+}
+
 /// How a task ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -366,17 +473,22 @@ pub enum TaskStatus {
     Cancelled,
     /// The sandbox could not run it (a bad image, a missing repository, retries used up).
     Error,
+    /// No live worker could run it — none offers what it requires, or its limits are above
+    /// what every worker offers — for [`UNSCHEDULABLE_TICKS`] ticks: the admin ended it
+    /// (`place.rs`, rule 10). Not retried; the result's `error` says why.
+    Unschedulable,
 }
 
 impl TaskStatus {
     /// Every status, for metrics.
-    pub const ALL: [TaskStatus; 6] = [
+    pub const ALL: [TaskStatus; 7] = [
         TaskStatus::Succeeded,
         TaskStatus::Failed,
         TaskStatus::OutOfMemory,
         TaskStatus::TimedOut,
         TaskStatus::Cancelled,
         TaskStatus::Error,
+        TaskStatus::Unschedulable,
     ];
 
     /// The snake_case name used in the API, metrics and traces.
@@ -388,6 +500,7 @@ impl TaskStatus {
             TaskStatus::TimedOut => "timed_out",
             TaskStatus::Cancelled => "cancelled",
             TaskStatus::Error => "error",
+            TaskStatus::Unschedulable => "unschedulable",
         }
     }
 }
@@ -538,8 +651,13 @@ impl TaskResult {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum OfferState {
-    /// Queued for placement.
-    Queued,
+    /// Queued for placement; `pending` says why it waits, once the admin judged it.
+    Queued {
+        /// Absent: not judged yet (a new admin waits for the workers' reports), or an older
+        /// admin.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pending: Option<Pending>,
+    },
     /// Placed on `worker` for run `attempt`.
     Placed {
         /// The worker.
@@ -555,6 +673,42 @@ pub enum OfferState {
     /// The queue is full: offer again later.
     Busy,
 }
+
+/// Why a queued task waits, as the admin judged it (`place.rs`, rule 10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "why", rename_all = "snake_case")]
+pub enum Pending {
+    /// A live worker could run it: it waits for room (a free slot, memory, CPU).
+    Room,
+    /// No live worker can run it, for `reason`; for `for_ms` so far (counted on from earlier
+    /// admins). The admin ends it `unschedulable` after [`UNSCHEDULABLE_TICKS`] ticks.
+    Unplaceable {
+        /// Why, e.g. `no worker offers repo:nosuch (3 workers checked)`; at most
+        /// [`MAX_PENDING_BYTES`].
+        reason: String,
+        /// How long no live worker could run it, ms.
+        for_ms: u64,
+    },
+}
+
+/// The longest pending reason accepted from the wire.
+pub const MAX_PENDING_BYTES: usize = 1_024;
+
+/// Ticks a task may wait with no live worker able to run it before the admin ends it
+/// `unschedulable`: 60 s at the default tick (1 s). The count goes on across admins (the
+/// submitter carries it in its offers, `place.rs` rule 10), so a failover does not start it
+/// again.
+pub const UNSCHEDULABLE_TICKS: u64 = 60;
+
+/// A new admin judges no task until this many ticks after it won: the workers that heard its
+/// first heartbeat have reported by then.
+pub const JUDGE_AFTER_TICKS: u64 = 3;
+
+/// A new admin ends a task `unschedulable` only once it has itself found no worker for it
+/// during this many heartbeat intervals (at most the whole bound), whatever count the
+/// submitter carried: a live worker whose first report to it was lost (a heartbeat lost on the
+/// way) reports within that, and a task it could run is not ended for want of its report.
+pub const FRESH_BEATS: u64 = 2;
 
 /// A shared spec (cloned into offers and placements without copying the strings).
 pub type SharedSpec = Arc<TaskSpec>;
@@ -599,8 +753,19 @@ impl crate::Core {
     ) {
         use crate::Message as M;
         match msg {
-            M::TaskOffer { task, spec, cancel } => {
-                self.on_task_offer(from, task, spec, cancel, out)
+            M::TaskOffer {
+                task,
+                spec,
+                cancel,
+                attempt,
+                unplaceable_ms,
+            } => {
+                let offer = place::OfferIn {
+                    cancel,
+                    attempt,
+                    unplaceable_ms,
+                };
+                self.on_task_offer(from, task, spec, offer, out)
             }
             M::TaskState { task, state } => self.on_task_state(from, task, state, out),
             M::TaskPlace {
@@ -615,17 +780,21 @@ impl crate::Core {
                 term,
                 seen,
                 slots,
+                capacity,
                 running,
                 finished,
                 released,
+                partial,
             } => {
                 let report = place::WorkerReportIn {
                     term,
                     seen,
                     slots,
+                    capacity,
                     running,
                     finished,
                     released,
+                    partial,
                 };
                 self.on_worker_report(from, report, out)
             }

@@ -3,7 +3,11 @@
 //! Rules:
 //! 1. Placement happens only while this node holds a valid lease ([`Core::holds_lease`]).
 //! 2. A task goes to a worker that fits it (its required capabilities and repository) and has a
-//!    free slot, the least loaded first (running / slots), ties broken by node id. Queued tasks
+//!    free slot, and — when the worker says what it offers its tasks ([`TaskCapacity`]) — room
+//!    for the task's memory and CPU beside what this admin placed there (a limit of 0 counts as
+//!    the worker's default), within the ceiling of one task; the least loaded first (running /
+//!    slots), ties broken by node id. A worker that says nothing of memory or CPU (an older
+//!    build) is placed on by its slots alone. Queued tasks
 //!    are tried in arrival order; a step passes over at most [`MAX_SKIPS_PER_STEP`] that no
 //!    worker fits, and the next step goes on from there (round the queue), so tasks behind
 //!    many unplaceable ones are still reached.
@@ -14,7 +18,8 @@
 //! 5. A placement the worker has seen (its report's `seen` covers the placement number) but does
 //!    not list as running or finished is lost — refused, or given back after a retryable
 //!    failure — and queued again after a backoff, as the next attempt. A worker that goes down
-//!    loses all its placements, queued again at once.
+//!    loses all its placements, queued again at once. A `partial` report (its lists did not fit
+//!    one frame: `work.rs`, rule 7) proves nothing of what it leaves out.
 //! 6. Cancelling a queued task answers the submitter with a cancelled result; cancelling a
 //!    placed one asks its worker to stop it, again at each of that worker's reports that still
 //!    lists the run. A cancelled run that is lost (given back, or its worker gone) is never
@@ -26,16 +31,56 @@
 //! 8. A placement no report has confirmed (lost on the way, and the worker's reports are far
 //!    apart or lost too) is sent again every [`RESEND_TICKS`] ticks while the lease holds; the
 //!    worker deduplicates by task id.
+//! 9. Run numbers go on across admins: an offer carries the latest run its submitter heard of,
+//!    and a task this admin queues runs next as the one after it (so attempt 1 under one admin
+//!    is followed by attempt 2 under the next, not by another attempt 1).
+//! 10. A task no live node can run is never parked for ever. Every tick the admin judges
+//!     queued tasks (up to [`MAX_JUDGED_PER_TICK`], going on round the queue at the next):
+//!     could a worker that has reported slots run it — the capabilities and repository it
+//!     requires, its limits within that worker's ceiling and totals — once it has room? If
+//!     none can, the submitter is told why (`task_state` queued, `pending` unplaceable: e.g.
+//!     `no worker offers repo:nosuch (3 workers checked)`; again when the reason changes, and in
+//!     every answer to its offers, with how long so far), and once none could for
+//!     [`UNSCHEDULABLE_TICKS`] ticks the admin ends it with an `unschedulable` result (not
+//!     retried; its `error` says why). A task that becomes placeable before that (a worker
+//!     that fits reports) is placed as any other, and its submitter told (`pending` room).
+//!
+//!     The count survives failovers, and stays bounded: the submitter keeps how long admins
+//!     have said no worker can run the task (durable) and offers it along; a new admin counts
+//!     on from there. A new admin judges nothing in its first [`JUDGE_AFTER_TICKS`] ticks (the
+//!     workers that heard its first heartbeat report meanwhile), and ends a task only after it
+//!     has itself found no worker for it during [`FRESH_BEATS`] heartbeat intervals — a worker
+//!     whose first report to it was lost reports within that, so a task it can run is not
+//!     ended for want of its report. So each failover adds at most the election, the grace, a
+//!     re-offer period (the count the submitter carries lags by at most that) and the fresh
+//!     window to the bound; and a task never ends before the bound. Keeping the count in the
+//!     admin alone would start it again at each admin change, and an admin changing within
+//!     every bound would park the task for ever.
+//!
+//!     The admin remembers the tasks it ended so (up to 4,096): a submitter whose result was
+//!     lost offers the task again and gets the result again at once.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
+//!
+//! What a worker claims — its slots, its memory and CPU for tasks — is believed: a node
+//! admitted to the cluster (authenticated, and allowed by its key and allowlist) is trusted
+//! for this. A worker that claims more than it has is given more than it can hold: its own
+//! checks still refuse a placement without a free slot (released, and placed elsewhere) and a
+//! limit above its sandbox ceilings (an error result), but it may run more than its memory or
+//! CPU allow, as any misconfigured node would. The numbers are 32-bit, summed in 64: a claim
+//! cannot overflow a sum.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::wire::fit_result;
 use super::work::MAX_REPORTED;
-use super::{OfferState, SharedSpec, TaskId, TaskResult, TaskStatus};
+use super::{
+    OfferState, Pending, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus,
+    FRESH_BEATS, JUDGE_AFTER_TICKS, REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
+};
 use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
 
 /// Tasks queued at once; an offer beyond is answered `busy`.
@@ -50,6 +95,9 @@ const MAX_SKIPS_PER_STEP: usize = 64;
 /// Workers examined per task for a capability match.
 const MAX_CANDIDATES: usize = 256;
 
+/// Queued tasks judged per tick (rule 10); the next tick goes on from there.
+const MAX_JUDGED_PER_TICK: usize = 256;
+
 /// Ticks a placement waits for a report to confirm it before it is sent again (rule 8).
 pub(crate) const RESEND_TICKS: u64 = 3;
 
@@ -63,6 +111,42 @@ pub(crate) struct Queued {
     attempt: u32,
     /// Its key in the queue: (not before, arrival order).
     key: (u64, u64),
+    /// How long its submitter says earlier admins found no live worker to run it (rule 10).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    carried_ms: u64,
+    /// This admin's judgement (rule 10): `None` not judged yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    verdict: Option<Verdict>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Whether a live worker could run a queued task (rule 10).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Verdict {
+    /// One could: it waits for room.
+    Room,
+    /// None can, for `reason`, since `since_ms` (this admin's clock; the count its submitter
+    /// carried comes on top).
+    Unplaceable { since_ms: u64, reason: String },
+}
+
+impl Queued {
+    /// What an answer to its offer says of why it waits.
+    fn pending(&self, now: u64) -> Option<Pending> {
+        self.verdict.as_ref().map(|v| match v {
+            Verdict::Room => Pending::Room,
+            Verdict::Unplaceable { since_ms, reason } => Pending::Unplaceable {
+                reason: reason.clone(),
+                for_ms: self
+                    .carried_ms
+                    .saturating_add(now.saturating_sub(*since_ms)),
+            },
+        })
+    }
 }
 
 /// A task placed on a worker.
@@ -87,6 +171,52 @@ pub(crate) struct Placement {
 pub(crate) struct WorkerLoad {
     slots: u32,
     running: u32,
+    #[serde(default, skip_serializing_if = "TaskCapacity::is_unset")]
+    capacity: TaskCapacity,
+}
+
+/// What this admin's placements on a worker take of its memory and CPU: the limits their
+/// specs name, and how many are counted at the worker's defaults (a limit of 0, or an adopted
+/// run whose spec this admin has not seen yet). Counted so, a default the worker changes in a
+/// later report counts at once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Used {
+    memory_mb: u64,
+    cpu_millis: u64,
+    default_memory: u64,
+    default_cpu: u64,
+}
+
+impl Used {
+    /// Adds (or takes away) a placement of `spec`.
+    fn charge(&mut self, spec: Option<&TaskSpec>, add: bool) {
+        let (memory, cpu) = spec.map_or((0, 0), |s| (s.memory_mb, s.cpu_millis));
+        let count = |named: &mut u64, defaults: &mut u64, limit: u32| {
+            let (n, by) = if limit > 0 {
+                (named, u64::from(limit))
+            } else {
+                (defaults, 1)
+            };
+            *n = if add {
+                n.saturating_add(by)
+            } else {
+                n.saturating_sub(by)
+            };
+        };
+        count(&mut self.memory_mb, &mut self.default_memory, memory);
+        count(&mut self.cpu_millis, &mut self.default_cpu, cpu);
+    }
+
+    /// (memory MiB, CPU millicores) taken on a worker offering `capacity`.
+    fn taken(&self, capacity: &TaskCapacity) -> (u64, u64) {
+        let (memory, cpu) = capacity.demand(&TaskSpec::default());
+        (
+            self.memory_mb
+                .saturating_add(self.default_memory.saturating_mul(memory)),
+            self.cpu_millis
+                .saturating_add(self.default_cpu.saturating_mul(cpu)),
+        )
+    }
 }
 
 impl WorkerLoad {
@@ -108,15 +238,26 @@ pub struct AdminTasks {
     #[serde(default)]
     unconfirmed: BTreeSet<TaskId>,
     workers: BTreeMap<NodeId, WorkerLoad>,
+    /// What `placed` takes of each worker's memory and CPU (rule 2).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    used: BTreeMap<NodeId, Used>,
     /// Workers with a free slot, least loaded first.
     free: BTreeSet<(u64, NodeId)>,
     finished: BTreeMap<TaskId, NodeId>,
+    /// Tasks this admin ended `unschedulable`, with their results (rule 10): sent again to a
+    /// submitter that offers one again (its result was lost).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    unschedulable: BTreeMap<TaskId, TaskResult>,
     last_seq: u64,
     last_order: u64,
     /// Where the last step stopped after passing over [`MAX_SKIPS_PER_STEP`] tasks no worker
     /// fits: the next step goes on from there, so the tasks behind them are reached.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     scan_after: Option<((u64, u64), TaskId)>,
+    /// Where the last tick's judgement of the queue stopped (rule 10): the next goes on from
+    /// there, round the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    judge_after: Option<TaskId>,
 }
 
 impl AdminTasks {
@@ -141,6 +282,10 @@ impl AdminTasks {
             .entry(p.worker.clone())
             .or_default()
             .insert(task.clone());
+        self.used
+            .entry(p.worker.clone())
+            .or_default()
+            .charge(p.spec.as_deref(), true);
         if p.seq > 0 {
             self.unconfirmed.insert(task.clone());
         }
@@ -150,6 +295,12 @@ impl AdminTasks {
     fn unplace(&mut self, task: &TaskId) -> Option<Placement> {
         let p = self.placed.remove(task)?;
         self.unindex(task, &p.worker);
+        if let Some(used) = self.used.get_mut(&p.worker) {
+            used.charge(p.spec.as_deref(), false);
+            if *used == Used::default() {
+                self.used.remove(&p.worker);
+            }
+        }
         self.unconfirmed.remove(task);
         Some(p)
     }
@@ -161,6 +312,19 @@ impl AdminTasks {
                 self.on_worker.remove(worker);
             }
         }
+    }
+
+    /// Whether `worker` has room for a task of `spec` beside what is placed there: memory and
+    /// CPU, when it says what it offers (rule 2).
+    fn has_room(&self, worker: &NodeId, spec: &TaskSpec) -> bool {
+        let Some(load) = self.workers.get(worker) else {
+            return true;
+        };
+        let used = self
+            .used
+            .get(worker)
+            .map_or((0, 0), |u| u.taken(&load.capacity));
+        load.capacity.has_room(used, spec)
     }
 
     /// Tasks placed on `worker`.
@@ -175,7 +339,14 @@ impl AdminTasks {
         self.last_order += 1;
         let key = (not_before, self.last_order);
         self.queue.insert((key, task.clone()));
-        self.queued.insert(task, Queued { spec, attempt, key });
+        let q = Queued {
+            spec,
+            attempt,
+            key,
+            carried_ms: 0,
+            verdict: None,
+        };
+        self.queued.insert(task, q);
     }
 
     fn dequeue(&mut self, task: &TaskId) -> Option<Queued> {
@@ -234,13 +405,18 @@ impl Core {
         from: NodeId,
         task: TaskId,
         spec: SharedSpec,
-        cancel: bool,
+        offer: OfferIn,
         out: &mut Vec<Command>,
     ) {
+        let OfferIn {
+            cancel,
+            attempt: last_attempt,
+            unplaceable_ms,
+        } = offer;
         if task.origin != from {
             return self.refuse(from, "task_offer", Refusal::NotOwner, out);
         }
-        if spec.check().is_err() {
+        if spec.check().is_err() || unplaceable_ms > crate::MAX_WIRE_INT {
             return self.refuse(from, "task_offer", Refusal::OutOfRange, out);
         }
         if self.role != Role::Admin {
@@ -249,13 +425,29 @@ impl Core {
         }
         let now = self.now_ms;
         let term = self.term;
+        // Rule 9: the next run comes after the latest the submitter heard of.
+        let next_attempt = last_attempt.saturating_add(1);
+        // Rule 10: the count carried, less the window this admin watches for itself.
+        let bound = self.task_tick_ms() * UNSCHEDULABLE_TICKS;
+        let fresh = self
+            .config
+            .heartbeat_interval_ms
+            .saturating_mul(FRESH_BEATS)
+            .min(bound);
+        let carried_ms = unplaceable_ms.min(bound - fresh);
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
         let mut cancel_at: Option<(NodeId, TaskId)> = None;
+        let mut ended: Option<TaskResult> = None;
         let answer = if let Some(p) = a.placed.get_mut(&task) {
             if p.spec.is_none() {
-                p.spec = Some(spec); // an adopted run: its submitter speaks (rule 7)
+                // An adopted run: its submitter speaks (rule 7), and its limits now count.
+                if let Some(used) = a.used.get_mut(&p.worker) {
+                    used.charge(None, false);
+                    used.charge(Some(&spec), true);
+                }
+                p.spec = Some(spec);
             }
             if cancel {
                 p.cancelled = true;
@@ -267,23 +459,39 @@ impl Core {
             })
         } else if let Some(w) = a.finished.get(&task) {
             Some(OfferState::Finished { worker: w.clone() })
+        } else if let Some(r) = a.unschedulable.get(&task) {
+            // Rule 10: ended here; its result was lost on the way.
+            ended = Some(r.clone());
+            None
         } else if cancel {
             a.dequeue(&task);
             None
-        } else if a.queued.contains_key(&task) {
-            Some(OfferState::Queued)
+        } else if let Some(q) = a.queued.get_mut(&task) {
+            // Rule 9: the submitter heard of a later run than this queue knew of.
+            q.attempt = q.attempt.max(next_attempt);
+            Some(OfferState::Queued {
+                pending: q.pending(now),
+            })
         } else if a.queued.len() >= MAX_QUEUED {
             Some(OfferState::Busy)
         } else {
-            a.enqueue(task.clone(), spec, 1, now);
-            Some(OfferState::Queued)
+            a.enqueue(task.clone(), spec, next_attempt, now);
+            if let Some(q) = a.queued.get_mut(&task) {
+                // Rule 10: the count goes on from where earlier admins left it.
+                q.carried_ms = carried_ms;
+            }
+            Some(OfferState::Queued { pending: None })
         };
         if let Some((worker, task)) = cancel_at {
             self.deliver(worker, Message::TaskCancel { term, task }, out);
         }
-        match answer {
-            Some(state) => self.deliver(from, Message::TaskState { task, state }, out),
-            None => {
+        match (answer, ended) {
+            (Some(state), _) => self.deliver(from, Message::TaskState { task, state }, out),
+            (None, Some(result)) => {
+                let result = Box::new(result);
+                self.deliver(from, Message::TaskResult { task, result }, out);
+            }
+            (None, None) => {
                 // Cancelled before it ran: the admin answers in the worker's place.
                 let result = TaskResult::without_run(TaskStatus::Cancelled, self.id.clone(), 1);
                 let result = Box::new(result);
@@ -302,9 +510,11 @@ impl Core {
             term,
             seen,
             slots,
+            capacity,
             running,
             finished,
             released,
+            partial,
         } = report;
         if running.len() > MAX_REPORTED
             || finished.len() > MAX_REPORTED
@@ -355,10 +565,12 @@ impl Core {
         }
         // Placements the worker does not mention though it saw a later one, or a tick has
         // passed: lost on the way (a cut link), or still on it (placements travel apart and may
-        // overtake each other). Sent again; the worker deduplicates by task id.
+        // overtake each other). Sent again; the worker deduplicates by task id. A partial
+        // report (its lists did not fit a frame) leaves out some it holds: it proves nothing.
         let resend: Vec<Resend> = a
             .placed_on(&from)
             .into_iter()
+            .filter(|_| !partial)
             .filter_map(|t| {
                 let p = &a.placed[&t];
                 let unmentioned = !running_set.contains(&t) && !finished_set.contains(&t);
@@ -419,6 +631,7 @@ impl Core {
             WorkerLoad {
                 slots,
                 running: load,
+                capacity,
             },
         );
         let term = self.term;
@@ -491,6 +704,238 @@ impl Core {
         for (worker, resend) in due {
             self.send_placements_again(&worker, resend, out);
         }
+        self.judge_queue(out);
+    }
+
+    /// Rule 10: whether a live worker could run each of (up to [`MAX_JUDGED_PER_TICK`]) queued
+    /// tasks; the submitter of one none can run is told why, and the task ends `unschedulable`
+    /// once none could for [`UNSCHEDULABLE_TICKS`] ticks (the count its submitter carried
+    /// included). Not before [`JUDGE_AFTER_TICKS`] ticks as admin: the workers report first.
+    fn judge_queue(&mut self, out: &mut Vec<Command>) {
+        let now = self.now_ms;
+        let grace = self.task_tick_ms().saturating_mul(JUDGE_AFTER_TICKS);
+        let Some(admin) = self.admin_state.as_ref() else {
+            return;
+        };
+        if now < admin.elected_at_ms.saturating_add(grace) {
+            return;
+        }
+        let a = &admin.tasks;
+        let mut batch: Vec<TaskId> = match &a.judge_after {
+            Some(t) => a
+                .queued
+                .range((
+                    std::ops::Bound::Excluded(t.clone()),
+                    std::ops::Bound::Unbounded,
+                ))
+                .take(MAX_JUDGED_PER_TICK)
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        // Round to the start of the queue (and up to where this round began).
+        let room = MAX_JUDGED_PER_TICK - batch.len();
+        let wrap = a
+            .judge_after
+            .as_ref()
+            .map_or(std::ops::Bound::Unbounded, |t| {
+                std::ops::Bound::Included(t.clone())
+            });
+        batch.extend(
+            a.queued
+                .range((std::ops::Bound::Unbounded, wrap))
+                .take(room)
+                .map(|(k, _)| k.clone()),
+        );
+        if batch.is_empty() {
+            return;
+        }
+        let workers: Vec<(&NodeId, TaskCapacity)> = a
+            .workers
+            .iter()
+            .filter(|(_, l)| l.slots > 0)
+            .map(|(w, l)| (w, l.capacity))
+            .collect();
+        // Tasks alike are judged once.
+        type Shape = (Vec<String>, Option<String>, u32, u32);
+        let mut memo: BTreeMap<Shape, Option<String>> = BTreeMap::new();
+        let verdicts: Vec<(TaskId, Option<String>)> = batch
+            .iter()
+            .map(|t| {
+                let spec = &a.queued[t].spec;
+                let shape = (
+                    spec.requires.clone(),
+                    spec.repo.as_ref().map(|r| r.name.clone()),
+                    spec.memory_mb,
+                    spec.cpu_millis,
+                );
+                let v = memo
+                    .entry(shape)
+                    .or_insert_with(|| self.unplaceable(spec, &workers))
+                    .clone();
+                (t.clone(), v)
+            })
+            .collect();
+        let bound = self.task_tick_ms().saturating_mul(UNSCHEDULABLE_TICKS);
+        let me = self.id.clone();
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        a.judge_after = batch.last().cloned();
+        let mut tell: Vec<(TaskId, Pending)> = Vec::new();
+        let mut end: Vec<(TaskId, TaskResult)> = Vec::new();
+        for (t, verdict) in verdicts {
+            let Some(q) = a.queued.get_mut(&t) else {
+                continue;
+            };
+            let Some(reason) = verdict else {
+                // A live worker could run it: the count ends (and its submitter's with it).
+                let was = q.verdict.replace(Verdict::Room);
+                let counted = matches!(was, Some(Verdict::Unplaceable { .. }))
+                    || (was.is_none() && q.carried_ms > 0);
+                q.carried_ms = 0;
+                if counted {
+                    tell.push((t, Pending::Room));
+                }
+                continue;
+            };
+            let since = match &q.verdict {
+                Some(Verdict::Unplaceable { since_ms, .. }) => *since_ms,
+                _ => now,
+            };
+            let waited = q.carried_ms.saturating_add(now.saturating_sub(since));
+            if waited >= bound {
+                let attempt = q.attempt;
+                a.dequeue(&t);
+                let mut result =
+                    TaskResult::without_run(TaskStatus::Unschedulable, me.clone(), attempt);
+                result.error = Some(format!(
+                    "admin: no live worker could run it for {} s: {reason}",
+                    waited / 1_000
+                ));
+                fit_result(&mut result);
+                if a.unschedulable.len() >= MAX_FINISHED {
+                    a.unschedulable.pop_first();
+                }
+                a.unschedulable.insert(t.clone(), result.clone());
+                end.push((t, result));
+                continue;
+            }
+            let same =
+                matches!(&q.verdict, Some(Verdict::Unplaceable { reason: r, .. }) if *r == reason);
+            q.verdict = Some(Verdict::Unplaceable {
+                since_ms: since,
+                reason: reason.clone(),
+            });
+            if !same {
+                tell.push((
+                    t,
+                    Pending::Unplaceable {
+                        reason,
+                        for_ms: waited,
+                    },
+                ));
+            }
+        }
+        for (task, pending) in tell {
+            if let Pending::Unplaceable { reason, .. } = &pending {
+                out.push(Command::Notice(Notice::TaskUnplaceable {
+                    task: task.clone(),
+                    reason: reason.clone(),
+                }));
+            }
+            let state = OfferState::Queued {
+                pending: Some(pending),
+            };
+            self.deliver(task.origin.clone(), Message::TaskState { task, state }, out);
+        }
+        for (task, result) in end {
+            let msg = Message::TaskResult {
+                task: task.clone(),
+                result: Box::new(result),
+            };
+            self.deliver(task.origin.clone(), msg, out);
+        }
+    }
+
+    /// Why no live worker (of `workers`: those with slots, and what each offers) can run
+    /// `spec`, or `None` when one can (now, or once it has room).
+    fn unplaceable(&self, spec: &TaskSpec, workers: &[(&NodeId, TaskCapacity)]) -> Option<String> {
+        let n = workers.len();
+        if n == 0 {
+            return Some("no worker has reported task slots to the admin".into());
+        }
+        let none: &[String] = &[];
+        let caps = |w: &NodeId| -> &[String] {
+            if *w == self.id {
+                &self.capabilities
+            } else {
+                self.peers.get(w).map_or(none, |p| p.capabilities())
+            }
+        };
+        let capable: Vec<&TaskCapacity> = workers
+            .iter()
+            .filter(|(w, _)| spec.fits(caps(w)))
+            .map(|(_, c)| c)
+            .collect();
+        if capable.iter().any(|c| c.refuses(spec).is_none()) {
+            return None;
+        }
+        let checked = format!("{n} worker{} checked", if n == 1 { "" } else { "s" });
+        if capable.is_empty() {
+            let needed: Vec<String> = spec
+                .requires
+                .iter()
+                .cloned()
+                .chain(
+                    spec.repo
+                        .as_ref()
+                        .map(|r| format!("{REPO_CAPABILITY_PREFIX}{}", r.name)),
+                )
+                .collect();
+            let missing = needed
+                .iter()
+                .find(|c| !workers.iter().any(|(w, _)| caps(w).contains(c)));
+            return Some(match missing {
+                Some(c) => format!("no worker offers {c} ({checked})"),
+                None => format!(
+                    "no worker offers {} together ({checked})",
+                    needed.join(", ")
+                ),
+            });
+        }
+        // Each worker that offers what it requires refuses its limits.
+        let most = |limit: fn(&TaskCapacity) -> Option<u32>| -> Option<u32> {
+            capable
+                .iter()
+                .map(|c| limit(c))
+                .try_fold(0, |m, l| l.map(|l| m.max(l)))
+        };
+        fn allowed(total: u32, one: u32) -> Option<u32> {
+            match (total, one) {
+                (0, 0) => None,
+                (0, x) | (x, 0) => Some(x),
+                (t, o) => Some(t.min(o)),
+            }
+        }
+        let memory = most(|c| allowed(c.memory_mb, c.task_memory_mb));
+        let cpu = most(|c| allowed(c.cpu_millis, c.task_cpu_millis));
+        let ask = |what: &str, unit: &str, asked: u32, most: Option<u32>| {
+            most.filter(|m| asked > *m).map(|m| {
+                format!(
+                    "it asks for {asked}{unit} of {what}; the most a worker that offers what it \
+                     requires gives one task is {m}{unit} ({checked})"
+                )
+            })
+        };
+        ask("memory", " MiB", spec.memory_mb, memory)
+            .or_else(|| ask("CPU", " millicores", spec.cpu_millis, cpu))
+            .or_else(|| {
+                Some(format!(
+                    "no worker that offers what it requires has room for both its memory and its \
+                     CPU ({checked})"
+                ))
+            })
     }
 
     /// Sends placements on `worker` again (rules 5 and 8), their clock restarted.
@@ -561,7 +1006,7 @@ impl Core {
                 .iter()
                 .take(MAX_CANDIDATES)
                 .map(|(_, w)| w)
-                .find(|w| self.worker_fits(w, &spec))
+                .find(|w| self.worker_fits(w, &spec) && a.has_room(w, &spec))
                 .cloned();
             let Some(worker) = worker else {
                 skipped += 1;
@@ -640,12 +1085,21 @@ impl Core {
     }
 }
 
+/// An offer's fields besides the task and its spec.
+pub(crate) struct OfferIn {
+    pub(crate) cancel: bool,
+    pub(crate) attempt: u32,
+    pub(crate) unplaceable_ms: u64,
+}
+
 /// A worker report's fields, as the message carries them.
 pub(crate) struct WorkerReportIn {
     pub(crate) term: u64,
     pub(crate) seen: u64,
     pub(crate) slots: u32,
+    pub(crate) capacity: TaskCapacity,
     pub(crate) running: Vec<(TaskId, u32)>,
     pub(crate) finished: Vec<TaskId>,
     pub(crate) released: Vec<(TaskId, u32)>,
+    pub(crate) partial: bool,
 }

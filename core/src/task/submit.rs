@@ -16,16 +16,32 @@
 //! 5. When the admin says a task whose result is in is placed (a run it adopted from a
 //!    worker's report: a duplicate, or a run cancelled at an admin that did not know of it), the
 //!    task is offered once more, cancelled, so that run stops; at most once a tick.
+//! 6. Run numbers go on across admins: the submitter keeps the latest run an admin named for
+//!    a task (durable) and offers it along; an admin that queues the task numbers its next run
+//!    after it. (A new admin starts empty: without this, every failover began again at run 1.)
+//! 7. When the admin says no live worker can run a task, the submitter keeps why (the API shows
+//!    it) and for how long (durable), and offers that along: a new admin counts on from there
+//!    towards ending it `unschedulable` instead of starting again. A placement, or the admin
+//!    saying a worker could run it, clears both. The admin's `unschedulable` result ends the
+//!    task like any other.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
 use super::{
-    OfferState, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_DONE_TASKS, MAX_OWNED_TASKS,
-    MAX_TASKS_PER_OWNER,
+    OfferState, Pending, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_DONE_TASKS,
+    MAX_OWNED_TASKS, MAX_PENDING_BYTES, MAX_TASKS_PER_OWNER,
 };
 use crate::{Command, Core, Message, NodeId, Notice, Refusal};
+
+fn is_zero32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero64(n: &u64) -> bool {
+    *n == 0
+}
 
 /// An unfinished task is offered again after this many ticks even when the admin answered.
 pub(crate) const REOFFER_TICKS: u64 = 10;
@@ -94,6 +110,17 @@ pub struct OwnedTask {
     /// When it was last offered (0: never).
     #[serde(default)]
     pub offered_at_ms: u64,
+    /// The latest run an admin named for it (0: none yet), offered along so the next admin
+    /// numbers its run after it (rule 6).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub last_attempt: u32,
+    /// Why it waits, when the admin said no live worker can run it (rule 7): shown by the API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<String>,
+    /// For how long no live worker could run it, as the admin last said (ms): offered along,
+    /// so the next admin counts on from there (rule 7).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub unplaceable_ms: u64,
     /// The result, once in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<TaskResult>,
@@ -223,6 +250,9 @@ impl Core {
                 cancel: false,
                 workers: Vec::new(),
                 offered_at_ms: 0,
+                last_attempt: 0,
+                pending: None,
+                unplaceable_ms: 0,
                 result: None,
                 done_at_ms: 0,
             },
@@ -267,6 +297,8 @@ impl Core {
             spec: t.spec.clone(),
             // A done task is offered only to stop a stray run of it (rule 5).
             cancel: t.cancel || t.phase == TaskPhase::Done,
+            attempt: t.last_attempt,
+            unplaceable_ms: t.unplaceable_ms,
         };
         self.deliver(admin, msg, out);
     }
@@ -341,6 +373,14 @@ impl Core {
             return self.refuse(from, "task_state", Refusal::Unsolicited, out);
         }
         let tick = self.task_tick_ms();
+        if let OfferState::Queued {
+            pending: Some(Pending::Unplaceable { reason, for_ms }),
+        } = &state
+        {
+            if reason.len() > MAX_PENDING_BYTES || *for_ms > crate::MAX_WIRE_INT {
+                return self.refuse(from, "task_state", Refusal::OutOfRange, out);
+            }
+        }
         let Some(t) = self.tasks.submit.owned.get_mut(&task) else {
             return self.refuse(from, "task_state", Refusal::Unsolicited, out);
         };
@@ -360,10 +400,29 @@ impl Core {
                 t.workers.push(w.clone());
             }
         };
+        // Rule 7: what the admin says of why it waits; a placement shows a worker could run it.
+        match &state {
+            OfferState::Queued {
+                pending: Some(Pending::Unplaceable { reason, for_ms }),
+            } => {
+                t.pending = Some(reason.clone());
+                t.unplaceable_ms = *for_ms;
+            }
+            OfferState::Queued {
+                pending: Some(Pending::Room),
+            }
+            | OfferState::Placed { .. }
+            | OfferState::Finished { .. } => {
+                t.pending = None;
+                t.unplaceable_ms = 0;
+            }
+            OfferState::Queued { pending: None } | OfferState::Busy => {}
+        }
         t.phase = match state {
-            OfferState::Queued => TaskPhase::Queued,
+            OfferState::Queued { .. } => TaskPhase::Queued,
             OfferState::Placed { worker, attempt } => {
                 name(&worker, t);
+                t.last_attempt = t.last_attempt.max(attempt);
                 TaskPhase::Placed { worker, attempt }
             }
             OfferState::Finished { worker } => {
@@ -418,6 +477,7 @@ impl Core {
         };
         let status = result.status;
         t.phase = TaskPhase::Done;
+        t.pending = None;
         t.result = Some(result);
         t.done_at_ms = self.now_ms;
         self.tasks.submit.unfinished -= 1;

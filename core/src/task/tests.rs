@@ -206,7 +206,7 @@ fn a_result_from_the_wire_is_bounded() {
 
 /// The bound a submitter waits for a result: the liveness bound, every attempt of the longest
 /// run, and two re-offer periods (ten task ticks each; a tick is the heartbeat interval within
-/// 10 ms to 1 s).
+/// 10 ms to 1 s). For a task the admin said no worker can run: 61 ticks and two re-offers.
 #[test]
 fn the_result_bound_adds_the_liveness_bound_every_attempt_and_two_reoffers() {
     // 200 ms ticks: a re-offer every 2 s.
@@ -219,6 +219,9 @@ fn the_result_bound_adds_the_liveness_bound_every_attempt_and_two_reoffers() {
     assert_eq!(result_bound_ms(5_000, 0, 0), 2 * 10_000);
     // Saturates instead of wrapping.
     assert_eq!(result_bound_ms(200, u64::MAX, 1), u64::MAX);
+    assert_eq!(unschedulable_bound_ms(200), 81 * 200);
+    assert_eq!(unschedulable_bound_ms(15_000), 81 * 1_000);
+    assert_eq!(unschedulable_bound_ms(5), 81 * 10);
 }
 
 /// Every bound of a spec passes at its value and is refused one past it; the exact figures
@@ -495,7 +498,8 @@ fn statuses_and_spec_errors_print_their_names() {
             "out_of_memory",
             "timed_out",
             "cancelled",
-            "error"
+            "error",
+            "unschedulable"
         ]
     );
     assert_eq!(
@@ -562,4 +566,58 @@ fn a_tail_cut_inside_a_long_character_moves_to_the_next_boundary() {
     assert_eq!(tail(s.clone(), 2), "b");
     assert_eq!(tail(s, 1), "b");
     assert_eq!(tail("abc".into(), 0), "");
+}
+
+/// Issue 33's new fields have defaults: what an older build logged or sent — a queued state
+/// without `pending`, an offer without `attempt` and `unplaceable_ms`, a report without
+/// `capacity` and `partial`, resources without `task_capacity` — still reads, as before; and
+/// written without them, the new fields change nothing on the wire.
+#[test]
+fn what_an_older_build_wrote_still_reads() {
+    use crate::{Message, Resources};
+    let queued: OfferState = serde_json::from_str(r#"{"state":"queued"}"#).unwrap();
+    assert_eq!(queued, OfferState::Queued { pending: None });
+    assert_eq!(
+        serde_json::to_string(&queued).unwrap(),
+        r#"{"state":"queued"}"#
+    );
+    let offer: Message = serde_json::from_str(
+        r#"{"type":"task_offer","task":"n1-1","spec":{"image":"i","command":["true"],"timeout_ms":1}}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        offer,
+        Message::TaskOffer {
+            attempt: 0,
+            unplaceable_ms: 0,
+            cancel: false,
+            ..
+        }
+    ));
+    let report: Message = serde_json::from_str(
+        r#"{"type":"worker_report","term":1,"seen":0,"slots":2,"running":[],"finished":[]}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        report,
+        Message::WorkerReport { partial: false, capacity, .. } if capacity.is_unset()
+    ));
+    let r: Resources =
+        serde_json::from_str(r#"{"cpu_millicores":1000,"mem_free_mb":512,"task_slots":3}"#)
+            .unwrap();
+    assert!(r.task_capacity.is_unset());
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"cpu_millicores":1000,"mem_free_mb":512,"task_slots":3}"#
+    );
+    let unplaceable = OfferState::Queued {
+        pending: Some(Pending::Unplaceable {
+            reason: "no worker offers gpu (1 worker checked)".into(),
+            for_ms: 1_500,
+        }),
+    };
+    assert_eq!(
+        serde_json::to_string(&unplaceable).unwrap(),
+        r#"{"state":"queued","pending":{"why":"unplaceable","reason":"no worker offers gpu (1 worker checked)","for_ms":1500}}"#
+    );
 }

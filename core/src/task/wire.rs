@@ -29,6 +29,11 @@ pub const MAX_SPEC_WIRE_BYTES: usize = MAX_MESSAGE_BYTES - ENVELOPE_RESERVE_BYTE
 /// The largest result, encoded: its `task_result` fits a frame.
 pub const MAX_RESULT_WIRE_BYTES: usize = MAX_MESSAGE_BYTES - ENVELOPE_RESERVE_BYTES;
 
+/// The most a worker report's lists (`running`, `finished`, `released`) take together, encoded
+/// with the commas between entries: the rest of the report — the envelope and its other fields
+/// at their widest — fits the same reserve as a spec's (`task/work.rs`, rule 7).
+pub const MAX_REPORT_LISTS_WIRE_BYTES: usize = MAX_MESSAGE_BYTES - ENVELOPE_RESERVE_BYTES;
+
 /// Encoded bytes of the stdout tail, and of the stderr tail, a result keeps (inside the
 /// quotes): three times [`MAX_TAIL_BYTES`], so a tail of ordinary text — with newlines, tabs
 /// and quotes escaped to two bytes — is never cut for its encoding, only one of control
@@ -122,6 +127,8 @@ mod tests {
             task: wide_task(),
             spec: spec.clone(),
             cancel: true,
+            attempt: u32::MAX,
+            unplaceable_ms: crate::MAX_WIRE_INT,
         };
         let place = Message::TaskPlace {
             term: u64::MAX,
@@ -135,10 +142,28 @@ mod tests {
             task: wide_task(),
             result: Box::new(result.clone()),
         };
+        let report = Message::WorkerReport {
+            term: MAX_WIRE_INT,
+            seen: MAX_WIRE_INT,
+            slots: u32::MAX,
+            capacity: crate::TaskCapacity {
+                memory_mb: u32::MAX,
+                cpu_millis: u32::MAX,
+                task_memory_mb: u32::MAX,
+                task_cpu_millis: u32::MAX,
+                default_memory_mb: u32::MAX,
+                default_cpu_millis: u32::MAX,
+            },
+            running: vec![],
+            finished: vec![],
+            released: vec![],
+            partial: true,
+        };
         let widest = [
             around(&offer, inner),
             around(&place, inner),
             around(&msg, codec::encoded_len(&result)),
+            around(&report, 0),
         ];
         assert!(
             widest.iter().all(|&n| n <= ENVELOPE_RESERVE_BYTES),

@@ -19,13 +19,22 @@
 //!    acknowledged ones —, the last placement seen) to its
 //!    admin when the admin or its term changes, when its runs change, and every
 //!    [`REPORT_EVERY_BEATS`] beats.
+//! 7. A report fits its frame, measured on the encoded bytes: its lists take at most
+//!    [`MAX_REPORT_LISTS_WIRE_BYTES`] together. When they do not fit (up to 1,024 runs, 1,024
+//!    finished tasks and 1,024 released placements, each up to ~800 bytes with the widest
+//!    task ids, ~200 KB in all), the report takes entries from each list in turn — so a long
+//!    list cannot crowd out the others — and says it is `partial`; the next one goes on from
+//!    where each list was cut (round each list), and follow-ups go out every tick until every
+//!    entry of the round has been reported once. The admin does not take a placement a
+//!    partial report leaves out for lost.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use super::wire::fit_result;
+use super::wire::{fit_result, MAX_REPORT_LISTS_WIRE_BYTES};
 use super::{SandboxExit, SharedSpec, TaskId, TaskResult, TaskStatus, MAX_ATTEMPTS};
+use crate::codec::encoded_len;
 use crate::{Command, Core, Message, NodeId, Notice, Refusal};
 
 /// A worker reports at least this often, in beats.
@@ -70,6 +79,165 @@ pub struct WorkerTasks {
     /// Placements refused or given back lately, by task and attempt, newest last: reported so
     /// the admin places them again (volatile).
     pub(crate) released: VecDeque<(TaskId, u32)>,
+    /// Where the last report cut each of its lists, when they did not fit one frame: the next
+    /// report goes on from there (rule 7; volatile).
+    #[serde(default, skip_serializing_if = "ReportCursor::is_start")]
+    pub(crate) cursor: ReportCursor,
+}
+
+/// Where the next report starts each of its lists (rule 7): after the last entry the previous
+/// report took of it (`None`: from the start, as the previous one took the whole list).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ReportCursor {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    running: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    results: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    acked: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    released: Option<(TaskId, u32)>,
+    /// Entries of each list (running, released, results, acknowledged) not reported yet in
+    /// the round the first cut report began: a follow-up report goes out each tick while any
+    /// list has some.
+    #[serde(default, skip_serializing_if = "no_round")]
+    left: [usize; 4],
+}
+
+fn no_round(left: &[usize; 4]) -> bool {
+    left.iter().all(|n| *n == 0)
+}
+
+impl ReportCursor {
+    fn is_start(&self) -> bool {
+        *self == ReportCursor::default()
+    }
+
+    /// A round of reports is under way: the rest goes out at the next tick.
+    pub(crate) fn more(&self) -> bool {
+        !no_round(&self.left)
+    }
+}
+
+/// `items` from just after `after` (when it is among them; else from the start), round to the
+/// start.
+fn rotated<T: PartialEq + Clone>(items: impl Iterator<Item = T>, after: Option<&T>) -> Vec<T> {
+    let mut v: Vec<T> = items.collect();
+    if let Some(i) = after.and_then(|a| v.iter().position(|x| x == a)) {
+        v.rotate_left(i + 1);
+    }
+    v
+}
+
+/// The greatest key of `map` at or before `cursor`.
+fn at_or_before<V>(map: &BTreeMap<TaskId, V>, cursor: Option<&TaskId>) -> Option<TaskId> {
+    cursor.and_then(|t| map.range(..=t).next_back().map(|(k, _)| k.clone()))
+}
+
+/// A report's lists, cut to fit a frame (rule 7).
+pub(crate) struct ReportLists {
+    pub(crate) running: Vec<(TaskId, u32)>,
+    pub(crate) finished: Vec<TaskId>,
+    pub(crate) released: Vec<(TaskId, u32)>,
+    pub(crate) partial: bool,
+}
+
+impl WorkerTasks {
+    /// The lists of the next report: from each list in turn, one entry at a time, from where
+    /// the last report cut it, while they fit [`MAX_REPORT_LISTS_WIRE_BYTES`] encoded (and
+    /// [`MAX_REPORTED`] a list). Moves the cursor on.
+    pub(crate) fn report_lists(&mut self) -> ReportLists {
+        let c = &self.cursor;
+        // A run or result named by the cursor may be gone since: its list goes on after the
+        // entry that sorts just before it.
+        let running = rotated(
+            self.running.iter().map(|(t, r)| (t.clone(), r.attempt)),
+            at_or_before(&self.running, c.running.as_ref())
+                .map(|t| (t.clone(), self.running[&t].attempt))
+                .as_ref(),
+        );
+        let results = rotated(
+            self.results.keys().cloned(),
+            at_or_before(&self.results, c.results.as_ref()).as_ref(),
+        );
+        // Newest first: an admin that missed a result hears of the latest acknowledgements.
+        let acked = rotated(self.acked.iter().rev().cloned(), c.acked.as_ref());
+        let released = rotated(self.released.iter().cloned(), c.released.as_ref());
+
+        let lens = [running.len(), released.len(), results.len(), acked.len()];
+        let mut taken = [0usize; 4];
+        let mut open = [true; 4];
+        let mut budget = MAX_REPORT_LISTS_WIRE_BYTES;
+        while open.iter().any(|o| *o) {
+            for k in 0..4 {
+                if !open[k] {
+                    continue;
+                }
+                let i = taken[k];
+                let full = match k {
+                    2 | 3 => taken[2] + taken[3] >= MAX_REPORTED,
+                    _ => i >= MAX_REPORTED,
+                };
+                if i >= lens[k] || full {
+                    open[k] = false;
+                    continue;
+                }
+                // The entry and the comma before it.
+                let cost = 1 + match k {
+                    0 => encoded_len(&running[i]),
+                    1 => encoded_len(&released[i]),
+                    2 => encoded_len(&results[i]),
+                    _ => encoded_len(&acked[i]),
+                };
+                if cost > budget {
+                    open[k] = false;
+                    continue;
+                }
+                budget -= cost;
+                taken[k] += 1;
+            }
+        }
+        let partial = taken != lens;
+        // Where each list goes on next time: after its last entry taken, or from the start
+        // when it was taken whole (and where it was when none of it was).
+        fn next<T, K: Clone>(
+            list: &[T],
+            taken: usize,
+            old: &Option<K>,
+            key: impl Fn(&T) -> K,
+        ) -> Option<K> {
+            if taken == list.len() {
+                None
+            } else if taken == 0 {
+                old.clone()
+            } else {
+                Some(key(&list[taken - 1]))
+            }
+        }
+        let mut left = [0; 4];
+        if partial {
+            let fresh = !c.more();
+            for k in 0..4 {
+                left[k] = if fresh { lens[k] } else { c.left[k] }.saturating_sub(taken[k]);
+            }
+        }
+        self.cursor = ReportCursor {
+            running: next(&running, taken[0], &c.running, |(t, _)| t.clone()),
+            released: next(&released, taken[1], &c.released, Clone::clone),
+            results: next(&results, taken[2], &c.results, Clone::clone),
+            acked: next(&acked, taken[3], &c.acked, Clone::clone),
+            left,
+        };
+        let mut finished = results;
+        finished.truncate(taken[2]);
+        finished.extend(acked.into_iter().take(taken[3]));
+        ReportLists {
+            running: running.into_iter().take(taken[0]).collect(),
+            finished,
+            released: released.into_iter().take(taken[1]).collect(),
+            partial,
+        }
+    }
 }
 
 impl WorkerTasks {
@@ -317,6 +485,7 @@ impl Core {
         w.reported = None;
         w.acked.clear();
         w.released.clear();
+        w.cursor = ReportCursor::default();
         w.results.values_mut().for_each(fit_result);
         let runs = std::mem::take(&mut w.running);
         for (task, run) in runs {
@@ -331,8 +500,12 @@ impl Core {
         }
     }
 
-    /// The tick: send every unacknowledged result again.
+    /// The tick: send every unacknowledged result again, and the rest of a report that did
+    /// not fit one frame (rule 7).
     pub(crate) fn worker_tick(&mut self, out: &mut Vec<Command>) {
+        if self.tasks.work.cursor.more() {
+            self.tasks.work.report_due = true;
+        }
         let resend: Vec<(TaskId, TaskResult)> = self
             .tasks
             .work
@@ -347,7 +520,7 @@ impl Core {
     }
 
     pub(crate) fn worker_has_pending(&self) -> bool {
-        !self.tasks.work.results.is_empty()
+        !self.tasks.work.results.is_empty() || self.tasks.work.cursor.more()
     }
 
     /// After each step: report to the admin when something changed or a report is due.
@@ -379,26 +552,25 @@ impl Core {
         }
         let w = &mut self.tasks.work;
         w.report_due = false;
+        if w.reported
+            .as_ref()
+            .is_none_or(|(a, term, _)| *a != admin || *term != self.term)
+        {
+            // A new admin hears everything from the start (rule 7).
+            w.cursor = ReportCursor::default();
+        }
         w.reported = Some((admin.clone(), self.term, self.beat));
+        // Unacknowledged results first, then the latest acknowledged ones; cut to fit a frame.
+        let lists = w.report_lists();
         let msg = Message::WorkerReport {
             term: self.term,
             seen: if w.seen.0 == self.term { w.seen.1 } else { 0 },
             slots: self.resources.task_slots.min(MAX_REPORTED as u32),
-            running: w
-                .running
-                .iter()
-                .take(MAX_REPORTED)
-                .map(|(t, r)| (t.clone(), r.attempt))
-                .collect(),
-            // Unacknowledged results first, then the latest acknowledged ones.
-            finished: w
-                .results
-                .keys()
-                .chain(w.acked.iter().rev())
-                .take(MAX_REPORTED)
-                .cloned()
-                .collect(),
-            released: w.released.iter().cloned().collect(),
+            capacity: self.resources.task_capacity,
+            running: lists.running,
+            finished: lists.finished,
+            released: lists.released,
+            partial: lists.partial,
         };
         self.deliver(admin, msg, out);
     }

@@ -767,6 +767,15 @@ impl Net {
             timeout_ms,
             ..Default::default()
         };
+        self.submit_spec(i, spec)
+    }
+
+    /// Submits `spec` at node `i`; returns its id if accepted.
+    pub fn submit_spec(
+        &mut self,
+        i: usize,
+        spec: chorus_core::TaskSpec,
+    ) -> Option<chorus_core::TaskId> {
         let before = self.history.len();
         self.apply(
             i,

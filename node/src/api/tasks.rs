@@ -339,6 +339,8 @@ fn task_view(task: &TaskId, t: &OwnedTask, reader: Option<&str>) -> TaskView {
         worker,
         attempt,
         cancel: t.cancel,
+        pending: t.pending.clone(),
+        pending_ms: t.pending.as_ref().map(|_| t.unplaceable_ms),
         key: t.key.clone(),
         submitted_at_ms: t.submitted_at_ms,
         spec,
@@ -362,7 +364,7 @@ pub fn get(shared: &Shared, id: &str, reader: Option<&str>) -> (u16, Value) {
 }
 
 /// The states `GET /tasks?state=` takes: a phase, a result's status, `unfinished`, or `all`.
-pub const STATES: [&str; 13] = [
+pub const STATES: [&str; 14] = [
     "all",
     "unfinished",
     "submitted",
@@ -376,6 +378,7 @@ pub const STATES: [&str; 13] = [
     "timed_out",
     "cancelled",
     "error",
+    "unschedulable",
 ];
 
 /// `GET /tasks?state=S`: the tasks this node owns in state `S` (default `all`), in id order.
@@ -410,6 +413,7 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
                 status: t.result.as_ref().map(|r| r.status),
                 exit_code: t.result.as_ref().and_then(|r| r.exit_code),
                 worker: view.worker,
+                pending: view.pending,
             }
         })
         .collect();

@@ -26,6 +26,8 @@ pub const EXIT_OUT_OF_MEMORY: u8 = 137;
 /// Exit code of `submit --wait --wait-timeout S` when no result came in time (the task goes
 /// on; `EX_TEMPFAIL` of sysexits.h).
 pub const EXIT_WAIT_TIMEOUT: u8 = 75;
+/// Exit code when no live worker could run the task (as a shell's "cannot execute").
+pub const EXIT_UNSCHEDULABLE: u8 = 126;
 
 /// The task subcommands.
 #[derive(clap::Subcommand)]
@@ -36,8 +38,9 @@ pub enum Cmd {
     /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
     /// stderr (the last 8 KiB of each), and exits with the task's exit code. Other endings are
     /// said on stderr with their own exit codes: 124 timed out, 137 out of memory, 130
-    /// cancelled, 125 the sandbox could not run it (a missing image, a failed start); 2 the
-    /// node refused the spec; 1 the node could not be reached.
+    /// cancelled, 125 the sandbox could not run it (a missing image, a failed start), 126 no
+    /// live worker could run it (unschedulable); 2 the node refused the spec; 1 the node could
+    /// not be reached.
     Submit(Box<SubmitArgs>),
     /// Show one task (at the node it was submitted to).
     Get {
@@ -57,7 +60,7 @@ pub enum Cmd {
         addr: String,
         /// Only tasks in this state: all, unfinished, a phase (submitted, queued, placed,
         /// finished, done) or a result (succeeded, failed, out_of_memory, timed_out, cancelled,
-        /// error).
+        /// error, unschedulable).
         #[arg(long, default_value = "all")]
         state: String,
         /// Print the raw JSON.
@@ -225,6 +228,7 @@ pub fn exit_code(result: &TaskResult) -> u8 {
         TaskStatus::OutOfMemory => EXIT_OUT_OF_MEMORY,
         TaskStatus::Cancelled => EXIT_CANCELLED,
         TaskStatus::Error => EXIT_ERROR,
+        TaskStatus::Unschedulable => EXIT_UNSCHEDULABLE,
     }
 }
 
@@ -247,6 +251,10 @@ pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
         TaskStatus::Error => Some(format!(
             "task {task} could not run {on}: {}",
             r.error.as_deref().unwrap_or("no reason given")
+        )),
+        TaskStatus::Unschedulable => Some(format!(
+            "task {task} is unschedulable: {}",
+            r.error.as_deref().unwrap_or("no live worker could run it")
         )),
     }
 }
@@ -291,6 +299,9 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
                     r.worker.as_deref().unwrap_or("-")
                 );
+                if let Some(why) = &r.pending {
+                    println!("  waiting: {}", escape_controls(why));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -465,6 +476,13 @@ fn render_unescaped(v: &TaskView) -> String {
         out.push_str(", cancel requested");
     }
     out.push('\n');
+    if let Some(why) = &v.pending {
+        let secs = v.pending_ms.unwrap_or(0) / 1_000;
+        out.push_str(&format!(
+            "  waiting: {why}, for {secs} s (it ends unschedulable if no live worker can run \
+             it for 60 task ticks)\n"
+        ));
+    }
     out.push_str(&format!(
         "  image {}, command {:?}, timeout {} ms\n",
         v.spec.image, v.spec.command, v.spec.timeout_ms
@@ -633,6 +651,11 @@ mod tests {
             ),
             (TaskStatus::Cancelled, EXIT_CANCELLED, "cancelled"),
             (TaskStatus::Error, EXIT_ERROR, "no such image"),
+            (
+                TaskStatus::Unschedulable,
+                EXIT_UNSCHEDULABLE,
+                "unschedulable: image: no such image",
+            ),
         ];
         for (status, code, words) in endings {
             let result = r(status, None, Some(9));
@@ -651,6 +674,8 @@ mod tests {
             worker: Some("w".into()),
             attempt: None,
             cancel: false,
+            pending: None,
+            pending_ms: None,
             key: None,
             submitted_at_ms: 1,
             spec: chorus_core::TaskSpec {
@@ -687,5 +712,33 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("    hi\n"), "{text}");
+    }
+
+    /// Issue 33: a task no live worker can run says why it waits, and for how long.
+    #[test]
+    fn a_waiting_task_renders_why() {
+        let v = TaskView {
+            task: "n-4".into(),
+            phase: "queued".into(),
+            worker: None,
+            attempt: None,
+            cancel: false,
+            pending: Some("no worker offers repo:nosuch (3 workers checked)".into()),
+            pending_ms: Some(12_500),
+            key: None,
+            submitted_at_ms: 1,
+            spec: chorus_core::TaskSpec {
+                image: "img".into(),
+                command: vec!["true".into()],
+                timeout_ms: 1_000,
+                ..Default::default()
+            },
+            result: None,
+        };
+        let text = render(&v);
+        assert!(
+            text.starts_with("task n-4: queued\n  waiting: no worker offers repo:nosuch (3 workers checked), for 12 s"),
+            "{text}"
+        );
     }
 }

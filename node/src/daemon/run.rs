@@ -97,6 +97,12 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let loopback_only = listen.iter().all(is_loopback);
     let mut resources = sample_resources();
     resources.task_slots = slots;
+    if slots > 0 {
+        // What the admin counts this node's tasks against (issue 33): its ceilings, and the
+        // base policy's limits for a task that names none (the runner's base policy).
+        let base = chorus_io::sandbox::tasks::TaskRunnerConfig::new(node_id.as_str()).base_policy;
+        resources.task_capacity = ceilings.capacity(&base);
+    }
     let mut transport_config =
         transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
     transport_config.allowlist = allowlist;
@@ -484,5 +490,6 @@ fn sample_resources() -> Resources {
         cpu_millicores: cpus * 1_000,
         mem_free_mb,
         task_slots: 0,
+        task_capacity: Default::default(),
     }
 }

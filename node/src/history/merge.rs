@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
-use super::replay::{liveness_bound, replay_node, task_bound, NodeHistory, ReplayReport};
+use super::replay::{
+    liveness_bound, replay_node, task_bound, unschedulable_bound, NodeHistory, ReplayReport,
+};
 pub use super::trace::ClockSource;
 use super::trace::{Clock, Header, Line, Record};
 
@@ -158,6 +160,7 @@ pub fn replay_merged(
         steps: false,
         liveness_bound_ms: bound,
         task_bound_ms: task_bound_ms.or_else(|| task_bound(&histories.iter().collect::<Vec<_>>())),
+        unschedulable_bound_ms: unschedulable_bound(&histories.iter().collect::<Vec<_>>()),
         node: None,
         eligible: Some(eligible),
         clock: Some(Clock {

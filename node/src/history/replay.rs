@@ -62,6 +62,19 @@ pub(crate) fn task_bound(histories: &[&NodeHistory]) -> Option<u64> {
     ))
 }
 
+/// The bound on the result of a task an admin found no live worker for, from its
+/// `task_unplaceable` record ([`chorus_core::task::unschedulable_bound_ms`] at the slowest
+/// node's heartbeat), or `None` when no task was submitted.
+pub(crate) fn unschedulable_bound(histories: &[&NodeHistory]) -> Option<u64> {
+    histories.iter().filter_map(|h| h.longest_task_ms).max()?;
+    let heartbeat = histories
+        .iter()
+        .map(|h| h.config.heartbeat_interval_ms)
+        .max()
+        .unwrap_or(0);
+    Some(chorus_core::task::unschedulable_bound_ms(heartbeat))
+}
+
 /// Accepts either the node's data directory or its `log` subdirectory.
 fn log_dir(data_dir: &Path) -> std::path::PathBuf {
     let nested = data_dir.join(LOG_DIR);
@@ -140,6 +153,7 @@ pub fn replay(
             steps: false,
             liveness_bound_ms: liveness_bound(&history.config),
             task_bound_ms: task_bound(&[&history]),
+            unschedulable_bound_ms: unschedulable_bound(&[&history]),
             node: Some(&node),
             eligible: Some(history.eligible.then(|| node.clone()).into_iter().collect()),
             clock: None,
@@ -541,6 +555,11 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             worker: worker.to_string(),
             attempt: *attempt,
         },
+        Notice::TaskUnplaceable { task, reason } => Record::TaskUnplaceable {
+            node,
+            task: task.to_string(),
+            reason: reason.clone(),
+        },
         Notice::TaskStarted { task, attempt } => Record::TaskStarted {
             node,
             task: task.to_string(),
@@ -632,6 +651,9 @@ fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> a
                 worker,
                 attempt,
             } => format!("placed task {task} (attempt {attempt}) on {worker}"),
+            Notice::TaskUnplaceable { task, reason } => {
+                format!("no live worker can run task {task}: {reason}")
+            }
             Notice::TaskStarted { task, attempt } => {
                 format!("started task {task} (attempt {attempt})")
             }
@@ -751,11 +773,25 @@ mod tests {
             r#"{"t":5,"kind":"task_placed","node":"n1","task":"n1-3","worker":"n2","attempt":1}"#
         );
         assert_eq!(
+            line(&Notice::TaskUnplaceable {
+                task: task.clone(),
+                reason: "no worker offers gpu (2 workers checked)".into(),
+            }),
+            r#"{"t":5,"kind":"task_unplaceable","node":"n1","task":"n1-3","reason":"no worker offers gpu (2 workers checked)"}"#
+        );
+        assert_eq!(
             line(&Notice::TaskCompleted {
-                task,
+                task: task.clone(),
                 status: TaskStatus::Succeeded
             }),
             r#"{"t":5,"kind":"task_result","node":"n1","task":"n1-3","status":"succeeded"}"#
+        );
+        assert_eq!(
+            line(&Notice::TaskCompleted {
+                task,
+                status: TaskStatus::Unschedulable
+            }),
+            r#"{"t":5,"kind":"task_result","node":"n1","task":"n1-3","status":"unschedulable"}"#
         );
     }
 

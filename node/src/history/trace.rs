@@ -25,6 +25,10 @@ pub(crate) struct Header<'a> {
     /// submitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_bound_ms: Option<u64>,
+    /// The bound on the result of a task an admin found no live worker for, from its
+    /// `task_unplaceable` record, when tasks were submitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unschedulable_bound_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub node: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +169,12 @@ pub(crate) enum Record {
         task: String,
         worker: String,
         attempt: u32,
+    },
+    /// The admin found no live worker for a task (`Notice::TaskUnplaceable`).
+    TaskUnplaceable {
+        node: String,
+        task: String,
+        reason: String,
     },
     TaskStarted {
         node: String,

@@ -5,7 +5,9 @@
 //! refused at once, naming the ceiling) and again by the worker before it makes a sandbox (its
 //! own, which are the ones that protect its host).
 
-use chorus_core::TaskSpec;
+use chorus_core::{TaskCapacity, TaskSpec};
+
+use super::super::SandboxPolicy;
 
 /// Ceilings on one task's limits; `None`: no ceiling of its own (the spec's bounds hold).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -58,6 +60,28 @@ impl Ceilings {
     }
 }
 
+impl Ceilings {
+    /// What a worker with these ceilings offers its tasks, for the admin's placement (issue 33):
+    /// each ceiling as the most one task may ask and as the total for all its tasks together
+    /// (the node's ceilings are its budget), and the limits of `base` — what a task naming none
+    /// gets — as the defaults such a task is counted at. A ceiling not set says nothing: that
+    /// resource is not counted.
+    pub fn capacity(&self, base: &SandboxPolicy) -> TaskCapacity {
+        const MIB: i64 = 1024 * 1024;
+        let clamp = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+        let memory = self.memory_mb.unwrap_or(0);
+        let cpu = self.cpu_millis.unwrap_or(0);
+        TaskCapacity {
+            memory_mb: memory,
+            cpu_millis: cpu,
+            task_memory_mb: memory,
+            task_cpu_millis: cpu,
+            default_memory_mb: base.limits.memory_bytes.map_or(0, |b| clamp(b / MIB)),
+            default_cpu_millis: base.limits.nano_cpus.map_or(0, |n| clamp(n / 1_000_000)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +119,30 @@ mod tests {
         Ceilings::default()
             .check(&spec(1_048_576, 64_000, 1_048_576, 1))
             .unwrap();
+    }
+
+    /// A worker offers its ceilings as its totals and as the most one task may ask, and counts a
+    /// task that names no limit at the base policy's (512 MiB, one CPU by default).
+    #[test]
+    fn a_worker_offers_its_ceilings_and_counts_defaults_at_the_base_policy() {
+        let ceilings = Ceilings {
+            memory_mb: Some(4_096),
+            cpu_millis: Some(2_000),
+            ..Ceilings::default()
+        };
+        let c = ceilings.capacity(&SandboxPolicy::default());
+        assert_eq!(
+            c,
+            TaskCapacity {
+                memory_mb: 4_096,
+                cpu_millis: 2_000,
+                task_memory_mb: 4_096,
+                task_cpu_millis: 2_000,
+                default_memory_mb: 512,
+                default_cpu_millis: 1_000,
+            }
+        );
+        let none = Ceilings::default().capacity(&SandboxPolicy::default());
+        assert_eq!((none.memory_mb, none.cpu_millis), (0, 0));
     }
 }
