@@ -395,10 +395,17 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let mut pause = Duration::from_millis(20);
+    // Why the task waits, said once each time it changes (the admin's reason).
+    let mut said: Option<String> = None;
     let result = loop {
         let view = fetch(addr, &id).await?;
         if let Some(r) = view.result {
             break r;
+        }
+        if view.pending.is_some() && view.pending != said {
+            let why = view.pending.clone().unwrap_or_default();
+            eprintln!("chorus: task {id} waits: {}", escape_controls(&why));
+            said = view.pending;
         }
         if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
             eprintln!(
