@@ -513,7 +513,16 @@ impl Driver {
         let cancel = below(&mut w.rng, 1_000_000) < u64::from(w.settings.cancel_ppm);
         let cancel_at = now + 1 + below(&mut w.rng, w.settings.cancel_within.max(1));
         let hang_check = (w.settings.hang_ppm > 0).then(|| now + w.settings.hang_cancel_after);
-        let spec = w.spec.clone();
+        // Drawn only when asked for, so other workloads draw as they did.
+        let unplaceable = w.settings.unplaceable_ppm > 0
+            && below(&mut w.rng, 1_000_000) < u64::from(w.settings.unplaceable_ppm);
+        let spec = if unplaceable {
+            let mut spec = (*w.spec).clone();
+            spec.requires = vec![crate::sandbox::NOWHERE.to_owned()];
+            std::sync::Arc::new(spec)
+        } else {
+            w.spec.clone()
+        };
         let submitted = chosen.map(|i| {
             w.request += 1;
             (i, w.request)

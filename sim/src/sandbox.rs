@@ -167,6 +167,9 @@ impl SandboxModel {
     }
 }
 
+/// The capability a task of `unplaceable_ppm` requires: no simulated node offers it.
+pub const NOWHERE: &str = "sim-nowhere";
+
 /// The spec every simulated task carries.
 pub fn task_spec(workload: &TaskWorkload) -> TaskSpec {
     TaskSpec {

@@ -280,6 +280,10 @@ impl Hostile {
     }
 }
 
+fn is_zero_ppm(n: &u32) -> bool {
+    *n == 0
+}
+
 /// A task workload: submissions at nodes (stepped as `SubmitTask`, logged like any input), run
 /// by the simulated sandbox (`sandbox.rs`) on the nodes with task slots. Probabilities are in
 /// parts per million; every draw comes from the seed, on streams of their own, so adding a
@@ -334,6 +338,10 @@ pub struct TaskWorkload {
     /// See `cancel_ppm`.
     #[serde(with = "duration_ms")]
     pub cancel_within: u64,
+    /// Tasks that require a capability no node offers (issue 33): the admin tells their
+    /// submitter why they wait, and ends them `unschedulable` after 60 task ticks.
+    #[serde(skip_serializing_if = "is_zero_ppm")]
+    pub unplaceable_ppm: u32,
     /// Task slots of each node that runs tasks.
     pub slots: u32,
     /// The nodes that run tasks (default: every node); the others have no slots.
@@ -367,6 +375,7 @@ impl Default for TaskWorkload {
             hang_cancel_after: 30_000,
             cancel_ppm: 0,
             cancel_within: 10_000,
+            unplaceable_ppm: 0,
             slots: 2,
             workers: Vec::new(),
             result_bound: None,
@@ -439,6 +448,7 @@ impl TaskWorkload {
         if mix.iter().map(|p| u64::from(*p)).sum::<u64>() > 1_000_000
             || self.hang_ppm > 1_000_000
             || self.cancel_ppm > 1_000_000
+            || self.unplaceable_ppm > 1_000_000
         {
             return Err(
                 "tasks: the failure mix is in parts per million and sums to at most 1000000".into(),

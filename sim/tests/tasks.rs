@@ -96,6 +96,66 @@ fn a_worker_killed_mid_run_has_its_task_run_again_elsewhere() {
     }
 }
 
+/// Issue 33: tasks no node can run (2 % of the `tasks` scenario's, which require a capability
+/// nobody offers) end `unschedulable` through the scenario's faults — the admin killed, a
+/// worker bounced, a partition — each after its admin said why (`task_unplaceable`), and
+/// invariant 7 holds with its bound for them; the other tasks run as before.
+#[test]
+fn tasks_no_node_can_run_end_unschedulable_through_the_faults() {
+    for seed in [1, 2, 3] {
+        let mut s = Scenario::load("tasks").unwrap();
+        if let Some(w) = s.tasks.as_mut() {
+            w.unplaceable_ppm = 20_000;
+        }
+        let (bytes, f) = run_to_bytes(&s, seed, Engine::Des, false).unwrap();
+        assert!(f.violations.is_empty(), "seed {seed}: {:?}", f.violations);
+        let (_, lines) = read(&String::from_utf8(bytes).unwrap()).unwrap();
+        let mut said: BTreeSet<&str> = BTreeSet::new();
+        let mut unschedulable: BTreeSet<&str> = BTreeSet::new();
+        let mut succeeded = 0;
+        for l in &lines {
+            match &l.record {
+                Record::TaskUnplaceable { task, reason, .. } => {
+                    assert!(
+                        reason.starts_with("no worker offers sim-nowhere"),
+                        "{reason}"
+                    );
+                    said.insert(task);
+                }
+                Record::TaskResult { task, status, .. } => match status {
+                    TaskStatus::Unschedulable => {
+                        unschedulable.insert(task);
+                    }
+                    TaskStatus::Succeeded => succeeded += 1,
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        assert!(
+            !unschedulable.is_empty(),
+            "seed {seed}: none ended unschedulable"
+        );
+        assert!(unschedulable.is_subset(&said), "seed {seed}: ended unsaid");
+        assert!(succeeded > 300, "seed {seed}: {succeeded}");
+    }
+}
+
+/// The same through the real runtime loop (the turmoil engine): the records and the checker
+/// are the engines' shared ones.
+#[test]
+fn turmoil_ends_tasks_no_node_can_run_unschedulable() {
+    let mut s = Scenario::load("tasks").unwrap();
+    if let Some(w) = s.tasks.as_mut() {
+        w.unplaceable_ppm = 20_000;
+    }
+    let (bytes, f) = run_to_bytes(&s, 1, Engine::Turmoil, false).unwrap();
+    assert!(f.violations.is_empty(), "{:?}", f.violations);
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(text.contains(r#""kind":"task_unplaceable""#));
+    assert!(text.contains(r#""status":"unschedulable""#));
+}
+
 #[test]
 fn hung_tasks_are_cancelled_and_their_runs_stopped() {
     let lines = tasks_run(1);

@@ -79,7 +79,7 @@ use super::wire::fit_result;
 use super::work::MAX_REPORTED;
 use super::{
     OfferState, Pending, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus,
-    FRESH_BEATS, JUDGE_AFTER_TICKS, REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
+    FRESH_BEATS, JUDGE_AFTER_TICKS, MAX_PENDING_BYTES, REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
 };
 use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
 
@@ -771,7 +771,7 @@ impl Core {
                 );
                 let v = memo
                     .entry(shape)
-                    .or_insert_with(|| self.unplaceable(spec, &workers))
+                    .or_insert_with(|| self.unplaceable(spec, &workers).map(bounded_reason))
                     .clone();
                 (t.clone(), v)
             })
@@ -1083,6 +1083,20 @@ impl Core {
                 .is_some_and(|p| spec.fits(p.capabilities()))
         }
     }
+}
+
+/// `reason` cut to [`MAX_PENDING_BYTES`] at a character boundary (`…` marks the cut): it names
+/// capabilities of up to 256 bytes each, and a submitter refuses a longer one.
+pub(crate) fn bounded_reason(mut reason: String) -> String {
+    if reason.len() > MAX_PENDING_BYTES {
+        let mut end = MAX_PENDING_BYTES - '…'.len_utf8();
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+        reason.push('…');
+    }
+    reason
 }
 
 /// An offer's fields besides the task and its spec.

@@ -621,3 +621,15 @@ fn what_an_older_build_wrote_still_reads() {
         r#"{"state":"queued","pending":{"why":"unplaceable","reason":"no worker offers gpu (1 worker checked)","for_ms":1500}}"#
     );
 }
+
+/// A pending reason names capabilities of up to 256 bytes each: cut to 1 KiB at a character
+/// boundary, so a submitter takes it.
+#[test]
+fn a_pending_reason_is_cut_to_its_bound() {
+    let short = "no worker offers gpu (1 worker checked)".to_owned();
+    assert_eq!(place::bounded_reason(short.clone()), short);
+    let long = format!("no worker offers {} together", "é".repeat(2_000));
+    let cut = place::bounded_reason(long.clone());
+    assert!(cut.len() <= MAX_PENDING_BYTES && cut.len() > MAX_PENDING_BYTES - 4);
+    assert!(cut.ends_with('…') && long.starts_with(cut.trim_end_matches('…')));
+}

@@ -21,8 +21,9 @@
 //!    [`REPORT_EVERY_BEATS`] beats.
 //! 7. A report fits its frame, measured on the encoded bytes: its lists take at most
 //!    [`MAX_REPORT_LISTS_WIRE_BYTES`] together. When they do not fit (up to 1,024 runs, 1,024
-//!    finished tasks and 1,024 released placements, each up to ~800 bytes with the widest
-//!    task ids, ~200 KB in all), the report takes entries from each list in turn — so a long
+//!    finished tasks and 1,024 released placements: ~70 bytes each with ordinary peer ids,
+//!    ~200 KB in all, and ~600 with the widest ids), the report takes entries from each list in
+//!    turn — so a long
 //!    list cannot crowd out the others — and says it is `partial`; the next one goes on from
 //!    where each list was cut (round each list), and follow-ups go out every tick until every
 //!    entry of the round has been reported once. The admin does not take a placement a
