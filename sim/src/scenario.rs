@@ -813,12 +813,7 @@ impl Scenario {
     pub fn task_bound(&self) -> Option<u64> {
         let t = self.tasks.as_ref()?;
         Some(t.result_bound.unwrap_or_else(|| {
-            let heartbeat = self
-                .all_configs()
-                .iter()
-                .map(|c| c.heartbeat_interval_ms)
-                .max()
-                .unwrap_or(1_000);
+            let heartbeat = self.slowest_heartbeat_ms();
             let hang = if t.hang_ppm > 0 {
                 t.hang_cancel_after
             } else {
@@ -833,13 +828,18 @@ impl Scenario {
     /// `task_unplaceable` record, when the scenario has a task workload.
     pub fn unschedulable_bound(&self) -> Option<u64> {
         self.tasks.as_ref()?;
-        let heartbeat = self
-            .all_configs()
+        Some(chorus_core::task::unschedulable_bound_ms(
+            self.slowest_heartbeat_ms(),
+        ))
+    }
+
+    /// The longest heartbeat interval any node runs with (the task bounds are in its beats).
+    fn slowest_heartbeat_ms(&self) -> u64 {
+        self.all_configs()
             .iter()
             .map(|c| c.heartbeat_interval_ms)
             .max()
-            .unwrap_or(1_000);
-        Some(chorus_core::task::unschedulable_bound_ms(heartbeat))
+            .unwrap_or(1_000)
     }
 
     /// Loads a TOML scenario file.
