@@ -312,6 +312,10 @@ pub enum Message {
     TaskResultAck {
         /// The task.
         task: crate::TaskId,
+        /// The worker whose result the admin relayed (`task/place.rs`, rule 11): the submitter
+        /// acknowledges a relayed result to the admin, which passes this on to that worker.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<crate::NodeId>,
     },
 }
 

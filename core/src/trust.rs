@@ -319,7 +319,14 @@ impl Message {
             M::TaskOffer { task, .. }
             | M::TaskState { task, .. }
             | M::TaskResult { task, .. }
-            | M::TaskResultAck { task } => check_task_id(task),
+            | M::TaskResultAck { task, worker: None } => check_task_id(task),
+            M::TaskResultAck {
+                task,
+                worker: Some(worker),
+            } => {
+                check_id(worker)?;
+                check_task_id(task)
+            }
             M::TaskPlace {
                 term, task, seq, ..
             } => {

@@ -268,7 +268,10 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
                 error: None,
             }),
         },
-        _ => Message::TaskResultAck { task },
+        _ => Message::TaskResultAck {
+            task,
+            worker: (m % 2 == 0).then_some(worker),
+        },
     }
 }
 

@@ -427,7 +427,10 @@ fn a_worker_report_of_full_lists_is_cut_to_fit_and_every_entry_is_reported_in_tu
         };
         reports(&w.step_vec(200, event));
         if k < N {
-            let ack = Message::TaskResultAck { task: id(k) };
+            let ack = Message::TaskResultAck {
+                task: id(k),
+                worker: None,
+            };
             reports(&w.step_vec(200, from(&origin, ack)));
         }
     }

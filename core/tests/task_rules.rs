@@ -1189,7 +1189,13 @@ fn a_result_is_held_until_its_submitter_acknowledges_it() {
     );
     w.step_vec(
         now,
-        from("s", Message::TaskResultAck { task: task("s", 1) }),
+        from(
+            "s",
+            Message::TaskResultAck {
+                task: task("s", 1),
+                worker: None,
+            },
+        ),
     );
     assert!(w.unacknowledged_results().is_empty());
 }

@@ -124,6 +124,51 @@ fn queued_tasks_survive_the_admins_death_and_complete_under_the_next_admin() {
     }
 }
 
+/// Issue 33: a worker that cannot reach the submitter still delivers. Each worker's link to
+/// the submitter is down both ways (a firewall between them, an address never learnt); both
+/// reach the admin, and the admin reaches the submitter. Before the admin relayed results
+/// (`place.rs`, rule 11) the worker resent the result into the void for ever and the task
+/// never ended. Now it ends once, under the worker's name, and the worker forgets the result:
+/// the submitter's acknowledgement came back through the admin.
+#[test]
+fn a_result_reaches_a_submitter_its_worker_cannot_reach_through_the_admin() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        let submitter = (admin + 1) % 3;
+        for worker in [3, 4] {
+            net.cut_link(worker, submitter);
+            net.cut_link(submitter, worker);
+        }
+        let tasks: Vec<TaskId> = (0..4)
+            .map(|_| net.submit(submitter, &["sleep", "200"], LONG).unwrap())
+            .collect();
+        net.run_until(net.now + 4_000);
+        for t in &tasks {
+            assert_eq!(
+                status(&net, t),
+                Some(TaskStatus::Succeeded),
+                "{t} seed {seed}"
+            );
+            let runs = runs_of(&net, t);
+            assert_eq!(runs.len(), 1, "{t} ran once (seed {seed}): {runs:?}");
+            assert!([3, 4].contains(&runs[0].1), "on a worker: {runs:?}");
+        }
+        for w in [3, 4] {
+            let held = net.nodes[w]
+                .as_ref()
+                .unwrap()
+                .unacknowledged_results()
+                .len();
+            assert_eq!(
+                held, 0,
+                "worker n{w} heard the acknowledgement (seed {seed})"
+            );
+        }
+        net.check_tasks(true);
+    }
+}
+
 /// Issue 33: run numbers go on across failovers. A new admin starts with an empty queue; it
 /// used to number the run it placed 1 again, so a task run three times through failovers
 /// showed attempt 1 three times (and a retryable failure was given up to 3 more runs). Here
@@ -862,7 +907,8 @@ fn task_messages_count_only_from_who_may_send_them() {
             ..
         }
     )));
-    // A result for another node's task.
+    // A result for another node's task: not n0's to take; an admin relays only what a worker
+    // it placed the task on sends (`place.rs`, rule 11), and n3 never ran it.
     let out = step(
         &mut net,
         0,
@@ -872,7 +918,12 @@ fn task_messages_count_only_from_who_may_send_them() {
             result: result.into(),
         },
     );
-    assert_eq!(refusals(&out), [Refusal::NotOwner]);
+    let expected = if admin == 0 {
+        Refusal::Unsolicited
+    } else {
+        Refusal::NotOwner
+    };
+    assert_eq!(refusals(&out), [expected]);
     // A report for another term at the admin.
     let term = net.nodes[admin].as_ref().unwrap().term();
     let out = step(

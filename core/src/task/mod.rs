@@ -612,6 +612,10 @@ impl TaskResult {
         {
             return err("the error message is too long");
         }
+        // A relayed result keeps the name its admin gave it (`place.rs`, rule 11).
+        if self.worker.as_str().is_empty() || self.worker.as_str().len() > crate::MAX_ID_BYTES {
+            return err("the worker's name is out of range");
+        }
         if self.attempt == 0
             || self.duration_ms > crate::MAX_WIRE_INT
             || self.stdout_truncated_bytes > crate::MAX_WIRE_INT
@@ -799,7 +803,7 @@ impl crate::Core {
                 self.on_worker_report(from, report, out)
             }
             M::TaskResult { task, result } => self.on_task_result(from, task, *result, out),
-            M::TaskResultAck { task } => self.on_task_result_ack(from, task, out),
+            M::TaskResultAck { task, worker } => self.on_task_result_ack(from, task, worker, out),
             _ => {}
         }
     }

@@ -59,6 +59,14 @@
 //!
 //!     The admin remembers the tasks it ended so (up to 4,096): a submitter whose result was
 //!     lost offers the task again and gets the result again at once.
+//! 11. The admin relays results. A worker whose result stays unacknowledged (it cannot reach
+//!     the submitter: no route between them, an address it never learnt) sends it to the
+//!     admin too (`work.rs`, rule 4). The admin passes it on to the task's origin under the
+//!     name of the worker it came from — only from a worker it placed the task on or heard
+//!     finished it; the submitter acknowledges to the admin naming that worker, and the admin
+//!     passes the acknowledgement on. Nothing of it is kept: a relay lost to a failover is sent
+//!     again at the worker's next tick, through the next admin. It adds no trust: the admin is
+//!     already the one who names which worker's result counts (rule 3 of `submit.rs`).
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -398,6 +406,49 @@ impl Core {
 
     fn admin_tasks_mut(&mut self) -> Option<&mut AdminTasks> {
         self.admin_state.as_mut().map(|a| &mut a.tasks)
+    }
+
+    /// Rule 11: passes on a result for a task another node submitted, from a worker this
+    /// admin placed it on or heard finished it.
+    pub(crate) fn relay_result(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        mut result: TaskResult,
+        out: &mut Vec<Command>,
+    ) {
+        if self.role != Role::Admin {
+            return self.refuse(from, "task_result", Refusal::NotOwner, out);
+        }
+        if result.check().is_err() {
+            return self.refuse(from, "task_result", Refusal::OutOfRange, out);
+        }
+        let ran_it = self.admin_tasks().is_some_and(|a| {
+            a.placed.get(&task).is_some_and(|p| p.worker == from)
+                || a.finished.get(&task) == Some(&from)
+        });
+        if !ran_it {
+            // Sent again at the worker's next tick, by when its report will have told us.
+            return self.refuse(from, "task_result", Refusal::Unsolicited, out);
+        }
+        result.worker = from;
+        let origin = task.origin.clone();
+        let result = Box::new(result);
+        self.deliver(origin, Message::TaskResult { task, result }, out);
+    }
+
+    /// Rule 11: passes a submitter's acknowledgement of a relayed result on to its worker.
+    pub(crate) fn relay_ack(
+        &mut self,
+        from: NodeId,
+        task: TaskId,
+        worker: NodeId,
+        out: &mut Vec<Command>,
+    ) {
+        if self.role != Role::Admin {
+            return self.refuse(from, "task_result_ack", Refusal::Stale, out);
+        }
+        self.deliver(worker, Message::TaskResultAck { task, worker: None }, out);
     }
 
     pub(crate) fn on_task_offer(

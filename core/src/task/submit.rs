@@ -10,7 +10,9 @@
 //!    tick while no admin answered, and every [`REOFFER_TICKS`] ticks in any case (an admin may
 //!    have lost track: a worker it placed on went silent and took the task along).
 //! 3. A result counts only from a worker the admin named for the task, or from the admin; the
-//!    first one is kept, and every copy is acknowledged so the worker can forget it.
+//!    first one is kept, and every copy is acknowledged so the worker can forget it. A result
+//!    the admin relays for a worker that cannot reach this node (`place.rs`, rule 11) keeps
+//!    the worker's name, and is acknowledged to the admin naming that worker.
 //! 4. Owned tasks are durable (the log folds into them); done ones are remembered up to
 //!    [`MAX_DONE_TASKS`], the oldest forgotten first.
 //! 5. When the admin says a task whose result is in is placed (a run it adopted from a
@@ -443,12 +445,17 @@ impl Core {
         out: &mut Vec<Command>,
     ) {
         if task.origin != self.id {
-            return self.refuse(from, "task_result", Refusal::NotOwner, out);
+            // Another node's task: the admin relays it (`place.rs`, rule 11), or refuses.
+            return self.relay_result(from, task, result, out);
         }
         if result.check().is_err() {
             return self.refuse(from, "task_result", Refusal::OutOfRange, out);
         }
         let admin = self.admin.clone();
+        // The admin's own results (a task cancelled or ended unschedulable in its queue, a run
+        // of its own) name it; any other worker it names, it relays.
+        let worker = result.worker.clone();
+        let relayed = admin.as_ref() == Some(&from) && worker != from && from != self.id;
         let named = match self.tasks.submit.owned.get(&task) {
             Some(t) if t.phase != TaskPhase::Done => {
                 Some(t.workers.contains(&from) || admin.as_ref() == Some(&from) || from == self.id)
@@ -462,12 +469,15 @@ impl Core {
             // named it.
             Some(false) => return self.refuse(from, "task_result", Refusal::Unsolicited, out),
             Some(true) => {
-                result.worker = from.clone();
+                if !relayed {
+                    result.worker = from.clone();
+                }
                 self.complete(&task, result, out);
             }
             None => {}
         }
-        self.deliver(from, Message::TaskResultAck { task }, out);
+        let worker = relayed.then_some(worker);
+        self.deliver(from, Message::TaskResultAck { task, worker }, out);
     }
 
     /// Records the result of an unfinished task: done, counted, announced.

@@ -11,7 +11,11 @@
 //!    back to the admin (placed again after a backoff); otherwise it is an error result.
 //! 4. Results are durable and sent to the submitter every tick until acknowledged. A result
 //!    always fits its frame: its output tails are cut, from the front, until it does, and say
-//!    how much was cut (`task/wire.rs`).
+//!    how much was cut (`task/wire.rs`). One still unacknowledged after [`RELAY_AFTER_TICKS`]
+//!    ticks goes to the admin too, which relays it (`place.rs`, rule 11): a worker that cannot
+//!    reach the submitter (no route, a firewall, an address it never learnt) still delivers.
+//!    An acknowledgement counts from the submitter, or from the admin this node follows (a
+//!    relayed one).
 //! 5. A restart ends every run the log says was going (the runtime reaps the containers): each
 //!    counts as a retryable failure. Results held across it are fitted again (one an older
 //!    build kept may not fit).
@@ -46,6 +50,10 @@ pub const MAX_REPORTED: usize = 1_024;
 
 /// Unacknowledged results resent per tick.
 const RESENDS_PER_TICK: usize = 64;
+
+/// A result unacknowledged at this many ticks is also sent to the admin to relay (rule 4): by
+/// then the submitter had a whole tick to answer, so a reachable one rarely costs a relay.
+pub(crate) const RELAY_AFTER_TICKS: u32 = 2;
 
 /// A run in progress here.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +92,9 @@ pub struct WorkerTasks {
     /// report goes on from there (rule 7; volatile).
     #[serde(default, skip_serializing_if = "ReportCursor::is_start")]
     pub(crate) cursor: ReportCursor,
+    /// Ticks each unacknowledged result has been resent at (rule 4; volatile).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) resent: BTreeMap<TaskId, u32>,
 }
 
 /// Where the next report starts each of its lists (rule 7): after the last entry the previous
@@ -464,12 +475,19 @@ impl Core {
         &mut self,
         from: NodeId,
         task: TaskId,
+        worker: Option<NodeId>,
         out: &mut Vec<Command>,
     ) {
-        if task.origin != from {
+        let relayed = self.admin.as_ref() == Some(&from) && worker.is_none();
+        if task.origin != from && !relayed {
             return self.refuse(from, "task_result_ack", Refusal::NotOwner, out);
         }
+        // The submitter acknowledges a result the admin relayed to the admin, naming whose.
+        if let Some(worker) = worker.filter(|w| *w != self.id) {
+            return self.relay_ack(from, task, worker, out);
+        }
         let w = &mut self.tasks.work;
+        w.resent.remove(&task);
         if w.results.remove(&task).is_some() {
             if w.acked.len() == MAX_REPORTED {
                 w.acked.pop_front();
@@ -507,15 +525,30 @@ impl Core {
         if self.tasks.work.cursor.more() {
             self.tasks.work.report_due = true;
         }
-        let resend: Vec<(TaskId, TaskResult)> = self
-            .tasks
-            .work
-            .results
+        let w = &mut self.tasks.work;
+        let results = &w.results;
+        w.resent.retain(|t, _| results.contains_key(t));
+        let resend: Vec<(TaskId, TaskResult)> = results
             .iter()
             .take(RESENDS_PER_TICK)
             .map(|(t, r)| (t.clone(), r.clone()))
             .collect();
         for (task, result) in resend {
+            let ticks = self.tasks.work.resent.entry(task.clone()).or_insert(0);
+            *ticks = ticks.saturating_add(1);
+            let relay = *ticks >= RELAY_AFTER_TICKS;
+            // Rule 4: through the admin too, unless it is the submitter or this node.
+            let admin = self
+                .admin
+                .clone()
+                .filter(|a| relay && *a != task.origin && *a != self.id);
+            if let Some(admin) = admin {
+                let msg = Message::TaskResult {
+                    task: task.clone(),
+                    result: Box::new(result.clone()),
+                };
+                self.deliver(admin, msg, out);
+            }
             self.send_result(task, result, out);
         }
     }
