@@ -410,11 +410,13 @@ pub(crate) fn replay_node(
     }
     writeln!(
         out,
-        "final     term {} role {} admin {} voted_for {}",
+        "final     term {} role {} admin {} voted_for {} electorate version {} ({} members)",
         core.term(),
         core.role().as_str(),
         core.admin().map_or("-".to_owned(), |a| a.to_string()),
         core.voted_for().map_or("-".to_owned(), |a| a.to_string()),
+        core.electorate().map_or(0, |e| e.version),
+        core.electorate().map_or(0, |e| e.len()),
     )?;
     for v in &report.vote_violations {
         writeln!(out, "VOTE SAFETY  {v}")?;
