@@ -13,21 +13,13 @@ use chorus_core::{RepoMount, TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
 use super::http::request;
-use crate::wire::{TaskRow, TaskView};
+use crate::names::short_id;
+use crate::wire::{cancelled_before_it_ran, TaskRow, TaskView};
 
-/// Exit code of `submit --wait` when the task timed out (as `timeout(1)`).
-pub const EXIT_TIMED_OUT: u8 = 124;
-/// Exit code when the sandbox could not run the task (as `docker run`).
-pub const EXIT_ERROR: u8 = 125;
-/// Exit code when the task was cancelled.
-pub const EXIT_CANCELLED: u8 = 130;
-/// Exit code when the task ran out of memory (killed, 128 + 9).
-pub const EXIT_OUT_OF_MEMORY: u8 = 137;
-/// Exit code of `submit --wait --wait-timeout S` when no result came in time (the task goes
-/// on; `EX_TEMPFAIL` of sysexits.h).
-pub const EXIT_WAIT_TIMEOUT: u8 = 75;
-/// Exit code when no live worker could run the task (as a shell's "cannot execute").
-pub const EXIT_UNSCHEDULABLE: u8 = 126;
+pub use crate::exit::{
+    EXIT_CANCELLED, EXIT_ERROR, EXIT_OUT_OF_MEMORY, EXIT_REFUSED, EXIT_TIMED_OUT,
+    EXIT_UNSCHEDULABLE, EXIT_WAIT_TIMEOUT,
+};
 
 /// The task subcommands.
 #[derive(clap::Subcommand)]
@@ -36,10 +28,13 @@ pub enum Cmd {
     /// on a worker).
     ///
     /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
-    /// stderr (the last 8 KiB of each), and exits with the task's exit code. Other endings are
-    /// said on stderr with their own exit codes: 124 timed out, 137 out of memory, 130
-    /// cancelled, 125 the sandbox could not run it (a missing image, a failed start), 126 no
-    /// live worker could run it (unschedulable); 2 the node refused the spec; 1 the node could
+    /// stderr (the last 8 KiB of each), and exits with the task's exit code.
+    ///
+    /// Exit codes with `--wait` (the same as `chorus sandbox run`'s for the same endings):
+    /// the task's own exit code when it exited; 128+N killed by signal N; 124 timed out;
+    /// 137 out of memory; 130 cancelled; 125 the sandbox could not run it (a missing image,
+    /// a failed start); 126 no live worker could run it (unschedulable); 75 no result within
+    /// --wait-timeout; 2 the spec was refused (by this command or the node); 1 the node could
     /// not be reached.
     Submit(Box<SubmitArgs>),
     /// Show one task (at the node it was submitted to).
@@ -234,7 +229,12 @@ pub fn exit_code(result: &TaskResult) -> u8 {
 
 /// What `submit --wait` says on stderr about an ending other than an exit.
 pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
-    let on = format!("on {} (run {}, {} ms)", r.worker, r.attempt, r.duration_ms);
+    let on = format!(
+        "on {} (run {}, {} ms)",
+        short_id(r.worker.as_str()),
+        r.attempt,
+        r.duration_ms
+    );
     match r.status {
         TaskStatus::Succeeded => None,
         TaskStatus::Failed => match (r.exit_code, r.signal) {
@@ -247,6 +247,9 @@ pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
         TaskStatus::OutOfMemory => Some(format!(
             "task {task} ran out of memory {on}: the kernel killed it at its memory limit"
         )),
+        TaskStatus::Cancelled if cancelled_before_it_ran(r) => {
+            Some(format!("task {task} was cancelled before it ran"))
+        }
         TaskStatus::Cancelled => Some(format!("task {task} was cancelled {on}")),
         TaskStatus::Error => Some(format!(
             "task {task} could not run {on}: {}",
@@ -297,10 +300,13 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     r.phase,
                     r.status.map_or("-", TaskStatus::as_str),
                     r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
-                    r.worker.as_deref().unwrap_or("-")
+                    r.worker.as_deref().map_or("-", short_id)
                 );
                 if let Some(why) = &r.pending {
                     println!("  waiting: {}", escape_controls(why));
+                }
+                if r.status == Some(TaskStatus::Cancelled) && r.worker.is_none() {
+                    println!("  cancelled before it ran");
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -342,7 +348,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         Ok(s) => s,
         Err(e) => {
             eprintln!("chorus: {e}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
     };
     let mut body = serde_json::to_value(&spec)?;
@@ -356,7 +362,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
                         "chorus: --secret-env {name}: this command's environment has no \
                          variable {name} (export it first; its value is what is sent)"
                     );
-                    return Ok(ExitCode::from(2));
+                    return Ok(ExitCode::from(EXIT_REFUSED));
                 }
             };
         }
@@ -374,7 +380,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         (200 | 201, Some(id)) => id.to_owned(),
         (400, _) => {
             eprintln!("chorus: refused: {}", error_of(&value, &text));
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
         _ => bail!("{addr} answered {code}: {}", error_of(&value, &text)),
     };
@@ -390,7 +396,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         }
         Some(s) => {
             eprintln!("chorus: --wait-timeout {s} must be a number of seconds");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
         None => None,
     };
@@ -479,7 +485,9 @@ fn render_unescaped(v: &TaskView) -> String {
     if let Some(a) = v.attempt {
         out.push_str(&format!(" (run {a})"));
     }
-    if v.cancel {
+    if v.result.as_ref().is_some_and(cancelled_before_it_ran) {
+        out.push_str(", cancelled before it ran");
+    } else if v.cancel {
         out.push_str(", cancel requested");
     }
     out.push('\n');
@@ -494,7 +502,9 @@ fn render_unescaped(v: &TaskView) -> String {
         "  image {}, command {:?}, timeout {} ms\n",
         v.spec.image, v.spec.command, v.spec.timeout_ms
     ));
-    if let Some(r) = &v.result {
+    if v.result.as_ref().is_some_and(cancelled_before_it_ran) {
+        out.push_str("  result: cancelled before it ran\n");
+    } else if let Some(r) = &v.result {
         out.push_str(&format!(
             "  result: {}{}{} after {} ms (run {})\n",
             r.status,
@@ -719,6 +729,70 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("    hi\n"), "{text}");
+    }
+
+    /// Issue 35: a task cancelled while queued reads as cancelled before it ran, not as a run
+    /// of 0 ms on the admin.
+    #[test]
+    fn a_task_cancelled_before_it_ran_says_so() {
+        let never = TaskResult {
+            status: TaskStatus::Cancelled,
+            exit_code: None,
+            signal: None,
+            worker: "admin".into(),
+            attempt: 1,
+            duration_ms: 0,
+            usage: Default::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated_bytes: 0,
+            stderr_truncated_bytes: 0,
+            error: None,
+        };
+        let v = TaskView {
+            task: "n-5".into(),
+            phase: "done".into(),
+            worker: None,
+            attempt: None,
+            cancel: true,
+            pending: None,
+            pending_ms: None,
+            key: None,
+            submitted_at_ms: 1,
+            spec: chorus_core::TaskSpec {
+                image: "img".into(),
+                command: vec!["true".into()],
+                timeout_ms: 1_000,
+                ..Default::default()
+            },
+            result: Some(never.clone()),
+        };
+        let text = render(&v);
+        assert!(
+            text.starts_with("task n-5: done, cancelled before it ran\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  result: cancelled before it ran\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("after 0 ms") && !text.contains("admin"),
+            "{text}"
+        );
+        let said = plain_words("n-5", &never).unwrap();
+        assert_eq!(said, "task n-5 was cancelled before it ran");
+        assert_eq!(exit_code(&never), EXIT_CANCELLED);
+        // Cancelled while it ran: the run is said.
+        let killed = TaskResult {
+            signal: Some(9),
+            duration_ms: 800,
+            worker: "w".into(),
+            ..never
+        };
+        assert!(plain_words("n-5", &killed)
+            .unwrap()
+            .contains("on w (run 1, 800 ms)"));
     }
 
     /// Issue 33: a task no live worker can run says why it waits, and for how long.
