@@ -32,6 +32,7 @@ pub mod daemon;
 pub mod devcluster;
 mod exit;
 pub mod history;
+pub mod names;
 pub mod pki;
 pub mod wire;
 
@@ -164,7 +165,9 @@ enum Cmd {
     /// `--force-new-cluster` makes this node's electorate itself alone (one version later, in
     /// a new term), written into its event log. Start the node afterwards: it elects itself;
     /// add voters back with `chorus members add`. Pick the survivor with the highest electorate
-    /// version (`chorus status` shows it). Unsafe if the other voters are not gone for good: a
+    /// version: `chorus replay --data-dir DIR` prints it on its `final` line (`electorate
+    /// version N`) for a stopped node, `chorus status` on its `electorate` line for a running
+    /// one. Unsafe if the other voters are not gone for good: a
     /// majority of the old electorate that comes back on its own can still elect its own admin
     /// — keep them stopped, or wipe their data directories before they rejoin.
     Recover {

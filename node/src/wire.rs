@@ -73,6 +73,21 @@ pub struct TaskView {
     pub result: Option<TaskResult>,
 }
 
+/// Whether a run of the task made `r`: false for a result written without starting the
+/// command — cancelled before it ran, unschedulable — which has no exit, no signal, no time
+/// and no usage.
+pub fn ran(r: &TaskResult) -> bool {
+    r.exit_code.is_some()
+        || r.signal.is_some()
+        || r.duration_ms > 0
+        || r.usage != Default::default()
+}
+
+/// Whether `r` is a task cancelled before any run of it started.
+pub fn cancelled_before_it_ran(r: &TaskResult) -> bool {
+    r.status == TaskStatus::Cancelled && !ran(r)
+}
+
 /// One task in `GET /tasks`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct TaskRow {

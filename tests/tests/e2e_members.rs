@@ -182,8 +182,9 @@ fn a_lost_quorum_comes_back_only_by_force_new_cluster() {
     // Not while it runs, and not without saying so.
     let out = c.chorus(&["recover", "--data-dir", &data_dir, "--force-new-cluster"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("is running"),
+        said.contains("is running") && said.contains("stop it first") && !said.contains("copy"),
         "{}",
         text(&out)
     );

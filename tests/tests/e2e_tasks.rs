@@ -494,3 +494,70 @@ fn a_secret_value_reaches_the_command_and_no_log_or_api_answer() {
     .unwrap();
     assert_eq!(code, 400, "{body}");
 }
+
+/// Issue 35: `chorus task submit -f task.toml` sends the file's spec with the flags beside it
+/// over it, a bad file is refused before anything is sent (its line and key named), and a task
+/// cancelled while it waits for a worker reads as cancelled before it ran. No Docker needed:
+/// the one node runs no tasks, and the task requires a capability no node offers.
+#[test]
+fn a_task_file_is_submitted_and_a_queued_task_is_cancelled_before_it_ran() {
+    let c = Cluster::start(BIN, 1, Timings::FAST);
+    c.wait_agreed(Duration::from_secs(60));
+    let addr = format!("127.0.0.1:{}", c.nodes[0].http_port);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("task.toml");
+    std::fs::write(
+        &file,
+        "image = \"from-file\"\ncommand = [\"echo\", \"hi\"]\nrequires = [\"nosuch\"]\n\
+         [limits]\ntimeout = 30\nmemory = \"64m\"\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let out = c.chorus(&[
+        "task",
+        "submit",
+        "--addr",
+        &addr,
+        "-f",
+        file,
+        "--timeout",
+        "40",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let t = task(&c, 0, &id).expect("the task is here");
+    assert_eq!(t["spec"]["image"], "from-file", "{t}");
+    assert_eq!(
+        t["spec"]["command"],
+        serde_json::json!(["echo", "hi"]),
+        "{t}"
+    );
+    assert_eq!(t["spec"]["timeout_ms"], 40_000, "the flag wins: {t}");
+    assert_eq!(t["spec"]["memory_mb"], 64, "{t}");
+    assert_eq!(t["spec"]["requires"], serde_json::json!(["nosuch"]), "{t}");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "image = \"i\"\n[limits]\nmemroy = \"1g\"\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    let out = c.chorus(&["task", "submit", "--addr", &addr, "-f", bad, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("line 3") && said.contains("limits.memroy"),
+        "{said}"
+    );
+
+    let out = c.chorus(&["task", "cancel", &id, "--addr", &addr]);
+    assert!(out.status.success(), "{out:?}");
+    let r = result(&c, 0, &id);
+    assert_eq!(r["status"], "cancelled", "{r}");
+    let out = c.chorus(&["task", "get", &id, "--addr", &addr]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("cancelled before it ran") && !shown.contains(" ms (run "),
+        "{shown}"
+    );
+    let out = c.chorus(&["task", "list", "--addr", &addr]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("  cancelled before it ran"), "{listed}");
+}

@@ -241,7 +241,11 @@ impl Libp2pTransport {
 
         let mut driver = driver::Driver::new(&keypair, config, stats.clone(), event_tx)?;
         let addrs = driver.listen().await?;
-        tracing::info!(peer_id = %local_peer_id, ?addrs, "libp2p transport listening");
+        tracing::info!(
+            peer_id = %local_peer_id,
+            addrs = %addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            "libp2p transport listening"
+        );
         let driver = tokio::spawn(driver.run(command_rx));
 
         Ok((

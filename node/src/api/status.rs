@@ -52,6 +52,10 @@ pub struct Status {
     /// Seconds since the process started, at the time of the request.
     pub uptime_s: u64,
     pub shutting_down: bool,
+    /// What the node waits for while it knows no admin (peers, a discovery, an election), as
+    /// its log says it every few seconds; absent once an admin is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// `connected` of the `others` members of the electorate (this node left out).
@@ -99,6 +103,7 @@ impl Shared {
                 .started_at
                 .map_or_else(|| core.uptime_s(), |t| t.elapsed().as_secs()),
             shutting_down: self.shutting_down,
+            waiting: crate::daemon::progress::waiting_line(core, &self.capabilities, now_ms),
         })
     }
 }
@@ -227,6 +232,25 @@ mod tests {
         let seen = walk(&mut core, |c| c.role() == Role::Admin);
         assert_eq!(seen.first(), Some(&"follower"), "{seen:?}");
         assert_eq!(seen.last(), Some(&"admin"), "{seen:?}");
+    }
+
+    /// Issue 35: `/status` of a node without an admin says what it waits for.
+    #[test]
+    fn status_says_what_a_waiting_node_waits_for() {
+        let mut shared = Shared {
+            core: Some(voter(3)),
+            capabilities: vec![ADMIN_ELECTION.into()],
+            ..Shared::default()
+        };
+        let waiting = shared.status().unwrap().waiting.expect("it waits");
+        assert!(
+            waiting.starts_with("waiting for peers: 1 of 3 voter(s) known"),
+            "{waiting}"
+        );
+        let mut core = voter(1);
+        walk(&mut core, |c| c.role() == Role::Admin);
+        shared.core = Some(core);
+        assert_eq!(shared.status().unwrap().waiting, None);
     }
 
     #[test]

@@ -331,7 +331,15 @@ fn task_view(task: &TaskId, t: &OwnedTask, reader: Option<&str>) -> TaskView {
     let (worker, attempt) = match &t.phase {
         TaskPhase::Placed { worker, attempt } => (Some(worker.to_string()), Some(*attempt)),
         TaskPhase::Finished { worker } => (Some(worker.to_string()), None),
-        _ => (t.result.as_ref().map(|r| r.worker.to_string()), None),
+        // A task cancelled before it ran has no worker: its result is the admin's (or the
+        // submitter's) word, not a run's.
+        _ => (
+            t.result
+                .as_ref()
+                .filter(|r| !crate::wire::cancelled_before_it_ran(r))
+                .map(|r| r.worker.to_string()),
+            None,
+        ),
     };
     TaskView {
         task: task.to_string(),

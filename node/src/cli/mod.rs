@@ -13,3 +13,4 @@ pub mod replay;
 pub mod sandbox;
 pub mod status;
 pub mod task;
+pub mod taskfile;

@@ -22,26 +22,28 @@ use chorus_io::eventlog::{RecordedNotice, SledLog};
 use chorus_io::runtime::{restore, EventLog};
 
 use crate::exit::fail;
-use crate::history::source::{replay_error, replay_source};
+use crate::history::source::{recover_error, replay_source};
 
 /// Runs `chorus recover --force-new-cluster` on the stopped node whose data directory is
 /// `data_dir` (refused when it is read-only: recovery writes to the event log).
 pub fn run(data_dir: &Path) -> ExitCode {
-    let log_dir = match replay_source(data_dir) {
-        Ok((dir, None)) => dir,
-        Ok((_, Some(_copy))) => {
-            return fail(&anyhow::anyhow!(
-                "{} is read-only: recovery writes to the event log",
-                data_dir.display()
-            ))
-        }
-        Err(e) => return fail(&e),
-    };
-    let mut stdout = std::io::stdout().lock();
-    match force_new_cluster(&log_dir, &mut stdout) {
+    match recover(data_dir, &mut std::io::stdout().lock()) {
         Ok(_) => ExitCode::SUCCESS,
-        Err(e) => fail(&replay_error(e, data_dir)),
+        Err(e) => fail(&e),
     }
+}
+
+/// [`force_new_cluster`] on the data directory `data_dir`, its failures said for what they
+/// mean (a running node, a read-only directory).
+pub fn recover(data_dir: &Path, out: &mut dyn Write) -> anyhow::Result<Forced> {
+    let log_dir = match replay_source(data_dir)? {
+        (dir, None) => dir,
+        (_, Some(_copy)) => anyhow::bail!(
+            "{} is read-only: recovery writes to the event log",
+            data_dir.display()
+        ),
+    };
+    force_new_cluster(&log_dir, out).map_err(|e| recover_error(e, data_dir))
 }
 
 /// What the recovery did, for the caller and tests.
@@ -122,4 +124,34 @@ pub fn force_new_cluster(log_dir: &Path, out: &mut dyn Write) -> anyhow::Result<
         forced.term,
     )?;
     Ok(forced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chorus_core::{Config, NodeId, ADMIN_ELECTION};
+    use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
+
+    /// Issue 35: recovery on a running node (its log locked) says to stop it, not to work on a
+    /// copy as a replay may.
+    #[test]
+    fn a_running_node_is_to_be_stopped_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join(crate::history::LOG_DIR);
+        let meta = LogMeta::new(
+            NodeId::from("n0"),
+            Config::default(),
+            vec![ADMIN_ELECTION.to_owned()],
+            1,
+        );
+        let _running = SledLog::open(&log_dir, meta, SledLogOptions::default()).unwrap();
+        let e = recover(dir.path(), &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("is running") && e.contains("stop it first"),
+            "{e}"
+        );
+        assert!(!e.contains("copy"), "{e}");
+    }
 }

@@ -36,6 +36,11 @@ const DEADLINE_MARGIN: Duration = Duration::from_secs(60);
 #[derive(clap::Subcommand)]
 pub enum Cmd {
     /// Run one command in a fresh sandbox, print its output, exit with its exit code.
+    ///
+    /// Exit codes (the same as `chorus task submit --wait`'s for the same endings): the
+    /// command's own exit code when it exited; 128+N killed by signal N; 124 timed out (killed
+    /// at --timeout); 137 out of memory; 125 the sandbox could not run it (a missing image, a
+    /// failed create or start, no Docker Engine); 1 any other error.
     Run {
         /// The image (never pulled; see `chorus sandbox image build`).
         #[arg(long)]
@@ -83,11 +88,59 @@ pub enum ImageCmd {
     Build,
 }
 
-/// Runs a sandbox subcommand; the exit code is the command's for `run`.
+/// Runs a sandbox subcommand; the exit code is the command's for `run`, and its other endings
+/// have the codes of `task submit --wait` ([`ending`]).
 pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
-    let provider = DockerProvider::connect()
-        .await
-        .context("cannot reach the Docker Engine")?;
+    let is_run = matches!(cmd, Cmd::Run { .. });
+    match run_cmd(cmd).await {
+        Err(e) if is_run => match ending(&e) {
+            Some((code, words)) => {
+                eprintln!("chorus: {words}");
+                Ok(ExitCode::from(code))
+            }
+            None => Err(e),
+        },
+        other => other,
+    }
+}
+
+/// The exit code and the words for a `sandbox run` that did not end with the command's own
+/// exit: `None` for an error that is not the sandbox's (exit 1).
+pub fn ending(e: &anyhow::Error) -> Option<(u8, String)> {
+    use crate::exit::{EXIT_ERROR, EXIT_OUT_OF_MEMORY, EXIT_TIMED_OUT};
+    use chorus_io::sandbox::{ErrorCategory, SandboxError};
+    let text = crate::exit::one_line(e);
+    let Some(sandbox) = e.chain().find_map(|c| c.downcast_ref::<SandboxError>()) else {
+        return text.starts_with(NO_ENGINE).then(|| {
+            (
+                EXIT_ERROR,
+                format!("the sandbox could not run the command: {text}"),
+            )
+        });
+    };
+    Some(match sandbox.category {
+        ErrorCategory::Timeout => (
+            EXIT_TIMED_OUT,
+            format!("the command timed out: it ran past its timeout and was killed ({text})"),
+        ),
+        ErrorCategory::ResourceLimit => (
+            EXIT_OUT_OF_MEMORY,
+            format!(
+                "the command ran out of memory: the kernel killed it at its memory limit ({text})"
+            ),
+        ),
+        _ => (
+            EXIT_ERROR,
+            format!("the sandbox could not run the command: {text}"),
+        ),
+    })
+}
+
+/// How an unreachable Docker Engine is said.
+const NO_ENGINE: &str = "cannot reach the Docker Engine";
+
+async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    let provider = DockerProvider::connect().await.context(NO_ENGINE)?;
     match cmd {
         Cmd::Image {
             command: ImageCmd::Build,
@@ -222,6 +275,52 @@ mod tests {
     }
 
     /// Issue 16 case 8: a folder whose name ends in `:rw` is a folder, read-only.
+    /// Issue 35: `sandbox run` ends with the codes `task submit --wait` has for the same
+    /// endings.
+    #[test]
+    fn sandbox_endings_have_the_task_exit_codes() {
+        use crate::cli::task::exit_code;
+        use chorus_core::{TaskResult, TaskStatus};
+        use chorus_io::sandbox::{ErrorCategory, SandboxError};
+        let task = |status| {
+            exit_code(&TaskResult {
+                status,
+                exit_code: None,
+                signal: None,
+                worker: "w".into(),
+                attempt: 1,
+                duration_ms: 1,
+                usage: Default::default(),
+                stdout: String::new(),
+                stderr: String::new(),
+                stdout_truncated_bytes: 0,
+                stderr_truncated_bytes: 0,
+                error: None,
+            })
+        };
+        let sandbox = |category| {
+            let e = anyhow::Error::new(SandboxError::new(category, "x")).context("running");
+            ending(&e).unwrap()
+        };
+        let (code, words) = sandbox(ErrorCategory::Timeout);
+        assert_eq!(code, task(TaskStatus::TimedOut));
+        assert!(words.contains("timed out"), "{words}");
+        let (code, words) = sandbox(ErrorCategory::ResourceLimit);
+        assert_eq!(code, task(TaskStatus::OutOfMemory));
+        assert!(words.contains("out of memory"), "{words}");
+        for category in [
+            ErrorCategory::Image,
+            ErrorCategory::Create,
+            ErrorCategory::Start,
+            ErrorCategory::DaemonUnavailable,
+        ] {
+            assert_eq!(sandbox(category).0, task(TaskStatus::Error));
+        }
+        let no_engine = anyhow::anyhow!("refused").context(NO_ENGINE);
+        assert_eq!(ending(&no_engine).unwrap().0, task(TaskStatus::Error));
+        assert!(ending(&anyhow::anyhow!("the current directory")).is_none());
+    }
+
     #[test]
     fn a_repo_named_like_a_mode_is_a_path() {
         let cli = Cli::try_parse_from([

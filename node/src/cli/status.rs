@@ -49,6 +49,9 @@ pub fn render(v: &Value) -> String {
     out.push_str(&format!("role        {}\n", s("role")));
     out.push_str(&format!("term        {}\n", s("term")));
     out.push_str(&format!("admin       {admin}{admin_note}\n"));
+    if let Some(why) = v["waiting"].as_str() {
+        out.push_str(&format!("waiting     {why}\n"));
+    }
     out.push_str(&format!("voted for   {}\n", s("voted_for")));
     out.push_str(&format!("lease       {lease}\n"));
     out.push_str(&format!("beat        {}\n", s("beat")));
@@ -67,7 +70,11 @@ pub fn render(v: &Value) -> String {
         (Some(c), Some(o)) => format!(" (connected to {c} of {o} other voters)"),
         _ => String::new(),
     };
-    out.push_str(&format!("electorate  {}{reach}\n", electorate.len()));
+    out.push_str(&format!(
+        "electorate  {} members, version {}{reach}\n",
+        electorate.len(),
+        s("electorate_version")
+    ));
     for p in &electorate {
         let mark = if *p == admin { "  (admin)" } else { "" };
         out.push_str(&format!("  {p}{mark}\n"));
@@ -102,7 +109,7 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
         };
         statuses.push(match http {
             Some(h) => member_status(&h, id).await,
-            None => Err("no HTTP address advertised".to_owned()),
+            None => Err(no_address(m)),
         });
     }
     if json {
@@ -125,6 +132,23 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
     }
     print!("{}", render_cluster(&view, &members, &statuses));
     Ok(())
+}
+
+/// Why a member without an HTTP address has no status: one the asked node is not connected to
+/// is down or out of reach (its address came with its connection and went with it).
+fn no_address(m: &Value) -> String {
+    if m["connected"].as_bool() == Some(true) {
+        return "connected, but it advertised no HTTP address".to_owned();
+    }
+    match m["last_contact_ms"].as_u64() {
+        Some(ms) => format!(
+            "not reachable (down, or cut off from the node asked): last heard from {:.1} s ago",
+            ms as f64 / 1_000.0
+        ),
+        None => "not reachable (down, or cut off from the node asked): never heard from since \
+                 that node started"
+            .to_owned(),
+    }
 }
 
 /// A member's own `/status`, checked to be that member's (a loopback address advertised by a
@@ -154,7 +178,7 @@ pub fn render_cluster(
     members: &[Value],
     statuses: &[Result<Value, String>],
 ) -> String {
-    let short = |s: &str| s[s.len().saturating_sub(10)..].to_owned();
+    let short = |s: &str| crate::names::short_id(s).to_owned();
     let asked = view["node_id"].as_str().unwrap_or_default();
     let mut out = format!(
         "{:<12} {:<6} {:<14} {:>5} {:<12} {:>10} {:>13}  {}\n",
@@ -187,6 +211,9 @@ pub fn render_cluster(
                     .as_u64()
                     .map_or("-".to_owned(), |l| format!("{l} ms")),
             ),
+            Err(_) if m["connected"].as_bool() != Some(true) => {
+                ("unreachable".into(), "?".into(), "?".into(), "?".into())
+            }
             Err(_) => ("?".into(), "?".into(), "?".into(), "?".into()),
         };
         out.push_str(&format!(
@@ -208,4 +235,50 @@ pub fn render_cluster(
         view["admin"].as_str().map_or("none".to_owned(), short)
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 35: `chorus status` of a node without an admin says what it waits for, and the
+    /// electorate's version (what `chorus recover` asks to compare).
+    #[test]
+    fn a_waiting_node_says_what_for() {
+        let v = serde_json::json!({
+            "node_id": "n0", "role": "follower", "term": 0, "admin": null,
+            "electorate": ["n0", "n1"], "electorate_version": 4,
+            "waiting": "waiting for peers: 1 of 3 voter(s) known (bootstrap_expect 3)",
+        });
+        let text = render(&v);
+        assert!(
+            text.contains("admin       -\nwaiting     waiting for peers: 1 of 3"),
+            "{text}"
+        );
+        assert!(text.contains("electorate  2 members, version 4"), "{text}");
+        let v = serde_json::json!({ "node_id": "n0", "admin": "n0" });
+        assert!(!render(&v).contains("waiting"));
+    }
+
+    /// Issue 35: a known member that is not connected is said to be unreachable, not to lack
+    /// an HTTP address.
+    #[test]
+    fn a_dead_member_is_said_unreachable() {
+        let dead = serde_json::json!({
+            "node_id": "12D3KooWdead", "voter": true, "connected": false,
+            "last_contact_ms": 12_300, "http": null,
+        });
+        let why = no_address(&dead);
+        assert!(
+            why.starts_with("not reachable") && why.contains("12.3 s ago"),
+            "{why}"
+        );
+        assert!(!why.contains("advertised"), "{why}");
+        let never = serde_json::json!({ "node_id": "x", "connected": false });
+        assert!(no_address(&never).contains("never heard from"));
+        let view = serde_json::json!({ "node_id": "12D3KooWlive", "term": 2, "admin": null });
+        let table = render_cluster(&view, &[dead], &[Err(why)]);
+        assert!(table.contains("unreachable"), "{table}");
+        assert!(table.contains(": not reachable"), "{table}");
+    }
 }

@@ -4,30 +4,22 @@
 //! task's exit code; the other endings are said in plain words on stderr and have exit codes of
 //! their own ([`exit_code`]).
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
-use chorus_core::{RepoMount, TaskResult, TaskSpec, TaskStatus};
+use anyhow::{anyhow, bail, Context};
+use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
 use super::http::request;
-use crate::wire::{TaskRow, TaskView};
+use super::taskfile::{cpus_to_millis, memory_size_mb, parse_repo, seconds_to_ms, TaskFile};
+use crate::names::short_id;
+use crate::wire::{cancelled_before_it_ran, TaskRow, TaskView};
 
-/// Exit code of `submit --wait` when the task timed out (as `timeout(1)`).
-pub const EXIT_TIMED_OUT: u8 = 124;
-/// Exit code when the sandbox could not run the task (as `docker run`).
-pub const EXIT_ERROR: u8 = 125;
-/// Exit code when the task was cancelled.
-pub const EXIT_CANCELLED: u8 = 130;
-/// Exit code when the task ran out of memory (killed, 128 + 9).
-pub const EXIT_OUT_OF_MEMORY: u8 = 137;
-/// Exit code of `submit --wait --wait-timeout S` when no result came in time (the task goes
-/// on; `EX_TEMPFAIL` of sysexits.h).
-pub const EXIT_WAIT_TIMEOUT: u8 = 75;
-/// Exit code when no live worker could run the task (as a shell's "cannot execute").
-pub const EXIT_UNSCHEDULABLE: u8 = 126;
+pub use crate::exit::{
+    EXIT_CANCELLED, EXIT_ERROR, EXIT_OUT_OF_MEMORY, EXIT_REFUSED, EXIT_TIMED_OUT,
+    EXIT_UNSCHEDULABLE, EXIT_WAIT_TIMEOUT,
+};
 
 /// The task subcommands.
 #[derive(clap::Subcommand)]
@@ -35,11 +27,20 @@ pub enum Cmd {
     /// Submit a task to any node (the node owns it and hands it to the admin, which places it
     /// on a worker).
     ///
+    /// The task is described by flags, or by a spec file (`-f task.toml`, TOML: `image`,
+    /// `command`, `workdir`, `repo`, `network`, `requires`, `key`, `secret_env`, `[env]`,
+    /// `[limits]` with `timeout`, `memory`, `cpus`, `pids`), or both: flags given beside `-f`
+    /// override the file's values (`--env K=V` one variable; `--require`, `--secret-env` the
+    /// whole list; `--network` can only turn the network on).
+    ///
     /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
-    /// stderr (the last 8 KiB of each), and exits with the task's exit code. Other endings are
-    /// said on stderr with their own exit codes: 124 timed out, 137 out of memory, 130
-    /// cancelled, 125 the sandbox could not run it (a missing image, a failed start), 126 no
-    /// live worker could run it (unschedulable); 2 the node refused the spec; 1 the node could
+    /// stderr (the last 8 KiB of each), and exits with the task's exit code.
+    ///
+    /// Exit codes with `--wait` (the same as `chorus sandbox run`'s for the same endings):
+    /// the task's own exit code when it exited; 128+N killed by signal N; 124 timed out;
+    /// 137 out of memory; 130 cancelled; 125 the sandbox could not run it (a missing image,
+    /// a failed start); 126 no live worker could run it (unschedulable); 75 no result within
+    /// --wait-timeout; 2 the spec was refused (by this command or the node); 1 the node could
     /// not be reached.
     Submit(Box<SubmitArgs>),
     /// Show one task (at the node it was submitted to).
@@ -83,9 +84,12 @@ pub struct SubmitArgs {
     /// The HTTP API of any node.
     #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
     pub addr: String,
+    /// A task spec file (TOML; see above); flags given beside it override its values.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
     /// The image (it must exist on the workers; nothing is pulled).
-    #[arg(long)]
-    pub image: String,
+    #[arg(long, required_unless_present = "file")]
+    pub image: Option<String>,
     /// A repository from the worker's `[repos]`, `NAME:ro` or `NAME:rw`, mounted at
     /// /workspace (only workers offering it are chosen).
     #[arg(long, value_name = "NAME:ro|rw")]
@@ -101,9 +105,9 @@ pub struct SubmitArgs {
     /// Working directory inside the sandbox (default: /workspace).
     #[arg(long, value_name = "DIR")]
     pub workdir: Option<String>,
-    /// Kill the command after this many seconds (fractions allowed).
-    #[arg(long, value_name = "S", default_value = "600")]
-    pub timeout: f64,
+    /// Kill the command after this many seconds (fractions allowed) [default: 600].
+    #[arg(long, value_name = "S")]
+    pub timeout: Option<f64>,
     /// Memory limit: a number with k, m or g (`64m`); a bare number is MiB [default: the
     /// worker's, 512m].
     #[arg(long, value_name = "SIZE")]
@@ -137,14 +141,36 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "S", requires = "wait")]
     pub wait_timeout: Option<f64>,
     /// The command and its arguments.
-    #[arg(last = true, required = true)]
+    #[arg(last = true, required_unless_present = "file")]
     pub command: Vec<String>,
 }
 
+/// What `submit` sends: the spec, the names of its secret variables and its idempotency key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Submission {
+    /// What to run.
+    pub spec: TaskSpec,
+    /// The names of its secret variables (their values are read from this command's
+    /// environment when it is sent).
+    pub secret_env: Vec<String>,
+    /// Its idempotency key.
+    pub key: Option<String>,
+}
+
 impl SubmitArgs {
-    /// The task spec these arguments describe.
-    pub fn spec(&self) -> anyhow::Result<TaskSpec> {
-        let mut env = BTreeMap::new();
+    /// The submission these arguments describe: the spec file's (`-f`), if any, with the flags
+    /// given over it.
+    pub fn submission(&self) -> anyhow::Result<Submission> {
+        let file = match &self.file {
+            Some(path) => Some(TaskFile::from_file(path)?),
+            None => None,
+        };
+        self.over(file.unwrap_or_default())
+    }
+
+    /// The flags given over `file`'s values.
+    pub fn over(&self, file: TaskFile) -> anyhow::Result<Submission> {
+        let mut env = file.env;
         for kv in &self.env {
             let (k, v) = kv
                 .split_once('=')
@@ -152,67 +178,66 @@ impl SubmitArgs {
             env.insert(k.to_owned(), v.to_owned());
         }
         let repo = match &self.repo {
-            None => None,
-            Some(r) => {
-                let (name, mode) = r.rsplit_once(':').unwrap_or((r, "ro"));
-                let writable = match mode {
-                    "ro" => false,
-                    "rw" => true,
-                    other => bail!("--repo {r:?}: the mode is ro or rw, not {other:?}"),
-                };
-                Some(RepoMount {
-                    name: name.to_owned(),
-                    writable,
-                })
+            None => file.repo,
+            Some(r) => Some(parse_repo(r).map_err(|e| anyhow!("--repo {e}"))?),
+        };
+        let timeout_ms = match self.timeout {
+            None => file.limits.timeout.unwrap_or(DEFAULT_TIMEOUT_MS),
+            Some(t) => {
+                seconds_to_ms(t).context("--timeout must be a positive number of seconds")?
             }
         };
-        if !(self.timeout.is_finite() && self.timeout > 0.0) {
-            bail!("--timeout must be a positive number of seconds");
-        }
         let cpu_millis = match self.cpus {
-            None => 0,
-            Some(c) if c.is_finite() && c > 0.0 => ((c * 1_000.0).round() as u32).max(1),
-            Some(c) => bail!("--cpus {c} must be a positive number of CPUs"),
+            None => file.limits.cpus.unwrap_or(0),
+            Some(c) => cpus_to_millis(c)
+                .with_context(|| format!("--cpus {c} must be a positive number of CPUs"))?,
         };
-        Ok(TaskSpec {
-            image: self.image.clone(),
-            command: self.command.clone(),
-            env,
-            workdir: self.workdir.clone(),
-            timeout_ms: ((self.timeout * 1_000.0).round() as u64).max(1),
-            memory_mb: self
-                .memory
-                .as_deref()
-                .map(parse_memory_mb)
-                .transpose()?
-                .unwrap_or(0),
-            cpu_millis,
-            pids: self.pids.unwrap_or(0),
-            network: self.network,
-            requires: self.require.clone(),
-            repo,
+        let memory_mb = match &self.memory {
+            None => file.limits.memory.unwrap_or(0),
+            Some(m) => parse_memory_mb(m)?,
+        };
+        let image = match (self.image.clone(), file.image) {
+            (Some(i), _) | (None, Some(i)) => i,
+            (None, None) => bail!("no image: give --image, or `image` in the task file"),
+        };
+        let command = match (self.command.is_empty(), file.command) {
+            (false, _) => self.command.clone(),
+            (true, Some(c)) => c,
+            (true, None) => bail!("no command: give it after `--`, or `command` in the task file"),
+        };
+        let or_file = |flags: &[String], file: Vec<String>| {
+            if flags.is_empty() {
+                file
+            } else {
+                flags.to_vec()
+            }
+        };
+        Ok(Submission {
+            spec: TaskSpec {
+                image,
+                command,
+                env,
+                workdir: self.workdir.clone().or(file.workdir),
+                timeout_ms,
+                memory_mb,
+                cpu_millis,
+                pids: self.pids.or(file.limits.pids).unwrap_or(0),
+                network: self.network || file.network.unwrap_or(false),
+                requires: or_file(&self.require, file.requires),
+                repo,
+            },
+            secret_env: or_file(&self.secret_env, file.secret_env),
+            key: self.key.clone().or(file.key),
         })
     }
 }
 
+/// The timeout of a task that names none: ten minutes.
+pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
+
 /// `64m` → 64, `1g` → 1024, `512k` → 1 (rounded up), `100` → 100 (MiB).
 pub fn parse_memory_mb(text: &str) -> anyhow::Result<u32> {
-    let t = text.trim().to_ascii_lowercase();
-    let t = t.strip_suffix('b').unwrap_or(&t);
-    let (digits, kib_per_unit) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1u64),
-        Some('m') => (&t[..t.len() - 1], 1_024),
-        Some('g') => (&t[..t.len() - 1], 1_024 * 1_024),
-        _ => (t, 1_024),
-    };
-    let n: u64 = digits
-        .parse()
-        .with_context(|| format!("--memory {text:?} is not a size like 64m or 1g"))?;
-    let mb = (n * kib_per_unit).div_ceil(1_024);
-    if mb == 0 || mb > u64::from(chorus_core::task::bounds::MEMORY_MB) {
-        bail!("--memory {text:?} is out of range");
-    }
-    Ok(mb as u32)
+    memory_size_mb(text).map_err(|e| anyhow!("--memory {e}"))
 }
 
 /// The exit code `submit --wait` ends with for `result`.
@@ -234,7 +259,12 @@ pub fn exit_code(result: &TaskResult) -> u8 {
 
 /// What `submit --wait` says on stderr about an ending other than an exit.
 pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
-    let on = format!("on {} (run {}, {} ms)", r.worker, r.attempt, r.duration_ms);
+    let on = format!(
+        "on {} (run {}, {} ms)",
+        short_id(r.worker.as_str()),
+        r.attempt,
+        r.duration_ms
+    );
     match r.status {
         TaskStatus::Succeeded => None,
         TaskStatus::Failed => match (r.exit_code, r.signal) {
@@ -247,6 +277,9 @@ pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
         TaskStatus::OutOfMemory => Some(format!(
             "task {task} ran out of memory {on}: the kernel killed it at its memory limit"
         )),
+        TaskStatus::Cancelled if cancelled_before_it_ran(r) => {
+            Some(format!("task {task} was cancelled before it ran"))
+        }
         TaskStatus::Cancelled => Some(format!("task {task} was cancelled {on}")),
         TaskStatus::Error => Some(format!(
             "task {task} could not run {on}: {}",
@@ -297,10 +330,13 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     r.phase,
                     r.status.map_or("-", TaskStatus::as_str),
                     r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
-                    r.worker.as_deref().unwrap_or("-")
+                    r.worker.as_deref().map_or("-", short_id)
                 );
                 if let Some(why) = &r.pending {
                     println!("  waiting: {}", escape_controls(why));
+                }
+                if r.status == Some(TaskStatus::Cancelled) && r.worker.is_none() {
+                    println!("  cancelled before it ran");
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -338,32 +374,37 @@ async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
 }
 
 async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
-    let spec = match args.spec() {
+    let Submission {
+        spec,
+        secret_env,
+        key,
+    } = match args.submission() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("chorus: {e}");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
     };
     let mut body = serde_json::to_value(&spec)?;
-    if !args.secret_env.is_empty() {
+    if !secret_env.is_empty() {
         let mut secrets = serde_json::Map::new();
-        for name in &args.secret_env {
+        for name in &secret_env {
             match std::env::var(name) {
                 Ok(v) => secrets.insert(name.clone(), Value::String(v)),
                 Err(_) => {
                     eprintln!(
-                        "chorus: --secret-env {name}: this command's environment has no \
-                         variable {name} (export it first; its value is what is sent)"
+                        "chorus: secret variable {name} (--secret-env, or `secret_env` in the task \
+                         file): this command's environment has no variable {name} (export it \
+                         first; its value is what is sent)"
                     );
-                    return Ok(ExitCode::from(2));
+                    return Ok(ExitCode::from(EXIT_REFUSED));
                 }
             };
         }
         body["secret_env"] = Value::Object(secrets);
     }
-    if let Some(k) = &args.key {
-        body["key"] = Value::String(k.clone());
+    if let Some(k) = key {
+        body["key"] = Value::String(k);
     }
     let addr = &args.addr;
     let (code, text) = request(addr, "POST", "/tasks", Some(&body.to_string()))
@@ -374,7 +415,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         (200 | 201, Some(id)) => id.to_owned(),
         (400, _) => {
             eprintln!("chorus: refused: {}", error_of(&value, &text));
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
         _ => bail!("{addr} answered {code}: {}", error_of(&value, &text)),
     };
@@ -390,7 +431,7 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         }
         Some(s) => {
             eprintln!("chorus: --wait-timeout {s} must be a number of seconds");
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(EXIT_REFUSED));
         }
         None => None,
     };
@@ -479,7 +520,9 @@ fn render_unescaped(v: &TaskView) -> String {
     if let Some(a) = v.attempt {
         out.push_str(&format!(" (run {a})"));
     }
-    if v.cancel {
+    if v.result.as_ref().is_some_and(cancelled_before_it_ran) {
+        out.push_str(", cancelled before it ran");
+    } else if v.cancel {
         out.push_str(", cancel requested");
     }
     out.push('\n');
@@ -494,7 +537,9 @@ fn render_unescaped(v: &TaskView) -> String {
         "  image {}, command {:?}, timeout {} ms\n",
         v.spec.image, v.spec.command, v.spec.timeout_ms
     ));
-    if let Some(r) = &v.result {
+    if v.result.as_ref().is_some_and(cancelled_before_it_ran) {
+        out.push_str("  result: cancelled before it ran\n");
+    } else if let Some(r) = &v.result {
         out.push_str(&format!(
             "  result: {}{}{} after {} ms (run {})\n",
             r.status,
@@ -594,7 +639,9 @@ mod tests {
             "-c",
             "echo hi",
         ]);
-        let s = a.spec().unwrap();
+        let sub = a.submission().unwrap();
+        assert_eq!(sub.key.as_deref(), Some("k"));
+        let s = sub.spec;
         assert_eq!(s.command, ["sh", "-c", "echo hi"]);
         assert_eq!(s.env["B"], "x=y");
         assert_eq!(s.workdir.as_deref(), Some("/w"));
@@ -606,15 +653,145 @@ mod tests {
         let repo = s.repo.unwrap();
         assert_eq!((repo.name.as_str(), repo.writable), ("src", true));
         assert!(submit_args(&["--repo", "src:wr", "--", "true"])
-            .spec()
+            .submission()
             .is_err());
         assert!(
             !submit_args(&["--repo", "src", "--", "true"])
-                .spec()
+                .submission()
                 .unwrap()
+                .spec
                 .repo
                 .unwrap()
                 .writable
+        );
+        // No timeout given: ten minutes.
+        let s = submit_args(&["--", "true"]).submission().unwrap().spec;
+        assert_eq!(s.timeout_ms, DEFAULT_TIMEOUT_MS);
+    }
+
+    fn args(argv: &[&str]) -> Result<SubmitArgs, clap::Error> {
+        let mut all = vec!["x", "submit"];
+        all.extend_from_slice(argv);
+        Cli::try_parse_from(all).map(|c| match c.cmd {
+            Cmd::Submit(a) => *a,
+            _ => panic!("not submit"),
+        })
+    }
+
+    const FILE: &str = r#"
+image = "from-file"
+command = ["sh", "-c", "echo file"]
+workdir = "/file"
+repo = "src:ro"
+requires = ["gpu", "docker"]
+key = "file-key"
+secret_env = ["FILE_SECRET"]
+
+[env]
+A = "file"
+B = "file"
+
+[limits]
+timeout = 30
+memory = "1g"
+cpus = 2
+pids = 50
+"#;
+
+    /// Issue 35: `submit -f task.toml` sends the file's spec.
+    #[test]
+    fn a_task_file_makes_the_request() {
+        let path = std::env::temp_dir().join(format!("chorus-task-{}.toml", std::process::id()));
+        std::fs::write(&path, FILE).unwrap();
+        let a = args(&["-f", path.to_str().unwrap()]).unwrap();
+        let sub = a.submission().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let s = &sub.spec;
+        assert_eq!(s.image, "from-file");
+        assert_eq!(s.command, ["sh", "-c", "echo file"]);
+        assert_eq!(s.workdir.as_deref(), Some("/file"));
+        assert_eq!(
+            (s.timeout_ms, s.memory_mb, s.cpu_millis, s.pids),
+            (30_000, 1_024, 2_000, 50)
+        );
+        assert_eq!(s.requires, ["gpu", "docker"]);
+        assert!(!s.network && !s.repo.as_ref().unwrap().writable);
+        assert_eq!(sub.secret_env, ["FILE_SECRET"]);
+        assert_eq!(sub.key.as_deref(), Some("file-key"));
+        s.check().unwrap();
+        // The request body is the spec the node checks.
+        let body = serde_json::to_value(s).unwrap();
+        assert_eq!(body["image"], "from-file");
+        assert_eq!(body["timeout_ms"], 30_000);
+    }
+
+    /// Issue 35: flags beside `-f` override the file's values, one by one.
+    #[test]
+    fn flags_override_the_task_file() {
+        let file = TaskFile::from_toml(FILE).unwrap();
+        let a = args(&[
+            "-f",
+            "unused.toml",
+            "--image",
+            "flag",
+            "--env",
+            "B=flag",
+            "--timeout",
+            "5",
+            "--memory",
+            "64m",
+            "--require",
+            "cpu",
+            "--repo",
+            "src:rw",
+            "--network",
+            "--key",
+            "flag-key",
+            "--",
+            "true",
+        ])
+        .unwrap();
+        let sub = a.over(file.clone()).unwrap();
+        let s = &sub.spec;
+        assert_eq!(s.image, "flag");
+        assert_eq!(s.command, ["true"]);
+        assert_eq!(s.env["A"], "file");
+        assert_eq!(s.env["B"], "flag");
+        assert_eq!((s.timeout_ms, s.memory_mb), (5_000, 64));
+        // Not given as flags: the file's.
+        assert_eq!((s.cpu_millis, s.pids), (2_000, 50));
+        assert_eq!(s.workdir.as_deref(), Some("/file"));
+        assert_eq!(s.requires, ["cpu"]);
+        assert!(s.network && s.repo.as_ref().unwrap().writable);
+        assert_eq!(sub.key.as_deref(), Some("flag-key"));
+        assert_eq!(sub.secret_env, ["FILE_SECRET"]);
+        // A bad flag is named as typed, even over a good file.
+        let a = args(&["-f", "unused.toml", "--cpus", "0"]).unwrap();
+        let e = a.over(file).unwrap_err().to_string();
+        assert!(e.contains("--cpus"), "{e}");
+    }
+
+    /// Without `-f`, the image and the command are required; with it, either may come from
+    /// the file, and one missing from both is said.
+    #[test]
+    fn the_file_makes_image_and_command_optional() {
+        assert!(args(&["--", "true"]).is_err());
+        assert!(args(&["--image", "i"]).is_err());
+        let a = args(&["-f", "t.toml"]).unwrap();
+        let e = a.over(TaskFile::default()).unwrap_err().to_string();
+        assert!(e.contains("no image") && e.contains("`image`"), "{e}");
+        let file = TaskFile::from_toml("image = \"i\"\n").unwrap();
+        let e = a.over(file).unwrap_err().to_string();
+        assert!(e.contains("no command") && e.contains("`command`"), "{e}");
+        // A file that does not parse is named with its line and key.
+        let path = std::env::temp_dir().join(format!("chorus-bad-{}.toml", std::process::id()));
+        std::fs::write(&path, "image = \"i\"\n[limits]\nmemroy = \"1g\"\n").unwrap();
+        let a = args(&["-f", path.to_str().unwrap()]).unwrap();
+        let e = a.submission().unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            e.contains("task file") && e.contains("line 3") && e.contains("memroy"),
+            "{e}"
         );
     }
 
@@ -719,6 +896,70 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("    hi\n"), "{text}");
+    }
+
+    /// Issue 35: a task cancelled while queued reads as cancelled before it ran, not as a run
+    /// of 0 ms on the admin.
+    #[test]
+    fn a_task_cancelled_before_it_ran_says_so() {
+        let never = TaskResult {
+            status: TaskStatus::Cancelled,
+            exit_code: None,
+            signal: None,
+            worker: "admin".into(),
+            attempt: 1,
+            duration_ms: 0,
+            usage: Default::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated_bytes: 0,
+            stderr_truncated_bytes: 0,
+            error: None,
+        };
+        let v = TaskView {
+            task: "n-5".into(),
+            phase: "done".into(),
+            worker: None,
+            attempt: None,
+            cancel: true,
+            pending: None,
+            pending_ms: None,
+            key: None,
+            submitted_at_ms: 1,
+            spec: chorus_core::TaskSpec {
+                image: "img".into(),
+                command: vec!["true".into()],
+                timeout_ms: 1_000,
+                ..Default::default()
+            },
+            result: Some(never.clone()),
+        };
+        let text = render(&v);
+        assert!(
+            text.starts_with("task n-5: done, cancelled before it ran\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  result: cancelled before it ran\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("after 0 ms") && !text.contains("admin"),
+            "{text}"
+        );
+        let said = plain_words("n-5", &never).unwrap();
+        assert_eq!(said, "task n-5 was cancelled before it ran");
+        assert_eq!(exit_code(&never), EXIT_CANCELLED);
+        // Cancelled while it ran: the run is said.
+        let killed = TaskResult {
+            signal: Some(9),
+            duration_ms: 800,
+            worker: "w".into(),
+            ..never
+        };
+        assert!(plain_words("n-5", &killed)
+            .unwrap()
+            .contains("on w (run 1, 800 ms)"));
     }
 
     /// Issue 33: a task no live worker can run says why it waits, and for how long.

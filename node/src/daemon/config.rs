@@ -416,20 +416,7 @@ impl NodeConfig {
     }
 
     fn parse_toml(text: &str) -> anyhow::Result<NodeConfig> {
-        toml::from_str(text).map_err(|e| {
-            let message = e.message().trim().replace('\n', " ");
-            let Some(span) = e.span() else {
-                return anyhow!("{message}");
-            };
-            let start = span.start.min(text.len());
-            let line = text[..start].matches('\n').count() + 1;
-            match key_at(text, start) {
-                Some(key) if !message.contains(&format!("`{key}`")) => {
-                    anyhow!("line {line}: `{key}`: {message}")
-                }
-                _ => anyhow!("line {line}: {message}"),
-            }
-        })
+        toml::from_str(text).map_err(|e| toml_error(text, &e))
     }
 
     /// Applies command-line overrides.
@@ -852,6 +839,23 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// A TOML parse error of `text` as one line naming the line and the key (`line 3:
+/// `protocol.heartbeat_interval_ms`: invalid type…`); shared by every TOML file the CLI reads.
+pub fn toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let message = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else {
+        return anyhow!("{message}");
+    };
+    let start = span.start.min(text.len());
+    let line = text[..start].matches('\n').count() + 1;
+    match key_at(text, start) {
+        Some(key) if !message.contains(&format!("`{key}`")) => {
+            anyhow!("line {line}: `{key}`: {message}")
+        }
+        _ => anyhow!("line {line}: {message}"),
+    }
 }
 
 /// The dotted key of the TOML line holding byte `offset`: the `key = …` on that line, inside the

@@ -59,7 +59,7 @@ impl Observer for NodeObserver {
         s.metrics.recovered_events = replayed as u64;
         tracing::info!(
             term = core.term(),
-            voted_for = ?core.voted_for(),
+            voted_for = core.voted_for().map(tracing::field::display),
             replayed,
             "recovered state from the event log"
         );
@@ -122,7 +122,7 @@ impl Observer for NodeObserver {
     }
 
     fn on_role_changed(&mut self, now_ms: u64, role: Role, term: u64, lease: Option<u64>) {
-        tracing::info!(now_ms, role = %role, term, lease_until_ms = ?lease, "role changed");
+        tracing::info!(now_ms, role = %role, term, lease_until_ms = lease, "role changed");
     }
 
     fn on_notice(&mut self, now_ms: u64, notice: &Notice) {
@@ -165,9 +165,11 @@ impl Observer for NodeObserver {
             return;
         }
         let kind = notice.kind();
+        // In words, as `chorus replay` says it (never Rust's debug text).
+        let words = crate::history::replay::notice_words(notice);
         match notice {
-            Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, ?notice, "{kind}"),
-            _ => tracing::info!(now_ms, ?notice, "{kind}"),
+            Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, notice = %words, "{kind}"),
+            _ => tracing::info!(now_ms, notice = %words, "{kind}"),
         }
         let record = RecordedNotice {
             seq: self.current_seq,
@@ -195,7 +197,11 @@ impl Observer for NodeObserver {
     }
 
     fn on_rejected(&mut self, from: Option<&NodeId>, reason: &str) {
-        tracing::debug!(?from, reason, "input rejected");
+        tracing::debug!(
+            from = from.map(tracing::field::display),
+            reason,
+            "input rejected"
+        );
         let mut s = self.shared.lock();
         // Reasons are a small, stable set of labels: each new one is kept once (a bounded set),
         // anything beyond the bound is lumped together.

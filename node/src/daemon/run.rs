@@ -361,7 +361,7 @@ fn announce_start(
         node_id = %node_id,
         data_dir = %config.data_dir.display(),
         http = %http_addr,
-        listen = ?listen_addrs,
+        listen = %listen_addrs.join(", "),
         mdns = config.mdns,
         "chorus node started"
     );
@@ -411,14 +411,14 @@ fn announce_role(config: &NodeConfig, capabilities: &[String]) {
     let expect = config.protocol.bootstrap_expect;
     if config.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
         tracing::info!(
-            capabilities = ?capabilities,
+            capabilities = %capabilities.join(", "),
             bootstrap_expect = expect,
             "this node is a voter (capability admin_election): it votes and may become admin; \
              the first election waits for {expect} voter(s)"
         );
     } else {
         tracing::info!(
-            capabilities = ?capabilities,
+            capabilities = %capabilities.join(", "),
             "this node is a worker, not a voter (no capability admin_election): it never \
              votes nor becomes admin"
         );
@@ -430,7 +430,7 @@ fn announce_tasks(config: &NodeConfig, slots: u32) {
     if slots > 0 {
         tracing::info!(
             slots,
-            repos = ?config.repos.keys().collect::<Vec<_>>(),
+            repos = %config.repos.keys().cloned().collect::<Vec<_>>().join(", "),
             "this node runs tasks in Docker sandboxes ({slots} at once)"
         );
     } else {

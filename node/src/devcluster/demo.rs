@@ -61,5 +61,12 @@ pub(super) async fn demo(http: String, index: usize, count: usize) {
         }
         open = still;
     }
-    println!("devcluster: demo: all {count} task(s) done; per worker: {per_worker:?}");
+    let per_worker: Vec<String> = per_worker
+        .iter()
+        .map(|(worker, n)| format!("{worker} {n}"))
+        .collect();
+    println!(
+        "devcluster: demo: all {count} task(s) done; per worker: {}",
+        per_worker.join(", ")
+    );
 }

@@ -60,9 +60,9 @@ impl Report {
     }
 }
 
-/// The last 8 characters of a node id (enough to tell a loopback cluster's apart).
+/// A node id's short form ([`crate::names::short_id`]).
 pub(super) fn short(id: &str) -> &str {
-    &id[id.len().saturating_sub(8)..]
+    crate::names::short_id(id)
 }
 
 /// One line of who is what, printed when it changes (`--plain`, or not a terminal).

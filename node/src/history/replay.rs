@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use anyhow::{bail, Context};
-use chorus_core::{Command, Core, Event, Message, Notice, VoteLedger};
+use chorus_core::{ChangeOutcome, Command, Core, Event, MemberChange, Message, Notice, VoteLedger};
 use chorus_io::eventlog::{RecordedNotice, SledLog};
 
 use super::trace::{Header, Line, Record};
@@ -401,18 +401,22 @@ pub(crate) fn replay_node(
             report.unrecorded_tail += produced.len() - recorded_here.len();
         } else {
             report.mismatches.push(format!(
-                "event #{seq} at {}: replay decided {produced:?}, the node recorded {recorded_here:?}",
-                fmt_ms(now_ms)
+                "event #{seq} at {}: replay decided {}, the node recorded {}",
+                fmt_ms(now_ms),
+                notices_words(&produced),
+                notices_words(&recorded_here)
             ));
         }
     }
     writeln!(
         out,
-        "final     term {} role {} admin {} voted_for {}",
+        "final     term {} role {} admin {} voted_for {} electorate version {} ({} members)",
         core.term(),
         core.role().as_str(),
         core.admin().map_or("-".to_owned(), |a| a.to_string()),
         core.voted_for().map_or("-".to_owned(), |a| a.to_string()),
+        core.electorate().map_or(0, |e| e.version),
+        core.electorate().map_or(0, |e| e.len()),
     )?;
     for v in &report.vote_violations {
         writeln!(out, "VOTE SAFETY  {v}")?;
@@ -589,91 +593,124 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
 fn print_decision(out: &mut dyn Write, now_ms: u64, seq: u64, d: &Decision) -> anyhow::Result<()> {
     let what = match d {
         Decision::Role { role, term } => format!("role -> {role} (term {term})"),
-        Decision::Notice(n) => match n {
-            Notice::BecameAdmin {
-                term,
-                lease_until_ms,
-            } => format!(
-                "became admin of term {term}, lease until {}",
-                fmt_ms(*lease_until_ms)
-            ),
-            Notice::LeaseExpired { term } => format!("lease of term {term} expired"),
-            Notice::LeaseRenewed { term, .. } => format!("lease of term {term} renewed"),
-            Notice::SteppedDown { term, reason } => {
-                format!("stepped down from term {term} ({reason})")
-            }
-            Notice::Voted { term, candidate } => format!("voted for {candidate} in term {term}"),
-            Notice::AdminKnown { admin, term } => format!("admin of term {term} is {admin}"),
-            Notice::Refused {
-                from,
-                message,
-                reason,
-            } => format!("refused {message} from {from} ({reason})"),
-            Notice::BootstrapAccepted { ballot, members } => format!(
-                "accepted bootstrap ballot {}/{}: {}",
-                ballot.round,
-                ballot.node,
-                members
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Notice::ElectorateChanged {
-                version,
-                term,
-                members,
-            } => format!(
-                "electorate version {version} (term {term}): {}",
-                members
-                    .iter()
-                    .map(|m| m.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            Notice::MembershipChange {
-                change, outcome, ..
-            } => {
-                format!("membership change {change:?}: {outcome:?}")
-            }
-            Notice::TaskSubmitted { task, existing, .. } => {
-                let again = if *existing {
-                    " (idempotency key seen before)"
-                } else {
-                    ""
-                };
-                format!("accepted task {task}{again}")
-            }
-            Notice::TaskRefused { reason, .. } => format!("refused a task request: {reason}"),
-            Notice::TaskCancelRequested { task, .. } => format!("cancel of task {task} asked"),
-            Notice::TaskPlaced {
-                task,
-                worker,
-                attempt,
-            } => format!("placed task {task} (attempt {attempt}) on {worker}"),
-            Notice::TaskUnplaceable { task, reason } => {
-                format!("no live worker can run task {task}: {reason}")
-            }
-            Notice::TaskStarted { task, attempt } => {
-                format!("started task {task} (attempt {attempt})")
-            }
-            Notice::TaskFinished {
-                task,
-                attempt,
-                status,
-                error,
-            } => match status {
-                Some(s) => format!("task {task} (attempt {attempt}) ended: {s}"),
-                None => format!(
-                    "task {task} (attempt {attempt}) failed, to be retried: {}",
-                    error.as_deref().unwrap_or("")
-                ),
-            },
-            Notice::TaskCompleted { task, status } => format!("result of task {task}: {status}"),
-        },
+        Decision::Notice(n) => notice_words(n),
     };
     writeln!(out, "{:>10}  #{seq:<6} {what}", fmt_ms(now_ms))?;
     Ok(())
+}
+
+/// Notices as a list in words (`[became admin of term 2, …; voted for n1 in term 2]`).
+fn notices_words(notices: &[Notice]) -> String {
+    let words: Vec<String> = notices.iter().map(notice_words).collect();
+    format!("[{}]", words.join("; "))
+}
+
+/// A membership change in words: `add n3`.
+fn change_words(change: &MemberChange) -> String {
+    match change {
+        MemberChange::Add { node } => format!("add {node}"),
+        MemberChange::Remove { node } => format!("remove {node}"),
+    }
+}
+
+/// A membership change's outcome in words: `committed as version 3`.
+fn outcome_words(outcome: &ChangeOutcome) -> String {
+    match outcome {
+        ChangeOutcome::Forwarded { admin } => format!("forwarded to the admin {admin}"),
+        ChangeOutcome::Proposed { version } => format!("proposed as version {version}"),
+        ChangeOutcome::Committed { version } => format!("committed as version {version}"),
+        ChangeOutcome::Refused { reason } => format!("refused: {}", reason.explain()),
+    }
+}
+
+/// A notice in words, as `chorus replay` prints it and the node's log says it.
+pub fn notice_words(n: &Notice) -> String {
+    match n {
+        Notice::BecameAdmin {
+            term,
+            lease_until_ms,
+        } => format!(
+            "became admin of term {term}, lease until {}",
+            fmt_ms(*lease_until_ms)
+        ),
+        Notice::LeaseExpired { term } => format!("lease of term {term} expired"),
+        Notice::LeaseRenewed { term, .. } => format!("lease of term {term} renewed"),
+        Notice::SteppedDown { term, reason } => {
+            format!("stepped down from term {term} ({reason})")
+        }
+        Notice::Voted { term, candidate } => format!("voted for {candidate} in term {term}"),
+        Notice::AdminKnown { admin, term } => format!("admin of term {term} is {admin}"),
+        Notice::Refused {
+            from,
+            message,
+            reason,
+        } => format!("refused {message} from {from} ({reason})"),
+        Notice::BootstrapAccepted { ballot, members } => format!(
+            "accepted bootstrap ballot {}/{}: {}",
+            ballot.round,
+            ballot.node,
+            members
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Notice::ElectorateChanged {
+            version,
+            term,
+            members,
+        } => format!(
+            "electorate version {version} (term {term}): {}",
+            members
+                .iter()
+                .map(|m| m.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Notice::MembershipChange {
+            change, outcome, ..
+        } => {
+            format!(
+                "membership change {}: {}",
+                change_words(change),
+                outcome_words(outcome)
+            )
+        }
+        Notice::TaskSubmitted { task, existing, .. } => {
+            let again = if *existing {
+                " (idempotency key seen before)"
+            } else {
+                ""
+            };
+            format!("accepted task {task}{again}")
+        }
+        Notice::TaskRefused { reason, .. } => format!("refused a task request: {reason}"),
+        Notice::TaskCancelRequested { task, .. } => format!("cancel of task {task} asked"),
+        Notice::TaskPlaced {
+            task,
+            worker,
+            attempt,
+        } => format!("placed task {task} (attempt {attempt}) on {worker}"),
+        Notice::TaskUnplaceable { task, reason } => {
+            format!("no live worker can run task {task}: {reason}")
+        }
+        Notice::TaskStarted { task, attempt } => {
+            format!("started task {task} (attempt {attempt})")
+        }
+        Notice::TaskFinished {
+            task,
+            attempt,
+            status,
+            error,
+        } => match status {
+            Some(s) => format!("task {task} (attempt {attempt}) ended: {s}"),
+            None => format!(
+                "task {task} (attempt {attempt}) failed, to be retried: {}",
+                error.as_deref().unwrap_or("")
+            ),
+        },
+        Notice::TaskCompleted { task, status } => format!("result of task {task}: {status}"),
+    }
 }
 
 /// Node-clock milliseconds as seconds with three decimals.
@@ -684,6 +721,46 @@ fn fmt_ms(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 35: replay and the node's log say a membership change in words, not in Rust's
+    /// debug text (`Refused { reason: NotEligible }`).
+    #[test]
+    fn a_membership_change_is_said_in_words() {
+        use chorus_core::{ChangeRefusal, NodeId};
+        let n = |outcome| Notice::MembershipChange {
+            change: MemberChange::Add {
+                node: NodeId::from("n3"),
+            },
+            outcome,
+            request: 7,
+        };
+        let refused = notice_words(&n(ChangeOutcome::Refused {
+            reason: ChangeRefusal::NotEligible,
+        }));
+        assert_eq!(
+            refused,
+            format!(
+                "membership change add n3: refused: {}",
+                ChangeRefusal::NotEligible.explain()
+            )
+        );
+        let committed = notice_words(&n(ChangeOutcome::Committed { version: 3 }));
+        assert_eq!(
+            committed,
+            "membership change add n3: committed as version 3"
+        );
+        let both = notices_words(&[
+            n(ChangeOutcome::Proposed { version: 3 }),
+            Notice::LeaseExpired { term: 2 },
+        ]);
+        assert_eq!(
+            both,
+            "[membership change add n3: proposed as version 3; lease of term 2 expired]"
+        );
+        for text in [refused, committed, both] {
+            assert!(!text.contains('{') && !text.contains("Some("), "{text}");
+        }
+    }
 
     /// The electorate, bootstrap and membership kinds have the shape the simulator writes
     /// (DESIGN §6; `sim/src/trace.rs`).

@@ -91,6 +91,21 @@ pub fn log_locked(e: &anyhow::Error) -> bool {
         || text.contains("temporarily unavailable")
 }
 
+/// Says what a recovery failure means when the cause is a known situation: a locked log is a
+/// running node, which must be stopped first (a copy would not do: recovery writes to the log
+/// the node itself starts from).
+pub fn recover_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
+    if log_locked(&e) {
+        anyhow::anyhow!(
+            "the node using {} is running (its event log is locked): stop it first; recovery \
+             writes to the event log of a stopped node",
+            data_dir.display()
+        )
+    } else {
+        e
+    }
+}
+
 /// Says what a replay failure means when the cause is a known situation.
 pub fn replay_error(e: anyhow::Error, data_dir: &Path) -> anyhow::Error {
     if log_locked(&e) {

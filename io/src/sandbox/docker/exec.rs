@@ -459,8 +459,9 @@ impl Container {
                     ErrorCategory::ResourceLimit,
                     format!(
                         "command {:?} (exit code {exit_code}) met the out-of-memory killer \
-                         ({kills} new OOM kill(s), from {from}; memory limit {:?} bytes)",
-                        request.argv, self.policy.limits.memory_bytes
+                         ({kills} new OOM kill(s), from {from}; {})",
+                        request.argv,
+                        memory_limit_words(self.policy.limits.memory_bytes)
                     ),
                 ));
             }
@@ -482,8 +483,9 @@ impl Container {
                         "command {:?} was killed by SIGKILL (exit code {KILLED}), and whether \
                          the out-of-memory killer did it is unknown: neither the host's cgroup \
                          counter, nor a check inside the sandbox, nor the Engine could tell \
-                         (memory limit {:?} bytes)",
-                        request.argv, self.policy.limits.memory_bytes
+                         ({})",
+                        request.argv,
+                        memory_limit_words(self.policy.limits.memory_bytes)
                     ),
                 ));
             }
@@ -711,9 +713,32 @@ fn timeout_error(
     )
 }
 
+/// A memory limit for people: `memory limit 64 MiB (67108864 bytes)`, or `no memory limit`
+/// (never Rust's `Some(67108864)`).
+fn memory_limit_words(limit_bytes: Option<i64>) -> String {
+    match limit_bytes {
+        Some(b) if b % (1024 * 1024) == 0 => {
+            format!("memory limit {} MiB ({b} bytes)", b / (1024 * 1024))
+        }
+        Some(b) => format!("memory limit {b} bytes"),
+        None => "no memory limit".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 35: an out-of-memory error says its limit in words, not `Some(…)`.
+    #[test]
+    fn a_memory_limit_is_said_plainly() {
+        assert_eq!(
+            memory_limit_words(Some(64 * 1024 * 1024)),
+            "memory limit 64 MiB (67108864 bytes)"
+        );
+        assert_eq!(memory_limit_words(Some(1_000)), "memory limit 1000 bytes");
+        assert_eq!(memory_limit_words(None), "no memory limit");
+    }
     use crate::sandbox::SandboxPolicy;
 
     /// A container on an Engine that does not answer: what the verdict does when the Engine

@@ -885,7 +885,12 @@ impl Driver {
                 if self.first_warning(format!("cluster {peer}")) {
                     tracing::warn!(
                         %peer,
-                        addrs = ?info.listen_addrs,
+                        addrs = %info
+                            .listen_addrs
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         "a peer of another cluster ({:?}; this node's is {:?}) connected: \
                          disconnecting. Check --cluster-id / protocol.cluster_id on both nodes",
                         ad.cluster,
