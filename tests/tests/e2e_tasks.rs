@@ -561,3 +561,92 @@ fn a_task_file_is_submitted_and_a_queued_task_is_cancelled_before_it_ran() {
     let listed = String::from_utf8_lossy(&out.stdout);
     assert!(listed.contains("  cancelled before it ran"), "{listed}");
 }
+
+/// Issue 35: any node answers for any task. A task lives at the node it was submitted to; a
+/// node asked about another's names it and where its API is, and the CLI asks there: `task get`
+/// and `task cancel` work through any node, and `task list --cluster` lists every node's tasks
+/// (filtered by the node they were submitted to). Once the holding node is down, another node
+/// says so plainly, and the cluster-wide list names the node it could not list. No Docker: no
+/// node runs tasks, and the tasks require a capability no node offers, so they wait.
+#[test]
+fn tasks_are_read_listed_and_cancelled_through_any_node() {
+    let mut c = Cluster::start(BIN, 3, Timings::FAST);
+    c.wait_agreed(Duration::from_secs(60));
+    let addr = |c: &Cluster, i: usize| format!("127.0.0.1:{}", c.nodes[i].http_port);
+    let submit = |c: &Cluster, i: usize| {
+        let out = c.chorus(&[
+            "task",
+            "submit",
+            "--addr",
+            &addr(c, i),
+            "--image",
+            "none",
+            "--require",
+            "nosuch",
+            "--",
+            "true",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let (at0, at2) = (submit(&c, 0), submit(&c, 2));
+    let n0 = c.status(0).unwrap()["node_id"].as_str().unwrap().to_owned();
+    let short0 = &n0[n0.len() - 8..];
+
+    // Read through another node: the CLI follows the answer to n0.
+    let out = c.chorus(&["task", "get", &at0, "--addr", &addr(&c, 1), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let t: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(t["task"], at0, "{t}");
+    // The API's own answer names the holder and its address.
+    let (code, body) =
+        http_request(c.nodes[1].http_port, "GET", &format!("/tasks/{at0}"), None).unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(v["owner"], n0.as_str(), "{body}");
+    assert!(v["owner_http"].as_str().is_some(), "{body}");
+
+    // Listed across the cluster from n1, which holds none; filtered by node.
+    let out = c.chorus(&["task", "list", "--cluster", "--addr", &addr(&c, 1)]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains(&at0) && listed.contains(&at2), "{listed}");
+    let out = c.chorus(&[
+        "task",
+        "list",
+        "--cluster",
+        "--addr",
+        &addr(&c, 1),
+        "--node",
+        short0,
+    ]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains(&at0) && !listed.contains(&at2), "{listed}");
+
+    // Cancelled through n2.
+    let out = c.chorus(&["task", "cancel", &at0, "--addr", &addr(&c, 2)]);
+    assert!(out.status.success(), "{out:?}");
+    let r = result(&c, 0, &at0);
+    assert_eq!(r["status"], "cancelled", "{r}");
+
+    // n0 down: n1 says who holds the task and that it cannot reach it; the list names it.
+    c.kill(0);
+    let said = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let out = c.chorus(&["task", "get", &at0, "--addr", &addr(&c, 1)]);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        (!out.status.success() && said.contains("not connected")).then_some(said)
+    })
+    .expect("n1 says n0 is out of reach");
+    assert!(
+        said.contains(&n0) && said.contains("once it is back"),
+        "{said}"
+    );
+    let out = c.chorus(&["task", "list", "--cluster", "--addr", &addr(&c, 1)]);
+    assert!(out.status.success(), "{out:?}");
+    let listed = String::from_utf8_lossy(&out.stdout);
+    let warned = String::from_utf8_lossy(&out.stderr);
+    assert!(listed.contains(&at2) && !listed.contains(&at0), "{listed}");
+    assert!(
+        warned.contains(short0) && warned.contains("not reachable"),
+        "{warned}"
+    );
+}

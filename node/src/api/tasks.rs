@@ -286,13 +286,14 @@ pub async fn submit(
 /// Cancels a task owned here: 202 when asked for, 404 when this node does not own it, 409
 /// when the core refuses (it is finished already).
 pub async fn cancel(shared: &SharedState, task: TaskId) -> (u16, Value) {
-    let owned = shared
-        .lock()
-        .core
-        .as_ref()
-        .map(|c| c.owned_tasks().contains_key(&task));
-    if owned == Some(false) {
-        return (404, not_here(&task));
+    {
+        let s = shared.lock();
+        if s.core
+            .as_ref()
+            .is_some_and(|c| !c.owned_tasks().contains_key(&task))
+        {
+            return (404, not_here(&s, &task));
+        }
     }
     let id = task.to_string();
     match ask(shared, |request| Event::CancelTask { task, request }).await {
@@ -303,11 +304,42 @@ pub async fn cancel(shared: &SharedState, task: TaskId) -> (u16, Value) {
     }
 }
 
-fn not_here(task: &TaskId) -> Value {
-    json!({ "error": format!(
-        "no task {task} here: tasks are read and cancelled at the node they were submitted to \
-         ({}), and finished ones are forgotten after {} more", task.origin,
-        chorus_core::task::MAX_DONE_TASKS) })
+/// The 404 for a task this node does not hold. A task lives at the node it was submitted to
+/// (its origin, the first part of its id): for another node's, the answer names it, with the
+/// HTTP address it advertised and whether this node is connected to it, so a client can ask
+/// it there (`chorus task get|cancel` does; `owner_http` is absent when this node has no
+/// connection to it, as the address came with the connection).
+fn not_here(shared: &Shared, task: &TaskId) -> Value {
+    let origin = task.origin.to_string();
+    if origin == shared.node_id {
+        return json!({ "error": format!(
+            "no task {task} here: this node numbered it, but holds no such task (finished \
+             tasks are forgotten after {} more)", chorus_core::task::MAX_DONE_TASKS) });
+    }
+    let connected = shared
+        .core
+        .as_ref()
+        .is_some_and(|c| c.peers().contains(&task.origin));
+    let http = shared
+        .transport_stats
+        .as_ref()
+        .and_then(|t| t.peer_http().get(&origin).cloned())
+        .filter(|_| connected);
+    let whereabouts = match &http {
+        Some(h) => format!("ask it at {h}"),
+        None if connected => "it advertised no HTTP address".to_owned(),
+        None => "this node is not connected to it now (down, or cut off): its tasks can be \
+                 read and cancelled once it is back"
+            .to_owned(),
+    };
+    json!({
+        "error": format!(
+            "task {task} is held by the node it was submitted to, {origin}: {whereabouts}"
+        ),
+        "owner": origin,
+        "owner_http": http,
+        "owner_connected": connected,
+    })
 }
 
 /// What `GET /tasks/{id}` shows of an environment value to anyone but the task's submitter.
@@ -367,7 +399,7 @@ pub fn get(shared: &Shared, id: &str, reader: Option<&str>) -> (u16, Value) {
     };
     match core.owned_tasks().get(&task) {
         Some(t) => (200, json!(task_view(&task, t, reader))),
-        None => (404, not_here(&task)),
+        None => (404, not_here(shared, &task)),
     }
 }
 

@@ -5,6 +5,7 @@
 //! never import the server.
 
 pub mod acl;
+pub mod across;
 pub mod http;
 pub mod members;
 pub mod psk;

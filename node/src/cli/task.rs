@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
+use super::across::{at_owner, list_cluster, Filter, NodeTasks};
 use super::http::request;
 use super::taskfile::{cpus_to_millis, memory_size_mb, parse_repo, seconds_to_ms, TaskFile};
 use crate::names::short_id;
@@ -43,22 +44,35 @@ pub enum Cmd {
     /// --wait-timeout; 2 the spec was refused (by this command or the node); 1 the node could
     /// not be reached.
     Submit(Box<SubmitArgs>),
-    /// Show one task (at the node it was submitted to).
+    /// Show one task. Any node will do: a task lives at the node it was submitted to (the
+    /// first part of its id), and a node asked about another's says where that one's API is,
+    /// which this command then asks. A task whose node is down can be read once it is back.
     Get {
         /// The task id (ORIGIN-SEQ, as `submit` printed it).
         id: String,
-        /// The node's HTTP API.
+        /// The HTTP API of any node.
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
     },
-    /// List the tasks submitted to a node.
+    /// List the tasks submitted to a node, or with --cluster to every node the node at --addr
+    /// knows (each asked at the HTTP address it advertised; one that does not answer is named
+    /// on stderr, its tasks not listed).
     List {
         /// The node's HTTP API.
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
+        /// Every node's tasks, not only the node's at --addr.
+        #[arg(long)]
+        cluster: bool,
+        /// Only tasks submitted to this node (its id, or the last 8 characters tables print).
+        #[arg(long, value_name = "ID")]
+        node: Option<String>,
+        /// Only tasks that run or ran on this worker (its id, or its last 8 characters).
+        #[arg(long, value_name = "ID")]
+        worker: Option<String>,
         /// Only tasks in this state: all, unfinished, a phase (submitted, queued, placed,
         /// finished, done) or a result (succeeded, failed, out_of_memory, timed_out, cancelled,
         /// error, unschedulable).
@@ -68,11 +82,12 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Cancel a task (at the node it was submitted to).
+    /// Cancel a task, through any node (as `get`, it is cancelled at the node it was submitted
+    /// to).
     Cancel {
         /// The task id.
         id: String,
-        /// The node's HTTP API.
+        /// The HTTP API of any node.
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
     },
@@ -305,50 +320,56 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::List { addr, state, json } => {
-            let path = format!("/tasks?state={state}");
-            let (code, body) = request(&addr, "GET", &path, None)
-                .await
-                .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-            if code != 200 {
-                bail!("{addr} answered {code}: {}", error_of(&value, &body));
-            }
+        Cmd::List {
+            addr,
+            state,
+            json,
+            cluster,
+            node,
+            worker,
+        } => {
+            let filter = Filter { node, worker };
+            // One node's list is the cluster's with one member; asked the same way.
+            let nodes = if cluster {
+                list_cluster(&addr, &state, &filter).await?
+            } else {
+                vec![list_one(&addr, &state, &filter).await?]
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&value)?);
+                let nodes: Vec<Value> = nodes
+                    .iter()
+                    .map(|n| match &n.tasks {
+                        Ok(rows) => serde_json::json!({ "node_id": n.node_id, "tasks": rows }),
+                        Err(e) => serde_json::json!({ "node_id": n.node_id, "error": e }),
+                    })
+                    .collect();
+                let doc = if cluster {
+                    serde_json::json!({ "nodes": nodes })
+                } else {
+                    serde_json::json!({ "tasks": nodes[0]["tasks"] })
+                };
+                println!("{}", serde_json::to_string_pretty(&doc)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let rows: Vec<TaskRow> = serde_json::from_value(value["tasks"].clone())?;
-            println!(
-                "{:<64} {:<9} {:<13} {:>4}  WORKER",
-                "TASK", "PHASE", "RESULT", "EXIT"
-            );
-            for r in rows {
-                println!(
-                    "{:<64} {:<9} {:<13} {:>4}  {}",
-                    r.task,
-                    r.phase,
-                    r.status.map_or("-", TaskStatus::as_str),
-                    r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
-                    r.worker.as_deref().map_or("-", short_id)
-                );
-                if let Some(why) = &r.pending {
-                    println!("  waiting: {}", escape_controls(why));
-                }
-                if r.status == Some(TaskStatus::Cancelled) && r.worker.is_none() {
-                    println!("  cancelled before it ran");
+            let mut rows: Vec<&TaskRow> = Vec::new();
+            for n in &nodes {
+                match &n.tasks {
+                    Ok(r) => rows.extend(r),
+                    Err(e) => eprintln!("node {}: {e}", short_id(&n.node_id)),
                 }
             }
+            print!("{}", render_rows(&rows));
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Cancel { id, addr } => {
-            let path = format!("/tasks/{id}");
-            let (code, body) = request(&addr, "DELETE", &path, None)
-                .await
-                .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-            if code != 202 {
-                bail!("{addr} answered {code}: {}", error_of(&value, &body));
+            let a = at_owner(&addr, "DELETE", &format!("/tasks/{id}")).await?;
+            if a.code != 202 {
+                bail!(
+                    "{} answered {}: {}",
+                    a.addr,
+                    a.code,
+                    error_of(&a.value, &a.body)
+                );
             }
             println!("cancel requested for task {id}");
             Ok(ExitCode::SUCCESS)
@@ -362,15 +383,67 @@ fn error_of(value: &Value, body: &str) -> String {
         .map_or_else(|| body.trim().to_owned(), str::to_owned)
 }
 
+/// The task, from the node that holds it (asked through `addr`: see [`at_owner`]).
 async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
-    let (code, body) = request(addr, "GET", &format!("/tasks/{id}"), None)
+    let a = at_owner(addr, "GET", &format!("/tasks/{id}")).await?;
+    if a.code != 200 {
+        bail!(
+            "{} answered {}: {}",
+            a.addr,
+            a.code,
+            error_of(&a.value, &a.body)
+        );
+    }
+    serde_json::from_value(a.value).context("the task document is not what this chorus expects")
+}
+
+/// The tasks in `state` submitted to the node at `addr`, filtered.
+async fn list_one(addr: &str, state: &str, filter: &Filter) -> anyhow::Result<NodeTasks> {
+    let status = super::http::get_document(addr, "/status").await?;
+    let node_id = serde_json::from_str::<Value>(&status)
+        .ok()
+        .and_then(|v| v["node_id"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let (code, body) = request(addr, "GET", &format!("/tasks?state={state}"), None)
         .await
         .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
     let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     if code != 200 {
         bail!("{addr} answered {code}: {}", error_of(&value, &body));
     }
-    serde_json::from_value(value).context("the task document is not what this chorus expects")
+    let rows: Vec<TaskRow> = serde_json::from_value(value["tasks"].clone())?;
+    let rows = rows.into_iter().filter(|r| filter.keeps(r)).collect();
+    Ok(NodeTasks {
+        node_id,
+        tasks: Ok(rows),
+    })
+}
+
+/// The task table: one line a task, and its waiting reason or how it ended early.
+pub fn render_rows(rows: &[&TaskRow]) -> String {
+    use std::fmt::Write;
+    let mut out = format!(
+        "{:<64} {:<9} {:<13} {:>4}  WORKER\n",
+        "TASK", "PHASE", "RESULT", "EXIT"
+    );
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{:<64} {:<9} {:<13} {:>4}  {}",
+            r.task,
+            r.phase,
+            r.status.map_or("-", TaskStatus::as_str),
+            r.exit_code.map_or("-".to_owned(), |c| c.to_string()),
+            r.worker.as_deref().map_or("-", short_id)
+        );
+        if let Some(why) = &r.pending {
+            let _ = writeln!(out, "  waiting: {}", escape_controls(why));
+        }
+        if r.status == Some(TaskStatus::Cancelled) && r.worker.is_none() {
+            let _ = writeln!(out, "  cancelled before it ran");
+        }
+    }
+    out
 }
 
 async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,194 @@
+//! Tasks across the cluster. A task lives at the node it was submitted to — the first part of
+//! its id — which holds its spec, its phase and its result. A node asked about another node's
+//! task answers 404 naming that node and the HTTP address it advertised (when connected to it);
+//! [`at_owner`] follows that once, so `chorus task get|cancel ID` works through any node.
+//! [`list_cluster`] asks one node whom it knows (`/cluster`) and each of them for its tasks.
+//!
+//! A task whose node is down cannot be read or cancelled until it is back: that node alone
+//! holds it (its result is kept by the worker until then, and delivered when it returns).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::Value;
+
+use super::http::request;
+use crate::names::short_id;
+use crate::wire::TaskRow;
+
+/// How long one node gets to answer for its tasks in a cluster-wide list.
+const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One node's answer.
+pub struct Answer {
+    /// The address that answered.
+    pub addr: String,
+    pub code: u16,
+    pub body: String,
+    /// The body as JSON (`Null` when it is not).
+    pub value: Value,
+}
+
+async fn ask(addr: &str, method: &str, path: &str) -> anyhow::Result<Answer> {
+    let (code, body) = request(addr, method, path, None)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    let value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    Ok(Answer {
+        addr: addr.to_owned(),
+        code,
+        body,
+        value,
+    })
+}
+
+/// `method path` at `addr`, or — when `addr` answers that another node holds the task, and
+/// where that node's API is — at that node (once: the owner's own answer is final).
+pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<Answer> {
+    let first = ask(addr, method, path).await?;
+    let owner = match first.value["owner_http"].as_str() {
+        Some(h) if first.code == 404 && h != addr => h.to_owned(),
+        _ => return Ok(first),
+    };
+    let holder = first.value["owner"].as_str().unwrap_or_default();
+    ask(&owner, method, path).await.with_context(|| {
+        format!(
+            "{addr} says node {} holds the task, at {owner}, but it does not answer",
+            short_id(holder)
+        )
+    })
+}
+
+/// Which tasks a cluster-wide list shows.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// The node they were submitted to (full id, or its short form).
+    pub node: Option<String>,
+    /// The worker they run or ran on (full id, or its short form).
+    pub worker: Option<String>,
+}
+
+/// Whether `id` is the node `given` names: the full id, or its last characters (at least the
+/// 8 of the short form every table prints).
+pub fn names(id: &str, given: &str) -> bool {
+    id == given || (given.len() >= 8 && id.ends_with(given))
+}
+
+impl Filter {
+    pub fn keeps(&self, row: &TaskRow) -> bool {
+        let origin = row.task.rsplit_once('-').map_or("", |(o, _)| o);
+        self.node.as_deref().is_none_or(|n| names(origin, n))
+            && self
+                .worker
+                .as_deref()
+                .is_none_or(|w| row.worker.as_deref().is_some_and(|id| names(id, w)))
+    }
+}
+
+/// What each node of the cluster answered for `GET /tasks?state=…`: its id and its rows, or
+/// why there are none.
+pub struct NodeTasks {
+    pub node_id: String,
+    pub tasks: Result<Vec<TaskRow>, String>,
+}
+
+/// Asks the node at `addr` whom it knows, and each of them (itself included, at `addr`) for
+/// its tasks in `state`, filtered.
+pub async fn list_cluster(
+    addr: &str,
+    state: &str,
+    filter: &Filter,
+) -> anyhow::Result<Vec<NodeTasks>> {
+    let cluster = ask(addr, "GET", "/cluster").await?;
+    if cluster.code != 200 {
+        anyhow::bail!("{addr} answered {}: {}", cluster.code, cluster.body.trim());
+    }
+    let asked = cluster.value["node_id"].as_str().unwrap_or_default();
+    let members = cluster.value["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for m in &members {
+        let id = m["node_id"].as_str().unwrap_or_default().to_owned();
+        let http = if id == asked {
+            Some(addr.to_owned())
+        } else {
+            m["http"].as_str().map(str::to_owned)
+        };
+        let tasks = match http {
+            None => Err(
+                "not reachable from the node asked (down, or cut off): its tasks are \
+                         not listed"
+                    .to_owned(),
+            ),
+            Some(h) => rows_at(&h, state)
+                .await
+                .map(|rows| rows.into_iter().filter(|r| filter.keeps(r)).collect()),
+        };
+        out.push(NodeTasks { node_id: id, tasks });
+    }
+    Ok(out)
+}
+
+async fn rows_at(addr: &str, state: &str) -> Result<Vec<TaskRow>, String> {
+    let path = format!("/tasks?state={state}");
+    let answer = tokio::time::timeout(NODE_TIMEOUT, ask(addr, "GET", &path))
+        .await
+        .map_err(|_| format!("{addr} did not answer within {NODE_TIMEOUT:?}"))?
+        .map_err(|e| format!("{e:#}"))?;
+    if answer.code != 200 {
+        let why = answer.value["error"]
+            .as_str()
+            .map_or_else(|| answer.body.trim().to_owned(), str::to_owned);
+        return Err(format!("{addr} answered {}: {why}", answer.code));
+    }
+    serde_json::from_value(answer.value["tasks"].clone())
+        .map_err(|e| format!("{addr}: the task list is not what this chorus expects: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(task: &str, worker: Option<&str>) -> TaskRow {
+        TaskRow {
+            task: task.into(),
+            phase: "done".into(),
+            status: None,
+            exit_code: None,
+            worker: worker.map(str::to_owned),
+            pending: None,
+        }
+    }
+
+    #[test]
+    fn a_node_is_named_by_its_id_or_its_last_8_characters() {
+        let id = "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B";
+        assert!(names(id, id));
+        assert!(names(id, "c2htAht1B"));
+        assert!(names(id, "2htAht1B"));
+        assert!(!names(id, "Aht1B"), "too short to name one node");
+        assert!(!names(id, "2htAht1C"));
+    }
+
+    #[test]
+    fn the_filter_keeps_tasks_by_the_node_they_were_submitted_to_and_their_worker() {
+        let a = "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B";
+        let b = "12D3KooWKdbNffbteB6S1nzaAJLDLc6VJh4BJhNfze12Ld1U8GZa";
+        let on_b = row(&format!("{a}-3"), Some(b));
+        let queued = row(&format!("{b}-1"), None);
+        let all = Filter::default();
+        assert!(all.keeps(&on_b) && all.keeps(&queued));
+        let from_a = Filter {
+            node: Some(short_id(a).to_owned()),
+            ..Filter::default()
+        };
+        assert!(from_a.keeps(&on_b) && !from_a.keeps(&queued));
+        let run_by_b = Filter {
+            worker: Some(b.to_owned()),
+            ..Filter::default()
+        };
+        assert!(run_by_b.keeps(&on_b) && !run_by_b.keeps(&queued));
+    }
+}
