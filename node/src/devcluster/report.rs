@@ -84,13 +84,13 @@ pub(super) fn summary_line(nodes: &[Node], agreed: &Option<(String, u64)>) -> St
     line
 }
 
-/// The table, redrawn in place.
-pub(super) fn draw(
+/// The table, redrawn in place under the messages ([`super::console::Console::table`]).
+pub(super) fn table(
     nodes: &[Node],
     agreed: &Option<(String, u64)>,
     durations: &[(Duration, Duration)],
-) {
-    let mut out = String::from("\x1b[H\x1b[2J");
+) -> String {
+    let mut out = String::new();
     out.push_str(&format!(
         "{:<4} {:<10} {:<10} {:>5} {:<10} {:>5}  {}\n",
         "", "node", "role", "term", "admin", "peers", "http"
@@ -148,22 +148,20 @@ pub(super) fn draw(
             all.as_secs_f64()
         ));
     }
-    print!("{out}");
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    out
 }
 
 /// Percentiles over several failovers (one failover's line already says it all).
-pub(super) fn summary(durations: &[(Duration, Duration)]) {
+pub(super) fn summary(durations: &[(Duration, Duration)]) -> Option<String> {
     if durations.len() < 2 {
-        return;
+        return None;
     }
     let mut first: Vec<f64> = durations.iter().map(|d| d.0.as_secs_f64()).collect();
     let mut all: Vec<f64> = durations.iter().map(|d| d.1.as_secs_f64()).collect();
     first.sort_by(f64::total_cmp);
     all.sort_by(f64::total_cmp);
     let pct = |v: &[f64], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
-    println!(
+    Some(format!(
         "devcluster: {} failovers; new admin p50 {:.2} s p99 {:.2} s max {:.2} s; all agree \
          p50 {:.2} s p99 {:.2} s max {:.2} s",
         durations.len(),
@@ -173,5 +171,5 @@ pub(super) fn summary(durations: &[(Duration, Duration)]) {
         pct(&all, 0.5),
         pct(&all, 0.99),
         all[all.len() - 1],
-    );
+    ))
 }
