@@ -365,6 +365,7 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
         assert_eq!(children.len(), 2, "{children:?}: {}", seen.join("\n"));
 
         let mut child = dc.0.take().unwrap();
+        let devcluster_pid = child.id();
         signal(child.id(), sig);
         let status = wait_until(WAIT, POLL, || child.try_wait().ok().flatten())
             .unwrap_or_else(|| panic!("devcluster still running after {sig}"));
@@ -380,7 +381,10 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
         });
         assert!(left.is_some(), "{sig}: children still running");
         if sig == Signal::SIGKILL {
+            // Left behind, it names its owner, so the next devcluster can remove it.
+            let owner = std::fs::read_to_string(root.join("owner.pid")).unwrap_or_default();
             let _ = std::fs::remove_dir_all(&root);
+            assert_eq!(owner.trim(), devcluster_pid.to_string());
             continue;
         }
         assert!(status.success(), "{sig}: {status:?}");
@@ -499,6 +503,30 @@ fn devcluster_kills_0_exit_when_done_exits_once_an_admin_is_agreed_and_cleans_up
     assert!(before.starts_with("admin "), "{stdout}");
     assert!(before.contains("n0:admin/"), "{stdout}");
     assert_eq!(devcluster_dirs(tmp.path()), vec![kept]);
+}
+
+#[test]
+fn devcluster_kills_0_exit_when_done_exits_with_three_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dc = devcluster_in(
+        tmp.path(),
+        &[
+            "--nodes",
+            "3",
+            "--kills",
+            "0",
+            "--plain",
+            "--exit-when-done",
+        ],
+    );
+    let (status, stdout, stderr) = finish(dc);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("killing"), "{stdout}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("devcluster: stopped (done)"), "{stdout}");
+    assert!(last.contains("last admin n"), "{last}");
+    assert!(last.contains("no failover"), "{last}");
+    assert!(devcluster_dirs(tmp.path()).is_empty());
 }
 
 #[test]

@@ -51,9 +51,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (kills, note) = args::plan_kills(args.nodes, args.kills).map_err(anyhow::Error::msg)?;
     let exe = std::env::current_exe().context("cannot find the chorus binary")?;
     let console = Console::stdout();
-    for line in tempdirs::clean(&std::env::temp_dir()) {
-        console.say(&line);
-    }
+    // Said after the line naming this run's directory, which stays the first line.
+    let cleaned = tempdirs::clean(&std::env::temp_dir());
     let root = tempfile::Builder::new()
         .prefix(tempdirs::PREFIX)
         .tempdir()
@@ -78,7 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let token = acl_key.management_token();
     crate::cli::http::set_token(Some(token.clone()), None)?;
-    announce(&console, &args, kills, note, root.path(), &token);
+    announce(&console, &args, kills, note, root.path(), &token, &cleaned);
     let started = Instant::now();
     let mut report = Report::default();
     let result = if console.is_closed() {
@@ -132,6 +131,7 @@ fn announce(
     note: Option<String>,
     root: &Path,
     token: &str,
+    cleaned: &[String],
 ) {
     console.say(&format!(
         "devcluster: {} nodes in {} (logs: n<i>.log); Ctrl-C to stop{}",
@@ -143,6 +143,9 @@ fn announce(
             ""
         }
     ));
+    for line in cleaned {
+        console.say(line);
+    }
     console.say(&format!(
         "devcluster: the cluster's management token (every node takes it; `chorus task` and \
          `chorus members` read it from the environment): export CHORUS_TOKEN={token}"
