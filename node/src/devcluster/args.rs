@@ -32,7 +32,8 @@ pub struct Args {
     /// Discovery timeout, ms.
     #[arg(long, default_value_t = 2_000)]
     pub discovery_timeout_ms: u64,
-    /// Keep the data directories (and logs) instead of deleting them on exit.
+    /// Keep the data directories (and logs) instead of deleting them on exit (nor does a later
+    /// devcluster remove them, should this one be killed).
     #[arg(long)]
     pub keep: bool,
     /// Print one line per change instead of a table refreshed in place.

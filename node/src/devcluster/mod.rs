@@ -57,7 +57,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .prefix(tempdirs::PREFIX)
         .tempdir()
         .context("cannot create a temporary directory")?;
-    tempdirs::claim(root.path()).context("cannot write devcluster's pid")?;
+    // A `--keep` run's directory is the user's, even if this run is killed: it names no owner,
+    // so no later run removes it.
+    if !args.keep {
+        tempdirs::claim(root.path()).context("cannot write devcluster's pid")?;
+    }
     let mut nodes: Vec<Node> = (0..args.nodes)
         .map(|index| Node {
             index,
@@ -108,7 +112,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     stop_all(&mut nodes).await;
     let data = if args.keep {
-        tempdirs::release(root.path());
         let kept = root.keep();
         format!("data kept in {}", kept.display())
     } else {

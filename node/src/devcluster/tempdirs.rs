@@ -1,7 +1,7 @@
 //! devcluster's temporary directories: each names its owner (the devcluster's pid, in
 //! [`OWNER_FILE`]), so a later run can remove the ones whose owner was killed (SIGKILL) before
-//! it could clean up. A directory without an owner file (kept with `--keep`, or still being
-//! set up) is never touched.
+//! it could clean up. A directory without an owner file (a `--keep` run's, which never names
+//! one, or one still being set up) is never touched.
 
 use std::path::{Path, PathBuf};
 
@@ -24,11 +24,6 @@ pub(super) enum Owner {
 /// Writes this process's pid into `dir`.
 pub(super) fn claim(dir: &Path) -> std::io::Result<()> {
     std::fs::write(dir.join(OWNER_FILE), format!("{}\n", std::process::id()))
-}
-
-/// Removes the owner file, so the directory (kept with `--keep`) is never cleaned.
-pub(super) fn release(dir: &Path) {
-    let _ = std::fs::remove_file(dir.join(OWNER_FILE));
 }
 
 /// The owner of the devcluster directory `dir`; `running` says whether a pid is a devcluster
@@ -126,15 +121,14 @@ mod tests {
     }
 
     #[test]
-    fn a_claimed_directory_is_owned_by_this_process_until_released() {
+    fn a_claimed_directory_is_owned_by_this_process() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = dir_with_owner(tmp.path(), "chorus-devcluster-mine", None);
         claim(&dir).unwrap();
         // The test binary's command line does not say devcluster, so ask only for the pid.
         let me = std::process::id() as i32;
         assert_eq!(owner(&dir, |pid| pid == me), Owner::Running(me));
-        release(&dir);
-        assert_eq!(owner(&dir, |_| false), Owner::Unknown);
+        assert_eq!(owner(&dir, |_| false), Owner::Gone(me));
     }
 
     #[test]
