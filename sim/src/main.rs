@@ -58,9 +58,11 @@ enum Cmd {
     /// in its own memory-limited process; a table of wall time, peak memory, messages per
     /// election and simulated seconds per wall second, and optionally JSON and an SVG.
     Scale(chorus_sim::scale::ScaleArgs),
-    /// Draw a trace as an SVG timeline: one row per node, coloured by role.
+    /// Draw a trace as an SVG timeline: one row per node, coloured by role, with each admin's
+    /// lease, the partitions and the crashes.
     Svg {
-        /// A trace written by `run --trace`.
+        /// A trace written by `run --trace`, or a real cluster's merged trace (`chorus replay
+        /// --data-dir A --data-dir B … --trace FILE`): rows named by peer id, in host time.
         trace: PathBuf,
         /// Where to write the picture.
         #[arg(long, short)]

@@ -314,3 +314,93 @@ fn one_join_address_is_enough() {
         restarted.elapsed()
     );
 }
+
+/// The `(y, x, width)` of each lease band of a timeline SVG.
+fn lease_bands(svg: &str) -> Vec<(f64, f64, f64)> {
+    let attr = |line: &str, name: &str| -> f64 {
+        let rest = line.split(&format!(" {name}=\"")).nth(1).unwrap();
+        rest.split('"').next().unwrap().parse().unwrap()
+    };
+    svg.lines()
+        .filter(|l| l.contains(r#"class="lease""#))
+        .map(|l| (attr(l, "y"), attr(l, "x"), attr(l, "width")))
+        .collect()
+}
+
+/// Issue 35: `chorus-sim svg` of a real cluster's merged trace (`chorus replay` of its data
+/// directories) draws the cluster: a row per node named by its peer id, host time, no seed, and
+/// the killed admin's lease band ends before the new admin's begins.
+#[test]
+fn a_merged_trace_of_a_failover_draws_peer_rows_and_leases_one_after_the_other() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start(BIN, 3, t);
+    let (old_id, _, a) = c.wait_agreed(Duration::from_secs(20));
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            c.status(i).expect("status")["node_id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let journal = c.root().join("faults.jsonl");
+    let crash = serde_json::json!({
+        "at_monotonic_ms": chorus_tests::netns::monotonic_ms(),
+        "kind": "crash",
+        "node": old_id,
+    });
+    std::fs::write(&journal, format!("{crash}\n")).unwrap();
+    c.kill(a);
+    let (new_id, _, b) = c.wait_agreed(crash_failover_bound(t));
+    assert_ne!(b, a);
+    for i in (0..3).filter(|i| *i != a) {
+        c.terminate(i);
+    }
+    let dirs: Vec<std::path::PathBuf> = c.nodes.iter().map(|n| n.data_dir.clone()).collect();
+    let trace = c.root().join("merged.jsonl");
+    let mut out = Vec::new();
+    chorus_node::merge::replay_merged(&dirs, Some(&journal), Some(&trace), None, &mut out)
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", String::from_utf8_lossy(&out)));
+    let (header, lines) =
+        chorus_sim::trace::read(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let svg = chorus_sim::svg::render(&header, &lines);
+    assert_eq!(
+        svg,
+        chorus_sim::svg::render(&header, &lines),
+        "deterministic"
+    );
+    assert!(svg.contains(">host time</text>"), "{svg}");
+    assert!(!svg.contains("seed "), "{svg}");
+    // Each node's row: its label's baseline, by peer id.
+    let mut row_y = BTreeMap::new();
+    for id in &ids {
+        let label = svg
+            .lines()
+            .find(|l| l.contains(&format!("<title>{id}</title>")))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{svg}"));
+        let y: f64 = label
+            .split(" y=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        row_y.insert(id.clone(), y);
+    }
+    // A lease band sits 1 px above its row's label baseline.
+    let bands = lease_bands(&svg);
+    let on = |id: &str| -> Vec<(f64, f64)> {
+        bands
+            .iter()
+            .filter(|(y, _, _)| (y + 1.0 - row_y[id]).abs() < 0.01)
+            .map(|(_, x, w)| (*x, x + w))
+            .collect()
+    };
+    let (old, new) = (on(&old_id), on(&new_id));
+    assert!(!old.is_empty() && !new.is_empty(), "{bands:?}\n{svg}");
+    let old_end = old.iter().map(|b| b.1).fold(f64::MIN, f64::max);
+    let new_start = new.iter().map(|b| b.0).fold(f64::MAX, f64::min);
+    assert!(old_end <= new_start + 0.1, "{old:?} then {new:?}");
+}

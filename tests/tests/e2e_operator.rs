@@ -365,6 +365,7 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
         assert_eq!(children.len(), 2, "{children:?}: {}", seen.join("\n"));
 
         let mut child = dc.0.take().unwrap();
+        let devcluster_pid = child.id();
         signal(child.id(), sig);
         let status = wait_until(WAIT, POLL, || child.try_wait().ok().flatten())
             .unwrap_or_else(|| panic!("devcluster still running after {sig}"));
@@ -380,7 +381,10 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
         });
         assert!(left.is_some(), "{sig}: children still running");
         if sig == Signal::SIGKILL {
+            // Left behind, it names its owner, so the next devcluster can remove it.
+            let owner = std::fs::read_to_string(root.join("owner.pid")).unwrap_or_default();
             let _ = std::fs::remove_dir_all(&root);
+            assert_eq!(owner.trim(), devcluster_pid.to_string());
             continue;
         }
         assert!(status.success(), "{sig}: {status:?}");
@@ -401,6 +405,145 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
         );
         assert!(last.contains("data removed"), "{last}");
     }
+}
+
+/// `chorus devcluster` with `args`, its temporary directories in `tmp`, stdout and stderr piped.
+fn devcluster_in(tmp: &Path, args: &[&str]) -> ChildGuard {
+    ChildGuard(Some(
+        Command::new(BIN)
+            .arg("devcluster")
+            .args(args)
+            .args(FAST)
+            .env("TMPDIR", tmp)
+            .env("RUST_LOG", "info,libp2p=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ))
+}
+
+/// Waits (up to `WAIT`) for devcluster to exit; its status, stdout and stderr.
+fn finish(mut dc: ChildGuard) -> (std::process::ExitStatus, String, String) {
+    let child = dc.0.as_mut().unwrap();
+    let status = wait_until(WAIT, POLL, || child.try_wait().ok().flatten())
+        .expect("devcluster still running");
+    let child = dc.0.take().unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The devcluster directories left in `tmp`.
+fn devcluster_dirs(tmp: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains("chorus-devcluster-"))
+        .collect()
+}
+
+#[test]
+fn devcluster_refuses_a_failover_that_cannot_happen() {
+    let tmp = tempfile::tempdir().unwrap();
+    for nodes in ["1", "2"] {
+        let dc = devcluster_in(tmp.path(), &["--nodes", nodes, "--kills", "1"]);
+        let (status, stdout, stderr) = finish(dc);
+        assert!(!status.success(), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("--kills 1 needs at least 3 nodes"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("no majority"), "{stderr}");
+        // Refused before anything was started or made.
+        assert!(devcluster_dirs(tmp.path()).is_empty());
+    }
+}
+
+#[test]
+fn devcluster_kills_0_exit_when_done_exits_once_an_admin_is_agreed_and_cleans_up_killed_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A directory an earlier devcluster left when it was killed: its owner has exited.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    gone.wait().unwrap();
+    let old = tmp.path().join("chorus-devcluster-killed");
+    std::fs::create_dir_all(old.join("n0")).unwrap();
+    std::fs::write(old.join("owner.pid"), format!("{gone_pid}\n")).unwrap();
+    // One kept with --keep (no owner file) stays.
+    let kept = tmp.path().join("chorus-devcluster-kept");
+    std::fs::create_dir_all(&kept).unwrap();
+
+    // One node: the default is no kill, said as such.
+    let dc = devcluster_in(tmp.path(), &["--nodes", "1", "--plain", "--exit-when-done"]);
+    let (status, stdout, stderr) = finish(dc);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("removed {}", old.display())),
+        "{stdout}"
+    );
+    assert!(!old.exists());
+    assert!(kept.exists());
+    assert!(
+        stdout.contains("the admin is not killed (--kills 0)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("exits once an admin is agreed"), "{stdout}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("devcluster: stopped (done)"), "{stdout}");
+    assert!(last.contains("last admin n0"), "{last}");
+    assert!(last.contains("data removed"), "{last}");
+    // The line before the closing one is the cluster as it ended: n0 the admin.
+    let before = stdout.lines().rev().nth(1).unwrap_or_default();
+    assert!(before.starts_with("admin "), "{stdout}");
+    assert!(before.contains("n0:admin/"), "{stdout}");
+    assert_eq!(devcluster_dirs(tmp.path()), vec![kept]);
+}
+
+#[test]
+fn devcluster_kills_0_exit_when_done_exits_with_three_nodes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dc = devcluster_in(
+        tmp.path(),
+        &[
+            "--nodes",
+            "3",
+            "--kills",
+            "0",
+            "--plain",
+            "--exit-when-done",
+        ],
+    );
+    let (status, stdout, stderr) = finish(dc);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("killing"), "{stdout}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(last.starts_with("devcluster: stopped (done)"), "{stdout}");
+    assert!(last.contains("last admin n"), "{last}");
+    assert!(last.contains("no failover"), "{last}");
+    assert!(devcluster_dirs(tmp.path()).is_empty());
+}
+
+#[test]
+fn devcluster_stops_quietly_when_its_reader_goes_away() {
+    let tmp = tempfile::tempdir().unwrap();
+    // `devcluster | head -1`: one line read, then the pipe is closed.
+    let mut dc = devcluster_in(tmp.path(), &["--nodes", "3", "--kills", "0"]);
+    let stdout = dc.0.as_mut().unwrap().stdout.take().unwrap();
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).unwrap();
+    assert!(first.contains(" nodes in "), "{first}");
+    let (status, _, stderr) = finish(dc);
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    // The nodes were stopped and the directory removed.
+    assert!(devcluster_dirs(tmp.path()).is_empty());
 }
 
 fn is_zombie(pid: u32) -> bool {

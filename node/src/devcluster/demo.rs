@@ -6,13 +6,16 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::console::Console;
 use super::report::short;
 use crate::cli::http::request;
 
 /// The demo workload: `count` short tasks submitted through the node at `http` (n`index`),
 /// each result printed as it comes, then how many ran on each worker.
-pub(super) async fn demo(http: String, index: usize, count: usize) {
-    println!("devcluster: demo: submitting {count} task(s) through n{index}");
+pub(super) async fn demo(console: Console, http: String, index: usize, count: usize) {
+    console.say(&format!(
+        "devcluster: demo: submitting {count} task(s) through n{index}"
+    ));
     let mut ids = Vec::new();
     for n in 0..count {
         let spec = serde_json::json!({
@@ -23,10 +26,12 @@ pub(super) async fn demo(http: String, index: usize, count: usize) {
         match request(&http, "POST", "/tasks", Some(&spec.to_string())).await {
             Ok((201, body)) => match serde_json::from_str::<Value>(&body) {
                 Ok(v) => ids.push(v["task"].as_str().unwrap_or_default().to_owned()),
-                Err(e) => println!("devcluster: demo: bad answer to a submit: {e}"),
+                Err(e) => console.say(&format!("devcluster: demo: bad answer to a submit: {e}")),
             },
-            Ok((code, body)) => println!("devcluster: demo: submit refused ({code}): {body}"),
-            Err(e) => println!("devcluster: demo: submit failed: {e}"),
+            Ok((code, body)) => console.say(&format!(
+                "devcluster: demo: submit refused ({code}): {body}"
+            )),
+            Err(e) => console.say(&format!("devcluster: demo: submit failed: {e}")),
         }
     }
     let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
@@ -46,14 +51,14 @@ pub(super) async fn demo(http: String, index: usize, count: usize) {
             match result {
                 Some(r) => {
                     let worker = r["worker"].as_str().unwrap_or("?").to_owned();
-                    println!(
+                    console.say(&format!(
                         "devcluster: demo: task {} {} on {} (run {}): {}",
                         short(&id),
                         r["status"].as_str().unwrap_or("?"),
                         short(&worker),
                         r["attempt"],
                         r["stdout"].as_str().unwrap_or_default().trim()
-                    );
+                    ));
                     *per_worker.entry(short(&worker).to_owned()).or_default() += 1;
                 }
                 None => still.push(id),
@@ -65,8 +70,8 @@ pub(super) async fn demo(http: String, index: usize, count: usize) {
         .iter()
         .map(|(worker, n)| format!("{worker} {n}"))
         .collect();
-    println!(
+    console.say(&format!(
         "devcluster: demo: all {count} task(s) done; per worker: {}",
         per_worker.join(", ")
-    );
+    ));
 }

@@ -13,40 +13,55 @@
 //! which bootstraps off the running ones. Nothing picks a port number and hopes it is still free
 //! when the child binds it.
 //!
-//! `args` holds the options, `process` starts, signals and polls the `chorus run` children,
-//! `watch` is the loop that follows the cluster and its failovers, `report` what is printed,
-//! and `demo` the `--demo-tasks` workload.
+//! Output: messages scroll, and on a terminal the table stays under them ([`console`]); when
+//! the reader goes away (`devcluster | head`) the cluster is stopped and cleaned up quietly.
+//! Each temporary directory names its owner's pid, so a run removes the directories earlier
+//! runs left when they were killed with SIGKILL ([`tempdirs`]).
+//!
+//! `args` holds the options (and refuses a failover that cannot happen), `process` starts,
+//! signals and polls the `chorus run` children, `watch` is the loop that follows the cluster
+//! and its failovers, `report` what is printed, `console` where it goes, `tempdirs` the
+//! temporary directories, and `demo` the `--demo-tasks` workload.
 
 mod args;
+mod console;
 mod demo;
 mod process;
 mod report;
+mod tempdirs;
 mod watch;
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use tokio::sync::mpsc;
 
 pub use args::Args;
 pub use process::{log_since, parse_started_line, LoopbackNode, Ports, START_BOUND};
 
+use console::Console;
 use process::{signal, start, Node};
 use report::Report;
 use watch::watch;
 
-/// Runs the dev cluster until Ctrl-C (or the end of the kills with `--exit-when-done`).
+/// Runs the dev cluster until Ctrl-C (or, with `--exit-when-done`, until it is done).
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    if args.nodes == 0 || args.nodes > 64 {
-        bail!("--nodes must be between 1 and 64");
-    }
+    let (kills, note) = args::plan_kills(args.nodes, args.kills).map_err(anyhow::Error::msg)?;
     let exe = std::env::current_exe().context("cannot find the chorus binary")?;
+    let console = Console::stdout();
+    // Said after the line naming this run's directory, which stays the first line.
+    let cleaned = tempdirs::clean(&std::env::temp_dir());
     let root = tempfile::Builder::new()
-        .prefix("chorus-devcluster-")
+        .prefix(tempdirs::PREFIX)
         .tempdir()
         .context("cannot create a temporary directory")?;
+    // A `--keep` run's directory is the user's, even if this run is killed: it names no owner,
+    // so no later run removes it.
+    if !args.keep {
+        tempdirs::claim(root.path()).context("cannot write devcluster's pid")?;
+    }
     let mut nodes: Vec<Node> = (0..args.nodes)
         .map(|index| Node {
             index,
@@ -66,27 +81,35 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )?;
     let token = acl_key.management_token();
     crate::cli::http::set_token(Some(token.clone()), None)?;
-    announce(&args, root.path(), &token);
-    if args.demo_tasks > 0 {
-        ensure_demo_image().await?;
-    }
-    for i in 0..nodes.len() {
-        start(&exe, &args, root.path(), &mut nodes, i).await?;
-    }
-    let mut keys = read_keys();
-    let table = !args.plain && std::io::stdout().is_terminal();
+    announce(&console, &args, kills, note, root.path(), &token, &cleaned);
     let started = Instant::now();
     let mut report = Report::default();
-    let result = watch(
-        &exe,
-        &args,
-        root.path(),
-        &mut nodes,
-        &mut keys,
-        table,
-        &mut report,
-    )
-    .await;
+    let result = if console.is_closed() {
+        // Nobody reads any more (`devcluster | head -1`): nothing to show, nothing to start.
+        report.stopped_by = "output closed";
+        Ok(())
+    } else {
+        if args.demo_tasks > 0 {
+            ensure_demo_image().await?;
+        }
+        for i in 0..nodes.len() {
+            start(&exe, &args, root.path(), &mut nodes, i).await?;
+        }
+        let mut keys = read_keys();
+        let table = !args.plain && std::io::stdout().is_terminal();
+        watch(
+            &exe,
+            &args,
+            kills,
+            root.path(),
+            &mut nodes,
+            &mut keys,
+            table,
+            &console,
+            &mut report,
+        )
+        .await
+    };
     stop_all(&mut nodes).await;
     let data = if args.keep {
         let kept = root.keep();
@@ -98,13 +121,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => format!("could not remove {}: {e}", path.display()),
         }
     };
-    println!("{}", report.line(args.nodes, started.elapsed(), &data));
+    console.leave_table();
+    console.say(&report.line(args.nodes, started.elapsed(), &data));
     result
 }
 
 /// Says where the cluster lives, how to drive it, and which kills are coming.
-fn announce(args: &Args, root: &Path, token: &str) {
-    println!(
+fn announce(
+    console: &Console,
+    args: &Args,
+    kills: usize,
+    note: Option<String>,
+    root: &Path,
+    token: &str,
+    cleaned: &[String],
+) {
+    console.say(&format!(
         "devcluster: {} nodes in {} (logs: n<i>.log); Ctrl-C to stop{}",
         args.nodes,
         root.display(),
@@ -113,13 +145,19 @@ fn announce(args: &Args, root: &Path, token: &str) {
         } else {
             ""
         }
-    );
-    println!(
+    ));
+    for line in cleaned {
+        console.say(line);
+    }
+    console.say(&format!(
         "devcluster: the cluster's management token (every node takes it; `chorus task` and \
          `chorus members` read it from the environment): export CHORUS_TOKEN={token}"
-    );
-    if args.kills > 0 {
-        println!(
+    ));
+    if let Some(note) = note {
+        console.say(&note);
+    }
+    if kills > 0 {
+        console.say(&format!(
             "devcluster: the admin will be {} {} s after the cluster agrees on it{}, to show a \
              failover (--kills 0: never; --signal term: a graceful stop)",
             if args.signal == "term" {
@@ -128,12 +166,28 @@ fn announce(args: &Args, root: &Path, token: &str) {
                 "killed (SIGKILL)"
             },
             args.kill_admin_after,
-            if args.kills > 1 {
-                format!(", {} times", args.kills)
+            if kills > 1 {
+                format!(", {kills} times")
             } else {
                 String::new()
             }
-        );
+        ));
+    }
+    if args.exit_when_done {
+        let mut when = vec!["an admin is agreed"];
+        if kills > 0 {
+            when.insert(0, "the last failover is over");
+        }
+        if args.demo_tasks > 0 {
+            when.push("every demo task has ended");
+        }
+        let last = when.pop().unwrap_or_default();
+        let when = if when.is_empty() {
+            last.to_owned()
+        } else {
+            format!("{} and {last}", when.join(", "))
+        };
+        console.say(&format!("devcluster: --exit-when-done: exits once {when}"));
     }
 }
 

@@ -84,13 +84,16 @@ pub(super) fn summary_line(nodes: &[Node], agreed: &Option<(String, u64)>) -> St
     line
 }
 
-/// The table, redrawn in place.
-pub(super) fn draw(
+/// How many failovers the table lists (the latest).
+const TABLE_FAILOVERS: usize = 3;
+
+/// The table, redrawn in place under the messages ([`super::console::Console::table`]).
+pub(super) fn table(
     nodes: &[Node],
     agreed: &Option<(String, u64)>,
     durations: &[(Duration, Duration)],
-) {
-    let mut out = String::from("\x1b[H\x1b[2J");
+) -> String {
+    let mut out = String::new();
     out.push_str(&format!(
         "{:<4} {:<10} {:<10} {:>5} {:<10} {:>5}  {}\n",
         "", "node", "role", "term", "admin", "peers", "http"
@@ -140,7 +143,13 @@ pub(super) fn draw(
         )),
         None => out.push_str("\nno agreed admin yet\n"),
     }
-    for (i, (first, all)) in durations.iter().enumerate() {
+    // The last few only: the table is redrawn over its own lines, which must fit on the screen
+    // (every failover's line also scrolls above it).
+    let shown = durations.len().saturating_sub(TABLE_FAILOVERS);
+    if shown > 0 {
+        out.push_str(&format!("({shown} earlier failover(s): see above)\n"));
+    }
+    for (i, (first, all)) in durations.iter().enumerate().skip(shown) {
         out.push_str(&format!(
             "failover #{}: new admin after {:.2} s, agreed after {:.2} s\n",
             i + 1,
@@ -148,22 +157,20 @@ pub(super) fn draw(
             all.as_secs_f64()
         ));
     }
-    print!("{out}");
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    out
 }
 
 /// Percentiles over several failovers (one failover's line already says it all).
-pub(super) fn summary(durations: &[(Duration, Duration)]) {
+pub(super) fn summary(durations: &[(Duration, Duration)]) -> Option<String> {
     if durations.len() < 2 {
-        return;
+        return None;
     }
     let mut first: Vec<f64> = durations.iter().map(|d| d.0.as_secs_f64()).collect();
     let mut all: Vec<f64> = durations.iter().map(|d| d.1.as_secs_f64()).collect();
     first.sort_by(f64::total_cmp);
     all.sort_by(f64::total_cmp);
     let pct = |v: &[f64], p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
-    println!(
+    Some(format!(
         "devcluster: {} failovers; new admin p50 {:.2} s p99 {:.2} s max {:.2} s; all agree \
          p50 {:.2} s p99 {:.2} s max {:.2} s",
         durations.len(),
@@ -173,5 +180,40 @@ pub(super) fn summary(durations: &[(Duration, Duration)]) {
         pct(&all, 0.5),
         pct(&all, 0.99),
         all[all.len() - 1],
-    );
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_lists_only_the_latest_failovers_so_its_height_stays_bounded() {
+        let nodes: Vec<Node> = (0..3)
+            .map(|index| Node {
+                index,
+                data_dir: format!("/tmp/n{index}").into(),
+                p2p_port: 0,
+                http: String::new(),
+                child: None,
+                stopping: None,
+                status: None,
+            })
+            .collect();
+        let one = Duration::from_millis(1_500);
+        let few = table(&nodes, &None, &[(one, one); 2]);
+        let many = table(&nodes, &None, &[(one, one); 20]);
+        assert!(
+            few.contains("failover #2:") && !few.contains("earlier"),
+            "{few}"
+        );
+        assert!(
+            many.contains("(17 earlier failover(s): see above)"),
+            "{many}"
+        );
+        assert!(many.contains("failover #20:") && !many.contains("failover #17:"));
+        assert_eq!(many.lines().count(), few.lines().count() + 2);
+        // Nodes not running are down.
+        assert_eq!(many.matches("DOWN").count(), 3);
+    }
 }

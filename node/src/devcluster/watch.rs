@@ -1,17 +1,20 @@
 //! The watch loop: every round it polls the nodes, notes exits and the admin they agree on,
 //! follows an admin kill through to the failover (and restarts the killed node), kills the
-//! admin when it is due, and shows the cluster.
+//! admin when it is due, and shows the cluster. When it stops, for whatever reason, it shows
+//! the cluster once more, so the last table (or line) is current.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
-use super::args::Args;
+use super::args::{failover_possible, Args};
+use super::console::Console;
 use super::demo::demo;
 use super::process::{poll, signal, start, Node};
-use super::report::{draw, short, summary, summary_line, Report};
+use super::report::{short, summary, summary_line, table, Report};
 
 /// One admin kill in progress.
 struct Failover {
@@ -26,27 +29,34 @@ struct Failover {
 struct Watch<'a> {
     exe: &'a Path,
     args: &'a Args,
+    /// The admin kills to make (`--kills`, checked against the cluster's size).
+    kills: usize,
     root: &'a Path,
     /// A table redrawn in place (a terminal), or one line per change.
     table: bool,
+    console: &'a Console,
     /// Since when every node has been up and agreeing on one admin.
     stable_since: Option<Instant>,
     failover: Option<Failover>,
     last_line: String,
     last_draw: Instant,
     kills_done: usize,
-    demo_started: bool,
+    /// The `--demo-tasks` workload, once started.
+    demo: Option<JoinHandle<()>>,
 }
 
-/// Watches the cluster until Ctrl-C, SIGTERM, SIGHUP, `q`, or (with `--exit-when-done`) the
-/// last kill's failover; says why in `report`.
+/// Watches the cluster until Ctrl-C, SIGTERM, SIGHUP, `q`, the output's reader going away, or
+/// (with `--exit-when-done`) the end of the run ([`Watch::done`]); says why in `report`.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn watch(
     exe: &Path,
     args: &Args,
+    kills: usize,
     root: &Path,
     nodes: &mut [Node],
     keys: &mut mpsc::UnboundedReceiver<String>,
     table: bool,
+    console: &Console,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal as unix_signal, SignalKind};
@@ -57,62 +67,77 @@ pub(super) async fn watch(
     let mut w = Watch {
         exe,
         args,
+        kills,
         root,
         table,
+        console,
         stable_since: None,
         failover: None,
         last_line: String::new(),
         last_draw: Instant::now() - Duration::from_secs(1),
         kills_done: 0,
-        demo_started: false,
+        demo: None,
     };
     loop {
         let tick = if w.failover.is_some() { 25 } else { 100 };
         tokio::select! {
             _ = &mut ctrl_c => {
                 report.stopped_by = "Ctrl-C";
-                return Ok(());
+                break;
             }
             () = recv(sigterm.as_mut()) => {
                 report.stopped_by = "SIGTERM";
-                return Ok(());
+                break;
             }
             () = recv(sighup.as_mut()) => {
                 report.stopped_by = "SIGHUP";
-                return Ok(());
+                break;
             }
             Some(key) = keys.recv() => match key.as_str() {
-                "k" if w.failover.is_none() => w.failover = kill_admin(nodes, args)?,
+                "k" if w.failover.is_none() => w.failover = kill_admin(nodes, args, console)?,
                 "q" => {
                     report.stopped_by = "q";
-                    return Ok(());
+                    break;
                 }
                 _ => {}
             },
             () = tokio::time::sleep(Duration::from_millis(tick)) => {}
         }
+        if console.is_closed() {
+            // `devcluster | head`: nobody reads any more; stop and clean up, quietly.
+            report.stopped_by = "output closed";
+            return Ok(());
+        }
         poll(nodes).await;
-        note_exits(nodes, report);
+        note_exits(nodes, report, console);
         let agreed = agreement(nodes);
         if let Some((admin, term)) = &agreed {
             w.note_admin(nodes, admin, *term, report);
         }
-        if w.follow_failover(nodes, &agreed, report).await? {
-            return Ok(());
+        w.follow_failover(nodes, &agreed, report).await?;
+        if w.done(&agreed) {
+            report.stopped_by = "done";
+            break;
         }
         if w.failover.is_none() {
             w.kill_admin_when_due(nodes, &agreed)?;
         }
-        w.show(nodes, report);
+        w.show(nodes, report, false);
     }
+    // The last picture is of the cluster as it is now, not as it was at the last redraw.
+    w.show(nodes, report, true);
+    Ok(())
 }
 
 /// Says which children exited: unexpectedly (a running node), or as asked (a node stopping).
-fn note_exits(nodes: &mut [Node], report: &mut Report) {
+fn note_exits(nodes: &mut [Node], report: &mut Report, console: &Console) {
     for node in nodes.iter_mut() {
         if let Some(child) = node.child.as_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                println!("devcluster: n{} exited ({status}); see its log", node.index);
+                console.say(&format!(
+                    "devcluster: n{} exited ({status}); see its log",
+                    node.index
+                ));
                 report.unexpected_exits += 1;
                 node.child = None;
                 node.status = None;
@@ -120,7 +145,10 @@ fn note_exits(nodes: &mut [Node], report: &mut Report) {
         }
         if let Some(child) = node.stopping.as_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                println!("devcluster: n{} has exited ({status})", node.index);
+                console.say(&format!(
+                    "devcluster: n{} has exited ({status})",
+                    node.index
+                ));
                 node.stopping = None;
             }
         }
@@ -134,30 +162,46 @@ impl Watch<'_> {
         if let Some(n) = nodes.iter().find(|n| n.id() == Some(admin)) {
             report.last_admin = Some((admin.to_owned(), term, n.index));
         }
-        if self.args.demo_tasks > 0 && !self.demo_started {
+        if self.args.demo_tasks > 0 && self.demo.is_none() {
             let through = nodes
                 .iter()
                 .find(|n| n.child.is_some() && n.id() != Some(admin))
                 .or_else(|| nodes.first());
             if let Some(n) = through {
-                self.demo_started = true;
-                tokio::spawn(demo(n.http.clone(), n.index, self.args.demo_tasks));
+                self.demo = Some(tokio::spawn(demo(
+                    self.console.clone(),
+                    n.http.clone(),
+                    n.index,
+                    self.args.demo_tasks,
+                )));
             }
         }
     }
 
+    /// With `--exit-when-done`, whether the run is over: every kill made and its failover
+    /// over, an admin agreed, and every demo task (if any) ended.
+    fn done(&self, agreed: &Option<(String, u64)>) -> bool {
+        let demo_done =
+            self.args.demo_tasks == 0 || self.demo.as_ref().is_some_and(|d| d.is_finished());
+        self.args.exit_when_done
+            && self.kills_done >= self.kills
+            && self.failover.is_none()
+            && agreed.is_some()
+            && demo_done
+    }
+
     /// Follows the kill in progress: when a new admin first appears, and when every live node
-    /// agrees on it — then the failover is reported and the killed node restarted. `true` when
-    /// that was the last kill and devcluster is to exit.
+    /// agrees on it — then the failover is reported and the killed node restarted (unless the
+    /// run is [done](Self::done), and devcluster is about to exit).
     async fn follow_failover(
         &mut self,
         nodes: &mut [Node],
         agreed: &Option<(String, u64)>,
         report: &mut Report,
-    ) -> anyhow::Result<bool> {
+    ) -> anyhow::Result<()> {
         let args = self.args;
         let Some(f) = self.failover.as_mut() else {
-            return Ok(false);
+            return Ok(());
         };
         if f.first_admin.is_none() {
             if let Some(n) = nodes
@@ -169,17 +213,17 @@ impl Watch<'_> {
             }
         }
         let (Some((admin, term)), Some((first, _, _))) = (agreed, &f.first_admin) else {
-            return Ok(false);
+            return Ok(());
         };
         if *term <= f.old_term || admin == &f.killed_id {
-            return Ok(false);
+            return Ok(());
         }
         let all = f.at.elapsed();
         let new = nodes
             .iter()
             .find(|n| n.id() == Some(admin.as_str()))
             .map_or(String::new(), |n| format!("n{} ", n.index));
-        println!(
+        self.console.say(&format!(
             "devcluster: failover #{}: n{} {}; new admin {new}({}) of term {term} \
              after {:.2} s, every live node agrees after {:.2} s",
             self.kills_done + 1,
@@ -192,24 +236,24 @@ impl Watch<'_> {
             short(admin),
             first.as_secs_f64(),
             all.as_secs_f64()
-        );
+        ));
         report.failovers.push((*first, all));
         self.kills_done += 1;
         let killed = f.killed;
         self.failover = None;
         self.stable_since = None;
-        if args.exit_when_done && self.kills_done >= args.kills {
-            summary(&report.failovers);
-            report.stopped_by = "done";
-            return Ok(true);
+        if self.kills_done == self.kills {
+            if let Some(line) = summary(&report.failovers) {
+                self.console.say(&line);
+            }
+        }
+        if self.done(agreed) {
+            return Ok(());
         }
         // Bring the old admin back: it rejoins as a follower of the new term.
-        println!("devcluster: restarting n{killed}");
-        start(self.exe, args, self.root, nodes, killed).await?;
-        if self.kills_done == args.kills {
-            summary(&report.failovers);
-        }
-        Ok(false)
+        self.console
+            .say(&format!("devcluster: restarting n{killed}"));
+        start(self.exe, args, self.root, nodes, killed).await
     }
 
     /// Kills the admin once every node has been up and agreeing on it for
@@ -225,10 +269,10 @@ impl Watch<'_> {
         match (agreed, all_up) {
             (Some(_), true) => {
                 let since = *self.stable_since.get_or_insert_with(Instant::now);
-                if self.kills_done < self.args.kills
+                if self.kills_done < self.kills
                     && since.elapsed().as_secs_f64() >= self.args.kill_admin_after
                 {
-                    self.failover = kill_admin(nodes, self.args)?;
+                    self.failover = kill_admin(nodes, self.args, self.console)?;
                 }
             }
             _ => self.stable_since = None,
@@ -236,19 +280,20 @@ impl Watch<'_> {
         Ok(())
     }
 
-    /// Redraws the table (at most four times a second), or prints the summary line when it
-    /// changed.
-    fn show(&mut self, nodes: &[Node], report: &Report) {
+    /// Redraws the table (at most four times a second, or now when `now`), or prints the
+    /// summary line when it changed.
+    fn show(&mut self, nodes: &[Node], report: &Report, now: bool) {
         if self.table {
-            if self.last_draw.elapsed() >= Duration::from_millis(250) {
-                draw(nodes, &agreement(nodes), &report.failovers);
+            if now || self.last_draw.elapsed() >= Duration::from_millis(250) {
+                self.console
+                    .table(&table(nodes, &agreement(nodes), &report.failovers));
                 self.last_draw = Instant::now();
             }
         } else {
             // Fresh: a kill in this round has changed who is live.
             let line = summary_line(nodes, &agreement(nodes));
             if line != self.last_line {
-                println!("{line}");
+                self.console.say(&line);
                 self.last_line = line;
             }
         }
@@ -265,9 +310,23 @@ async fn recv(s: Option<&mut tokio::signal::unix::Signal>) {
     }
 }
 
-fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover>> {
+/// Kills (or stops) the agreed admin, and starts following the failover. Refused in a cluster
+/// too small to elect another admin without it.
+fn kill_admin(
+    nodes: &mut [Node],
+    args: &Args,
+    console: &Console,
+) -> anyhow::Result<Option<Failover>> {
+    if !failover_possible(nodes.len()) {
+        console.say(&format!(
+            "devcluster: not killing the admin: with {} node(s) no majority would be left to \
+             elect another",
+            nodes.len()
+        ));
+        return Ok(None);
+    }
     let Some((admin, term)) = agreement(nodes) else {
-        println!("devcluster: no agreed admin to kill yet");
+        console.say("devcluster: no agreed admin to kill yet");
         return Ok(None);
     };
     let Some(node) = nodes.iter_mut().find(|n| n.id() == Some(admin.as_str())) else {
@@ -286,7 +345,7 @@ fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover
             nix::sys::signal::Signal::SIGKILL
         },
     );
-    println!(
+    console.say(&format!(
         "devcluster: {} admin n{} ({}) of term {term}",
         if graceful {
             "stopping (SIGTERM)"
@@ -295,7 +354,7 @@ fn kill_admin(nodes: &mut [Node], args: &Args) -> anyhow::Result<Option<Failover
         },
         node.index,
         short(&admin)
-    );
+    ));
     // The process is going: it is no longer polled nor counted as live, but it is kept (not
     // dropped, which would SIGKILL it) until it has exited, so a SIGTERM is really graceful.
     node.stopping = Some(child);
