@@ -111,6 +111,18 @@ impl Config {
         if self.cluster_id.is_empty() || self.cluster_id.len() > 128 {
             return err("cluster_id", "must be 1 to 128 characters".into());
         }
+        // It names the cluster's protocols and topic and is logged: no line breaks or escapes
+        // that would forge log lines, no spaces that would split a protocol name.
+        if self
+            .cluster_id
+            .chars()
+            .any(|c| c.is_control() || c.is_whitespace())
+        {
+            return err(
+                "cluster_id",
+                "must hold no spaces or control characters".into(),
+            );
+        }
         // A day bounds every timing, so deadlines (now + timing) never come near overflow.
         for (key, ms) in [
             ("heartbeat_interval_ms", self.heartbeat_interval_ms),
@@ -297,6 +309,15 @@ mod tests {
             },
             "cluster_id",
         );
+        for forged in ["a\nINFO elected", "a b", "a\u{1b}[2J", "a\tb"] {
+            refused(
+                Config {
+                    cluster_id: forged.into(),
+                    ..d()
+                },
+                "cluster_id",
+            );
+        }
         // Every timing up to a day (the others raised to keep them consistent).
         let a_day = Config {
             election_timeout_min_ms: MAX_TIMING_MS,
