@@ -27,6 +27,7 @@
 //! `cli/` and its variant below.
 
 pub mod api;
+pub mod build_info;
 pub mod cli;
 pub mod daemon;
 pub mod devcluster;
@@ -50,7 +51,7 @@ use crate::exit::{block_on, fail, one_line, report};
 #[derive(Parser)]
 #[command(
     name = "chorus",
-    version,
+    version = build_info::VERSION_LINE,
     about = "CHORUS: a peer-to-peer cluster daemon with partition-safe admin elections"
 )]
 struct Cli {
@@ -96,6 +97,9 @@ enum Cmd {
     /// line naming the key or flag); 1: a start-up or runtime failure (a port in use, a data
     /// directory whose event log is gone, a corrupt log).
     Run(Box<RunFlags>),
+    /// Print this build: version, git revision and wire protocol version (a node's own
+    /// `chorus status` and `/status` say which build it runs).
+    Version,
     /// Show a node's status.
     Status {
         /// The node's HTTP API.
@@ -244,6 +248,14 @@ pub fn main() -> ExitCode {
     }
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
+        Cmd::Version => {
+            let b = build_info::BUILD;
+            println!(
+                "chorus {}\ngit revision {}\nwire protocol {}",
+                b.version, b.git_rev, b.wire_version
+            );
+            ExitCode::SUCCESS
+        }
         Cmd::Status {
             addr,
             json,

@@ -33,6 +33,24 @@ fn lone_node_until_admin(data_dir: &Path) -> String {
         metrics.contains("chorus_transport_peers_connected 0"),
         "{metrics}"
     );
+    // Which build runs: the same in /metrics, /status and `chorus version` (issue 37).
+    let status: chorus_tests::Value =
+        serde_json::from_str(&http_get(port, "/status").unwrap().1).unwrap();
+    let build = &status["build"];
+    let version = run_chorus(Path::new(BIN), &["version"]);
+    let said = String::from_utf8_lossy(&version.stdout);
+    let (v, rev) = (
+        build["version"].as_str().unwrap(),
+        build["git_rev"].as_str().unwrap(),
+    );
+    assert!(said.contains(v) && said.contains(rev), "{said} / {build}");
+    assert_eq!(build["wire_version"], 1, "{build}");
+    assert!(
+        metrics.contains(&format!(
+            "chorus_build_info{{version=\"{v}\",git_rev=\"{rev}\",wire_version=\"1\"}} 1"
+        )),
+        "{metrics}"
+    );
     let exit = stop(&mut guard, Signal::SIGTERM);
     assert!(exit.success(), "graceful exit: {exit:?}");
     std::fs::read_to_string(&log).unwrap()

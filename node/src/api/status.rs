@@ -56,6 +56,8 @@ pub struct Status {
     /// its log says it every few seconds; absent once an admin is known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// The build this node runs.
+    pub build: crate::build_info::BuildInfo,
 }
 
 /// `connected` of the `others` members of the electorate (this node left out).
@@ -104,6 +106,7 @@ impl Shared {
                 .map_or_else(|| core.uptime_s(), |t| t.elapsed().as_secs()),
             shutting_down: self.shutting_down,
             waiting: crate::daemon::progress::waiting_line(core, &self.capabilities, now_ms),
+            build: crate::build_info::BUILD,
         })
     }
 }

@@ -56,6 +56,20 @@ pub fn render(v: &Value) -> String {
     out.push_str(&format!("lease       {lease}\n"));
     out.push_str(&format!("beat        {}\n", s("beat")));
     out.push_str(&format!("uptime      {} s\n", s("uptime_s")));
+    if let Some(b) = v["build"].as_object() {
+        let field = |k: &str| {
+            b.get(k).map_or("-".to_owned(), |x| match x {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        };
+        out.push_str(&format!(
+            "build       {} (git {}, wire protocol {})\n",
+            field("version"),
+            field("git_rev"),
+            field("wire_version")
+        ));
+    }
     out.push_str(&format!("peers       {}\n", peers.len()));
     for p in &peers {
         out.push_str(&format!("  {p}\n"));

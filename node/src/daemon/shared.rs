@@ -72,12 +72,14 @@ impl Shared {
 
     /// Prometheus text exposition (format 0.0.4).
     pub fn metrics_text(&self) -> String {
-        exposition(
+        let mut text = crate::build_info::BUILD.metric();
+        text.push_str(&exposition(
             &self.metrics,
             self.core.as_ref(),
             self.transport_stats.as_deref(),
             &self.tasks,
-        )
+        ));
+        text
     }
 }
 
