@@ -97,6 +97,28 @@ enum Cmd {
     /// line naming the key or flag); 1: a start-up or runtime failure (a port in use, a data
     /// directory whose event log is gone, a corrupt log).
     Run(Box<RunFlags>),
+    /// A configuration file: `example` prints a commented one (every key and its default),
+    /// `validate FILE` checks one as `chorus run --config FILE` would, starting nothing (exit
+    /// 2 naming the key and line when it is bad).
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+    },
+    /// Print a shell completion script for SHELL (bash, zsh, fish, elvish, powershell), made
+    /// from the same definitions as `--help`; e.g. `chorus completions bash >
+    /// /etc/bash_completion.d/chorus`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages, made from the same definitions as `--help`: `chorus.1` to stdout, or
+    /// with --out DIR one page per command (`chorus.1`, `chorus-run.1`, `chorus-task-submit.1`,
+    /// …) into DIR.
+    Man {
+        /// The directory to write every page into (made if missing).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Print this build: version, git revision and wire protocol version (a node's own
     /// `chorus status` and `/status` say which build it runs).
     Version,
@@ -210,6 +232,50 @@ enum Cmd {
     },
 }
 
+/// `chorus man`: the top page to stdout, or every page into `out`.
+fn man_pages(out: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    match out {
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page)?;
+            let _ = to_stdout(&page);
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot make {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, dir)
+                .with_context(|| format!("cannot write the pages into {}", dir.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to stdout; a reader that went away (`| head`) is no failure.
+fn to_stdout(bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => fail(&e.into()),
+    }
+}
+
+/// `chorus config` subcommands.
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print a commented configuration: every key, its default and what it does.
+    Example,
+    /// Check FILE as `chorus run --config FILE` would, and say what the node would do.
+    Validate {
+        /// The configuration file (TOML).
+        file: PathBuf,
+    },
+}
+
 #[derive(Subcommand)]
 enum PskCmd {
     /// Write a new random pre-shared key (mode 0600; an existing file is never overwritten).
@@ -248,6 +314,29 @@ pub fn main() -> ExitCode {
     }
     match cli.command {
         Cmd::Run(flags) => run_node(&flags),
+        Cmd::Config {
+            cmd: ConfigCmd::Example,
+        } => to_stdout(cli::config::EXAMPLE.as_bytes()),
+        Cmd::Config {
+            cmd: ConfigCmd::Validate { file },
+        } => match cli::config::validate(&file) {
+            Ok(summary) => {
+                print!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("chorus: {}", one_line(&e));
+                ExitCode::from(2)
+            }
+        },
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "chorus", &mut script);
+            to_stdout(&script)
+        }
+        Cmd::Man { out } => report(man_pages(out.as_deref())),
         Cmd::Version => {
             let b = build_info::BUILD;
             println!(

@@ -254,3 +254,52 @@ fn a_busy_data_dir_or_port_is_said_plainly_and_leaves_nothing_behind() {
     assert!(stderr.contains("cannot bind the HTTP API"), "{stderr}");
     assert!(!fresh.exists(), "a fresh data directory was left behind");
 }
+
+/// Issue 37: completions, man pages and a configuration example come from the binary's own
+/// definitions; the example validates, a bad file does not (exit 2, the key named), and a
+/// closed pipe (`| head`) is no failure.
+#[test]
+fn completions_man_pages_and_the_config_example_come_from_the_binary() {
+    let bin = Path::new(BIN);
+    let out = run_chorus(bin, &["completions", "bash"]);
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        script.contains("--psk-file") && script.contains("submit"),
+        "{script}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let man = dir.path().join("man");
+    let out = run_chorus(bin, &["man", "--out", man.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let run_page = std::fs::read_to_string(man.join("chorus-run.1")).unwrap();
+    assert!(run_page.contains("psk\\-file"), "{run_page}");
+    assert!(man.join("chorus-task-submit.1").exists());
+
+    let out = run_chorus(bin, &["config", "example"]);
+    assert!(out.status.success(), "{out:?}");
+    let example = dir.path().join("chorus.toml");
+    std::fs::write(&example, &out.stdout).unwrap();
+    let out = run_chorus(bin, &["config", "validate", example.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[tasks]\nslotz = 3\n").unwrap();
+    let out = run_chorus(bin, &["config", "validate", bad.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("slotz") && said.contains("line 2"), "{said}");
+
+    // A reader that stops early: no panic, exit 0.
+    let mut child = std::process::Command::new(bin)
+        .args(["completions", "zsh"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !said.contains("panicked"), "{said}");
+}

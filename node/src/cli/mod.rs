@@ -6,6 +6,7 @@
 
 pub mod acl;
 pub mod across;
+pub mod config;
 pub mod http;
 pub mod members;
 pub mod psk;
