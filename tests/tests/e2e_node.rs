@@ -303,3 +303,43 @@ fn completions_man_pages_and_the_config_example_come_from_the_binary() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && !said.contains("panicked"), "{said}");
 }
+
+/// Issue 37: the systemd unit in packaging/ is one systemd accepts (`systemd-analyze verify`,
+/// with its ExecStart pointed at this build and its man pages generated), and it runs the node
+/// with the options the binary has.
+#[test]
+fn the_systemd_unit_verifies_against_this_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/chorus.service"
+    ))
+    .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("an ExecStart line");
+    let (program, args) = exec.split_once(' ').unwrap();
+    assert_eq!(program, "/usr/local/bin/chorus");
+    // The flags it passes are the binary's.
+    let help = run_chorus(Path::new(BIN), &["run", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in args.split_whitespace().filter(|a| a.starts_with("--")) {
+        assert!(help.contains(flag), "{flag} is no flag of chorus run");
+    }
+    let here = dir.path().join("chorus.service");
+    std::fs::write(&here, unit.replace(program, BIN)).unwrap();
+    let man = dir.path().join("man");
+    let out = run_chorus(
+        Path::new(BIN),
+        &["man", "--out", man.join("man1").to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let out = std::process::Command::new("systemd-analyze")
+        .args(["verify", here.to_str().unwrap()])
+        .env("MANPATH", &man)
+        .output()
+        .expect("systemd-analyze runs (systemd is on this machine)");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
