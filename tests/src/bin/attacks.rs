@@ -203,17 +203,21 @@ fn submit(cx: &Ctx, spec: &Value) -> (u16, Value) {
     (code, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
+/// The task as node 0 shows it now.
+fn task_at(cx: &Ctx, id: &str) -> Option<Value> {
+    let (code, body) = http_request(
+        cx.c.nodes[0].http_port,
+        "GET",
+        &format!("/tasks/{id}"),
+        None,
+    )?;
+    (code == 200).then(|| serde_json::from_str(&body).ok())?
+}
+
 /// The task at node 0 once it has a result (or `None` after `within`).
 fn result(cx: &Ctx, id: &str, within: Duration) -> Option<Value> {
     wait_until(within, Duration::from_millis(50), || {
-        let (code, body) = http_request(
-            cx.c.nodes[0].http_port,
-            "GET",
-            &format!("/tasks/{id}"),
-            None,
-        )?;
-        let v: Value = serde_json::from_str(&body).ok()?;
-        (code == 200 && !v["result"].is_null()).then_some(v)
+        task_at(cx, id).filter(|v| !v["result"].is_null())
     })
 }
 
@@ -542,13 +546,7 @@ fn lifetime(cx: &mut Ctx) -> Outcome {
     let id = v["task"].as_str().unwrap_or_default().to_owned();
     // Where it runs.
     let worker = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
-        let (_, body) = http_request(
-            cx.c.nodes[0].http_port,
-            "GET",
-            &format!("/tasks/{id}"),
-            None,
-        )?;
-        let v: Value = serde_json::from_str(&body).ok()?;
+        let v = task_at(cx, &id)?;
         (v["phase"] == "placed").then(|| v["worker"].as_str().map(str::to_owned))?
     });
     let Some(worker) = worker else {
@@ -588,7 +586,8 @@ fn lifetime(cx: &mut Ctx) -> Outcome {
     let r = result(cx, &id, Duration::from_secs(120));
     Outcome::Held(format!(
         "the killed worker's {before} running sandbox(es) (one run, the rest its warm pool) were \
-         gone {took:.1} s after the kill (timeout 8 s + grace 30 s); the task ended {}",
+         gone {took:.1} s after the kill (the bound: the task's timeout 8 s + grace 30 s; the \
+         periodic reap of a dead owner's sandboxes came first); the task ended {}",
         r.map_or("without a result within 120 s".into(), |r| r["result"]
             ["status"]
             .to_string())
@@ -702,14 +701,7 @@ fn unplaceable(cx: &mut Ctx) -> Outcome {
     let id = v["task"].as_str().unwrap_or_default().to_owned();
     let began = Instant::now();
     let pending = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
-        let (_, body) = http_request(
-            cx.c.nodes[0].http_port,
-            "GET",
-            &format!("/tasks/{id}"),
-            None,
-        )?;
-        let v: Value = serde_json::from_str(&body).ok()?;
-        v["pending"].as_str().map(str::to_owned)
+        task_at(cx, &id)?["pending"].as_str().map(str::to_owned)
     });
     // 60 ticks of 300 ms, and slack.
     let Some(r) = result(cx, &id, Duration::from_secs(90)) else {
