@@ -586,8 +586,8 @@ fn lifetime(cx: &mut Ctx) -> Outcome {
     let r = result(cx, &id, Duration::from_secs(120));
     Outcome::Held(format!(
         "the killed worker's {before} running sandbox(es) (one run, the rest its warm pool) were \
-         gone {took:.1} s after the kill (the bound: the task's timeout 8 s + grace 30 s; the \
-         periodic reap of a dead owner's sandboxes came first); the task ended {}",
+         gone {took:.1} s after the kill (within the bound of the task's timeout 8 s + grace 30 \
+         s, or the next periodic reap of a dead owner's sandboxes); the task ended {}",
         r.map_or("without a result within 120 s".into(), |r| r["result"]
             ["status"]
             .to_string())
