@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::{Command, Message, NodeId, Notice};
 
-/// Vote safety (DESIGN §5.3) judged from the commands a node emits: every
+/// Vote safety (docs/design.md §5.3) judged from the commands a node emits: every
 /// `VoteReply { granted: true }` it sends is a vote for the recipient in the reply's term, and
 /// its `Voted` notice for itself is a candidate's own vote (the one vote that leaves no reply).
 /// A voter may give one candidate its vote any number of times (lost replies are asked for

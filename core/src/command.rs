@@ -70,11 +70,11 @@ pub enum Command {
         /// The statement of the electorate this node holds.
         digest: crate::Digest,
     },
-    /// Something an observer wants to know (these become trace lines, DESIGN §6).
+    /// Something an observer wants to know (these become trace lines, docs/design.md §6).
     Notice(Notice),
 }
 
-/// Observable decisions, matching the trace kinds of DESIGN §6.
+/// Observable decisions, matching the trace kinds of docs/design.md §6.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Notice {
@@ -236,7 +236,7 @@ pub enum Notice {
 }
 
 impl Notice {
-    /// The trace kind of the notice (DESIGN §6, README "Trace kinds").
+    /// The trace kind of the notice (docs/design.md §6).
     pub fn kind(&self) -> &'static str {
         match self {
             Notice::BecameAdmin { .. } => "became_admin",
@@ -334,7 +334,7 @@ mod tests {
     use super::*;
     use crate::TaskId;
 
-    /// A notice's trace kind is the name DESIGN §6 gives it (the node's metrics count notices
+    /// A notice's trace kind is the name docs/design.md §6 gives it (the node's metrics count notices
     /// by it); a task's result is `task_result` in traces though its variant is `TaskCompleted`.
     #[test]
     fn each_notice_has_its_trace_kind() {

@@ -1,6 +1,6 @@
 //! Elections: the rank-biased delay, pre-vote, vote, and winning.
 //!
-//! Rules (DESIGN §4), each checked by a test in this file:
+//! Rules (docs/design.md §4.4), each checked by a test in this file:
 //! 1. A node stands only when eligible and in the electorate, and only one round at a time.
 //! 2. Pre-vote changes no state at voters; a voter says yes only if the proposed term is above its
 //!    own, the candidate is a voter of the same electorate, and it has no live promise. A voter
@@ -96,7 +96,7 @@ impl Core {
                 if can_stand {
                     self.arm_stand(out);
                 }
-                // While no admin is known a node keeps asking its peers (DESIGN §4, Discovery),
+                // While no admin is known a node keeps asking its peers (docs/design.md §4.2, Discovery),
                 // a node that could stand too once a whole timeout passed without one (its round
                 // failed, or a higher term ended it): the voters may follow an admin outside this
                 // node's electorate (it missed a membership change, or holds one that never

@@ -6,7 +6,7 @@
 //! seeded ChaCha8 stream held (and serialized) in the state, so a replayed event log draws the
 //! same numbers. See [`Core`] for the calling contract.
 //!
-//! Where to find each rule of the protocol (DESIGN §4):
+//! Where to find each rule of the protocol (docs/design.md §4):
 //! * `bootstrap` — the one initial electorate, agreed by Paxos over any `bootstrap_expect` nodes;
 //! * [`discovery`](crate::discovery) — WHOAMI, confirmations, adopting an existing electorate;
 //! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{ChangeOutcome, Electorate, MemberChange, NodeId, Resources};
 
-/// Every message of the protocol (DESIGN §4). The wire format is in `docs/wire-format.md`.
+/// Every message of the protocol (docs/design.md §4). The wire format is in `docs/wire-format.md`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {

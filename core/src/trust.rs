@@ -1,7 +1,7 @@
 //! Admission of network input: the bound on every number a peer sends, who may send what, and
 //! the refusals a node counts and reports instead of acting.
 //!
-//! Peers are authenticated but not trusted (DESIGN §4 "Trust"): a peer may be buggy,
+//! Peers are authenticated but not trusted (docs/design.md §9.1): a peer may be buggy,
 //! misconfigured or hostile. The rules, each checked by a test in this file:
 //! 1. Every number from the wire is bounded: terms, beats and versions by [`MAX_WIRE_INT`]
 //!    (2⁵³ − 1, the largest integer every JSON implementation holds exactly), uptimes by

@@ -169,7 +169,7 @@ fn stand_delay(c: &mut Core) -> u64 {
     stand_at - at
 }
 
-/// DESIGN §4, Score: the window `[min, max]` is cut into one slot per live eligible voter, best
+/// docs/design.md §4.4, Score: the window `[min, max]` is cut into one slot per live eligible voter, best
 /// first, and a node draws its delay in the first quarter of its own slot. Five equal voters and
 /// the default 15 s window: slots of 3 s, so node `i` stands `3 s × i` plus less than 750 ms
 /// after its discovery timeout — and the draws are not all zero.
@@ -519,7 +519,7 @@ fn discovery_armed(out: &[Command]) -> bool {
     })
 }
 
-/// DESIGN §4, Discovery: while no admin is known a node keeps asking its peers — after its own
+/// docs/design.md §4.2, Discovery: while no admin is known a node keeps asking its peers — after its own
 /// round failed, it asks again (WHOAMI, discovery timer) as well as standing again. When the
 /// admin it knew just went quiet it only stands: the members that have not suspected the admin
 /// yet would still report it.

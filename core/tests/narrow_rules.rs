@@ -3,7 +3,7 @@
 //! Every test here was written against a hand-made mutant of `chorus-core` that the rule tests
 //! next to the code let survive (issue 15), and was seen to fail on it:
 //!
-//! | rule (DESIGN §4) | mutant it kills |
+//! | rule (docs/design.md §4) | mutant it kills |
 //! |---|---|
 //! | one vote per voter per term, after the promise has expired | `Some(v) => *v == from` → any |
 //! | vote requests for a stale term are refused | the `term < self.term` check dropped |

@@ -1,4 +1,4 @@
-//! Tasks across nodes (DESIGN §4 "Tasks", invariant 7), on the deterministic test network with
+//! Tasks across nodes (docs/design.md §4.7, invariant 7), on the deterministic test network with
 //! a simulated sandbox (`support::simulate_run` reads what a run does from its command). The
 //! network checks on every step that a placement happens only under a valid lease and that a
 //! submitter takes one result per task; each test checks invariant 7 at its end.
@@ -815,7 +815,7 @@ fn refusals(out: &[chorus_core::Command]) -> Vec<Refusal> {
         .collect()
 }
 
-/// Trust (DESIGN §4): only a task's origin offers it; only the admin of the term places; only a
+/// Trust (docs/design.md §9.1): only a task's origin offers it; only the admin of the term places; only a
 /// worker the admin named delivers a result, and an unnamed one is not acknowledged.
 #[test]
 fn task_messages_count_only_from_who_may_send_them() {

@@ -1,4 +1,4 @@
-//! The sled event log (DESIGN §3): durable appends, snapshots + tail, reopening, and clear errors
+//! The sled event log (docs/design.md §3): durable appends, snapshots + tail, reopening, and clear errors
 //! for corrupt records, foreign data directories and other formats.
 
 use chorus_core::{Config, Core, Event, NodeId, PeerInfo, Timer, ADMIN_ELECTION};

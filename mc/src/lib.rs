@@ -12,7 +12,7 @@
 //! and ask the admin for any membership change. States are hashed and each is expanded once,
 //! breadth-first, so a violation comes with a shortest path to it.
 //!
-//! The invariants ([`check`]) are DESIGN §5's safety properties plus what membership and
+//! The invariants ([`check`]) are docs/design.md §5's safety properties plus what membership and
 //! bootstrap must keep: one admin per term, no two unexpired leases at one instant, one vote per
 //! voter per term, committed electorates forming one chain that every later admin holds, one
 //! genesis electorate.

@@ -1,4 +1,4 @@
-//! `chorus`: the CHORUS node daemon (DESIGN §8) and its tools, as a library so other binaries
+//! `chorus`: the CHORUS node daemon (docs/design.md §8) and its tools, as a library so other binaries
 //! (the end-to-end test crate's) can be this same program. `src/main.rs` calls [`main`].
 //!
 //! * `chorus run` — the node: event log, transport, runtime loop, HTTP API.
@@ -166,12 +166,12 @@ enum Cmd {
     ///
     /// Given several data directories (or a fault journal), replays each and merges them into
     /// one trace on the host's clock — what a real cluster decided, together — for
-    /// `chorus-sim check FILE` to judge against the invariants of DESIGN §5.
+    /// `chorus-sim check FILE` to judge against the invariants of docs/design.md §5.
     Replay {
         /// The node's data directory (or its `log` directory); repeat it to merge nodes.
         #[arg(long, value_name = "DIR", required = true)]
         data_dir: Vec<PathBuf>,
-        /// Also write a DESIGN §6 trace (JSON lines) here.
+        /// Also write a docs/design.md §6 trace (JSON lines) here.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// Faults the logs cannot know (kills, cuts, heals), as JSON lines of trace records

@@ -1,4 +1,4 @@
-//! The invariant checker (DESIGN §5), run over every trace line of every simulation.
+//! The invariant checker (docs/design.md §5), run over every trace line of every simulation.
 //!
 //! 1. election safety — at most one admin per term;
 //! 2. lease safety — no two nodes hold an unexpired lease at the same instant;
@@ -60,7 +60,7 @@ use crate::trace::{Header, Line, Record};
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// Invariant number, DESIGN §5.
+    /// Invariant number, docs/design.md §5.
     pub invariant: u8,
     /// Simulated time.
     pub t: u64,

@@ -17,7 +17,7 @@ use chorus_sim::sweep::{self, Overrides, SweepArgs};
 use chorus_sim::timing;
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Seeded simulations of a CHORUS cluster. Every run checks the invariants of DESIGN §5 and
+/// Seeded simulations of a CHORUS cluster. Every run checks the invariants of docs/design.md §5 and
 /// prints the one command that reproduces a violation.
 #[derive(Parser)]
 #[command(name = "chorus-sim", version, about, long_about = None)]
@@ -42,10 +42,10 @@ enum Cmd {
         trace: PathBuf,
     },
     /// Check any trace — a simulation's, or a real cluster's merged logs (`chorus replay
-    /// --data-dir A --data-dir B … --trace FILE`) — against the invariants of DESIGN §5; exit 1
+    /// --data-dir A --data-dir B … --trace FILE`) — against the invariants of docs/design.md §5; exit 1
     /// and print the lines that break one.
     Check {
-        /// A JSON Lines trace (DESIGN §6).
+        /// A JSON Lines trace (docs/design.md §6).
         trace: PathBuf,
         /// Judge liveness against this bound instead of the header's (ms): the default has no
         /// term for latency, so a real run over slow or lossy links needs a wider one.

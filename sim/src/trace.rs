@@ -1,4 +1,4 @@
-//! Traces: JSON Lines exactly as DESIGN §6, a public contract other tools read.
+//! Traces: JSON Lines exactly as docs/design.md §6, a public contract other tools read.
 //!
 //! The first line is a [`Header`]; then one [`Line`] per record in simulated-time order, each with
 //! `t` (global simulated ms) and `kind`. Every time in a trace, `lease_until` included, is global
@@ -65,7 +65,7 @@ pub struct Line {
     pub record: Record,
 }
 
-/// The record kinds (DESIGN §6), plus simulator extensions consumers may ignore.
+/// The record kinds (docs/design.md §6), plus simulator extensions consumers may ignore.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Record {

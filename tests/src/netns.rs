@@ -3,7 +3,7 @@
 //! namespace), packets lost, processes killed (`SIGKILL`) or paused (`SIGSTOP`). Every fault is
 //! written to a journal on the host's monotonic clock, and [`NetCluster::check`] ends a run by
 //! merging the nodes' logs with it (`chorus replay` of several data directories) and judging
-//! the result with the simulator's checker (DESIGN §5).
+//! the result with the simulator's checker (docs/design.md §5).
 //!
 //! Topology: the nodes' namespaces hang off one bridge in a namespace of its own (the "switch":
 //! a fresh namespace has an empty firewall, whatever the host's forwarding policy), and the
@@ -671,7 +671,7 @@ impl NetCluster {
     }
 
     /// Stops every node (SIGCONT first where paused, then SIGTERM: each logs its `Shutdown`),
-    /// then merges the logs with the fault journal and checks the result against DESIGN §5.
+    /// then merges the logs with the fault journal and checks the result against docs/design.md §5.
     /// Returns the merged trace's path and its violations, printed.
     pub fn stop_and_check(&mut self) -> (PathBuf, Vec<String>) {
         self.stop_and_check_within(None)

@@ -1,4 +1,4 @@
-//! End to end: real `chorus run` processes over libp2p on loopback (DESIGN §4, §8).
+//! End to end: real `chorus run` processes over libp2p on loopback (docs/design.md §4, §8).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,7 +17,7 @@ fn crash_failover_bound(t: Timings) -> Duration {
     Duration::from_millis(3 * (t.election_max_ms + 2 * t.heartbeat_ms) + 5_000)
 }
 
-/// DESIGN §4: five nodes elect one admin that every node agrees on; a crashed admin is replaced
+/// docs/design.md §4: five nodes elect one admin that every node agrees on; a crashed admin is replaced
 /// within the bound; the old admin restarted rejoins as a follower without raising the term; a
 /// gracefully stopped admin hands over well within one election timeout; and `chorus replay`
 /// of the stopped node's data directory reproduces what it recorded.
@@ -153,7 +153,7 @@ fn five_nodes_elect_fail_over_and_rejoin() {
     assert!(kinds.iter().any(|k| k == "voted"));
 }
 
-/// DESIGN §3: a node killed right after it voted, and restarted, does not vote again in that
+/// docs/design.md §3: a node killed right after it voted, and restarted, does not vote again in that
 /// term (its log made the vote durable before the reply left).
 #[test]
 fn crash_right_after_voting_does_not_vote_twice() {

@@ -1,7 +1,7 @@
 //! Real clusters under real faults (issue 12): five `chorus run` processes, each in its own
 //! network namespace, through partitions, one-way cuts, packet loss, a paused admin and killed
 //! admins. Every test ends by merging the nodes' logs with the fault journal and checking the
-//! result against DESIGN §5 — the same checker as every simulation — and each node's log must
+//! result against docs/design.md §5 — the same checker as every simulation — and each node's log must
 //! replay to the decisions it recorded.
 //!
 //! The tests run one at a time (five processes each on a 2-core machine) and print their

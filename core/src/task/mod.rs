@@ -1,5 +1,5 @@
 //! Tasks: submitted at any node, placed by the admin under its lease, run by a worker in a
-//! sandbox, the result sent back to the submitter (DESIGN §4 "Tasks", invariant 7).
+//! sandbox, the result sent back to the submitter (docs/design.md §4.7, invariant 7).
 //!
 //! Three parts, one file each:
 //! * [`submit`] — the submitter owns each task it accepted (durable: a fold of its log) and

@@ -1,7 +1,7 @@
 //! A small deterministic network of pure cores for property tests: a seeded queue of timed
 //! deliveries with delays, loss, directed cuts, crashes and restarts (a restart replays the
 //! node's own event log), and optionally a clock per node (offset and rate drift within the
-//! configured bound). No tokio, no threads, no clock. The invariants of DESIGN §5 (1, 2, 3)
+//! configured bound). No tokio, no threads, no clock. The invariants of docs/design.md §5 (1, 2, 3)
 //! are checked on every step, in global time, vote safety from the replies actually sent; a
 //! violation panics with the seed.
 
@@ -434,7 +434,7 @@ impl Net {
             Notice::LeaseRenewed { lease_until_ms, .. } => {
                 self.check_lease(i, self.clocks[i].global(*lease_until_ms))
             }
-            // Admin duties run only under a valid lease (DESIGN §4).
+            // Admin duties run only under a valid lease (docs/design.md §4.5).
             Notice::TaskPlaced { task, .. } => {
                 let holds = self.nodes[i]
                     .as_ref()

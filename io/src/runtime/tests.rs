@@ -173,7 +173,7 @@ fn became_admin(notices: &[Notice]) -> Option<u64> {
     })
 }
 
-/// DESIGN §4 (election, bootstrap): a lone voter with `bootstrap_expect = 1` finds no admin,
+/// docs/design.md §4.3 (bootstrap): a lone voter with `bootstrap_expect = 1` finds no admin,
 /// stands, and wins with its own vote.
 #[tokio::test(start_paused = true)]
 async fn single_node_elects_itself() {
@@ -203,7 +203,7 @@ async fn single_node_elects_itself() {
     );
 }
 
-/// DESIGN §3 (event sourcing): each batch's events are appended and synced before any of its
+/// docs/design.md §3 (event sourcing): each batch's events are appended and synced before any of its
 /// commands leaves.
 #[tokio::test(start_paused = true)]
 async fn events_are_durable_before_commands_are_carried_out() {
@@ -254,7 +254,7 @@ async fn events_are_durable_before_commands_are_carried_out() {
     assert!(n.sent.lock().unwrap().len() >= 2);
 }
 
-/// DESIGN §3 (recovery): after a crash, snapshot + replayed tail restore term and vote; the role
+/// docs/design.md §3 (recovery): after a crash, snapshot + replayed tail restore term and vote; the role
 /// is follower again; the restarted node continues after the last logged time.
 #[tokio::test(start_paused = true)]
 async fn recovery_replays_term_and_vote() {
@@ -299,7 +299,7 @@ async fn recovery_replays_term_and_vote() {
     assert!(restart_at > last_logged, "{restart_at} after {last_logged}");
 }
 
-/// DESIGN §4 (graceful shutdown): an admin gives its lease up and tells the cluster.
+/// docs/design.md §4.5 (graceful shutdown): an admin gives its lease up and tells the cluster.
 #[tokio::test(start_paused = true)]
 async fn shutdown_of_an_admin_broadcasts_step_down() {
     let log = MemoryLog::new();
@@ -330,7 +330,7 @@ async fn shutdown_of_an_admin_broadcasts_step_down() {
         }));
 }
 
-/// DESIGN §4 (protocol): undecodable input is counted and dropped; it never reaches the core
+/// docs/design.md §4.1 (protocol): undecodable input is counted and dropped; it never reaches the core
 /// or the log.
 #[tokio::test(start_paused = true)]
 async fn rejected_input_is_counted_not_logged() {
@@ -437,7 +437,7 @@ impl TaskSandboxes for EchoSandboxes {
     }
 }
 
-/// DESIGN §4 (tasks): the loop carries out `StartSandbox` through its sandboxes and steps the
+/// docs/design.md §4.7 (tasks): the loop carries out `StartSandbox` through its sandboxes and steps the
 /// run's end as a logged event, so a lone admin with a slot runs a submitted task to its
 /// result, and a restarted node's log replays to the same result.
 #[tokio::test(start_paused = true)]

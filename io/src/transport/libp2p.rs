@@ -1,4 +1,4 @@
-//! The libp2p transport (DESIGN §4): TCP + noise + yamux, gossipsub for broadcasts,
+//! The libp2p transport (docs/design.md §4.1): TCP + noise + yamux, gossipsub for broadcasts,
 //! request-response for direct messages, identify for peers' capabilities, ping, mDNS,
 //! Kademlia peer exchange (one bootstrap address is enough to meet the whole cluster), dialling
 //! of bootstrap addresses and known peers with backoff, known peers kept in a file, an optional pre-shared-key private network, an optional

@@ -1,4 +1,4 @@
-//! Production transports for the runtime loop: the libp2p adapter (DESIGN §4), which implements
+//! Production transports for the runtime loop: the libp2p adapter (docs/design.md §4.1), which implements
 //! [`crate::runtime::Transport`] over TCP + noise + yamux with gossipsub broadcasts and
 //! request-response direct messages.
 

@@ -6,7 +6,7 @@
 //! `CHORUS_FAULT=forge-heartbeat-acks`: every heartbeat this node broadcasts is answered at once
 //! by an acknowledgement "from" every peer it ever saw — a build whose lease renewal does not
 //! check who acknowledged. In a minority partition such an admin keeps renewing its lease while
-//! the majority elects another: two leases at once (DESIGN §5, invariant 2).
+//! the majority elects another: two leases at once (docs/design.md §5, invariant 2).
 
 use std::collections::{BTreeSet, VecDeque};
 

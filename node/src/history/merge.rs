@@ -1,5 +1,5 @@
 //! `chorus replay --data-dir A --data-dir B …`: several nodes' replays put on one time line — one
-//! DESIGN §6 trace of what a real cluster decided, for `chorus-sim check` to judge against the
+//! docs/design.md §6 trace of what a real cluster decided, for `chorus-sim check` to judge against the
 //! same invariants as a simulation.
 //!
 //! Each node records, at every start, where its clock sat on the host's clocks

@@ -1,7 +1,7 @@
 //! `chorus replay`: re-runs a data directory's event log through a fresh core (or the oldest
 //! retained snapshot), prints the decisions with their times, checks them against the notices
 //! the node recorded as it ran, checks vote safety from the vote replies the node sent, and can
-//! write a DESIGN §6 trace.
+//! write a docs/design.md §6 trace.
 
 use std::io::Write;
 use std::path::Path;
@@ -25,7 +25,7 @@ pub struct ReplayReport {
     pub matched: usize,
     pub mismatches: Vec<String>,
     pub unrecorded_tail: usize,
-    /// Terms in which the node gave its vote to two candidates (DESIGN §5.3).
+    /// Terms in which the node gave its vote to two candidates (docs/design.md §5.3).
     pub vote_violations: Vec<String>,
 }
 
@@ -763,7 +763,7 @@ mod tests {
     }
 
     /// The electorate, bootstrap and membership kinds have the shape the simulator writes
-    /// (DESIGN §6; `sim/src/trace.rs`).
+    /// (docs/design.md §6; `sim/src/trace.rs`).
     #[test]
     fn electorate_and_membership_notices_become_trace_lines() {
         use chorus_core::{ChangeOutcome, ChangeRefusal, MemberChange, NodeId};

@@ -1,4 +1,4 @@
-//! The DESIGN §6 trace as `chorus replay` writes it: the header (the simulator's fields, so
+//! The docs/design.md §6 trace as `chorus replay` writes it: the header (the simulator's fields, so
 //! `chorus-sim check` reads it, plus what a replay knows: the node, or for a merge who may be
 //! admin, the host clock and the sources) and one record per decision. Shared by the one-node
 //! replay and the merge.

@@ -1,7 +1,7 @@
 //! The turmoil engine: every host `n{i}` runs the real runtime loop
 //! ([`chorus_io::runtime::Runtime`]) over simulated UDP ([`transport`]), with a
 //! [`MemoryLog`] kept outside the host so it survives crashes, and the tokio clock (virtual time
-//! under turmoil). Tens of nodes: a turmoil tick costs about N³ (DESIGN §2).
+//! under turmoil). Tens of nodes: a turmoil tick costs about N³ (docs/design.md §2).
 //!
 //! Time is driven here, tick by tick, with `Sim::step` (`Sim::run` returns at once when only
 //! hosts are registered). After each tick the nodes' buffered outputs are sorted by (time, node,

@@ -85,7 +85,7 @@ fn steady_five_nodes_elect_one_admin() {
     assert!(known >= 4, "the followers learned the admin");
 }
 
-/// DESIGN §5 on the built-in fault scenarios, at CHORUS's default timings (10 ms tick).
+/// docs/design.md §5 on the built-in fault scenarios, at CHORUS's default timings (10 ms tick).
 #[test]
 fn partition_builtin_passes_the_checker() {
     let mut s = builtin("partition").unwrap();
@@ -127,7 +127,7 @@ fn lossy_builtin_passes_the_checker() {
     assert!(f.stats.elections >= 1, "{:?}", f.stats);
 }
 
-/// DESIGN §5 invariant 3 across crashes: the admin is killed every 1.5 s, forcing elections, and
+/// docs/design.md §5 invariant 3 across crashes: the admin is killed every 1.5 s, forcing elections, and
 /// one random node is bounced for 5 ms every 41 ms, so voters go down just after voting and come
 /// back while candidates are still asking. The vote must come back with the log.
 #[test]

@@ -1,7 +1,7 @@
 //! `chorus-real`: a real cluster under real faults, for as long as you like (the soak beside the
 //! bounded tests in `tests/real_faults.rs`). N `chorus` processes, each in its own network
 //! namespace; one fault kind (or all, in turn) applied again and again; the failover time of
-//! each measured; at the end the nodes' logs merged and checked against DESIGN §5.
+//! each measured; at the end the nodes' logs merged and checked against docs/design.md §5.
 //!
 //! Needs root (network namespaces), iproute2 and nftables. Build the node first:
 //! `cargo build -p chorus-tests --bins`, then e.g.
@@ -30,7 +30,7 @@ enum Fault {
 
 /// A real cluster under real faults: N `chorus` nodes in network namespaces, one fault kind (or
 /// all in turn) applied again and again, the failover time of each printed, and the nodes' merged
-/// logs checked against DESIGN §5 at the end. Needs root, iproute2 and nftables.
+/// logs checked against docs/design.md §5 at the end. Needs root, iproute2 and nftables.
 #[derive(Parser)]
 #[command(name = "chorus-real", version)]
 struct Args {
