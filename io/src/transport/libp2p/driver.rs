@@ -877,7 +877,11 @@ impl Driver {
             Some(ad) if ad.cluster == self.cluster_id => {
                 // Bounded: one entry per connected peer (removed when it disconnects), and
                 // the address itself is short or dropped.
-                let http = ad.http.filter(|h| h.len() <= 256);
+                let remote = self.peers.get(&peer).and_then(|s| s.remote.as_ref());
+                let http = ad
+                    .http
+                    .filter(|h| h.len() <= 256)
+                    .map(|h| reachable_http(&h, remote));
                 self.stats.set_peer_http(peer.to_base58(), http);
                 ad.info
             }
@@ -1104,6 +1108,39 @@ fn bind_like_libp2p(addr: std::net::SocketAddr) -> std::io::Result<socket2::Sock
 
 /// An error and its sources on one line (libp2p's outer transport errors often display as
 /// nothing at all; the cause is in the chain).
+/// A peer's advertised API address as this node can reach it: a peer whose API listens on
+/// every interface (`0.0.0.0:7070`, `[::]:7070`) is reached at the address its connection
+/// comes from. Anything else is kept as advertised (`HOST:PORT` or `https://HOST:PORT#sha256=…`).
+fn reachable_http(advertised: &str, remote: Option<&Multiaddr>) -> String {
+    use libp2p::multiaddr::Protocol;
+    let (scheme, rest) = match advertised.split_once("://") {
+        Some((s, r)) => (Some(s), r),
+        None => (None, advertised),
+    };
+    let end = rest.find(['/', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let Ok(bound) = authority.parse::<std::net::SocketAddr>() else {
+        return advertised.to_owned();
+    };
+    let seen = remote.and_then(|a| {
+        a.iter().find_map(|p| match p {
+            Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
+            Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
+            _ => None,
+        })
+    });
+    match seen {
+        Some(ip) if bound.ip().is_unspecified() => {
+            let at = std::net::SocketAddr::new(ip, bound.port());
+            match scheme {
+                Some(s) => format!("{s}://{at}{tail}"),
+                None => format!("{at}{tail}"),
+            }
+        }
+        _ => advertised.to_owned(),
+    }
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -1157,5 +1194,30 @@ fn denial_reason(cause: &ConnectionDenied) -> &'static str {
         "limit"
     } else {
         "other"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reachable_http;
+
+    #[test]
+    fn an_api_on_every_interface_is_reached_where_the_peers_connection_comes_from() {
+        let remote: libp2p::Multiaddr = "/ip4/10.0.0.2/tcp/7946".parse().unwrap();
+        let r = Some(&remote);
+        assert_eq!(reachable_http("0.0.0.0:7070", r), "10.0.0.2:7070");
+        assert_eq!(
+            reachable_http("https://0.0.0.0:7070#sha256=ab12", r),
+            "https://10.0.0.2:7070#sha256=ab12"
+        );
+        let v6: libp2p::Multiaddr = "/ip6/fd00::2/tcp/7946".parse().unwrap();
+        assert_eq!(reachable_http("[::]:7070", Some(&v6)), "[fd00::2]:7070");
+        // A specific address, an unknown connection or a name are kept as advertised.
+        assert_eq!(reachable_http("10.0.0.9:7070", r), "10.0.0.9:7070");
+        assert_eq!(reachable_http("0.0.0.0:7070", None), "0.0.0.0:7070");
+        assert_eq!(
+            reachable_http("https://node.example:7070", r),
+            "https://node.example:7070"
+        );
     }
 }
