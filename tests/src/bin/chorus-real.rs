@@ -65,6 +65,10 @@ struct Args {
     /// The `chorus` binary (default: `chorus-e2e` next to this program).
     #[arg(long)]
     bin: Option<std::path::PathBuf>,
+    /// Test hook: this long after the delay starts, kill the first node's delaying thread (the
+    /// run must then fail at once, naming it). Needs --delay-ms.
+    #[arg(long, hide = true)]
+    kill_injector_after_ms: Option<u64>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -121,6 +125,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.kill_injector_after_ms.is_some() && delay.is_none() {
+        eprintln!("chorus-real: --kill-injector-after-ms needs --delay-ms");
+        return ExitCode::from(2);
+    }
     if args.loss > 100 {
         eprintln!("chorus-real: --loss is a percentage");
         return ExitCode::from(2);
@@ -135,6 +143,15 @@ fn main() -> ExitCode {
             "every packet between nodes held {a}..{b} ms, {} % lost",
             args.loss
         );
+        if let Some(after_ms) = args.kill_injector_after_ms {
+            let switch = c.injector_kill_switch().expect("a delay in force");
+            let ns = c.nodes[0].ns.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(after_ms));
+                eprintln!("chorus-real: test hook: killing the delayer of {ns}");
+                switch.kill(&ns);
+            });
+        }
     }
     let started = Instant::now();
     let ((_, _, _), cold) = c.wait_agreed(bound);
@@ -230,8 +247,9 @@ fn main() -> ExitCode {
             t[t.len() - 1]
         );
     }
+    println!("what the fault injectors did:");
     for line in c.injector_summary() {
-        println!("{line}");
+        println!("  {line}");
     }
     if !injectors_alive(&c) {
         c.keep_data();
