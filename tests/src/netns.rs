@@ -650,6 +650,20 @@ impl NetCluster {
         }
     }
 
+    /// Sleeps `d`, checking the injectors as every wait does (a run paused for a fault still
+    /// notices a stopped injector at once).
+    pub fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        loop {
+            self.assert_injectors();
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+
     /// What the delaying threads did so far (`None` without a delay in force).
     pub fn delay_counts(&self) -> Option<crate::delay::DelayCounts> {
         self.delay.as_ref().map(|(_, _, d)| d.counts())

@@ -202,7 +202,7 @@ fn main() -> ExitCode {
             Fault::Pause => {
                 c.pause(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
-                std::thread::sleep(Duration::from_millis(2 * max).saturating_sub(t));
+                c.sleep(Duration::from_millis(2 * max).saturating_sub(t));
                 c.resume(admin);
                 t
             }
