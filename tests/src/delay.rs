@@ -257,6 +257,9 @@ fn open_in(ns: &str, queue_len: u32) -> Queue {
     // Only the verdict matters: no payload copied, and a full queue lets packets through.
     q.set_copy_range(0, 0).expect("copy range");
     q.set_fail_open(0, true).expect("fail open");
+    // A segmentation-offloaded packet comes whole, as it matched the queue's rule (else the
+    // kernel splits it, and the rule's count no longer says how many packets were queued).
+    q.set_recv_gso(0, true).expect("GSO packets whole");
     q.set_queue_max_len(0, queue_len).expect("queue length");
     // The crate turns ENOBUFS off; on, an overflowing socket is counted (see `classify`).
     q.set_recv_enobufs(true).expect("ENOBUFS reported");

@@ -583,6 +583,11 @@ impl NetCluster {
     /// that, packets pass undelayed: a test overflows a tiny queue).
     pub fn set_delay_with_queue_len(&mut self, min_ms: u64, max_ms: u64, queue_len: u32) {
         self.clear_delay();
+        // The queues listen before the rules send packets to them: a packet queued with
+        // nobody listening passes undelayed (`--queue-bypass`).
+        let namespaces: Vec<String> = self.nodes.iter().map(|n| n.ns.clone()).collect();
+        let delayer =
+            crate::delay::Delayer::start_with_queue_len(&namespaces, min_ms, max_ms, queue_len);
         for node in &self.nodes {
             let host = self.host.to_string();
             let rules: [&[&str]; 2] = [
@@ -608,9 +613,6 @@ impl NetCluster {
                     .args(rule));
             }
         }
-        let namespaces: Vec<String> = self.nodes.iter().map(|n| n.ns.clone()).collect();
-        let delayer =
-            crate::delay::Delayer::start_with_queue_len(&namespaces, min_ms, max_ms, queue_len);
         self.delay = Some((min_ms, max_ms, delayer));
         self.journal_network();
     }
