@@ -119,6 +119,32 @@ pub struct NodeSetup {
     pub args: Vec<String>,
 }
 
+/// One node's footprint at a moment (see [`NetCluster::resources`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeResources {
+    /// Resident memory, KiB (`VmRSS`).
+    pub rss_kib: u64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+    /// Bytes in its data directory (the event log and what goes with it).
+    pub data_bytes: u64,
+}
+
+/// The bytes of every file under `dir`, recursively (0 for what cannot be read).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 /// N nodes on their own hosts. Dropping it kills every process and removes the namespaces.
 pub struct NetCluster {
     bin: PathBuf,
@@ -368,6 +394,26 @@ impl NetCluster {
     pub fn task(&self, i: usize, id: &str) -> Option<Value> {
         let (code, body) = self.http(i, "GET", &format!("/tasks/{id}"), None)?;
         (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    /// Node `i`'s process and data directory now (`None` when it does not run): what a soak
+    /// watches for growth.
+    pub fn resources(&self, i: usize) -> Option<NodeResources> {
+        let pid = self.nodes[i].child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+        Some(NodeResources {
+            rss_kib,
+            open_fds,
+            data_bytes: dir_bytes(&self.nodes[i].data_dir),
+        })
     }
 
     /// Whether node `i` runs and is not paused.

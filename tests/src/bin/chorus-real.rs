@@ -156,11 +156,13 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let ((_, _, _), cold) = c.wait_agreed(bound);
     println!("cold start: agreed after {cold:?}");
+    let at_start: Vec<_> = (0..args.nodes).map(|i| c.resources(i)).collect();
     let kinds: Vec<Fault> = match args.fault {
         Fault::All => vec![Fault::Partition, Fault::Cut, Fault::Pause, Fault::Kill],
         one => vec![one],
     };
     let mut times: Vec<(Fault, Duration)> = Vec::new();
+    let mut restarted: Vec<usize> = Vec::new();
     // A fault injector that stopped fails the run at once (issue 39): its numbers would
     // describe another run than the one stated.
     let injectors_alive = |c: &NetCluster| match c.check_injectors() {
@@ -207,6 +209,7 @@ fn main() -> ExitCode {
                 t
             }
             Fault::Kill => {
+                restarted.push(admin);
                 c.kill(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
                 c.restart(admin);
@@ -245,6 +248,30 @@ fn main() -> ExitCode {
             pct(50),
             pct(99),
             t[t.len() - 1]
+        );
+    }
+    // What grows over a run: memory and descriptors of each process (a restarted node's are
+    // its new process's), the data directory across restarts.
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    println!("nodes, at the cold start -> now ({minutes:.1} min):");
+    for (i, start) in at_start.iter().enumerate() {
+        let (Some(a), Some(b)) = (start, c.resources(i)) else {
+            continue;
+        };
+        let restarts = restarted.iter().filter(|r| **r == i).count();
+        println!(
+            "  n{i}: rss {} -> {} MiB, {} -> {} fds, data {} -> {} KiB ({:+.1} KiB/min){}",
+            a.rss_kib / 1024,
+            b.rss_kib / 1024,
+            a.open_fds,
+            b.open_fds,
+            a.data_bytes / 1024,
+            b.data_bytes / 1024,
+            (b.data_bytes as f64 - a.data_bytes as f64) / 1024.0 / minutes.max(1e-9),
+            match restarts {
+                0 => String::new(),
+                n => format!("; {n} restart(s): rss and fds are of the last process"),
+            }
         );
     }
     println!("what the fault injectors did:");
