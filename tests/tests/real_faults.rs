@@ -739,6 +739,13 @@ fn chorus_real_fails_at_once_when_its_delayer_is_killed_mid_run() {
             .any(|(t, l)| t < killed_at && l.starts_with("cold start")),
         "killed before the run was under way:\n{text}"
     );
+    // The failed run kept its data for a post-mortem; this failure was the point.
+    if let Some(kept) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("netns cluster data kept in "))
+    {
+        let _ = std::fs::remove_dir_all(kept.trim());
+    }
 }
 
 /// The short soak of issue 39, in CI: `chorus-real` for 3 minutes with every fault kind in
