@@ -22,6 +22,41 @@ pub struct Delayer {
     stop: Arc<AtomicBool>,
     threads: Vec<(String, JoinHandle<()>)>,
     stats: Arc<Stats>,
+    kill: KillSwitch,
+}
+
+/// Packets the kernel keeps queued for one namespace's delayer (held or not yet read) before
+/// the queue fails open and lets further packets through undelayed.
+pub const QUEUE_LEN: u32 = 4096;
+
+/// What the delaying threads did so far, summed over namespaces.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DelayCounts {
+    /// Packets read from the queues.
+    pub received: u64,
+    /// Packets let go after their hold (a late verdict included).
+    pub held: u64,
+    /// Verdicts the kernel answered with `ENOENT`: it no longer held the packet.
+    pub late_verdicts: u64,
+    /// `ENOBUFS` from a queue socket: the kernel could not hand over messages (those packets
+    /// went on undelayed, the queue failing open).
+    pub overflows: u64,
+}
+
+/// Stops one delaying thread as a crash would (a test's hook, to show that a run notices).
+#[derive(Clone, Debug, Default)]
+pub struct KillSwitch(Vec<(String, Arc<AtomicBool>)>);
+
+impl KillSwitch {
+    /// Makes the delaying thread of namespace `ns` panic at its next turn; false when no thread
+    /// delays `ns`.
+    pub fn kill(&self, ns: &str) -> bool {
+        let found = self.0.iter().find(|(name, _)| name == ns);
+        if let Some((_, flag)) = found {
+            flag.store(true, Ordering::Relaxed);
+        }
+        found.is_some()
+    }
 }
 
 /// Holds are counted per millisecond up to this; longer ones in the last bucket.
@@ -29,6 +64,7 @@ const HOLD_BUCKETS: usize = 1_001;
 
 /// What the delaying threads did, summed over namespaces.
 struct Stats {
+    received: AtomicU64,
     held: AtomicU64,
     late_verdicts: AtomicU64,
     overflows: AtomicU64,
@@ -43,6 +79,7 @@ struct Stats {
 impl Default for Stats {
     fn default() -> Stats {
         Stats {
+            received: AtomicU64::new(0),
             held: AtomicU64::new(0),
             late_verdicts: AtomicU64::new(0),
             overflows: AtomicU64::new(0),
@@ -106,18 +143,37 @@ impl Delayer {
     /// Holds every packet queued to queue 0 in each namespace of `namespaces` for a uniformly
     /// random `min_ms..=max_ms`. Returns once every thread listens.
     pub fn start(namespaces: &[String], min_ms: u64, max_ms: u64) -> Delayer {
+        Delayer::start_with_queue_len(namespaces, min_ms, max_ms, QUEUE_LEN)
+    }
+
+    /// [`Delayer::start`] with queues of `queue_len` packets instead of [`QUEUE_LEN`] (a test
+    /// overflows a tiny one).
+    pub fn start_with_queue_len(
+        namespaces: &[String],
+        min_ms: u64,
+        max_ms: u64,
+        queue_len: u32,
+    ) -> Delayer {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(Stats::default());
         let mut threads = Vec::new();
+        let mut kill = KillSwitch::default();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (k, ns) in namespaces.iter().enumerate() {
+            let killed = Arc::new(AtomicBool::new(false));
+            kill.0.push((ns.clone(), killed.clone()));
             let (name, stop, ready, stats) =
                 (ns.clone(), stop.clone(), ready_tx.clone(), stats.clone());
             let thread = std::thread::spawn(move || {
-                let queue = open_in(&name);
+                let queue = open_in(&name, queue_len);
                 ready.send(()).expect("ready");
                 let seed = 0x9E37_79B9_7F4A_7C15 ^ k as u64;
-                if let Err(e) = hold(queue, &stop, min_ms, max_ms, seed, &stats) {
+                let turn = Turn {
+                    stop: &stop,
+                    killed: &killed,
+                    ns: &name,
+                };
+                if let Err(e) = hold(queue, &turn, min_ms, max_ms, seed, &stats) {
                     let mut failed = stats.failed.lock().unwrap_or_else(|p| p.into_inner());
                     failed.get_or_insert(format!("the delayer of {name}: netfilter queue: {e}"));
                 }
@@ -133,6 +189,23 @@ impl Delayer {
             stop,
             threads,
             stats,
+            kill,
+        }
+    }
+
+    /// A handle that stops one delaying thread as a crash would (see [`KillSwitch`]).
+    pub fn kill_switch(&self) -> KillSwitch {
+        self.kill.clone()
+    }
+
+    /// What the delaying threads did so far.
+    pub fn counts(&self) -> DelayCounts {
+        let s = &self.stats;
+        DelayCounts {
+            received: s.received.load(Ordering::Relaxed),
+            held: s.held.load(Ordering::Relaxed),
+            late_verdicts: s.late_verdicts.load(Ordering::Relaxed),
+            overflows: s.overflows.load(Ordering::Relaxed),
         }
     }
 
@@ -155,7 +228,7 @@ impl Delayer {
         let held = s.held.load(Ordering::Relaxed);
         let mean = s.hold_ms_total.load(Ordering::Relaxed) / held.max(1);
         format!(
-            "delayer: {held} packets held, mean {mean} ms, p50 {} ms, p90 {} ms, p99 {} ms, longest {} ms; {} late verdicts, {} queue overflows",
+            "delayer: {held} packets held, mean {mean} ms, p50 {} ms, p90 {} ms, p99 {} ms, longest {} ms; {} late verdicts, {} socket overflows",
             s.hold_percentile(50),
             s.hold_percentile(90),
             s.hold_percentile(99),
@@ -176,7 +249,7 @@ impl Drop for Delayer {
 }
 
 /// Enters namespace `ns` (this thread only) and binds its queue 0.
-fn open_in(ns: &str) -> Queue {
+fn open_in(ns: &str, queue_len: u32) -> Queue {
     let file = std::fs::File::open(format!("/var/run/netns/{ns}")).expect("namespace file");
     nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
     let mut q = Queue::open().expect("netfilter queue socket");
@@ -184,14 +257,26 @@ fn open_in(ns: &str) -> Queue {
     // Only the verdict matters: no payload copied, and a full queue lets packets through.
     q.set_copy_range(0, 0).expect("copy range");
     q.set_fail_open(0, true).expect("fail open");
-    q.set_queue_max_len(0, 4096).expect("queue length");
+    // A segmentation-offloaded packet comes whole, as it matched the queue's rule (else the
+    // kernel splits it, and the rule's count no longer says how many packets were queued).
+    q.set_recv_gso(0, true).expect("GSO packets whole");
+    q.set_queue_max_len(0, queue_len).expect("queue length");
+    // The crate turns ENOBUFS off; on, an overflowing socket is counted (see `classify`).
+    q.set_recv_enobufs(true).expect("ENOBUFS reported");
     q.set_nonblocking(true);
     q
 }
 
+/// Whether a delaying thread is to go on: the delayer's stop, and its own kill switch.
+struct Turn<'a> {
+    stop: &'a AtomicBool,
+    killed: &'a AtomicBool,
+    ns: &'a str,
+}
+
 fn hold(
     mut q: Queue,
-    stop: &AtomicBool,
+    turn: &Turn<'_>,
     min_ms: u64,
     max_ms: u64,
     mut seed: u64,
@@ -218,10 +303,18 @@ fn hold(
         seed ^= seed >> 27;
         seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
     };
-    while !stop.load(Ordering::Relaxed) {
+    while !turn.stop.load(Ordering::Relaxed) {
+        // A crash, as the test hook asks: the queue socket closes with the thread, the kernel
+        // drops what it held, and later packets pass undelayed (`--queue-bypass`).
+        assert!(
+            !turn.killed.load(Ordering::Relaxed),
+            "the delayer of {} killed by its test hook",
+            turn.ns
+        );
         loop {
             match q.recv() {
                 Ok(mut msg) => {
+                    stats.received.fetch_add(1, Ordering::Relaxed);
                     msg.set_verdict(Verdict::Accept);
                     let d = min_ms + next() % (max_ms - min_ms + 1);
                     let now = Instant::now();
@@ -275,6 +368,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             threads: vec![("ns-a".into(), std::thread::spawn(|| {}))],
             stats: stats.clone(),
+            kill: KillSwitch::default(),
         };
         std::thread::sleep(Duration::from_millis(50));
         let err = d.health().unwrap_err();
@@ -285,6 +379,7 @@ mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             threads: vec![],
             stats: Arc::new(Stats::default()),
+            kill: KillSwitch::default(),
         };
         assert_eq!(healthy.health(), Ok(()));
         assert!(healthy.summary().contains("0 packets held"));

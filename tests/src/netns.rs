@@ -45,6 +45,21 @@ fn run(cmd: &mut Command) {
     );
 }
 
+/// Runs a command that must succeed; returns what it printed.
+fn output(cmd: &mut Command) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn ip(args: &[&str]) {
     run(Command::new("ip").args(args));
 }
@@ -104,6 +119,32 @@ pub struct NodeSetup {
     pub args: Vec<String>,
 }
 
+/// One node's footprint at a moment (see [`NetCluster::resources`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeResources {
+    /// Resident memory, KiB (`VmRSS`).
+    pub rss_kib: u64,
+    /// Open file descriptors.
+    pub open_fds: u64,
+    /// Bytes in its data directory (the event log and what goes with it).
+    pub data_bytes: u64,
+}
+
+/// The bytes of every file under `dir`, recursively (0 for what cannot be read).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(_) => e.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
 /// N nodes on their own hosts. Dropping it kills every process and removes the namespaces.
 pub struct NetCluster {
     bin: PathBuf,
@@ -119,6 +160,8 @@ pub struct NetCluster {
     /// The test process's own address on the switch (its traffic is never delayed).
     host: Ipv4Addr,
     delay: Option<(u64, u64, crate::delay::Delayer)>,
+    /// Faults applied and healed so far, by kind (for the summary).
+    faults: std::collections::BTreeMap<&'static str, u64>,
 }
 
 static CLUSTERS: AtomicU32 = AtomicU32::new(0);
@@ -178,6 +221,7 @@ impl NetCluster {
             keep: false,
             host: Ipv4Addr::new(net[0], net[1], net[2], 254),
             delay: None,
+            faults: Default::default(),
         };
         ip(&["netns", "add", &switch]);
         ip(&["-n", &switch, "link", "add", "br0", "type", "bridge"]);
@@ -299,6 +343,7 @@ impl NetCluster {
 
     fn wait_answering(&mut self, i: usize) {
         let status = wait_until(crate::START_BOUND, Duration::from_millis(50), || {
+            self.assert_injectors();
             if let Some(Ok(Some(st))) = self.nodes[i].child.as_mut().map(Child::try_wait) {
                 panic!(
                     "n{i} exited ({st}) at start:\n{}",
@@ -351,6 +396,26 @@ impl NetCluster {
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
+    /// Node `i`'s process and data directory now (`None` when it does not run): what a soak
+    /// watches for growth.
+    pub fn resources(&self, i: usize) -> Option<NodeResources> {
+        let pid = self.nodes[i].child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let rss_kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let open_fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
+        Some(NodeResources {
+            rss_kib,
+            open_fds,
+            data_bytes: dir_bytes(&self.nodes[i].data_dir),
+        })
+    }
+
     /// Whether node `i` runs and is not paused.
     pub fn is_live(&self, i: usize) -> bool {
         self.nodes[i].child.is_some() && !self.nodes[i].paused
@@ -390,6 +455,7 @@ impl NetCluster {
     ) -> ((String, u64, usize), Duration) {
         let started = Instant::now();
         let found = wait_until(timeout, Duration::from_millis(25), || {
+            self.assert_injectors();
             self.agreement_among(among)
         });
         let found = found.unwrap_or_else(|| {
@@ -432,6 +498,7 @@ impl NetCluster {
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.nodes[i].child.take() {
             self.journal(serde_json::json!({"kind": "crash", "node": self.nodes[i].id}));
+            self.count("kill");
             let _ = child.kill();
             let _ = child.wait();
             self.nodes[i].paused = false;
@@ -467,6 +534,7 @@ impl NetCluster {
 
     /// Starts node `i` again on its data directory; returns once it answers.
     pub fn restart(&mut self, i: usize) {
+        self.count("restart");
         self.spawn(i);
         self.wait_answering(i);
     }
@@ -490,6 +558,7 @@ impl NetCluster {
         );
         self.signal(i, Signal::SIGSTOP);
         self.nodes[i].paused = true;
+        self.count("pause");
     }
 
     /// SIGCONT node `i` (journaled as a heal).
@@ -497,6 +566,7 @@ impl NetCluster {
         self.signal(i, Signal::SIGCONT);
         self.nodes[i].paused = false;
         self.journal(serde_json::json!({"kind": "heal"}));
+        self.count("resume");
     }
 
     /// Cuts every link between different groups, both ways.
@@ -514,6 +584,7 @@ impl NetCluster {
         }
         let ids: Vec<Vec<String>> = groups.iter().map(|g| self.ids(g)).collect();
         self.journal(serde_json::json!({"kind": "partition", "groups": ids}));
+        self.count("partition");
         self.apply();
     }
 
@@ -529,6 +600,7 @@ impl NetCluster {
         self.journal(
             serde_json::json!({"kind": "cut", "from": self.ids(from), "to": self.ids(to)}),
         );
+        self.count("cut");
         self.apply();
     }
 
@@ -537,6 +609,7 @@ impl NetCluster {
         self.cut.clear();
         self.apply();
         self.journal(serde_json::json!({"kind": "heal"}));
+        self.count("heal");
     }
 
     /// Every packet between nodes is dropped with `percent` % probability, each way.
@@ -549,7 +622,18 @@ impl NetCluster {
     /// Every packet between nodes is held for a random `min_ms..=max_ms` (so packets also
     /// overtake each other), until [`NetCluster::clear_delay`].
     pub fn set_delay(&mut self, min_ms: u64, max_ms: u64) {
+        self.set_delay_with_queue_len(min_ms, max_ms, crate::delay::QUEUE_LEN);
+    }
+
+    /// [`NetCluster::set_delay`] with each namespace's queue `queue_len` packets long (past
+    /// that, packets pass undelayed: a test overflows a tiny queue).
+    pub fn set_delay_with_queue_len(&mut self, min_ms: u64, max_ms: u64, queue_len: u32) {
         self.clear_delay();
+        // The queues listen before the rules send packets to them: a packet queued with
+        // nobody listening passes undelayed (`--queue-bypass`).
+        let namespaces: Vec<String> = self.nodes.iter().map(|n| n.ns.clone()).collect();
+        let delayer =
+            crate::delay::Delayer::start_with_queue_len(&namespaces, min_ms, max_ms, queue_len);
         for node in &self.nodes {
             let host = self.host.to_string();
             let rules: [&[&str]; 2] = [
@@ -575,8 +659,6 @@ impl NetCluster {
                     .args(rule));
             }
         }
-        let namespaces: Vec<String> = self.nodes.iter().map(|n| n.ns.clone()).collect();
-        let delayer = crate::delay::Delayer::start(&namespaces, min_ms, max_ms);
         self.delay = Some((min_ms, max_ms, delayer));
         self.journal_network();
     }
@@ -599,6 +681,8 @@ impl NetCluster {
 
     /// `Err` naming the fault injector that stopped while its fault is meant to be in force
     /// (issue 39): a run must then fail, not go on under other conditions than it states.
+    /// (The rules of cuts and losses cannot stop on their own; installing or removing one that
+    /// fails panics, naming the command and namespace.)
     pub fn check_injectors(&self) -> Result<(), String> {
         match &self.delay {
             Some((_, _, d)) => d.health(),
@@ -606,9 +690,132 @@ impl NetCluster {
         }
     }
 
-    /// What each fault injector in force did, one line each.
+    /// Panics on [`NetCluster::check_injectors`]'s error: every wait for the cluster checks,
+    /// so a run notices a stopped injector within a poll, not at its next fault.
+    fn assert_injectors(&self) {
+        if let Err(e) = self.check_injectors() {
+            panic!("a fault injector stopped: {e}");
+        }
+    }
+
+    /// Sleeps `d`, checking the injectors as every wait does (a run paused for a fault still
+    /// notices a stopped injector at once).
+    pub fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        loop {
+            self.assert_injectors();
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+    }
+
+    /// What the delaying threads did so far (`None` without a delay in force).
+    pub fn delay_counts(&self) -> Option<crate::delay::DelayCounts> {
+        self.delay.as_ref().map(|(_, _, d)| d.counts())
+    }
+
+    /// Stops one delaying thread as a crash would (a test's hook; see
+    /// [`crate::delay::KillSwitch`]). `None` without a delay in force.
+    pub fn injector_kill_switch(&self) -> Option<crate::delay::KillSwitch> {
+        self.delay.as_ref().map(|(_, _, d)| d.kill_switch())
+    }
+
+    /// Packets the delay's queue rule matched in every namespace: the delayer read them, or
+    /// the queue was full (or had no reader) and they went on undelayed.
+    fn packets_queued(&self) -> u64 {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let text = output(Command::new("ip").args([
+                    "netns",
+                    "exec",
+                    &node.ns,
+                    "iptables-legacy",
+                    "-w",
+                    "-L",
+                    "OUTPUT",
+                    "-v",
+                    "-x",
+                    "-n",
+                ]));
+                text.lines()
+                    .filter(|l| l.split_whitespace().nth(2) == Some("NFQUEUE"))
+                    .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                    .sum::<u64>()
+            })
+            .sum()
+    }
+
+    /// Packets the delay's rule sent to a queue that could not take them (full, or without a
+    /// reader), so they went on undelayed: the rule's count less the delayer's. The kernel
+    /// counts none of them itself (a fail-open pass is not a drop).
+    pub fn packets_passed_undelayed(&self) -> u64 {
+        match &self.delay {
+            Some((_, _, d)) => self.packets_queued().saturating_sub(d.counts().received),
+            None => 0,
+        }
+    }
+
+    /// Packets the nftables rules dropped in every namespace, by counter (`lost`: the loss;
+    /// `cut`: cut links); 0 before any rule was applied.
+    fn packets_dropped(&self, counter: &str) -> u64 {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", &node.ns, "nft", "list", "counter"])
+                    .args(["inet", "chorus_faults", counter])
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("nft runs");
+                // No table yet: no rule has been applied in this namespace.
+                let text = String::from_utf8_lossy(&out.stdout);
+                text.split_whitespace()
+                    .skip_while(|w| *w != "packets")
+                    .nth(1)
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
+    fn count(&mut self, fault: &'static str) {
+        *self.faults.entry(fault).or_default() += 1;
+    }
+
+    /// What each fault injector did, one line each: the delayer's holds, the packets that
+    /// passed it undelayed, the packets the loss and the cuts dropped, the faults applied and
+    /// healed.
     pub fn injector_summary(&self) -> Vec<String> {
-        self.delay.iter().map(|(_, _, d)| d.summary()).collect()
+        let mut lines = Vec::new();
+        if let Some((min_ms, max_ms, d)) = &self.delay {
+            lines.push(format!(
+                "{} (delay {min_ms}..{max_ms} ms); {} passed undelayed (the queue full)",
+                d.summary(),
+                self.packets_passed_undelayed(),
+            ));
+        }
+        lines.push(format!(
+            "loss: {} % of the packets between nodes, {} dropped; cut links dropped {}",
+            self.loss_percent,
+            self.packets_dropped("lost"),
+            self.packets_dropped("cut")
+        ));
+        let n = |k: &str| self.faults.get(k).copied().unwrap_or(0);
+        lines.push(format!(
+            "faults: {} partitions and {} one-way cuts applied, {} heals; {} pauses, {} resumes; {} kills, {} restarts",
+            n("partition"),
+            n("cut"),
+            n("heal"),
+            n("pause"),
+            n("resume"),
+            n("kill"),
+            n("restart"),
+        ));
+        lines
     }
 
     /// Ends [`NetCluster::set_delay`].
@@ -651,20 +858,29 @@ impl NetCluster {
                 .map(|(_, to)| self.nodes[*to].addr.to_string())
                 .collect();
             if !blocked.is_empty() {
-                rules += &format!("    ip daddr {{ {} }} drop\n", blocked.join(", "));
+                rules += &format!(
+                    "    ip daddr {{ {} }} counter name \"cut\" drop\n",
+                    blocked.join(", ")
+                );
             }
             if self.loss_percent > 0 {
                 rules += &format!(
-                    "    ip daddr {{ {} }} numgen random mod 100 < {} drop\n",
+                    "    ip daddr {{ {} }} numgen random mod 100 < {} counter name \"lost\" drop\n",
                     all.join(", "),
                     self.loss_percent
                 );
             }
+            // The chain is flushed and refilled, never deleted: unregistering a hook makes
+            // the kernel drop every packet the delay's queue holds in the namespace (its
+            // verdicts then come back `ENOENT`), a burst of loss no run states. The named
+            // counters last the run.
             nft(
                 &node.ns,
                 &format!(
-                    "table inet chorus_faults\ndelete table inet chorus_faults\n\
-                     table inet chorus_faults {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n{rules}  }}\n}}\n"
+                    "table inet chorus_faults {{\n  counter lost {{}}\n  counter cut {{}}\n  \
+                     chain out {{ type filter hook output priority 0; policy accept; }}\n}}\n\
+                     flush chain inet chorus_faults out\n\
+                     table inet chorus_faults {{\n  chain out {{\n{rules}  }}\n}}\n"
                 ),
             );
         }

@@ -65,6 +65,10 @@ struct Args {
     /// The `chorus` binary (default: `chorus-e2e` next to this program).
     #[arg(long)]
     bin: Option<std::path::PathBuf>,
+    /// Test hook: this long after the delay starts, kill the first node's delaying thread (the
+    /// run must then fail at once, naming it). Needs --delay-ms.
+    #[arg(long, hide = true)]
+    kill_injector_after_ms: Option<u64>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -121,6 +125,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.kill_injector_after_ms.is_some() && delay.is_none() {
+        eprintln!("chorus-real: --kill-injector-after-ms needs --delay-ms");
+        return ExitCode::from(2);
+    }
     if args.loss > 100 {
         eprintln!("chorus-real: --loss is a percentage");
         return ExitCode::from(2);
@@ -135,15 +143,26 @@ fn main() -> ExitCode {
             "every packet between nodes held {a}..{b} ms, {} % lost",
             args.loss
         );
+        if let Some(after_ms) = args.kill_injector_after_ms {
+            let switch = c.injector_kill_switch().expect("a delay in force");
+            let ns = c.nodes[0].ns.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(after_ms));
+                eprintln!("chorus-real: test hook: killing the delayer of {ns}");
+                switch.kill(&ns);
+            });
+        }
     }
     let started = Instant::now();
     let ((_, _, _), cold) = c.wait_agreed(bound);
     println!("cold start: agreed after {cold:?}");
+    let at_start: Vec<_> = (0..args.nodes).map(|i| c.resources(i)).collect();
     let kinds: Vec<Fault> = match args.fault {
         Fault::All => vec![Fault::Partition, Fault::Cut, Fault::Pause, Fault::Kill],
         one => vec![one],
     };
     let mut times: Vec<(Fault, Duration)> = Vec::new();
+    let mut restarted: Vec<usize> = Vec::new();
     // A fault injector that stopped fails the run at once (issue 39): its numbers would
     // describe another run than the one stated.
     let injectors_alive = |c: &NetCluster| match c.check_injectors() {
@@ -185,11 +204,12 @@ fn main() -> ExitCode {
             Fault::Pause => {
                 c.pause(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
-                std::thread::sleep(Duration::from_millis(2 * max).saturating_sub(t));
+                c.sleep(Duration::from_millis(2 * max).saturating_sub(t));
                 c.resume(admin);
                 t
             }
             Fault::Kill => {
+                restarted.push(admin);
                 c.kill(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
                 c.restart(admin);
@@ -230,8 +250,33 @@ fn main() -> ExitCode {
             t[t.len() - 1]
         );
     }
+    // What grows over a run: memory and descriptors of each process (a restarted node's are
+    // its new process's), the data directory across restarts.
+    let minutes = started.elapsed().as_secs_f64() / 60.0;
+    println!("nodes, at the cold start -> now ({minutes:.1} min):");
+    for (i, start) in at_start.iter().enumerate() {
+        let (Some(a), Some(b)) = (start, c.resources(i)) else {
+            continue;
+        };
+        let restarts = restarted.iter().filter(|r| **r == i).count();
+        println!(
+            "  n{i}: rss {} -> {} MiB, {} -> {} fds, data {} -> {} KiB ({:+.1} KiB/min){}",
+            a.rss_kib / 1024,
+            b.rss_kib / 1024,
+            a.open_fds,
+            b.open_fds,
+            a.data_bytes / 1024,
+            b.data_bytes / 1024,
+            (b.data_bytes as f64 - a.data_bytes as f64) / 1024.0 / minutes.max(1e-9),
+            match restarts {
+                0 => String::new(),
+                n => format!("; {n} restart(s): rss and fds are of the last process"),
+            }
+        );
+    }
+    println!("what the fault injectors did:");
     for line in c.injector_summary() {
-        println!("{line}");
+        println!("  {line}");
     }
     if !injectors_alive(&c) {
         c.keep_data();
