@@ -28,8 +28,9 @@ pub struct Config {
     /// How many distinct peers must report the same (admin, term) before a node accepts it
     /// without a direct heartbeat (capped by the number of peers known).
     pub confirmations: u32,
-    /// How many admin-eligible nodes (this one included) must be discovered before the initial
-    /// electorate is fixed.
+    /// How many admin-eligible nodes (this one included) found the cluster: the quorum of the
+    /// bootstrap agreement (`bootstrap.rs`), which chooses one initial electorate of exactly
+    /// that many nodes. It must be more than half of the eligible nodes that start together.
     pub bootstrap_expect: u32,
     /// Bound on clock rate drift between any two nodes, in parts per million. The lease is
     /// shortened by twice this much, so an admin's lease always ends before any voter's promise.

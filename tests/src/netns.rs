@@ -119,6 +119,18 @@ pub struct NodeSetup {
     pub args: Vec<String>,
 }
 
+impl NodeSetup {
+    /// A node with `timings` and nothing else set.
+    pub fn plain(timings: Timings) -> NodeSetup {
+        NodeSetup {
+            timings,
+            env: Vec::new(),
+            disk_mib: None,
+            args: Vec::new(),
+        }
+    }
+}
+
 /// One node's footprint at a moment (see [`NetCluster::resources`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NodeResources {
@@ -170,12 +182,7 @@ impl NetCluster {
     /// Starts `n` voters, each in its own namespace, bootstrapping off each other
     /// (bootstrap-expect `n`), and waits until each has answered once.
     pub fn start(bin: &str, n: usize, timings: Timings) -> NetCluster {
-        NetCluster::start_with(bin, n, |_| NodeSetup {
-            timings,
-            env: Vec::new(),
-            disk_mib: None,
-            args: Vec::new(),
-        })
+        NetCluster::start_with(bin, n, |_| NodeSetup::plain(timings))
     }
 
     /// [`NetCluster::start`], node `i` started as `setup(i)` says.

@@ -179,12 +179,7 @@ fn a_cluster_losing_a_fifth_of_its_packets_with_50_to_150_ms_delays_keeps_an_adm
 #[test]
 fn five_nodes_found_a_cluster_over_slow_lossy_links() {
     let _one = serial();
-    let mut c = NetCluster::hosts(BIN, 5, |_| NodeSetup {
-        timings: TIMINGS,
-        env: Vec::new(),
-        disk_mib: None,
-        args: Vec::new(),
-    });
+    let mut c = NetCluster::hosts(BIN, 5, |_| NodeSetup::plain(TIMINGS));
     c.set_loss(10);
     c.set_delay(50, 150);
     c.start_nodes();
@@ -231,10 +226,8 @@ fn five_killed_admins_are_each_replaced_and_come_back_as_followers() {
 fn an_admin_whose_disk_fills_stops_is_replaced_and_recovers_once_freed() {
     let _one = serial();
     let mut c = NetCluster::start_with(BIN, 5, |_| NodeSetup {
-        timings: TIMINGS,
-        env: Vec::new(),
         disk_mib: Some(16),
-        args: Vec::new(),
+        ..NodeSetup::plain(TIMINGS)
     });
     let ((_, term, admin), _) = c.wait_agreed(AGREE);
     let others: Vec<usize> = (0..5).filter(|i| *i != admin).collect();
@@ -263,10 +256,8 @@ fn an_admin_whose_disk_fills_stops_is_replaced_and_recovers_once_freed() {
 fn the_merged_history_catches_a_build_that_forges_heartbeat_acks() {
     let _one = serial();
     let mut c = NetCluster::start_with(BIN, 5, |_| NodeSetup {
-        timings: TIMINGS,
         env: vec![("CHORUS_FAULT".into(), "forge-heartbeat-acks".into())],
-        disk_mib: None,
-        args: Vec::new(),
+        ..NodeSetup::plain(TIMINGS)
     });
     let ((_, _, admin), _) = c.wait_agreed(AGREE);
     let minority = [admin, (admin + 1) % 5];
@@ -299,12 +290,10 @@ fn tasks_submitted_on_both_sides_of_a_partition_of_the_admin_each_get_one_result
         String::from_utf8_lossy(&out.stderr)
     );
     let mut c = NetCluster::start_with(BIN, 5, |_| NodeSetup {
-        timings: TIMINGS,
-        env: Vec::new(),
-        disk_mib: None,
         args: ["--docker", "--warm-image", IMAGE]
             .map(String::from)
             .to_vec(),
+        ..NodeSetup::plain(TIMINGS)
     });
     let ((_, term, admin), _) = c.wait_agreed(AGREE);
     let buddy = (admin + 1) % 5;
@@ -528,12 +517,7 @@ fn a_delayer_whose_queue_overflows_keeps_delaying() {
     use std::sync::atomic::{AtomicBool, Ordering};
     const MIN_MS: u64 = 50;
     let _one = serial();
-    let mut c = NetCluster::hosts(BIN, 2, |_| NodeSetup {
-        timings: TIMINGS,
-        env: Vec::new(),
-        disk_mib: None,
-        args: Vec::new(),
-    });
+    let mut c = NetCluster::hosts(BIN, 2, |_| NodeSetup::plain(TIMINGS));
     c.set_delay_with_queue_len(MIN_MS, MIN_MS + 10, 4);
     let (a, b) = (c.nodes[0].ns.clone(), c.nodes[1].ns.clone());
     let b_addr = c.nodes[1].addr;
@@ -634,12 +618,7 @@ fn a_delayer_whose_queue_overflows_keeps_delaying() {
 #[test]
 fn a_killed_delayer_fails_the_check_and_every_wait_naming_its_namespace() {
     let _one = serial();
-    let mut c = NetCluster::hosts(BIN, 2, |_| NodeSetup {
-        timings: TIMINGS,
-        env: Vec::new(),
-        disk_mib: None,
-        args: Vec::new(),
-    });
+    let mut c = NetCluster::hosts(BIN, 2, |_| NodeSetup::plain(TIMINGS));
     c.set_delay(20, 30);
     c.check_injectors().expect("healthy at first");
     let ns = c.nodes[1].ns.clone();
