@@ -650,3 +650,61 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
         "{warned}"
     );
 }
+
+/// Issue 35: a task whose node is down can still be read once it ran: its worker keeps the
+/// result until that node acknowledges it, and `task get` through any other node finds it
+/// there. When the node is back, the result reaches it as usual (delivered once).
+#[test]
+fn a_down_submitters_result_is_read_at_its_worker_and_delivered_when_it_returns() {
+    let mut t = TaskCluster::start();
+    // Long enough that the submitter is surely killed before the run ends, on a loaded machine.
+    let spec = format!(r#"{{"image":"{IMAGE}","command":["sh","-c","sleep 8; echo done"]}}"#);
+    // A task placed off its submitter: the least loaded worker gets each task (ties by node
+    // id), so of three submitted at one node at least two run elsewhere. Not at the admin: a
+    // placement still on its way when the admin is killed dies with it, and that task never
+    // runs (its node alone knows of it, as designed).
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let submitter = (admin + 1) % 3;
+    let (worker, id) = (0..3)
+        .find_map(|_| {
+            let (code, body) = http_request(
+                t.c.nodes[submitter].http_port,
+                "POST",
+                "/tasks",
+                Some(&spec),
+            )
+            .unwrap();
+            assert_eq!(code, 201, "{body}");
+            let id = serde_json::from_str::<Value>(&body).unwrap()["task"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let w = t.index_of(&placed(&t.c, submitter, &id));
+            (w != submitter).then_some((w, id))
+        })
+        .expect("a task placed on another node");
+    let other = (0..3).find(|i| *i != submitter && *i != worker).unwrap();
+    t.c.kill(submitter);
+    let addr = format!("127.0.0.1:{}", t.c.nodes[other].http_port);
+    let mut last = String::new();
+    let shown = wait_until(RESULT_BOUND, Duration::from_millis(200), || {
+        let out = t.c.chorus(&["task", "get", &id, "--addr", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        last = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        (out.status.success() && text.contains("holds its result")).then_some(text)
+    })
+    .unwrap_or_else(|| {
+        let at_worker =
+            http_request(t.c.nodes[worker].http_port, "GET", &format!("/tasks/{id}"), None);
+        panic!("the result is not read at its worker; last answer: {last}; the worker says {at_worker:?}")
+    });
+    assert!(
+        shown.contains(&t.ids[worker]) && shown.contains("succeeded") && shown.contains("done"),
+        "{shown}"
+    );
+    // Back: the worker delivers it; the node's own answer has it.
+    t.c.start_node(submitter);
+    let r = result(&t.c, submitter, &id);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_eq!(r["worker"], t.ids[worker].as_str(), "{r}");
+}

@@ -332,6 +332,12 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
                  read and cancelled once it is back"
             .to_owned(),
     };
+    // A worker keeps a result until its submitter acknowledges it: while that node is away,
+    // the result can still be read here (only its node takes it for the task's result).
+    let held = shared
+        .core
+        .as_ref()
+        .and_then(|c| c.unacknowledged_results().get(task).cloned());
     json!({
         "error": format!(
             "task {task} is held by the node it was submitted to, {origin}: {whereabouts}"
@@ -339,6 +345,7 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
         "owner": origin,
         "owner_http": http,
         "owner_connected": connected,
+        "held_result": held,
     })
 }
 

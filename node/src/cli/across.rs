@@ -4,8 +4,8 @@
 //! [`at_owner`] follows that once, so `chorus task get|cancel ID` works through any node.
 //! [`list_cluster`] asks one node whom it knows (`/cluster`) and each of them for its tasks.
 //!
-//! A task whose node is down cannot be read or cancelled until it is back: that node alone
-//! holds it (its result is kept by the worker until then, and delivered when it returns).
+//! A task whose node is down cannot be cancelled until it is back: that node alone owns it. Its
+//! result, once run, waits at its worker until then, and [`held_result`] reads it there.
 
 use std::time::Duration;
 
@@ -57,6 +57,42 @@ pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<An
             short_id(holder)
         )
     })
+}
+
+/// A result some worker holds for a task whose node is out of reach (it keeps it until that
+/// node acknowledges it): the worker's id and the result, from the node at `addr` or any node
+/// it knows.
+pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::TaskResult)> {
+    let path = format!("/tasks/{id}");
+    let cluster = ask(addr, "GET", "/cluster").await.ok()?;
+    let asked = cluster.value["node_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let members = cluster.value["members"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for m in &members {
+        let node = m["node_id"].as_str().unwrap_or_default();
+        let http = if node == asked {
+            addr.to_owned()
+        } else {
+            match m["http"].as_str() {
+                Some(h) => h.to_owned(),
+                None => continue,
+            }
+        };
+        let Ok(Ok(a)) = tokio::time::timeout(NODE_TIMEOUT, ask(&http, "GET", &path)).await else {
+            continue;
+        };
+        if a.code == 404 && !a.value["held_result"].is_null() {
+            if let Ok(r) = serde_json::from_value(a.value["held_result"].clone()) {
+                return Some((node.to_owned(), r));
+            }
+        }
+    }
+    None
 }
 
 /// Which tasks a cluster-wide list shows.

@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
-use super::across::{at_owner, list_cluster, Filter, NodeTasks};
+use super::across::{at_owner, held_result, list_cluster, Answer, Filter, NodeTasks};
 use super::http::request;
 use super::taskfile::{cpus_to_millis, memory_size_mb, parse_repo, seconds_to_ms, TaskFile};
 use crate::names::short_id;
@@ -312,7 +312,27 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Submit(args) => submit(&args).await,
         Cmd::Get { id, addr, json } => {
-            let view = fetch(&addr, &id).await?;
+            let a = at_owner(&addr, "GET", &format!("/tasks/{id}")).await?;
+            if a.code == 404 && a.value["owner_connected"] == false {
+                if let Some((worker, r)) = held_result(&addr, &id).await {
+                    let owner = a.value["owner"].as_str().unwrap_or_default();
+                    if json {
+                        let doc = serde_json::json!({
+                            "task": id, "owner": owner, "held_by": worker, "result": r,
+                        });
+                        println!("{}", serde_json::to_string_pretty(&doc)?);
+                    } else {
+                        let mut out = format!(
+                            "task {id}: its node {owner} is out of reach; worker {worker} holds \
+                             its result until that node is back\n"
+                        );
+                        render_result(&r, &mut out);
+                        print!("{}", escape_controls(&out));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+            }
+            let view = view_of(a)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&view)?);
             } else {
@@ -385,7 +405,11 @@ fn error_of(value: &Value, body: &str) -> String {
 
 /// The task, from the node that holds it (asked through `addr`: see [`at_owner`]).
 async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
-    let a = at_owner(addr, "GET", &format!("/tasks/{id}")).await?;
+    view_of(at_owner(addr, "GET", &format!("/tasks/{id}")).await?)
+}
+
+/// The task document of a `GET /tasks/{id}` answer, or the error it says.
+fn view_of(a: Answer) -> anyhow::Result<TaskView> {
     if a.code != 200 {
         bail!(
             "{} answered {}: {}",
@@ -610,9 +634,17 @@ fn render_unescaped(v: &TaskView) -> String {
         "  image {}, command {:?}, timeout {} ms\n",
         v.spec.image, v.spec.command, v.spec.timeout_ms
     ));
-    if v.result.as_ref().is_some_and(cancelled_before_it_ran) {
+    if let Some(r) = &v.result {
+        render_result(r, &mut out);
+    }
+    out
+}
+
+/// A result as `task get` shows it: how it ended, what it used, its error and output tails.
+fn render_result(r: &TaskResult, out: &mut String) {
+    if cancelled_before_it_ran(r) {
         out.push_str("  result: cancelled before it ran\n");
-    } else if let Some(r) = &v.result {
+    } else {
         out.push_str(&format!(
             "  result: {}{}{} after {} ms (run {})\n",
             r.status,
@@ -649,7 +681,6 @@ fn render_unescaped(v: &TaskView) -> String {
             }
         }
     }
-    out
 }
 
 #[cfg(test)]
