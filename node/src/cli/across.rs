@@ -111,7 +111,12 @@ pub fn names(id: &str, given: &str) -> bool {
 }
 
 impl Filter {
-    pub fn keeps(&self, row: &TaskRow) -> bool {
+    /// The rows this filter keeps.
+    pub fn kept(&self, rows: Vec<TaskRow>) -> Vec<TaskRow> {
+        rows.into_iter().filter(|r| self.keeps(r)).collect()
+    }
+
+    fn keeps(&self, row: &TaskRow) -> bool {
         let origin = row.task.rsplit_once('-').map_or("", |(o, _)| o);
         self.node.as_deref().is_none_or(|n| names(origin, n))
             && self
@@ -158,20 +163,21 @@ pub async fn list_cluster(
                          not listed"
                     .to_owned(),
             ),
-            Some(h) => rows_at(&h, state)
-                .await
-                .map(|rows| rows.into_iter().filter(|r| filter.keeps(r)).collect()),
+            Some(h) => match tokio::time::timeout(NODE_TIMEOUT, rows_at(&h, state)).await {
+                Ok(rows) => rows.map(|rows| filter.kept(rows)),
+                Err(_) => Err(format!("{h} did not answer within {NODE_TIMEOUT:?}")),
+            },
         };
         out.push(NodeTasks { node_id: id, tasks });
     }
     Ok(out)
 }
 
-async fn rows_at(addr: &str, state: &str) -> Result<Vec<TaskRow>, String> {
+/// The tasks in `state` submitted to the node at `addr` (`GET /tasks?state=…`).
+pub async fn rows_at(addr: &str, state: &str) -> Result<Vec<TaskRow>, String> {
     let path = format!("/tasks?state={state}");
-    let answer = tokio::time::timeout(NODE_TIMEOUT, ask(addr, "GET", &path))
+    let answer = ask(addr, "GET", &path)
         .await
-        .map_err(|_| format!("{addr} did not answer within {NODE_TIMEOUT:?}"))?
         .map_err(|e| format!("{e:#}"))?;
     if answer.code != 200 {
         let why = answer.value["error"]

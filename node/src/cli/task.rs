@@ -11,7 +11,7 @@ use anyhow::{anyhow, bail, Context};
 use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
-use super::across::{at_owner, held_result, list_cluster, Answer, Filter, NodeTasks};
+use super::across::{at_owner, held_result, list_cluster, rows_at, Answer, Filter, NodeTasks};
 use super::http::request;
 use super::taskfile::{cpus_to_millis, memory_size_mb, parse_repo, seconds_to_ms, TaskFile};
 use crate::names::short_id;
@@ -353,7 +353,11 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let nodes = if cluster {
                 list_cluster(&addr, &state, &filter).await?
             } else {
-                vec![list_one(&addr, &state, &filter).await?]
+                let rows = rows_at(&addr, &state).await.map_err(anyhow::Error::msg)?;
+                vec![NodeTasks {
+                    node_id: addr.clone(),
+                    tasks: Ok(filter.kept(rows)),
+                }]
             };
             if json {
                 let nodes: Vec<Value> = nodes
@@ -419,28 +423,6 @@ fn view_of(a: Answer) -> anyhow::Result<TaskView> {
         );
     }
     serde_json::from_value(a.value).context("the task document is not what this chorus expects")
-}
-
-/// The tasks in `state` submitted to the node at `addr`, filtered.
-async fn list_one(addr: &str, state: &str, filter: &Filter) -> anyhow::Result<NodeTasks> {
-    let status = super::http::get_document(addr, "/status").await?;
-    let node_id = serde_json::from_str::<Value>(&status)
-        .ok()
-        .and_then(|v| v["node_id"].as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let (code, body) = request(addr, "GET", &format!("/tasks?state={state}"), None)
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-    let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-    if code != 200 {
-        bail!("{addr} answered {code}: {}", error_of(&value, &body));
-    }
-    let rows: Vec<TaskRow> = serde_json::from_value(value["tasks"].clone())?;
-    let rows = rows.into_iter().filter(|r| filter.keeps(r)).collect();
-    Ok(NodeTasks {
-        node_id,
-        tasks: Ok(rows),
-    })
 }
 
 /// The task table: one line a task, and its waiting reason or how it ended early.
