@@ -533,6 +533,33 @@ pub fn http_get_at(addr: std::net::SocketAddr, path: &str) -> Option<(u16, Strin
     Some((code, body.to_owned()))
 }
 
+/// One HTTP/1.1 request on loopback with exactly the headers given — none added, the test
+/// token neither (what a web page or a stranger sends). (status, body); `None` when nothing
+/// answers with HTTP.
+pub fn http_exact(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .ok()?;
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    stream.write_all(head.as_bytes()).ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
 /// One HTTP/1.1 request with an optional JSON body on loopback; `None` when nothing answers.
 pub fn http_request(
     port: u16,

@@ -4,15 +4,13 @@
 //! its submitter, and only its submitter (or an operator) may cancel it. A node started without
 //! a shared key makes its own at first start and shows its management token once.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
 use chorus_tests::{
-    lone_node_args, lone_node_args_on, read, run_chorus_env, spawn_reported, stop, test_token,
-    wait_admin, Value,
+    http_exact, lone_node_args, lone_node_args_on, read, run_chorus_env, spawn_reported, stop,
+    test_token, wait_admin, Value,
 };
 use nix::sys::signal::Signal;
 
@@ -21,21 +19,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 /// One request with exactly the headers given (the harness's own client always sends the test
 /// token). Returns (status, body).
 fn raw(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    stream.write_all(head.as_bytes()).unwrap();
-    let mut text = String::new();
-    stream.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP answer");
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_owned())
+    http_exact(port, method, path, headers, body).expect("an HTTP answer")
 }
 
 /// `chorus acl token create --role ROLE` against the node, authenticated as `as_token`.

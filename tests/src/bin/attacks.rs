@@ -8,16 +8,14 @@
 //! `cargo build -p chorus-tests --bins && target/debug/attacks target/debug/chorus-e2e`
 //! (needs Docker and `git`; makes and removes its own temporary directories and sandboxes).
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use chorus_tests::{
-    containers_of, http_request, spawn_reported, test_acl_key_file, wait_until, Cluster, Timings,
-    Value,
+    containers_of, http_exact, http_request, spawn_reported, test_acl_key_file, wait_until,
+    Cluster, Timings, Value,
 };
 
 const IMAGE: &str = "chorus/sandbox:latest";
@@ -322,24 +320,9 @@ fn sync_link(cx: &mut Ctx) -> Outcome {
     ))
 }
 
-/// One request with exactly these headers; (status, body).
+/// One request with exactly these headers; its status (0: no HTTP answer).
 fn raw(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> u16 {
-    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
-        return 0;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(15)));
-    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-    let _ = s.write_all(head.as_bytes());
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    http_exact(port, method, path, headers, body).map_or(0, |(code, _)| code)
 }
 
 fn web_page(cx: &mut Ctx) -> Outcome {
