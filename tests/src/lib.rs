@@ -73,6 +73,20 @@ impl Timings {
     };
 }
 
+impl Timings {
+    /// The `chorus run` flags that set these timings.
+    pub fn run_args(&self) -> Vec<String> {
+        vec![
+            "--heartbeat-ms".into(),
+            self.heartbeat_ms.to_string(),
+            "--election-timeout-ms".into(),
+            format!("{}..{}", self.election_min_ms, self.election_max_ms),
+            "--discovery-timeout-ms".into(),
+            self.discovery_ms.to_string(),
+        ]
+    }
+}
+
 /// One `chorus run` process (or the slot for one, while it is down).
 pub struct Node {
     pub index: usize,

@@ -320,12 +320,7 @@ impl NetCluster {
             .args(["--http-tls", "off"])
             .args(["--bootstrap-expect", &self.nodes.len().to_string()])
             .args(["--no-mdns", "--cluster-id", "real", "--exit-with-parent"])
-            .args(["--heartbeat-ms", &t.heartbeat_ms.to_string()])
-            .args([
-                "--election-timeout-ms",
-                &format!("{}..{}", t.election_min_ms, t.election_max_ms),
-            ])
-            .args(["--discovery-timeout-ms", &t.discovery_ms.to_string()])
+            .args(t.run_args())
             .arg("--acl-key-file")
             .arg(crate::test_acl_key_file())
             .arg("--psk-file")

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use chorus_tests::{http_get_at, wait_until, Value};
+use chorus_tests::{http_get_at, wait_until, Timings, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
@@ -103,15 +103,10 @@ fn three_nodes_from_the_image_elect_on_a_docker_network_and_stop_cleanly() {
             "3",
             "--cluster-id",
             "image",
-            "--heartbeat-ms",
-            "300",
-            "--election-timeout-ms",
-            "1200..1800",
-            "--discovery-timeout-ms",
-            "800",
         ]
         .map(String::from)
         .to_vec();
+        args.extend(Timings::FAST.run_args());
         if i > 0 {
             args.extend(["--bootstrap".into(), format!("/ip4/{}/tcp/7946", ip(0))]);
         }
