@@ -63,15 +63,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tempdirs::claim(root.path()).context("cannot write devcluster's pid")?;
     }
     let mut nodes: Vec<Node> = (0..args.nodes)
-        .map(|index| Node {
-            index,
-            data_dir: root.path().join(format!("n{index}")),
-            p2p_port: 0,
-            http: String::new(),
-            child: None,
-            stopping: None,
-            status: None,
-        })
+        .map(|index| Node::new(index, root.path().join(format!("n{index}"))))
         .collect();
     // One key for every node, so one token works on all; this process's requests carry it.
     let acl_key = crate::api::auth::AclKey::generate()?;

@@ -29,6 +29,19 @@ pub(super) struct Node {
 }
 
 impl Node {
+    /// Node `index`, not started yet, keeping its data in `data_dir`.
+    pub(super) fn new(index: usize, data_dir: PathBuf) -> Node {
+        Node {
+            index,
+            data_dir,
+            p2p_port: 0,
+            http: String::new(),
+            child: None,
+            stopping: None,
+            status: None,
+        }
+    }
+
     pub(super) fn field(&self, key: &str) -> Option<&Value> {
         self.status.as_ref().map(|s| &s[key])
     }

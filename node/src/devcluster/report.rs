@@ -190,15 +190,7 @@ mod tests {
     #[test]
     fn the_table_lists_only_the_latest_failovers_so_its_height_stays_bounded() {
         let nodes: Vec<Node> = (0..3)
-            .map(|index| Node {
-                index,
-                data_dir: format!("/tmp/n{index}").into(),
-                p2p_port: 0,
-                http: String::new(),
-                child: None,
-                stopping: None,
-                status: None,
-            })
+            .map(|index| Node::new(index, format!("/tmp/n{index}").into()))
             .collect();
         let one = Duration::from_millis(1_500);
         let few = table(&nodes, &None, &[(one, one); 2]);
