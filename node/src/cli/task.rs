@@ -936,12 +936,13 @@ pids = 50
         assert!(plain_words("n-1", &r(TaskStatus::Failed, Some(3), None)).is_none());
     }
 
-    #[test]
-    fn a_done_task_renders_its_result_usage_and_output() {
-        let v = TaskView {
-            task: "n-3".into(),
-            phase: "done".into(),
-            worker: Some("w".into()),
+    /// Task `task` in `phase`, as `GET /tasks/{id}` shows it: an `img` running `true`, nothing
+    /// else set.
+    fn view(task: &str, phase: &str) -> TaskView {
+        TaskView {
+            task: task.into(),
+            phase: phase.into(),
+            worker: None,
             attempt: None,
             cancel: false,
             pending: None,
@@ -954,6 +955,14 @@ pids = 50
                 timeout_ms: 1_000,
                 ..Default::default()
             },
+            result: None,
+        }
+    }
+
+    #[test]
+    fn a_done_task_renders_its_result_usage_and_output() {
+        let v = TaskView {
+            worker: Some("w".into()),
             result: Some(TaskResult {
                 status: TaskStatus::Succeeded,
                 exit_code: Some(0),
@@ -971,6 +980,7 @@ pids = 50
                 stderr_truncated_bytes: 0,
                 error: None,
             }),
+            ..view("n-3", "done")
         };
         let text = render(&v);
         assert!(
@@ -1003,22 +1013,9 @@ pids = 50
             error: None,
         };
         let v = TaskView {
-            task: "n-5".into(),
-            phase: "done".into(),
-            worker: None,
-            attempt: None,
             cancel: true,
-            pending: None,
-            pending_ms: None,
-            key: None,
-            submitted_at_ms: 1,
-            spec: chorus_core::TaskSpec {
-                image: "img".into(),
-                command: vec!["true".into()],
-                timeout_ms: 1_000,
-                ..Default::default()
-            },
             result: Some(never.clone()),
+            ..view("n-5", "done")
         };
         let text = render(&v);
         assert!(
@@ -1052,22 +1049,9 @@ pids = 50
     #[test]
     fn a_waiting_task_renders_why() {
         let v = TaskView {
-            task: "n-4".into(),
-            phase: "queued".into(),
-            worker: None,
-            attempt: None,
-            cancel: false,
             pending: Some("no worker offers repo:nosuch (3 workers checked)".into()),
             pending_ms: Some(12_500),
-            key: None,
-            submitted_at_ms: 1,
-            spec: chorus_core::TaskSpec {
-                image: "img".into(),
-                command: vec!["true".into()],
-                timeout_ms: 1_000,
-                ..Default::default()
-            },
-            result: None,
+            ..view("n-4", "queued")
         };
         let text = render(&v);
         assert!(
