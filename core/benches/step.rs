@@ -96,6 +96,7 @@ fn heartbeats(c: &mut Criterion) {
                 electorate_hash: hash,
                 electorate_term: 0,
                 electorate_stamp: 0,
+                transfer: false,
             };
             let from = ids[(term as usize % (N - 2)) + 2].clone();
             core.step(now, Event::Message { from, msg }, &mut out);

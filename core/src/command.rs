@@ -149,6 +149,29 @@ pub enum Notice {
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,
     },
+    /// This admin stepped down to hand its office to `target` (none: no voter was up to date,
+    /// so it only stepped down). `request`: the operator's, 0 for a graceful stop.
+    HandingOver {
+        /// The term left.
+        term: u64,
+        /// The voter asked to stand at once.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        target: Option<NodeId>,
+        /// The `request` of the [`crate::Event::TransferAdmin`] (0: a graceful stop).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+    },
+    /// An operator's handover was refused.
+    HandoverRefused {
+        /// The `request` refused.
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+        /// Why.
+        reason: crate::HandoverRefusal,
+        /// The admin this node follows, when it is not the admin itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        admin: Option<NodeId>,
+    },
     /// This node accepted a task (or, for a repeated idempotency key, named the one it has).
     TaskSubmitted {
         /// The task.
@@ -249,6 +272,8 @@ impl Notice {
             Notice::BootstrapAccepted { .. } => "bootstrap_accepted",
             Notice::ElectorateChanged { .. } => "electorate_changed",
             Notice::MembershipChange { .. } => "membership_change",
+            Notice::HandingOver { .. } => "handing_over",
+            Notice::HandoverRefused { .. } => "handover_refused",
             Notice::TaskSubmitted { .. } => "task_submitted",
             Notice::TaskRefused { .. } => "task_refused",
             Notice::TaskCancelRequested { .. } => "task_cancel_requested",
@@ -276,6 +301,8 @@ pub enum StepDownReason {
     /// Another node sent heartbeats for the same term: two admins of one term can only come
     /// of a bug or of broken clocks, and both step down so that a higher term decides.
     ConflictingAdmin,
+    /// An operator asked it to hand its office over (`transfer.rs`).
+    Transfer,
 }
 
 impl StepDownReason {
@@ -287,6 +314,7 @@ impl StepDownReason {
             StepDownReason::Shutdown => "shutdown",
             StepDownReason::Removed => "removed",
             StepDownReason::ConflictingAdmin => "conflicting_admin",
+            StepDownReason::Transfer => "transfer",
         }
     }
 }
@@ -408,6 +436,7 @@ mod tests {
             (StepDownReason::CheckQuorum, "check_quorum"),
             (StepDownReason::Shutdown, "shutdown"),
             (StepDownReason::Removed, "removed"),
+            (StepDownReason::Transfer, "transfer"),
         ];
         assert_names(&names, StepDownReason::as_str);
     }

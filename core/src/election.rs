@@ -40,8 +40,11 @@ impl Core {
             };
         let mut better = 0;
         let mut n = 1;
+        // An admin heard stepping down in this term is leaving, or handing over: it will not
+        // stand now (`transfer.rs` rule 5).
+        let resigned = self.resigned(self.term);
         for (id, peer) in standing {
-            if !peer.eligible() {
+            if !peer.eligible() || resigned == Some(id) {
                 continue;
             }
             n += 1;
@@ -159,7 +162,9 @@ impl Core {
         self.check_round(out);
     }
 
-    fn start_vote(&mut self, out: &mut Vec<Command>) {
+    /// Stands in the next term: after a won pre-vote, or at once when the admin hands over
+    /// (`transfer`, `transfer.rs` rule 3).
+    pub(crate) fn start_vote(&mut self, transfer: bool, out: &mut Vec<Command>) {
         self.term += 1;
         self.voted_for = Some(self.id.clone());
         self.promise_until_ms = self.now_ms + self.config.election_timeout_min_ms;
@@ -189,6 +194,7 @@ impl Core {
             electorate_term,
             electorate_hash: hash,
             electorate_stamp: stamp,
+            transfer,
         };
         self.send_to_voters(msg, out);
         self.check_round(out);
@@ -297,8 +303,13 @@ impl Core {
         from: NodeId,
         term: u64,
         key: (u64, u64, u64, u64),
+        transfer: bool,
         out: &mut Vec<Command>,
     ) {
+        if transfer && !self.may_support(&from, key) && self.defer_transfer_vote(&from, term, key) {
+            // Answered when the admin's step-down arrives (`transfer.rs` rule 4).
+            return;
+        }
         if term < self.term || !self.may_support(&from, key) {
             out.push(Command::Send {
                 to: from,
@@ -393,7 +404,7 @@ impl Core {
             return;
         }
         if round.pre_vote {
-            self.start_vote(out);
+            self.start_vote(false, out);
         } else {
             self.become_admin(out);
         }
@@ -658,6 +669,7 @@ mod tests {
             electorate_hash: 1,
             electorate_term: 0,
             electorate_stamp: 0,
+            transfer: false,
         };
         assert!(!granted(&a.step_vec(0, from("b", wrong)), "b"));
         // An outsider is not even answered: it is refused and reported.

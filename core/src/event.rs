@@ -50,6 +50,18 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,
     },
+    /// An operator asks the admin to hand its office over (`chorus members transfer [ID]`):
+    /// to `to`, or to the best up-to-date voter (`transfer.rs`). Answered by
+    /// [`crate::Notice::HandingOver`] or [`crate::Notice::HandoverRefused`] with the same
+    /// `request`; a node that is not the admin refuses, naming the admin it follows.
+    TransferAdmin {
+        /// The voter asked for (none: the admin picks).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<NodeId>,
+        /// The caller's id for this request (0: none).
+        #[serde(default, skip_serializing_if = "crate::message::is_zero")]
+        request: u64,
+    },
     /// Operator recovery of a cluster that lost its quorum for good (`chorus recover
     /// --force-new-cluster`, on one stopped survivor): this node's electorate becomes itself
     /// alone, one version later and in a new term, so it elects itself and voters can be added

@@ -355,7 +355,13 @@ impl Core {
         self.check_commit(out);
     }
 
-    pub(crate) fn on_step_down(&mut self, from: NodeId, term: u64, out: &mut Vec<Command>) {
+    pub(crate) fn on_step_down(
+        &mut self,
+        from: NodeId,
+        term: u64,
+        successor: Option<NodeId>,
+        out: &mut Vec<Command>,
+    ) {
         if term != self.term || self.admin.as_ref() != Some(&from) {
             let reason = match term.cmp(&self.term) {
                 std::cmp::Ordering::Less => Refusal::Stale,
@@ -371,10 +377,18 @@ impl Core {
         if self.promised_to.as_ref() == Some(&from) {
             self.promise_until_ms = self.now_ms;
         }
-        if self.can_stand() {
-            self.arm_stand(out);
-        } else {
-            self.arm_suspect(self.now_ms, out);
+        let deferred = self.heard_step_down(from);
+        match successor {
+            // This node is the successor: the step-down says what `timeout_now` says, and
+            // whichever arrives first starts the vote (`transfer.rs` rule 3).
+            Some(s) if s == self.id && self.can_stand() => self.start_vote(true, out),
+            // Another voter was asked to stand at once: give it a timeout to win (rule 5).
+            Some(_) => self.arm_suspect(self.now_ms + self.config.election_timeout_min_ms, out),
+            None if self.can_stand() => self.arm_stand(out),
+            None => self.arm_suspect(self.now_ms, out),
+        }
+        if let Some(d) = deferred {
+            self.answer_deferred(d, out);
         }
     }
 }
@@ -532,7 +546,16 @@ mod tests {
 
     fn step_down_refusal(c: &mut crate::Core, t: u64, sender: &str, term: u64) -> crate::Refusal {
         match c
-            .step_vec(t, from(sender, Message::StepDown { term }))
+            .step_vec(
+                t,
+                from(
+                    sender,
+                    Message::StepDown {
+                        term,
+                        successor: None,
+                    },
+                ),
+            )
             .as_slice()
         {
             [Command::Notice(Notice::Refused { reason, .. })] => *reason,
@@ -884,7 +907,10 @@ mod tests {
     fn graceful_shutdown_hands_over_at_once() {
         let mut a = elect("a", ABCDE, &["b", "c"]);
         let out = a.step_vec(a.now_ms(), Event::Shutdown);
-        assert!(broadcasts(&out).contains(&&Message::StepDown { term: 1 }));
+        assert!(broadcasts(&out).contains(&&Message::StepDown {
+            term: 1,
+            successor: None
+        }));
         assert!(out.contains(&Command::Notice(Notice::SteppedDown {
             term: 1,
             reason: StepDownReason::Shutdown
@@ -905,7 +931,16 @@ mod tests {
                 },
             ),
         );
-        b.step_vec(200, from("a", Message::StepDown { term: 1 }));
+        b.step_vec(
+            200,
+            from(
+                "a",
+                Message::StepDown {
+                    term: 1,
+                    successor: None,
+                },
+            ),
+        );
         assert_eq!(b.admin(), None);
         // b stands within the election window rather than after a full timeout.
         assert!(b.timers.deadline(Timer::Election).unwrap() <= 200 + 15_000);

@@ -12,6 +12,7 @@
 //! * [`election`](crate::election) — rank-biased delay, pre-vote, vote, winning;
 //! * [`heartbeat`](crate::heartbeat) — heartbeats, acknowledgements, lease, check-quorum;
 //! * `membership` — one-voter changes, their commit rule, autopilot;
+//! * `transfer` — handover: an admin that stops or is asked to gives its office to one voter;
 //! * [`certificate`] — signed links of committed electorates, how a stale voter catches up;
 //! * [`score`] — the weighted score and rank slots;
 //! * [`task`] — tasks: submitter, admin placement, worker;
@@ -43,6 +44,7 @@ pub mod rng;
 pub mod score;
 pub mod task;
 mod timer;
+mod transfer;
 mod trust;
 
 #[cfg(test)]
@@ -65,4 +67,5 @@ pub use task::{
     MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES, MAX_TAIL_BYTES, MAX_TAIL_WIRE_BYTES,
 };
 pub use timer::{Timer, TimerTable};
+pub use transfer::HandoverRefusal;
 pub use trust::{Refusal, MAX_CAPABILITIES, MAX_ID_BYTES, MAX_MEMBERS, MAX_UPTIME_S, MAX_WIRE_INT};

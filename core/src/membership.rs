@@ -571,7 +571,10 @@ impl Core {
             // Its own removal committed: hand over at once, as a graceful shutdown does.
             self.step_down(StepDownReason::Removed, out);
             out.push(Command::Broadcast {
-                msg: Message::StepDown { term: self.term },
+                msg: Message::StepDown {
+                    term: self.term,
+                    successor: None,
+                },
             });
         }
     }

@@ -91,6 +91,11 @@ pub enum Message {
         /// As in [`Message::PreVoteRequest`].
         #[serde(default, skip_serializing_if = "is_zero")]
         electorate_stamp: u64,
+        /// The candidate stands because its admin handed over (`timeout_now`): a voter whose
+        /// promise to that admin still runs keeps the request for the admin's step-down
+        /// instead of refusing it (`transfer.rs`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        transfer: bool,
     },
     /// Vote answer.
     VoteReply {
@@ -162,8 +167,18 @@ pub enum Message {
         /// The links.
         links: Vec<Arc<crate::Link>>,
     },
-    /// An admin gives up its lease (graceful shutdown), so voters may elect at once.
+    /// An admin gives up its lease (graceful shutdown, a handover), so voters may elect at once.
     StepDown {
+        /// The term the admin leaves.
+        term: u64,
+        /// The voter it hands over to (`timeout_now`): the others give it one election
+        /// timeout before they stand (`transfer.rs` rule 5).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        successor: Option<NodeId>,
+    },
+    /// The admin of `term`, having stepped down, asks the receiver to stand at once in the
+    /// next term (Raft's `TimeoutNow`; `transfer.rs`).
+    TimeoutNow {
         /// The term the admin leaves.
         term: u64,
     },
@@ -349,6 +364,7 @@ impl Message {
             Message::Heartbeat { .. } => "heartbeat",
             Message::HeartbeatAck { .. } => "heartbeat_ack",
             Message::StepDown { .. } => "step_down",
+            Message::TimeoutNow { .. } => "timeout_now",
             Message::ChainRequest { .. } => "chain_request",
             Message::Chain { .. } => "chain",
             Message::BootstrapPrepare { .. } => "bootstrap_prepare",
@@ -420,6 +436,7 @@ mod tests {
                 electorate_term: 0,
                 electorate_hash: 0,
                 electorate_stamp: 0,
+                transfer: false,
             },
             Message::VoteReply {
                 term: 1,
@@ -428,7 +445,11 @@ mod tests {
             },
         ];
         let other = [
-            Message::StepDown { term: 1 },
+            Message::StepDown {
+                term: 1,
+                successor: None,
+            },
+            Message::TimeoutNow { term: 1 },
             Message::HeartbeatAck {
                 term: 1,
                 beat: 1,

@@ -200,6 +200,9 @@ pub struct Core {
     pub(crate) proposal: Option<crate::bootstrap::Proposal>,
     /// Boxed: one node in a cluster is admin, and inline it was a quarter of every node.
     pub(crate) admin_state: Option<Box<AdminState>>,
+    /// Handovers heard in this term (`transfer.rs`): boxed, absent nearly always.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) handover: Option<Box<crate::transfer::Handover>>,
     pub(crate) election_phase: ElectionPhase,
     pub(crate) timers: TimerTable,
 }
@@ -245,6 +248,7 @@ impl Core {
             forwarded: BTreeMap::new(),
             round: None,
             admin_state: None,
+            handover: None,
             election_phase: ElectionPhase::Suspect,
             timers: TimerTable::default(),
         })
@@ -287,6 +291,7 @@ impl Core {
             round,
             proposal,
             admin_state,
+            handover,
             election_phase,
             timers,
         } = self;
@@ -320,6 +325,7 @@ impl Core {
         to.part(round);
         to.part(proposal);
         to.part(admin_state);
+        to.part(handover);
         to.part(election_phase);
         to.part(timers);
     }
@@ -376,6 +382,7 @@ impl Core {
             Event::ChangeMembers { change, request } => {
                 self.on_change_members(change, request, out);
             }
+            Event::TransferAdmin { to, request } => self.on_transfer_admin(to, request, out),
             Event::SubmitTask {
                 spec,
                 key,
@@ -487,6 +494,7 @@ impl Core {
         self.round = None;
         self.proposal = None;
         self.admin_state = None;
+        self.handover = None;
         self.timers.clear();
         self.election_phase = ElectionPhase::Suspect;
         if restart {
@@ -592,6 +600,7 @@ impl Core {
                 electorate_term,
                 electorate_hash,
                 electorate_stamp,
+                transfer,
             } => {
                 let key = (
                     electorate_stamp,
@@ -599,7 +608,7 @@ impl Core {
                     electorate_term,
                     electorate_hash,
                 );
-                self.on_vote_request(from, term, key, out)
+                self.on_vote_request(from, term, key, transfer, out)
             }
             M::VoteReply {
                 term,
@@ -645,7 +654,8 @@ impl Core {
             }
             M::ChainRequest { after } => self.on_chain_request(from, after, out),
             M::Chain { links } => self.on_chain(from, links, out),
-            M::StepDown { term } => self.on_step_down(from, term, out),
+            M::StepDown { term, successor } => self.on_step_down(from, term, successor, out),
+            M::TimeoutNow { term } => self.on_timeout_now(from, term, out),
             M::BootstrapPrepare { ballot, expect } => {
                 self.on_bootstrap_prepare(from, ballot, expect, out)
             }
@@ -698,11 +708,10 @@ impl Core {
 
     fn on_shutdown(&mut self, out: &mut Vec<Command>) {
         if self.role == Role::Admin {
-            // Give the lease up before telling anyone, so an immediate election is safe.
-            self.step_down(StepDownReason::Shutdown, out);
-            out.push(Command::Broadcast {
-                msg: crate::Message::StepDown { term: self.term },
-            });
+            // Give the lease up before telling anyone, so an immediate election is safe, and
+            // hand the office to the best up-to-date voter (`transfer.rs`).
+            let target = self.handover_target(None).ok();
+            self.hand_over(StepDownReason::Shutdown, target, 0, out);
         }
         for t in Timer::ALL {
             self.timers.cancel(t, out);

@@ -89,6 +89,7 @@ pub(crate) fn vote_req(c: &Core, term: u64) -> Message {
         electorate_term,
         electorate_hash,
         electorate_stamp: c.stamp(),
+        transfer: false,
     }
 }
 

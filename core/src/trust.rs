@@ -232,7 +232,11 @@ impl Message {
                 }
                 in_range(*electorate_version)
             }
-            M::PreVoteReply { term, .. } | M::StepDown { term } => in_range(*term),
+            M::PreVoteReply { term, .. } | M::TimeoutNow { term } => in_range(*term),
+            M::StepDown { term, successor } => {
+                successor.as_ref().map_or(Ok(()), check_id)?;
+                in_range(*term)
+            }
             M::VoteReply {
                 term, promise_ms, ..
             } => {
@@ -533,7 +537,16 @@ mod tests {
         assert!(only_refusals(&out));
         assert_eq!((b.admin().unwrap().as_str(), b.beat()), ("a", 1));
         // A step-down from the impostor is refused too; the real admin's is not.
-        let out = b.step_vec(3, from("c", Message::StepDown { term: 1 }));
+        let out = b.step_vec(
+            3,
+            from(
+                "c",
+                Message::StepDown {
+                    term: 1,
+                    successor: None,
+                },
+            ),
+        );
         assert_eq!(
             refusals(&out),
             [("c".to_owned(), Refusal::ConflictingAdmin)]
@@ -565,7 +578,10 @@ mod tests {
                     term,
                     granted: false,
                 },
-                Message::StepDown { term },
+                Message::StepDown {
+                    term,
+                    successor: None,
+                },
                 Message::WhoamiReply {
                     admin: Some("b".into()),
                     term,
@@ -943,6 +959,7 @@ mod tests {
                     electorate_hash: u64::MAX,
                     electorate_term: 0,
                     electorate_stamp: 0,
+                    transfer: false,
                 }
             }
         };
@@ -961,7 +978,10 @@ mod tests {
                     granted: true,
                     promise_ms: 30_000,
                 },
-                Message::StepDown { term },
+                Message::StepDown {
+                    term,
+                    successor: None,
+                },
             ]
         };
         for (a, b) in term_only(ok).into_iter().zip(term_only(bad)) {

@@ -91,6 +91,7 @@ fn message() -> impl Strategy<Value = Message> {
                     electorate_term: h % 3,
                     electorate_hash,
                     electorate_stamp: h % 4,
+                    transfer: false,
                 }
             }
         }),
@@ -149,7 +150,10 @@ fn message() -> impl Strategy<Value = Message> {
                     .collect(),
             }
         ),
-        number().prop_map(|term| Message::StepDown { term }),
+        number().prop_map(|term| Message::StepDown {
+            term,
+            successor: None
+        }),
         (number(), peer(), 0u32..6).prop_map(|(round, node, expect)| {
             Message::BootstrapPrepare {
                 ballot: Ballot { round, node },

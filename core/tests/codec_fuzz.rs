@@ -26,7 +26,9 @@ fn valid() -> Vec<Vec<u8>> {
             electorate_hash: 99,
             electorate_term: 0,
             electorate_stamp: 0,
+            transfer: true,
         },
+        Message::TimeoutNow { term: 2 },
         Message::PreVoteReply {
             term: 2,
             granted: true,

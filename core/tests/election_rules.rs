@@ -402,6 +402,7 @@ fn vote_req(c: &Core, term: u64) -> Message {
         electorate_term: e.term,
         electorate_hash: e.fingerprint(),
         electorate_stamp: c.stamp(),
+        transfer: false,
     }
 }
 

@@ -873,7 +873,10 @@ fn the_removed_admin_steps_down_once_its_removal_commits() {
         reason: StepDownReason::Removed,
     })));
     assert!(out.contains(&Command::Broadcast {
-        msg: Message::StepDown { term: 1 }
+        msg: Message::StepDown {
+            term: 1,
+            successor: None
+        }
     }));
     assert_eq!(a.role(), Role::Follower);
     assert!(!a.holds_lease(a.now_ms()));
@@ -911,6 +914,7 @@ fn a_voter_refuses_candidates_with_an_older_electorate() {
             electorate_term,
             electorate_hash,
             electorate_stamp: 0,
+            transfer: false,
         };
     let pre_vote =
         |term, (electorate_version, electorate_term, electorate_hash)| Message::PreVoteRequest {
@@ -1238,6 +1242,7 @@ fn vote_req_for(term: u64) -> Message {
         electorate_term: 0,
         electorate_hash: v1.fingerprint(),
         electorate_stamp: 0,
+        transfer: false,
     }
 }
 
@@ -1385,6 +1390,7 @@ fn a_pre_candidate_follows_an_admin_of_its_term_that_members_report() {
         electorate_term: e.term,
         electorate_hash: e.fingerprint(),
         electorate_stamp: 0,
+        transfer: false,
     };
     b.step_vec(10, from("a", vote));
     assert_eq!(

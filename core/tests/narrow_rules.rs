@@ -43,6 +43,7 @@ fn vote_req(c: &Core, term: u64) -> Message {
         electorate_hash: e.fingerprint(),
         electorate_term: 0,
         electorate_stamp: 0,
+        transfer: false,
     }
 }
 

@@ -44,6 +44,7 @@ fn a_stopped_node_answers_nothing_and_takes_in_no_peer() {
         electorate_term: 0,
         electorate_hash: 0,
         electorate_stamp: 0,
+        transfer: false,
     };
     for (t, ev) in [
         (20, from("b", vote)),

@@ -84,6 +84,7 @@ fn ledger_catches_a_double_that_grants_twice_and_reports_once() {
         electorate_hash: e.fingerprint(),
         electorate_term: 0,
         electorate_stamp: 0,
+        transfer: false,
     };
     let lie = |out: Vec<Command>| -> Vec<Command> {
         out.into_iter()

@@ -199,6 +199,7 @@ async fn peers_connect_identify_send_and_broadcast() {
         electorate_hash: 99,
         electorate_term: 0,
         electorate_stamp: 0,
+        transfer: false,
     };
     expect(&mut c, "C sees A up", is_up(&ida)).await;
     expect(&mut c, "C sees B up", is_up(&idb)).await;
@@ -271,11 +272,17 @@ async fn identity_persists_and_bootstrap_redials_after_a_restart() {
         certified: 0,
     };
     a.send(&idb, &ack);
-    a.broadcast(&Message::StepDown { term: 1 });
+    a.broadcast(&Message::StepDown {
+        term: 1,
+        successor: None,
+    });
     a.shutdown().await;
     // Both arrive, in either order: the direct message and the gossip travel on different
     // streams (waiting for one while dropping everything else lost the other under load).
-    let step_down = Message::StepDown { term: 1 };
+    let step_down = Message::StepDown {
+        term: 1,
+        successor: None,
+    };
     let (mut got_ack, mut got_step_down) = (false, false);
     while !(got_ack && got_step_down) {
         let ev = expect(&mut b, "A's last direct message and its step-down", |ev| {

@@ -75,9 +75,11 @@ impl Reached {
     pub const CAUGHT_UP: u32 = 32;
     /// A crashed node restarted.
     pub const RESTARTED: u32 = 64;
+    /// The voter an admin handed over to became admin.
+    pub const HANDED_OVER: u32 = 128;
 
     /// Every flag with its name.
-    pub const ALL: [(u32, &'static str); 7] = [
+    pub const ALL: [(u32, &'static str); 8] = [
         (Self::BOOTSTRAPPED, "bootstrap chose an electorate"),
         (Self::ELECTED, "an admin was elected"),
         (Self::REELECTED, "an admin was elected in a later term"),
@@ -88,6 +90,10 @@ impl Reached {
             "a node behind the committed electorate caught up",
         ),
         (Self::RESTARTED, "a crashed node restarted"),
+        (
+            Self::HANDED_OVER,
+            "an admin handed over and its successor won",
+        ),
     ];
 
     /// Whether `flag` was reached.
@@ -113,6 +119,9 @@ pub struct Ghost {
     /// a search that merges two paths to one state may miss a bad proposal on the second; walks
     /// judge every path they take.
     promises: BTreeMap<Ballot, BTreeMap<u8, Reported>>,
+    /// The last handover seen: (the term left, the successor). Only marks `HANDED_OVER`: not in
+    /// the fingerprint.
+    handed: Option<(u64, u8)>,
     /// Not part of the state: read and cleared by the search after each transition.
     pub(crate) reached: Reached,
 }
@@ -169,6 +178,9 @@ impl Ghost {
                 }
                 self.admins.insert(*term, i as u8);
                 self.reached.0 |= Reached::ELECTED;
+                if self.handed == Some((term - 1, i as u8)) {
+                    self.reached.0 |= Reached::HANDED_OVER;
+                }
                 if *term > 1 {
                     self.reached.0 |= Reached::REELECTED;
                 }
@@ -280,6 +292,13 @@ impl Ghost {
                 {
                     self.reached.0 |= Reached::CAUGHT_UP;
                 }
+            }
+            Notice::HandingOver {
+                term,
+                target: Some(t),
+                ..
+            } => {
+                self.handed = w.index(t).map(|k| (*term, k as u8));
             }
             _ => {}
         }

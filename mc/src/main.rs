@@ -8,7 +8,7 @@ use clap::{Parser, ValueEnum};
 
 /// Model-check the CHORUS core: every interleaving of message deliveries, duplicates and
 /// losses, timer firings, crashes and restarts, partitions, and operator membership changes
-/// on a small cluster, breadth-first to a depth. Each transition is a real `Core::step`.
+/// and handovers on a small cluster, breadth-first to a depth. Each transition is a real `Core::step`.
 /// Exit 1 with the shortest counterexample when an invariant breaks (see
 /// `mc/src/check.rs`: election, lease, vote, known, chain, completeness, genesis, paxos).
 #[derive(Parser)]
@@ -47,6 +47,10 @@ struct Args {
     /// Timer firings per path.
     #[arg(long, default_value_t = 8)]
     fires: u8,
+    /// Handovers per path: `members transfer` asked of the admin, or a graceful stop of any
+    /// node (an admin hands over first).
+    #[arg(long, default_value_t = 0)]
+    handovers: u8,
     /// Turn autopilot on (the admin promotes standbys and removes silent voters itself).
     #[arg(long)]
     autopilot: bool,
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
         changes: args.changes,
         splits: args.splits,
         fires: args.fires,
+        handovers: args.handovers,
     };
     println!(
         "chorus-mc: {} nodes, bootstrap_expect {}, start {:?}, depth {}, budgets {:?}, autopilot {}",

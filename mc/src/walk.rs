@@ -87,7 +87,8 @@ pub fn walks(
 
 /// One walk: at each state a kind of action is drawn uniformly among those possible (deliver,
 /// settle, let time pass to the next timer, fire any node's timer, lose or duplicate,
-/// partition or heal, crash or restart, a membership change), then one action of that kind.
+/// partition or heal, crash or restart, a membership change, a handover or graceful stop),
+/// then one action of that kind.
 fn walk(
     model: &Model,
     root: &World,
@@ -99,7 +100,7 @@ fn walk(
     let mut taken = Vec::new();
     let mut reached = Reached::default();
     for _ in 0..length {
-        let mut kinds: [Vec<Action>; 8] = Default::default();
+        let mut kinds: [Vec<Action>; 9] = Default::default();
         for a in w.actions(model) {
             let k = match a {
                 Action::Deliver(_) => 0,
@@ -110,6 +111,7 @@ fn walk(
                 Action::Crash(_) | Action::Restart(_) => 5,
                 Action::Change { .. } => 6,
                 Action::Advance => 7,
+                Action::Transfer { .. } | Action::Stop(_) => 8,
             };
             kinds[k].push(a);
         }

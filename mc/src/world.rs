@@ -37,6 +37,9 @@ pub struct Limits {
     pub splits: u8,
     /// Timer firings: time is the one unbounded resource, so it gets a budget too.
     pub fires: u8,
+    /// Handovers: an operator's `members transfer` asked of the admin, or a graceful stop
+    /// (the node steps down, hands over, and is gone; it may restart any time after).
+    pub handovers: u8,
 }
 
 /// The cluster checked and how.
@@ -89,6 +92,7 @@ impl Model {
                 changes: 1,
                 splits: 1,
                 fires: 8,
+                handovers: 0,
             },
             ask_followers: false,
             settle: true,
@@ -183,6 +187,15 @@ pub enum Action {
     /// left (at most 500 deliveries): the connected groups talk until quiet. A sequence of
     /// real steps taken as one action, so searches reach deeper.
     Settle,
+    /// The operator asks node `at` to hand the office to `to` (none: the best voter).
+    Transfer {
+        /// Where it is asked.
+        at: usize,
+        /// The voter named.
+        to: Option<usize>,
+    },
+    /// Node `i` stops gracefully: an admin hands over first; then it is down.
+    Stop(usize),
     /// The operator asks node `at` for `change`.
     Change {
         /// Where it is asked.
@@ -344,6 +357,20 @@ impl World {
         if model.settle && self.net.len() > 1 {
             acts.push(Action::Settle);
         }
+        if self.left.handovers > 0 {
+            for i in 0..n {
+                if !self.nodes[i].up {
+                    continue;
+                }
+                acts.push(Action::Stop(i));
+                if self.nodes[i].core.role() == Role::Admin {
+                    acts.push(Action::Transfer { at: i, to: None });
+                    for k in (0..n).filter(|&k| k != i) {
+                        acts.push(Action::Transfer { at: i, to: Some(k) });
+                    }
+                }
+            }
+        }
         if self.left.changes > 0 {
             for at in 0..n {
                 let c = &self.nodes[at].core;
@@ -427,6 +454,27 @@ impl World {
                     self.deliver(0, false)?;
                     self.ghost.check_leases_now(self)?;
                 }
+            }
+            Action::Transfer { at, to } => {
+                if !self.nodes[*at].up {
+                    return Ok(());
+                }
+                self.left.handovers = self.left.handovers.saturating_sub(1);
+                self.requests += 1;
+                let event = Event::TransferAdmin {
+                    to: to.map(Model::id),
+                    request: self.requests,
+                };
+                self.step(*at, event)?;
+            }
+            Action::Stop(i) => {
+                if !self.nodes[*i].up {
+                    return Ok(());
+                }
+                self.left.handovers = self.left.handovers.saturating_sub(1);
+                // What it sends on the way out leaves before the connections close.
+                self.step(*i, Event::Shutdown)?;
+                self.crash(*i)?;
             }
             Action::Change { at, change } => {
                 if !self.nodes[*at].up {
@@ -581,7 +629,7 @@ impl World {
         self.net.insert(at, p);
     }
 
-    fn index(&self, id: &NodeId) -> Option<usize> {
+    pub(crate) fn index(&self, id: &NodeId) -> Option<usize> {
         (0..self.nodes.len()).find(|i| Model::id(*i) == *id)
     }
 
@@ -601,7 +649,14 @@ impl World {
         parts.push(u64::from(self.split));
         let l = self.left;
         parts.push(u64::from_le_bytes([
-            l.crashes, l.drops, l.dups, l.changes, l.splits, l.fires, 0, 0,
+            l.crashes,
+            l.drops,
+            l.dups,
+            l.changes,
+            l.splits,
+            l.fires,
+            l.handovers,
+            0,
         ]));
         parts.push(self.ghost.hash());
         let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_le_bytes()).collect();
@@ -651,6 +706,11 @@ impl World {
             Action::Heal => "heal".into(),
             Action::Settle => format!("settle ({} in flight)", self.net.len()),
             Action::Change { at, change } => format!("ask {} for {change:?}", name(*at)),
+            Action::Transfer { at, to } => match to {
+                Some(k) => format!("ask {} to hand over to {}", name(*at), name(*k)),
+                None => format!("ask {} to hand over", name(*at)),
+            },
+            Action::Stop(i) => format!("stop {} gracefully", name(*i)),
         }
     }
 

@@ -19,6 +19,7 @@ fn cold(nodes: usize, expect: u32, settle: bool) -> Model {
         changes: 0,
         splits: 3,
         fires: 60,
+        handovers: 0,
     };
     model
 }

@@ -12,8 +12,8 @@
 //! 5. term stability — after a heal, if the majority side (the part of the last partition's
 //!    group whose members still reached one another under every cut in force) had a leased
 //!    admin, no term above its term appears until the next fault (a node back from a minority
-//!    raised nothing) or until that admin steps down because its own removal committed (the
-//!    next election then raises the term as designed).
+//!    raised nothing) or until that admin steps down on purpose — its own removal committed, a
+//!    handover, a graceful stop (the next election then raises the term as designed).
 //!
 //! 7. tasks — every accepted task (`task_submitted`) gets a result at its submitter or is
 //!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
@@ -324,11 +324,12 @@ impl Checker {
                 if self.admin_now.as_ref() == Some(node) {
                     self.admin_now = None;
                 }
-                if reason == "removed" {
-                    // Its own removal committed and it handed over: a fault-free leadership
-                    // change that the next admin must complete within the bound. That election
-                    // raises the term as designed, so the term its lease held after a heal is
-                    // no longer the one to guard (issue 32, finding 4).
+                if matches!(reason.as_ref(), "removed" | "transfer" | "shutdown") {
+                    // Its own removal committed, an operator asked it to hand over, or it is
+                    // stopping: a leadership change on purpose, which the next admin must
+                    // complete within the bound. That election raises the term as designed, so
+                    // the term its lease held after a heal is no longer the one to guard
+                    // (issue 32, finding 4; `core/src/transfer.rs`).
                     self.term_guard = None;
                     self.restart_liveness_clock(t);
                 }

@@ -1005,6 +1005,20 @@ impl Cluster for Des<'_> {
         self.step(i, Event::ChangeMembers { change, request }, sink);
     }
 
+    fn transfer_admin(
+        &mut self,
+        i: usize,
+        to: Option<chorus_core::NodeId>,
+        request: u64,
+        sink: &mut Sink,
+    ) {
+        self.step(i, Event::TransferAdmin { to, request }, sink);
+    }
+
+    fn shut_down(&mut self, i: usize, sink: &mut Sink) {
+        self.step(i, Event::Shutdown, sink);
+    }
+
     fn submit_task(
         &mut self,
         i: usize,

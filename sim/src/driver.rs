@@ -61,6 +61,18 @@ pub trait Cluster {
         request: u64,
         sink: &mut Sink,
     );
+    /// Ask live node `i` to hand the admin's office over, as its operator would: the node steps
+    /// [`chorus_core::Event::TransferAdmin`] with `request`.
+    fn transfer_admin(
+        &mut self,
+        i: usize,
+        to: Option<chorus_core::NodeId>,
+        request: u64,
+        sink: &mut Sink,
+    );
+    /// Begin a graceful stop of live node `i`: it steps [`chorus_core::Event::Shutdown`] (the
+    /// driver crashes it [`STOP_GRACE_MS`] later, once what it sent has left).
+    fn shut_down(&mut self, i: usize, sink: &mut Sink);
     /// Submit a task at live node `i`, as a user would (`POST /tasks`): the node steps
     /// [`chorus_core::Event::SubmitTask`].
     fn submit_task(
@@ -76,11 +88,17 @@ pub trait Cluster {
     fn cancel_task(&mut self, i: usize, task: chorus_core::TaskId, request: u64, sink: &mut Sink);
 }
 
+/// How long a gracefully stopping node lives on after its shutdown step, so its last messages
+/// (a step-down, a `timeout_now`) leave, as `chorus run` flushes them before it exits.
+pub const STOP_GRACE_MS: u64 = 20;
+
 #[derive(Clone, Debug)]
 enum Pending {
     Act(Action),
     /// Second half of a bounce: restart exactly these nodes.
     RestartNodes(Vec<usize>),
+    /// Second half of a graceful stop: crash exactly these nodes.
+    CrashNodes(Vec<usize>),
     /// The delayed first start of a node (`start_spread`).
     Start(usize),
     /// A task arrives (`[tasks]`); with a rate, the next arrival is drawn when it fires.
@@ -332,6 +350,25 @@ impl Driver {
                 self.push(now + down_for, Pending::RestartNodes(nodes));
             }
             Pending::RestartNodes(nodes) => self.restart(&nodes, cluster, sink),
+            Pending::Act(Action::Stop { target }) => {
+                let nodes: Vec<usize> = (self.resolve(&target, cluster).into_iter())
+                    .filter(|&i| cluster.is_live(i))
+                    .collect();
+                for &i in &nodes {
+                    cluster.shut_down(i, sink);
+                }
+                self.push(now + STOP_GRACE_MS, Pending::CrashNodes(nodes));
+            }
+            Pending::CrashNodes(nodes) => self.crash(&nodes, cluster, sink),
+            Pending::Act(Action::Transfer { to, target }) => {
+                let to = to.map(|n| chorus_core::NodeId::from(name(*n.indices().start())));
+                for i in self.resolve(&target, cluster) {
+                    if cluster.is_live(i) {
+                        self.request += 1;
+                        cluster.transfer_admin(i, to.clone(), self.request, sink);
+                    }
+                }
+            }
             Pending::Submit => self.submit(now, cluster, sink),
             Pending::FollowUp {
                 node,

@@ -299,8 +299,49 @@ fn fault(
             Action::Remove { node, target }
         }
     };
-    let kinds = if opts.membership { 17 } else { 9 };
-    match below(rng, kinds) {
+    // Kinds 0–8 are faults, 9–16 membership, 17–18 handovers (numbered after the others so
+    // the kinds older seeds drew keep their numbers).
+    let kinds = if opts.membership { 19 } else { 11 };
+    let kind = match below(rng, kinds) {
+        k if !opts.membership && k >= 9 => k + 8,
+        k => k,
+    };
+    match kind {
+        17 => {
+            // A graceful stop (the admin, mostly: it hands over), started again later or not.
+            let target = if chance(rng, 2, 3) {
+                Target::Admin
+            } else {
+                some_target(rng)
+            };
+            let mut out = vec![(0, Action::Stop { target })];
+            if chance(rng, 2, 3) {
+                out.push((
+                    range(rng, 100, 20_000),
+                    Action::Restart {
+                        target: Target::Crashed,
+                    },
+                ));
+            }
+            out
+        }
+        18 => {
+            // An operator's handover, to a named node (a voter or not) or the admin's pick,
+            // sometimes asked of another node, sometimes twice in a row.
+            let transfer = |rng: &mut ChaCha8Rng| Action::Transfer {
+                to: chance(rng, 1, 2).then(|| node(below(rng, eligible as u64) as usize)),
+                target: if chance(rng, 4, 5) {
+                    Target::Admin
+                } else {
+                    Target::Random
+                },
+            };
+            let mut out = vec![(0, transfer(rng))];
+            if chance(rng, 1, 3) {
+                out.push((range(rng, 0, 300), transfer(rng)));
+            }
+            out
+        }
         15 | 16 => {
             // The admin cut off with a minority, and a change asked of it just after: it may
             // still hold its lease, and propose to the few it reaches.
@@ -628,7 +669,11 @@ fn without_last_node(s: &Scenario) -> Option<Scenario> {
         let named = match &e.action {
             Action::Crash { target }
             | Action::Restart { target }
+            | Action::Stop { target }
             | Action::Bounce { target, .. } => target_names(target),
+            Action::Transfer { to, target } => {
+                to.as_ref().is_some_and(names) || target_names(target)
+            }
             Action::OneWay { from, to } => target_names(from) || target_names(to),
             Action::Add { node, target } | Action::Remove { node, target } => {
                 names(node) || target_names(target)

@@ -73,7 +73,7 @@ impl Liar {
             | Message::VoteRequest { term, .. }
             | Message::PreVoteReply { term, .. }
             | Message::VoteReply { term, .. }
-            | Message::StepDown { term } => (*term, 0),
+            | Message::StepDown { term, .. } => (*term, 0),
             _ => (0, 0),
         };
         // Only plausible values: a liar that believed another liar would aim at nothing.
@@ -227,6 +227,7 @@ impl Liar {
                 electorate_hash: self.rng.next_u64(),
                 electorate_term: 0,
                 electorate_stamp: 0,
+                transfer: false,
             },
             5 => Message::PreVoteRequest {
                 term: self.term(),
@@ -235,7 +236,10 @@ impl Liar {
                 electorate_term: 0,
                 electorate_stamp: 0,
             },
-            6 => Message::StepDown { term: self.term() },
+            6 => Message::StepDown {
+                term: self.term(),
+                successor: None,
+            },
             7 | 8 => {
                 let admin = if self.flip() {
                     me.clone()
@@ -270,7 +274,10 @@ impl Liar {
                 electorate_stamp: 0,
             },
             _ => match self.heard.len() {
-                0 => Message::StepDown { term: self.term },
+                0 => Message::StepDown {
+                    term: self.term,
+                    successor: None,
+                },
                 n => {
                     let i = self.pick(n);
                     self.heard[i].clone()

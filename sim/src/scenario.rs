@@ -538,6 +538,24 @@ pub enum Action {
         /// Which nodes.
         target: Target,
     },
+    /// Stop nodes gracefully, as `systemctl stop` does: each steps its shutdown (an admin
+    /// hands its office over first), and is down 20 ms later, once what it sent has left.
+    /// Their event logs survive; `restart` starts them again.
+    Stop {
+        /// Which nodes.
+        target: Target,
+    },
+    /// Ask for a handover, as an operator would (`chorus members transfer [to]`), at `target`
+    /// (default: the admin; any other node refuses, naming the admin). Each node asked gets
+    /// its own request id, as for `add`.
+    Transfer {
+        /// The voter to hand over to (default: the admin picks the best up-to-date one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<NodeRef>,
+        /// Where to ask.
+        #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
+        target: Target,
+    },
     /// Crash then restart the same nodes after `down_for`.
     Bounce {
         /// Which nodes.

@@ -219,6 +219,7 @@ mod tests {
                 electorate_hash: 7,
                 electorate_term: 0,
                 electorate_stamp: 0,
+                transfer: false,
             },
             Message::VoteReply {
                 term: 4,
@@ -242,7 +243,10 @@ mod tests {
                 endorsement: None,
                 certified: 0,
             },
-            Message::StepDown { term: 4 },
+            Message::StepDown {
+                term: 4,
+                successor: None,
+            },
         ]
     }
 
@@ -277,7 +281,14 @@ mod tests {
 
     #[test]
     fn rejections_are_typed() {
-        let hb = encode("c1", &Message::StepDown { term: 1 }).unwrap();
+        let hb = encode(
+            "c1",
+            &Message::StepDown {
+                term: 1,
+                successor: None,
+            },
+        )
+        .unwrap();
         assert!(matches!(decode("c2", &hb), Err(CodecError::WrongCluster(c)) if c == "c1"));
         let v2 = br#"{"v":2,"cluster":"c1","msg":{"type":"step_down","term":1}}"#;
         assert_eq!(decode("c1", v2), Err(CodecError::Version(2)));

@@ -316,7 +316,10 @@ async fn shutdown_of_an_admin_broadcasts_step_down() {
     assert_eq!(
         sent.last(),
         Some(&Command::Broadcast {
-            msg: Message::StepDown { term }
+            msg: Message::StepDown {
+                term,
+                successor: None
+            }
         })
     );
     assert!(n

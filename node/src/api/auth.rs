@@ -337,7 +337,7 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     }
     let tasks = path == "/tasks" || path.starts_with("/tasks/");
     Some(match (method, path) {
-        (&Method::POST, "/members") => Role::Operate,
+        (&Method::POST, "/members") | (&Method::POST, "/members/transfer") => Role::Operate,
         (&Method::POST, p) if p.starts_with("/acl/") => Role::Manage,
         (&Method::POST, "/tasks") => Role::Submit,
         (&Method::DELETE, _) if tasks => Role::Submit,

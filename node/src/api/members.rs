@@ -122,7 +122,12 @@ pub fn parse_change(body: &[u8]) -> Result<MemberChange, String> {
     let change: MemberChange = serde_json::from_slice(body).map_err(|e| {
         format!("expected {{\"op\": \"add\" or \"remove\", \"node\": \"<node id>\"}}: {e}")
     })?;
-    let id = change.node().as_str();
+    parse_node_id(change.node().as_str())?;
+    Ok(change)
+}
+
+/// A node id from an operator: a peer id, as `chorus status` and `chorus members` print it.
+pub fn parse_node_id(id: &str) -> Result<NodeId, String> {
     if id.is_empty() || id.len() > MAX_ID_LEN || id.chars().any(|c| c.is_whitespace()) {
         return Err(format!(
             "not a node id: {id:?} (1 to {MAX_ID_LEN} characters, no spaces)"
@@ -134,7 +139,7 @@ pub fn parse_change(body: &[u8]) -> Result<MemberChange, String> {
              status` and `chorus members` print it)"
         ));
     }
-    Ok(change)
+    Ok(NodeId::from(id))
 }
 
 /// What `POST /members` answers.

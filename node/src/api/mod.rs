@@ -11,6 +11,7 @@ pub mod members;
 pub mod status;
 pub mod tasks;
 pub mod tls;
+pub mod transfer;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ pub async fn serve(
             "/members",
             get(members::members).post(members::change_members),
         )
+        .route("/members/transfer", post(transfer::transfer))
         .route("/tasks", get(tasks::list_tasks).post(tasks::submit_task))
         .route(
             "/tasks/{id}",

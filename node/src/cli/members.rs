@@ -1,5 +1,5 @@
 //! `chorus members`: the membership as a node sees it, and `add`/`remove` through any node
-//! (`GET` and `POST /members`).
+//! (`GET` and `POST /members`), and `transfer` at the admin (`POST /members/transfer`).
 
 use std::time::Duration;
 
@@ -97,4 +97,38 @@ pub async fn change(addr: &str, change: MemberChange, wait: Duration) -> anyhow:
     } else {
         bail!("{message}")
     }
+}
+
+/// `chorus members transfer [ID]`: asks the node at `addr` to hand the admin's office over; a
+/// node that is not the admin names the admin's HTTP address, where it is asked once more.
+pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow::Result<()> {
+    let body = match &to {
+        Some(id) => serde_json::json!({ "to": id }).to_string(),
+        None => "{}".to_owned(),
+    };
+    let path = format!("/members/transfer?wait_ms={}", wait.as_millis());
+    let mut at = addr.to_owned();
+    for _ in 0..2 {
+        let reply = tokio::time::timeout(
+            wait + Duration::from_secs(5),
+            request(&at, "POST", &path, Some(&body)),
+        )
+        .await
+        .map_err(|_| anyhow::anyhow!("{at} did not answer within {} s", wait.as_secs() + 5))?
+        .with_context(|| format!("cannot reach a chorus node at {at}"))?;
+        let (code, text) = reply;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let message = v["message"]
+            .as_str()
+            .map_or_else(|| text.trim().to_owned(), str::to_owned);
+        if code == 200 {
+            println!("{message}");
+            return Ok(());
+        }
+        match (v["reason"].as_str(), v["admin_http"].as_str()) {
+            (Some("not_admin"), Some(http)) if http != at => at = http.to_owned(),
+            _ => bail!("{message}"),
+        }
+    }
+    bail!("the admin moved while the request was on its way; run the command again")
 }

@@ -23,6 +23,8 @@ pub struct OperatorInputs {
     pub waiters: BTreeMap<u64, mpsc::UnboundedSender<ChangeOutcome>>,
     /// Open task requests (submit, cancel): the core's answer is sent here.
     pub task_waiters: TaskWaiters,
+    /// Open handover requests (`POST /members/transfer`): the core's answer is sent here.
+    pub handover_waiters: BTreeMap<u64, oneshot::Sender<HandoverAnswer>>,
 }
 
 impl OperatorInputs {
@@ -33,6 +35,7 @@ impl OperatorInputs {
             next_request: first_request.max(1),
             waiters: BTreeMap::new(),
             task_waiters: BTreeMap::new(),
+            handover_waiters: BTreeMap::new(),
         }
     }
 
@@ -41,6 +44,41 @@ impl OperatorInputs {
     pub fn deliver(&mut self, notice: &Notice) {
         self.deliver_change_outcome(notice);
         self.deliver_task_answer(notice);
+        self.deliver_handover_answer(notice);
+    }
+
+    fn deliver_handover_answer(&mut self, notice: &Notice) {
+        let (request, answer) = match notice {
+            Notice::HandingOver {
+                request,
+                target,
+                term,
+            } => (
+                *request,
+                HandoverAnswer::Started {
+                    term: *term,
+                    target: target.clone(),
+                },
+            ),
+            Notice::HandoverRefused {
+                request,
+                reason,
+                admin,
+            } => (
+                *request,
+                HandoverAnswer::Refused {
+                    reason: *reason,
+                    admin: admin.clone(),
+                },
+            ),
+            _ => return,
+        };
+        if request == 0 {
+            return;
+        }
+        if let Some(waiter) = self.handover_waiters.remove(&request) {
+            let _ = waiter.send(answer);
+        }
     }
 
     fn deliver_change_outcome(&mut self, notice: &Notice) {
@@ -127,6 +165,25 @@ pub enum TaskAnswer {
     Refused {
         /// Why.
         reason: String,
+    },
+}
+
+/// The core's answer to a handover request.
+#[derive(Debug)]
+pub enum HandoverAnswer {
+    /// The admin stepped down from `term` and asked `target` to stand.
+    Started {
+        /// The term left.
+        term: u64,
+        /// The voter asked (none: no voter was up to date).
+        target: Option<chorus_core::NodeId>,
+    },
+    /// Refused.
+    Refused {
+        /// Why.
+        reason: chorus_core::HandoverRefusal,
+        /// The admin this node follows, when it is not the admin.
+        admin: Option<chorus_core::NodeId>,
     },
 }
 

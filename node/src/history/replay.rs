@@ -586,7 +586,11 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             task: task.to_string(),
             status: *status,
         },
-        Notice::Refused { .. } => return None,
+        // The step-down that goes with a handover is in the trace; whom it went to is in the
+        // log's words.
+        Notice::Refused { .. } | Notice::HandingOver { .. } | Notice::HandoverRefused { .. } => {
+            return None
+        }
     })
 }
 
@@ -639,6 +643,17 @@ pub fn notice_words(n: &Notice) -> String {
             format!("stepped down from term {term} ({reason})")
         }
         Notice::Voted { term, candidate } => format!("voted for {candidate} in term {term}"),
+        Notice::HandingOver {
+            term,
+            target: Some(target),
+            ..
+        } => format!("handing the office of term {term} over to {target}"),
+        Notice::HandingOver {
+            term, target: None, ..
+        } => {
+            format!("gave the office of term {term} up: no other voter is up to date")
+        }
+        Notice::HandoverRefused { reason, .. } => format!("refused a handover ({reason})"),
         Notice::AdminKnown { admin, term } => format!("admin of term {term} is {admin}"),
         Notice::Refused {
             from,

@@ -88,6 +88,8 @@ impl Scenario {
             let targets: Vec<&Target> = match &s.action {
                 Action::Crash { target }
                 | Action::Restart { target }
+                | Action::Stop { target }
+                | Action::Transfer { target, .. }
                 | Action::Bounce { target, .. }
                 | Action::Add { target, .. }
                 | Action::Remove { target, .. } => vec![target],
@@ -102,6 +104,20 @@ impl Scenario {
                             self.nodes
                         ));
                     }
+                }
+            }
+            if let Action::Transfer { to: Some(node), .. } = &s.action {
+                let NodeRef::One(i) = node else {
+                    return Err(format!(
+                        "{what}: a handover names one node, not {}",
+                        String::from(*node)
+                    ));
+                };
+                if *i >= self.nodes {
+                    return Err(format!(
+                        "{what} names n{i}, but there are {} nodes",
+                        self.nodes
+                    ));
                 }
             }
             if let Action::Add { node, .. } | Action::Remove { node, .. } = &s.action {

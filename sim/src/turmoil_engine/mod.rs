@@ -680,6 +680,27 @@ impl Cluster for TurmoilCluster {
         }
     }
 
+    fn transfer_admin(
+        &mut self,
+        i: usize,
+        to: Option<chorus_core::NodeId>,
+        request: u64,
+        _sink: &mut Sink,
+    ) {
+        if let Some(tx) = &self.operators.borrow()[i] {
+            // As for membership requests: a node that is down misses it, as its API would.
+            let _ = tx.try_send(Event::TransferAdmin { to, request });
+        }
+    }
+
+    fn shut_down(&mut self, i: usize, _sink: &mut Sink) {
+        if let Some(tx) = &self.operators.borrow()[i] {
+            // The runtime loop steps it like any operator input; the core then stops acting,
+            // and the driver crashes the host once the grace is over.
+            let _ = tx.try_send(Event::Shutdown);
+        }
+    }
+
     fn submit_task(
         &mut self,
         i: usize,
