@@ -229,6 +229,25 @@ mod tests {
         assert_eq!(tasks.status(), StatusCode::UNAUTHORIZED);
     }
 
+    /// Node data (ids, addresses, task output) must never be parsed as markup, and the script
+    /// must reach nothing but this node.
+    #[test]
+    fn the_script_writes_text_only_and_fetches_only_from_its_node() {
+        for sink in [
+            "innerHTML",
+            "outerHTML",
+            "insertAdjacentHTML",
+            "document.write",
+            "eval(",
+        ] {
+            assert!(!JS.contains(sink), "app.js uses {sink}");
+        }
+        // The one absolute URL is the SVG namespace, a name that is never fetched.
+        assert_eq!(JS.matches("://").count(), 1);
+        assert!(JS.contains("const SVG = 'http://www.w3.org/2000/svg';"));
+        assert!(!HTML.contains("://") && !CSS.contains("://"));
+    }
+
     #[test]
     fn the_node_id_is_escaped_into_the_page() {
         let page = render("<img src=x onerror=alert(1)>");
