@@ -2,8 +2,9 @@
 //! headless Chromium driven over the DevTools protocol ([`chorus_tests::browser`]). The page is
 //! loaded once, at a node that is not the admin, and kept open: it shows the admin; a task
 //! submitted to that node shows its output (as text: markup in it stays text); after `kill -9`
-//! of the admin the same page shows the new admin within the failover bound and draws the new
-//! term on its timeline.
+//! of the admin the same page shows the new admin within the failover bound, draws the new
+//! term on its timeline, and shows the killed node not reached, then reached again once it
+//! restarts.
 //!
 //! Needs Chromium and a running Docker Engine (the task runs in a sandbox); fails, never
 //! skips, without them. With `CHORUS_CONSOLE_SCREENSHOT=FILE` the page's last state is saved
@@ -205,8 +206,30 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
         true,
         "the killed admin's row turns grey"
     );
-    // A few more polls, so the picture shows some time after the failover.
-    std::thread::sleep(Duration::from_secs(3));
+    // Reachability: the killed node's row says it is not reached, and reached again once it
+    // restarts and rejoins (as a follower of the new admin).
+    let reached = format!(
+        "document.querySelector('#nodes tr[data-node=\"{admin}\"]').children[4].textContent"
+    );
+    assert!(
+        b.wait_for(&format!("{reached} === 'no' || null"), SHOW_BOUND)
+            .is_some(),
+        "the killed node is shown not reached: {:?}",
+        b.eval(&reached)
+    );
+    c.start_node(a);
+    assert!(
+        b.wait_for(
+            &format!("{reached} === 'yes' || null"),
+            Duration::from_secs(30)
+        )
+        .is_some(),
+        "the restarted node is shown reached again: {:?}",
+        b.eval(&reached)
+    );
+    assert_eq!(b.eval(&text_of("admin")), Value::String(new_admin.clone()));
+    // A few more polls, so the picture shows some time after the rejoin.
+    std::thread::sleep(Duration::from_secs(2));
     let shot = std::env::var_os("CHORUS_CONSOLE_SCREENSHOT")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| c.root().join("console.png"));
