@@ -1,6 +1,7 @@
 //! Shared helpers for the cross-crate integration tests: a cluster of real `chorus run`
 //! processes on loopback, each with its own data directory and ports, killed when the test ends
-//! (or panics); a tiny HTTP client for their status; polling with deadlines.
+//! (or panics); a tiny HTTP client for their status; polling with deadlines; a headless
+//! browser (`browser`) for the web console.
 //!
 //! Ports: every process binds port 0 and the OS picks; the harness reads the ports the child
 //! reports in its "chorus node started" log line. Nothing picks a port number and hopes it is
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 pub use chorus_node::devcluster::{log_since, parse_started_line, Ports, START_BOUND};
 pub use serde_json::Value;
 
+pub mod browser;
 pub mod delay;
 pub mod netns;
 

@@ -280,7 +280,7 @@ impl Auth {
         }
         if let Some(origin) = headers.get(header::ORIGIN) {
             // A browser sends Origin on every request but a same-origin GET; the only pages
-            // that may talk to the API are its own (none yet).
+            // that may talk to the API are its own (the console at `/ui`, same origin).
             let origin_host = origin
                 .to_str()
                 .ok()
@@ -332,7 +332,10 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         "/", "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
     ];
     let read = *method == Method::GET || *method == Method::HEAD;
-    if read && public.contains(&path) {
+    // The web console's page, script and style sheet hold no node data and no secret: the
+    // page's script reads the routes above like any client, with the operator's token.
+    let console = path == super::ui::PAGE || path.starts_with("/ui/");
+    if read && (public.contains(&path) || console) {
         return None;
     }
     let tasks = path == "/tasks" || path.starts_with("/tasks/");
@@ -467,6 +470,11 @@ mod tests {
             Some(Role::Manage)
         );
         assert_eq!(required_role(&Method::POST, "/status"), Some(Role::Manage));
+        // The console's files hold no node data (its script reads the routes above).
+        for p in ["/ui", "/ui/app.js", "/ui/style.css"] {
+            assert_eq!(required_role(&Method::GET, p), None, "{p}");
+        }
+        assert_eq!(required_role(&Method::POST, "/ui"), Some(Role::Manage));
     }
 
     #[test]

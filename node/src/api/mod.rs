@@ -1,6 +1,7 @@
 //! The HTTP API (127.0.0.1 by default), one file per resource: `status` (`/healthz`,
 //! `/readyz`, `/status`, `/metrics`), `cluster` (this node's view of every node it knows, with
-//! their HTTP addresses), `members`, `tasks` and `acl` (tokens). Handlers read the daemon's
+//! their HTTP addresses), `members`, `tasks`, `acl` (tokens) and `ui` (the web console, pages
+//! that read the other routes from the browser). Handlers read the daemon's
 //! shared state and hand operator requests to its runtime loop; they never call the
 //! command-line clients. Every request passes `auth` first: who may do what is decided there.
 
@@ -12,6 +13,7 @@ pub mod status;
 pub mod tasks;
 pub mod tls;
 pub mod transfer;
+pub mod ui;
 
 use std::future::IntoFuture;
 use std::net::SocketAddr;
@@ -24,20 +26,47 @@ use tokio::net::TcpListener;
 use crate::daemon::shared::SharedState;
 
 /// Binds `addr` (failing early, with the address in the error) and returns the server future.
-/// `auth` decides who may call what; with `tls` every connection speaks TLS.
+/// `auth` decides who may call what; with `tls` every connection speaks TLS; with `ui` the
+/// web console is served at `/ui` and a browser asking for `/` is sent there.
 pub async fn serve(
     addr: SocketAddr,
     shared: SharedState,
     auth: Arc<auth::Auth>,
     tls: Option<Arc<rustls::ServerConfig>>,
+    ui: bool,
 ) -> anyhow::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot bind the HTTP API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
-    let app = Router::new()
-        .route("/", get(status::index))
-        .route("/healthz", get(status::healthz))
+    let app = router(shared, auth, bound, ui);
+    let server: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
+        match tls {
+            Some(config) => {
+                Box::pin(axum::serve(tls::TlsListener::new(listener, config)?, app).into_future())
+            }
+            None => Box::pin(axum::serve(listener, app).into_future()),
+        };
+    let server = async move {
+        if let Err(e) = server.await {
+            tracing::error!(error = %e, "HTTP API stopped");
+        }
+    };
+    Ok((bound, server))
+}
+
+/// Every route, behind the gatekeeper; `bound` is the address the API listens on.
+fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: bool) -> Router {
+    let app = if ui {
+        Router::new()
+            .route("/", get(ui::root))
+            .route(ui::PAGE, get(ui::page))
+            .route(ui::SCRIPT, get(ui::script))
+            .route(ui::STYLE, get(ui::style))
+    } else {
+        Router::new().route("/", get(status::index))
+    };
+    app.route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
         .route("/status", get(status::status))
         .route("/metrics", get(status::metrics))
@@ -58,18 +87,5 @@ pub async fn serve(
             (shared.clone(), auth),
             auth::guard,
         ))
-        .with_state((shared, bound));
-    let server: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
-        match tls {
-            Some(config) => {
-                Box::pin(axum::serve(tls::TlsListener::new(listener, config)?, app).into_future())
-            }
-            None => Box::pin(axum::serve(listener, app).into_future()),
-        };
-    let server = async move {
-        if let Err(e) = server.await {
-            tracing::error!(error = %e, "HTTP API stopped");
-        }
-    };
-    Ok((bound, server))
+        .with_state((shared, bound))
 }

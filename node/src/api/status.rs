@@ -122,6 +122,7 @@ pub(super) async fn index() -> &'static str {
         "               POST /members (operate), POST /acl/tokens (manage)\n",
         "               (Authorization: Bearer TOKEN; `chorus acl token create --help`)\n\n",
         "From a shell:  chorus status | chorus status --cluster | chorus task --help\n",
+        "In a browser:  /ui, the web console (unless the node runs with http_ui = false)\n",
     )
 }
 

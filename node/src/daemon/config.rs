@@ -83,6 +83,9 @@ pub struct NodeConfig {
     pub http_tls_cert: Option<PathBuf>,
     /// The private key (PEM) of `http_tls_cert`.
     pub http_tls_key: Option<PathBuf>,
+    /// Serve the web console at `/ui` (and send browsers asking for `/` there). It reads the
+    /// same endpoints as the CLI, with the same tokens; `false` leaves the API without it.
+    pub http_ui: bool,
     /// Discover peers on the local network with mDNS.
     pub mdns: bool,
     /// Log format.
@@ -124,6 +127,7 @@ impl Default for NodeConfig {
             http_tls: HttpTls::Auto,
             http_tls_cert: None,
             http_tls_key: None,
+            http_ui: true,
             mdns: false,
             log_format: LogFormat::Human,
             cluster_seed: 0,
@@ -301,6 +305,9 @@ pub struct RunFlags {
     /// The private key of --http-tls-cert, PEM (config `http_tls_key`).
     #[arg(long, value_name = "FILE", requires = "http_tls_cert")]
     pub http_tls_key: Option<PathBuf>,
+    /// Do not serve the web console at /ui (config `http_ui = false`); the API is unchanged.
+    #[arg(long)]
+    pub no_http_ui: bool,
     /// Capability to advertise (repeatable; replaces the default `admin_election`).
     #[arg(long, value_name = "NAME")]
     pub capability: Vec<String>,
@@ -416,6 +423,20 @@ impl NodeConfig {
     }
 
     fn parse_toml(text: &str) -> anyhow::Result<NodeConfig> {
+        // `http` is the API's address, so an `[http]` table (as other daemons configure their
+        // HTTP server) cannot be: say where its keys live instead of a bare type error.
+        let table = text.parse::<toml::Table>().ok();
+        if table
+            .as_ref()
+            .and_then(|t| t.get("http"))
+            .is_some_and(toml::Value::is_table)
+        {
+            bail!(
+                "invalid config `http`: it is the API's address (\"HOST:PORT\"), not a table; \
+                 the API's other settings are top-level keys: http_ui, http_names, http_tls, \
+                 http_tls_cert, http_tls_key"
+            );
+        }
         toml::from_str(text).map_err(|e| toml_error(text, &e))
     }
 
@@ -475,6 +496,9 @@ impl NodeConfig {
         if let Some(v) = &flags.http_tls_key {
             self.http_tls_key = Some(v.clone());
             self.from_flags.insert("http_tls_key", "--http-tls-key");
+        }
+        if flags.no_http_ui {
+            self.http_ui = false;
         }
         if !flags.capability.is_empty() {
             self.capabilities = flags.capability.clone();
@@ -916,6 +940,25 @@ mod tests {
         assert!(text.contains("protocol.heartbeat_interval_ms"), "{text}");
         let c = NodeConfig::from_toml("listen = [\"nonsense\"]\n").unwrap();
         assert!(c.resolve().unwrap_err().to_string().contains("`listen`"));
+    }
+
+    /// Issue 37: the web console is on unless `http_ui = false` or `--no-http-ui`.
+    #[test]
+    fn the_console_is_on_unless_turned_off() {
+        assert!(NodeConfig::default().resolve().unwrap().config.http_ui);
+        let off = NodeConfig::from_toml("http_ui = false\n").unwrap();
+        assert!(!off.resolve().unwrap().config.http_ui);
+        let mut on = NodeConfig::from_toml("http_ui = true\n").unwrap();
+        on.apply(&RunFlags {
+            no_http_ui: true,
+            ..RunFlags::default()
+        })
+        .unwrap();
+        assert!(!on.http_ui);
+        let err = NodeConfig::from_toml("http_ui = \"off\"\n").unwrap_err();
+        assert!(err.to_string().contains("http_ui"), "{err}");
+        let err = NodeConfig::from_toml("[http]\nui = false\n").unwrap_err();
+        assert!(err.to_string().contains("http_ui"), "{err}");
     }
 
     #[test]

@@ -119,6 +119,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         shared.clone(),
         auth,
         tls.as_ref().map(|t| t.config.clone()),
+        config.http_ui,
     )
     .await?;
     // Peers pass it on (`/cluster`); a TLS address carries the fingerprint to pin, so a client
