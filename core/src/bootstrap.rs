@@ -494,8 +494,15 @@ impl Core {
         self.proposal = None;
         self.timers.cancel(Timer::Bootstrap, out);
         self.electorate_reports.clear();
-        // The next discovery timeout arms the election, as for a node that restarted.
         self.set_electorate(e, out);
+        // The electorate was chosen just now and this node never held a term: no admin can be
+        // around to be found, so stand (after its rank slot) instead of waiting out the
+        // discovery timeout. Pre-vote still asks first; a voter that has not heard the choice
+        // yet refuses, and the round waits for the others (issue 36: ~2 s of every cold start).
+        let fresh = self.term == 0 && self.admin.is_none();
+        if fresh && self.can_stand() && self.timers.deadline(Timer::Election).is_none() {
+            self.arm_stand(out);
+        }
     }
 }
 

@@ -500,7 +500,7 @@ mod tests {
     }
 
     #[test]
-    fn single_node_elects_itself_after_discovery() {
+    fn single_node_elects_itself_without_waiting_for_discovery() {
         let mut n = Core::new(
             "solo".into(),
             Config::default(),
@@ -509,7 +509,9 @@ mod tests {
         )
         .unwrap();
         n.step_vec(0, Event::Started);
-        fire(&mut n, Timer::Discovery);
+        // It founded its cluster alone just now: nobody to discover (issue 36, cold start).
+        let stand = n.timers.deadline(Timer::Election).expect("armed at once");
+        assert!(stand < n.timers.deadline(Timer::Discovery).expect("still asking"));
         fire(&mut n, Timer::Election);
         assert_eq!(n.role(), crate::Role::Admin);
         assert_eq!(n.term(), 1);

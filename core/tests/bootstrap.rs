@@ -177,3 +177,33 @@ fn the_lease_holds_when_voters_promise_for_different_times() {
         assert!(net.agreed_admin().is_some(), "seed {seed}");
     }
 }
+
+/// Issue 36, cold start: once bootstrap agreed the first electorate, nobody can be admin yet
+/// (no term was ever held), so waiting out the discovery timeout is pointless: five voters
+/// elect within a few election windows of the agreement, long before a 10 s discovery timeout.
+/// Before, every node waited for it (~2.1 s of a measured 2.13 s cold start at 2 s).
+#[test]
+fn a_cold_start_elects_as_soon_as_bootstrap_agrees() {
+    for seed in 0..100 {
+        let config = Config {
+            discovery_timeout_ms: 10_000,
+            ..expect_fixed(5)
+        };
+        let mut net = Net::new(seed, 5, config.clone());
+        let mut agreed = None;
+        while net.now < 9_000 {
+            net.run_until(net.now + 5);
+            let all_admin = net.agreed_admin().is_some();
+            if all_admin {
+                agreed = Some(net.now);
+                break;
+            }
+        }
+        let at = agreed.unwrap_or_else(|| panic!("seed {seed}: no admin before discovery ends"));
+        let bound = 3 * config.election_timeout_max_ms;
+        assert!(
+            at <= bound,
+            "seed {seed}: agreed at {at} ms (bound {bound} ms)"
+        );
+    }
+}

@@ -50,7 +50,7 @@ fn bootstrap_chooses_one_electorate_in_every_interleaving() {
     model.start = Start::Cold;
     model.limits = limits(1, 1, 1, 0, 0, 4);
     let (stats, _) = clean(explore(&model, 4, 2_000_000, |_| {}));
-    assert_eq!((stats.depth, stats.states), (4, 216_538));
+    assert_eq!((stats.depth, stats.states), (4, 216_526));
 }
 
 /// Long random walks with every fault: partitions, crashes and restarts, loss, duplicates,
