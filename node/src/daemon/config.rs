@@ -171,7 +171,24 @@ pub struct TasksConfig {
     pub max_pids: Option<u32>,
     /// The longest timeout one task may ask for, ms (default [`DEFAULT_MAX_TIMEOUT_MS`]).
     pub max_timeout_ms: Option<u64>,
+    /// Output of one run kept on disk for `chorus task logs`, MiB (default
+    /// [`DEFAULT_LOG_CAP_MB`]; 0: none, only the result's tails; at most [`MAX_LOG_CAP_MB`]).
+    pub log_cap_mb: Option<u32>,
+    /// Finished runs' logs kept; older ones are removed (default [`DEFAULT_LOGS_KEPT`]).
+    pub logs_kept: Option<u32>,
 }
+
+/// Output kept per run unless `[tasks] log_cap_mb` says otherwise.
+pub const DEFAULT_LOG_CAP_MB: u32 = 16;
+
+/// The most `[tasks] log_cap_mb` may say.
+pub const MAX_LOG_CAP_MB: u32 = 4_096;
+
+/// Finished logs kept unless `[tasks] logs_kept` says otherwise.
+pub const DEFAULT_LOGS_KEPT: u32 = 64;
+
+/// The most `[tasks] logs_kept` may say.
+pub const MAX_LOGS_KEPT: u32 = 100_000;
 
 /// A `/proc/meminfo` field (`MemTotal`, `MemAvailable`) in MiB, when the host has one.
 pub fn meminfo_mb(field: &str) -> Option<u32> {
@@ -600,6 +617,14 @@ impl NodeConfig {
         let slots = self.task_slots();
         if slots > MAX_TASK_SLOTS {
             return Err(self.invalid("tasks.slots", &format!("at most {MAX_TASK_SLOTS}")));
+        }
+        if self.tasks.log_cap_mb.is_some_and(|mb| mb > MAX_LOG_CAP_MB) {
+            return Err(self.invalid("tasks.log_cap_mb", &format!("at most {MAX_LOG_CAP_MB}")));
+        }
+        if let Some(kept) = self.tasks.logs_kept {
+            if kept == 0 || kept > MAX_LOGS_KEPT {
+                return Err(self.invalid("tasks.logs_kept", &format!("from 1 to {MAX_LOGS_KEPT}")));
+            }
         }
         if slots > 0 && !self.sandbox.docker {
             return Err(self.invalid(
