@@ -766,7 +766,10 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
     // the result was in (the task sleeps 1 s after line3).
     for (line, at) in &lines {
         assert!(*at < done_at, "{line} came after the result");
-        eprintln!("{line}: {:?} before the result", done_at.duration_since(*at));
+        eprintln!(
+            "{line}: {:?} before the result",
+            done_at.duration_since(*at)
+        );
     }
     assert!(
         done_at.duration_since(lines[0].1) >= Duration::from_secs(2),

@@ -941,6 +941,19 @@ mod tests {
         assert!(text.contains("protocol.heartbeat_interval_ms"), "{text}");
         let c = NodeConfig::from_toml("listen = [\"nonsense\"]\n").unwrap();
         assert!(c.resolve().unwrap_err().to_string().contains("`listen`"));
+        for (toml, key) in [
+            ("[tasks]\nlog_cap_mb = 5000\n", "`tasks.log_cap_mb`"),
+            ("[tasks]\nlogs_kept = 0\n", "`tasks.logs_kept`"),
+        ] {
+            let text = NodeConfig::from_toml(toml)
+                .unwrap()
+                .resolve()
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains(key), "{text}");
+        }
+        let ok = NodeConfig::from_toml("[tasks]\nlog_cap_mb = 0\nlogs_kept = 1\n").unwrap();
+        assert!(ok.resolve().is_ok(), "0 turns the logs off");
     }
 
     #[test]

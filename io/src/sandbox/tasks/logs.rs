@@ -344,8 +344,8 @@ impl LogStore {
         Ok(Some(std::fs::File::from(fd)))
     }
 
-    /// Every `.log` regular file with its modification time (ties: the name breaks them).
-    fn entries(&self) -> Result<Vec<(String, (i64, i64))>, LogError> {
+    /// Every `.log` regular file with its modification time in ns (ties: the name breaks them).
+    fn entries(&self) -> Result<Vec<(String, i128)>, LogError> {
         let shown = self.path.display().to_string();
         let dup = rustix::fs::openat(
             &self.dir,
@@ -370,7 +370,7 @@ impl LogStore {
             if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
                 out.push((
                     name.to_owned(),
-                    (st.st_mtime as i64, st.st_mtime_nsec as i64),
+                    i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
                 ));
             }
         }
