@@ -779,4 +779,17 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
     let r = result(c, 0, &id);
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_ne!(via, worker);
+    // Read again once it ended, without -f: the same bytes (piped: as the task wrote them).
+    let out = c.chorus(&[
+        "task",
+        "logs",
+        &id,
+        "--addr",
+        &format!("127.0.0.1:{}", c.nodes[via].http_port),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "line1\nline2\nline3\n"
+    );
 }

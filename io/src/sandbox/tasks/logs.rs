@@ -204,6 +204,9 @@ impl LogStore {
     pub fn create(self: &Arc<Self>, task: &TaskId, attempt: u32) -> Result<LogWriter, LogError> {
         let stem = file_stem(&task.to_string(), attempt)?;
         self.prune();
+        // An end left by an earlier log of this name (one whose removal was cut short) would
+        // describe this one; removing a link removes the link, never its target.
+        let _ = rustix::fs::unlinkat(&self.dir, format!("{stem}.end"), AtFlags::empty());
         let name = format!("{stem}.log");
         let fd = rustix::fs::openat(
             &self.dir,

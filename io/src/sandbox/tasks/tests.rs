@@ -885,7 +885,10 @@ async fn a_runs_whole_output_is_in_its_log_finished_before_its_end() {
     assert_eq!(exit.exit_code, Some(0));
     let log = store.read("sub-1", None, 0, 1 << 20).unwrap();
     assert_eq!(log.attempt, 1);
-    assert_eq!(log.data, b"line1\n\x1b[2Jli", "the first 12 bytes, as written");
+    assert_eq!(
+        log.data, b"line1\n\x1b[2Jli",
+        "the first 12 bytes, as written"
+    );
     assert!(log.progress.finished);
     assert_eq!(
         (log.progress.cut_at(), log.progress.dropped_bytes),
