@@ -91,7 +91,10 @@ pub async fn answer(
     let Some(store) = store else {
         return error(
             StatusCode::NOT_FOUND,
-            format!("no output of task {id} is kept on this node: it runs no tasks, or keeps no output (`[tasks] log_cap_mb = 0`)"),
+            format!(
+                "no output of task {id} is kept on this node: it runs no tasks, or keeps no \
+                 output (`[tasks] log_cap_mb = 0`)"
+            ),
         );
     };
     let deadline = tokio::time::Instant::now() + wait;

@@ -1,8 +1,8 @@
 //! `chorus task`: submit, watch, list and cancel tasks through any node's HTTP API.
 //!
 //! `submit --wait` prints the task's stdout tail, then its stderr tail (on a terminal: its
-//! whole output as it comes, [`super::logs`]), and exits with the task's exit code; the other endings are said in plain words on stderr and have exit codes of
-//! their own ([`exit_code`]).
+//! whole output as it comes, [`super::logs`]), and exits with the task's exit code; the other
+//! endings are said in plain words on stderr and have exit codes of their own ([`exit_code`]).
 
 use std::process::ExitCode;
 use std::time::Duration;
