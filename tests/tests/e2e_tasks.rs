@@ -708,3 +708,88 @@ fn a_down_submitters_result_is_read_at_its_worker_and_delivered_when_it_returns(
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_eq!(r["worker"], t.ids[worker].as_str(), "{r}");
 }
+
+/// Issue 35 "Live output": `chorus task logs ID -f`, run through a node that is not the task's
+/// worker, prints each line of a running task as it comes — each before the task's result is
+/// in — and exits 0 when the task ends. What it measures: for each line, when it reached the
+/// follower's stdout, against when the task's node first shows its result.
+#[test]
+fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
+    use std::io::BufRead;
+    use std::time::Instant;
+    let t = TaskCluster::start();
+    let c = &t.c;
+    let (code, id) = submit(c, 0, &spec("for i in 1 2 3; do echo line$i; sleep 1; done"));
+    assert_eq!(code, 201);
+    let worker = t.index_of(&placed(c, 0, &id));
+    let via = (0..3).find(|i| *i != worker).unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "task",
+            "logs",
+            &id,
+            "-f",
+            "--addr",
+            &format!("127.0.0.1:{}", c.nodes[via].http_port),
+        ])
+        .env("CHORUS_TOKEN", chorus_tests::test_token())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("chorus runs");
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map(|l| (l.unwrap_or_default(), Instant::now()))
+            .collect::<Vec<_>>()
+    });
+    // When the task's node first shows a result.
+    let done_at = wait_until(RESULT_BOUND, Duration::from_millis(20), || {
+        task(c, 0, &id).and_then(|v| (!v["result"].is_null()).then(Instant::now))
+    })
+    .expect("a result");
+    let exit = wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
+        child.try_wait().unwrap()
+    })
+    .unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("`task logs -f` did not exit after the task ended")
+    });
+    let lines = reader.join().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(exit.success(), "{exit:?}: {stderr}");
+    let texts: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(texts, ["line1", "line2", "line3"], "{stderr}");
+    // line1 and line2 came a second or more before the run's last second ended; all before
+    // the result was in (the task sleeps 1 s after line3).
+    for (line, at) in &lines {
+        assert!(*at < done_at, "{line} came after the result");
+        eprintln!(
+            "{line}: {:?} before the result",
+            done_at.duration_since(*at)
+        );
+    }
+    assert!(
+        done_at.duration_since(lines[0].1) >= Duration::from_secs(2),
+        "line1 came {:?} before the result: not while the task ran",
+        done_at.duration_since(lines[0].1)
+    );
+    let r = result(c, 0, &id);
+    assert_eq!(r["status"], "succeeded", "{r}");
+    assert_ne!(via, worker);
+    // Read again once it ended, without -f: the same bytes (piped: as the task wrote them).
+    let out = c.chorus(&[
+        "task",
+        "logs",
+        &id,
+        "--addr",
+        &format!("127.0.0.1:{}", c.nodes[via].http_port),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "line1\nline2\nline3\n"
+    );
+}

@@ -456,6 +456,11 @@ mod tests {
         }
         assert_eq!(required_role(&Method::GET, "/tasks"), Some(Role::Read));
         assert_eq!(required_role(&Method::GET, "/tasks/a-1"), Some(Role::Read));
+        // A run's output: what reading the task needs (`task get`), no less.
+        assert_eq!(
+            required_role(&Method::GET, "/tasks/a-1/logs"),
+            Some(Role::Read)
+        );
         assert_eq!(required_role(&Method::POST, "/tasks"), Some(Role::Submit));
         assert_eq!(
             required_role(&Method::DELETE, "/tasks/a-1"),

@@ -1,13 +1,15 @@
 //! The HTTP API (127.0.0.1 by default), one file per resource: `status` (`/healthz`,
 //! `/readyz`, `/status`, `/metrics`), `cluster` (this node's view of every node it knows, with
-//! their HTTP addresses), `members`, `tasks`, `acl` (tokens) and `ui` (the web console, pages
-//! that read the other routes from the browser). Handlers read the daemon's
+//! their HTTP addresses), `members`, `tasks`, `logs` (a run's output, at its worker), `acl`
+//! (tokens) and `ui` (the web console, pages that read the other routes from the browser).
+//! Handlers read the daemon's
 //! shared state and hand operator requests to its runtime loop; they never call the
 //! command-line clients. Every request passes `auth` first: who may do what is decided there.
 
 pub mod acl;
 pub mod auth;
 pub mod cluster;
+pub mod logs;
 pub mod members;
 pub mod status;
 pub mod tasks;
@@ -81,6 +83,7 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
             "/tasks/{id}",
             get(tasks::get_task).delete(tasks::cancel_task),
         )
+        .route("/tasks/{id}/logs", get(logs::task_logs))
         .route("/acl/tokens", post(acl::create_token))
         .layer(Extension(auth.clone()))
         .layer(axum::middleware::from_fn_with_state(

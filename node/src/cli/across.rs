@@ -95,6 +95,20 @@ pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::T
     None
 }
 
+/// The HTTP API of node `node` as the node at `addr` knows it (`addr` itself when it is that
+/// node); none when it advertised none or is not known there.
+pub async fn http_of(addr: &str, node: &str) -> Option<String> {
+    let cluster = ask(addr, "GET", "/cluster").await.ok()?;
+    if cluster.value["node_id"].as_str() == Some(node) {
+        return Some(addr.to_owned());
+    }
+    cluster.value["members"]
+        .as_array()?
+        .iter()
+        .find(|m| m["node_id"].as_str() == Some(node))
+        .and_then(|m| m["http"].as_str().map(str::to_owned))
+}
+
 /// Which tasks a cluster-wide list shows.
 #[derive(Clone, Debug, Default)]
 pub struct Filter {

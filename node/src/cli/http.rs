@@ -65,6 +65,38 @@ pub async fn request(
     path: &str,
     body: Option<&str>,
 ) -> anyhow::Result<(u16, String)> {
+    let answer = request_bytes(addr, method, path, body).await?;
+    Ok((
+        answer.code,
+        String::from_utf8_lossy(&answer.body).into_owned(),
+    ))
+}
+
+/// An answer as it came: its status, its headers (names in lowercase) and its body's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawAnswer {
+    pub code: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawAnswer {
+    /// The value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// [`request`], keeping the headers and the body's bytes as they are (a task's output).
+pub async fn request_bytes(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> anyhow::Result<RawAnswer> {
     let endpoint = Endpoint::parse(addr)?;
     let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
     let raw = if endpoint.tls {
@@ -79,16 +111,24 @@ pub async fn request(
     } else {
         exchange(tcp, &endpoint, method, path, body).await?
     };
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {addr}"))?;
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("malformed HTTP status line from {addr}"))?;
-    Ok((code, body.to_owned()))
+    parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {addr}"))
+}
+
+/// Splits a whole HTTP/1.1 answer into status, headers and body.
+fn parse_answer(raw: &[u8]) -> Option<RawAnswer> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let code = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Some(RawAnswer {
+        code,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    })
 }
 
 /// Writes the request and reads the whole answer (the server closes: `Connection: close`).
@@ -340,6 +380,15 @@ impl rustls::client::danger::ServerCertVerifier for PinnedCert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_keep_their_headers_and_body_bytes() {
+        let raw = b"HTTP/1.1 200 OK\r\nChorus-Log-Size: 3\r\ncontent-length: 3\r\n\r\n\xff\r\n";
+        let a = parse_answer(raw).unwrap();
+        assert_eq!((a.code, a.body.as_slice()), (200, &b"\xff\r\n"[..]));
+        assert_eq!(a.header("chorus-log-size"), Some("3"));
+        assert!(parse_answer(b"HTTP/1.1 200 OK").is_none());
+    }
 
     #[test]
     fn addresses_parse_with_and_without_scheme_and_pin() {

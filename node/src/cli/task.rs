@@ -1,8 +1,8 @@
 //! `chorus task`: submit, watch, list and cancel tasks through any node's HTTP API.
 //!
-//! `submit --wait` prints the task's stdout tail, then its stderr tail, and exits with the
-//! task's exit code; the other endings are said in plain words on stderr and have exit codes of
-//! their own ([`exit_code`]).
+//! `submit --wait` prints the task's stdout tail, then its stderr tail (on a terminal: its
+//! whole output as it comes, [`super::logs`]), and exits with the task's exit code; the other
+//! endings are said in plain words on stderr and have exit codes of their own ([`exit_code`]).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,7 +35,9 @@ pub enum Cmd {
     /// whole list; `--network` can only turn the network on).
     ///
     /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
-    /// stderr (the last 8 KiB of each), and exits with the task's exit code.
+    /// stderr (the last 8 KiB of each), and exits with the task's exit code. With stdout on a
+    /// terminal, `--wait` streams the whole output from the worker while the task runs instead
+    /// (as `chorus task logs -f`).
     ///
     /// Exit codes with `--wait` (the same as `chorus sandbox run`'s for the same endings):
     /// the task's own exit code when it exited; 128+N killed by signal N; 124 timed out;
@@ -82,6 +84,14 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a task's output (stdout and stderr as they came) from the worker that runs or ran
+    /// it, through any node; with -f follow it until the task ends and exit with its exit code
+    /// (the codes of `submit --wait`).
+    ///
+    /// Workers keep the first `[tasks] log_cap_mb` (16 MiB) of each run and the latest
+    /// `logs_kept` (64) finished runs; a cut is stated on stderr. On a terminal control
+    /// characters are shown escaped unless --raw; piped, the bytes are as the task wrote them.
+    Logs(super::logs::LogsArgs),
     /// Cancel a task, through any node (as `get`, it is cancelled at the node it was submitted
     /// to).
     Cancel {
@@ -385,6 +395,7 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             print!("{}", render_rows(&rows));
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Logs(args) => super::logs::run(args).await,
         Cmd::Cancel { id, addr } => {
             let a = at_owner(&addr, "DELETE", &format!("/tasks/{id}")).await?;
             if a.code != 202 {
@@ -514,13 +525,75 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    use std::io::{IsTerminal, Write};
+    // On a terminal the output is streamed as it comes (from the worker's log); piped, the
+    // result's tails are printed at the end, as they always were.
+    let followed = if std::io::stdout().is_terminal() {
+        let mut printer = super::logs::Printer::for_stdout(args.raw);
+        match super::logs::follow(addr, &id, &mut printer, give_up).await? {
+            super::logs::Followed::Done { result, streamed } => Some((result, streamed)),
+            super::logs::Followed::GaveUp { phase } => {
+                eprintln!(
+                    "chorus: no result for task {id} within --wait-timeout (it is {phase}); it \
+                     goes on: `chorus task logs {id} -f` follows it"
+                );
+                return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT));
+            }
+        }
+    } else {
+        None
+    };
+    let (result, streamed) = match followed {
+        Some(f) => f,
+        None => match wait_result(addr, &id, give_up).await? {
+            Some(r) => (r, false),
+            None => return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT)),
+        },
+    };
+    let mut err = std::io::stderr().lock();
+    if !streamed {
+        let shown = |text: &str| {
+            if args.raw {
+                text.to_owned()
+            } else {
+                escape_controls(text)
+            }
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(shown(&result.stdout).as_bytes())?;
+        out.flush()?;
+        err.write_all(shown(&result.stderr).as_bytes())?;
+        for (name, cut) in [
+            ("stdout", result.stdout_truncated_bytes),
+            ("stderr", result.stderr_truncated_bytes),
+        ] {
+            if cut > 0 {
+                writeln!(
+                    err,
+                    "chorus: {name}: only its last part is shown; {cut} earlier bytes were cut"
+                )?;
+            }
+        }
+    }
+    if let Some(words) = plain_words(&id, &result) {
+        writeln!(err, "chorus: {words}")?;
+    }
+    Ok(ExitCode::from(exit_code(&result)))
+}
+
+/// Polls the task until its result is in; `None` (said on stderr) when `give_up` came first.
+async fn wait_result(
+    addr: &str,
+    id: &str,
+    give_up: Option<tokio::time::Instant>,
+) -> anyhow::Result<Option<TaskResult>> {
     let mut pause = Duration::from_millis(20);
     // Why the task waits, said once each time it changes (the admin's reason).
     let mut said: Option<String> = None;
     let result = loop {
-        let view = fetch(addr, &id).await?;
+        let view = fetch(addr, id).await?;
         if let Some(r) = view.result {
-            break r;
+            break Some(r);
         }
         if view.pending.is_some() && view.pending != said {
             let why = view.pending.clone().unwrap_or_default();
@@ -533,39 +606,12 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
                  `chorus task get {id}` follows it",
                 view.phase
             );
-            return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT));
+            return Ok(None);
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(500));
     };
-    use std::io::Write;
-    let shown = |text: &str| {
-        if args.raw {
-            text.to_owned()
-        } else {
-            escape_controls(text)
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    out.write_all(shown(&result.stdout).as_bytes())?;
-    out.flush()?;
-    let mut err = std::io::stderr().lock();
-    err.write_all(shown(&result.stderr).as_bytes())?;
-    for (name, cut) in [
-        ("stdout", result.stdout_truncated_bytes),
-        ("stderr", result.stderr_truncated_bytes),
-    ] {
-        if cut > 0 {
-            writeln!(
-                err,
-                "chorus: {name}: only its last part is shown; {cut} earlier bytes were cut"
-            )?;
-        }
-    }
-    if let Some(words) = plain_words(&id, &result) {
-        writeln!(err, "chorus: {words}")?;
-    }
-    Ok(ExitCode::from(exit_code(&result)))
+    Ok(result)
 }
 
 /// `text` with every control character but newline and tab shown as an escape (`\x1b`,

@@ -175,7 +175,24 @@ pub struct TasksConfig {
     pub max_pids: Option<u32>,
     /// The longest timeout one task may ask for, ms (default [`DEFAULT_MAX_TIMEOUT_MS`]).
     pub max_timeout_ms: Option<u64>,
+    /// Output of one run kept on disk for `chorus task logs`, MiB (default
+    /// [`DEFAULT_LOG_CAP_MB`]; 0: none, only the result's tails; at most [`MAX_LOG_CAP_MB`]).
+    pub log_cap_mb: Option<u32>,
+    /// Finished runs' logs kept; older ones are removed (default [`DEFAULT_LOGS_KEPT`]).
+    pub logs_kept: Option<u32>,
 }
+
+/// Output kept per run unless `[tasks] log_cap_mb` says otherwise.
+pub const DEFAULT_LOG_CAP_MB: u32 = 16;
+
+/// The most `[tasks] log_cap_mb` may say.
+pub const MAX_LOG_CAP_MB: u32 = 4_096;
+
+/// Finished logs kept unless `[tasks] logs_kept` says otherwise.
+pub const DEFAULT_LOGS_KEPT: u32 = 64;
+
+/// The most `[tasks] logs_kept` may say.
+pub const MAX_LOGS_KEPT: u32 = 100_000;
 
 /// A `/proc/meminfo` field (`MemTotal`, `MemAvailable`) in MiB, when the host has one.
 pub fn meminfo_mb(field: &str) -> Option<u32> {
@@ -625,6 +642,14 @@ impl NodeConfig {
         if slots > MAX_TASK_SLOTS {
             return Err(self.invalid("tasks.slots", &format!("at most {MAX_TASK_SLOTS}")));
         }
+        if self.tasks.log_cap_mb.is_some_and(|mb| mb > MAX_LOG_CAP_MB) {
+            return Err(self.invalid("tasks.log_cap_mb", &format!("at most {MAX_LOG_CAP_MB}")));
+        }
+        if let Some(kept) = self.tasks.logs_kept {
+            if kept == 0 || kept > MAX_LOGS_KEPT {
+                return Err(self.invalid("tasks.logs_kept", &format!("from 1 to {MAX_LOGS_KEPT}")));
+            }
+        }
         if slots > 0 && !self.sandbox.docker {
             return Err(self.invalid(
                 "tasks.slots",
@@ -940,6 +965,19 @@ mod tests {
         assert!(text.contains("protocol.heartbeat_interval_ms"), "{text}");
         let c = NodeConfig::from_toml("listen = [\"nonsense\"]\n").unwrap();
         assert!(c.resolve().unwrap_err().to_string().contains("`listen`"));
+        for (toml, key) in [
+            ("[tasks]\nlog_cap_mb = 5000\n", "`tasks.log_cap_mb`"),
+            ("[tasks]\nlogs_kept = 0\n", "`tasks.logs_kept`"),
+        ] {
+            let text = NodeConfig::from_toml(toml)
+                .unwrap()
+                .resolve()
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains(key), "{text}");
+        }
+        let ok = NodeConfig::from_toml("[tasks]\nlog_cap_mb = 0\nlogs_kept = 1\n").unwrap();
+        assert!(ok.resolve().is_ok(), "0 turns the logs off");
     }
 
     /// Issue 37: the web console is on unless `http_ui = false` or `--no-http-ui`.

@@ -26,7 +26,7 @@ use super::handoff::Handoff;
 use super::observer::NodeObserver;
 use super::operator::{first_request_id, OperatorInputs};
 use super::progress::progress;
-use super::sandboxes::{reap_on_start, task_runner, NodeSandboxes};
+use super::sandboxes::{reap_on_start, task_logs, task_runner, NodeSandboxes};
 use super::shared::SharedState;
 use super::signals::{shutdown_signal, stop_signals};
 use crate::api::auth::Auth;
@@ -82,9 +82,17 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let ceilings = config.tasks.ceilings();
     // Secret environment values are sealed and opened under the cluster's pre-shared key.
     let secret_key = psk.map(|k| chorus_io::sandbox::tasks::SecretKey::from_psk(&k.to_key_file()));
+    let logs = if slots > 0 { task_logs(&config)? } else { None };
     let sandboxes = if slots > 0 {
         NodeSandboxes::Docker(Box::new(
-            task_runner(&config, node_id.as_str(), ceilings, secret_key.clone()).await?,
+            task_runner(
+                &config,
+                node_id.as_str(),
+                ceilings,
+                secret_key.clone(),
+                logs.clone(),
+            )
+            .await?,
         ))
     } else {
         NodeSandboxes::Off(NoSandboxes::default())
@@ -110,6 +118,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let shared = SharedState::default();
     shared.lock().ceilings = ceilings;
     shared.lock().secret_key = secret_key;
+    shared.lock().logs = logs;
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
     let tls = http_tls
         .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))

@@ -3,6 +3,7 @@
 //! none otherwise; and, for a node that uses Docker, the reap at start of what its earlier runs
 //! left behind.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,10 +11,10 @@ use chorus_core::{Core, Event, SharedSpec, TaskId};
 use chorus_io::runtime::{NoSandboxes, TaskSandboxes};
 use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::repo::RepoRoots;
-use chorus_io::sandbox::tasks::{Ceilings, TaskRunner, TaskRunnerConfig};
+use chorus_io::sandbox::tasks::{Ceilings, LogStore, TaskRunner, TaskRunnerConfig};
 use chorus_io::sandbox::SandboxProvider;
 
-use super::config::{NodeConfig, DEFAULT_POOL_SIZE};
+use super::config::{NodeConfig, DEFAULT_LOGS_KEPT, DEFAULT_LOG_CAP_MB, DEFAULT_POOL_SIZE};
 
 /// How long a starting node waits for the Docker Engine to answer.
 const CONNECT_BOUND: Duration = Duration::from_secs(10);
@@ -56,6 +57,7 @@ pub(super) async fn task_runner(
     node_id: &str,
     ceilings: Ceilings,
     secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
+    logs: Option<Arc<LogStore>>,
 ) -> anyhow::Result<TaskRunner<DockerProvider>> {
     let roots = RepoRoots::new(config.repos.values())
         .context("a repository of `[repos]` cannot be used")?;
@@ -69,7 +71,21 @@ pub(super) async fn task_runner(
     runner.warm_images = config.tasks.warm_images.clone();
     runner.ceilings = ceilings;
     runner.secret_key = secret_key;
+    runner.logs = logs;
     Ok(TaskRunner::new(provider, runner))
+}
+
+/// The store of the runs' whole output (`DATA_DIR/task-logs`, `[tasks] log_cap_mb` and
+/// `logs_kept`); none when `log_cap_mb` is 0.
+pub(super) fn task_logs(config: &NodeConfig) -> anyhow::Result<Option<Arc<LogStore>>> {
+    let cap_mb = config.tasks.log_cap_mb.unwrap_or(DEFAULT_LOG_CAP_MB);
+    if cap_mb == 0 {
+        return Ok(None);
+    }
+    let kept = config.tasks.logs_kept.unwrap_or(DEFAULT_LOGS_KEPT);
+    let store = LogStore::open(&config.data_dir, u64::from(cap_mb) << 20, kept as usize)
+        .context("cannot keep the output of task runs")?;
+    Ok(Some(Arc::new(store)))
 }
 
 /// The node's sandboxes: Docker when it has task slots, none otherwise.

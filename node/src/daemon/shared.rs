@@ -44,6 +44,8 @@ pub struct Shared {
     pub http_tls_fingerprint: Option<String>,
     /// Seals secret environment values at submit (the cluster's pre-shared key), if any.
     pub secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
+    /// The output of the runs this node ran (`GET /tasks/{id}/logs`), when it runs tasks.
+    pub logs: Option<Arc<chorus_io::sandbox::tasks::LogStore>>,
 }
 
 /// Most peers whose last contact is remembered.

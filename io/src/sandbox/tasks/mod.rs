@@ -34,8 +34,13 @@
 //!    retryable failures; then every `reap_period` it removes the stale sandboxes of any owner
 //!    on the host (`SandboxProvider::reap_stale`), so a node killed with `kill -9` leaves
 //!    nothing behind for longer than a period while any node runs on its host.
+//! 8. **A run's whole output goes to its log** when the runner has a [`LogStore`]
+//!    (`TaskRunnerConfig::logs`): the first `cap` bytes, stdout and stderr as they arrive, ended
+//!    before the run's end is sent, so whoever sees the result finds the log finished. A log
+//!    that cannot be made (a link at its name) is warned about; the run goes on without it.
 
 mod ceilings;
+pub mod logs;
 mod reaper;
 mod run;
 pub mod secret;
@@ -56,6 +61,7 @@ use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec
 use crate::runtime::TaskSandboxes;
 
 pub use ceilings::Ceilings;
+pub use logs::{LogStore, LogWriter};
 pub use reaper::REAP_PERIOD;
 pub use secret::SecretKey;
 pub use shape::{lifetime_for, TaskShape};
@@ -101,6 +107,9 @@ pub struct TaskRunnerConfig {
     pub reap_period: Duration,
     /// How long after its timeout a run's sandbox ends by itself ([`RUN_GRACE`]; rule 2).
     pub run_grace: Duration,
+    /// Where each run's whole output is kept (up to its cap) for `chorus task logs`; none:
+    /// only the result's tails.
+    pub logs: Option<Arc<LogStore>>,
 }
 
 impl TaskRunnerConfig {
@@ -122,6 +131,7 @@ impl TaskRunnerConfig {
             secret_key: None,
             reap_period: REAP_PERIOD,
             run_grace: RUN_GRACE,
+            logs: None,
         }
     }
 

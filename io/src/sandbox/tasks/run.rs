@@ -10,10 +10,10 @@ use chorus_core::{Event, SandboxExit, TaskId, TaskSpec, Usage};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::{
-    ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, PooledSandbox, RepoMount,
-    SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec,
+    ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, PooledSandbox,
+    RepoMount, SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec,
 };
-use super::{lifetime_for, Shared, Tails, TaskShape};
+use super::{lifetime_for, LogWriter, Shared, Tails, TaskShape};
 
 /// The signal a stopped or timed-out run reports: it was killed.
 const SIGKILL: i32 = 9;
@@ -106,14 +106,19 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         waited_ms = begun.elapsed().as_millis() as u64, "task run started");
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
+    let mut log = open_log(shared, task, attempt);
     let exec_started = Instant::now();
     let outcome = if stop.try_recv().is_ok() {
         Outcome::Stopped
     } else {
         let mut req = request(spec);
         req.env = env;
-        execute(held.sandbox(), req, &mut tails, &mut stop).await
+        execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
     };
+    // Ended before the result leaves: whoever reads the result finds the log finished.
+    if let Some(log) = log {
+        log.finish();
+    }
     let duration_ms = exec_started.elapsed().as_millis() as u64;
     // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
     // (the idle init it starts with adds next to nothing).
@@ -256,13 +261,38 @@ fn request(spec: &TaskSpec) -> ExecRequest {
     req
 }
 
-/// Runs the command, keeping the tails of its output, until it ends or a stop arrives.
+/// The run's log, when the runner keeps logs and it can be made (module rule 8).
+fn open_log<P: SandboxProvider + Clone + 'static>(
+    shared: &Shared<P>,
+    task: &TaskId,
+    attempt: u32,
+) -> Option<LogWriter> {
+    let store = shared.config.logs.as_ref()?;
+    match store.create(task, attempt) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(%task, attempt, error = %e,
+                "the run's output is not kept (only its result's tails)");
+            None
+        }
+    }
+}
+
+/// Runs the command, keeping the tails of its output (and all of it in `log`), until it ends
+/// or a stop arrives.
 async fn execute<S: ExecutionSandbox>(
     sandbox: &S,
     req: ExecRequest,
     tails: &mut Tails,
+    mut log: Option<&mut LogWriter>,
     stop: &mut oneshot::Receiver<()>,
 ) -> Outcome {
+    let mut keep = |chunk: &OutputChunk| {
+        tails.push(chunk);
+        if let Some(log) = log.as_deref_mut() {
+            log.push(&chunk.data);
+        }
+    };
     let (tx, mut rx) = mpsc::channel(64);
     let exec = sandbox.exec_streaming(req, tx);
     tokio::pin!(exec);
@@ -270,13 +300,13 @@ async fn execute<S: ExecutionSandbox>(
         tokio::select! {
             biased;
             Ok(()) = &mut *stop => break Outcome::Stopped,
-            Some(chunk) = rx.recv() => tails.push(&chunk),
+            Some(chunk) = rx.recv() => keep(&chunk),
             result = &mut exec => break Outcome::Done(result),
         }
     };
     // What was sent before the end and not yet taken.
     while let Ok(chunk) = rx.try_recv() {
-        tails.push(&chunk);
+        keep(&chunk);
     }
     outcome
 }
