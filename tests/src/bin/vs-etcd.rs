@@ -1,0 +1,437 @@
+//! `vs-etcd`: CHORUS beside etcd on this machine (issue 36). Five etcd members and five `chorus`
+//! nodes on loopback; faults interleaved (an etcd round, then a CHORUS round, …); for each, the
+//! time until every live member names the same new leader, polled every 5 ms.
+//!
+//! Measures: `kill -9` of the leader, a graceful stop (SIGTERM) of the leader, and a cold start
+//! of all five. Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
+//! etcd-client`) it says so and measures CHORUS only, exiting 0.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use chorus_tests::{http_exact, Cluster, Timings};
+use clap::Parser;
+
+/// Poll period for leader views.
+const POLL: Duration = Duration::from_millis(5);
+/// Bound on waiting for any agreement.
+const AGREE_BOUND: Duration = Duration::from_secs(60);
+/// Members per system.
+const MEMBERS: usize = 5;
+
+#[derive(Parser)]
+#[command(
+    about = "CHORUS beside etcd: leader failover and cold start, 5 members each on loopback",
+    after_help = "Needs `etcd` on PATH (Debian: sudo apt-get install -y etcd-server etcd-client); \
+                  without it, or with --chorus-only, only CHORUS is measured (exit 0)."
+)]
+struct Args {
+    /// Rounds of each measure, per system and timing.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+    /// Election timeouts in seconds (CHORUS: min..1.5×min, heartbeat min/3; etcd: election =
+    /// min, heartbeat = min/5).
+    #[arg(long, value_delimiter = ',', default_value = "0.9,3")]
+    timeouts: Vec<f64>,
+    /// Skip etcd.
+    #[arg(long)]
+    chorus_only: bool,
+    /// Print the results as JSON too.
+    #[arg(long)]
+    json: bool,
+    /// The `chorus` binary (default: `chorus-e2e` next to this program).
+    #[arg(long)]
+    chorus: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Measure {
+    Kill,
+    Term,
+    Cold,
+}
+
+impl Measure {
+    const ALL: [Measure; 3] = [Measure::Kill, Measure::Term, Measure::Cold];
+    fn label(self) -> &'static str {
+        match self {
+            Measure::Kill => "`kill -9` of the leader",
+            Measure::Term => "graceful stop (SIGTERM)",
+            Measure::Cold => "cold start, all five at once",
+        }
+    }
+}
+
+/// A system under test.
+trait System {
+    /// (leader's index) once every running member names the same leader, itself running.
+    fn agreed(&self) -> Option<usize>;
+    fn kill(&mut self, i: usize);
+    fn term(&mut self, i: usize);
+    fn restart(&mut self, i: usize);
+    /// Stops everything and starts all five fresh; returns when they are spawned.
+    fn cold(&mut self);
+}
+
+fn wait_agreed(sys: &dyn System, bound: Duration) -> Option<usize> {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if let Some(l) = sys.agreed() {
+            return Some(l);
+        }
+        std::thread::sleep(POLL);
+    }
+    None
+}
+
+/// One round of `m`: seconds from the fault to agreement on a new leader.
+fn round(sys: &mut dyn System, m: Measure) -> Option<f64> {
+    match m {
+        Measure::Cold => {
+            let t0 = Instant::now();
+            sys.cold();
+            wait_agreed(sys, AGREE_BOUND)?;
+            Some(t0.elapsed().as_secs_f64())
+        }
+        Measure::Kill | Measure::Term => {
+            let old = wait_agreed(sys, AGREE_BOUND)?;
+            let t0 = Instant::now();
+            if m == Measure::Kill {
+                sys.kill(old);
+            } else {
+                sys.term(old);
+            }
+            let deadline = t0 + AGREE_BOUND;
+            let mut took = None;
+            while Instant::now() < deadline {
+                if sys.agreed().is_some_and(|l| l != old) {
+                    took = Some(t0.elapsed().as_secs_f64());
+                    break;
+                }
+                std::thread::sleep(POLL);
+            }
+            sys.restart(old);
+            wait_agreed(sys, AGREE_BOUND)?;
+            // Let the restarted member settle before the next fault.
+            std::thread::sleep(Duration::from_millis(500));
+            took
+        }
+    }
+}
+
+// ---- CHORUS ----
+
+struct Chorus {
+    bin: String,
+    timings: Timings,
+    cluster: Option<Cluster>,
+}
+
+impl Chorus {
+    fn new(bin: String, timeout_s: f64) -> Chorus {
+        let min = (timeout_s * 1000.0) as u64;
+        let timings = Timings {
+            heartbeat_ms: min / 3,
+            election_min_ms: min,
+            election_max_ms: min * 3 / 2,
+            discovery_ms: 2_000,
+        };
+        let mut c = Chorus {
+            bin,
+            timings,
+            cluster: None,
+        };
+        c.cold();
+        c
+    }
+}
+
+impl System for Chorus {
+    fn agreed(&self) -> Option<usize> {
+        self.cluster.as_ref()?.agreement().map(|(_, _, i)| i)
+    }
+    fn kill(&mut self, i: usize) {
+        if let Some(c) = &mut self.cluster {
+            c.kill(i);
+        }
+    }
+    fn term(&mut self, i: usize) {
+        if let Some(c) = &mut self.cluster {
+            c.signal_term(i);
+            c.wait_exit(i, Duration::from_secs(15));
+        }
+    }
+    fn restart(&mut self, i: usize) {
+        if let Some(c) = &mut self.cluster {
+            if c.is_up(i) {
+                c.kill(i);
+            }
+            c.start_node(i);
+        }
+    }
+    fn cold(&mut self) {
+        self.cluster = None;
+        self.cluster = Some(Cluster::start(&self.bin, MEMBERS, self.timings));
+    }
+}
+
+// ---- etcd ----
+
+struct Etcd {
+    root: tempfile::TempDir,
+    generation: usize,
+    heartbeat_ms: u64,
+    election_ms: u64,
+    base_port: u16,
+    children: Vec<Option<Child>>,
+}
+
+impl Etcd {
+    fn new(timeout_s: f64, base_port: u16) -> Etcd {
+        let election_ms = (timeout_s * 1000.0) as u64;
+        let mut e = Etcd {
+            root: tempfile::Builder::new()
+                .prefix("vs-etcd-")
+                .tempdir()
+                .expect("temp dir"),
+            generation: 0,
+            heartbeat_ms: election_ms / 5,
+            election_ms,
+            base_port,
+            children: (0..MEMBERS).map(|_| None).collect(),
+        };
+        e.cold();
+        e
+    }
+    fn client_port(&self, i: usize) -> u16 {
+        self.base_port + 2 * i as u16
+    }
+    fn peer_port(&self, i: usize) -> u16 {
+        self.base_port + 2 * i as u16 + 1
+    }
+    fn spawn(&mut self, i: usize) {
+        let dir = self.root.path().join(format!("g{}-m{i}", self.generation));
+        let cluster: Vec<String> = (0..MEMBERS)
+            .map(|j| format!("m{j}=http://127.0.0.1:{}", self.peer_port(j)))
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join(format!("m{i}.log")))
+            .expect("log");
+        let client = format!("http://127.0.0.1:{}", self.client_port(i));
+        let peer = format!("http://127.0.0.1:{}", self.peer_port(i));
+        let child = Command::new("etcd")
+            .args(["--name", &format!("m{i}")])
+            .arg("--data-dir")
+            .arg(&dir)
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", &format!("vs{}", self.generation)])
+            .args(["--heartbeat-interval", &self.heartbeat_ms.to_string()])
+            .args(["--election-timeout", &self.election_ms.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("etcd starts");
+        self.children[i] = Some(child);
+    }
+    /// (this member's id, its leader's id) from the gRPC gateway.
+    fn view(&self, i: usize) -> Option<(String, String)> {
+        let (code, body) = http_exact(
+            self.client_port(i),
+            "POST",
+            "/v3/maintenance/status",
+            &[("Host", "127.0.0.1"), ("Content-Type", "application/json")],
+            "{}",
+        )?;
+        (code == 200).then_some(())?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let id = v["header"]["member_id"].as_str()?.to_owned();
+        let leader = v["leader"].as_str()?.to_owned();
+        (leader != "0").then_some((id, leader))
+    }
+    fn stop_all(&mut self) {
+        for c in self.children.iter_mut() {
+            if let Some(mut c) = c.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+impl System for Etcd {
+    fn agreed(&self) -> Option<usize> {
+        let mut ids = Vec::new();
+        let mut leader: Option<String> = None;
+        for i in 0..MEMBERS {
+            if self.children[i].is_none() {
+                continue;
+            }
+            let (id, l) = self.view(i)?;
+            if leader.as_ref().is_some_and(|x| *x != l) {
+                return None;
+            }
+            leader = Some(l);
+            ids.push((i, id));
+        }
+        let leader = leader?;
+        ids.iter().find(|(_, id)| *id == leader).map(|(i, _)| *i)
+    }
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    fn term(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = c.wait();
+        }
+    }
+    fn restart(&mut self, i: usize) {
+        self.kill(i);
+        self.spawn(i);
+    }
+    fn cold(&mut self) {
+        self.stop_all();
+        self.generation += 1;
+        for i in 0..MEMBERS {
+            self.spawn(i);
+        }
+    }
+}
+
+fn etcd_on_path() -> bool {
+    Command::new("etcd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// (p50, p90, max) of `xs`, nearest rank.
+fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+    Some((at(0.5), at(0.9), v[v.len() - 1]))
+}
+
+fn fmt3(s: Option<(f64, f64, f64)>) -> String {
+    s.map_or("—".into(), |(a, b, c)| {
+        format!("{a:.2} / {b:.2} / {c:.2} s")
+    })
+}
+
+fn main() {
+    let args = Args::parse();
+    let bin = args
+        .chorus
+        .clone()
+        .unwrap_or_else(|| {
+            std::env::current_exe()
+                .expect("own path")
+                .with_file_name("chorus-e2e")
+        })
+        .to_string_lossy()
+        .into_owned();
+    let with_etcd = !args.chorus_only && etcd_on_path();
+    if !args.chorus_only && !with_etcd {
+        println!(
+            "vs-etcd: `etcd` is not on PATH; measuring CHORUS only. \
+             Install it with: sudo apt-get install -y etcd-server etcd-client"
+        );
+    }
+    // (measure, timeout) → (etcd samples, chorus samples)
+    let mut rows: Vec<(Measure, f64, Vec<f64>, Vec<f64>)> = Vec::new();
+    for (ti, &t) in args.timeouts.iter().enumerate() {
+        let min_ms = (t * 1000.0) as u64;
+        eprintln!(
+            "vs-etcd: timeouts {t} s — CHORUS heartbeat {} ms, election {}..{} ms; \
+             etcd --heartbeat-interval {} --election-timeout {}",
+            min_ms / 3,
+            min_ms,
+            min_ms * 3 / 2,
+            min_ms / 5,
+            min_ms
+        );
+        let mut chorus = Chorus::new(bin.clone(), t);
+        let mut etcd = with_etcd.then(|| Etcd::new(t, 23_790 + 20 * ti as u16));
+        for m in Measure::ALL {
+            let (mut es, mut cs) = (Vec::new(), Vec::new());
+            for r in 0..args.rounds {
+                if let Some(e) = etcd.as_mut() {
+                    eprint!(
+                        "\r{} {t} s round {}/{}: etcd   ",
+                        m.label(),
+                        r + 1,
+                        args.rounds
+                    );
+                    match round(e, m) {
+                        Some(x) => es.push(x),
+                        None => eprintln!("\netcd: no agreement within {AGREE_BOUND:?}"),
+                    }
+                }
+                eprint!(
+                    "\r{} {t} s round {}/{}: chorus ",
+                    m.label(),
+                    r + 1,
+                    args.rounds
+                );
+                match round(&mut chorus, m) {
+                    Some(x) => cs.push(x),
+                    None => eprintln!("\nchorus: no agreement within {AGREE_BOUND:?}"),
+                }
+            }
+            eprintln!();
+            rows.push((m, t, es, cs));
+        }
+    }
+    println!(
+        "| measure | timeouts | etcd p50 / p90 / max | CHORUS p50 / p90 / max | CHORUS / etcd |"
+    );
+    println!("|---|---|---|---|---|");
+    let mut json = Vec::new();
+    for (m, t, es, cs) in &rows {
+        let (e, c) = (summary(es), summary(cs));
+        let ratio = match (e, c) {
+            (Some(e), Some(c)) => format!("{:.2} / {:.2} / {:.2}", c.0 / e.0, c.1 / e.1, c.2 / e.2),
+            _ => "—".into(),
+        };
+        println!(
+            "| {} | {t} s | {} | {} | {ratio} |",
+            m.label(),
+            fmt3(e),
+            fmt3(c)
+        );
+        json.push(serde_json::json!({
+            "measure": format!("{m:?}").to_lowercase(),
+            "timeout_s": t,
+            "etcd_s": es,
+            "chorus_s": cs,
+        }));
+    }
+    if args.json {
+        println!("{}", serde_json::Value::Array(json));
+    }
+}

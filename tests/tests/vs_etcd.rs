@@ -1,0 +1,35 @@
+//! `vs-etcd --chorus-only`: one round of each measure prints the three CHORUS rows with finite
+//! numbers (the comparison with etcd itself is run by hand; see docs/measurements.md).
+
+use std::process::Command;
+
+#[test]
+fn chorus_only_round_prints_three_finite_rows() {
+    let out = Command::new(env!("CARGO_BIN_EXE_vs-etcd"))
+        .args(["--rounds", "1", "--timeouts", "0.9", "--chorus-only"])
+        .arg("--chorus")
+        .arg(env!("CARGO_BIN_EXE_chorus-e2e"))
+        .output()
+        .expect("vs-etcd runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "vs-etcd failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("| 0.9 s |")).collect();
+    assert_eq!(rows.len(), 3, "three rows expected:\n{text}");
+    for row in rows {
+        let chorus = row.split('|').nth(4).expect("a CHORUS column").trim();
+        let numbers: Vec<f64> = chorus
+            .trim_end_matches(" s")
+            .split(" / ")
+            .map(|x| x.trim().parse().unwrap_or(f64::NAN))
+            .collect();
+        assert_eq!(numbers.len(), 3, "p50 / p90 / max in {row}");
+        assert!(
+            numbers.iter().all(|x| x.is_finite() && *x > 0.0),
+            "finite times in {row}"
+        );
+    }
+}
