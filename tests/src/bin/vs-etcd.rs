@@ -126,6 +126,9 @@ struct Chorus {
     bin: String,
     timings: Timings,
     cluster: Option<Cluster>,
+    /// A node sent SIGTERM and not yet reaped: no longer asked (it may still answer while it
+    /// shuts down, as an etcd member does).
+    stopping: Option<usize>,
 }
 
 impl Chorus {
@@ -141,6 +144,7 @@ impl Chorus {
             bin,
             timings,
             cluster: None,
+            stopping: None,
         };
         c.cold();
         c
@@ -149,7 +153,22 @@ impl Chorus {
 
 impl System for Chorus {
     fn agreed(&self) -> Option<usize> {
-        self.cluster.as_ref()?.agreement().map(|(_, _, i)| i)
+        let c = self.cluster.as_ref()?;
+        let mut seen: Option<(String, u64)> = None;
+        let mut ids = Vec::new();
+        for i in (0..c.nodes.len()).filter(|i| c.is_up(*i) && self.stopping != Some(*i)) {
+            let s = c.status(i)?;
+            let view = (s["admin"].as_str()?.to_owned(), s["term"].as_u64()?);
+            if seen.as_ref().is_some_and(|v| *v != view) {
+                return None;
+            }
+            seen = Some(view);
+            ids.push((i, s["node_id"].as_str()?.to_owned(), s["role"].clone()));
+        }
+        let (admin, _) = seen?;
+        ids.iter()
+            .find(|(_, id, role)| *id == admin && role == "admin")
+            .map(|(i, _, _)| *i)
     }
     fn kill(&mut self, i: usize) {
         if let Some(c) = &mut self.cluster {
@@ -159,12 +178,13 @@ impl System for Chorus {
     fn term(&mut self, i: usize) {
         if let Some(c) = &mut self.cluster {
             c.signal_term(i);
-            c.wait_exit(i, Duration::from_secs(15));
+            self.stopping = Some(i);
         }
     }
     fn restart(&mut self, i: usize) {
+        self.stopping = None;
         if let Some(c) = &mut self.cluster {
-            if c.is_up(i) {
+            if c.is_up(i) && c.wait_exit(i, Duration::from_secs(15)).is_none() {
                 c.kill(i);
             }
             c.start_node(i);
@@ -185,6 +205,8 @@ struct Etcd {
     election_ms: u64,
     base_port: u16,
     children: Vec<Option<Child>>,
+    /// A member sent SIGTERM and not yet reaped: no longer asked.
+    stopping: Option<usize>,
 }
 
 impl Etcd {
@@ -200,6 +222,7 @@ impl Etcd {
             election_ms,
             base_port,
             children: (0..MEMBERS).map(|_| None).collect(),
+            stopping: None,
         };
         e.cold();
         e
@@ -278,7 +301,7 @@ impl System for Etcd {
         let mut ids = Vec::new();
         let mut leader: Option<String> = None;
         for i in 0..MEMBERS {
-            if self.children[i].is_none() {
+            if self.children[i].is_none() || self.stopping == Some(i) {
                 continue;
             }
             let (id, l) = self.view(i)?;
@@ -298,13 +321,18 @@ impl System for Etcd {
         }
     }
     fn term(&mut self, i: usize) {
-        if let Some(mut c) = self.children[i].take() {
+        if let Some(c) = &self.children[i] {
             let pid = nix::unistd::Pid::from_raw(c.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = c.wait();
+            self.stopping = Some(i);
         }
     }
     fn restart(&mut self, i: usize) {
+        if self.stopping.take() == Some(i) {
+            if let Some(mut c) = self.children[i].take() {
+                let _ = c.wait();
+            }
+        }
         self.kill(i);
         self.spawn(i);
     }
