@@ -262,11 +262,14 @@ fn wait_line(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>, f: impl Fn(&st
     }
 }
 
-fn devcluster(args: &[&str]) -> ChildGuard {
+/// `chorus devcluster` with `args`, its temporary directories in `tmp`: each test its own, so
+/// one devcluster's start-up clean-up of killed runs' directories never takes another test's.
+fn devcluster(tmp: &Path, args: &[&str]) -> ChildGuard {
     ChildGuard(Some(
         Command::new(BIN)
             .arg("devcluster")
             .args(args)
+            .env("TMPDIR", tmp)
             .env("RUST_LOG", "info,libp2p=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -320,7 +323,8 @@ fn devcluster_sigterm_kill_is_graceful_and_honest() {
         "--keep",
     ];
     args.extend(FAST);
-    let mut dc = devcluster(&args);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dc = devcluster(tmp.path(), &args);
     let rx = lines(dc.0.as_mut().unwrap());
     let mut seen = Vec::new();
     wait_line(&rx, &mut seen, |l| l.starts_with("devcluster: stopped ("));
@@ -355,7 +359,8 @@ fn devcluster_cleans_up_on_sigterm_and_sighup_and_its_children_stop_after_a_sigk
     for sig in [Signal::SIGTERM, Signal::SIGHUP, Signal::SIGKILL] {
         let mut args = vec!["--nodes", "2", "--plain", "--kills", "0"];
         args.extend(FAST);
-        let mut dc = devcluster(&args);
+        let tmp = tempfile::tempdir().unwrap();
+        let mut dc = devcluster(tmp.path(), &args);
         let rx = lines(dc.0.as_mut().unwrap());
         let mut seen = Vec::new();
         wait_line(&rx, &mut seen, |l| l.contains(" nodes in "));
@@ -561,7 +566,8 @@ fn is_zombie(pid: u32) -> bool {
 fn status_cluster_is_one_table_of_every_node() {
     let mut args = vec!["--nodes", "3", "--plain", "--kills", "0"];
     args.extend(FAST);
-    let mut dc = devcluster(&args);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dc = devcluster(tmp.path(), &args);
     let rx = lines(dc.0.as_mut().unwrap());
     let mut seen = Vec::new();
     wait_line(&rx, &mut seen, |l| l.contains(" nodes in "));
