@@ -255,20 +255,14 @@ impl Core {
 
     /// This term's handover record, a fresh one if the kept one is of another term.
     fn handover_mut(&mut self) -> &mut Handover {
-        let term = self.term;
-        let h = self.handover.get_or_insert_with(|| {
-            Box::new(Handover {
-                term,
-                resigned: None,
-                deferred: None,
-            })
-        });
-        if h.term != term {
-            **h = Handover {
-                term,
-                resigned: None,
-                deferred: None,
-            };
+        let fresh = Handover {
+            term: self.term,
+            resigned: None,
+            deferred: None,
+        };
+        let h = self.handover.get_or_insert_with(|| Box::new(fresh.clone()));
+        if h.term != fresh.term {
+            **h = fresh;
         }
         h
     }

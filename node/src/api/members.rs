@@ -168,28 +168,16 @@ pub async fn submit(
     wait: Duration,
 ) -> (u16, ChangeAnswer) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queued = {
-        let mut s = shared.lock();
-        let stopping = s.shutting_down;
-        match s.operator.as_mut() {
-            Some(ops) if !stopping => {
-                let request = ops.next_request;
-                ops.next_request += 1;
-                let event = Event::ChangeMembers {
-                    change: change.clone(),
-                    request,
-                };
-                match ops.tx.try_send(event) {
-                    Ok(()) => {
-                        ops.waiters.insert(request, tx);
-                        Ok(request)
-                    }
-                    Err(_) => Err("the node is busy with other operator requests; retry"),
-                }
-            }
-            _ => Err("the node is not running (starting or stopping)"),
-        }
-    };
+    let queued = crate::daemon::operator::queue(
+        shared,
+        |request| Event::ChangeMembers {
+            change: change.clone(),
+            request,
+        },
+        |ops, request| {
+            ops.waiters.insert(request, tx);
+        },
+    );
     let request = match queued {
         Ok(r) => r,
         Err(why) => return (503, answer("refused", change, None, None, why.to_owned())),

@@ -223,23 +223,10 @@ async fn ask(
     event: impl FnOnce(u64) -> Event,
 ) -> Result<TaskAnswer, (u16, String)> {
     let (tx, rx) = oneshot::channel();
-    let request = {
-        let mut s = shared.lock();
-        let stopping = s.shutting_down;
-        let Some(ops) = s.operator.as_mut().filter(|_| !stopping) else {
-            return Err((503, "the node is not running (starting or stopping)".into()));
-        };
-        let request = ops.next_request;
-        ops.next_request += 1;
-        if ops.tx.try_send(event(request)).is_err() {
-            return Err((
-                503,
-                "the node is busy with other operator requests; retry".into(),
-            ));
-        }
+    let request = crate::daemon::operator::queue(shared, event, |ops, request| {
         ops.task_waiters.insert(request, tx);
-        request
-    };
+    })
+    .map_err(|why| (503, why.to_owned()))?;
     match tokio::time::timeout(ANSWER_BOUND, rx).await {
         Ok(Ok(answer)) => Ok(answer),
         _ => {

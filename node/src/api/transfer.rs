@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::members::{parse_node_id, DEFAULT_WAIT, MAX_WAIT};
-use crate::daemon::operator::HandoverAnswer;
+use crate::daemon::operator::{self, HandoverAnswer};
 use crate::daemon::shared::SharedState;
 
 /// The body of `POST /members/transfer`: `{"to": "<id>"}`, or `{}` (or nothing) for the
@@ -108,24 +108,13 @@ async fn hand_over(
 ) -> (StatusCode, TransferAnswer) {
     let started = tokio::time::Instant::now();
     let (tx, rx) = oneshot::channel();
-    let queued = {
-        let mut s = shared.lock();
-        let stopping = s.shutting_down;
-        match s.operator.as_mut() {
-            Some(ops) if !stopping => {
-                let request = ops.next_request;
-                ops.next_request += 1;
-                match ops.tx.try_send(Event::TransferAdmin { to, request }) {
-                    Ok(()) => {
-                        ops.handover_waiters.insert(request, tx);
-                        Ok(request)
-                    }
-                    Err(_) => Err("the node is busy with other operator requests; retry"),
-                }
-            }
-            _ => Err("the node is not running (starting or stopping)"),
-        }
-    };
+    let queued = operator::queue(
+        shared,
+        |request| Event::TransferAdmin { to, request },
+        |ops, request| {
+            ops.handover_waiters.insert(request, tx);
+        },
+    );
     let request = match queued {
         Ok(r) => r,
         Err(why) => {

@@ -106,24 +106,17 @@ impl Scenario {
                     }
                 }
             }
-            if let Action::Transfer { to: Some(node), .. } = &s.action {
-                let NodeRef::One(i) = node else {
-                    return Err(format!(
-                        "{what}: a handover names one node, not {}",
-                        String::from(*node)
-                    ));
-                };
-                if *i >= self.nodes {
-                    return Err(format!(
-                        "{what} names n{i}, but there are {} nodes",
-                        self.nodes
-                    ));
+            let single = match &s.action {
+                Action::Add { node, .. } | Action::Remove { node, .. } => {
+                    Some((node, "a membership change"))
                 }
-            }
-            if let Action::Add { node, .. } | Action::Remove { node, .. } = &s.action {
+                Action::Transfer { to: Some(node), .. } => Some((node, "a handover")),
+                _ => None,
+            };
+            if let Some((node, kind)) = single {
                 let NodeRef::One(i) = node else {
                     return Err(format!(
-                        "{what}: a membership change names one node, not {}",
+                        "{what}: {kind} names one node, not {}",
                         String::from(*node)
                     ));
                 };
