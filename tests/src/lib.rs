@@ -19,6 +19,7 @@ pub use serde_json::Value;
 pub mod browser;
 pub mod delay;
 pub mod netns;
+pub mod soak;
 
 /// The ACL key of every node the tests start (a constant: test clusters hold nothing secret),
 /// so one token, [`test_token`], works on all of them.

@@ -418,6 +418,11 @@ impl NetCluster {
         })
     }
 
+    /// Node `i`'s process id, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
     /// Whether node `i` runs and is not paused.
     pub fn is_live(&self, i: usize) -> bool {
         self.nodes[i].child.is_some() && !self.nodes[i].paused

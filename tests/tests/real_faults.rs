@@ -728,13 +728,14 @@ fn chorus_real_fails_at_once_when_its_delayer_is_killed_mid_run() {
 }
 
 /// The short soak of issue 39, in CI: `chorus-real` for 3 minutes with every fault kind in
-/// turn under 5 % loss and 20–80 ms delays (the 30-minute soak's conditions), ending with the
-/// merged history checked and every log replayed. It must also say what each injector did, and
+/// turn under 5 % loss and 20–80 ms delays (the 30-minute soak's conditions), tasks of every
+/// ending submitted throughout, ending with the merged history checked, every log replayed,
+/// every task ended as written with one result, and no sandbox container left. It must also say what each injector did, and
 /// the delay must have held for the whole run: no packet passed undelayed, and no held packet
 /// was dropped under the delayer (a late verdict; the rules' rewrites once did that at every
 /// fault). ~3.2 min; `docs/soak.md` has the command and the longer runs.
 #[test]
-fn a_three_minute_soak_with_every_fault_kind_under_loss_and_delay_ends_clean() {
+fn a_three_minute_soak_with_every_fault_kind_and_tasks_under_loss_and_delay_ends_clean() {
     let _one = serial();
     let started = std::time::Instant::now();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_chorus-real"))
@@ -755,6 +756,9 @@ fn a_three_minute_soak_with_every_fault_kind_under_loss_and_delay_ends_clean() {
             "20..80",
             "--liveness-bound-ms",
             "30000",
+            "--tasks",
+            "--sample-secs",
+            "15",
         ])
         .stdin(std::process::Stdio::null())
         .output()
@@ -792,6 +796,41 @@ fn a_three_minute_soak_with_every_fault_kind_under_loss_and_delay_ends_clean() {
         assert!(!faults.contains(&format!(" 0 {kind}")), "{faults}");
     }
     assert!(!line("loss:").contains(", 0 dropped"), "{}", line("loss:"));
+    // Tasks of every ending throughout, each ended as written (chorus-real fails the run
+    // otherwise; the line must say so too), and no sandbox left behind.
+    let tasks = line("tasks:");
+    let count = |word: &str| -> usize {
+        let before = tasks.split(word).next().unwrap_or_default();
+        before
+            .split_whitespace()
+            .last()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let submitted = count(" submitted");
+    assert!(submitted >= 50, "a task soak submits throughout: {tasks}");
+    assert_eq!(count(" ended as written"), submitted, "{tasks}");
+    for ending in [
+        "succeeded",
+        "failed",
+        "timed_out",
+        "out_of_memory",
+        "cancelled",
+    ] {
+        assert!(
+            !tasks.contains(&format!("(0 {ending}")) && !tasks.contains(&format!(" 0 {ending}")),
+            "{tasks}"
+        );
+    }
+    assert_eq!(
+        line("sandbox containers left"),
+        "sandbox containers left by the nodes: 0"
+    );
+    // Each node's footprint sampled through the run, with its slope.
+    for i in 0..5 {
+        let n = line(&format!("n{i}: rss"));
+        assert!(n.contains("MiB/min") && n.contains("KiB/min"), "{n}");
+    }
     eprintln!("soak took {:?}", started.elapsed());
     // chorus-real keeps its data for a post-mortem; a clean run's is not needed.
     if let Some(kept) = text

@@ -3,6 +3,10 @@
 //! namespace; one fault kind (or all, in turn) applied again and again; the failover time of
 //! each measured; at the end the nodes' logs merged and checked against docs/design.md §5.
 //!
+//! With `--tasks`, every node also runs tasks (Docker), and tasks of every ending are submitted
+//! throughout; each must end as written, with exactly one result, and no sandbox container
+//! may be left. Each node's footprint is sampled through the run for the slope of its growth.
+//!
 //! Needs root (network namespaces), iproute2 and nftables. Build the node first:
 //! `cargo build -p chorus-tests --bins`, then e.g.
 //! `target/debug/chorus-real --fault all --faults 20` or `--fault all --duration 30m`.
@@ -10,7 +14,8 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use chorus_tests::netns::NetCluster;
+use chorus_tests::netns::{NetCluster, NodeSetup};
+use chorus_tests::soak::{Growth, TaskSoak};
 use chorus_tests::Timings;
 use clap::{Parser, ValueEnum};
 
@@ -62,6 +67,15 @@ struct Args {
     /// which has no term for latency: widen it with --loss or --delay-ms).
     #[arg(long)]
     liveness_bound_ms: Option<u64>,
+    /// Run tasks too: every node gets `--docker`, and tasks of every ending (success, failure,
+    /// timeout, out of memory, cancel) are submitted before and during each fault. Each must
+    /// end as written with exactly one result; no sandbox container may be left. Needs Docker.
+    #[arg(long)]
+    tasks: bool,
+    /// Sample each node's memory, descriptors and data size this often, seconds (written to
+    /// `resources.csv` in the kept data directory; their slopes printed at the end).
+    #[arg(long, default_value_t = 30)]
+    sample_secs: u64,
     /// The `chorus` binary (default: `chorus-e2e` next to this program).
     #[arg(long)]
     bin: Option<std::path::PathBuf>,
@@ -69,6 +83,25 @@ struct Args {
     /// run must then fail at once, naming it). Needs --delay-ms.
     #[arg(long, hide = true)]
     kill_injector_after_ms: Option<u64>,
+}
+
+/// Each task submitted has exactly one result, at its submitter, in the merged history.
+fn one_result_each(c: &NetCluster, soak: &TaskSoak, trace: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(trace).unwrap_or_default();
+    soak.submitted()
+        .filter_map(|(at, id)| {
+            let result = format!(
+                r#""kind":"task_result","node":"{}","task":"{id}""#,
+                c.nodes[at].id
+            );
+            match text.matches(&result).count() {
+                1 => None,
+                n => Some(format!(
+                    "task {id} has {n} results at its submitter n{at} in the merged history"
+                )),
+            }
+        })
+        .collect()
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -133,7 +166,37 @@ fn main() -> ExitCode {
         eprintln!("chorus-real: --loss is a percentage");
         return ExitCode::from(2);
     }
-    let mut c = NetCluster::start(&bin, args.nodes, timings);
+    if args.tasks {
+        let out = std::process::Command::new(&bin)
+            .args(["sandbox", "image", "build"])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                eprintln!(
+                    "chorus-real: --tasks needs the sandbox image, and it did not build (is Docker running?): {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                return ExitCode::FAILURE;
+            }
+            Err(e) => {
+                eprintln!("chorus-real: {bin}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut c = NetCluster::start_with(&bin, args.nodes, |_| NodeSetup {
+        args: if args.tasks {
+            ["--docker", "--warm-image", chorus_tests::soak::IMAGE]
+                .map(String::from)
+                .to_vec()
+        } else {
+            Vec::new()
+        },
+        ..NodeSetup::plain(timings)
+    });
+    let mut soak = args.tasks.then(TaskSoak::new);
+    let mut growth = Growth::new(args.nodes, Duration::from_secs(args.sample_secs.max(1)));
     if args.loss > 0 {
         c.set_loss(args.loss);
     }
@@ -156,13 +219,12 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let ((_, _, _), cold) = c.wait_agreed(bound);
     println!("cold start: agreed after {cold:?}");
-    let at_start: Vec<_> = (0..args.nodes).map(|i| c.resources(i)).collect();
+    growth.sample_if_due(&c);
     let kinds: Vec<Fault> = match args.fault {
         Fault::All => vec![Fault::Partition, Fault::Cut, Fault::Pause, Fault::Kill],
         one => vec![one],
     };
     let mut times: Vec<(Fault, Duration)> = Vec::new();
-    let mut restarted: Vec<usize> = Vec::new();
     // A fault injector that stopped fails the run at once (issue 39): its numbers would
     // describe another run than the one stated.
     let injectors_alive = |c: &NetCluster| match c.check_injectors() {
@@ -182,6 +244,14 @@ fn main() -> ExitCode {
         }
         let kind = kinds[k % kinds.len()];
         let ((_, term, admin), _) = c.wait_agreed(bound);
+        growth.sample_if_due(&c);
+        // Tasks submitted before each fault (running when it comes) and while it is in force.
+        let mut tasks_round = |c: &NetCluster| {
+            if let Some(s) = soak.as_mut() {
+                s.round(c);
+            }
+        };
+        tasks_round(&c);
         let n = args.nodes;
         let others: Vec<usize> = (0..n).filter(|i| *i != admin).collect();
         let failover = match kind {
@@ -192,26 +262,29 @@ fn main() -> ExitCode {
                 let majority: Vec<usize> = (0..n).filter(|i| !minority.contains(i)).collect();
                 c.partition(&[&minority, &majority]);
                 let (_, t) = c.wait_agreed_among(&majority, bound);
+                tasks_round(&c);
                 c.heal();
                 t
             }
             Fault::Cut => {
                 c.cut(&[admin], &others);
                 let (_, t) = c.wait_agreed_among(&others, bound);
+                tasks_round(&c);
                 c.heal();
                 t
             }
             Fault::Pause => {
                 c.pause(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
+                tasks_round(&c);
                 c.sleep(Duration::from_millis(2 * max).saturating_sub(t));
                 c.resume(admin);
                 t
             }
             Fault::Kill => {
-                restarted.push(admin);
                 c.kill(admin);
                 let (_, t) = c.wait_agreed_among(&others, bound);
+                tasks_round(&c);
                 c.restart(admin);
                 t
             }
@@ -225,6 +298,13 @@ fn main() -> ExitCode {
         );
         times.push((kind, failover));
     }
+    growth.sample_if_due(&c);
+    // Every task must end, as written, once the faults stop (three attempts of the longest
+    // timeout, and slack for a placement after the last heal).
+    let task_problems = match soak.as_mut() {
+        Some(s) => s.finish(&c, Duration::from_secs(240)),
+        None => Vec::new(),
+    };
     println!("failover, from the fault to a new admin the others agree on:");
     for kind in &kinds {
         let mut t: Vec<f64> = times
@@ -251,28 +331,24 @@ fn main() -> ExitCode {
         );
     }
     // What grows over a run: memory and descriptors of each process (a restarted node's are
-    // its new process's), the data directory across restarts.
+    // its last process's), the data directory across restarts; least-squares slopes over the
+    // samples.
     let minutes = started.elapsed().as_secs_f64() / 60.0;
-    println!("nodes, at the cold start -> now ({minutes:.1} min):");
-    for (i, start) in at_start.iter().enumerate() {
-        let (Some(a), Some(b)) = (start, c.resources(i)) else {
-            continue;
-        };
-        let restarts = restarted.iter().filter(|r| **r == i).count();
-        println!(
-            "  n{i}: rss {} -> {} MiB, {} -> {} fds, data {} -> {} KiB ({:+.1} KiB/min){}",
-            a.rss_kib / 1024,
-            b.rss_kib / 1024,
-            a.open_fds,
-            b.open_fds,
-            a.data_bytes / 1024,
-            b.data_bytes / 1024,
-            (b.data_bytes as f64 - a.data_bytes as f64) / 1024.0 / minutes.max(1e-9),
-            match restarts {
-                0 => String::new(),
-                n => format!("; {n} restart(s): rss and fds are of the last process"),
-            }
-        );
+    println!(
+        "nodes, sampled every {} s over {minutes:.1} min (first -> last, slope):",
+        args.sample_secs
+    );
+    for line in growth.summary() {
+        println!("  {line}");
+    }
+    let csv = c.root().join("resources.csv");
+    if let Err(e) = growth.write_csv(&csv) {
+        eprintln!("chorus-real: {}: {e}", csv.display());
+    }
+    if let Some(s) = &soak {
+        for line in s.summary() {
+            println!("{line}");
+        }
     }
     println!("what the fault injectors did:");
     for line in c.injector_summary() {
@@ -282,8 +358,25 @@ fn main() -> ExitCode {
         c.keep_data();
         return ExitCode::FAILURE;
     }
-    let (trace, problems) = c.stop_and_check_within(args.liveness_bound_ms);
+    let (trace, mut problems) = c.stop_and_check_within(args.liveness_bound_ms);
     println!("merged history: {}", trace.display());
+    problems.extend(task_problems);
+    if let Some(s) = &soak {
+        problems.extend(one_result_each(&c, s, &trace));
+        // A stopped node removes its sandboxes, and a killed one reaps them when it restarts.
+        let mut left = 0;
+        for (i, node) in c.nodes.iter().enumerate() {
+            let containers = chorus_tests::containers_of(&node.id);
+            if !containers.is_empty() {
+                problems.push(format!(
+                    "n{i} left {} sandbox containers: {containers:?}",
+                    containers.len()
+                ));
+            }
+            left += containers.len();
+        }
+        println!("sandbox containers left by the nodes: {left}");
+    }
     c.keep_data();
     if problems.is_empty() {
         println!("check: invariants 1-5 hold on the merged history, and every log replays to what its node recorded");
