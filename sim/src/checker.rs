@@ -27,6 +27,10 @@
 //!    task, only for a task it accepted. And placement only under a valid lease: every
 //!    `task_placed` at node N at time t falls within N's lease (t before the `lease_until` of
 //!    its latest `became_admin`/`lease_renewed`, with no `stepped_down` or crash since).
+//!    A real node's log may be pruned (header `pruned`): what it recorded before its snapshot
+//!    is not in the trace, so a result for one of its tasks never seen accepted, and its
+//!    placements before any record of its lease state (a lease, a step-down, a crash), are
+//!    not judged.
 //!
 //! 8. genesis — at most one bootstrap electorate is ever accepted by a quorum, judged from the
 //!    acceptances themselves (`bootstrap_accepted`), not only through one admin per term: all
@@ -181,6 +185,11 @@ pub struct Checker {
     /// Invariant 8: the ballots already reported, by rule, so that one broken ballot is
     /// reported once for each rule it breaks.
     genesis_reported: BTreeSet<(Ballot, Genesis)>,
+    /// Nodes whose log was pruned, with the time their retained history starts (header
+    /// `pruned`).
+    pruned: BTreeMap<String, u64>,
+    /// Pruned nodes with no record since that start of whether they hold a lease.
+    lease_unknown: BTreeMap<String, u64>,
     violations: Vec<Violation>,
 }
 
@@ -229,7 +238,23 @@ impl Checker {
             ballots: BTreeMap::new(),
             chosen: Vec::new(),
             genesis_reported: BTreeSet::new(),
+            pruned: header.pruned.clone().unwrap_or_default(),
+            lease_unknown: header.pruned.clone().unwrap_or_default(),
             violations: Vec::new(),
+        }
+    }
+
+    /// Whether `node`'s lease state is unknown: its log was pruned and nothing since said
+    /// whether it holds a lease.
+    fn lease_unknown(&self, node: &str) -> bool {
+        self.lease_unknown.contains_key(node)
+    }
+
+    /// A record at `t` says whether `node` holds a lease: known from then on, if `t` is
+    /// within its retained history.
+    fn lease_known(&mut self, node: &str, t: u64) {
+        if self.lease_unknown.get(node).is_some_and(|from| t >= *from) {
+            self.lease_unknown.remove(node);
         }
     }
 
@@ -266,7 +291,7 @@ impl Checker {
                 node, task, worker, ..
             } => {
                 let valid = self.leases.get(node).is_some_and(|(_, end)| t < *end);
-                if !valid {
+                if !valid && !self.lease_unknown(node) {
                     let msg = match self.leases.get(node) {
                         Some((term, end)) => format!(
                             "{node} placed {task} on {worker} at t={t}, but its lease (term {term}) ended at {end}"
@@ -321,6 +346,7 @@ impl Checker {
             } => self.take_lease(node, *term, *lease_until, t, line_no),
             Record::SteppedDown { node, reason, .. } => {
                 self.leases.remove(node);
+                self.lease_known(node, t);
                 if self.admin_now.as_ref() == Some(node) {
                     self.admin_now = None;
                 }
@@ -371,6 +397,7 @@ impl Checker {
                 self.membership_change(node, outcome, t);
             }
             Record::Crash { node } => {
+                self.lease_known(node, t);
                 if self.admin_now.as_ref() == Some(node) {
                     self.admin_now = None;
                 }
@@ -382,6 +409,7 @@ impl Checker {
                 self.topology_changed(t);
             }
             Record::Restart { node } => {
+                self.lease_known(node, t);
                 self.forget_known(node);
                 if self.live.insert(node.clone()) {
                     self.count_live(node, true);
@@ -493,6 +521,10 @@ impl Checker {
 
     fn task_result(&mut self, node: &str, task: &str, t: u64, line_no: usize) {
         let Some(r) = self.tasks.get_mut(task) else {
+            if task_origin(task).is_some_and(|o| self.pruned.contains_key(o)) {
+                // Accepted before its submitter's snapshot: not in the trace.
+                return;
+            }
             let msg = format!("{node} has a result for {task}, which no node accepted");
             return self.fail(7, t, line_no, msg);
         };
@@ -719,6 +751,7 @@ impl Checker {
             self.fail(2, t, line_no, msg);
         }
         self.leases.insert(node.to_owned(), (term, until));
+        self.lease_known(node, t);
     }
 
     /// A change proposed or committed by the current admin changes the electorate in force;

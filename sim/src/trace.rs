@@ -53,6 +53,12 @@ pub struct Header {
     /// clusters, whose node ids are peer ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eligible: Option<Vec<String>>,
+    /// Nodes whose log was pruned (traces of real clusters), with the time their retained
+    /// history starts (at a snapshot): what they did before it is not in the trace, and invariant 7 does not
+    /// judge what needs it (a result for a task they accepted before, a placement under a
+    /// lease they took before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// One trace line after the header.
@@ -332,6 +338,7 @@ impl Header {
             unschedulable_bound_ms: scenario.unschedulable_bound(),
             spec: scenario.clone(),
             eligible: None,
+            pruned: None,
         }
     }
 }

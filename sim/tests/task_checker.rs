@@ -359,3 +359,57 @@ fn a_task_no_worker_can_run_is_owed_within_the_unschedulable_bound() {
     t.sort_by_key(|l| l.t);
     assert_eq!(task_messages(&t), Vec::<String>::new());
 }
+
+/// A real node's log may be pruned: its history before the snapshot is not in the trace. A
+/// result for a task its submitter accepted before, and a placement under a lease taken before,
+/// are not judged there — and are again once the trace says what the node holds.
+#[test]
+fn a_pruned_log_is_not_judged_for_what_it_no_longer_holds() {
+    let pruned = |nodes: &[&str]| {
+        let mut h = header();
+        // Their retained histories start at 4 s.
+        h.pruned = Some(nodes.iter().map(|n| (n.to_string(), 4_000)).collect());
+        h
+    };
+    let messages = |h: &Header, lines: &[Line]| -> Vec<String> {
+        check(h, lines)
+            .into_iter()
+            .filter(|v| v.invariant == 7)
+            .map(|v| v.message)
+            .collect()
+    };
+    // n1 accepted n1-0 before its snapshot; n0's lease in force came before its snapshot.
+    let mut t = without(clean(), |r| matches!(r, Record::BecameAdmin { .. }));
+    t.push(at(4_000, result("n1", "n1-0")));
+    t.push(at(4_500, placed("n0", "n1-0", "n2")));
+    t.sort_by_key(|l| l.t);
+    let whole = messages(&header(), &t);
+    assert!(
+        whole.iter().any(|m| m.contains("which no node accepted"))
+            && whole.iter().any(|m| m.contains("without holding a lease")),
+        "judged as a whole history: {whole:?}"
+    );
+    assert_eq!(messages(&pruned(&["n0", "n1"]), &t), Vec::<String>::new());
+    // Only the pruned node's history is excused: n2's stray result is still one.
+    let mut stray = t.clone();
+    stray.push(at(9_000, result("n2", "n2-3")));
+    let found = messages(&pruned(&["n0", "n1"]), &stray);
+    assert!(found.iter().any(|m| m.contains("n2-3")), "{found:?}");
+    // Once n0 is seen stepping down, its lease state is known again.
+    let mut after = t.clone();
+    after.push(at(
+        40_000,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "check_quorum".into(),
+        },
+    ));
+    after.push(at(40_001, placed("n0", "n1-1", "n2")));
+    after.sort_by_key(|l| l.t);
+    let found = messages(&pruned(&["n0", "n1"]), &after);
+    assert!(
+        found.iter().any(|m| m.contains("without holding a lease")),
+        "{found:?}"
+    );
+}

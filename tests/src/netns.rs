@@ -308,8 +308,12 @@ impl NetCluster {
         if !psk.exists() {
             chorus_node::cli::psk::generate(&psk).expect("a cluster key");
         }
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &node.ns])
+        // `nsenter`, not `ip netns exec`: that one also remounts /sys for the namespace, which
+        // hides the host's cgroup tree from the node (its sandboxes' OOM counters among it),
+        // where a production node sees it.
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/var/run/netns/{}", node.ns))
+            .arg("--")
             .arg(&self.bin)
             .arg("run")
             .arg("--data-dir")
@@ -339,7 +343,7 @@ impl NetCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log);
-        // `ip netns exec` execs the program: the child is the node itself.
+        // `nsenter` execs the program: the child is the node itself.
         self.nodes[i].child = Some(cmd.spawn().expect("chorus run starts"));
     }
 

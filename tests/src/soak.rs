@@ -348,12 +348,19 @@ impl Growth {
             let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
                 continue;
             };
-            let own: Vec<&Sample> = samples.iter().filter(|s| s.pid == last.pid).collect();
-            let processes = {
-                let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
-                pids.dedup();
-                pids.len()
-            };
+            // Memory and descriptors are judged over the process sampled longest (a restart
+            // starts them afresh); the data directory over the whole run.
+            let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
+            pids.dedup();
+            let processes = pids.len();
+            let longest = pids
+                .iter()
+                .copied()
+                .max_by_key(|p| samples.iter().filter(|s| s.pid == *p).count())
+                .unwrap_or(last.pid);
+            let own: Vec<&Sample> = samples.iter().filter(|s| s.pid == longest).collect();
+            let last_own = own[own.len() - 1];
+            let span = last_own.minute - own[0].minute;
             let rss = slope(
                 own.iter()
                     .map(|s| (s.minute, s.res.rss_kib as f64 / 1024.0)),
@@ -371,10 +378,10 @@ impl Growth {
             lines.push(format!(
                 "n{i}: rss {} -> {} MiB ({}), fds {} -> {} ({}), data {} -> {} KiB ({}); {} samples, {}",
                 own[0].res.rss_kib / 1024,
-                last.res.rss_kib / 1024,
+                last_own.res.rss_kib / 1024,
                 fmt(rss, "MiB"),
                 own[0].res.open_fds,
-                last.res.open_fds,
+                last_own.res.open_fds,
                 fmt(fds, "fds"),
                 first.res.data_bytes / 1024,
                 last.res.data_bytes / 1024,
@@ -382,7 +389,10 @@ impl Growth {
                 samples.len(),
                 match processes {
                     1 => "one process".to_owned(),
-                    n => format!("{n} processes (rss and fds over the last one's {} samples)", own.len()),
+                    n => format!(
+                        "{n} processes (rss and fds over the longest-sampled one: {} samples, {span:.1} min)",
+                        own.len()
+                    ),
                 }
             ));
         }

@@ -173,6 +173,18 @@ pub fn replay_merged(
             },
         }),
         data_dirs: Some(dirs.iter().map(|d| d.display().to_string()).collect()),
+        pruned: {
+            let mut pruned = std::collections::BTreeMap::new();
+            for h in histories.iter().filter(|h| h.pruned) {
+                // From its first retained event (none: unknown to the end).
+                let from = match h.lines.first() {
+                    Some(l) => host_time(h, clock, l.seq, l.t)?.saturating_sub(origin),
+                    None => end.saturating_sub(origin),
+                };
+                pruned.insert(h.meta.node_id.to_string(), from);
+            }
+            (!pruned.is_empty()).then_some(pruned)
+        },
     };
     if let Some(path) = trace {
         let file = std::fs::File::create(path)

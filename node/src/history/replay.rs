@@ -121,6 +121,8 @@ pub(crate) struct NodeHistory {
     pub eligible: bool,
     /// The longest timeout of a task submitted here in the replayed events, if any was.
     pub longest_task_ms: Option<u64>,
+    /// The replay started at a snapshot: events before it were pruned.
+    pub pruned: bool,
 }
 
 /// Replays `data_dir`, printing to `out`; writes a trace to `trace` when given.
@@ -158,6 +160,9 @@ pub fn replay(
             eligible: Some(history.eligible.then(|| node.clone()).into_iter().collect()),
             clock: None,
             data_dirs: None,
+            pruned: history
+                .pruned
+                .then(|| [(node.clone(), history.lines.first().map_or(0, |l| l.t))].into()),
         };
         serde_json::to_writer(&mut w, &header)?;
         writeln!(w)?;
@@ -452,6 +457,7 @@ pub(crate) fn replay_node(
         lifetimes,
         lines: trace_out.unwrap_or_default(),
         longest_task_ms,
+        pruned: basis.snapshot.is_some(),
     })
 }
 

@@ -37,6 +37,10 @@ pub(crate) struct Header<'a> {
     pub clock: Option<Clock<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub data_dirs: Option<Vec<String>>,
+    /// Nodes whose retained log starts at a snapshot (older events pruned), with the trace
+    /// time of their first retained event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<std::collections::BTreeMap<String, u64>>,
 }
 
 /// The header's `clock`: which host clock, and the host time `t = 0` stands for.

@@ -2,8 +2,9 @@
 //! nodes on loopback; faults interleaved (an etcd round, then a CHORUS round, …); for each, the
 //! time until every live member names the same new leader, polled every 5 ms.
 //!
-//! Measures: `kill -9` of the leader, a graceful stop (SIGTERM) of the leader, and a cold start
-//! of all five. Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
+//! Measures: `kill -9` of the leader, a graceful stop (SIGTERM) of the leader, a cold start
+//! of all five, and the bytes the members send each other while idle (an nftables counter on
+//! loopback over the members' peer ports; needs root and `nft`). Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
 //! etcd-client`) it says so and measures CHORUS only, exiting 0.
 
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ struct Args {
     /// Skip etcd.
     #[arg(long)]
     chorus_only: bool,
+    /// Seconds of idle traffic counted per system and timing (0: not measured).
+    #[arg(long, default_value_t = 20)]
+    idle_secs: u64,
     /// Print the results as JSON too.
     #[arg(long)]
     json: bool,
@@ -72,6 +76,101 @@ trait System {
     fn restart(&mut self, i: usize);
     /// Stops everything and starts all five fresh; returns when they are spawned.
     fn cold(&mut self);
+    /// The TCP ports the members talk to each other on (not their client ports).
+    fn peer_ports(&self) -> Vec<u16>;
+}
+
+/// Counts the bytes and packets of TCP between peer ports on loopback (an nftables table of
+/// its own, removed on drop). A packet counts once whether one or both ends are peer ports.
+struct WireCounter {
+    table: String,
+}
+
+impl WireCounter {
+    fn install(ports: &[u16]) -> Result<WireCounter, String> {
+        let table = format!("vs_etcd_{}", std::process::id());
+        let set = ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let script = format!(
+            "table inet {table} {{\n\
+               set peers {{ type inet_service; elements = {{ {set} }} }}\n\
+               chain out {{ type filter hook output priority 0; policy accept;\n\
+                 oifname \"lo\" tcp sport @peers counter name wire accept\n\
+                 oifname \"lo\" tcp dport @peers counter name wire accept\n\
+               }}\n\
+               counter wire {{ }}\n\
+             }}\n"
+        );
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &table])
+            .output();
+        nft(&script)?;
+        Ok(WireCounter { table })
+    }
+
+    /// (bytes, packets) counted so far.
+    fn read(&self) -> Option<(u64, u64)> {
+        let out = Command::new("nft")
+            .args(["list", "counter", "inet", &self.table, "wire"])
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let after = |word: &str| -> Option<u64> {
+            let rest = &text[text.find(word)? + word.len()..];
+            rest.split_whitespace().next()?.parse().ok()
+        };
+        Some((after("bytes ")?, after("packets ")?))
+    }
+}
+
+impl Drop for WireCounter {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .output();
+    }
+}
+
+fn nft(script: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft: {e}"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())
+        .map_err(|e| format!("nft: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "nft: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Bytes and packets per second the members of `sys` send each other over `secs` seconds once
+/// they agree and have settled.
+fn idle_wire(sys: &dyn System, secs: u64) -> Result<(f64, f64), String> {
+    wait_agreed(sys, AGREE_BOUND).ok_or("no agreement")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let counter = WireCounter::install(&sys.peer_ports())?;
+    let (b0, p0) = counter.read().ok_or("the counter does not read")?;
+    std::thread::sleep(Duration::from_secs(secs));
+    let (b1, p1) = counter.read().ok_or("the counter does not read")?;
+    let s = secs as f64;
+    Ok(((b1 - b0) as f64 / s, (p1 - p0) as f64 / s))
 }
 
 fn wait_agreed(sys: &dyn System, bound: Duration) -> Option<usize> {
@@ -194,6 +293,11 @@ impl System for Chorus {
         self.cluster = None;
         self.cluster = Some(Cluster::start(&self.bin, MEMBERS, self.timings));
     }
+    fn peer_ports(&self) -> Vec<u16> {
+        self.cluster
+            .as_ref()
+            .map_or(Vec::new(), |c| c.nodes.iter().map(|n| n.p2p_port).collect())
+    }
 }
 
 // ---- etcd ----
@@ -212,13 +316,16 @@ struct Etcd {
 impl Etcd {
     fn new(timeout_s: f64, base_port: u16) -> Etcd {
         let election_ms = (timeout_s * 1000.0) as u64;
+        Etcd::with(election_ms / 5, election_ms, base_port)
+    }
+    fn with(heartbeat_ms: u64, election_ms: u64, base_port: u16) -> Etcd {
         let mut e = Etcd {
             root: tempfile::Builder::new()
                 .prefix("vs-etcd-")
                 .tempdir()
                 .expect("temp dir"),
             generation: 0,
-            heartbeat_ms: election_ms / 5,
+            heartbeat_ms,
             election_ms,
             base_port,
             children: (0..MEMBERS).map(|_| None).collect(),
@@ -343,6 +450,9 @@ impl System for Etcd {
             self.spawn(i);
         }
     }
+    fn peer_ports(&self) -> Vec<u16> {
+        (0..MEMBERS).map(|i| self.peer_port(i)).collect()
+    }
 }
 
 fn etcd_on_path() -> bool {
@@ -352,6 +462,40 @@ fn etcd_on_path() -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
+}
+
+/// Installs Debian's `etcd-server` with apt-get (which needs root); whether etcd is then on
+/// PATH.
+fn install_etcd() -> bool {
+    // Without root the install fails and says so on stderr.
+    if Command::new("apt-get").arg("--version").output().is_err() {
+        return false;
+    }
+    eprintln!("vs-etcd: installing etcd-server from Debian's packages");
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let installed = apt(&[
+        "install",
+        "-y",
+        "-qq",
+        "--no-install-recommends",
+        "etcd-server",
+    ]) || (apt(&["update", "-qq"])
+        && apt(&[
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "etcd-server",
+        ]));
+    installed && etcd_on_path()
 }
 
 /// (p50, p90, max) of `xs`, nearest rank.
@@ -383,15 +527,18 @@ fn main() {
         })
         .to_string_lossy()
         .into_owned();
-    let with_etcd = !args.chorus_only && etcd_on_path();
+    let with_etcd = !args.chorus_only && (etcd_on_path() || install_etcd());
     if !args.chorus_only && !with_etcd {
         println!(
-            "vs-etcd: `etcd` is not on PATH; measuring CHORUS only. \
+            "vs-etcd: `etcd` is not on PATH and could not be installed; measuring CHORUS only. \
              Install it with: sudo apt-get install -y etcd-server etcd-client"
         );
     }
     // (measure, timeout) → (etcd samples, chorus samples)
     let mut rows: Vec<(Measure, f64, Vec<f64>, Vec<f64>)> = Vec::new();
+    // timeout → (etcd, chorus) idle (bytes/s, packets/s)
+    type Wire = Option<Result<(f64, f64), String>>;
+    let mut wire: Vec<(f64, Wire, Wire)> = Vec::new();
     for (ti, &t) in args.timeouts.iter().enumerate() {
         let min_ms = (t * 1000.0) as u64;
         eprintln!(
@@ -434,13 +581,25 @@ fn main() {
             eprintln!();
             rows.push((m, t, es, cs));
         }
+        if args.idle_secs > 0 {
+            eprintln!("idle traffic {t} s: {} s of each", args.idle_secs);
+            // At CHORUS's heartbeat tempo (etcd's election timeout must be 5 heartbeats).
+            drop(etcd.take());
+            let beat = min_ms / 3;
+            let e = with_etcd.then(|| {
+                let e = Etcd::with(beat, 5 * beat, 23_790 + 20 * ti as u16 + 10);
+                idle_wire(&e, args.idle_secs)
+            });
+            let c = Some(idle_wire(&chorus, args.idle_secs));
+            wire.push((t, e, c));
+        }
     }
     println!(
         "| measure | timeouts | etcd p50 / p90 / max | CHORUS p50 / p90 / max | CHORUS / etcd |"
     );
     println!("|---|---|---|---|---|");
     let mut json = Vec::new();
-    for (m, t, es, cs) in &rows {
+    for (m, t, es, cs) in rows.iter().filter(|_| args.rounds > 0) {
         let (e, c) = (summary(es), summary(cs));
         let ratio = match (e, c) {
             (Some(e), Some(c)) => format!("{:.2} / {:.2} / {:.2}", c.0 / e.0, c.1 / e.1, c.2 / e.2),
@@ -458,6 +617,33 @@ fn main() {
             "etcd_s": es,
             "chorus_s": cs,
         }));
+    }
+    if !wire.is_empty() {
+        println!();
+        println!("| idle, between members, heartbeat = timeout / 3 both | timeouts | etcd bytes/s (packets/s) | CHORUS bytes/s (packets/s) | CHORUS / etcd |");
+        println!("|---|---|---|---|---|");
+        let cell = |w: &Wire| match w {
+            None => "—".to_owned(),
+            Some(Ok((b, p))) => format!("{b:.0} ({p:.1})"),
+            Some(Err(e)) => format!("not measured: {e}"),
+        };
+        for (t, e, c) in &wire {
+            let ratio = match (e, c) {
+                (Some(Ok(e)), Some(Ok(c))) => format!("{:.2} ({:.2})", c.0 / e.0, c.1 / e.1),
+                _ => "—".into(),
+            };
+            println!(
+                "| TCP bytes on loopback | {t} s | {} | {} | {ratio} |",
+                cell(e),
+                cell(c)
+            );
+            json.push(serde_json::json!({
+                "measure": "idle_wire",
+                "timeout_s": t,
+                "etcd_bytes_per_s": e.as_ref().and_then(|r| r.as_ref().ok()).map(|x| x.0),
+                "chorus_bytes_per_s": c.as_ref().and_then(|r| r.as_ref().ok()).map(|x| x.0),
+            }));
+        }
     }
     if args.json {
         println!("{}", serde_json::Value::Array(json));
