@@ -97,10 +97,10 @@ async fn expect_none(
     seen
 }
 
-/// Polls until a broadcast from `t` goes out by gossip alone, with no direct copy: gossipsub
-/// has seen the SUBSCRIBE of all `peers` connected peers. The probes are WHOAMIs, so counts of
-/// other kinds stay exact.
-async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
+/// Polls until a broadcast from `t` goes out with no direct copy, `peers` peers up: on links
+/// (this node reaches every peer it knows), or by gossip once gossipsub has seen every
+/// connected peer's SUBSCRIBE. The probes are WHOAMIs, so counts of other kinds stay exact.
+async fn broadcasts_settled(t: &mut Libp2pTransport, peers: u64) {
     let stats = t.stats();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -114,9 +114,15 @@ async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
         // The driver accounts for a broadcast on its own task: wait for this one.
         let after = loop {
             let s = stats.snapshot();
-            if (s.broadcasts_gossiped, s.broadcasts_direct)
-                != (before.broadcasts_gossiped, before.broadcasts_direct)
-            {
+            if (
+                s.broadcasts_gossiped,
+                s.broadcasts_direct,
+                s.broadcasts_linked,
+            ) != (
+                before.broadcasts_gossiped,
+                before.broadcasts_direct,
+                before.broadcasts_linked,
+            ) {
                 break s;
             }
             assert!(
@@ -125,11 +131,9 @@ async fn gossip_settled(t: &mut Libp2pTransport, peers: u64) {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         };
-        let gossiped = after.broadcasts_gossiped > before.broadcasts_gossiped;
-        if gossiped
-            && after.broadcasts_direct == before.broadcasts_direct
-            && after.peers_up >= peers
-        {
+        let whole = after.broadcasts_gossiped > before.broadcasts_gossiped
+            || after.broadcasts_linked > before.broadcasts_linked;
+        if whole && after.broadcasts_direct == before.broadcasts_direct && after.peers_up >= peers {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -206,8 +210,10 @@ async fn peers_connect_identify_send_and_broadcast() {
     c.send(&ida, &vote);
     expect(&mut a, "C's vote request at A", is_msg(&idc, &vote)).await;
 
-    // Once gossipsub has settled, a broadcast reaches every peer exactly once.
-    gossip_settled(&mut a, 2).await;
+    // Once settled, a broadcast reaches every peer exactly once: A reaches every peer it
+    // knows, so on their links, not by gossip (whose relays would repeat it).
+    broadcasts_settled(&mut a, 2).await;
+    let before = a.stats().snapshot();
     a.broadcast(&heartbeat(2));
     for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
         expect(
@@ -219,7 +225,23 @@ async fn peers_connect_identify_send_and_broadcast() {
     }
     let stats = a.stats().snapshot();
     assert_eq!(stats.messages_out.get("heartbeat"), Some(&1));
-    assert!(stats.broadcasts_gossiped >= 1, "{stats:?}");
+    assert_eq!(
+        (
+            stats.broadcasts_linked - before.broadcasts_linked,
+            stats.broadcasts_gossiped - before.broadcasts_gossiped
+        ),
+        (2, 0),
+        "{stats:?}"
+    );
+    // Every message byte counted by path: the vote came to A on C's link.
+    assert!(
+        stats.bytes_out.get("link").is_some_and(|b| *b > 0),
+        "{stats:?}"
+    );
+    assert!(
+        stats.bytes_in.get("link").is_some_and(|b| *b > 0),
+        "{stats:?}"
+    );
     let a_stats = a.stats();
     let dup = tokio::time::timeout(Duration::from_millis(500), async {
         loop {
@@ -696,7 +718,7 @@ async fn an_electorate_too_large_for_a_frame_travels_in_parts() {
         certified: 0,
     };
     expect(&mut c, "C sees A up", is_up(&ida)).await;
-    gossip_settled(&mut a, 2).await;
+    broadcasts_settled(&mut a, 2).await;
     a.broadcast(&hb);
     for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
         expect(
@@ -793,4 +815,20 @@ async fn peers_met_through_one_address_connect_and_other_clusters_stay_out() {
         assert_eq!(s.rejected.get("wrong_cluster"), None, "{s:?}");
         assert_eq!(s.peers_up, 1, "{s:?}");
     }
+    // B knows A, which it no longer reaches: a broadcast goes by gossip (a peer reachable
+    // only through another would hear it relayed), and still reaches C.
+    let idb = b.node_id();
+    let before = b.stats().snapshot();
+    b.broadcast(&heartbeat(7));
+    expect(&mut c, "B's broadcast at C", is_msg(&idb, &heartbeat(7))).await;
+    let after = b.stats().snapshot();
+    assert_eq!(
+        after.broadcasts_linked, before.broadcasts_linked,
+        "{after:?}"
+    );
+    assert!(
+        after.broadcasts_gossiped + after.broadcasts_direct
+            > before.broadcasts_gossiped + before.broadcasts_direct,
+        "{after:?}"
+    );
 }

@@ -39,6 +39,7 @@ mod behaviour;
 mod driver;
 mod frame;
 mod identity;
+mod link;
 mod peers;
 mod stats;
 
@@ -59,6 +60,7 @@ use crate::runtime::{Transport, TransportEvent};
 pub use self::behaviour::IDENTIFY_PROTOCOL;
 pub use self::frame::{Frame, FrameCodec, FrameError, DIRECT_PROTOCOL};
 pub use self::identity::{load_or_create_identity, load_psk};
+pub use self::link::LINK_PROTOCOL;
 pub use self::stats::{Libp2pStats, StatsSnapshot};
 
 /// Everything [`Libp2pTransport::start`] needs besides the keypair.

@@ -457,6 +457,28 @@ pub fn exposition(
             "Broadcast copies sent directly to peers not yet subscribed.",
             t.broadcasts_direct,
         );
+        counter(
+            &mut out,
+            "chorus_transport_broadcasts_linked_total",
+            "Broadcast copies sent on peers' links (this node reached every peer it knows).",
+            t.broadcasts_linked,
+        );
+        labelled(
+            &mut out,
+            "chorus_transport_bytes_out_total",
+            "Message bytes handed to the network, by path: link (a peer's long-lived stream), \
+             direct (one request-response exchange), gossip (one gossipsub publish, relays \
+             not counted).",
+            "path",
+            &t.bytes_out,
+        );
+        labelled(
+            &mut out,
+            "chorus_transport_bytes_in_total",
+            "Message bytes received, by path: link, direct, gossip (relayed copies included).",
+            "path",
+            &t.bytes_in,
+        );
         gauge(
             &mut out,
             "chorus_transport_peers_connected",

@@ -24,6 +24,7 @@ use super::behaviour::{
     build_transport, cluster_topic, Advertisement, Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL,
 };
 use super::frame::Frame;
+use super::link::Links;
 use super::peers::{self, PeerBook};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
 use crate::runtime::TransportEvent;
@@ -119,6 +120,10 @@ pub(super) struct Driver {
     last_lookup: Option<Instant>,
     /// A peer was lost: look for others at the next tick (rate-limited).
     lookup_wanted: bool,
+    /// A long-lived stream per connected peer (`link.rs`).
+    links: Links,
+    /// Frames read from links; taken by `run`.
+    link_frames: Option<mpsc::Receiver<(PeerId, Frame)>>,
 }
 
 impl Driver {
@@ -139,6 +144,7 @@ impl Driver {
             libp2p::swarm::Config::with_tokio_executor()
                 .with_idle_connection_timeout(config.idle_connection_timeout),
         );
+        let (links, link_frames) = Links::new(swarm.behaviour().link.new_control(), stats.clone());
         let now = Instant::now();
         let bootstrap = config
             .bootstrap
@@ -208,6 +214,8 @@ impl Driver {
             last_save: None,
             last_lookup: None,
             lookup_wanted: false,
+            links,
+            link_frames: Some(link_frames),
         })
     }
 
@@ -281,8 +289,10 @@ impl Driver {
     pub(super) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut tick = tokio::time::interval(REDIAL_TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut link_frames = self.link_frames.take().expect("run once");
         loop {
             tokio::select! {
+                Some((peer, frame)) = link_frames.recv() => self.on_link_frame(peer, frame).await,
                 command = commands.recv() => match command {
                     Some(Command::Stop) => {
                         self.linger().await;
@@ -310,11 +320,15 @@ impl Driver {
         let until = start + STOP_LINGER;
         loop {
             let now = Instant::now();
-            if now >= until || (self.in_flight == 0 && now >= start + STOP_LINGER_MIN) {
+            let sent = self.in_flight == 0 && self.links.pending() == 0;
+            if now >= until || (sent && now >= start + STOP_LINGER_MIN) {
                 return;
             }
-            let wake = if self.in_flight == 0 {
+            // Links are written by tasks of their own: look again soon.
+            let wake = if sent {
                 start + STOP_LINGER_MIN
+            } else if self.links.pending() > 0 {
+                (now + Duration::from_millis(2)).min(until)
             } else {
                 until
             };
@@ -335,11 +349,7 @@ impl Driver {
                     return;
                 }
                 for bytes in frames {
-                    self.swarm
-                        .behaviour_mut()
-                        .direct
-                        .send_request(&to, Frame::Bytes(bytes));
-                    self.in_flight += 1;
+                    self.send_direct(to, bytes);
                 }
             }
             Command::Broadcast { mut frames } if frames.len() == 1 => {
@@ -355,23 +365,59 @@ impl Driver {
                 let peers: Vec<PeerId> = self.peers.keys().copied().collect();
                 for peer in &peers {
                     for bytes in &frames {
-                        self.swarm
-                            .behaviour_mut()
-                            .direct
-                            .send_request(peer, Frame::Bytes(bytes.clone()));
-                        self.in_flight += 1;
+                        self.links.send(*peer, bytes.clone());
                     }
                 }
-                self.stats.broadcast_direct(peers.len() as u64);
+                self.stats.broadcast_linked(peers.len() as u64);
             }
             // Handled by `run`.
             Command::Stop => {}
         }
     }
 
-    /// Publishes on gossipsub and sends direct copies to the connected peers gossipsub would
-    /// miss (those whose SUBSCRIBE has not arrived yet, or that do not speak gossipsub).
+    /// One message to one peer: on its link while connected, else by request-response (which
+    /// dials it: a reply to a message relayed from a peer this node has no connection with).
+    fn send_direct(&mut self, to: PeerId, bytes: Vec<u8>) {
+        if self.peers.contains_key(&to) {
+            self.links.send(to, bytes);
+            return;
+        }
+        self.stats.bytes_out("direct", bytes.len() as u64);
+        self.swarm
+            .behaviour_mut()
+            .direct
+            .send_request(&to, Frame::Bytes(bytes));
+        self.in_flight += 1;
+    }
+
+    /// Whether this node is connected to every peer it knows of (its peer book and bootstrap
+    /// addresses): then a broadcast reaches each on its link, and gossipsub's relays would
+    /// only repeat it. Otherwise some peer may be reachable only through another, and the
+    /// broadcast goes by gossip.
+    fn reaches_everyone(&self) -> bool {
+        !self.peers.is_empty()
+            && self.book.peers().all(|p| self.peers.contains_key(p))
+            && self.bootstrap.iter().all(|b| {
+                b.disabled
+                    || b.peer
+                        .is_some_and(|p| p == self.local || self.peers.contains_key(&p))
+            })
+    }
+
+    /// A broadcast: on every connected peer's link while this node reaches everyone it knows
+    /// ([`Driver::reaches_everyone`]); otherwise published on gossipsub, with direct copies to
+    /// the connected peers gossipsub would miss (those whose SUBSCRIBE has not arrived yet, or
+    /// that do not speak gossipsub).
     fn broadcast(&mut self, bytes: Vec<u8>) {
+        if self.reaches_everyone() {
+            let peers: Vec<PeerId> = self.peers.keys().copied().collect();
+            for peer in &peers {
+                self.links.send(*peer, bytes.clone());
+            }
+            self.stats.broadcast_linked(peers.len() as u64);
+            return;
+        }
+        self.stats.bytes_out("gossip", bytes.len() as u64);
         let behaviour = self.swarm.behaviour_mut();
         let subscribed: BTreeSet<PeerId> = behaviour
             .gossipsub
@@ -398,11 +444,8 @@ impl Driver {
             }
         }
         for peer in &direct {
-            behaviour
-                .direct
-                .send_request(peer, Frame::Bytes(bytes.clone()));
+            self.links.send(*peer, bytes.clone());
         }
-        self.in_flight += direct.len();
         self.stats.broadcast_direct(direct.len() as u64);
     }
 
@@ -665,6 +708,7 @@ impl Driver {
                 if num_established == 0 || state.connections.is_empty() {
                     let was_up = state.up;
                     self.peers.remove(&peer_id);
+                    self.links.disconnected(&peer_id);
                     self.parts.forget(&peer_id);
                     self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id, ?cause, "disconnected");
@@ -753,7 +797,7 @@ impl Driver {
             BehaviourEvent::Identify(event) => self.on_identify_event(event).await,
             BehaviourEvent::Mdns(event) => self.on_mdns_event(event),
             BehaviourEvent::Kad(event) => self.on_kad_event(event),
-            BehaviourEvent::Ping(_) => {}
+            BehaviourEvent::Ping(_) | BehaviourEvent::Link(()) => {}
             BehaviourEvent::Allow(never) => match never {},
             BehaviourEvent::Limits(never) => match never {},
         }
@@ -773,7 +817,10 @@ impl Driver {
                 // fire-and-forget, and the ack only frees the sender's stream.
                 let _ = self.swarm.behaviour_mut().direct.send_response(channel, ());
                 match request {
-                    Frame::Bytes(bytes) => self.on_bytes(peer, &bytes).await,
+                    Frame::Bytes(bytes) => {
+                        self.stats.bytes_in("direct", bytes.len() as u64);
+                        self.on_bytes(peer, &bytes).await
+                    }
                     Frame::Refused(e) => {
                         tracing::debug!(%peer, error = %e, "direct frame refused");
                         self.reject(Some(peer), e.kind()).await;
@@ -805,6 +852,20 @@ impl Driver {
         }
     }
 
+    /// A frame read from `peer`'s link.
+    async fn on_link_frame(&mut self, peer: PeerId, frame: Frame) {
+        match frame {
+            Frame::Bytes(bytes) => {
+                self.stats.bytes_in("link", bytes.len() as u64);
+                self.on_bytes(peer, &bytes).await;
+            }
+            Frame::Refused(e) => {
+                tracing::debug!(%peer, error = %e, "link frame refused; link closed");
+                self.reject(Some(peer), e.kind()).await;
+            }
+        }
+    }
+
     async fn on_gossip_event(&mut self, event: gossipsub::Event) {
         match event {
             gossipsub::Event::Message {
@@ -814,7 +875,10 @@ impl Driver {
             } => match message.source {
                 // Strict validation has checked the signature of `source` over the message.
                 Some(source) if source == self.local => {}
-                Some(source) => self.on_bytes(source, &message.data).await,
+                Some(source) => {
+                    self.stats.bytes_in("gossip", message.data.len() as u64);
+                    self.on_bytes(source, &message.data).await
+                }
                 None => self.reject(Some(propagation_source), "unsigned").await,
             },
             gossipsub::Event::Subscribed { peer_id, topic } => {

@@ -102,7 +102,7 @@ impl libp2p::request_response::Codec for FrameCodec {
 }
 
 /// Reads one frame, refusing a declared length over [`MAX_MESSAGE_BYTES`] before reading it.
-async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<Frame> {
+pub(super) async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<Frame> {
     let Some(len) = read_uvarint(io).await? else {
         return Ok(Frame::Refused(FrameError::BadLength));
     };
@@ -116,11 +116,19 @@ async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<Frame
 }
 
 async fn write_frame<T: AsyncWrite + Unpin + Send>(io: &mut T, bytes: &[u8]) -> io::Result<()> {
+    write_frame_unflushed(io, bytes).await?;
+    io.flush().await
+}
+
+/// Writes one frame without flushing (a link flushes once after the frames queued together).
+pub(super) async fn write_frame_unflushed<T: AsyncWrite + Unpin + Send>(
+    io: &mut T,
+    bytes: &[u8],
+) -> io::Result<()> {
     let mut prefix = [0u8; MAX_VARINT_BYTES];
     let n = encode_uvarint(bytes.len() as u64, &mut prefix);
     io.write_all(&prefix[..n]).await?;
-    io.write_all(bytes).await?;
-    io.flush().await
+    io.write_all(bytes).await
 }
 
 /// Writes `value` as an unsigned LEB128 varint (the multiformats `unsigned-varint`) into `out`,

@@ -115,6 +115,11 @@ impl PeerBook {
         self.peers.len()
     }
 
+    /// Every peer known.
+    pub(super) fn peers(&self) -> impl Iterator<Item = &PeerId> {
+        self.peers.keys()
+    }
+
     pub(super) fn get(&self, peer: &PeerId) -> Option<&Known> {
         self.peers.get(peer)
     }

@@ -18,8 +18,11 @@ pub struct Libp2pStats {
     send_failures: Mutex<BTreeMap<&'static str, u64>>,
     connections_failed_by_reason: Mutex<BTreeMap<&'static str, u64>>,
     discovery_dropped: Mutex<BTreeMap<&'static str, u64>>,
+    bytes_in: Mutex<BTreeMap<&'static str, u64>>,
+    bytes_out: Mutex<BTreeMap<&'static str, u64>>,
     broadcasts_gossiped: AtomicU64,
     broadcasts_direct: AtomicU64,
+    broadcasts_linked: AtomicU64,
     connections_failed: AtomicU64,
     peers_connected: AtomicU64,
     peers_up: AtomicU64,
@@ -48,8 +51,18 @@ pub struct StatsSnapshot {
     /// Direct sends that did not reach the peer, by reason (`dial`, `timeout`, `closed`,
     /// `unsupported`, `io`).
     pub send_failures: BTreeMap<&'static str, u64>,
+    /// Message bytes received, by path: `link` (a peer's long-lived stream, `link.rs`),
+    /// `direct` (one request-response exchange), `gossip` (gossipsub, relays included).
+    /// Frame and envelope bytes only; the headers of the layers below are not counted.
+    pub bytes_in: BTreeMap<&'static str, u64>,
+    /// Message bytes handed to the network, by path (as `bytes_in`; a gossipsub publish
+    /// counts once, whatever its relays send).
+    pub bytes_out: BTreeMap<&'static str, u64>,
     /// Broadcasts published on gossipsub.
     pub broadcasts_gossiped: u64,
+    /// Copies of broadcasts sent on links: while this node is connected to every peer it
+    /// knows, a broadcast goes to each on its link and not by gossip.
+    pub broadcasts_linked: u64,
     /// Copies of broadcasts sent directly to peers not (yet) subscribed to the cluster topic.
     pub broadcasts_direct: u64,
     /// Incoming or outgoing connection attempts that failed below the policy level (handshake,
@@ -77,6 +90,11 @@ fn bump(map: &Mutex<BTreeMap<&'static str, u64>>, label: &'static str) {
     *m.entry(label).or_insert(0) += 1;
 }
 
+fn add(map: &Mutex<BTreeMap<&'static str, u64>>, label: &'static str, n: u64) {
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    *m.entry(label).or_insert(0) += n;
+}
+
 fn copy(map: &Mutex<BTreeMap<&'static str, u64>>) -> BTreeMap<&'static str, u64> {
     map.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
@@ -90,7 +108,10 @@ impl Libp2pStats {
             rejected: copy(&self.rejected),
             connections_denied: copy(&self.connections_denied),
             send_failures: copy(&self.send_failures),
+            bytes_in: copy(&self.bytes_in),
+            bytes_out: copy(&self.bytes_out),
             broadcasts_gossiped: self.broadcasts_gossiped.load(Ordering::Relaxed),
+            broadcasts_linked: self.broadcasts_linked.load(Ordering::Relaxed),
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
             connections_failed: self.connections_failed.load(Ordering::Relaxed),
             connections_failed_by_reason: copy(&self.connections_failed_by_reason),
@@ -142,6 +163,15 @@ impl Libp2pStats {
     }
     pub(super) fn broadcast_gossiped(&self) {
         self.broadcasts_gossiped.fetch_add(1, Ordering::Relaxed);
+    }
+    pub(super) fn broadcast_linked(&self, copies: u64) {
+        self.broadcasts_linked.fetch_add(copies, Ordering::Relaxed);
+    }
+    pub(super) fn bytes_in(&self, path: &'static str, n: u64) {
+        add(&self.bytes_in, path, n);
+    }
+    pub(super) fn bytes_out(&self, path: &'static str, n: u64) {
+        add(&self.bytes_out, path, n);
     }
     pub(super) fn broadcast_direct(&self, copies: u64) {
         self.broadcasts_direct.fetch_add(copies, Ordering::Relaxed);

@@ -1,0 +1,233 @@
+//! Links: one long-lived stream per connected peer and direction (`/chorus/link/1.0.0`), for
+//! direct messages and, while this node is connected to every peer it knows, for broadcasts.
+//!
+//! Why: a request-response message opens a substream, negotiates its protocol and waits for an
+//! empty ack — several packets around every heartbeat ack — and a gossipsub broadcast is
+//! relayed by every mesh peer, so each node hears each heartbeat three or four times. On a
+//! link a message is one length-prefixed frame (the request-response codec's, `frame.rs`) on a
+//! stream opened once: one packet, as etcd's peer streams do (issue 36).
+//!
+//! A link is best-effort like the rest of the transport: a frame queued to a peer whose link
+//! breaks is lost (counted under `send_failures{reason="link"}`), and the core's timers retry
+//! what matters. A writer only opens its stream while the driver says the peer is connected,
+//! so a link never dials. What arrives goes through the driver's usual checks
+//! (`Driver::on_bytes`): allowlist, cluster, decoding, held until the peer's `PeerUp`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::{AsyncWriteExt, StreamExt};
+use libp2p::{PeerId, StreamProtocol};
+use tokio::sync::mpsc;
+
+use super::frame::{read_frame, write_frame_unflushed, Frame};
+use super::Libp2pStats;
+
+/// The protocol a link stream is negotiated under.
+pub const LINK_PROTOCOL: StreamProtocol = StreamProtocol::new("/chorus/link/1.0.0");
+
+/// Frames queued per peer before further ones are dropped (counted as `queue_full`).
+const QUEUE_PER_PEER: usize = 256;
+
+/// Inbound link streams read at once from one peer; more are closed unread (a peer opens one,
+/// and a second only while its first is being replaced).
+const MAX_INBOUND_PER_PEER: usize = 2;
+
+/// Frames read from links and not yet taken by the driver.
+const INBOUND_QUEUE: usize = 1024;
+
+/// One peer's writer: its queue and whether the driver still sees it connected.
+struct Writer {
+    queue: mpsc::Sender<Vec<u8>>,
+    connected: Arc<AtomicBool>,
+}
+
+/// The driver's side of the links: a writer task per connected peer, and the frames every
+/// reader task passes back.
+pub(super) struct Links {
+    control: libp2p_stream::Control,
+    writers: BTreeMap<PeerId, Writer>,
+    /// Frames accepted by [`Links::send`] and not yet written or dropped.
+    queued: Arc<AtomicUsize>,
+    stats: Arc<Libp2pStats>,
+}
+
+impl Links {
+    /// Starts accepting inbound links; returns the driver's handle and the receiver of every
+    /// frame read from them.
+    pub(super) fn new(
+        mut control: libp2p_stream::Control,
+        stats: Arc<Libp2pStats>,
+    ) -> (Links, mpsc::Receiver<(PeerId, Frame)>) {
+        let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
+        match control.accept(LINK_PROTOCOL) {
+            Ok(incoming) => {
+                tokio::spawn(accept(incoming, tx));
+            }
+            // Only one acceptor is ever registered per control (this one).
+            Err(e) => tracing::error!(error = %e, "link protocol already registered"),
+        }
+        let links = Links {
+            control,
+            writers: BTreeMap::new(),
+            queued: Arc::new(AtomicUsize::new(0)),
+            stats,
+        };
+        (links, rx)
+    }
+
+    /// Queues `bytes` for `peer`, which the driver sees connected; its writer (and stream) is
+    /// made on first use. `false` when the queue is full (the frame is dropped and counted).
+    pub(super) fn send(&mut self, peer: PeerId, bytes: Vec<u8>) -> bool {
+        let len = bytes.len() as u64;
+        if self.writers.get(&peer).is_none_or(|w| w.queue.is_closed()) {
+            let (tx, rx) = mpsc::channel(QUEUE_PER_PEER);
+            let connected = Arc::new(AtomicBool::new(true));
+            tokio::spawn(write(
+                self.control.clone(),
+                peer,
+                rx,
+                connected.clone(),
+                self.queued.clone(),
+                self.stats.clone(),
+            ));
+            self.writers.insert(
+                peer,
+                Writer {
+                    queue: tx,
+                    connected,
+                },
+            );
+        }
+        let writer = &self.writers[&peer];
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        match writer.queue.try_send(bytes) {
+            Ok(()) => {
+                self.stats.bytes_out("link", len);
+                true
+            }
+            Err(_) => {
+                self.queued.fetch_sub(1, Ordering::Relaxed);
+                self.stats.rejected("queue_full");
+                false
+            }
+        }
+    }
+
+    /// The peer's last connection closed: its writer stops (what it still holds is dropped,
+    /// never sent on a new connection it would have to dial).
+    pub(super) fn disconnected(&mut self, peer: &PeerId) {
+        if let Some(w) = self.writers.remove(peer) {
+            w.connected.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Frames queued and not yet written or dropped (a stopping driver waits for them).
+    pub(super) fn pending(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
+
+/// Writes `peer`'s frames in order on one stream, opened on the first frame and again after a
+/// failure; frames that arrive together are flushed together.
+async fn write(
+    mut control: libp2p_stream::Control,
+    peer: PeerId,
+    mut queue: mpsc::Receiver<Vec<u8>>,
+    connected: Arc<AtomicBool>,
+    queued: Arc<AtomicUsize>,
+    stats: Arc<Libp2pStats>,
+) {
+    let mut stream: Option<libp2p::Stream> = None;
+    while let Some(first) = queue.recv().await {
+        let mut batch = vec![first];
+        while let Ok(more) = queue.try_recv() {
+            batch.push(more);
+        }
+        let n = batch.len();
+        if !connected.load(Ordering::Relaxed) {
+            queued.fetch_sub(n, Ordering::Relaxed);
+            continue;
+        }
+        if stream.is_none() {
+            match control.open_stream(peer, LINK_PROTOCOL).await {
+                Ok(s) => stream = Some(s),
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "link not opened; its frames are dropped");
+                    for _ in 0..n {
+                        stats.send_failed("link");
+                    }
+                    queued.fetch_sub(n, Ordering::Relaxed);
+                    continue;
+                }
+            }
+        }
+        let s = stream.as_mut().expect("opened above");
+        let mut written = Ok(());
+        for bytes in &batch {
+            written = write_frame_unflushed(s, bytes).await;
+            if written.is_err() {
+                break;
+            }
+        }
+        if written.is_ok() {
+            written = s.flush().await;
+        }
+        if let Err(e) = written {
+            tracing::debug!(%peer, error = %e, "link broken; reopened for the next frame");
+            for _ in 0..n {
+                stats.send_failed("link");
+            }
+            stream = None;
+        }
+        queued.fetch_sub(n, Ordering::Relaxed);
+    }
+    if let Some(mut s) = stream {
+        let _ = s.close().await;
+    }
+}
+
+/// Accepts inbound link streams, a reader task each, at most [`MAX_INBOUND_PER_PEER`] a peer.
+async fn accept(mut incoming: libp2p_stream::IncomingStreams, tx: mpsc::Sender<(PeerId, Frame)>) {
+    let open: Arc<Mutex<BTreeMap<PeerId, usize>>> = Arc::default();
+    while let Some((peer, stream)) = incoming.next().await {
+        {
+            let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
+            let n = open.entry(peer).or_insert(0);
+            if *n >= MAX_INBOUND_PER_PEER {
+                tracing::debug!(%peer, "too many inbound links; one closed unread");
+                continue;
+            }
+            *n += 1;
+        }
+        let (tx, open) = (tx.clone(), open.clone());
+        tokio::spawn(async move {
+            read(peer, stream, &tx).await;
+            let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = open.get_mut(&peer) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&peer);
+                }
+            }
+        });
+    }
+}
+
+/// Reads frames until the stream ends, fails, or a frame is refused (after a refused length the
+/// stream cannot be resynchronised: the refusal is passed on to be counted, and the stream
+/// closed).
+async fn read(peer: PeerId, mut stream: libp2p::Stream, tx: &mpsc::Sender<(PeerId, Frame)>) {
+    loop {
+        match read_frame(&mut stream).await {
+            Ok(frame) => {
+                let refused = matches!(frame, Frame::Refused(_));
+                if tx.send((peer, frame)).await.is_err() || refused {
+                    return;
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
