@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use chorus_tests::{containers_of, http_request, wait_until, Cluster, Timings, Value};
+use chorus_tests::{containers_of, http_exact, http_request, wait_until, Cluster, Timings, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 const IMAGE: &str = "chorus/sandbox:latest";
@@ -605,6 +605,54 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
     assert_eq!(code, 404, "{body}");
     assert_eq!(v["owner"], n0.as_str(), "{body}");
     assert!(v["owner_http"].as_str().is_some(), "{body}");
+
+    // The CLI followed n0's advertised address with a token n1 delegated to n0 alone (the
+    // operator's own token goes only where the operator pointed): good at n0, nothing at n2,
+    // and not delegated again.
+    let token = chorus_tests::test_token();
+    let bearer = format!("Bearer {token}");
+    let json = [
+        ("Host", "127.0.0.1"),
+        ("Content-Type", "application/json"),
+        ("Authorization", bearer.as_str()),
+    ];
+    let (code, body) = http_exact(
+        c.nodes[1].http_port,
+        "POST",
+        "/acl/delegate",
+        &json,
+        &format!(r#"{{"audience":"{n0}"}}"#),
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let delegated = serde_json::from_str::<Value>(&body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let with = format!("Bearer {delegated}");
+    let read = [("Host", "127.0.0.1"), ("Authorization", with.as_str())];
+    let path = format!("/tasks/{at0}");
+    let (code, body) = http_exact(c.nodes[0].http_port, "GET", &path, &read, "").unwrap();
+    assert_eq!(code, 200, "n0 takes a token delegated to it: {body}");
+    let (code, body) = http_exact(c.nodes[2].http_port, "GET", &path, &read, "").unwrap();
+    assert_eq!(code, 401, "n2 refuses n0's delegated token: {body}");
+    let again = [
+        ("Host", "127.0.0.1"),
+        ("Content-Type", "application/json"),
+        ("Authorization", with.as_str()),
+    ];
+    let (code, body) = http_exact(
+        c.nodes[0].http_port,
+        "POST",
+        "/acl/delegate",
+        &again,
+        &format!(r#"{{"audience":"{n0}"}}"#),
+    )
+    .unwrap();
+    assert_eq!(
+        code, 403,
+        "a delegated token is not delegated again: {body}"
+    );
 
     // Listed across the cluster from n1, which holds none; filtered by node.
     let out = c.chorus(&["task", "list", "--cluster", "--addr", &addr(&c, 1)]);

@@ -1,5 +1,8 @@
 //! `POST /acl/tokens` (role `manage`): makes a token of a role, as `chorus acl token create`
 //! asks. Tokens are not stored (see [`super::auth`]): the answer is the only copy.
+//!
+//! `POST /acl/delegate` (any token): the caller's token, delegated to one node for a short
+//! while, for the CLI to send to a peer's advertised address instead of the token itself.
 
 use std::sync::Arc;
 
@@ -9,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
-use super::auth::{Auth, Role};
+use super::auth::{unix_now, Auth, Caller, Role, DELEGATION_TTL_S};
 
 /// The body of `POST /acl/tokens`.
 #[derive(Debug, Deserialize)]
@@ -53,5 +56,61 @@ pub(super) async fn create_token(Extension(auth): Extension<Arc<Auth>>, body: By
             Json(serde_json::json!({ "error": e.to_string() })),
         )
             .into_response(),
+    }
+}
+
+/// The body of `POST /acl/delegate`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Delegate {
+    /// The node (its id) the delegated token is for.
+    audience: String,
+}
+
+/// The answer: the delegated token and when it expires (Unix seconds).
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Delegated {
+    pub token: String,
+    pub expires_unix: u64,
+}
+
+pub(super) async fn delegate(
+    Extension(auth): Extension<Arc<Auth>>,
+    caller: Option<Extension<Caller>>,
+    body: Bytes,
+) -> Response {
+    let refuse = |code: StatusCode, error: String| {
+        (code, Json(serde_json::json!({ "error": error }))).into_response()
+    };
+    // The guard lets no request here without a token; a missing caller is a bug, refused.
+    let Some(Extension(caller)) = caller else {
+        return refuse(StatusCode::UNAUTHORIZED, "this route needs a token".into());
+    };
+    if caller.delegated {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "a delegated token cannot be delegated again".into(),
+        );
+    }
+    let ask: Delegate = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("expected {{\"audience\": \"<node id>\"}}: {e}"),
+            )
+        }
+    };
+    let expires_unix = unix_now() + DELEGATION_TTL_S;
+    match auth.key().delegate(&caller, &ask.audience, expires_unix) {
+        Some(token) => Json(Delegated {
+            token,
+            expires_unix,
+        })
+        .into_response(),
+        None => refuse(
+            StatusCode::BAD_REQUEST,
+            format!("{:?} is not a node id", ask.audience),
+        ),
     }
 }

@@ -19,6 +19,15 @@
 //! node's ACL key (`acl.key` in the data directory, or the shared `acl_key_file` that makes
 //! tokens good on every node of a cluster). Nothing about tokens is stored, so any node holding
 //! the key checks any token; revoking one means changing the key (every token goes with it).
+//!
+//! **Peers are not trusted with an operator's token.** The network key (`psk_file`) admits a
+//! machine to the cluster's peer-to-peer network; only the ACL key makes and checks tokens, and
+//! a machine may hold the first without the second. The CLI sends the operator's token only to
+//! the address the operator named. Where it must follow a peer's advertised address (the node
+//! holding a task, the worker streaming its output, the admin), it first asks the named node for
+//! a **delegated token** (`POST /acl/delegate`): `chorus_v1d_<role>_<id>_<node>_<expiry>_<mac>`,
+//! the caller's role and id, good only at that one node and for [`DELEGATION_TTL_S`] seconds.
+//! A peer that is not what it claims learns a token it can spend only on itself, briefly.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -43,6 +52,16 @@ const ID_LEN: usize = 16;
 
 /// Bytes of the HMAC kept in a token (128 bits).
 const MAC_BYTES: usize = 16;
+
+/// Life of a delegated token, seconds (the CLI asks for one per node it follows, per command).
+pub const DELEGATION_TTL_S: u64 = 120;
+
+/// How far past a checking node's clock a delegated token's expiry may lie: the issuing node's
+/// clock may run ahead of it. A token that names a later expiry is refused.
+const DELEGATION_SKEW_S: u64 = 300;
+
+/// The longest node id a delegated token may name (base58 peer ids are ~52 characters).
+const MAX_AUDIENCE_LEN: usize = 128;
 
 /// What a token may do; each role allows what the roles before it do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -150,6 +169,75 @@ impl AclKey {
         Ok((self.mint(role, &id), id))
     }
 
+    fn mac_delegated(
+        &self,
+        role: Role,
+        id: &str,
+        audience: &str,
+        expiry: u64,
+    ) -> hmac::Hmac<sha2::Sha256> {
+        let mut mac = <hmac::Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        mac.update(b"chorus-token-v1d\0");
+        for part in [role.as_str(), id, audience, &expiry.to_string()] {
+            mac.update(part.as_bytes());
+            mac.update(b"\0");
+        }
+        mac
+    }
+
+    /// A token for `caller`'s role and id, good only at node `audience` until `expiry` (Unix
+    /// seconds); `None` for an audience that is not a plain node id.
+    pub fn delegate(&self, caller: &Caller, audience: &str, expiry: u64) -> Option<String> {
+        if !valid_audience(audience) {
+            return None;
+        }
+        let tag = self
+            .mac_delegated(caller.role, &caller.id, audience, expiry)
+            .finalize()
+            .into_bytes();
+        Some(format!(
+            "chorus_v1d_{}_{}_{audience}_{expiry}_{}",
+            caller.role.as_str(),
+            caller.id,
+            hex::encode(&tag[..MAC_BYTES])
+        ))
+    }
+
+    /// Who `token` speaks for at node `me` at Unix time `now`: a token of this key, or a
+    /// delegated one that names `me` and has not expired.
+    pub fn check_at(&self, token: &str, me: &str, now: u64) -> Option<Caller> {
+        let Some(rest) = token.strip_prefix("chorus_v1d_") else {
+            return self.check(token);
+        };
+        let parts: Vec<&str> = rest.split('_').collect();
+        let [role, id, audience, expiry, tag] = parts[..] else {
+            return None;
+        };
+        let role: Role = role.parse().ok()?;
+        let expiry: u64 = expiry.parse().ok()?;
+        if !valid_id(id)
+            || !valid_audience(audience)
+            || audience != me
+            || expiry < now
+            || expiry > now + DELEGATION_SKEW_S
+        {
+            return None;
+        }
+        let tag = hex::decode(tag).ok()?;
+        if tag.len() != MAC_BYTES {
+            return None;
+        }
+        self.mac_delegated(role, id, audience, expiry)
+            .verify_truncated_left(&tag)
+            .ok()?;
+        Some(Caller {
+            role,
+            id: id.to_owned(),
+            delegated: true,
+        })
+    }
+
     /// The management token of this key.
     pub fn management_token(&self) -> String {
         self.mint(Role::Manage, MANAGEMENT_ID)
@@ -161,12 +249,7 @@ impl AclKey {
         let rest = token.strip_prefix("chorus_v1_")?;
         let mut parts = rest.split('_');
         let (role, id, tag) = (parts.next()?, parts.next()?, parts.next()?);
-        if parts.next().is_some()
-            || id.len() != ID_LEN
-            || !id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if parts.next().is_some() || !valid_id(id) {
             return None;
         }
         let role: Role = role.parse().ok()?;
@@ -178,8 +261,31 @@ impl AclKey {
         Some(Caller {
             role,
             id: id.to_owned(),
+            delegated: false,
         })
     }
+}
+
+/// A token id: [`ID_LEN`] lowercase hex digits.
+fn valid_id(id: &str) -> bool {
+    id.len() == ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A node id a delegated token may name: base58 characters only (no `_`), bounded.
+fn valid_audience(audience: &str) -> bool {
+    !audience.is_empty()
+        && audience.len() <= MAX_AUDIENCE_LEN
+        && audience.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Seconds since the Unix epoch by this host's clock.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The holder of a checked token, as handlers see it (a request extension).
@@ -188,6 +294,8 @@ pub struct Caller {
     pub role: Role,
     /// The token's id: who submitted a task, in the task's record.
     pub id: String,
+    /// A delegated token (good at this node only, briefly): it cannot be delegated again.
+    pub delegated: bool,
 }
 
 /// Why a request was refused before any handler saw it; the `reason` label in `/metrics`.
@@ -245,12 +353,24 @@ pub struct Auth {
     key: AclKey,
     /// Host names (besides IP literals and `localhost`) a request's `Host` may carry.
     names: Vec<String>,
+    /// This node's id: the audience a delegated token must name.
+    node: String,
 }
 
 impl Auth {
     pub fn new(key: AclKey, names: Vec<String>) -> Self {
         let names = names.into_iter().map(|n| n.to_ascii_lowercase()).collect();
-        Auth { key, names }
+        Auth {
+            key,
+            names,
+            node: String::new(),
+        }
+    }
+
+    /// The gatekeeper of node `node`, which accepts tokens delegated to it.
+    pub fn for_node(mut self, node: &str) -> Self {
+        self.node = node.to_owned();
+        self
     }
 
     pub fn key(&self) -> &AclKey {
@@ -307,7 +427,10 @@ impl Auth {
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or(HttpRefusal::NoToken)?;
-        let caller = self.key.check(token).ok_or(HttpRefusal::BadToken)?;
+        let caller = self
+            .key
+            .check_at(token, &self.node, unix_now())
+            .ok_or(HttpRefusal::BadToken)?;
         if caller.role < needed {
             return Err(HttpRefusal::Role);
         }
@@ -341,6 +464,9 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let tasks = path == "/tasks" || path.starts_with("/tasks/");
     Some(match (method, path) {
         (&Method::POST, "/members") | (&Method::POST, "/members/transfer") => Role::Operate,
+        // Any token may ask for a delegated copy of itself (the handler refuses a delegated
+        // one).
+        (&Method::POST, "/acl/delegate") => Role::Read,
         (&Method::POST, p) if p.starts_with("/acl/") => Role::Manage,
         (&Method::POST, "/tasks") => Role::Submit,
         (&Method::DELETE, _) if tasks => Role::Submit,
@@ -437,6 +563,65 @@ mod tests {
         let (fresh, id) = k.mint_new(Role::Read).unwrap();
         assert_eq!(k.check(&fresh).unwrap().id, id);
         assert_eq!(k.check(&k.management_token()).unwrap().role, Role::Manage);
+    }
+
+    /// A delegated token speaks for its caller at its one node, until it expires; it is
+    /// nothing elsewhere, later, under another key, or with any field changed.
+    #[test]
+    fn a_delegated_token_is_good_only_at_its_node_and_only_briefly() {
+        let k = key();
+        let me = "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B";
+        let other = "12D3KooWKdbNffbteB6S1nzaAJLDLc6VJh4BJhNfze12Ld1U8GZa";
+        let caller = k.check(&k.mint(Role::Submit, "0123456789abcdef")).unwrap();
+        let now = 1_800_000_000;
+        let t = k.delegate(&caller, me, now + DELEGATION_TTL_S).unwrap();
+        let got = k.check_at(&t, me, now).unwrap();
+        assert_eq!(
+            (got.role, got.id.as_str(), got.delegated),
+            (Role::Submit, "0123456789abcdef", true)
+        );
+        assert!(
+            k.check_at(&t, me, now + DELEGATION_TTL_S).is_some(),
+            "good to its expiry"
+        );
+        assert!(
+            k.check_at(&t, me, now + DELEGATION_TTL_S + 1).is_none(),
+            "expired"
+        );
+        assert!(k.check_at(&t, other, now).is_none(), "another node's");
+        assert!(k.check(&t).is_none(), "not a plain token");
+        let other_key = AclKey::from_hex(&"cd".repeat(32)).unwrap();
+        assert!(other_key.check_at(&t, me, now).is_none());
+        // The issuing node's clock may run ahead, but not by more than the skew allowed.
+        let far = k
+            .delegate(&caller, me, now + DELEGATION_SKEW_S + 1)
+            .unwrap();
+        assert!(k.check_at(&far, me, now).is_none(), "expiry too far ahead");
+        // Any field changed breaks the mac.
+        for (from, to) in [
+            ("_submit_", "_manage_"),
+            ("0123456789abcdef", "0123456789abcdee"),
+            (me, other),
+        ] {
+            let forged = t.replacen(from, to, 1);
+            assert!(k.check_at(&forged, me, now).is_none(), "{forged}");
+            assert!(k.check_at(&forged, other, now).is_none(), "{forged}");
+        }
+        let later = t.replacen(
+            &(now + DELEGATION_TTL_S).to_string(),
+            &(now + DELEGATION_TTL_S + 60).to_string(),
+            1,
+        );
+        assert!(k.check_at(&later, me, now).is_none(), "{later}");
+        // Only a plain node id may be named (no `_`, nothing empty), and a node without an id
+        // accepts no delegated token.
+        assert!(k.delegate(&caller, "a_b", now + 60).is_none());
+        assert!(k.delegate(&caller, "", now + 60).is_none());
+        assert!(k.check_at(&t, "", now).is_none());
+        // Plain tokens are checked as before.
+        assert!(k
+            .check_at(&k.management_token(), me, now)
+            .is_some_and(|c| !c.delegated));
     }
 
     #[test]

@@ -85,6 +85,7 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
         )
         .route("/tasks/{id}/logs", get(logs::task_logs))
         .route("/acl/tokens", post(acl::create_token))
+        .route("/acl/delegate", post(acl::delegate))
         .layer(Extension(auth.clone()))
         .layer(axum::middleware::from_fn_with_state(
             (shared.clone(), auth),

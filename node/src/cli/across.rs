@@ -6,13 +6,16 @@
 //!
 //! A task whose node is down cannot be cancelled until it is back: that node alone owns it. Its
 //! result, once run, waits at its worker until then, and [`held_result`] reads it there.
+//!
+//! Every address but the one the operator named is a peer's advertisement: those requests carry
+//! a token delegated to that node alone, never the operator's ([`request_peer`]).
 
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::Value;
 
-use super::http::request;
+use super::http::{request, request_peer, Peer};
 use crate::names::short_id;
 use crate::wire::TaskRow;
 
@@ -42,6 +45,20 @@ async fn ask(addr: &str, method: &str, path: &str) -> anyhow::Result<Answer> {
     })
 }
 
+/// `method path` at a peer (see [`request_peer`]).
+async fn ask_peer(peer: &Peer, method: &str, path: &str) -> anyhow::Result<Answer> {
+    let a = request_peer(peer, method, path, None, true)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {}", peer.http))?;
+    let body = String::from_utf8_lossy(&a.body).into_owned();
+    Ok(Answer {
+        addr: peer.http.clone(),
+        code: a.code,
+        value: serde_json::from_str(&body).unwrap_or(Value::Null),
+        body,
+    })
+}
+
 /// `method path` at `addr`, or — when `addr` answers that another node holds the task, and
 /// where that node's API is — at that node (once: the owner's own answer is final).
 pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<Answer> {
@@ -51,7 +68,12 @@ pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<An
         _ => return Ok(first),
     };
     let holder = first.value["owner"].as_str().unwrap_or_default();
-    ask(&owner, method, path).await.with_context(|| {
+    let peer = Peer {
+        via: addr.to_owned(),
+        node: holder.to_owned(),
+        http: owner.clone(),
+    };
+    ask_peer(&peer, method, path).await.with_context(|| {
         format!(
             "{addr} says node {} holds the task, at {owner}, but it does not answer",
             short_id(holder)
@@ -83,7 +105,13 @@ pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::T
                 None => continue,
             }
         };
-        let Ok(Ok(a)) = tokio::time::timeout(NODE_TIMEOUT, ask(&http, "GET", &path)).await else {
+        let peer = Peer {
+            via: addr.to_owned(),
+            node: node.to_owned(),
+            http,
+        };
+        let Ok(Ok(a)) = tokio::time::timeout(NODE_TIMEOUT, ask_peer(&peer, "GET", &path)).await
+        else {
             continue;
         };
         if a.code == 404 && !a.value["held_result"].is_null() {
@@ -97,16 +125,22 @@ pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::T
 
 /// The HTTP API of node `node` as the node at `addr` knows it (`addr` itself when it is that
 /// node); none when it advertised none or is not known there.
-pub async fn http_of(addr: &str, node: &str) -> Option<String> {
+pub async fn http_of(addr: &str, node: &str) -> Option<Peer> {
     let cluster = ask(addr, "GET", "/cluster").await.ok()?;
-    if cluster.value["node_id"].as_str() == Some(node) {
-        return Some(addr.to_owned());
-    }
-    cluster.value["members"]
-        .as_array()?
-        .iter()
-        .find(|m| m["node_id"].as_str() == Some(node))
-        .and_then(|m| m["http"].as_str().map(str::to_owned))
+    let http = if cluster.value["node_id"].as_str() == Some(node) {
+        addr.to_owned()
+    } else {
+        cluster.value["members"]
+            .as_array()?
+            .iter()
+            .find(|m| m["node_id"].as_str() == Some(node))
+            .and_then(|m| m["http"].as_str().map(str::to_owned))?
+    };
+    Some(Peer {
+        via: addr.to_owned(),
+        node: node.to_owned(),
+        http,
+    })
 }
 
 /// Which tasks a cluster-wide list shows.
@@ -177,10 +211,17 @@ pub async fn list_cluster(
                          not listed"
                     .to_owned(),
             ),
-            Some(h) => match tokio::time::timeout(NODE_TIMEOUT, rows_at(&h, state)).await {
-                Ok(rows) => rows.map(|rows| filter.kept(rows)),
-                Err(_) => Err(format!("{h} did not answer within {NODE_TIMEOUT:?}")),
-            },
+            Some(h) => {
+                let peer = Peer {
+                    via: addr.to_owned(),
+                    node: id.clone(),
+                    http: h.clone(),
+                };
+                match tokio::time::timeout(NODE_TIMEOUT, rows_at_peer(&peer, state)).await {
+                    Ok(rows) => rows.map(|rows| filter.kept(rows)),
+                    Err(_) => Err(format!("{h} did not answer within {NODE_TIMEOUT:?}")),
+                }
+            }
         };
         out.push(NodeTasks { node_id: id, tasks });
     }
@@ -189,8 +230,19 @@ pub async fn list_cluster(
 
 /// The tasks in `state` submitted to the node at `addr` (`GET /tasks?state=…`).
 pub async fn rows_at(addr: &str, state: &str) -> Result<Vec<TaskRow>, String> {
+    let peer = Peer {
+        via: addr.to_owned(),
+        node: String::new(),
+        http: addr.to_owned(),
+    };
+    rows_at_peer(&peer, state).await
+}
+
+/// [`rows_at`] a peer.
+async fn rows_at_peer(peer: &Peer, state: &str) -> Result<Vec<TaskRow>, String> {
+    let addr = &peer.http;
     let path = format!("/tasks?state={state}");
-    let answer = ask(addr, "GET", &path)
+    let answer = ask_peer(peer, "GET", &path)
         .await
         .map_err(|e| format!("{e:#}"))?;
     if answer.code != 200 {

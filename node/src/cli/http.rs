@@ -1,12 +1,14 @@
 //! The one HTTP client every command uses to talk to a node's API (and devcluster to its
 //! nodes): a minimal HTTP/1.1 request over one loopback or LAN connection, no client library.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 use anyhow::Context;
 
-/// The API token every request of this process carries (see [`set_token`]).
+/// The API token every request of this process carries to the address the operator named (see
+/// [`set_token`]); a peer's advertised address gets a delegated one ([`request_peer`]).
 static TOKEN: Mutex<Option<String>> = Mutex::new(None);
 
 /// Where the CLI looks for a token when none is given: the management token of a node run with
@@ -97,6 +99,96 @@ pub async fn request_bytes(
     path: &str,
     body: Option<&str>,
 ) -> anyhow::Result<RawAnswer> {
+    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    request_bytes_with(addr, method, path, body, token.as_deref()).await
+}
+
+/// Node `node`, at `http`: an address a peer advertised, which the operator did not name.
+/// `via` is the address the operator named (or `http` itself, when the operator named it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    pub via: String,
+    pub node: String,
+    pub http: String,
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.http)
+    }
+}
+
+/// [`request_bytes`] to a peer, never with the operator's token (see `api::auth`: a machine on
+/// the cluster's network is not trusted with it): with a token delegated to that node alone, by
+/// the node the operator named — or none, for the public routes (`token: false`).
+pub async fn request_peer(
+    peer: &Peer,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: bool,
+) -> anyhow::Result<RawAnswer> {
+    if peer.http == peer.via {
+        return request_bytes(&peer.http, method, path, body).await;
+    }
+    let delegated = match token {
+        true => delegated_token(&peer.via, &peer.node).await?,
+        false => None,
+    };
+    request_bytes_with(&peer.http, method, path, body, delegated.as_deref()).await
+}
+
+/// Delegated tokens already made, by (node asked, audience): (token, expiry).
+static DELEGATED: Mutex<BTreeMap<(String, String), (String, u64)>> = Mutex::new(BTreeMap::new());
+
+/// A token for node `node` alone, delegated by the node at `via` from the operator's token
+/// (none when the operator gave none).
+async fn delegated_token(via: &str, node: &str) -> anyhow::Result<Option<String>> {
+    let operator = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    if operator.is_none() {
+        return Ok(None);
+    }
+    let key = (via.to_owned(), node.to_owned());
+    let now = crate::api::auth::unix_now();
+    if let Some((token, expiry)) = DELEGATED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        // Renewed well before it runs out: a long `task logs -f` keeps following.
+        if *expiry > now + 30 {
+            return Ok(Some(token.clone()));
+        }
+    }
+    let body = serde_json::json!({ "audience": node }).to_string();
+    let (code, answer) = request(via, "POST", "/acl/delegate", Some(&body)).await?;
+    let value: serde_json::Value = serde_json::from_str(&answer).unwrap_or_default();
+    let (Some(token), Some(expiry), 200) = (
+        value["token"].as_str(),
+        value["expires_unix"].as_u64(),
+        code,
+    ) else {
+        anyhow::bail!(
+            "{via} did not delegate a token for node {node} ({code}: {}); the operator's own \
+             token is never sent to an address a peer advertised",
+            answer.trim()
+        );
+    };
+    DELEGATED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, (token.to_owned(), expiry));
+    Ok(Some(token.to_owned()))
+}
+
+/// [`request_bytes`] with `token` (or none) as the bearer.
+async fn request_bytes_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> anyhow::Result<RawAnswer> {
     let endpoint = Endpoint::parse(addr)?;
     let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
     let raw = if endpoint.tls {
@@ -107,9 +199,9 @@ pub async fn request_bytes(
             .connect(name, tcp)
             .await
             .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
-        exchange(stream, &endpoint, method, path, body).await?
+        exchange(stream, &endpoint, method, path, body, token).await?
     } else {
-        exchange(tcp, &endpoint, method, path, body).await?
+        exchange(tcp, &endpoint, method, path, body, token).await?
     };
     parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {addr}"))
 }
@@ -138,6 +230,7 @@ async fn exchange<S>(
     method: &str,
     path: &str,
     body: Option<&str>,
+    token: Option<&str>,
 ) -> anyhow::Result<Vec<u8>>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -147,7 +240,6 @@ where
         "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         endpoint.host_port
     );
-    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
     if let Some(token) = token {
         request.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
@@ -380,6 +472,113 @@ impl rustls::client::danger::ServerCertVerifier for PinnedCert {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-request HTTP server on loopback: answers `code` with `body`, and hands back the
+    /// request it read (head and body).
+    async fn fake(code: u16, body: &'static str) -> (String, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let served = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Head, then as much body as it declares.
+            loop {
+                let n = s.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_string();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + len || n == 0 {
+                        break;
+                    }
+                }
+                if n == 0 {
+                    break;
+                }
+            }
+            let answer = format!(
+                "HTTP/1.1 {code} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            s.write_all(answer.as_bytes()).await.unwrap();
+            String::from_utf8_lossy(&got).into_owned()
+        });
+        (addr, served)
+    }
+
+    /// Issue 35's trust gap: the CLI followed peers' advertised addresses with the operator's
+    /// token. A peer now gets a token delegated to it by the node the operator named, or none
+    /// for a public route; when that node will not delegate, the peer is not asked at all.
+    #[tokio::test]
+    async fn a_peer_gets_a_delegated_token_never_the_operators() {
+        set_token(
+            Some("chorus_v1_manage_0000000000000000_operator".into()),
+            None,
+        )
+        .unwrap();
+        let node = "12D3KooWKdbNffbteB6S1nzaAJLDLc6VJh4BJhNfze12Ld1U8GZa";
+        let delegated = r#"{"token":"chorus_v1d_read_peer","expires_unix":99999999999}"#;
+        let (via, asked) = fake(200, delegated).await;
+        let (http, heard) = fake(200, "{}").await;
+        let peer = Peer {
+            via: via.clone(),
+            node: node.into(),
+            http,
+        };
+        let a = request_peer(&peer, "GET", "/tasks/t-1", None, true)
+            .await
+            .unwrap();
+        assert_eq!(a.code, 200);
+        let asked = asked.await.unwrap();
+        assert!(asked.starts_with("POST /acl/delegate "), "{asked}");
+        assert!(
+            asked.contains("Bearer chorus_v1_manage_0000000000000000_operator"),
+            "{asked}"
+        );
+        assert!(
+            asked.contains(node),
+            "the delegation names the peer: {asked}"
+        );
+        let heard = heard.await.unwrap();
+        assert!(
+            heard.contains("Authorization: Bearer chorus_v1d_read_peer"),
+            "{heard}"
+        );
+        assert!(!heard.contains("operator"), "{heard}");
+
+        // A public route at a peer: no token at all.
+        let (http, heard) = fake(200, "{}").await;
+        let public = Peer {
+            http,
+            ..peer.clone()
+        };
+        request_peer(&public, "GET", "/status", None, false)
+            .await
+            .unwrap();
+        assert!(!heard.await.unwrap().contains("Authorization"));
+
+        // The named node refuses to delegate: an error, and the peer never hears a thing.
+        let (via, _) = fake(403, r#"{"error":"no"}"#).await;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let refused = Peer {
+            via,
+            node: "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B".into(),
+            http: listener.local_addr().unwrap().to_string(),
+        };
+        let err = request_peer(&refused, "GET", "/tasks/t-2", None, true)
+            .await
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("never sent"), "{err:#}");
+        listener.set_nonblocking(true).unwrap();
+        assert!(listener.accept().is_err(), "the peer was contacted");
+        *TOKEN.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
 
     #[test]
     fn answers_keep_their_headers_and_body_bytes() {

@@ -17,7 +17,7 @@ use anyhow::Context;
 use chorus_core::TaskResult;
 
 use super::across::{at_owner, http_of};
-use super::http::{request_bytes, RawAnswer};
+use super::http::{request_peer, Peer, RawAnswer};
 use super::task::{escape_controls, exit_code, plain_words};
 use crate::names::short_id;
 use crate::wire::{cancelled_before_it_ran, TaskView};
@@ -158,7 +158,7 @@ pub async fn follow(
 ) -> anyhow::Result<Followed> {
     let mut streamed = false;
     // The run being read, its worker's API and how far it was read; whether its log ended.
-    let mut reading: Option<(Run, String, u64)> = None;
+    let mut reading: Option<(Run, Peer, u64)> = None;
     let mut log_done = false;
     let mut said: Option<String> = None;
     let mut failures = 0;
@@ -285,16 +285,16 @@ async fn view(addr: &str, id: &str) -> anyhow::Result<TaskView> {
     serde_json::from_value(a.value).context("the task document is not what this chorus expects")
 }
 
-/// One read of run `attempt`'s log at `http`, bounded by [`READ_BOUND`].
+/// One read of run `attempt`'s log at its worker, bounded by [`READ_BOUND`].
 async fn read(
-    http: &str,
+    http: &Peer,
     id: &str,
     attempt: u32,
     offset: u64,
     follow: bool,
 ) -> anyhow::Result<RawAnswer> {
     let path = format!("/tasks/{id}/logs?offset={offset}&attempt={attempt}&follow={follow}");
-    tokio::time::timeout(READ_BOUND, request_bytes(http, "GET", &path, None))
+    tokio::time::timeout(READ_BOUND, request_peer(http, "GET", &path, None, true))
         .await
         .map_err(|_| anyhow::anyhow!("{http} did not answer within {READ_BOUND:?}"))?
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use chorus_core::MemberChange;
 use serde_json::Value;
 
-use super::http::{get_document, request};
+use super::http::{get_document, request, request_peer, Peer};
 use crate::wire::MembersView;
 
 /// `chorus members`: prints the membership as the node at `addr` sees it.
@@ -107,16 +107,24 @@ pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow:
         None => "{}".to_owned(),
     };
     let path = format!("/members/transfer?wait_ms={}", wait.as_millis());
-    let mut at = addr.to_owned();
+    // The admin's address is its own advertisement: asked with a token delegated to it alone.
+    let mut at = Peer {
+        via: addr.to_owned(),
+        node: String::new(),
+        http: addr.to_owned(),
+    };
     for _ in 0..2 {
         let reply = tokio::time::timeout(
             wait + Duration::from_secs(5),
-            request(&at, "POST", &path, Some(&body)),
+            request_peer(&at, "POST", &path, Some(&body), true),
         )
         .await
         .map_err(|_| anyhow::anyhow!("{at} did not answer within {} s", wait.as_secs() + 5))?
         .with_context(|| format!("cannot reach a chorus node at {at}"))?;
-        let (code, text) = reply;
+        let (code, text) = (
+            reply.code,
+            String::from_utf8_lossy(&reply.body).into_owned(),
+        );
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let message = v["message"]
             .as_str()
@@ -125,8 +133,18 @@ pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow:
             println!("{message}");
             return Ok(());
         }
-        match (v["reason"].as_str(), v["admin_http"].as_str()) {
-            (Some("not_admin"), Some(http)) if http != at => at = http.to_owned(),
+        match (
+            v["reason"].as_str(),
+            v["admin_http"].as_str(),
+            v["admin"].as_str(),
+        ) {
+            (Some("not_admin"), Some(http), Some(admin)) if http != at.http => {
+                at = Peer {
+                    via: addr.to_owned(),
+                    node: admin.to_owned(),
+                    http: http.to_owned(),
+                }
+            }
             _ => bail!("{message}"),
         }
     }

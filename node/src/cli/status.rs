@@ -5,7 +5,7 @@
 use anyhow::Context;
 use serde_json::Value;
 
-use super::http::{get_document, get_text};
+use super::http::{get_document, request_peer, Peer};
 
 /// Prints the status of the node whose HTTP API is at `addr`.
 pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
@@ -168,9 +168,19 @@ fn no_address(m: &Value) -> String {
 /// A member's own `/status`, checked to be that member's (a loopback address advertised by a
 /// node on another machine would reach a different node here).
 async fn member_status(http: &str, id: &str) -> Result<Value, String> {
-    let got = tokio::time::timeout(MEMBER_TIMEOUT, get_text(http, "/status")).await;
+    // A public route: a peer's advertised address gets no token at all.
+    let peer = Peer {
+        via: String::new(),
+        node: id.to_owned(),
+        http: http.to_owned(),
+    };
+    let got = tokio::time::timeout(
+        MEMBER_TIMEOUT,
+        request_peer(&peer, "GET", "/status", None, false),
+    )
+    .await;
     let (code, body) = match got {
-        Ok(Ok(r)) => r,
+        Ok(Ok(r)) => (r.code, String::from_utf8_lossy(&r.body).into_owned()),
         Ok(Err(e)) => return Err(format!("unreachable at {http}: {e}")),
         Err(_) => return Err(format!("no answer from {http}")),
     };

@@ -119,7 +119,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     shared.lock().ceilings = ceilings;
     shared.lock().secret_key = secret_key;
     shared.lock().logs = logs;
-    let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()));
+    let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()).for_node(node_id.as_str()));
     let tls = http_tls
         .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))
         .transpose()?;
