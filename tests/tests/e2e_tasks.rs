@@ -609,21 +609,17 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
     // The CLI followed n0's advertised address with a token n1 delegated to n0 alone (the
     // operator's own token goes only where the operator pointed): good at n0, nothing at n2,
     // and not delegated again.
-    let token = chorus_tests::test_token();
-    let bearer = format!("Bearer {token}");
-    let json = [
-        ("Host", "127.0.0.1"),
-        ("Content-Type", "application/json"),
-        ("Authorization", bearer.as_str()),
-    ];
-    let (code, body) = http_exact(
-        c.nodes[1].http_port,
-        "POST",
-        "/acl/delegate",
-        &json,
-        &format!(r#"{{"audience":"{n0}"}}"#),
-    )
-    .unwrap();
+    let delegate = |port: u16, token: &str| {
+        let bearer = format!("Bearer {token}");
+        let json = [
+            ("Host", "127.0.0.1"),
+            ("Content-Type", "application/json"),
+            ("Authorization", bearer.as_str()),
+        ];
+        let audience = format!(r#"{{"audience":"{n0}"}}"#);
+        http_exact(port, "POST", "/acl/delegate", &json, &audience).unwrap()
+    };
+    let (code, body) = delegate(c.nodes[1].http_port, &chorus_tests::test_token());
     assert_eq!(code, 200, "{body}");
     let delegated = serde_json::from_str::<Value>(&body).unwrap()["token"]
         .as_str()
@@ -636,19 +632,7 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
     assert_eq!(code, 200, "n0 takes a token delegated to it: {body}");
     let (code, body) = http_exact(c.nodes[2].http_port, "GET", &path, &read, "").unwrap();
     assert_eq!(code, 401, "n2 refuses n0's delegated token: {body}");
-    let again = [
-        ("Host", "127.0.0.1"),
-        ("Content-Type", "application/json"),
-        ("Authorization", with.as_str()),
-    ];
-    let (code, body) = http_exact(
-        c.nodes[0].http_port,
-        "POST",
-        "/acl/delegate",
-        &again,
-        &format!(r#"{{"audience":"{n0}"}}"#),
-    )
-    .unwrap();
+    let (code, body) = delegate(c.nodes[0].http_port, &delegated);
     assert_eq!(
         code, 403,
         "a delegated token is not delegated again: {body}"
