@@ -72,6 +72,14 @@ struct Args {
     /// end as written with exactly one result; no sandbox container may be left. Needs Docker.
     #[arg(long)]
     tasks: bool,
+    /// Keep each node's whole event log (no pruning at snapshots), so the merged check covers
+    /// the whole run rather than what the logs retain at its end.
+    #[arg(long)]
+    keep_history: bool,
+    /// Never kill or pause n0 (when it is the admin, a kill or pause turns into a partition):
+    /// one process lives through the whole run, so its memory slope covers it.
+    #[arg(long)]
+    spare_n0: bool,
     /// Sample each node's memory, descriptors and data size this often, seconds (written to
     /// `resources.csv` in the kept data directory; their slopes printed at the end).
     #[arg(long, default_value_t = 30)]
@@ -193,15 +201,33 @@ fn main() -> ExitCode {
             }
         }
     }
-    let mut c = NetCluster::start_with(&bin, args.nodes, |_| NodeSetup {
-        args: if args.tasks {
-            ["--docker", "--warm-image", chorus_tests::soak::IMAGE]
-                .map(String::from)
-                .to_vec()
-        } else {
-            Vec::new()
-        },
-        ..NodeSetup::plain(timings)
+    let history = std::env::temp_dir().join(format!("chorus-real-{}.toml", std::process::id()));
+    // Read again at every restart; removed when this run ends, however it ends.
+    struct Removed(std::path::PathBuf);
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _history_file = Removed(history.clone());
+    if args.keep_history {
+        if let Err(e) = std::fs::write(&history, "snapshot_every_events = 1000000000\n") {
+            eprintln!("chorus-real: {}: {e}", history.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    let mut c = NetCluster::start_with(&bin, args.nodes, |_| {
+        let mut extra = Vec::new();
+        if args.tasks {
+            extra.extend(["--docker", "--warm-image", chorus_tests::soak::IMAGE].map(String::from));
+        }
+        if args.keep_history {
+            extra.extend(["--config".to_owned(), history.display().to_string()]);
+        }
+        NodeSetup {
+            args: extra,
+            ..NodeSetup::plain(timings)
+        }
     });
     let mut soak = args.tasks.then(TaskSoak::new);
     let mut growth = Growth::new(args.nodes, Duration::from_secs(args.sample_secs.max(1)));
@@ -250,8 +276,11 @@ fn main() -> ExitCode {
             c.keep_data();
             return ExitCode::FAILURE;
         }
-        let kind = kinds[k % kinds.len()];
+        let mut kind = kinds[k % kinds.len()];
         let ((_, term, admin), _) = c.wait_agreed(bound);
+        if args.spare_n0 && admin == 0 && matches!(kind, Fault::Kill | Fault::Pause) {
+            kind = Fault::Partition;
+        }
         growth.sample_if_due(&c);
         // Tasks submitted before each fault (running when it comes) and while it is in force.
         let mut tasks_round = |c: &NetCluster| {
