@@ -1,5 +1,6 @@
 //! `vs-etcd --chorus-only`: one round of each measure prints the three CHORUS rows with finite
-//! numbers (the comparison with etcd itself is run by hand; see docs/measurements.md).
+//! numbers, and the idle traffic row a byte rate (the comparison with etcd itself is run by
+//! hand; see docs/measurements.md).
 
 use std::process::Command;
 
@@ -7,6 +8,7 @@ use std::process::Command;
 fn chorus_only_round_prints_three_finite_rows() {
     let out = Command::new(env!("CARGO_BIN_EXE_vs-etcd"))
         .args(["--rounds", "1", "--timeouts", "0.9", "--chorus-only"])
+        .args(["--idle-secs", "2"])
         .arg("--chorus")
         .arg(env!("CARGO_BIN_EXE_chorus-e2e"))
         .output()
@@ -17,8 +19,19 @@ fn chorus_only_round_prints_three_finite_rows() {
         "vs-etcd failed: {text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<&str> = text.lines().filter(|l| l.contains("| 0.9 s |")).collect();
+    let (idle, rows): (Vec<&str>, Vec<&str>) = text
+        .lines()
+        .filter(|l| l.contains("| 0.9 s |"))
+        .partition(|l| l.starts_with("| TCP bytes"));
     assert_eq!(rows.len(), 3, "three rows expected:\n{text}");
+    assert_eq!(idle.len(), 1, "one idle traffic row expected:\n{text}");
+    let bytes = idle[0].split('|').nth(4).expect("a CHORUS column").trim();
+    let rate: f64 = bytes
+        .split_whitespace()
+        .next()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(0.0);
+    assert!(rate > 0.0, "members exchange bytes while idle: {}", idle[0]);
     for row in rows {
         let chorus = row.split('|').nth(4).expect("a CHORUS column").trim();
         let numbers: Vec<f64> = chorus
