@@ -30,8 +30,9 @@ pub const LINK_PROTOCOL: StreamProtocol = StreamProtocol::new("/chorus/link/1.0.
 /// Frames queued per peer before further ones are dropped (counted as `queue_full`).
 const QUEUE_PER_PEER: usize = 256;
 
-/// Inbound link streams read at once from one peer; more are closed unread (a peer opens one,
-/// and a second only while its first is being replaced).
+/// Inbound link streams read at once from one peer; more are closed unread and counted
+/// (`rejected{reason="too_many_links"}`): a peer opens one, and a second only while its first
+/// is being replaced.
 const MAX_INBOUND_PER_PEER: usize = 2;
 
 /// Frames read from links and not yet taken by the driver.
@@ -63,7 +64,7 @@ impl Links {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
         match control.accept(LINK_PROTOCOL) {
             Ok(incoming) => {
-                tokio::spawn(accept(incoming, tx));
+                tokio::spawn(accept(incoming, tx, stats.clone()));
             }
             // Only one acceptor is ever registered per control (this one).
             Err(e) => tracing::error!(error = %e, "link protocol already registered"),
@@ -78,8 +79,8 @@ impl Links {
     }
 
     /// Queues `bytes` for `peer`, which the driver sees connected; its writer (and stream) is
-    /// made on first use. `false` when the queue is full (the frame is dropped and counted).
-    pub(super) fn send(&mut self, peer: PeerId, bytes: Vec<u8>) -> bool {
+    /// made on first use. A frame for a full queue is dropped and counted (`queue_full`).
+    pub(super) fn send(&mut self, peer: PeerId, bytes: Vec<u8>) {
         let len = bytes.len() as u64;
         if self.writers.get(&peer).is_none_or(|w| w.queue.is_closed()) {
             let (tx, rx) = mpsc::channel(QUEUE_PER_PEER);
@@ -103,14 +104,10 @@ impl Links {
         let writer = &self.writers[&peer];
         self.queued.fetch_add(1, Ordering::Relaxed);
         match writer.queue.try_send(bytes) {
-            Ok(()) => {
-                self.stats.bytes_out("link", len);
-                true
-            }
+            Ok(()) => self.stats.bytes_out("link", len),
             Err(_) => {
                 self.queued.fetch_sub(1, Ordering::Relaxed);
                 self.stats.rejected("queue_full");
-                false
             }
         }
     }
@@ -140,6 +137,11 @@ async fn write(
     stats: Arc<Libp2pStats>,
 ) {
     let mut stream: Option<libp2p::Stream> = None;
+    let lost = |n: usize| {
+        for _ in 0..n {
+            stats.send_failed("link");
+        }
+    };
     while let Some(first) = queue.recv().await {
         let mut batch = vec![first];
         while let Ok(more) = queue.try_recv() {
@@ -155,9 +157,7 @@ async fn write(
                 Ok(s) => stream = Some(s),
                 Err(e) => {
                     tracing::debug!(%peer, error = %e, "link not opened; its frames are dropped");
-                    for _ in 0..n {
-                        stats.send_failed("link");
-                    }
+                    lost(n);
                     queued.fetch_sub(n, Ordering::Relaxed);
                     continue;
                 }
@@ -176,9 +176,7 @@ async fn write(
         }
         if let Err(e) = written {
             tracing::debug!(%peer, error = %e, "link broken; reopened for the next frame");
-            for _ in 0..n {
-                stats.send_failed("link");
-            }
+            lost(n);
             stream = None;
         }
         queued.fetch_sub(n, Ordering::Relaxed);
@@ -189,7 +187,11 @@ async fn write(
 }
 
 /// Accepts inbound link streams, a reader task each, at most [`MAX_INBOUND_PER_PEER`] a peer.
-async fn accept(mut incoming: libp2p_stream::IncomingStreams, tx: mpsc::Sender<(PeerId, Frame)>) {
+async fn accept(
+    mut incoming: libp2p_stream::IncomingStreams,
+    tx: mpsc::Sender<(PeerId, Frame)>,
+    stats: Arc<Libp2pStats>,
+) {
     let open: Arc<Mutex<BTreeMap<PeerId, usize>>> = Arc::default();
     while let Some((peer, stream)) = incoming.next().await {
         {
@@ -197,6 +199,7 @@ async fn accept(mut incoming: libp2p_stream::IncomingStreams, tx: mpsc::Sender<(
             let n = open.entry(peer).or_insert(0);
             if *n >= MAX_INBOUND_PER_PEER {
                 tracing::debug!(%peer, "too many inbound links; one closed unread");
+                stats.rejected("too_many_links");
                 continue;
             }
             *n += 1;

@@ -43,7 +43,8 @@ pub struct StatsSnapshot {
     /// (a gossipsub message without a source), `identify` (a peer that does not identify as a
     /// node of this cluster), `queue_full` (the transport's own queues overflowed),
     /// `unknown_peer` (a send to a node id that is not a peer id), `too_large_out` (an outgoing
-    /// message over the limit).
+    /// message over the limit), `too_many_links` (a peer's link stream beyond the two read at
+    /// once, closed unread).
     pub rejected: BTreeMap<&'static str, u64>,
     /// Connections refused or closed by policy, by reason: `not_allowed` (allowlist),
     /// `limit` (connection limits), `other`.
