@@ -118,12 +118,31 @@ fn clean() -> Vec<Line> {
 }
 
 fn task_messages(lines: &[Line]) -> Vec<String> {
-    check(&header(), lines)
+    task_messages_under(&header(), lines)
+}
+
+/// [`task_messages`] under header `h`.
+fn task_messages_under(h: &Header, lines: &[Line]) -> Vec<String> {
+    check(h, lines)
         .into_iter()
         // Only the task rules: a hand-made trace may break liveness on the way.
         .filter(|v| v.invariant == 7)
         .map(|v| v.message)
         .collect()
+}
+
+/// n0 steps down at 40 s, its lease's time not run out, and places n1-1 right after.
+fn steps_down_then_places(lines: &mut Vec<Line>) {
+    lines.push(at(
+        40_000,
+        Record::SteppedDown {
+            node: "n0".into(),
+            term: 1,
+            reason: "check_quorum".into(),
+        },
+    ));
+    lines.push(at(40_001, placed("n0", "n1-1", "n2")));
+    lines.sort_by_key(|l| l.t);
 }
 
 fn without(lines: Vec<Line>, drop: impl Fn(&Record) -> bool) -> Vec<Line> {
@@ -221,16 +240,7 @@ fn placement_outside_a_lease_is_reported() {
     );
     // After stepping down, though the lease's time had not run out.
     let mut t = clean();
-    t.push(at(
-        40_000,
-        Record::SteppedDown {
-            node: "n0".into(),
-            term: 1,
-            reason: "check_quorum".into(),
-        },
-    ));
-    t.push(at(40_001, placed("n0", "n1-1", "n2")));
-    t.sort_by_key(|l| l.t);
+    steps_down_then_places(&mut t);
     let found = task_messages(&t);
     assert!(
         found.iter().any(|m| m.contains("without holding a lease")),
@@ -371,43 +381,30 @@ fn a_pruned_log_is_not_judged_for_what_it_no_longer_holds() {
         h.pruned = Some(nodes.iter().map(|n| (n.to_string(), 4_000)).collect());
         h
     };
-    let messages = |h: &Header, lines: &[Line]| -> Vec<String> {
-        check(h, lines)
-            .into_iter()
-            .filter(|v| v.invariant == 7)
-            .map(|v| v.message)
-            .collect()
-    };
     // n1 accepted n1-0 before its snapshot; n0's lease in force came before its snapshot.
     let mut t = without(clean(), |r| matches!(r, Record::BecameAdmin { .. }));
     t.push(at(4_000, result("n1", "n1-0")));
     t.push(at(4_500, placed("n0", "n1-0", "n2")));
     t.sort_by_key(|l| l.t);
-    let whole = messages(&header(), &t);
+    let whole = task_messages(&t);
     assert!(
         whole.iter().any(|m| m.contains("which no node accepted"))
             && whole.iter().any(|m| m.contains("without holding a lease")),
         "judged as a whole history: {whole:?}"
     );
-    assert_eq!(messages(&pruned(&["n0", "n1"]), &t), Vec::<String>::new());
+    assert_eq!(
+        task_messages_under(&pruned(&["n0", "n1"]), &t),
+        Vec::<String>::new()
+    );
     // Only the pruned node's history is excused: n2's stray result is still one.
     let mut stray = t.clone();
     stray.push(at(9_000, result("n2", "n2-3")));
-    let found = messages(&pruned(&["n0", "n1"]), &stray);
+    let found = task_messages_under(&pruned(&["n0", "n1"]), &stray);
     assert!(found.iter().any(|m| m.contains("n2-3")), "{found:?}");
     // Once n0 is seen stepping down, its lease state is known again.
     let mut after = t.clone();
-    after.push(at(
-        40_000,
-        Record::SteppedDown {
-            node: "n0".into(),
-            term: 1,
-            reason: "check_quorum".into(),
-        },
-    ));
-    after.push(at(40_001, placed("n0", "n1-1", "n2")));
-    after.sort_by_key(|l| l.t);
-    let found = messages(&pruned(&["n0", "n1"]), &after);
+    steps_down_then_places(&mut after);
+    let found = task_messages_under(&pruned(&["n0", "n1"]), &after);
     assert!(
         found.iter().any(|m| m.contains("without holding a lease")),
         "{found:?}"
