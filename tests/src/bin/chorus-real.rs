@@ -120,6 +120,18 @@ fn one_result_each(c: &NetCluster, soak: &TaskSoak, trace: &std::path::Path) -> 
         .collect()
 }
 
+/// A node config that never prunes the event log (`--keep-history`).
+fn keep_history_config() -> std::io::Result<tempfile::NamedTempFile> {
+    use std::io::Write;
+    let mut f = tempfile::Builder::new()
+        .prefix("chorus-real-")
+        .suffix(".toml")
+        .tempfile()?;
+    f.write_all(b"snapshot_every_events = 1000000000\n")?;
+    f.flush()?;
+    Ok(f)
+}
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
     let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = n
@@ -201,28 +213,22 @@ fn main() -> ExitCode {
             }
         }
     }
-    let history = std::env::temp_dir().join(format!("chorus-real-{}.toml", std::process::id()));
-    // Read again at every restart; removed when this run ends, however it ends.
-    struct Removed(std::path::PathBuf);
-    impl Drop for Removed {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let _history_file = Removed(history.clone());
-    if args.keep_history {
-        if let Err(e) = std::fs::write(&history, "snapshot_every_events = 1000000000\n") {
-            eprintln!("chorus-real: {}: {e}", history.display());
+    // The config that keeps whole logs: read again at every restart, removed (by `tempfile`)
+    // when this run ends, however it ends.
+    let history = match args.keep_history.then(keep_history_config).transpose() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("chorus-real: a config file for --keep-history: {e}");
             return ExitCode::FAILURE;
         }
-    }
+    };
     let mut c = NetCluster::start_with(&bin, args.nodes, |_| {
         let mut extra = Vec::new();
         if args.tasks {
             extra.extend(["--docker", "--warm-image", chorus_tests::soak::IMAGE].map(String::from));
         }
-        if args.keep_history {
-            extra.extend(["--config".to_owned(), history.display().to_string()]);
+        if let Some(h) = &history {
+            extra.extend(["--config".to_owned(), h.path().display().to_string()]);
         }
         NodeSetup {
             args: extra,
