@@ -84,7 +84,8 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "crate::message::is_zero")]
         request: u64,
     },
-    /// A user cancels a task this node owns.
+    /// A user cancels a task: one this node owns, or — its origin out of reach — another
+    /// node's, which this node keeps asking to cancel (`task/ask.rs`).
     CancelTask {
         /// The task.
         task: crate::TaskId,

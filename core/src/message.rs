@@ -332,6 +332,17 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         worker: Option<crate::NodeId>,
     },
+    /// Cancel a task whose origin the sender cannot reach (`task/ask.rs`): sent to the origin
+    /// (which cancels it as its own user would) and to the admin (which stops its run).
+    TaskCancelAsk {
+        /// The task.
+        task: crate::TaskId,
+    },
+    /// The origin has a [`Message::TaskCancelAsk`]: the asker forgets it.
+    TaskCancelAsked {
+        /// The task.
+        task: crate::TaskId,
+    },
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {
@@ -382,6 +393,8 @@ impl Message {
             Message::WorkerReport { .. } => "worker_report",
             Message::TaskResult { .. } => "task_result",
             Message::TaskResultAck { .. } => "task_result_ack",
+            Message::TaskCancelAsk { .. } => "task_cancel_ask",
+            Message::TaskCancelAsked { .. } => "task_cancel_asked",
         }
     }
 

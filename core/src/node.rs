@@ -389,6 +389,10 @@ impl Core {
                 owner,
                 request,
             } => self.on_submit_task(spec, key, owner, request, out),
+            // Another node's task: kept and passed on (`task/ask.rs`).
+            Event::CancelTask { task, request } if task.origin != self.id => {
+                self.on_cancel_foreign(task, request, out)
+            }
             Event::CancelTask { task, request } => self.on_cancel_task(task, request, out),
             Event::SandboxExited {
                 task,
@@ -506,6 +510,7 @@ impl Core {
             self.promised_to = None;
         }
         self.tasks.submit.offered_view = None;
+        self.tasks.asks.sent_view = None;
         self.submitter_restarted(out);
         if self.chain.anchor.is_none() {
             self.chain.anchor = self.electorate.clone(); // a state from before certificates
@@ -686,7 +691,9 @@ impl Core {
             | M::TaskCancel { .. }
             | M::WorkerReport { .. }
             | M::TaskResult { .. }
-            | M::TaskResultAck { .. }) => self.on_task_message(from, msg, out),
+            | M::TaskResultAck { .. }
+            | M::TaskCancelAsk { .. }
+            | M::TaskCancelAsked { .. }) => self.on_task_message(from, msg, out),
         }
     }
 

@@ -323,7 +323,9 @@ impl Message {
             M::TaskOffer { task, .. }
             | M::TaskState { task, .. }
             | M::TaskResult { task, .. }
-            | M::TaskResultAck { task, worker: None } => check_task_id(task),
+            | M::TaskResultAck { task, worker: None }
+            | M::TaskCancelAsk { task }
+            | M::TaskCancelAsked { task } => check_task_id(task),
             M::TaskResultAck {
                 task,
                 worker: Some(worker),
@@ -376,6 +378,8 @@ impl Message {
                 | Message::WorkerReport { .. }
                 | Message::TaskResult { .. }
                 | Message::TaskResultAck { .. }
+                | Message::TaskCancelAsk { .. }
+                | Message::TaskCancelAsked { .. }
         )
     }
 }

@@ -996,3 +996,201 @@ fn no_task_is_lost_through_random_faults() {
         net.check_tasks(true);
     }
 }
+
+/// Issue 35: a down submitter's tasks are cancelled through another node (`task/ask.rs`). The
+/// submitter is killed with one run going and one task queued; a cancel asked at another voter
+/// stops the run at once (its worker holds a `cancelled` result) and keeps the queued one from
+/// ever running. Once the submitter is back, both end cancelled, once each, and the asking
+/// node forgets its cancels.
+#[test]
+fn a_down_submitters_tasks_are_cancelled_through_another_node() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        let submitter = (admin + 1) % 3;
+        let asker = (admin + 2) % 3;
+        let tasks: Vec<TaskId> = (0..5)
+            .map(|_| net.submit(submitter, &["hang"], LONG).unwrap())
+            .collect();
+        net.run_until(net.now + 200);
+        assert_eq!(net.runs.len(), 4, "seed {seed}");
+        let queued = tasks.iter().find(|t| runs_of(&net, t).is_empty()).unwrap();
+        let running = tasks.iter().find(|t| !runs_of(&net, t).is_empty()).unwrap();
+        let worker = runs_of(&net, running)[0].1;
+        net.crash(submitter);
+        net.run_until(net.now + 100);
+        for t in [queued, running] {
+            net.apply(
+                asker,
+                Event::CancelTask {
+                    task: t.clone(),
+                    request: 0,
+                },
+            );
+        }
+        // A run the admin adopts after a failover is not on this path: the admin placed it.
+        net.run_until(net.now + 500);
+        let w = net.nodes[worker].as_ref().unwrap();
+        assert!(
+            !w.running_tasks().contains_key(running),
+            "stopped (seed {seed})"
+        );
+        assert_eq!(
+            w.unacknowledged_results().get(running).map(|r| r.status),
+            Some(TaskStatus::Cancelled),
+            "held for the submitter (seed {seed})"
+        );
+        assert_eq!(
+            status(&net, running),
+            None,
+            "no result while its node is down"
+        );
+        assert_eq!(net.nodes[asker].as_ref().unwrap().cancel_asks().len(), 2);
+        net.restart(submitter);
+        net.run_until(net.now + 3_000);
+        assert_eq!(
+            status(&net, running),
+            Some(TaskStatus::Cancelled),
+            "seed {seed}"
+        );
+        assert_eq!(
+            status(&net, queued),
+            Some(TaskStatus::Cancelled),
+            "seed {seed}"
+        );
+        assert!(runs_of(&net, queued).is_empty(), "never ran (seed {seed})");
+        assert_eq!(runs_of(&net, running).len(), 1, "ran once (seed {seed})");
+        assert!(
+            net.nodes[asker].as_ref().unwrap().cancel_asks().is_empty(),
+            "the origin answered (seed {seed})"
+        );
+        net.check_tasks(false);
+    }
+}
+
+/// The admin that heard the cancel dies before the submitter is back: the asker keeps the
+/// cancel (durable) and gives it to the next admin and to the origin, so the queued task still
+/// never runs. Three voters: the asker restarts too, from its log.
+#[test]
+fn a_cancel_kept_for_a_down_node_outlives_the_admin_and_the_askers_restart() {
+    for seed in 0..20 {
+        let mut net = cluster(seed);
+        let admin = admin_index(&net);
+        let submitter = (admin + 1) % 3;
+        let asker = (admin + 2) % 3;
+        let hangs: Vec<TaskId> = (0..4)
+            .map(|_| net.submit(asker, &["hang"], LONG).unwrap())
+            .collect();
+        net.run_until(net.now + 200);
+        let queued = net.submit(submitter, &["sleep", "10"], LONG).unwrap();
+        net.run_until(net.now + 200);
+        assert!(
+            runs_of(&net, &queued).is_empty(),
+            "slots full (seed {seed})"
+        );
+        net.crash(submitter);
+        net.run_until(net.now + 100);
+        net.apply(
+            asker,
+            Event::CancelTask {
+                task: queued.clone(),
+                request: 0,
+            },
+        );
+        net.run_until(net.now + 100);
+        net.crash(admin);
+        net.crash(asker);
+        net.run_until(net.now + 500);
+        net.restart(asker);
+        net.restart(submitter);
+        // Room again: the hanging tasks are cancelled by their own node.
+        for t in &hangs {
+            net.apply(
+                asker,
+                Event::CancelTask {
+                    task: t.clone(),
+                    request: 0,
+                },
+            );
+        }
+        net.run_until(net.now + 5_000);
+        assert!(net.agreed_admin().is_some(), "seed {seed}");
+        assert_eq!(
+            status(&net, &queued),
+            Some(TaskStatus::Cancelled),
+            "seed {seed}"
+        );
+        assert!(runs_of(&net, &queued).is_empty(), "never ran (seed {seed})");
+        assert!(net.nodes[asker].as_ref().unwrap().cancel_asks().is_empty());
+        net.check_tasks(false);
+    }
+}
+
+/// An ask's answer counts only from the task's origin; an ask at a node that is not admin is
+/// stale; a node keeps at most `MAX_ASKS` cancels, and refuses one more with a reason.
+#[test]
+fn cancel_asks_are_judged_by_who_sends_them_and_bounded() {
+    let mut net = cluster(7);
+    let admin = admin_index(&net);
+    let voter = (admin + 1) % 3;
+    let task = TaskId {
+        origin: "n4".into(),
+        seq: 1,
+    };
+    let now = net.now;
+    let step = |net: &mut Net, i: usize, event: Event| {
+        let t = net.nodes[i].as_ref().unwrap().now_ms().max(now);
+        net.nodes[i].as_mut().unwrap().step_vec(t, event)
+    };
+    net.apply(
+        voter,
+        Event::CancelTask {
+            task: task.clone(),
+            request: 0,
+        },
+    );
+    let from_other = Event::Message {
+        from: "n3".into(),
+        msg: Message::TaskCancelAsked { task: task.clone() },
+    };
+    assert_eq!(
+        refusals(&step(&mut net, voter, from_other)),
+        [Refusal::NotOwner]
+    );
+    assert_eq!(net.nodes[voter].as_ref().unwrap().cancel_asks().len(), 1);
+    let at_follower = Event::Message {
+        from: "n3".into(),
+        msg: Message::TaskCancelAsk { task: task.clone() },
+    };
+    assert_eq!(
+        refusals(&step(&mut net, voter, at_follower)),
+        [Refusal::Stale]
+    );
+    let from_origin = Event::Message {
+        from: "n4".into(),
+        msg: Message::TaskCancelAsked { task },
+    };
+    assert!(refusals(&step(&mut net, voter, from_origin)).is_empty());
+    assert!(net.nodes[voter].as_ref().unwrap().cancel_asks().is_empty());
+    for seq in 1..=chorus_core::task::MAX_ASKS as u64 + 1 {
+        let out = step(
+            &mut net,
+            voter,
+            Event::CancelTask {
+                task: TaskId {
+                    origin: "n9".into(),
+                    seq,
+                },
+                request: seq,
+            },
+        );
+        let refused = out.iter().any(|c| {
+            matches!(c, chorus_core::Command::Notice(Notice::TaskRefused { request, .. }) if *request == seq)
+        });
+        assert_eq!(
+            refused,
+            seq > chorus_core::task::MAX_ASKS as u64,
+            "ask {seq}"
+        );
+    }
+}

@@ -83,8 +83,9 @@ pub trait Cluster {
         request: u64,
         sink: &mut Sink,
     );
-    /// Cancel a task at its submitter `i` (`DELETE /tasks/{id}`): the node steps
-    /// [`chorus_core::Event::CancelTask`].
+    /// Cancel a task at node `i` (`DELETE /tasks/{id}`): its submitter, or another node that
+    /// keeps the cancel while the submitter is out of reach (`chorus_core::task::ask`). The
+    /// node steps [`chorus_core::Event::CancelTask`].
     fn cancel_task(&mut self, i: usize, task: chorus_core::TaskId, request: u64, sink: &mut Sink);
 }
 
@@ -624,10 +625,22 @@ impl Driver {
         if !cancel && !w.model.hangs(&task) {
             return;
         }
-        if cluster.is_live(node) {
+        // At the submitter while it is up; while it is down, at another live node, which keeps
+        // the cancel for it (`task/ask.rs`) — and now and then there even while it is up, as an
+        // operator cut off from the submitter would.
+        let nodes = self.nodes as u64;
+        let at = if !cluster.is_live(node) || below(&mut w.rng, 4) == 0 {
+            // Drawn, not listed: a simulation may have a million nodes.
+            (0..16)
+                .map(|_| below(&mut w.rng, nodes) as usize)
+                .find(|i| *i != node && cluster.is_live(*i))
+        } else {
+            Some(node)
+        };
+        if let Some(at) = at {
             w.request += 1;
             let r = w.request;
-            cluster.cancel_task(node, task, r, sink);
+            cluster.cancel_task(at, task, r, sink);
         }
         self.push(
             again,

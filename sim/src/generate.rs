@@ -217,6 +217,10 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
         fail_ppm: 50_000,
         retryable_ppm: 50_000,
         slots: 2,
+        // Cancels, at the submitter or (while it is down, and now and then anyway) through
+        // another node, which keeps them for it (`chorus_core::task::ask`).
+        cancel_ppm: range(rng, 0, 500_000) as u32,
+        cancel_within: range(rng, 100, 30_000),
         ..TaskWorkload::default()
     });
 

@@ -332,8 +332,9 @@ pub struct TaskWorkload {
     /// See `hang_ppm`.
     #[serde(with = "duration_ms")]
     pub hang_cancel_after: u64,
-    /// Tasks their submitter cancels at a uniformly drawn time within `cancel_within` of
-    /// accepting them.
+    /// Tasks cancelled at a uniformly drawn time within `cancel_within` of being accepted: at
+    /// their submitter, or — while it is down, and one time in four anyway — at another live
+    /// node, which keeps the cancel for it (`chorus_core::task::ask`).
     pub cancel_ppm: u32,
     /// See `cancel_ppm`.
     #[serde(with = "duration_ms")]

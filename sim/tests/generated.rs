@@ -134,3 +134,68 @@ fn assert_shrinks(s: &Scenario, seed: u64, invariant: u8) -> Scenario {
     assert!(text.contains(&format!("chorus-sim run FILE --seed {seed}")));
     shrunk.scenario
 }
+
+/// Issue 35: generated task workloads cancel tasks through other nodes — while the submitter is
+/// down, and now and then while it is up — and invariant 7 holds over them (one result per
+/// task, at its submitter). Counted here so the slice is known to produce the adversity: a
+/// cancel kept for a submitter that was down when it was asked, and such a task ending
+/// `cancelled` once the submitter was back.
+#[test]
+fn generated_cancels_through_other_nodes_keep_invariant_7() {
+    use chorus_sim::trace::{read, Record};
+    use std::collections::BTreeSet;
+    let (mut while_down, mut ended_cancelled, mut runs) = (0, 0, 0);
+    for seed in 0..400 {
+        let s = generate(seed, &without_membership());
+        if s.tasks.as_ref().is_none_or(|t| t.cancel_ppm == 0) {
+            continue;
+        }
+        runs += 1;
+        let (bytes, f) = run_to_bytes(&s, seed, Engine::Des, false).unwrap();
+        assert!(
+            f.violations.is_empty(),
+            "seed {seed}: {:?}\nreproduce: chorus-sim fuzz --seed {seed} --no-membership",
+            f.violations
+        );
+        let (_, lines) = read(&String::from_utf8(bytes).unwrap()).unwrap();
+        let mut down: BTreeSet<String> = BTreeSet::new();
+        let mut asked_while_down: BTreeSet<String> = BTreeSet::new();
+        for l in &lines {
+            match &l.record {
+                Record::Crash { node } => {
+                    down.insert(node.clone());
+                }
+                Record::Restart { node } => {
+                    down.remove(node);
+                }
+                Record::TaskCancelRequested { node, task, .. } => {
+                    let origin = task.rsplit_once('-').map_or("", |(o, _)| o);
+                    if origin != node && down.contains(origin) {
+                        asked_while_down.insert(task.clone());
+                    }
+                }
+                Record::TaskResult { task, status, .. }
+                    if asked_while_down.contains(task)
+                        && *status == chorus_core::TaskStatus::Cancelled =>
+                {
+                    ended_cancelled += 1;
+                }
+                _ => {}
+            }
+        }
+        while_down += asked_while_down.len();
+    }
+    eprintln!(
+        "{runs} runs with cancels: {while_down} cancels kept for a down submitter, \
+         {ended_cancelled} of those tasks ended cancelled"
+    );
+    assert!(runs >= 10, "{runs} generated runs cancel tasks");
+    assert!(
+        while_down >= 15,
+        "{while_down} cancels asked for a down submitter"
+    );
+    assert!(
+        ended_cancelled >= 8,
+        "{ended_cancelled} of them ended cancelled"
+    );
+}

@@ -825,3 +825,109 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
         "line1\nline2\nline3\n"
     );
 }
+
+/// Issue 35 "tasks owned by a dead node stay readable and cancellable": the submitter is killed
+/// with one task running on another node and one that no worker can run waiting in the admin's
+/// queue. Through a third node: the queued task is read from the admin (`admin_view`), a
+/// `submit` token's cancel is refused 403, an operator's cancel of both is kept (202
+/// forwarded); the run stops at once and its worker holds a `cancelled` result; the queued one
+/// never runs. Once the submitter is back, both end `cancelled`, once each.
+#[test]
+fn a_down_submitters_tasks_are_read_and_cancelled_through_another_node() {
+    let mut t = TaskCluster::start();
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let submitter = (admin + 1) % 3;
+    let (worker, running) = (0..3)
+        .find_map(|_| {
+            let (code, id) = submit(&t.c, submitter, &spec("sleep 300"));
+            assert_eq!(code, 201);
+            let w = t.index_of(&placed(&t.c, submitter, &id));
+            (w != submitter).then_some((w, id))
+        })
+        .expect("a task placed on another node");
+    let mut nowhere = spec("true");
+    nowhere["requires"] = serde_json::json!(["nosuch"]);
+    let (code, queued) = submit(&t.c, submitter, &nowhere);
+    assert_eq!(code, 201);
+    // The admin judged it (its submitter shows why it waits): it is in the admin's queue.
+    wait_until(RESULT_BOUND, Duration::from_millis(50), || {
+        task(&t.c, submitter, &queued).filter(|v| !v["pending"].is_null())
+    })
+    .expect("the admin says why it waits");
+    t.c.kill(submitter);
+    let via = (0..3).find(|i| *i != submitter && *i != admin).unwrap();
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let get = |id: &str| {
+        let out = t.c.chorus(&["task", "get", id, "--addr", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.success(),
+            text,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let mut last = String::new();
+    wait_until(RESULT_BOUND, Duration::from_millis(200), || {
+        let (ok, text, err) = get(&queued);
+        last = format!("{text}{err}");
+        (ok && text.contains("has it queued") && text.contains("no worker offers")).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the queued task is not read at the admin: {last}"));
+
+    // A submit token cannot cancel another node's task from here: it cannot be told whose.
+    let port = t.c.nodes[via].http_port;
+    let out = chorus_tests::run_chorus_env(
+        BIN.as_ref(),
+        &[
+            "acl", "token", "create", "--role", "submit", "--addr", &addr,
+        ],
+        &[("CHORUS_TOKEN", &chorus_tests::test_token())],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let submit_token = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let host = format!("127.0.0.1:{port}");
+    let bearer = format!("Bearer {submit_token}");
+    let (code, body) = http_exact(
+        port,
+        "DELETE",
+        &format!("/tasks/{running}"),
+        &[("Host", &host), ("Authorization", &bearer)],
+        "",
+    )
+    .expect("an answer");
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("operate"), "{body}");
+
+    for id in [&running, &queued] {
+        let out = t.c.chorus(&["task", "cancel", id, "--addr", &addr]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("kept at"), "{text}");
+    }
+    // The run stops now, not when the submitter is back: its worker holds `cancelled`.
+    let shown = wait_until(RESULT_BOUND, Duration::from_millis(200), || {
+        let (ok, text, err) = get(&running);
+        last = format!("{text}{err}");
+        (ok && text.contains("holds its result") && text.contains("cancelled")).then_some(text)
+    })
+    .unwrap_or_else(|| panic!("the run was not stopped: {last}"));
+    assert!(shown.contains(&t.ids[worker]), "{shown}");
+    let (_, text, _) = get(&queued);
+    assert!(text.contains("holds a cancel"), "{text}");
+
+    // Back: the submitter ends both cancelled; the queued one never ran.
+    t.c.start_node(submitter);
+    for id in [&running, &queued] {
+        let r = result(&t.c, submitter, id);
+        assert_eq!(r["status"], "cancelled", "{id}: {r}");
+    }
+    // Answered by the admin in a worker's place: it never ran.
+    assert_eq!(
+        result(&t.c, submitter, &queued)["worker"],
+        t.ids[admin].as_str()
+    );
+}

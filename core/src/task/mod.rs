@@ -29,12 +29,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::NodeId;
 
+pub(crate) mod ask;
 pub(crate) mod place;
 pub(crate) mod submit;
 pub(crate) mod wire;
 pub(crate) mod work;
 
-pub use place::AdminTasks;
+pub use ask::{Ask, ASK_TTL_MS, MAX_ASKS};
+pub use place::{AdminTasks, AdminView};
 pub use submit::{OwnedTask, TaskPhase};
 pub use wire::{
     ENVELOPE_RESERVE_BYTES, MAX_ERROR_WIRE_BYTES, MAX_REPORT_LISTS_WIRE_BYTES,
@@ -724,6 +726,9 @@ pub(crate) struct NodeTasks {
     pub(crate) submit: submit::SubmitterTasks,
     #[serde(default)]
     pub(crate) work: work::WorkerTasks,
+    /// Cancels kept for other nodes' tasks (`ask.rs`).
+    #[serde(default, skip_serializing_if = "ask::CancelAsks::is_empty")]
+    pub(crate) asks: ask::CancelAsks,
 }
 
 impl crate::Core {
@@ -804,6 +809,8 @@ impl crate::Core {
             }
             M::TaskResult { task, result } => self.on_task_result(from, task, *result, out),
             M::TaskResultAck { task, worker } => self.on_task_result_ack(from, task, worker, out),
+            M::TaskCancelAsk { task } => self.on_task_cancel_ask(from, task, out),
+            M::TaskCancelAsked { task } => self.on_task_cancel_asked(from, task, out),
             _ => {}
         }
     }
@@ -812,11 +819,14 @@ impl crate::Core {
     pub(crate) fn tasks_after_step(&mut self, out: &mut Vec<crate::Command>) {
         self.submitter_after_step(out);
         self.worker_after_step(out);
+        self.asks_after_step(out);
         if self.admin_has_pending() {
             self.place_tasks(out);
         }
-        let pending =
-            self.submitter_has_pending() || self.worker_has_pending() || self.admin_has_pending();
+        let pending = self.submitter_has_pending()
+            || self.worker_has_pending()
+            || self.admin_has_pending()
+            || self.asks_pending();
         if pending && self.timers.deadline(crate::Timer::Tasks).is_none() {
             let at = self.now_ms + self.task_tick_ms();
             self.timers.set(crate::Timer::Tasks, at, out);
@@ -828,6 +838,7 @@ impl crate::Core {
         self.submitter_tick(out);
         self.worker_tick(out);
         self.admin_tick(out);
+        self.asks_tick(out);
     }
 }
 

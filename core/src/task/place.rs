@@ -67,6 +67,12 @@
 //!     passes the acknowledgement on. Nothing of it is kept: a relay lost to a failover is sent
 //!     again at the worker's next tick, through the next admin. It adds no trust: the admin is
 //!     already the one who names which worker's result counts (rule 3 of `submit.rs`).
+//! 12. Another node may ask the admin to cancel a task whose origin is out of reach
+//!     (`ask.rs`): a placed run is cancelled as by its submitter (rule 6), a queued task leaves
+//!     the queue, and the task is remembered (up to 4,096): the origin's later offer of it —
+//!     cancelling or not — is answered with a cancelled result unless it is placed or finished,
+//!     and a run of it a worker reports is adopted cancelled and asked to stop. Only the origin
+//!     takes that result, so the task still ends once.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -83,6 +89,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::ask::MAX_ASKED_AT_ADMIN;
 use super::wire::fit_result;
 use super::work::MAX_REPORTED;
 use super::{
@@ -174,6 +181,40 @@ pub(crate) struct Placement {
     cancelled: bool,
 }
 
+/// What the admin knows of one task: read through the API when its submitter is out of reach
+/// (a task that never ran has no result at any worker; the admin's queue is where it waits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum AdminView {
+    /// Waiting for placement as run `attempt`; `pending` says why when the admin judged it.
+    Queued {
+        /// The run it will be.
+        attempt: u32,
+        /// Why it waits, once judged.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pending: Option<Pending>,
+    },
+    /// Run `attempt` is placed on `worker`; `cancelled` once a cancel reached this admin.
+    Placed {
+        /// Where.
+        worker: NodeId,
+        /// Which run.
+        attempt: u32,
+        /// Asked to stop.
+        cancelled: bool,
+    },
+    /// `worker` finished it; the result waits there for the submitter.
+    Finished {
+        /// Where it ran.
+        worker: NodeId,
+    },
+    /// This admin ended it `unschedulable`; the result waits for the submitter.
+    Unschedulable,
+    /// Another node asked to cancel it (rule 12) before it was placed: it will not run, and
+    /// its submitter's next offer is answered `cancelled`.
+    Cancelled,
+}
+
 /// A worker as its reports describe it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct WorkerLoad {
@@ -256,6 +297,9 @@ pub struct AdminTasks {
     /// submitter that offers one again (its result was lost).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     unschedulable: BTreeMap<TaskId, TaskResult>,
+    /// Tasks another node asked this admin to cancel (rule 12); when full, the lowest id goes.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    asked_cancel: BTreeSet<TaskId>,
     last_seq: u64,
     last_order: u64,
     /// Where the last step stopped after passing over [`MAX_SKIPS_PER_STEP`] tasks no worker
@@ -269,6 +313,32 @@ pub struct AdminTasks {
 }
 
 impl AdminTasks {
+    /// What this admin knows of `task` at `now_ms` (its clock), if anything.
+    pub fn view(&self, task: &TaskId, now_ms: u64) -> Option<AdminView> {
+        if let Some(p) = self.placed.get(task) {
+            return Some(AdminView::Placed {
+                worker: p.worker.clone(),
+                attempt: p.attempt,
+                cancelled: p.cancelled,
+            });
+        }
+        if let Some(q) = self.queued.get(task) {
+            return Some(AdminView::Queued {
+                attempt: q.attempt,
+                pending: q.pending(now_ms),
+            });
+        }
+        if let Some(w) = self.finished.get(task) {
+            return Some(AdminView::Finished { worker: w.clone() });
+        }
+        if self.unschedulable.contains_key(task) {
+            return Some(AdminView::Unschedulable);
+        }
+        self.asked_cancel
+            .contains(task)
+            .then_some(AdminView::Cancelled)
+    }
+
     /// Tasks waiting for placement.
     pub fn queue_len(&self) -> usize {
         self.queued.len()
@@ -437,6 +507,29 @@ impl Core {
         self.deliver(origin, Message::TaskResult { task, result }, out);
     }
 
+    /// Rule 12: another node asks to cancel a task whose origin it cannot reach.
+    pub(crate) fn admin_cancel_asked(&mut self, task: TaskId, out: &mut Vec<Command>) {
+        let term = self.term;
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        if a.finished.contains_key(&task) || a.unschedulable.contains_key(&task) {
+            return; // its result is on the way to its origin
+        }
+        if !a.asked_cancel.contains(&task) && a.asked_cancel.len() >= MAX_ASKED_AT_ADMIN {
+            a.asked_cancel.pop_first();
+        }
+        a.asked_cancel.insert(task.clone());
+        a.dequeue(&task);
+        let stop = a.placed.get_mut(&task).map(|p| {
+            p.cancelled = true;
+            p.worker.clone()
+        });
+        if let Some(worker) = stop {
+            self.deliver(worker, Message::TaskCancel { term, task }, out);
+        }
+    }
+
     /// Rule 11: passes a submitter's acknowledgement of a relayed result on to its worker.
     pub(crate) fn relay_ack(
         &mut self,
@@ -514,7 +607,8 @@ impl Core {
             // Rule 10: ended here; its result was lost on the way.
             ended = Some(r.clone());
             None
-        } else if cancel {
+        } else if cancel || a.asked_cancel.contains(&task) {
+            // Rule 6, and rule 12: another node asked to cancel it while its origin was away.
             a.dequeue(&task);
             None
         } else if let Some(q) = a.queued.get_mut(&task) {
@@ -648,11 +742,17 @@ impl Core {
             a.remember_finished(t, from.clone());
         }
         // Rule 4: adopt runs this admin did not place.
+        let mut adopted_cancelled = Vec::new();
         for (t, attempt) in running {
             if a.placed.contains_key(&t) {
                 continue;
             }
             let spec = a.dequeue(&t).map(|q| q.spec);
+            // Rule 12: a run of a task another node asked to cancel is stopped.
+            let cancelled = a.asked_cancel.contains(&t);
+            if cancelled {
+                adopted_cancelled.push(t.clone());
+            }
             a.place(
                 t,
                 Placement {
@@ -661,7 +761,7 @@ impl Core {
                     seq: 0,
                     spec,
                     at_ms: now,
-                    cancelled: false,
+                    cancelled,
                 },
             );
         }
@@ -687,7 +787,7 @@ impl Core {
         );
         let term = self.term;
         self.send_placements_again(&from, resend, out);
-        for task in stop {
+        for task in stop.into_iter().chain(adopted_cancelled) {
             self.deliver(from.clone(), Message::TaskCancel { term, task }, out);
         }
         for (task, attempt) in adopted {

@@ -103,33 +103,72 @@ pub(super) async fn list_tasks(
 }
 
 /// `DELETE /tasks/{id}`: cancel (202 asked for, 404 not owned here, 409 finished already,
-/// 403 another caller's task and a token below `operate`).
+/// 403 another caller's task and a token below `operate`). A task of another node that this
+/// node cannot reach now is cancelled from here for an `operate` token (202, `"cancel":
+/// "forwarded"`: `chorus_core::task::ask`); a lower token is refused 403, as it cannot be
+/// told whose task it is.
 pub(super) async fn cancel_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Response {
-    let task = match id.parse() {
+    let task: TaskId = match id.parse() {
         Ok(t) => t,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
-    if caller.role < Role::Operate {
-        let owner = shared
-            .lock()
-            .core
-            .as_ref()
-            .and_then(|c| c.owned_tasks().get(&task).map(|t| t.owner.clone()));
-        if let Some(owner) = owner.filter(|o| o.as_deref() != Some(caller.id.as_str())) {
-            let error = format!(
-                "task {task} was submitted by another caller ({}); cancelling it needs a token \
-                 of role operate",
-                owner.as_deref().unwrap_or("unknown")
-            );
-            return json_answer(403, serde_json::json!({ "error": error }));
+    let forward = match where_is(&shared.lock(), &task) {
+        Whereabouts::Here(owner) => {
+            if caller.role < Role::Operate {
+                if let Some(owner) = owner.filter(|o| o.as_deref() != Some(caller.id.as_str())) {
+                    let error = format!(
+                        "task {task} was submitted by another caller ({}); cancelling it needs                          a token of role operate",
+                        owner.as_deref().unwrap_or("unknown")
+                    );
+                    return json_answer(403, serde_json::json!({ "error": error }));
+                }
+            }
+            false
         }
-    }
-    let (code, body) = cancel(&shared, task).await;
+        Whereabouts::Elsewhere { reachable: true } | Whereabouts::Unknown => false,
+        Whereabouts::Elsewhere { reachable: false } => {
+            if caller.role < Role::Operate {
+                let error = format!(
+                    "task {task} belongs to node {}, which this node cannot reach now;                      cancelling another node's task here needs a token of role operate (or                      cancel it at its node once that is back)",
+                    task.origin
+                );
+                return json_answer(403, serde_json::json!({ "error": error }));
+            }
+            true
+        }
+    };
+    let (code, body) = if forward {
+        cancel_elsewhere(&shared, task).await
+    } else {
+        cancel(&shared, task).await
+    };
     json_answer(code, body)
+}
+
+/// Where a task lives, as this node sees it.
+enum Whereabouts {
+    /// Owned here, by this caller id (`None`: submitted without a token).
+    Here(Option<Option<String>>),
+    /// Another node's; whether this node is connected to it.
+    Elsewhere { reachable: bool },
+    /// The node is not running.
+    Unknown,
+}
+
+fn where_is(shared: &Shared, task: &TaskId) -> Whereabouts {
+    let Some(core) = shared.core.as_ref() else {
+        return Whereabouts::Unknown;
+    };
+    if task.origin.as_str() == shared.node_id {
+        return Whereabouts::Here(core.owned_tasks().get(task).map(|t| t.owner.clone()));
+    }
+    Whereabouts::Elsewhere {
+        reachable: core.peers().contains(&task.origin),
+    }
 }
 
 /// A JSON answer with `code`.
@@ -291,6 +330,33 @@ pub async fn cancel(shared: &SharedState, task: TaskId) -> (u16, Value) {
     }
 }
 
+/// Cancels another node's task from here while that node is out of reach: this node keeps the
+/// cancel (durable) and gives it to the admin, which stops the run, and to the task's node
+/// once it is back, which ends the task cancelled (`chorus_core::task::ask`). 202, or 409 when
+/// this node holds too many such cancels already.
+pub async fn cancel_elsewhere(shared: &SharedState, task: TaskId) -> (u16, Value) {
+    let id = task.to_string();
+    let owner = task.origin.to_string();
+    match ask(shared, |request| Event::CancelTask { task, request }).await {
+        Ok(TaskAnswer::CancelRequested) => (
+            202,
+            json!({
+                "task": id,
+                "cancel": "forwarded",
+                "owner": owner,
+                "message": format!(
+                    "its node {owner} is out of reach: this node keeps the cancel, the admin \
+                     stops its run, and {owner} ends the task cancelled once it is back (a run \
+                     that ended first keeps its result)"
+                ),
+            }),
+        ),
+        Ok(TaskAnswer::Refused { reason }) => (409, json!({ "task": id, "error": reason })),
+        Ok(TaskAnswer::Submitted { .. }) => (500, json!({ "error": "unexpected answer" })),
+        Err((code, error)) => (code, json!({ "error": error })),
+    }
+}
+
 /// The 404 for a task this node does not hold. A task lives at the node it was submitted to
 /// (its origin, the first part of its id): for another node's, the answer names it, with the
 /// HTTP address it advertised and whether this node is connected to it, so a client can ask
@@ -315,8 +381,9 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
     let whereabouts = match &http {
         Some(h) => format!("ask it at {h}"),
         None if connected => "it advertised no HTTP address".to_owned(),
-        None => "this node is not connected to it now (down, or cut off): its tasks can be \
-                 read and cancelled once it is back"
+        None => "this node is not connected to it now (down, or cut off): its result, once \
+                 run, waits at its worker; the admin knows where it stands; a cancel asked here \
+                 (role operate) is kept until it is back"
             .to_owned(),
     };
     // A worker keeps a result until its submitter acknowledges it: while that node is away,
@@ -325,6 +392,15 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
         .core
         .as_ref()
         .and_then(|c| c.unacknowledged_results().get(task).cloned());
+    // The admin's queue holds a task that never ran; this node may hold a cancel for it.
+    let admin_view = shared
+        .core
+        .as_ref()
+        .and_then(|c| c.admin_tasks().and_then(|a| a.view(task, c.now_ms())));
+    let cancel_kept = shared
+        .core
+        .as_ref()
+        .is_some_and(|c| c.cancel_asks().contains_key(task));
     json!({
         "error": format!(
             "task {task} is held by the node it was submitted to, {origin}: {whereabouts}"
@@ -333,6 +409,8 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
         "owner_http": http,
         "owner_connected": connected,
         "held_result": held,
+        "admin_view": admin_view,
+        "cancel_kept": cancel_kept,
     })
 }
 

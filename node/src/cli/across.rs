@@ -4,8 +4,10 @@
 //! [`at_owner`] follows that once, so `chorus task get|cancel ID` works through any node.
 //! [`list_cluster`] asks one node whom it knows (`/cluster`) and each of them for its tasks.
 //!
-//! A task whose node is down cannot be cancelled until it is back: that node alone owns it. Its
-//! result, once run, waits at its worker until then, and [`held_result`] reads it there.
+//! A task whose node is down is still that node's alone: it takes the result once back. Until
+//! then [`whereabouts`] reads the result its worker holds, or — a task that has not run — what
+//! the admin knows of it; a cancel asked at any node (role operate) is kept there and passed on
+//! (`chorus_core::task::ask`).
 //!
 //! Every address but the one the operator named is a peer's advertisement: those requests carry
 //! a token delegated to that node alone, never the operator's ([`request_peer`]).
@@ -81,12 +83,24 @@ pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<An
     })
 }
 
-/// A result some worker holds for a task whose node is out of reach (it keeps it until that
-/// node acknowledges it): the worker's id and the result, from the node at `addr` or any node
-/// it knows.
-pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::TaskResult)> {
+/// What the cluster knows of a task whose node is out of reach.
+#[derive(Debug, Default)]
+pub struct Whereabouts {
+    /// The worker holding its result (it keeps it until the task's node acknowledges it).
+    pub held: Option<(String, chorus_core::TaskResult)>,
+    /// The admin's view of it (`chorus_core::task::AdminView` as JSON), and the admin's id.
+    pub at_admin: Option<(String, Value)>,
+    /// Nodes that keep a cancel for it.
+    pub cancel_kept_at: Vec<String>,
+}
+
+/// Asks the node at `addr` and every node it knows about a task whose node is out of reach.
+pub async fn whereabouts(addr: &str, id: &str) -> Whereabouts {
+    let mut found = Whereabouts::default();
     let path = format!("/tasks/{id}");
-    let cluster = ask(addr, "GET", "/cluster").await.ok()?;
+    let Ok(cluster) = ask(addr, "GET", "/cluster").await else {
+        return found;
+    };
     let asked = cluster.value["node_id"]
         .as_str()
         .unwrap_or_default()
@@ -114,13 +128,65 @@ pub async fn held_result(addr: &str, id: &str) -> Option<(String, chorus_core::T
         else {
             continue;
         };
-        if a.code == 404 && !a.value["held_result"].is_null() {
+        if a.code != 404 {
+            continue;
+        }
+        if found.held.is_none() && !a.value["held_result"].is_null() {
             if let Ok(r) = serde_json::from_value(a.value["held_result"].clone()) {
-                return Some((node.to_owned(), r));
+                found.held = Some((node.to_owned(), r));
             }
         }
+        if found.at_admin.is_none() && a.value["admin_view"].is_object() {
+            found.at_admin = Some((node.to_owned(), a.value["admin_view"].clone()));
+        }
+        if a.value["cancel_kept"] == true {
+            found.cancel_kept_at.push(node.to_owned());
+        }
     }
-    None
+    found
+}
+
+/// One line on what the admin says of a task (`chorus_core::task::AdminView` as JSON).
+pub fn describe_admin_view(admin: &str, view: &Value) -> String {
+    let admin = short_id(admin);
+    let s = |k: &str| view[k].as_str().map(short_id).unwrap_or_default();
+    let n = |k: &str| view[k].as_u64().unwrap_or_default();
+    match view["state"].as_str().unwrap_or_default() {
+        "queued" => {
+            let pending = &view["pending"];
+            let why = match (pending["why"].as_str(), pending["reason"].as_str()) {
+                (Some("unplaceable"), Some(reason)) => format!("; waiting: {reason}"),
+                (Some("room"), _) => "; waiting for room".to_owned(),
+                _ => String::new(),
+            };
+            format!(
+                "the admin {admin} has it queued as run {}{why}",
+                n("attempt")
+            )
+        }
+        "placed" => {
+            let cancelled = if view["cancelled"] == true {
+                ", being stopped (cancelled)"
+            } else {
+                ""
+            };
+            format!(
+                "the admin {admin} placed run {} on worker {}{cancelled}",
+                n("attempt"),
+                s("worker")
+            )
+        }
+        "finished" => format!(
+            "the admin {admin} heard worker {} finished it; its result waits there",
+            s("worker")
+        ),
+        "unschedulable" => format!("the admin {admin} ended it unschedulable"),
+        "cancelled" => format!(
+            "the admin {admin} holds a cancel for it: it will not run, and ends cancelled when \
+             its node is back"
+        ),
+        other => format!("the admin {admin} says {other:?}"),
+    }
 }
 
 /// The HTTP API of node `node` as the node at `addr` knows it (`addr` itself when it is that
@@ -258,6 +324,42 @@ async fn rows_at_peer(peer: &Peer, state: &str) -> Result<Vec<TaskRow>, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The admin's view as the core serializes it, said in one line each.
+    #[test]
+    fn the_admins_view_of_a_task_is_said_plainly() {
+        use chorus_core::task::{AdminView, Pending};
+        let say =
+            |v: AdminView| describe_admin_view("nadmin0001", &serde_json::to_value(v).unwrap());
+        let waiting = say(AdminView::Queued {
+            attempt: 2,
+            pending: Some(Pending::Unplaceable {
+                reason: "no worker offers repo:nosuch (3 workers checked)".into(),
+                for_ms: 4_000,
+            }),
+        });
+        assert_eq!(
+            waiting,
+            "the admin dmin0001 has it queued as run 2; waiting: no worker offers repo:nosuch \
+             (3 workers checked)"
+        );
+        let room = say(AdminView::Queued {
+            attempt: 1,
+            pending: Some(Pending::Room),
+        });
+        assert!(room.ends_with("as run 1; waiting for room"), "{room}");
+        let placed = say(AdminView::Placed {
+            worker: "workerabcdefgh".into(),
+            attempt: 1,
+            cancelled: true,
+        });
+        assert_eq!(
+            placed,
+            "the admin dmin0001 placed run 1 on worker abcdefgh, being stopped (cancelled)"
+        );
+        assert!(say(AdminView::Cancelled).contains("holds a cancel for it"));
+        assert!(say(AdminView::Unschedulable).contains("unschedulable"));
+    }
 
     fn row(task: &str, worker: Option<&str>) -> TaskRow {
         TaskRow {

@@ -11,7 +11,9 @@ use anyhow::{anyhow, bail, Context};
 use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde_json::Value;
 
-use super::across::{at_owner, held_result, list_cluster, rows_at, Answer, Filter, NodeTasks};
+use super::across::{
+    at_owner, describe_admin_view, list_cluster, rows_at, whereabouts, Answer, Filter, NodeTasks,
+};
 use super::http::request;
 use super::taskfile::{cpus_to_millis, memory_size_mb, parse_repo, seconds_to_ms, TaskFile};
 use crate::names::short_id;
@@ -324,8 +326,9 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Get { id, addr, json } => {
             let a = at_owner(&addr, "GET", &format!("/tasks/{id}")).await?;
             if a.code == 404 && a.value["owner_connected"] == false {
-                if let Some((worker, r)) = held_result(&addr, &id).await {
-                    let owner = a.value["owner"].as_str().unwrap_or_default();
+                let owner = a.value["owner"].as_str().unwrap_or_default().to_owned();
+                let found = whereabouts(&addr, &id).await;
+                if let Some((worker, r)) = &found.held {
                     if json {
                         let doc = serde_json::json!({
                             "task": id, "owner": owner, "held_by": worker, "result": r,
@@ -336,7 +339,28 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                             "task {id}: its node {owner} is out of reach; worker {worker} holds \
                              its result until that node is back\n"
                         );
-                        render_result(&r, &mut out);
+                        render_result(r, &mut out);
+                        print!("{}", escape_controls(&out));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if let Some((admin, view)) = &found.at_admin {
+                    if json {
+                        let doc = serde_json::json!({
+                            "task": id, "owner": owner, "admin": admin, "at_admin": view,
+                            "cancel_kept_at": found.cancel_kept_at,
+                        });
+                        println!("{}", serde_json::to_string_pretty(&doc)?);
+                    } else {
+                        let mut out = format!(
+                            "task {id}: its node {owner} is out of reach; {}\n",
+                            describe_admin_view(admin, view)
+                        );
+                        if !found.cancel_kept_at.is_empty() {
+                            let at: Vec<&str> =
+                                found.cancel_kept_at.iter().map(|n| short_id(n)).collect();
+                            out.push_str(&format!("a cancel is kept at {}\n", at.join(", ")));
+                        }
                         print!("{}", escape_controls(&out));
                     }
                     return Ok(ExitCode::SUCCESS);
@@ -406,7 +430,12 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                     error_of(&a.value, &a.body)
                 );
             }
-            println!("cancel requested for task {id}");
+            match a.value["message"].as_str() {
+                Some(m) if a.value["cancel"] == "forwarded" => {
+                    println!("cancel of task {id} kept at {}: {m}", a.addr)
+                }
+                _ => println!("cancel requested for task {id}"),
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
