@@ -50,7 +50,8 @@ pub enum Cmd {
     Submit(Box<SubmitArgs>),
     /// Show one task. Any node will do: a task lives at the node it was submitted to (the
     /// first part of its id), and a node asked about another's says where that one's API is,
-    /// which this command then asks. A task whose node is down can be read once it is back.
+    /// which this command then asks. While that node is down, the worker holding the result,
+    /// or else the admin, answers for it (asked through every node the node at --addr knows).
     Get {
         /// The task id (ORIGIN-SEQ, as `submit` printed it).
         id: String,
@@ -95,7 +96,8 @@ pub enum Cmd {
     /// characters are shown escaped unless --raw; piped, the bytes are as the task wrote them.
     Logs(super::logs::LogsArgs),
     /// Cancel a task, through any node (as `get`, it is cancelled at the node it was submitted
-    /// to).
+    /// to). While that node is out of reach, the node at --addr keeps the cancel (token role
+    /// operate): the admin stops the run now, and the task's node ends it cancelled once back.
     Cancel {
         /// The task id.
         id: String,
