@@ -33,6 +33,7 @@ pub mod daemon;
 pub mod devcluster;
 mod exit;
 pub mod history;
+pub mod logging;
 pub mod names;
 pub mod pki;
 pub mod wire;
@@ -397,7 +398,7 @@ pub fn main() -> ExitCode {
             task_bound_ms,
         } => cli::replay::run(data_dir, trace, journal, task_bound_ms),
         Cmd::Devcluster(args) => {
-            init_logging(LogFormat::Human);
+            logging::init(LogFormat::Human);
             report(block_on(devcluster::run(args)))
         }
         Cmd::Task { command } => match block_on(cli::task::run(command)) {
@@ -409,7 +410,7 @@ pub fn main() -> ExitCode {
         } => report(cli::psk::generate(&file)),
         Cmd::Acl { command } => report(block_on(cli::acl::run(command))),
         Cmd::Sandbox { command } => {
-            init_logging(LogFormat::Human);
+            logging::init(LogFormat::Human);
             match block_on(cli::sandbox::run(command)) {
                 Ok(code) => code,
                 Err(e) => fail(&e),
@@ -439,7 +440,7 @@ fn run_node(flags: &RunFlags) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(resolved.config.log_format);
+    logging::init(resolved.config.log_format);
     // Every file the node makes (event log, keys, snapshots) is its user's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let result = tokio::runtime::Builder::new_current_thread()
@@ -451,20 +452,5 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // One plain line on stderr, whatever the log format.
         Err(e) => fail(&e),
-    }
-}
-
-fn init_logging(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,libp2p=warn,libp2p_gossipsub=error,sled=warn"));
-    // Colour codes only for a person at a terminal, never into a file or a pipe.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().init(),
     }
 }

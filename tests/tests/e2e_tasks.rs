@@ -743,15 +743,20 @@ fn a_down_submitters_result_is_read_at_its_worker_and_delivered_when_it_returns(
 
 /// Issue 35 "Live output": `chorus task logs ID -f`, run through a node that is not the task's
 /// worker, prints each line of a running task as it comes — each before the task's result is
-/// in — and exits 0 when the task ends. What it measures: for each line, when it reached the
-/// follower's stdout, against when the task's node first shows its result.
+/// in — its stdout on stdout and its stderr on stderr, and exits 0 when the task ends. What it
+/// measures: for each line, when it reached the follower's stdout or stderr, against when the
+/// task's node first shows its result.
 #[test]
 fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
     use std::io::BufRead;
     use std::time::Instant;
     let t = TaskCluster::start();
     let c = &t.c;
-    let (code, id) = submit(c, 0, &spec("for i in 1 2 3; do echo line$i; sleep 1; done"));
+    let (code, id) = submit(
+        c,
+        0,
+        &spec("for i in 1 2 3; do echo line$i; echo err$i >&2; sleep 1; done"),
+    );
     assert_eq!(code, 201);
     let worker = t.index_of(&placed(c, 0, &id));
     let via = (0..3).find(|i| *i != worker).unwrap();
@@ -769,13 +774,16 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("chorus runs");
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map(|l| (l.unwrap_or_default(), Instant::now()))
-            .collect::<Vec<_>>()
-    });
+    let timed = |pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            std::io::BufReader::new(pipe)
+                .lines()
+                .map(|l| (l.unwrap_or_default(), Instant::now()))
+                .collect::<Vec<_>>()
+        })
+    };
+    let out_reader = timed(Box::new(child.stdout.take().unwrap()));
+    let err_reader = timed(Box::new(child.stderr.take().unwrap()));
     // When the task's node first shows a result.
     let done_at = wait_until(RESULT_BOUND, Duration::from_millis(20), || {
         task(c, 0, &id).and_then(|v| (!v["result"].is_null()).then(Instant::now))
@@ -788,30 +796,41 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
         let _ = child.kill();
         panic!("`task logs -f` did not exit after the task ended")
     });
-    let lines = reader.join().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let lines = out_reader.join().unwrap();
+    // The task's stderr, apart from chorus's own words there.
+    let (said, errs): (Vec<_>, Vec<_>) = err_reader
+        .join()
+        .unwrap()
+        .into_iter()
+        .partition(|(l, _)| l.starts_with("chorus: "));
+    let stderr = format!("{said:?} {errs:?}");
     assert!(exit.success(), "{exit:?}: {stderr}");
     let texts: Vec<&str> = lines.iter().map(|(l, _)| l.as_str()).collect();
     assert_eq!(texts, ["line1", "line2", "line3"], "{stderr}");
+    let err_texts: Vec<&str> = errs.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(err_texts, ["err1", "err2", "err3"], "{stderr}");
     // line1 and line2 came a second or more before the run's last second ended; all before
     // the result was in (the task sleeps 1 s after line3).
-    for (line, at) in &lines {
+    for (line, at) in lines.iter().chain(&errs) {
         assert!(*at < done_at, "{line} came after the result");
         eprintln!(
             "{line}: {:?} before the result",
             done_at.duration_since(*at)
         );
     }
-    assert!(
-        done_at.duration_since(lines[0].1) >= Duration::from_secs(2),
-        "line1 came {:?} before the result: not while the task ran",
-        done_at.duration_since(lines[0].1)
-    );
+    for first in [&lines[0], &errs[0]] {
+        assert!(
+            done_at.duration_since(first.1) >= Duration::from_secs(2),
+            "{} came {:?} before the result: not while the task ran",
+            first.0,
+            done_at.duration_since(first.1)
+        );
+    }
     let r = result(c, 0, &id);
     assert_eq!(r["status"], "succeeded", "{r}");
     assert_ne!(via, worker);
-    // Read again once it ended, without -f: the same bytes (piped: as the task wrote them).
+    // Read again once it ended, without -f: the same bytes (piped: as the task wrote them),
+    // each stream on its own.
     let out = c.chorus(&[
         "task",
         "logs",
@@ -824,6 +843,19 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
         String::from_utf8_lossy(&out.stdout),
         "line1\nline2\nline3\n"
     );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "err1\nerr2\nerr3\n");
+    // At the worker's API: one stream a request, a stream it does not know refused by name.
+    let port = c.nodes[worker].http_port;
+    let at_worker = |query: &str| {
+        http_request(port, "GET", &format!("/tasks/{id}/logs?{query}"), None).unwrap()
+    };
+    assert_eq!(
+        at_worker("stream=stderr"),
+        (200, "err1\nerr2\nerr3\n".into())
+    );
+    assert_eq!(at_worker("offset=6"), (200, "line2\nline3\n".into()));
+    let (code, body) = at_worker("stream=both");
+    assert!(code == 400 && body.contains("stream"), "{code} {body}");
 }
 
 /// Issue 35 "tasks owned by a dead node stay readable and cancellable": the submitter is killed

@@ -278,6 +278,32 @@ pub enum OutputStream {
     Stderr,
 }
 
+impl OutputStream {
+    /// Both, stdout first.
+    pub const BOTH: [OutputStream; 2] = [OutputStream::Stdout, OutputStream::Stderr];
+
+    /// `stdout` or `stderr`: its name in file names, queries and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+
+    /// The stream named `name` (as [`OutputStream::name`] says it).
+    pub fn from_name(name: &str) -> Option<OutputStream> {
+        OutputStream::BOTH.into_iter().find(|s| s.name() == name)
+    }
+
+    /// Its place in a per-stream pair: 0 for stdout, 1 for stderr.
+    pub const fn index(self) -> usize {
+        match self {
+            OutputStream::Stdout => 0,
+            OutputStream::Stderr => 1,
+        }
+    }
+}
+
 /// A piece of output, as delivered by [`ExecutionSandbox::exec_streaming`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputChunk {

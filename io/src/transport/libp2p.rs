@@ -245,7 +245,7 @@ impl Libp2pTransport {
         let addrs = driver.listen().await?;
         tracing::info!(
             peer_id = %local_peer_id,
-            addrs = %addrs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+            addrs = %crate::log_fields::list(&addrs),
             "libp2p transport listening"
         );
         let driver = tokio::spawn(driver.run(command_rx));

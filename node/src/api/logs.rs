@@ -1,14 +1,18 @@
-//! `GET /tasks/{id}/logs?offset=N[&attempt=A][&follow=true]` at the worker that ran a task:
-//! the bytes of its output from `offset`, as the command wrote them (at most 1 MiB an answer),
-//! from the worker's log store (`chorus_io::sandbox::tasks::logs`). Same role as reading a
-//! task (`read`).
+//! `GET /tasks/{id}/logs?offset=N[&stream=stdout|stderr][&attempt=A][&follow=true]` at the
+//! worker that ran a task: the bytes of one stream of its output (`stdout` unless asked) from
+//! `offset` in that stream, as the command wrote them (at most 1 MiB an answer), from the
+//! worker's log store (`chorus_io::sandbox::tasks::logs`). Same role as reading a task
+//! (`read`).
 //!
-//! Follow mode is a long poll: with `follow=true` an answer with nothing new waits until there
-//! is (or the run ends, or [`FOLLOW_WAIT`] passed). Every answer says where the log stands in
-//! its headers, so a client resumes at `offset + body length` after a dropped connection:
-//! `chorus-log-attempt`, `chorus-log-offset`, `chorus-log-size` (bytes kept so far),
-//! `chorus-log-finished` (`true` once the run ended), and, when the log was cut,
-//! `chorus-log-cut-at` (its length) and `chorus-log-dropped` (bytes not kept, or `unknown`).
+//! Follow mode is a long poll: with `follow=true` an answer with nothing new waits until the
+//! run has new output on **either** stream (or ends, or [`FOLLOW_WAIT`] passed), then answers
+//! with what its stream has, possibly nothing. So a client following both streams with one
+//! request each is woken by either and never waits on one while the other has news. Every
+//! answer says where the stream stands in its headers, so a client resumes at `offset + body
+//! length` after a dropped connection: `chorus-log-stream`, `chorus-log-attempt`,
+//! `chorus-log-offset`, `chorus-log-size` (bytes kept so far), `chorus-log-finished` (`true`
+//! once the run ended), and, when the stream was cut, `chorus-log-cut-at` (its length) and
+//! `chorus-log-dropped` (bytes not kept, or `unknown`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +25,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chorus_io::sandbox::tasks::logs::{LogChunk, LogError};
 use chorus_io::sandbox::tasks::LogStore;
+use chorus_io::sandbox::OutputStream;
 
 use crate::daemon::shared::SharedState;
 
@@ -31,22 +36,32 @@ pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 pub const FOLLOW_WAIT: Duration = Duration::from_secs(20);
 
 /// The query of a logs request.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct LogQuery {
     pub offset: u64,
+    pub stream: OutputStream,
     pub attempt: Option<u32>,
     pub follow: bool,
 }
 
 /// Parses the query; the error says which parameter is wrong.
 pub fn parse_query(query: &BTreeMap<String, String>) -> Result<LogQuery, String> {
-    let mut q = LogQuery::default();
+    let mut q = LogQuery {
+        offset: 0,
+        stream: OutputStream::Stdout,
+        attempt: None,
+        follow: false,
+    };
     for (k, v) in query {
         match k.as_str() {
             "offset" => {
                 q.offset = v
                     .parse()
                     .map_err(|_| format!("offset {v:?} is not a number"))?
+            }
+            "stream" => {
+                q.stream = OutputStream::from_name(v)
+                    .ok_or_else(|| format!("stream {v:?} is not stdout or stderr"))?
             }
             "attempt" => {
                 q.attempt = Some(
@@ -61,7 +76,11 @@ pub fn parse_query(query: &BTreeMap<String, String>) -> Result<LogQuery, String>
                     _ => return Err(format!("follow {v:?} is not true or false")),
                 }
             }
-            _ => return Err(format!("unknown parameter `{k}`: offset, attempt, follow")),
+            _ => {
+                return Err(format!(
+                    "unknown parameter `{k}`: offset, stream, attempt, follow"
+                ))
+            }
         }
     }
     Ok(q)
@@ -99,13 +118,15 @@ pub async fn answer(
     };
     let deadline = tokio::time::Instant::now() + wait;
     let mut attempt = q.attempt;
+    // Woken once (either stream grew, or the run ended): the next read answers, even empty.
+    let mut woken = false;
     loop {
         // Subscribed before the read: a write after the read wakes the wait below.
         let watch = attempt.and_then(|a| store.watch(&id, a));
         let read = {
             let (store, id) = (Arc::clone(&store), id.clone());
             tokio::task::spawn_blocking(move || {
-                store.read(&id, attempt, q.offset, MAX_ANSWER_BYTES)
+                store.read(&id, attempt, q.stream, q.offset, MAX_ANSWER_BYTES)
             })
             .await
         };
@@ -115,7 +136,7 @@ pub async fn answer(
             Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         };
         let idle = chunk.data.is_empty() && !chunk.progress.finished;
-        if !(q.follow && idle) || tokio::time::Instant::now() >= deadline {
+        if !(q.follow && idle) || woken || tokio::time::Instant::now() >= deadline {
             return bytes(chunk);
         }
         // Not subscribed yet (the run was not named, or it ended meanwhile): again, on it.
@@ -129,6 +150,7 @@ pub async fn answer(
         {
             return bytes(chunk);
         }
+        woken = true;
     }
 }
 
@@ -136,6 +158,7 @@ pub async fn answer(
 fn bytes(c: LogChunk) -> Response {
     let p = c.progress;
     let mut headers = vec![
+        ("chorus-log-stream", c.stream.name().to_owned()),
         ("chorus-log-attempt", c.attempt.to_string()),
         ("chorus-log-offset", c.offset.to_string()),
         ("chorus-log-size", p.kept_bytes.to_string()),
@@ -212,13 +235,89 @@ mod tests {
             parse_query(&q(&[("offset", "5"), ("follow", "true"), ("attempt", "2")])).unwrap(),
             LogQuery {
                 offset: 5,
+                stream: OutputStream::Stdout,
                 attempt: Some(2),
                 follow: true
             }
         );
-        for bad in [[("offset", "-1")], [("follow", "yes")], [("tail", "1")]] {
-            assert!(parse_query(&q(&bad)).is_err(), "{bad:?}");
+        assert_eq!(
+            parse_query(&q(&[("stream", "stderr")])).unwrap().stream,
+            OutputStream::Stderr
+        );
+        assert_eq!(
+            parse_query(&q(&[("stream", "stdout")])).unwrap().stream,
+            OutputStream::Stdout
+        );
+        for (bad, named) in [
+            (("offset", "-1"), "offset"),
+            (("follow", "yes"), "follow"),
+            (("tail", "1"), "tail"),
+            (("stream", "both"), "stream"),
+            (("stream", "STDERR"), "stream"),
+            (("stream", ""), "stream"),
+        ] {
+            let e = parse_query(&q(&[bad])).unwrap_err();
+            assert!(e.contains(named), "{bad:?}: {e}");
         }
+    }
+
+    /// Each stream is served alone, from its own offset, its headers naming it; a bad stream is
+    /// a 400 naming the parameter.
+    #[tokio::test]
+    async fn each_stream_is_served_apart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 1 << 20);
+        let mut w = s.create(&TASK.parse().unwrap(), 1).unwrap();
+        w.push(OutputStream::Stdout, b"out\n");
+        w.push(OutputStream::Stderr, b"err1\n");
+        w.push(OutputStream::Stderr, b"err2\n");
+        let ask = |query| answer(Some(s.clone()), TASK.into(), query, FOLLOW_WAIT);
+        let (_, h, body) = parts(ask(q(&[])).await).await;
+        assert_eq!(
+            (body.as_slice(), h["chorus-log-stream"].as_str()),
+            (&b"out\n"[..], "stdout")
+        );
+        let (_, h, body) = parts(ask(q(&[("stream", "stderr"), ("offset", "5")])).await).await;
+        assert_eq!(
+            (body.as_slice(), h["chorus-log-stream"].as_str()),
+            (&b"err2\n"[..], "stderr")
+        );
+        assert_eq!(h["chorus-log-size"], "10");
+        let (code, _, body) = parts(ask(q(&[("stream", "all")])).await).await;
+        let text = String::from_utf8(body).unwrap();
+        assert!(code == 400 && text.contains("stream"), "{code} {text}");
+    }
+
+    /// A follow request on one stream is woken by output on the other, and answers (with
+    /// nothing of its own) rather than waiting on: a client following both is never held.
+    #[tokio::test]
+    async fn a_follow_request_is_woken_by_the_other_stream() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = store(tmp.path(), 1 << 20);
+        let mut w = s.create(&TASK.parse().unwrap(), 1).unwrap();
+        let waiting = tokio::spawn(answer(
+            Some(s.clone()),
+            TASK.into(),
+            q(&[("stream", "stderr"), ("follow", "true"), ("attempt", "1")]),
+            Duration::from_secs(30),
+        ));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "nothing new yet");
+        let started = std::time::Instant::now();
+        w.push(OutputStream::Stdout, b"out\n");
+        let (code, h, body) = parts(waiting.await.unwrap()).await;
+        assert_eq!((code, body.len()), (200, 0));
+        assert_eq!(
+            (
+                h["chorus-log-stream"].as_str(),
+                h["chorus-log-finished"].as_str()
+            ),
+            ("stderr", "false")
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "answered when stdout grew"
+        );
     }
 
     /// Bytes as written from an offset, where the log stands in the headers, the cut stated.
@@ -227,7 +326,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let s = store(tmp.path(), 8);
         let mut w = s.create(&TASK.parse().unwrap(), 1).unwrap();
-        w.push(b"ab\x1bcd");
+        w.push(OutputStream::Stdout, b"ab\x1bcd");
         let (code, h, body) = parts(
             answer(
                 Some(s.clone()),
@@ -248,7 +347,7 @@ mod tests {
             ("5", "1")
         );
         assert!(!h.contains_key("chorus-log-cut-at"));
-        w.push(b"efghij");
+        w.push(OutputStream::Stdout, b"efghij");
         w.finish();
         let (_, h, body) = parts(
             answer(
@@ -275,7 +374,9 @@ mod tests {
     async fn bad_ids_offsets_and_unknown_tasks_are_said() {
         let tmp = tempfile::tempdir().unwrap();
         let s = store(tmp.path(), 8);
-        s.create(&TASK.parse().unwrap(), 1).unwrap().push(b"abc");
+        s.create(&TASK.parse().unwrap(), 1)
+            .unwrap()
+            .push(OutputStream::Stdout, b"abc");
         let ask = |id: &str, query| answer(Some(s.clone()), id.into(), query, FOLLOW_WAIT);
         assert_eq!(parts(ask("..-1", q(&[])).await).await.0, 400);
         assert_eq!(parts(ask(TASK, q(&[("offset", "9")])).await).await.0, 400);
@@ -291,7 +392,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let s = store(tmp.path(), 1 << 20);
         let mut w = s.create(&TASK.parse().unwrap(), 1).unwrap();
-        w.push(b"one\n");
+        w.push(OutputStream::Stdout, b"one\n");
         let waiting = tokio::spawn(answer(
             Some(s.clone()),
             TASK.into(),
@@ -300,7 +401,7 @@ mod tests {
         ));
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "nothing new yet");
-        w.push(b"two\n");
+        w.push(OutputStream::Stdout, b"two\n");
         let (_, h, body) = parts(waiting.await.unwrap()).await;
         assert_eq!(
             (body.as_slice(), h["chorus-log-finished"].as_str()),

@@ -1,13 +1,18 @@
-//! `chorus task logs ID [-f]`: a task's output (stdout and stderr as they came, interleaved)
-//! from the worker that runs or ran it, through any node: the task's node (found as `task get`
-//! finds it, [`super::across::at_owner`]) names the worker and the run, and the cluster view
-//! names the worker's HTTP API; the worker serves the run's log (`GET /tasks/{id}/logs`, a long
-//! poll with `follow=true`). Every read says where it starts, so a dropped connection resumes at
-//! the last byte printed; a task run again (another worker, another run) is followed there.
+//! `chorus task logs ID [-f]`: a task's output from the worker that runs or ran it, through
+//! any node, the task's stdout on this command's stdout and its stderr on this command's
+//! stderr. The task's node (found as `task get` finds it, [`super::across::at_owner`]) names
+//! the worker and the run, and the cluster view names the worker's HTTP API; the worker serves
+//! each stream of the run's log (`GET /tasks/{id}/logs?stream=…`, a long poll with
+//! `follow=true`). Following, both streams are read at once, one request each: the worker
+//! answers both when either grows, so neither waits on the other (the order between the two
+//! is as near as that makes it, not exact). Every read says where it starts, so a dropped
+//! connection resumes at the last byte printed; a task run again (another worker, another run)
+//! is followed there.
 //!
 //! Output is untrusted: on a terminal, control characters but newline and tab are shown
 //! escaped ([`super::task::escape_controls`]) unless `--raw`; piped, the bytes go out as the
-//! task wrote them. A cut is always stated on stderr.
+//! task wrote them (each stream judged by where it goes). A cut is always stated, naming the
+//! stream, on stderr.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -15,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chorus_core::TaskResult;
+use chorus_io::sandbox::OutputStream;
 
 use super::across::{at_owner, http_of};
 use super::http::{request_peer, Peer, RawAnswer};
@@ -46,21 +52,28 @@ pub struct LogsArgs {
     pub raw: bool,
 }
 
-/// Writes a task's output to stdout: its bytes, or escaped for a terminal (a UTF-8 character
-/// split between two reads is held until its end comes).
+/// Writes one stream of a task's output to the same stream of this process: its bytes, or
+/// escaped for a terminal (a UTF-8 character split between two reads is held until its end
+/// comes).
 pub struct Printer {
+    to: OutputStream,
     escape: bool,
     held: Vec<u8>,
 }
 
 impl Printer {
-    /// Escaping when stdout is a terminal, unless `raw`.
-    pub fn for_stdout(raw: bool) -> Printer {
-        Printer::new(!raw && std::io::stdout().is_terminal())
+    /// Escaping when this process's `to` is a terminal, unless `raw`.
+    pub fn for_stream(to: OutputStream, raw: bool) -> Printer {
+        let terminal = match to {
+            OutputStream::Stdout => std::io::stdout().is_terminal(),
+            OutputStream::Stderr => std::io::stderr().is_terminal(),
+        };
+        Printer::new(to, !raw && terminal)
     }
 
-    pub fn new(escape: bool) -> Printer {
+    pub fn new(to: OutputStream, escape: bool) -> Printer {
         Printer {
+            to,
             escape,
             held: Vec::new(),
         }
@@ -91,10 +104,117 @@ impl Printer {
     }
 
     fn print(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
-        let mut out = std::io::stdout().lock();
-        out.write_all(&self.shown(bytes))?;
-        out.flush()?;
+        let shown = self.shown(bytes);
+        self.write(&shown)
+    }
+
+    /// Writes what is still held.
+    fn finish(&mut self) -> anyhow::Result<()> {
+        let held = self.flush();
+        self.write(&held)
+    }
+
+    fn write(&self, bytes: &[u8]) -> anyhow::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        match self.to {
+            OutputStream::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes)?;
+                out.flush()?;
+            }
+            OutputStream::Stderr => {
+                let mut err = std::io::stderr().lock();
+                err.write_all(bytes)?;
+                err.flush()?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// One stream of the run being read: how far, whether it ended, and where it is printed.
+struct Cursor {
+    stream: OutputStream,
+    offset: u64,
+    done: bool,
+    printer: Printer,
+}
+
+impl Cursor {
+    fn new(stream: OutputStream, raw: bool) -> Cursor {
+        Cursor {
+            stream,
+            offset: 0,
+            done: false,
+            printer: Printer::for_stream(stream, raw),
+        }
+    }
+
+    /// Prints a 200 answer's bytes; the stream ends once the run ended and all of it was read.
+    fn take(&mut self, a: &RawAnswer) -> anyhow::Result<()> {
+        self.printer.print(&a.body)?;
+        self.offset += a.body.len() as u64;
+        let size: u64 = a
+            .header("chorus-log-size")
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if a.header("chorus-log-finished") == Some("true") && self.offset >= size {
+            self.end(a)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the stream: what the printer held, then its cut, if any, stated.
+    fn end(&mut self, a: &RawAnswer) -> anyhow::Result<()> {
+        self.done = true;
+        self.printer.finish()?;
+        if let Some(cut) = cut_statement(self.stream, a) {
+            eprintln!("chorus: {cut}");
+        }
+        Ok(())
+    }
+}
+
+/// What one read of a stream came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// The stream had ended before: not asked.
+    Skipped,
+    /// A 200, printed.
+    Read,
+    /// A 404: the worker has no log of the run (yet, or at all); its words.
+    Missing(String),
+    /// Another answer or none: asked again later.
+    Failed,
+}
+
+/// Reads the next part of `c`'s stream of run `attempt`, following.
+async fn step(http: &Peer, id: &str, attempt: u32, c: &mut Cursor) -> anyhow::Result<Step> {
+    if c.done {
+        return Ok(Step::Skipped);
+    }
+    match read(http, id, attempt, c.stream, c.offset, true).await {
+        Ok(a) if a.code == 200 => {
+            c.take(&a)?;
+            Ok(Step::Read)
+        }
+        Ok(a) if a.code == 404 => Ok(Step::Missing(error_text(&a))),
+        Ok(_) | Err(_) => Ok(Step::Failed),
+    }
+}
+
+/// The run being read: its worker's API and its two streams.
+struct Reading {
+    run: Run,
+    http: Peer,
+    cursors: [Cursor; 2],
+}
+
+impl Reading {
+    fn done(&self) -> bool {
+        self.cursors.iter().all(|c| c.done)
     }
 }
 
@@ -123,8 +243,9 @@ fn run_of(view: &TaskView) -> Option<Run> {
     }
 }
 
-/// The statement of a cut, from a log answer's headers.
-pub fn cut_statement(answer: &RawAnswer) -> Option<String> {
+/// The statement of a cut of `stream`, from a log answer's headers.
+pub fn cut_statement(stream: OutputStream, answer: &RawAnswer) -> Option<String> {
+    let stream = stream.name();
     let at: u64 = answer.header("chorus-log-cut-at")?.parse().ok()?;
     let size = if at > 0 && at % (1 << 20) == 0 {
         format!("{} MiB", at >> 20)
@@ -132,9 +253,11 @@ pub fn cut_statement(answer: &RawAnswer) -> Option<String> {
         format!("{at} bytes")
     };
     Some(match answer.header("chorus-log-dropped") {
-        Some(n) if n.parse::<u64>().is_ok() => format!("output cut at {size}: {n} bytes not kept"),
+        Some(n) if n.parse::<u64>().is_ok() => {
+            format!("{stream} cut at {size}: {n} bytes not kept")
+        }
         _ => format!(
-            "output cut at {size}: how many bytes were not kept is unknown (the worker stopped \
+            "{stream} cut at {size}: how many bytes were not kept is unknown (the worker stopped \
              during the run)"
         ),
     })
@@ -149,38 +272,40 @@ pub enum Followed {
 }
 
 /// Follows task `id` through the node at `addr`: prints its output as it comes until its
-/// result is in (or `give_up`), each run's cut stated and its waits said on stderr.
+/// result is in (or `give_up`), its stdout on stdout and its stderr on stderr (escaped for a
+/// terminal unless `raw`), each run's cuts stated and its waits said on stderr.
 pub async fn follow(
     addr: &str,
     id: &str,
-    printer: &mut Printer,
+    raw: bool,
     give_up: Option<tokio::time::Instant>,
 ) -> anyhow::Result<Followed> {
     let mut streamed = false;
-    // The run being read, its worker's API and how far it was read; whether its log ended.
-    let mut reading: Option<(Run, Peer, u64)> = None;
-    let mut log_done = false;
+    let mut reading: Option<Reading> = None;
     let mut said: Option<String> = None;
     let mut failures = 0;
     let mut pause = Duration::from_millis(20);
     loop {
         let view = view(addr, id).await?;
         let run = run_of(&view);
-        if run.is_some() && run != reading.as_ref().map(|r| r.0.clone()) {
+        if run.is_some() && run.as_ref() != reading.as_ref().map(|r| &r.run) {
             let run = run.clone().unwrap_or_else(|| unreachable!("checked above"));
-            if let Some((old, _, _)) = &reading {
+            if let Some(old) = &reading {
                 eprintln!(
                     "chorus: run {} on {} ended; the task runs again: run {} on {}",
-                    old.attempt,
-                    short_id(&old.worker),
+                    old.run.attempt,
+                    short_id(&old.run.worker),
                     run.attempt,
                     short_id(&run.worker)
                 );
             }
             match http_of(addr, &run.worker).await {
                 Some(http) => {
-                    reading = Some((run, http, 0));
-                    log_done = false;
+                    reading = Some(Reading {
+                        run,
+                        http,
+                        cursors: OutputStream::BOTH.map(|s| Cursor::new(s, raw)),
+                    });
                 }
                 None if view.result.is_some() => {
                     eprintln!(
@@ -200,54 +325,55 @@ pub async fn follow(
             );
             said = view.pending.clone();
         }
-        if let Some((run, http, offset)) = reading.as_mut().filter(|_| !log_done) {
-            match read(http, id, run.attempt, *offset, true).await {
-                Ok(a) if a.code == 200 => {
-                    failures = 0;
-                    streamed = true;
-                    printer.print(&a.body)?;
-                    *offset += a.body.len() as u64;
-                    let size: u64 = a
-                        .header("chorus-log-size")
-                        .and_then(|s| s.parse().ok())
-                        .unwrap_or(0);
-                    if a.header("chorus-log-finished") == Some("true") && *offset >= size {
-                        log_done = true;
-                        let mut out = std::io::stdout().lock();
-                        out.write_all(&printer.flush())?;
-                        out.flush()?;
-                        if let Some(cut) = cut_statement(&a) {
-                            eprintln!("chorus: {cut}");
-                        }
-                    }
-                    continue;
+        if let Some(r) = reading.as_mut().filter(|r| !r.done()) {
+            let Reading {
+                run,
+                http,
+                cursors: [out, err],
+            } = r;
+            // Both at once: the worker answers both when either stream grows.
+            let (a, b) = tokio::join!(
+                step(http, id, run.attempt, out),
+                step(http, id, run.attempt, err)
+            );
+            let steps = [a?, b?];
+            let missing = steps.iter().find_map(|s| match s {
+                Step::Missing(why) => Some(why.clone()),
+                _ => None,
+            });
+            if steps.contains(&Step::Failed) {
+                // Not now (a worker down or cut off): asked again, a bounded number of times
+                // in a row.
+                failures += 1;
+                if failures > MAX_FAILURES {
+                    anyhow::bail!(
+                        "the output of task {id} cannot be read at worker {} ({http}); \
+                         `chorus task get {id}` shows its result's tails",
+                        short_id(&run.worker)
+                    );
                 }
-                Ok(a) if a.code == 404 && view.result.is_some() => {
+            } else if steps.contains(&Step::Read) {
+                failures = 0;
+            }
+            match missing {
+                Some(why) if view.result.is_some() => {
                     eprintln!(
-                        "chorus: worker {} keeps no output of task {id} (run {}): {}",
+                        "chorus: worker {} keeps no output of task {id} (run {}): {why}",
                         short_id(&run.worker),
                         run.attempt,
-                        error_text(&a)
                     );
-                    log_done = true;
+                    out.done = true;
+                    err.done = true;
                 }
                 // Not there yet: the run is starting (its sandbox being made).
-                Ok(a) if a.code == 404 => {}
-                // Not now (a worker down or cut off): asked again below, a bounded number of
-                // times in a row.
-                Ok(_) | Err(_) => {
-                    failures += 1;
-                    if failures > MAX_FAILURES {
-                        anyhow::bail!(
-                            "the output of task {id} cannot be read at worker {} ({http}); \
-                             `chorus task get {id}` shows its result's tails",
-                            short_id(&run.worker)
-                        );
-                    }
-                }
+                _ => {}
+            }
+            if steps.contains(&Step::Read) {
+                streamed = true;
+                continue;
             }
         }
-        if view.result.is_some() && (log_done || reading.is_none()) {
+        if view.result.is_some() && reading.as_ref().is_none_or(Reading::done) {
             return Ok(done(view, streamed));
         }
         if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
@@ -285,15 +411,19 @@ async fn view(addr: &str, id: &str) -> anyhow::Result<TaskView> {
     serde_json::from_value(a.value).context("the task document is not what this chorus expects")
 }
 
-/// One read of run `attempt`'s log at its worker, bounded by [`READ_BOUND`].
+/// One read of `stream` of run `attempt`'s log at its worker, bounded by [`READ_BOUND`].
 async fn read(
     http: &Peer,
     id: &str,
     attempt: u32,
+    stream: OutputStream,
     offset: u64,
     follow: bool,
 ) -> anyhow::Result<RawAnswer> {
-    let path = format!("/tasks/{id}/logs?offset={offset}&attempt={attempt}&follow={follow}");
+    let path = format!(
+        "/tasks/{id}/logs?stream={}&offset={offset}&attempt={attempt}&follow={follow}",
+        stream.name()
+    );
     tokio::time::timeout(READ_BOUND, request_peer(http, "GET", &path, None, true))
         .await
         .map_err(|_| anyhow::anyhow!("{http} did not answer within {READ_BOUND:?}"))?
@@ -303,9 +433,8 @@ async fn read(
 /// code as `submit --wait`).
 pub async fn run(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let id = &args.id;
-    let mut printer = Printer::for_stdout(args.raw);
     if args.follow {
-        return match follow(&args.addr, id, &mut printer, None).await? {
+        return match follow(&args.addr, id, args.raw, None).await? {
             Followed::Done { result, .. } => {
                 if let Some(words) = plain_words(id, &result) {
                     eprintln!("chorus: {words}");
@@ -327,24 +456,20 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<ExitCode> {
             args.addr
         )
     })?;
-    let mut offset = 0;
-    loop {
-        let a = read(&http, id, run.attempt, offset, false).await?;
-        if a.code != 200 {
-            anyhow::bail!("{http} answered {}: {}", a.code, error_text(&a));
-        }
-        printer.print(&a.body)?;
-        offset += a.body.len() as u64;
-        if a.body.is_empty() {
-            let mut out = std::io::stdout().lock();
-            out.write_all(&printer.flush())?;
-            out.flush()?;
-            if let Some(cut) = cut_statement(&a) {
-                eprintln!("chorus: {cut}");
+    // What there is now: stdout, then stderr, each to the end of what is kept.
+    for mut c in OutputStream::BOTH.map(|s| Cursor::new(s, args.raw)) {
+        while !c.done {
+            let a = read(&http, id, run.attempt, c.stream, c.offset, false).await?;
+            if a.code != 200 {
+                anyhow::bail!("{http} answered {}: {}", a.code, error_text(&a));
             }
-            return Ok(ExitCode::SUCCESS);
+            c.take(&a)?;
+            if a.body.is_empty() && !c.done {
+                c.end(&a)?;
+            }
         }
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
@@ -353,12 +478,12 @@ mod tests {
 
     #[test]
     fn a_terminal_sees_controls_escaped_and_split_characters_whole() {
-        let mut p = Printer::new(true);
+        let mut p = Printer::new(OutputStream::Stdout, true);
         let mut out = p.shown(b"ok \x1b[2J \xc3");
         out.extend(p.shown(b"\xa9\n"));
         out.extend(p.flush());
         assert_eq!(String::from_utf8(out).unwrap(), "ok \\x1b[2J \u{e9}\n");
-        let mut raw = Printer::new(false);
+        let mut raw = Printer::new(OutputStream::Stderr, false);
         assert_eq!(raw.shown(b"\x1b\xff"), b"\x1b\xff");
     }
 
@@ -369,20 +494,26 @@ mod tests {
             headers: h.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect(),
             body: Vec::new(),
         };
-        assert_eq!(cut_statement(&answer(&[])), None);
+        assert_eq!(cut_statement(OutputStream::Stdout, &answer(&[])), None);
         assert_eq!(
-            cut_statement(&answer(&[
-                ("chorus-log-cut-at", "16777216"),
-                ("chorus-log-dropped", "42")
-            ]))
+            cut_statement(
+                OutputStream::Stdout,
+                &answer(&[
+                    ("chorus-log-cut-at", "16777216"),
+                    ("chorus-log-dropped", "42")
+                ])
+            )
             .unwrap(),
-            "output cut at 16 MiB: 42 bytes not kept"
+            "stdout cut at 16 MiB: 42 bytes not kept"
         );
-        assert!(cut_statement(&answer(&[
-            ("chorus-log-cut-at", "10"),
-            ("chorus-log-dropped", "unknown")
-        ]))
+        assert!(cut_statement(
+            OutputStream::Stderr,
+            &answer(&[
+                ("chorus-log-cut-at", "10"),
+                ("chorus-log-dropped", "unknown")
+            ])
+        )
         .unwrap()
-        .contains("output cut at 10 bytes: how many"));
+        .contains("stderr cut at 10 bytes: how many"));
     }
 }

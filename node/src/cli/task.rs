@@ -87,12 +87,12 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print a task's output (stdout and stderr as they came) from the worker that runs or ran
-    /// it, through any node; with -f follow it until the task ends and exit with its exit code
-    /// (the codes of `submit --wait`).
+    /// Print a task's output from the worker that runs or ran it, through any node: its stdout
+    /// on stdout, its stderr on stderr; with -f follow both until the task ends and exit with
+    /// its exit code (the codes of `submit --wait`).
     ///
-    /// Workers keep the first `[tasks] log_cap_mb` (16 MiB) of each run and the latest
-    /// `logs_kept` (64) finished runs; a cut is stated on stderr. On a terminal control
+    /// Workers keep the first `[tasks] log_cap_mb` (16 MiB) of each stream of a run and the
+    /// latest `logs_kept` (64) finished runs; a cut is stated on stderr. On a terminal control
     /// characters are shown escaped unless --raw; piped, the bytes are as the task wrote them.
     Logs(super::logs::LogsArgs),
     /// Cancel a task, through any node (as `get`, it is cancelled at the node it was submitted
@@ -557,11 +557,10 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     use std::io::{IsTerminal, Write};
-    // On a terminal the output is streamed as it comes (from the worker's log); piped, the
-    // result's tails are printed at the end, as they always were.
+    // On a terminal the output is streamed as it comes (from the worker's log, each stream to
+    // its own); piped, the result's tails are printed at the end, as they always were.
     let followed = if std::io::stdout().is_terminal() {
-        let mut printer = super::logs::Printer::for_stdout(args.raw);
-        match super::logs::follow(addr, &id, &mut printer, give_up).await? {
+        match super::logs::follow(addr, &id, args.raw, give_up).await? {
             super::logs::Followed::Done { result, streamed } => Some((result, streamed)),
             super::logs::Followed::GaveUp { phase } => {
                 eprintln!(

@@ -175,14 +175,14 @@ pub struct TasksConfig {
     pub max_pids: Option<u32>,
     /// The longest timeout one task may ask for, ms (default [`DEFAULT_MAX_TIMEOUT_MS`]).
     pub max_timeout_ms: Option<u64>,
-    /// Output of one run kept on disk for `chorus task logs`, MiB (default
+    /// Output of each stream of one run kept on disk for `chorus task logs`, MiB (default
     /// [`DEFAULT_LOG_CAP_MB`]; 0: none, only the result's tails; at most [`MAX_LOG_CAP_MB`]).
     pub log_cap_mb: Option<u32>,
     /// Finished runs' logs kept; older ones are removed (default [`DEFAULT_LOGS_KEPT`]).
     pub logs_kept: Option<u32>,
 }
 
-/// Output kept per run unless `[tasks] log_cap_mb` says otherwise.
+/// Output kept per stream of a run unless `[tasks] log_cap_mb` says otherwise.
 pub const DEFAULT_LOG_CAP_MB: u32 = 16;
 
 /// The most `[tasks] log_cap_mb` may say.

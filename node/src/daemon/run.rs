@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use chorus_core::{Core, Event, NodeId, PeerInfo, Resources, ADMIN_ELECTION};
 use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
+use chorus_io::log_fields::list;
 use chorus_io::runtime::{NoSandboxes, Runtime, RuntimeConfig, TokioClock};
 use chorus_io::transport::libp2p::node_id as peer_node_id;
 use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
@@ -371,7 +372,7 @@ fn announce_start(
         node_id = %node_id,
         data_dir = %config.data_dir.display(),
         http = %http_addr,
-        listen = %listen_addrs.join(", "),
+        listen = %list(listen_addrs),
         mdns = config.mdns,
         "chorus node started"
     );
@@ -421,14 +422,14 @@ fn announce_role(config: &NodeConfig, capabilities: &[String]) {
     let expect = config.protocol.bootstrap_expect;
     if config.capabilities.iter().any(|c| c == ADMIN_ELECTION) {
         tracing::info!(
-            capabilities = %capabilities.join(", "),
+            capabilities = %list(capabilities),
             bootstrap_expect = expect,
             "this node is a voter (capability admin_election): it votes and may become admin; \
              the first election waits for {expect} voter(s)"
         );
     } else {
         tracing::info!(
-            capabilities = %capabilities.join(", "),
+            capabilities = %list(capabilities),
             "this node is a worker, not a voter (no capability admin_election): it never \
              votes nor becomes admin"
         );
@@ -440,7 +441,7 @@ fn announce_tasks(config: &NodeConfig, slots: u32) {
     if slots > 0 {
         tracing::info!(
             slots,
-            repos = %config.repos.keys().cloned().collect::<Vec<_>>().join(", "),
+            repos = %list(config.repos.keys()),
             "this node runs tasks in Docker sandboxes ({slots} at once)"
         );
     } else {

@@ -489,7 +489,8 @@ impl Container {
                     ),
                 ));
             }
-            tracing::warn!(sandbox = %self.name, command = ?request.argv, exit_code,
+            tracing::warn!(sandbox = %self.name,
+                command = %crate::log_fields::quoted(&request.argv), exit_code,
                 "OOM state of the command unknown: neither the host's cgroup counter nor a \
                  check inside the sandbox could be read");
         }

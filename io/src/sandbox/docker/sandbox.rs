@@ -230,7 +230,7 @@ impl ExecutionSandbox for DockerSandbox {
                     written = report.written,
                     deleted = report.deleted,
                     refused = report.refused.len(),
-                    first_refused = ?report.refused.iter().take(10).collect::<Vec<_>>(),
+                    first_refused = %crate::log_fields::quoted(report.refused.iter().take(10)),
                     "sync back refused paths"
                 );
             }

@@ -234,7 +234,10 @@ fn build_context() -> SandboxResult<(Vec<u8>, String, String)> {
     with_nc.add_libraries_from_ldd()?;
     rootfs.libraries = with_nc.libraries.clone();
     if !rootfs.missing.is_empty() {
-        tracing::info!(missing = ?rootfs.missing, "the host lacks some optional image commands");
+        tracing::info!(
+            missing = %crate::log_fields::list(&rootfs.missing),
+            "the host lacks some optional image commands"
+        );
     }
     let fingerprint = fingerprint_of(&rootfs);
     let context = pack_context(&with_nc)

@@ -35,7 +35,7 @@
 //!    on the host (`SandboxProvider::reap_stale`), so a node killed with `kill -9` leaves
 //!    nothing behind for longer than a period while any node runs on its host.
 //! 8. **A run's whole output goes to its log** when the runner has a [`LogStore`]
-//!    (`TaskRunnerConfig::logs`): the first `cap` bytes, stdout and stderr as they arrive, ended
+//!    (`TaskRunnerConfig::logs`): stdout and stderr apart, the first `cap` bytes of each, ended
 //!    before the run's end is sent, so whoever sees the result finds the log finished. A log
 //!    that cannot be made (a link at its name) is warned about; the run goes on without it.
 

@@ -290,7 +290,7 @@ async fn execute<S: ExecutionSandbox>(
     let mut keep = |chunk: &OutputChunk| {
         tails.push(chunk);
         if let Some(log) = log.as_deref_mut() {
-            log.push(&chunk.data);
+            log.push(chunk.stream, &chunk.data);
         }
     };
     let (tx, mut rx) = mpsc::channel(64);

@@ -861,12 +861,13 @@ async fn shutdown_removes_the_warm_pools_sandboxes() {
     }
 }
 
-/// Issue 35 (module rule 8): with a log store, a run's output lands in its log as written, up
-/// to the store's cap (the cut counted), and the log is finished by the time the run's end is
-/// taken. (The double streams at most the request's cap, so the output here is short; the
-/// Docker sandbox streams all of it.)
+/// Issue 35 (module rule 8): with a log store, a run's output lands in its log as written,
+/// stdout and stderr apart, each up to the store's cap (the cut counted), and the log is
+/// finished by the time the run's end is taken. (The double streams at most the request's cap,
+/// so the output here is short; the Docker sandbox streams all of it.)
 #[tokio::test]
 async fn a_runs_whole_output_is_in_its_log_finished_before_its_end() {
+    use crate::sandbox::OutputStream::{Stderr, Stdout};
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(LogStore::open(dir.path(), 12, 8).unwrap());
     let provider = ScriptedProvider::new();
@@ -879,11 +880,15 @@ async fn a_runs_whole_output_is_in_its_log_finished_before_its_end() {
     let mut runner = TaskRunner::new(provider.clone(), config);
     runner.warm_up();
     let ready = wait_for(|| provider.sandboxes().into_iter().next()).await;
-    ready.push_exec(ScriptedExec::output(0, "line1\n\u{1b}[2Jline2\n"));
+    let mut exec = ScriptedExec::output(0, "line1\n\u{1b}[2Jline2\n");
+    if let Ok(out) = &mut exec.result {
+        out.stderr = b"warning\n".to_vec();
+    }
+    ready.push_exec(exec);
     runner.start(&task(1), 1, &spec("img", &["work"]));
     let (_, _, exit) = exited(end(&mut runner).await);
     assert_eq!(exit.exit_code, Some(0));
-    let log = store.read("sub-1", None, 0, 1 << 20).unwrap();
+    let log = store.read("sub-1", None, Stdout, 0, 1 << 20).unwrap();
     assert_eq!(log.attempt, 1);
     assert_eq!(
         log.data, b"line1\n\x1b[2Jli",
@@ -894,4 +899,7 @@ async fn a_runs_whole_output_is_in_its_log_finished_before_its_end() {
         (log.progress.cut_at(), log.progress.dropped_bytes),
         (Some(12), Some(4))
     );
+    let err = store.read("sub-1", None, Stderr, 0, 1 << 20).unwrap();
+    assert_eq!(err.data, b"warning\n", "stderr apart, not cut");
+    assert!(err.progress.finished && err.progress.cut_at().is_none());
 }

@@ -27,6 +27,7 @@ use super::frame::Frame;
 use super::link::Links;
 use super::peers::{self, PeerBook};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
+use crate::log_fields::list;
 use crate::runtime::TransportEvent;
 
 /// Direct messages held per connected peer until its identify arrives.
@@ -593,7 +594,8 @@ impl Driver {
             .collect();
         if addrs.is_empty() {
             self.stats.discovery_dropped("no_address");
-            tracing::debug!(%peer, ?listen_addrs, "peer advertises no dialable address");
+            tracing::debug!(%peer, listen_addrs = %list(listen_addrs),
+                "peer advertises no dialable address");
             return;
         }
         let kad = &mut self.swarm.behaviour_mut().kad;
@@ -711,7 +713,8 @@ impl Driver {
                     self.links.disconnected(&peer_id);
                     self.parts.forget(&peer_id);
                     self.stats.set_peer_http(peer_id.to_base58(), None);
-                    tracing::debug!(peer = %peer_id, ?cause, "disconnected");
+                    tracing::debug!(peer = %peer_id,
+                        cause = cause.as_ref().map(tracing::field::display), "disconnected");
                     if was_up {
                         self.lookup_wanted = true;
                         self.emit(TransportEvent::PeerDown {
@@ -731,7 +734,8 @@ impl Driver {
                 ListenError::Denied { cause } => {
                     let reason = denial_reason(&cause);
                     self.stats.connection_denied(reason);
-                    tracing::debug!(?peer_id, %send_back_addr, reason, "incoming connection denied");
+                    tracing::debug!(peer_id = peer_id.map(tracing::field::display),
+                        %send_back_addr, reason, "incoming connection denied");
                 }
                 error => {
                     let text = error_chain(&error);
@@ -781,7 +785,8 @@ impl Driver {
                         self.stats.connection_failed(failure_reason(&text));
                     }
                 }
-                tracing::debug!(?peer_id, %error, "outgoing connection failed");
+                tracing::debug!(peer_id = peer_id.map(tracing::field::display), %error,
+                    "outgoing connection failed");
             }
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::debug!(%address, "listening");
@@ -953,12 +958,7 @@ impl Driver {
                 if self.first_warning(format!("cluster {peer}")) {
                     tracing::warn!(
                         %peer,
-                        addrs = %info
-                            .listen_addrs
-                            .iter()
-                            .map(ToString::to_string)
-                            .collect::<Vec<_>>()
-                            .join(", "),
+                        addrs = %list(&info.listen_addrs),
                         "a peer of another cluster ({:?}; this node's is {:?}) connected: \
                          disconnecting. Check --cluster-id / protocol.cluster_id on both nodes",
                         ad.cluster,
