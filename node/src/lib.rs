@@ -17,6 +17,8 @@
 //! * [`api`] — the HTTP API's axum router, one file per resource (status, cluster, members,
 //!   tasks);
 //! * [`wire`] — the API's JSON documents that both the server and the clients read;
+//! * [`http1`] — the minimal HTTP/1.1 client both use to send a request (the CLI to a node, a
+//!   node to its peers);
 //! * [`cli`] — the command-line clients: one HTTP client, then one file per command;
 //! * [`history`] — a node's recorded history: replay, merge, the trace format, the host clock;
 //! * [`devcluster`] — a local cluster of real processes for demos and failover timing;
@@ -33,6 +35,7 @@ pub mod daemon;
 pub mod devcluster;
 mod exit;
 pub mod history;
+pub mod http1;
 pub mod logging;
 pub mod names;
 pub mod pki;

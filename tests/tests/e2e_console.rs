@@ -1,10 +1,12 @@
 //! End to end: the web console (`/ui`, issue 37) of a three-node cluster, in a real browser —
 //! headless Chromium driven over the DevTools protocol ([`chorus_tests::browser`]). The page is
-//! loaded once, at a node that is not the admin, and kept open: it shows the admin; a task
-//! submitted to that node shows its output (as text: markup in it stays text); after `kill -9`
-//! of the admin the same page shows the new admin within the failover bound, draws the new
-//! term on its timeline, and shows the killed node not reached, then reached again once it
-//! restarts.
+//! loaded at a node that is not the admin, and kept open: it shows the admin, and every other
+//! node as that node reports itself (the other follower a follower in the admin's term, the
+//! admin with its lease); a task submitted to that node shows its output (as text: markup in
+//! it stays text); after `kill -9` of the admin the same page shows the new admin within the
+//! failover bound, draws the new term on its timeline, and shows the killed node not reached,
+//! then reached again once it restarts. A page opened after all that draws, at once, the
+//! earlier admin's band from before it opened (the node keeps its history).
 //!
 //! Needs Chromium and a running Docker Engine (the task runs in a sandbox); fails, never
 //! skips, without them. With `CHORUS_CONSOLE_SCREENSHOT=FILE` the page's last state is saved
@@ -100,6 +102,38 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
         "a row per node"
     );
     assert_eq!(b.eval(&text_of("term")), Value::String(term.to_string()));
+
+    // Every node as it reports itself, asked by the node serving the page: the other follower
+    // says it follows in the admin's term; the admin shows the lease only it knows.
+    let f = (a + 2) % 3;
+    let cell = |node: &str, class: &str| {
+        format!(
+            "(document.querySelector('#nodes tr[data-node=\"{node}\"] td.{class}') || {{}}).textContent || null"
+        )
+    };
+    let follower = format!(
+        "{} === 'follower' && {} === '{term}' || null",
+        cell(&ids[f], "role-cell"),
+        cell(&ids[f], "term")
+    );
+    assert!(
+        b.wait_for(&follower, SHOW_BOUND).is_some(),
+        "the other follower {} is shown as it reports itself: role {:?}, term {:?}",
+        ids[f],
+        b.eval(&cell(&ids[f], "role-cell")),
+        b.eval(&cell(&ids[f], "term"))
+    );
+    let lease = format!(
+        "/^[0-9.]+ m?s$/.test({}) && {} === 'admin' || null",
+        cell(&admin, "lease"),
+        cell(&admin, "role-cell")
+    );
+    assert!(
+        b.wait_for(&lease, SHOW_BOUND).is_some(),
+        "the admin's row shows its own role and lease: {:?} / {:?}",
+        b.eval(&cell(&admin, "role-cell")),
+        b.eval(&cell(&admin, "lease"))
+    );
 
     // A task submitted to this node: its output appears, markup in it as text.
     let spec = serde_json::json!({
@@ -208,9 +242,7 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
     );
     // Reachability: the killed node's row says it is not reached, and reached again once it
     // restarts and rejoins (as a follower of the new admin).
-    let reached = format!(
-        "document.querySelector('#nodes tr[data-node=\"{admin}\"]').children[4].textContent"
-    );
+    let reached = cell(&admin, "reach");
     assert!(
         b.wait_for(&format!("{reached} === 'no' || null"), SHOW_BOUND)
             .is_some(),
@@ -228,6 +260,24 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
         b.eval(&reached)
     );
     assert_eq!(b.eval(&text_of("admin")), Value::String(new_admin.clone()));
+
+    // A page opened now, after the failover, draws what the node saw before it opened: the
+    // earlier admin's band (left of the line where the page opened) and its term's mark.
+    b.navigate(&format!("http://{host}/ui?reopened"));
+    let earlier = format!(
+        "(() => {{ \
+           const opened = document.querySelector('#timeline line.opened'); \
+           const bands = [...document.querySelectorAll('#timeline rect.band[data-node=\"{admin}\"][data-state=\"admin\"]')]; \
+           const mark = [...document.querySelectorAll('#timeline text.term[data-node=\"{admin}\"]')].some(e => e.textContent === 'T{term}'); \
+           return opened && mark && bands.some(r => +r.getAttribute('x') < +opened.getAttribute('x1')) || null; \
+         }})()"
+    );
+    assert!(
+        b.wait_for(&earlier, SHOW_BOUND).is_some(),
+        "a page opened after the failover shows the earlier admin {admin}'s band and T{term}: \
+         bands {:?}",
+        b.eval("[...document.querySelectorAll('#timeline rect.band')].map(r => r.dataset.node.slice(-8) + ':' + r.dataset.state).join(' ')")
+    );
     // A few more polls, so the picture shows some time after the rejoin.
     std::thread::sleep(Duration::from_secs(2));
     let shot = std::env::var_os("CHORUS_CONSOLE_SCREENSHOT")

@@ -3,8 +3,10 @@
 //!
 //! The trust model:
 //! - **Anyone who reaches the port** may read the node's health and public state: `/healthz`,
-//!   `/readyz`, `/status`, `/metrics`, `/cluster` and `GET /members` — what Consul's and
-//!   Nomad's status endpoints show without a token. No task, no environment, no output.
+//!   `/readyz`, `/status`, `/status/history`, `/metrics`, `/cluster`, `/cluster/status` (the
+//!   peers' own public status, asked by this node within bounds) and `GET /members` — what
+//!   Consul's and Nomad's status endpoints show without a token. No task, no environment, no
+//!   output.
 //! - **Everything else needs a token** (`Authorization: Bearer chorus_v1_…`), whose role says
 //!   what it may do; roles are ordered, each allows what the ones before it do:
 //!   `read` (list and read tasks, secrets redacted), `submit` (submit tasks, cancel one's own),
@@ -452,7 +454,15 @@ fn strip_port(host: &str) -> &str {
 /// The role a request needs; `None`: anyone may (health and public state).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
     let public = [
-        "/", "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
+        "/",
+        "/healthz",
+        "/readyz",
+        "/status",
+        "/status/history",
+        "/metrics",
+        "/cluster",
+        "/cluster/status",
+        "/members",
     ];
     let read = *method == Method::GET || *method == Method::HEAD;
     // The web console's page, script and style sheet hold no node data and no secret: the
@@ -635,7 +645,14 @@ mod tests {
     #[test]
     fn routes_need_the_roles_the_trust_model_states() {
         for p in [
-            "/healthz", "/readyz", "/status", "/metrics", "/cluster", "/members",
+            "/healthz",
+            "/readyz",
+            "/status",
+            "/status/history",
+            "/metrics",
+            "/cluster",
+            "/cluster/status",
+            "/members",
         ] {
             assert_eq!(required_role(&Method::GET, p), None, "{p}");
         }

@@ -1,7 +1,9 @@
 //! The HTTP API (127.0.0.1 by default), one file per resource: `status` (`/healthz`,
-//! `/readyz`, `/status`, `/metrics`), `cluster` (this node's view of every node it knows, with
-//! their HTTP addresses), `members`, `tasks`, `logs` (a run's output, at its worker), `acl`
-//! (tokens) and `ui` (the web console, pages that read the other routes from the browser).
+//! `/readyz`, `/status`, `/metrics`), `history` (`/status/history`, what this node saw lately),
+//! `cluster` (this node's view of every node it knows, with their HTTP addresses),
+//! `cluster_status` (`/cluster/status`, each node's own view, asked of it), `members`, `tasks`,
+//! `logs` (a run's output, at its worker), `acl` (tokens) and `ui` (the web console, pages
+//! that read the other routes from the browser).
 //! Handlers read the daemon's
 //! shared state and hand operator requests to its runtime loop; they never call the
 //! command-line clients. Every request passes `auth` first: who may do what is decided there.
@@ -9,6 +11,8 @@
 pub mod acl;
 pub mod auth;
 pub mod cluster;
+pub mod cluster_status;
+pub mod history;
 pub mod logs;
 pub mod members;
 pub mod status;
@@ -71,8 +75,10 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
     app.route("/healthz", get(status::healthz))
         .route("/readyz", get(status::readyz))
         .route("/status", get(status::status))
+        .route("/status/history", get(history::history))
         .route("/metrics", get(status::metrics))
         .route("/cluster", get(cluster::cluster))
+        .route("/cluster/status", get(cluster_status::cluster_status))
         .route(
             "/members",
             get(members::members).post(members::change_members),
@@ -87,6 +93,7 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
         .route("/acl/tokens", post(acl::create_token))
         .route("/acl/delegate", post(acl::delegate))
         .layer(Extension(auth.clone()))
+        .layer(Extension(Arc::new(cluster_status::Asker::default())))
         .layer(axum::middleware::from_fn_with_state(
             (shared.clone(), auth),
             auth::guard,

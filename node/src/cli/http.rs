@@ -1,11 +1,15 @@
 //! The one HTTP client every command uses to talk to a node's API (and devcluster to its
-//! nodes): a minimal HTTP/1.1 request over one loopback or LAN connection, no client library.
+//! nodes): the operator's token, delegated tokens for peers, and how certificates are checked,
+//! over [`crate::http1`]'s one request per connection.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 use anyhow::Context;
+
+pub use crate::http1::RawAnswer;
+use crate::http1::{self, normalize_fingerprint, Endpoint};
 
 /// The API token every request of this process carries to the address the operator named (see
 /// [`set_token`]); a peer's advertised address gets a delegated one ([`request_peer`]).
@@ -72,24 +76,6 @@ pub async fn request(
         answer.code,
         String::from_utf8_lossy(&answer.body).into_owned(),
     ))
-}
-
-/// An answer as it came: its status, its headers (names in lowercase) and its body's bytes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawAnswer {
-    pub code: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-}
-
-impl RawAnswer {
-    /// The value of header `name` (lowercase).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
 }
 
 /// [`request`], keeping the headers and the body's bytes as they are (a task's output).
@@ -190,143 +176,16 @@ async fn request_bytes_with(
     token: Option<&str>,
 ) -> anyhow::Result<RawAnswer> {
     let endpoint = Endpoint::parse(addr)?;
-    let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
-    let raw = if endpoint.tls {
-        let connector = tokio_rustls::TlsConnector::from(client_config(&endpoint)?);
-        let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
-            .map_err(|e| anyhow::anyhow!("{addr}: {e}"))?;
-        let stream = connector
-            .connect(name, tcp)
-            .await
-            .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
-        exchange(stream, &endpoint, method, path, body, token).await?
-    } else {
-        exchange(tcp, &endpoint, method, path, body, token).await?
+    let tls = match endpoint.tls {
+        true => Some(client_config(&endpoint)?),
+        false => None,
     };
-    parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {addr}"))
+    http1::send(&endpoint, tls, method, path, body, token, MAX_ANSWER_BYTES).await
 }
 
-/// Splits a whole HTTP/1.1 answer into status, headers and body.
-fn parse_answer(raw: &[u8]) -> Option<RawAnswer> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let code = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Some(RawAnswer {
-        code,
-        headers,
-        body: raw[end + 4..].to_vec(),
-    })
-}
-
-/// Writes the request and reads the whole answer (the server closes: `Connection: close`).
-async fn exchange<S>(
-    mut stream: S,
-    endpoint: &Endpoint,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    token: Option<&str>,
-) -> anyhow::Result<Vec<u8>>
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-{
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        endpoint.host_port
-    );
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    if let Some(body) = body {
-        request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    request.push_str("\r\n");
-    request.push_str(body.unwrap_or_default());
-    stream.write_all(request.as_bytes()).await?;
-    stream.flush().await?;
-    let mut raw = Vec::new();
-    // Bounded: status documents are small.
-    match (&mut stream).take(4 << 20).read_to_end(&mut raw).await {
-        Ok(_) => {}
-        // A TLS peer that closes without close_notify: the answer read so far is whole when
-        // its head arrived (the body is checked by whoever parses it).
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(e) => return Err(e.into()),
-    }
-    Ok(raw)
-}
-
-/// Where a node's API is: `HOST:PORT` or `http://HOST:PORT` (plain), `https://HOST:PORT`
-/// (TLS), with an optional `#sha256=FINGERPRINT` naming the certificate to pin (how nodes
-/// advertise a TLS API to each other; `/cluster` shows it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Endpoint {
-    /// TLS or plain.
-    pub tls: bool,
-    /// `HOST:PORT` as given (the `Host` header).
-    pub host_port: String,
-    /// The host alone (the TLS server name), brackets of an IPv6 address removed.
-    pub host: String,
-    /// The certificate fingerprint the address itself names.
-    pub pin: Option<String>,
-}
-
-impl Endpoint {
-    /// Parses an `--addr`; the error says what is accepted.
-    pub fn parse(addr: &str) -> anyhow::Result<Endpoint> {
-        let bad = |why: &str| {
-            anyhow::anyhow!(
-                "{addr:?} is not a node address ({why}): give HOST:PORT, http://HOST:PORT or \
-                 https://HOST:PORT"
-            )
-        };
-        let (rest, pin) = match addr.split_once('#') {
-            Some((rest, fragment)) => {
-                let fp = fragment
-                    .strip_prefix("sha256=")
-                    .ok_or_else(|| bad("the part after # is not sha256=FINGERPRINT"))?;
-                (rest, Some(normalize_fingerprint(fp)?))
-            }
-            None => (addr, None),
-        };
-        let (tls, host_port) = if let Some(r) = rest.strip_prefix("https://") {
-            (true, r)
-        } else if let Some(r) = rest.strip_prefix("http://") {
-            (false, r)
-        } else if rest.contains("://") {
-            return Err(bad("only http and https"));
-        } else {
-            (false, rest)
-        };
-        let host_port = host_port.strip_suffix('/').unwrap_or(host_port);
-        if host_port.contains('/') {
-            return Err(bad("no path"));
-        }
-        let (host, port) = host_port.rsplit_once(':').ok_or_else(|| bad("no port"))?;
-        if port.parse::<u16>().is_err() {
-            return Err(bad("the port is not a number up to 65535"));
-        }
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || host.bytes().any(|b| b.is_ascii_control() || b == b' ') {
-            return Err(bad("no host"));
-        }
-        Ok(Endpoint {
-            tls,
-            host_port: host_port.to_owned(),
-            host: host.to_owned(),
-            pin,
-        })
-    }
-}
+/// The most of an answer the CLI keeps (status documents and task output tails are far
+/// smaller).
+const MAX_ANSWER_BYTES: u64 = 4 << 20;
 
 /// How this process checks a node's TLS certificate: `--tls-fingerprint` /
 /// `CHORUS_TLS_FINGERPRINT` (SHA-256 of the certificate), `--ca-cert` / `CHORUS_CA_CERT` (a CA
@@ -352,17 +211,6 @@ pub fn set_tls(fingerprint: Option<&str>, ca_cert: Option<&Path>) -> anyhow::Res
     Ok(())
 }
 
-/// 64 hex digits, lowercase; colons (as `openssl x509 -fingerprint -sha256` prints) dropped.
-fn normalize_fingerprint(fp: &str) -> anyhow::Result<String> {
-    let hex: String = fp.trim().chars().filter(|c| *c != ':').collect();
-    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        anyhow::bail!(
-            "{fp:?} is not a SHA-256 certificate fingerprint (64 hex digits, colons allowed)"
-        );
-    }
-    Ok(hex.to_ascii_lowercase())
-}
-
 /// The TLS client settings for `endpoint`: a pinned fingerprint (the address's own, else
 /// `--tls-fingerprint`), else the CA of `--ca-cert`; never the system's roots and never no
 /// check at all — a node's certificate is its own or its operator's CA's.
@@ -372,27 +220,10 @@ fn client_config(endpoint: &Endpoint) -> anyhow::Result<std::sync::Arc<rustls::C
         .unwrap_or_else(PoisonError::into_inner)
         .clone()
         .unwrap_or_default();
-    let provider = crate::pki::provider();
-    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()?;
-    let config = if let Some(pin) = endpoint.pin.clone().or(settings.fingerprint) {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(std::sync::Arc::new(PinnedCert { pin, provider }))
-            .with_no_client_auth()
+    if let Some(pin) = endpoint.pin.clone().or(settings.fingerprint) {
+        http1::pinned(pin)
     } else if let Some(ca) = &settings.ca_cert {
-        use rustls::pki_types::pem::PemObject;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
-            .map_err(|e| anyhow::anyhow!("cannot read the CA certificate {}: {e}", ca.display()))?
-        {
-            let cert =
-                cert.map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca.display()))?;
-        }
-        builder.with_root_certificates(roots).with_no_client_auth()
+        http1::signed_by(ca)
     } else {
         anyhow::bail!(
             "{} speaks TLS: pass --tls-fingerprint FP (the node prints it at its first start \
@@ -400,72 +231,6 @@ fn client_config(endpoint: &Endpoint) -> anyhow::Result<std::sync::Arc<rustls::C
              DATA_DIR/http-tls/cert.pem`) or --ca-cert FILE",
             endpoint.host_port
         );
-    };
-    let mut config = config;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(std::sync::Arc::new(config))
-}
-
-/// Accepts exactly the certificate whose SHA-256 is pinned (its names and dates do not matter:
-/// the pin is the identity), and checks the handshake's signatures with it.
-#[derive(Debug)]
-struct PinnedCert {
-    pin: String,
-    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
-}
-
-impl rustls::client::danger::ServerCertVerifier for PinnedCert {
-    fn verify_server_cert(
-        &self,
-        end_entity: &rustls::pki_types::CertificateDer<'_>,
-        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
-        _server_name: &rustls::pki_types::ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        let got = crate::pki::fingerprint(end_entity);
-        if got == self.pin {
-            Ok(rustls::client::danger::ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(format!(
-                "the node's certificate has fingerprint {got}, not the pinned {}",
-                self.pin
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &rustls::pki_types::CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }
 
@@ -578,38 +343,5 @@ mod tests {
         listener.set_nonblocking(true).unwrap();
         assert!(listener.accept().is_err(), "the peer was contacted");
         *TOKEN.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
-    #[test]
-    fn answers_keep_their_headers_and_body_bytes() {
-        let raw = b"HTTP/1.1 200 OK\r\nChorus-Log-Size: 3\r\ncontent-length: 3\r\n\r\n\xff\r\n";
-        let a = parse_answer(raw).unwrap();
-        assert_eq!((a.code, a.body.as_slice()), (200, &b"\xff\r\n"[..]));
-        assert_eq!(a.header("chorus-log-size"), Some("3"));
-        assert!(parse_answer(b"HTTP/1.1 200 OK").is_none());
-    }
-
-    #[test]
-    fn addresses_parse_with_and_without_scheme_and_pin() {
-        let plain = Endpoint::parse("127.0.0.1:7070").unwrap();
-        assert!(!plain.tls && plain.host == "127.0.0.1" && plain.pin.is_none());
-        assert_eq!(Endpoint::parse("http://127.0.0.1:7070/").unwrap(), plain);
-        let fp = "AB:".repeat(31) + "AB";
-        let tls = Endpoint::parse(&format!("https://[::1]:7443#sha256={fp}")).unwrap();
-        assert!(tls.tls);
-        assert_eq!(tls.host, "::1");
-        assert_eq!(tls.host_port, "[::1]:7443");
-        assert_eq!(tls.pin.unwrap(), "ab".repeat(32));
-        for bad in [
-            "ftp://h:1",
-            "h",
-            "h:notaport",
-            "http://h:1/tasks",
-            ":80",
-            "https://h:1#md5=00",
-            "https://h:1#sha256=abc",
-        ] {
-            assert!(Endpoint::parse(bad).is_err(), "{bad}");
-        }
     }
 }

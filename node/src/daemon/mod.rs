@@ -7,7 +7,8 @@
 //!   admin waits for) are its parts;
 //! * `observer` — the shadow core, the notices recorded for `chorus replay`, the log lines;
 //! * `shared` — the state the observer writes and the API reads; `metrics` its counters,
-//!   `operator` the requests waiting in it for the core's answer;
+//!   `timeline` what the node saw lately (for the console), `operator` the requests waiting in
+//!   it for the core's answer;
 //! * `fault` — deliberately broken builds, for the checker's tests (feature `fault-injection`).
 
 pub mod acl;
@@ -23,6 +24,7 @@ pub mod run;
 mod sandboxes;
 pub mod shared;
 mod signals;
+pub mod timeline;
 pub mod tls;
 
 pub use run::run;

@@ -1,6 +1,7 @@
 //! What the running node shows: an [`Observer`] that keeps a shadow copy of the core (stepped
-//! with the same durable events, so status is exact), counts metrics, records notices in the
-//! event log for `chorus replay`, hands operator requests their answers, and logs decisions.
+//! with the same durable events, so status is exact), counts metrics, keeps the recent
+//! timeline the console draws, records notices in the event log for `chorus replay`, hands
+//! operator requests their answers, and logs decisions.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -11,6 +12,7 @@ use chorus_io::runtime::{Observer, StepInfo};
 
 use super::metrics::record_latency;
 use super::shared::{deliver, Shared, SharedState, MAX_CONTACTS};
+use super::timeline::Timeline;
 use crate::history::hostclock::HostClockOrigin;
 
 /// How many (sender, reason) pairs of refusals are tracked for throttled warnings.
@@ -57,6 +59,11 @@ impl Observer for NodeObserver {
         s.core = Some(core.clone());
         s.stepped_at = Some(Instant::now());
         s.metrics.recovered_events = replayed as u64;
+        // Its epoch tells this run's history from an earlier run's (a page open across a restart).
+        let epoch = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        s.timeline = Timeline::begin(epoch, core.now_ms(), core);
         tracing::info!(
             term = core.term(),
             voted_for = core.voted_for().map(tracing::field::display),
@@ -82,6 +89,12 @@ impl Observer for NodeObserver {
             let mut discard = Vec::new();
             core.step(step.now_ms, step.event.clone(), &mut discard);
             debug_assert_eq!(discard.as_slice(), step.commands, "shadow core diverged");
+        }
+        {
+            let Shared { core, timeline, .. } = &mut *s;
+            if let Some(core) = core.as_ref() {
+                timeline.observe(step.now_ms, core, Some(step.event));
+            }
         }
         if !s.tasks.unplaced.is_empty() {
             let Shared { core, tasks, .. } = &mut *s;

@@ -1,5 +1,6 @@
 //! The state the runtime loop writes (through the observer) and the HTTP API reads: the shadow
-//! core, the counters, and the operator requests waiting for the core's answer.
+//! core, the counters, the recent timeline, and the operator requests waiting for the core's
+//! answer.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -46,6 +47,8 @@ pub struct Shared {
     pub secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
     /// The output of the runs this node ran (`GET /tasks/{id}/logs`), when it runs tasks.
     pub logs: Option<Arc<chorus_io::sandbox::tasks::LogStore>>,
+    /// What this node saw lately, for the console's timeline (`GET /status/history`).
+    pub timeline: super::timeline::Timeline,
 }
 
 /// Most peers whose last contact is remembered.

@@ -1,16 +1,16 @@
-// The CHORUS console's script. It polls this node's own JSON endpoints once a second
-// (/status and /cluster, open to anyone who reaches the port; /tasks with the operator's read
-// token) and draws what they say. Everything that comes from a node — ids, addresses, task
-// output — is put in as text (textContent, SVG attributes), never parsed as markup.
+// The CHORUS console's script. It polls this node's own JSON endpoints once a second — /status
+// (its own state), /status/history (what it saw lately: the timeline), /cluster/status (each
+// node's own state, which this node asks them for) — all open to anyone who reaches the port,
+// and /tasks with the operator's read token, and draws what they say. Everything that comes
+// from a node — ids, addresses, task output — is put in as text (textContent, SVG attributes),
+// never parsed as markup.
 'use strict';
 
 (function () {
   const POLL_MS = 1000;
-  // The timeline keeps this much history, and at most this many rows.
+  // The timeline draws this much history, and at most this many rows.
   const WINDOW_MS = 10 * 60 * 1000;
   const MAX_ROWS = 40;
-  // A gap between two answers longer than this leaves the rows blank (nothing was seen).
-  const GAP_MS = 3 * POLL_MS;
   // The simulator's colours (sim/src/svg.rs), so a console and a `chorus-sim svg` picture read
   // the same.
   const COLOURS = {
@@ -83,76 +83,124 @@
     return v < 10000 ? v + ' ms' : (v / 1000).toFixed(1) + ' s';
   }
 
-  // ---- what was seen, for the timeline: per node, segments of one state; election marks;
-  // this node's lease while it held one.
-  const rows = new Map(); // id -> [{from, to, state}]
-  const marks = []; // {id, t, term}
-  const leases = []; // {id, from, to}
-  let lastSeen = null; // time of the last answer
-  let lastAdmin = null;
-  let lastTerm = null;
+  // ---- the timeline's model: this node's history (/status/history) replayed into, per node,
+  // segments of one state; a mark at each new admin; this node's lease while it held one. Times
+  // are this page's clock: a node time plus `offset`, fixed when the history is (re)loaded.
+  const model = {
+    self: null,
+    epoch: null,
+    last: 0,
+    offset: 0,
+    since: 0, // page time the history starts at
+    seen: null, // {role, term, admin, admin_term, leased, peers: Set}
+    rows: new Map(), // id -> [{from, to, state}]
+    marks: [], // {id, t, term}
+    leases: [], // {id, from, to, open}
+    lastAdmin: null,
+    lastTerm: null,
+  };
 
-  function extend(list, t, value, same) {
-    const last = list[list.length - 1];
-    if (last && lastSeen !== null && t - lastSeen <= GAP_MS && same(last)) {
-      last.to = t;
-    } else {
-      if (last && lastSeen !== null && t - lastSeen <= GAP_MS) last.to = t;
-      list.push(Object.assign({ from: t, to: t }, value));
+  // Every row's state as this node saw it: its own role (pale while admin without a lease);
+  // of the others, red for the admin it knew, blue for a peer connected to it, grey otherwise.
+  function rowStates(seen) {
+    const states = new Map();
+    let own = seen.role;
+    if (own === 'admin' && !seen.leased) own = 'admin_unleased';
+    states.set(model.self, own);
+    for (const id of seen.peers) states.set(id, 'follower');
+    if (seen.admin && seen.admin !== model.self) states.set(seen.admin, 'admin');
+    for (const id of model.rows.keys()) if (!states.has(id)) states.set(id, 'down');
+    return states;
+  }
+
+  // Carries every row's state up to page time `t`.
+  function stamp(t) {
+    for (const [id, state] of rowStates(model.seen)) {
+      if (!model.rows.has(id)) {
+        if (model.rows.size >= MAX_ROWS) continue;
+        model.rows.set(id, []);
+      }
+      const segs = model.rows.get(id);
+      const last = segs[segs.length - 1];
+      if (last) last.to = t;
+      if (!last || last.state !== state) segs.push({ from: t, to: t, state });
+    }
+    const lease = model.leases[model.leases.length - 1];
+    if (lease && lease.open) lease.to = t;
+  }
+
+  function apply(c, t) {
+    const seen = model.seen;
+    switch (c.kind) {
+      case 'role':
+        seen.role = String(c.role);
+        seen.term = c.term;
+        break;
+      case 'admin':
+        seen.admin = c.admin;
+        seen.admin_term = c.term;
+        // A spell without a known admin marks nothing: the next admin is compared with the last.
+        if (c.admin && (c.admin !== model.lastAdmin || c.term !== model.lastTerm)) {
+          model.marks.push({ id: c.admin, t, term: c.term });
+        }
+        if (c.admin) {
+          model.lastAdmin = c.admin;
+          model.lastTerm = c.term;
+        }
+        break;
+      case 'lease':
+        seen.leased = !!c.held;
+        if (c.held) model.leases.push({ id: model.self, from: t, to: t, open: true });
+        else if (model.leases.length) model.leases[model.leases.length - 1].open = false;
+        break;
+      case 'peer':
+        if (c.up) seen.peers.add(String(c.node));
+        else seen.peers.delete(String(c.node));
+        break;
     }
   }
 
-  function record(t, status, cluster) {
-    const states = new Map();
-    for (const m of cluster.members) {
-      let state;
-      if (m.node_id === status.node_id) {
-        state = status.role;
-        if (state === 'admin' && !status.lease_left_ms) state = 'admin_unleased';
-      } else if (m.node_id === status.admin) {
-        state = 'admin';
-      } else {
-        state = m.connected ? 'follower' : 'down';
-      }
-      states.set(m.node_id, state);
+  // Starts over from a full answer: the state at its start, then its changes.
+  function reset(h, receivedAt) {
+    model.self = String(h.node_id);
+    model.epoch = h.epoch;
+    model.offset = receivedAt - h.now_ms;
+    model.since = h.start_ms + model.offset;
+    model.rows.clear();
+    model.marks.length = 0;
+    model.leases.length = 0;
+    const s = h.start;
+    model.seen = { role: String(s.role), term: s.term, admin: s.admin, admin_term: s.admin_term, leased: !!s.leased, peers: new Set(s.peers.map(String)) };
+    model.lastAdmin = s.admin;
+    model.lastTerm = s.admin_term;
+    if (s.leased) model.leases.push({ id: model.self, from: model.since, to: model.since, open: true });
+    stamp(model.since);
+  }
+
+  // Takes in an answer of /status/history; returns this page's time of the node's `now`.
+  function absorb(h, receivedAt) {
+    if (h.full || h.epoch !== model.epoch) reset(h, receivedAt);
+    for (const c of h.changes) {
+      const t = c.t_ms + model.offset;
+      apply(c, t);
+      stamp(t);
     }
-    for (const id of rows.keys()) if (!states.has(id)) states.set(id, 'down');
-    for (const [id, state] of states) {
-      if (!rows.has(id)) {
-        if (rows.size >= MAX_ROWS) continue;
-        rows.set(id, []);
-      }
-      extend(rows.get(id), t, { state }, (s) => s.state === state);
-    }
-    if (status.admin && (status.admin !== lastAdmin || status.term !== lastTerm) && lastSeen !== null) {
-      marks.push({ id: status.admin, t, term: status.term });
-    }
-    if (status.role === 'admin' && status.lease_left_ms) {
-      const open = leases[leases.length - 1];
-      if (open && open.id === status.node_id && lastSeen !== null && t - lastSeen <= GAP_MS && open.to >= lastSeen) {
-        open.to = t;
-      } else {
-        leases.push({ id: status.node_id, from: t, to: t });
-      }
-    }
-    // A spell without a known admin marks nothing: the next admin is compared with the last.
-    if (status.admin) {
-      lastAdmin = status.admin;
-      lastTerm = status.term;
-    }
-    lastSeen = t;
+    const now = h.now_ms + model.offset;
+    stamp(now);
+    model.last = h.last_seq;
     // Bounded: forget what left the window.
-    const keep = t - WINDOW_MS;
-    for (const segs of rows.values()) {
-      while (segs.length && segs[0].to < keep) segs.shift();
+    const keep = now - WINDOW_MS;
+    for (const segs of model.rows.values()) {
+      while (segs.length > 1 && segs[0].to < keep) segs.shift();
     }
-    while (marks.length && marks[0].t < keep) marks.shift();
-    while (leases.length && leases[0].to < keep) leases.shift();
+    while (model.marks.length && model.marks[0].t < keep) model.marks.shift();
+    while (model.leases.length && model.leases[0].to < keep) model.leases.shift();
+    return now;
   }
 
   // ---- the timeline, in the simulator's visual language: one row per node coloured by role,
   // the lease as a dark band along the bottom of its admin's row, a black tick with the term
-  // at each new admin, a time axis.
+  // at each new admin, a time axis on this browser's clock.
   const W = 1000;
   const LEFT = 90;
   const RIGHT = 20;
@@ -162,13 +210,14 @@
   const LEASE_HEIGHT = 4;
 
   function drawTimeline(now) {
-    const ids = [...rows.keys()];
+    const others = [...model.rows.keys()].filter((id) => id !== model.self).sort();
+    const ids = model.rows.has(model.self) ? [model.self, ...others] : others;
     const height = TOP + ids.length * ROW + AXIS;
     const root = svg('svg', { xmlns: SVG, width: W, height, viewBox: `0 0 ${W} ${height}`, 'font-family': 'monospace', 'font-size': 10 });
     root.appendChild(svg('rect', { width: W, height, fill: '#ffffff' }));
-    const start = Math.max(opened, now - WINDOW_MS);
+    const start = Math.max(model.since || now, now - WINDOW_MS);
     const span = Math.max(now - start, 30000);
-    const x = (t) => LEFT + ((t - start) / span) * (W - LEFT - RIGHT);
+    const x = (t) => LEFT + ((Math.max(t, start) - start) / span) * (W - LEFT - RIGHT);
     // Legend.
     let lx = LEFT;
     const item = (fill, label) => {
@@ -184,9 +233,10 @@
     item('#000', 'T: new admin of term T');
     ids.forEach((id, i) => {
       const y = TOP + i * ROW;
-      for (const s of rows.get(id)) {
+      for (const s of model.rows.get(id)) {
+        if (s.to < start) continue;
         root.appendChild(svg('rect', {
-          class: 'band', 'data-state': s.state,
+          class: 'band', 'data-state': s.state, 'data-node': id,
           x: x(s.from).toFixed(1), y: y + 1, width: Math.max(x(s.to) - x(s.from), 0.5).toFixed(1), height: ROW - 2,
           fill: COLOURS[s.state] || COLOURS.down,
         }));
@@ -194,43 +244,47 @@
       const label = svg('text', { x: 4, y: y + ROW - 4 });
       const title = svg('title', {}, id);
       label.appendChild(title);
-      label.appendChild(document.createTextNode(short(id) + (id === $('self').textContent ? ' *' : '')));
+      label.appendChild(document.createTextNode(short(id) + (id === model.self ? ' *' : '')));
       root.appendChild(label);
     });
-    for (const l of leases) {
+    for (const l of model.leases) {
       const i = ids.indexOf(l.id);
-      if (i < 0) continue;
+      if (i < 0 || l.to < start) continue;
       root.appendChild(svg('rect', {
         class: 'lease', x: x(l.from).toFixed(1), y: TOP + (i + 1) * ROW - 1 - LEASE_HEIGHT,
         width: Math.max(x(l.to) - x(l.from), 0.5).toFixed(1), height: LEASE_HEIGHT, fill: LEASE,
       }));
     }
-    for (const m of marks) {
+    for (const m of model.marks) {
       const i = ids.indexOf(m.id);
-      if (i < 0) continue;
+      if (i < 0 || m.t < start) continue;
       const y = TOP + i * ROW;
       const px = x(m.t);
       root.appendChild(svg('line', { x1: px, y1: y, x2: px, y2: y + ROW, stroke: '#000', 'stroke-width': 2 }));
-      root.appendChild(svg('text', { class: 'term', x: px + 3, y: y + ROW - 4, 'font-size': 9, 'font-weight': 'bold', fill: '#000' }, 'T' + m.term));
+      root.appendChild(svg('text', { class: 'term', 'data-node': m.id, x: px + 3, y: y + ROW - 4, 'font-size': 9, 'font-weight': 'bold', fill: '#000' }, 'T' + m.term));
     }
-    // Axis: seconds since the page opened, at a round step.
+    // Axis: this browser's clock, at a round step; a dashed line where this page opened.
     const bottom = TOP + ids.length * ROW;
     root.appendChild(svg('line', { x1: LEFT, y1: bottom, x2: W - RIGHT, y2: bottom, stroke: '#444' }));
     const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600].map((s) => s * 1000);
-    const step = steps.find((s) => span / s <= 12) || 600000;
-    for (let t = Math.ceil((start - opened) / step) * step; opened + t <= start + span; t += step) {
-      const px = x(opened + t);
+    const step = steps.find((s) => span / s <= 8) || 600000;
+    for (let t = Math.ceil(start / step) * step; t <= start + span; t += step) {
+      const px = x(t);
       root.appendChild(svg('line', { x1: px, y1: TOP, x2: px, y2: bottom, stroke: '#000', 'stroke-opacity': 0.08 }));
       root.appendChild(svg('line', { x1: px, y1: bottom, x2: px, y2: bottom + 4, stroke: '#444' }));
-      const label = t >= 60000 && t % 60000 === 0 ? t / 60000 + 'm' : t / 1000 + 's';
+      const label = new Date(t).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit', hour12: false });
       root.appendChild(svg('text', { x: px, y: bottom + 15, 'text-anchor': 'middle' }, label));
     }
-    root.appendChild(svg('text', { x: W - RIGHT, y: bottom + 26, 'text-anchor': 'end' }, 'time since this page opened'));
+    if (opened > start) {
+      const px = x(opened);
+      root.appendChild(svg('line', { class: 'opened', x1: px, y1: TOP - 4, x2: px, y2: bottom, stroke: '#444', 'stroke-dasharray': '3 3' }));
+    }
+    root.appendChild(svg('text', { x: W - RIGHT, y: bottom + 26, 'text-anchor': 'end' }, 'this browser\u2019s clock; dashed: this page opened'));
     $('timeline').replaceChildren(root);
   }
 
-  // ---- the cluster.
-  function drawCluster(status, cluster) {
+  // ---- this node's own state.
+  function drawSummary(status) {
     $('admin').textContent = status.admin || 'none known';
     $('term').textContent = status.term;
     $('role').replaceChildren(roleBadge(status.role));
@@ -242,43 +296,70 @@
       ? `${status.voters_connected.connected} of ${status.voters_connected.others} others`
       : '—';
     $('waiting').textContent = status.waiting || '';
-    const body = document.createElement('tbody');
-    for (const m of cluster.members) {
-      const self = m.node_id === status.node_id;
-      const tr = el('tr');
-      if (self) tr.className = 'self';
-      tr.dataset.node = m.node_id;
-      tr.appendChild(idCell(m.node_id));
-      const role = el('td');
-      if (self) role.appendChild(roleBadge(status.role));
-      else if (m.node_id === status.admin) role.appendChild(roleBadge('admin'));
-      else role.textContent = m.connected ? '—' : 'not reached';
-      tr.appendChild(role);
-      tr.appendChild(el('td', self ? status.term : m.node_id === status.admin ? status.term : '—'));
-      tr.appendChild(el('td', m.voter ? 'yes' : 'no'));
-      tr.appendChild(el('td', m.connected ? 'yes' : 'no'));
-      tr.appendChild(el('td', self ? '—' : m.last_contact_ms === null || m.last_contact_ms === undefined ? 'never' : ms(m.last_contact_ms) + ' ago'));
-      tr.appendChild(el('td', self && status.role === 'admin' ? ms(status.lease_left_ms) : '—'));
-      tr.appendChild(el('td', m.http ? m.http.split('#')[0] : '—'));
-      body.appendChild(tr);
-    }
-    $('nodes').replaceChild(body, $('nodes').tBodies[0]);
   }
 
-  async function pollCluster() {
+  let historyAt = null; // this page's time of the node's `now` in the last history answer
+
+  async function pollSelf() {
+    const since = model.epoch === null ? '' : `?epoch=${encodeURIComponent(model.epoch)}&after=${encodeURIComponent(model.last)}`;
     try {
-      const [s, c] = await Promise.all([get('/status'), get('/cluster')]);
-      if (!s.ok || !c.ok || !s.body || !c.body) throw new Error(`status ${s.status}, cluster ${c.status}`);
-      const now = Date.now();
-      record(now, s.body, c.body);
-      drawCluster(s.body, c.body);
-      drawTimeline(now);
-      $('conn').textContent = 'updated ' + new Date(now).toLocaleTimeString();
+      const [s, h] = await Promise.all([get('/status'), get('/status/history' + since)]);
+      if (!s.ok || !h.ok || !s.body || !h.body) throw new Error(`status ${s.status}, history ${h.status}`);
+      const received = Date.now();
+      drawSummary(s.body);
+      historyAt = absorb(h.body, received);
+      drawTimeline(historyAt);
+      $('conn').textContent = 'updated ' + new Date(received).toLocaleTimeString();
       $('conn').className = 'muted';
     } catch (e) {
       $('conn').textContent = 'this node does not answer (' + e.message + ')';
       $('conn').className = 'bad';
-      drawTimeline(Date.now());
+      // The picture goes on in time; nothing new is drawn into it.
+      if (model.seen) drawTimeline(Date.now());
+    }
+  }
+
+  // ---- the cluster: a row per node, each from that node's own /status as this node got it.
+  function drawCluster(doc) {
+    const body = document.createElement('tbody');
+    for (const n of doc.nodes) {
+      const self = n.node_id === doc.node_id;
+      const st = n.status;
+      const tr = el('tr');
+      if (self) tr.className = 'self';
+      tr.dataset.node = n.node_id;
+      tr.appendChild(idCell(n.node_id));
+      const role = el('td', null, 'role-cell');
+      if (st) role.appendChild(roleBadge(st.role));
+      else role.textContent = n.connected ? 'no answer' : 'unreachable';
+      if (n.error) role.title = n.error;
+      tr.appendChild(role);
+      tr.appendChild(el('td', st ? st.term : '—', 'term'));
+      const admin = st && st.admin ? idCell(st.admin) : el('td', st ? 'none known' : '—');
+      admin.classList.add('admin');
+      tr.appendChild(admin);
+      tr.appendChild(el('td', st ? (st.electorate_size ? `${st.electorate_size}, v${st.electorate_version}` : 'none') : '—', 'electorate'));
+      tr.appendChild(el('td', st && st.role === 'admin' ? ms(st.lease_left_ms) : '—', 'lease'));
+      tr.appendChild(el('td', n.voter ? 'yes' : 'no'));
+      const reach = el('td', self ? 'yes' : !n.connected ? 'no' : st ? 'yes' : 'connected, API not reached', 'reach');
+      if (n.error) reach.title = n.error;
+      tr.appendChild(reach);
+      tr.appendChild(el('td', self ? '—' : n.last_contact_ms === null || n.last_contact_ms === undefined ? 'never' : ms(n.last_contact_ms) + ' ago'));
+      tr.appendChild(el('td', st ? st.version : '—'));
+      tr.appendChild(el('td', n.http ? n.http.split('#')[0] : '—'));
+      body.appendChild(tr);
+    }
+    $('nodes').replaceChild(body, $('nodes').tBodies[0]);
+    $('nodes-state').textContent = doc.not_asked ? `${doc.not_asked} more node(s) not asked` : '';
+  }
+
+  async function pollCluster() {
+    try {
+      const c = await get('/cluster/status');
+      if (!c.ok || !c.body) throw new Error('HTTP ' + c.status);
+      drawCluster(c.body);
+    } catch (e) {
+      $('nodes-state').textContent = 'cluster: ' + e.message;
     }
   }
 
@@ -381,13 +462,19 @@
       pollTasks();
     });
     $('state').addEventListener('change', () => pollTasks());
-    // One poll at a time: the next starts a second after the last ended, so a slow node is
-    // never asked faster than it answers.
-    const loop = async () => {
-      await Promise.all([pollCluster(), pollTasks()]);
-      setTimeout(loop, POLL_MS);
+    // Each poll one at a time: the next starts a second after the last ended, so a slow node
+    // is never asked faster than it answers, and a peer slow to answer this node's question
+    // (/cluster/status) holds up neither this node's own state nor the tasks.
+    const every = (poll) => {
+      const loop = async () => {
+        await poll();
+        setTimeout(loop, POLL_MS);
+      };
+      loop();
     };
-    loop();
+    every(pollSelf);
+    every(pollCluster);
+    every(pollTasks);
   }
 
   start();

@@ -1,0 +1,328 @@
+//! A minimal HTTP/1.1 client: one request over one connection (`Connection: close`), plain or
+//! TLS, no client library. Two rooms use it and neither imports the other: the command line
+//! (`cli::http`, which adds the operator's token and TLS settings) and the node itself when it
+//! asks its peers for their public status (`api::peers`). A TLS certificate is checked against a
+//! pinned SHA-256 (the `#sha256=` an advertised address carries) or a CA, never the system's
+//! roots and never not at all.
+
+use std::path::Path;
+use std::sync::Arc;
+
+/// An answer as it came: its status, its headers (names in lowercase) and its body's bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawAnswer {
+    pub code: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawAnswer {
+    /// The value of header `name` (lowercase).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends one request to `endpoint` (over TLS with `tls` when the endpoint speaks it) and reads
+/// the whole answer, keeping at most `limit` bytes of it.
+pub async fn send(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<RawAnswer> {
+    let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
+    let raw = match (endpoint.tls, tls) {
+        (true, Some(config)) => {
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", endpoint.host_port))?;
+            let stream = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
+            exchange(stream, endpoint, method, path, body, token, limit).await?
+        }
+        (true, None) => anyhow::bail!("{} speaks TLS: no way to check it", endpoint.host_port),
+        (false, _) => exchange(tcp, endpoint, method, path, body, token, limit).await?,
+    };
+    parse_answer(&raw)
+        .ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {}", endpoint.host_port))
+}
+
+/// Splits a whole HTTP/1.1 answer into status, headers and body.
+fn parse_answer(raw: &[u8]) -> Option<RawAnswer> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let code = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Some(RawAnswer {
+        code,
+        headers,
+        body: raw[end + 4..].to_vec(),
+    })
+}
+
+/// Writes the request and reads the whole answer (the server closes: `Connection: close`).
+async fn exchange<S>(
+    mut stream: S,
+    endpoint: &Endpoint,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<Vec<u8>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+        endpoint.host_port
+    );
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    if let Some(body) = body {
+        request.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    request.push_str("\r\n");
+    request.push_str(body.unwrap_or_default());
+    stream.write_all(request.as_bytes()).await?;
+    stream.flush().await?;
+    let mut raw = Vec::new();
+    // Bounded: whatever the server sends, at most `limit` bytes are kept.
+    match (&mut stream).take(limit).read_to_end(&mut raw).await {
+        Ok(_) => {}
+        // A TLS peer that closes without close_notify: the answer read so far is whole when
+        // its head arrived (the body is checked by whoever parses it).
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(raw)
+}
+
+/// Where a node's API is: `HOST:PORT` or `http://HOST:PORT` (plain), `https://HOST:PORT`
+/// (TLS), with an optional `#sha256=FINGERPRINT` naming the certificate to pin (how nodes
+/// advertise a TLS API to each other; `/cluster` shows it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoint {
+    /// TLS or plain.
+    pub tls: bool,
+    /// `HOST:PORT` as given (the `Host` header).
+    pub host_port: String,
+    /// The host alone (the TLS server name), brackets of an IPv6 address removed.
+    pub host: String,
+    /// The certificate fingerprint the address itself names.
+    pub pin: Option<String>,
+}
+
+impl Endpoint {
+    /// Parses an `--addr`; the error says what is accepted.
+    pub fn parse(addr: &str) -> anyhow::Result<Endpoint> {
+        let bad = |why: &str| {
+            anyhow::anyhow!(
+                "{addr:?} is not a node address ({why}): give HOST:PORT, http://HOST:PORT or \
+                 https://HOST:PORT"
+            )
+        };
+        let (rest, pin) = match addr.split_once('#') {
+            Some((rest, fragment)) => {
+                let fp = fragment
+                    .strip_prefix("sha256=")
+                    .ok_or_else(|| bad("the part after # is not sha256=FINGERPRINT"))?;
+                (rest, Some(normalize_fingerprint(fp)?))
+            }
+            None => (addr, None),
+        };
+        let (tls, host_port) = if let Some(r) = rest.strip_prefix("https://") {
+            (true, r)
+        } else if let Some(r) = rest.strip_prefix("http://") {
+            (false, r)
+        } else if rest.contains("://") {
+            return Err(bad("only http and https"));
+        } else {
+            (false, rest)
+        };
+        let host_port = host_port.strip_suffix('/').unwrap_or(host_port);
+        if host_port.contains('/') {
+            return Err(bad("no path"));
+        }
+        let (host, port) = host_port.rsplit_once(':').ok_or_else(|| bad("no port"))?;
+        if port.parse::<u16>().is_err() {
+            return Err(bad("the port is not a number up to 65535"));
+        }
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || host.bytes().any(|b| b.is_ascii_control() || b == b' ') {
+            return Err(bad("no host"));
+        }
+        Ok(Endpoint {
+            tls,
+            host_port: host_port.to_owned(),
+            host: host.to_owned(),
+            pin,
+        })
+    }
+}
+
+/// 64 hex digits, lowercase; colons (as `openssl x509 -fingerprint -sha256` prints) dropped.
+pub fn normalize_fingerprint(fp: &str) -> anyhow::Result<String> {
+    let hex: String = fp.trim().chars().filter(|c| *c != ':').collect();
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        anyhow::bail!(
+            "{fp:?} is not a SHA-256 certificate fingerprint (64 hex digits, colons allowed)"
+        );
+    }
+    Ok(hex.to_ascii_lowercase())
+}
+
+/// TLS client settings that accept exactly the certificate whose SHA-256 is `pin` (64 hex
+/// digits, lowercase, as [`normalize_fingerprint`] makes it).
+pub fn pinned(pin: String) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    let provider = crate::pki::provider();
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(PinnedCert { pin, provider }))
+        .with_no_client_auth();
+    Ok(http11(config))
+}
+
+/// TLS client settings that accept a certificate signed by the CA in the PEM file `ca`.
+pub fn signed_by(ca: &Path) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .map_err(|e| anyhow::anyhow!("cannot read the CA certificate {}: {e}", ca.display()))?
+    {
+        let cert = cert.map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca.display()))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(crate::pki::provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(http11(config))
+}
+
+fn http11(mut config: rustls::ClientConfig) -> Arc<rustls::ClientConfig> {
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
+}
+
+/// Accepts exactly the certificate whose SHA-256 is pinned (its names and dates do not matter:
+/// the pin is the identity), and checks the handshake's signatures with it.
+#[derive(Debug)]
+struct PinnedCert {
+    pin: String,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for PinnedCert {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let got = crate::pki::fingerprint(end_entity);
+        if got == self.pin {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(format!(
+                "the node's certificate has fingerprint {got}, not the pinned {}",
+                self.pin
+            )))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_keep_their_headers_and_body_bytes() {
+        let raw = b"HTTP/1.1 200 OK\r\nChorus-Log-Size: 3\r\ncontent-length: 3\r\n\r\n\xff\r\n";
+        let a = parse_answer(raw).unwrap();
+        assert_eq!((a.code, a.body.as_slice()), (200, &b"\xff\r\n"[..]));
+        assert_eq!(a.header("chorus-log-size"), Some("3"));
+        assert!(parse_answer(b"HTTP/1.1 200 OK").is_none());
+    }
+
+    #[test]
+    fn addresses_parse_with_and_without_scheme_and_pin() {
+        let plain = Endpoint::parse("127.0.0.1:7070").unwrap();
+        assert!(!plain.tls && plain.host == "127.0.0.1" && plain.pin.is_none());
+        assert_eq!(Endpoint::parse("http://127.0.0.1:7070/").unwrap(), plain);
+        let fp = "AB:".repeat(31) + "AB";
+        let tls = Endpoint::parse(&format!("https://[::1]:7443#sha256={fp}")).unwrap();
+        assert!(tls.tls);
+        assert_eq!(tls.host, "::1");
+        assert_eq!(tls.host_port, "[::1]:7443");
+        assert_eq!(tls.pin.unwrap(), "ab".repeat(32));
+        for bad in [
+            "ftp://h:1",
+            "h",
+            "h:notaport",
+            "http://h:1/tasks",
+            ":80",
+            "https://h:1#md5=00",
+            "https://h:1#sha256=abc",
+        ] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
