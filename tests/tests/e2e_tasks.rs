@@ -662,16 +662,19 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
 
     // n0 down: n1 says who holds the task and that it cannot reach it; the list names it.
     c.kill(0);
+    // (From the admin's memory when the admin still lists the task as finished, else a 404
+    // saying why.)
     let said = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
         let out = c.chorus(&["task", "get", &at0, "--addr", &addr(&c, 1)]);
-        let said = String::from_utf8_lossy(&out.stderr).into_owned();
-        (!out.status.success() && said.contains("not connected")).then_some(said)
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (said.contains("not connected") || said.contains("out of reach")).then_some(said)
     })
     .expect("n1 says n0 is out of reach");
-    assert!(
-        said.contains(&n0) && said.contains("once it is back"),
-        "{said}"
-    );
+    assert!(said.contains(&n0), "{said}");
     let out = c.chorus(&["task", "list", "--cluster", "--addr", &addr(&c, 1)]);
     assert!(out.status.success(), "{out:?}");
     let listed = String::from_utf8_lossy(&out.stdout);

@@ -177,7 +177,8 @@ pub fn describe_admin_view(admin: &str, view: &Value) -> String {
             )
         }
         "finished" => format!(
-            "the admin {admin} heard worker {} finished it; its result waits there",
+            "the admin {admin} heard worker {} finished it (the worker keeps the result until \
+             the task's node has it)",
             s("worker")
         ),
         "unschedulable" => format!("the admin {admin} ended it unschedulable"),
