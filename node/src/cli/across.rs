@@ -98,33 +98,12 @@ pub struct Whereabouts {
 pub async fn whereabouts(addr: &str, id: &str) -> Whereabouts {
     let mut found = Whereabouts::default();
     let path = format!("/tasks/{id}");
-    let Ok(cluster) = ask(addr, "GET", "/cluster").await else {
-        return found;
-    };
-    let asked = cluster.value["node_id"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    let members = cluster.value["members"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for m in &members {
-        let node = m["node_id"].as_str().unwrap_or_default();
-        let http = if node == asked {
-            addr.to_owned()
-        } else {
-            match m["http"].as_str() {
-                Some(h) => h.to_owned(),
-                None => continue,
-            }
+    let known = members(addr).await.unwrap_or_default();
+    for (node, peer) in &known {
+        let Some(peer) = peer else {
+            continue;
         };
-        let peer = Peer {
-            via: addr.to_owned(),
-            node: node.to_owned(),
-            http,
-        };
-        let Ok(Ok(a)) = tokio::time::timeout(NODE_TIMEOUT, ask_peer(&peer, "GET", &path)).await
+        let Ok(Ok(a)) = tokio::time::timeout(NODE_TIMEOUT, ask_peer(peer, "GET", &path)).await
         else {
             continue;
         };
@@ -133,14 +112,14 @@ pub async fn whereabouts(addr: &str, id: &str) -> Whereabouts {
         }
         if found.held.is_none() && !a.value["held_result"].is_null() {
             if let Ok(r) = serde_json::from_value(a.value["held_result"].clone()) {
-                found.held = Some((node.to_owned(), r));
+                found.held = Some((node.clone(), r));
             }
         }
         if found.at_admin.is_none() && a.value["admin_view"].is_object() {
-            found.at_admin = Some((node.to_owned(), a.value["admin_view"].clone()));
+            found.at_admin = Some((node.clone(), a.value["admin_view"].clone()));
         }
         if a.value["cancel_kept"] == true {
-            found.cancel_kept_at.push(node.to_owned());
+            found.cancel_kept_at.push(node.clone());
         }
     }
     found
@@ -193,21 +172,40 @@ pub fn describe_admin_view(admin: &str, view: &Value) -> String {
 /// The HTTP API of node `node` as the node at `addr` knows it (`addr` itself when it is that
 /// node); none when it advertised none or is not known there.
 pub async fn http_of(addr: &str, node: &str) -> Option<Peer> {
-    let cluster = ask(addr, "GET", "/cluster").await.ok()?;
-    let http = if cluster.value["node_id"].as_str() == Some(node) {
-        addr.to_owned()
-    } else {
-        cluster.value["members"]
-            .as_array()?
-            .iter()
-            .find(|m| m["node_id"].as_str() == Some(node))
-            .and_then(|m| m["http"].as_str().map(str::to_owned))?
-    };
-    Some(Peer {
-        via: addr.to_owned(),
-        node: node.to_owned(),
-        http,
-    })
+    members(addr)
+        .await
+        .ok()?
+        .into_iter()
+        .find(|(id, _)| id == node)
+        .and_then(|(_, peer)| peer)
+}
+
+/// The nodes the node at `addr` knows (`/cluster`: itself, its peers, the electorate), each
+/// with where its API is: `addr` for that node itself, else the address it advertised (none
+/// when it advertised none, or the node at `addr` does not reach it now).
+async fn members(addr: &str) -> anyhow::Result<Vec<(String, Option<Peer>)>> {
+    let cluster = ask(addr, "GET", "/cluster").await?;
+    if cluster.code != 200 {
+        anyhow::bail!("{addr} answered {}: {}", cluster.code, cluster.body.trim());
+    }
+    let asked = cluster.value["node_id"].as_str().unwrap_or_default();
+    let members = cluster.value["members"].as_array().into_iter().flatten();
+    Ok(members
+        .map(|m| {
+            let node = m["node_id"].as_str().unwrap_or_default().to_owned();
+            let http = if node == asked {
+                Some(addr.to_owned())
+            } else {
+                m["http"].as_str().map(str::to_owned)
+            };
+            let peer = http.map(|http| Peer {
+                via: addr.to_owned(),
+                node: node.clone(),
+                http,
+            });
+            (node, peer)
+        })
+        .collect())
 }
 
 /// Which tasks a cluster-wide list shows.
@@ -255,38 +253,21 @@ pub async fn list_cluster(
     state: &str,
     filter: &Filter,
 ) -> anyhow::Result<Vec<NodeTasks>> {
-    let cluster = ask(addr, "GET", "/cluster").await?;
-    if cluster.code != 200 {
-        anyhow::bail!("{addr} answered {}: {}", cluster.code, cluster.body.trim());
-    }
-    let asked = cluster.value["node_id"].as_str().unwrap_or_default();
-    let members = cluster.value["members"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
     let mut out = Vec::new();
-    for m in &members {
-        let id = m["node_id"].as_str().unwrap_or_default().to_owned();
-        let http = if id == asked {
-            Some(addr.to_owned())
-        } else {
-            m["http"].as_str().map(str::to_owned)
-        };
-        let tasks = match http {
+    for (id, peer) in members(addr).await? {
+        let tasks = match peer {
             None => Err(
                 "not reachable from the node asked (down, or cut off): its tasks are \
                          not listed"
                     .to_owned(),
             ),
-            Some(h) => {
-                let peer = Peer {
-                    via: addr.to_owned(),
-                    node: id.clone(),
-                    http: h.clone(),
-                };
+            Some(peer) => {
                 match tokio::time::timeout(NODE_TIMEOUT, rows_at_peer(&peer, state)).await {
                     Ok(rows) => rows.map(|rows| filter.kept(rows)),
-                    Err(_) => Err(format!("{h} did not answer within {NODE_TIMEOUT:?}")),
+                    Err(_) => Err(format!(
+                        "{} did not answer within {NODE_TIMEOUT:?}",
+                        peer.http
+                    )),
                 }
             }
         };
