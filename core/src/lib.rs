@@ -62,9 +62,10 @@ pub use message::{Ballot, Message};
 pub use node::{Core, Parts};
 pub use peers::{Peer, PeerTable};
 pub use task::{
-    OfferState, OwnedTask, RepoMount, RunningTask, SandboxExit, SharedSpec, TaskCapacity, TaskId,
-    TaskPhase, TaskResult, TaskSpec, TaskStatus, Usage, MAX_REPORT_LISTS_WIRE_BYTES,
-    MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES, MAX_TAIL_BYTES, MAX_TAIL_WIRE_BYTES,
+    OfferState, OwnedTask, RepoMount, RunTimings, RunningTask, SandboxExit, SharedSpec,
+    TaskCapacity, TaskId, TaskPhase, TaskResult, TaskSpec, TaskStatus, Usage,
+    MAX_REPORT_LISTS_WIRE_BYTES, MAX_RESULT_WIRE_BYTES, MAX_SPEC_WIRE_BYTES, MAX_TAIL_BYTES,
+    MAX_TAIL_WIRE_BYTES,
 };
 pub use timer::{Timer, TimerTable};
 pub use transfer::HandoverRefusal;

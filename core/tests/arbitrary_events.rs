@@ -270,6 +270,7 @@ fn task_message((n, origin, kind, m, flag): (u64, NodeId, u8, u64, bool)) -> Mes
                 stdout_truncated_bytes: m,
                 stderr_truncated_bytes: 0,
                 error: None,
+                timings: Default::default(),
             }),
         },
         _ => Message::TaskResultAck {

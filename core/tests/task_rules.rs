@@ -874,6 +874,7 @@ fn the_submitter_offers_at_once_to_a_new_admin_then_by_ticks_and_never_a_done_ta
         stdout_truncated_bytes: 0,
         stderr_truncated_bytes: 0,
         error: None,
+        timings: Default::default(),
     };
     let done = Message::TaskResult {
         task: task("s", 1),
@@ -922,6 +923,7 @@ fn result_from(
         stdout_truncated_bytes: 0,
         stderr_truncated_bytes: 0,
         error: None,
+        timings: Default::default(),
     };
     let now = s.now_ms();
     s.step_vec(

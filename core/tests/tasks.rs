@@ -446,6 +446,39 @@ fn exits_map_to_their_statuses() {
     net.check_tasks(true);
 }
 
+/// Where a task's time went reaches its submitter: the run's stages as its worker measured
+/// them, and the submitter's own stamps (placed, done) on its clock, in order.
+#[test]
+fn a_runs_timings_reach_its_submitter_beside_its_own_stamps() {
+    for seed in 0..5 {
+        let mut net = cluster(seed);
+        let t = net.submit(1, &["sleep", "300"], LONG).unwrap();
+        net.run_until(net.now + 2_000);
+        assert_eq!(status(&net, &t), Some(TaskStatus::Succeeded), "seed {seed}");
+        let own = &net.nodes[1].as_ref().unwrap().owned_tasks()[&t];
+        let r = own.result.as_ref().unwrap();
+        let want = chorus_core::RunTimings {
+            acquire_ms: 1,
+            arm_ms: 2,
+            exec_ms: 300,
+            cleanup_ms: 3,
+            release_ms: 0,
+        };
+        assert_eq!(r.timings, want, "seed {seed}");
+        assert_eq!(r.timings.total_ms(), 304, "arming goes beside the command");
+        // The admin's word of the placement came while the 300 ms run went on.
+        assert!(
+            own.submitted_at_ms <= own.placed_at_ms && own.placed_at_ms < own.done_at_ms,
+            "{} {} {} (seed {seed})",
+            own.submitted_at_ms,
+            own.placed_at_ms,
+            own.done_at_ms
+        );
+        assert!(own.done_at_ms - own.submitted_at_ms >= 300, "seed {seed}");
+        net.check_tasks(true);
+    }
+}
+
 #[test]
 fn cancelling_a_running_or_a_queued_task_ends_it_cancelled() {
     let mut net = cluster(4);
@@ -888,6 +921,7 @@ fn task_messages_count_only_from_who_may_send_them() {
         stdout_truncated_bytes: 0,
         stderr_truncated_bytes: 0,
         error: None,
+        timings: Default::default(),
     };
     let liar = if admin == 2 { "n1" } else { "n2" };
     let out = step(

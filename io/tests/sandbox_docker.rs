@@ -542,6 +542,41 @@ async fn excluded_files_are_invisible() -> TestResult {
     Ok(())
 }
 
+/// Issue 36: a sandbox's last command skips the clean-up exec (the removal ends what it left)
+/// and is judged and measured from the host's cgroup files instead — an OOM kill is still
+/// found, the usage is still read — while any other command is cleaned up after as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_command_is_judged_and_measured_on_the_host_without_a_clean_up() -> TestResult {
+    let mut policy = SandboxPolicy::default();
+    policy.limits.memory_bytes = Some(32 * 1024 * 1024);
+    let (_p, sb, _c) = started("lastcmd", policy, |_| {}).await;
+    let leave = "sleep 300 & i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo left";
+    // Not the last: what it left is killed after it.
+    let out = sb.exec(ExecRequest::shell(leave)).await?;
+    assert_eq!(out.stray_processes_killed, 1, "{out:?}");
+    // The last: nothing is killed in place, so what it left still runs...
+    let out = sb.exec(ExecRequest::shell(leave).last_in_sandbox()).await?;
+    assert_eq!((out.exit_code, out.stray_processes_killed), (0, 0), "{out:?}");
+    let ps = sb.exec(ExecRequest::shell("ps -o comm | grep -c '^sleep'")).await?;
+    assert_eq!(ps.stdout_text().trim(), "1", "the left sleep was not killed in place");
+    // ...its usage came from the host (the shell's loop took CPU time)...
+    let totals = sb.totals().await?;
+    assert!(totals.cpu_ns > 0 && totals.memory_peak_bytes > 0, "{totals:?}");
+    // ...and an OOM kill in a last command is found without the clean-up.
+    let err = sb
+        .exec(
+            ExecRequest::new(HOG)
+                .timeout(Duration::from_secs(20))
+                .last_in_sandbox(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
+    assert!(err.message.contains("host's cgroup counter"), "{err}");
+    sb.remove().await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn usage_is_reported_under_load() -> TestResult {
     let (_p, sb, _c) = started("usage", SandboxPolicy::default(), |_| {}).await;

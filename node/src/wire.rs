@@ -71,6 +71,21 @@ pub struct TaskView {
     /// The result, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<TaskResult>,
+    /// Where its time went, as this node saw it (the worker's part is the result's `timings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timings: Option<TaskTimings>,
+}
+
+/// When a task's milestones came, in ms after it was submitted, on its node's clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskTimings {
+    /// This node heard the admin placed its latest run (absent: not heard; a short run's result
+    /// can come first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placed_ms: Option<u64>,
+    /// Its result came in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_ms: Option<u64>,
 }
 
 /// Whether a run of the task made `r`: false for a result written without starting the

@@ -146,6 +146,47 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
         workers.insert(r["worker"].as_str().expect("a worker").to_owned());
     }
     assert!(workers.iter().all(|w| t.ids.contains(w)), "{workers:?}");
+    // Issue 36: where each task's time went — the run's stages at its worker, the submitter's
+    // own stamps — in the API, `task get --timings` and the metrics.
+    let (_, at, id) = &submitted[0];
+    let v = task(c, *at, id).expect("the task");
+    let stages = &v["result"]["timings"];
+    assert!(stages["exec_ms"].as_u64().is_some_and(|ms| ms > 0), "{v}");
+    let run: u64 = ["acquire_ms", "arm_ms", "exec_ms", "cleanup_ms", "release_ms"]
+        .iter()
+        .map(|k| stages[k].as_u64().unwrap_or(0))
+        .sum();
+    let total = v["timings"]["result_ms"].as_u64().expect("result_ms");
+    assert!(
+        stages["exec_ms"].as_u64().unwrap() <= total && total <= run + 60_000,
+        "{v}"
+    );
+    let addr = format!("127.0.0.1:{}", c.nodes[*at].http_port);
+    let out = c.chorus(&["task", "get", id, "--addr", &addr, "--timings"]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    for word in ["result", "acquire", "arm", "exec", "cleanup", "release", "elsewhere"] {
+        assert!(said.contains(word), "{word} missing:\n{said}");
+    }
+    let (_, metrics) = http_request(c.nodes[*at].http_port, "GET", "/metrics", None).unwrap();
+    let count = |line: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(count("chorus_task_latency_seconds_count ") >= 7, "{metrics}");
+    let worker = v["result"]["worker"].as_str().unwrap();
+    let w = t.ids.iter().position(|n| n == worker).unwrap();
+    let (_, metrics) = http_request(c.nodes[w].http_port, "GET", "/metrics", None).unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("chorus_task_stage_seconds_count{stage=\"exec\"} ")
+                && !l.ends_with(" 0")),
+        "{metrics}"
+    );
     // A retried submit with the same idempotency key names the same task; another spec under
     // that key is refused.
     let mut keyed = spec("echo once");

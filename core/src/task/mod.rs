@@ -524,6 +524,70 @@ pub struct Usage {
     pub peak_memory_kb: u64,
 }
 
+/// Where a run's time went at its worker, in milliseconds of the worker's clock: the stages a
+/// task spends on its worker, so a slow task says which of them was slow (`chorus task get
+/// --timings`, `chorus_task_stage_seconds` in `/metrics`). All zero: not measured (a result
+/// without a run, or from an older worker).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunTimings {
+    /// Taking a sandbox: a warm one from the pool (next to nothing), else one created and
+    /// started for the run.
+    #[serde(default)]
+    pub acquire_ms: u64,
+    /// Arming the sandbox's own end at the run's timeout (a pooled sandbox: one exec). It goes
+    /// beside the command, so the run waits for it only where it takes longer.
+    #[serde(default)]
+    pub arm_ms: u64,
+    /// The command: from its exec's creation to the end of its output.
+    #[serde(default)]
+    pub exec_ms: u64,
+    /// After the output ended: what the command left is killed, its exit code, OOM state and
+    /// the sandbox's usage read.
+    #[serde(default)]
+    pub cleanup_ms: u64,
+    /// Giving the sandbox back: a pooled one is removed in the background (next to nothing);
+    /// a fresh one is removed now, a read-write repository synced back first.
+    #[serde(default)]
+    pub release_ms: u64,
+}
+
+impl RunTimings {
+    /// Whether nothing was measured.
+    pub fn is_empty(&self) -> bool {
+        *self == RunTimings::default()
+    }
+
+    /// The stages as (name, ms), in the order a run goes through them.
+    pub fn stages(&self) -> [(&'static str, u64); 5] {
+        [
+            ("acquire", self.acquire_ms),
+            ("arm", self.arm_ms),
+            ("exec", self.exec_ms),
+            ("cleanup", self.cleanup_ms),
+            ("release", self.release_ms),
+        ]
+    }
+
+    /// Every stage at most `max` (a worker's numbers are bounded like any on the wire).
+    pub fn clamped(self, max: u64) -> RunTimings {
+        RunTimings {
+            acquire_ms: self.acquire_ms.min(max),
+            arm_ms: self.arm_ms.min(max),
+            exec_ms: self.exec_ms.min(max),
+            cleanup_ms: self.cleanup_ms.min(max),
+            release_ms: self.release_ms.min(max),
+        }
+    }
+
+    /// The run's time at its worker: the stages in turn, arming and the command side by side.
+    pub fn total_ms(&self) -> u64 {
+        self.acquire_ms
+            .saturating_add(self.arm_ms.max(self.exec_ms))
+            .saturating_add(self.cleanup_ms)
+            .saturating_add(self.release_ms)
+    }
+}
+
 /// What the sandbox reported when a run ended (the runtime fills it in; the core bounds it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxExit {
@@ -557,6 +621,9 @@ pub struct SandboxExit {
     /// Bytes of stderr the runtime dropped before `stderr`.
     #[serde(default, skip_serializing_if = "is_zero64")]
     pub stderr_truncated_bytes: u64,
+    /// Where the run's time went.
+    #[serde(default, skip_serializing_if = "RunTimings::is_empty")]
+    pub timings: RunTimings,
 }
 
 /// The result of a task, sent by the worker to the submitter.
@@ -597,6 +664,9 @@ pub struct TaskResult {
     /// For [`TaskStatus::Error`]: the sandbox's error category and message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where the run's time went at its worker (all zero: not measured).
+    #[serde(default, skip_serializing_if = "RunTimings::is_empty")]
+    pub timings: RunTimings,
 }
 
 impl TaskResult {
@@ -622,6 +692,11 @@ impl TaskResult {
             || self.duration_ms > crate::MAX_WIRE_INT
             || self.stdout_truncated_bytes > crate::MAX_WIRE_INT
             || self.stderr_truncated_bytes > crate::MAX_WIRE_INT
+            || self
+                .timings
+                .stages()
+                .iter()
+                .any(|(_, ms)| *ms > crate::MAX_WIRE_INT)
         {
             return err("a number is out of range");
         }
@@ -649,6 +724,7 @@ impl TaskResult {
             stdout_truncated_bytes: 0,
             stderr_truncated_bytes: 0,
             error: None,
+            timings: RunTimings::default(),
         }
     }
 }

@@ -129,6 +129,10 @@ pub struct OwnedTask {
     /// When the result came in.
     #[serde(default)]
     pub done_at_ms: u64,
+    /// When this node heard its latest run was placed (0: not heard; a short run's result can
+    /// come before the admin's word).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub placed_at_ms: u64,
 }
 
 /// The submitter's part of a node's state.
@@ -257,6 +261,7 @@ impl Core {
                 unplaceable_ms: 0,
                 result: None,
                 done_at_ms: 0,
+                placed_at_ms: 0,
             },
         );
         s.unfinished += 1;
@@ -424,6 +429,11 @@ impl Core {
             OfferState::Queued { .. } => TaskPhase::Queued,
             OfferState::Placed { worker, attempt } => {
                 name(&worker, t);
+                let heard =
+                    matches!(&t.phase, TaskPhase::Placed { attempt: a, .. } if *a == attempt);
+                if !heard {
+                    t.placed_at_ms = self.now_ms;
+                }
                 t.last_attempt = t.last_attempt.max(attempt);
                 TaskPhase::Placed { worker, attempt }
             }

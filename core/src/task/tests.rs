@@ -431,6 +431,10 @@ fn result_bounds_pass_at_their_edge_and_are_refused_one_past_it() {
         stderr: "e".repeat(MAX_TAIL_BYTES),
         error: Some("x".repeat(MAX_TAIL_BYTES)),
         duration_ms: crate::MAX_WIRE_INT,
+        timings: super::RunTimings {
+            cleanup_ms: crate::MAX_WIRE_INT,
+            ..Default::default()
+        },
         ..ok.clone()
     };
     assert_eq!(at.check(), Ok(()));
@@ -467,6 +471,16 @@ fn result_bounds_pass_at_their_edge_and_are_refused_one_past_it() {
             "attempt",
             TaskResult {
                 attempt: 0,
+                ..ok.clone()
+            },
+        ),
+        (
+            "a stage's time",
+            TaskResult {
+                timings: super::RunTimings {
+                    release_ms: crate::MAX_WIRE_INT + 1,
+                    ..Default::default()
+                },
                 ..ok.clone()
             },
         ),

@@ -193,6 +193,13 @@ mod tests {
             stdout_truncated_bytes: MAX_WIRE_INT,
             stderr_truncated_bytes: MAX_WIRE_INT,
             error: Some(String::new()),
+            timings: crate::task::RunTimings {
+                acquire_ms: MAX_WIRE_INT,
+                arm_ms: MAX_WIRE_INT,
+                exec_ms: MAX_WIRE_INT,
+                cleanup_ms: MAX_WIRE_INT,
+                release_ms: MAX_WIRE_INT,
+            },
         }
     }
 

@@ -391,6 +391,7 @@ impl Core {
             stdout_truncated_bytes: exit.stdout_truncated_bytes,
             stderr_truncated_bytes: exit.stderr_truncated_bytes,
             error: None,
+            timings: exit.timings.clamped(crate::MAX_WIRE_INT),
         };
         fit_result(&mut result);
         self.finish(task, result, out);

@@ -93,6 +93,14 @@ fn simulate_run(
                     timed_out,
                     duration_ms: ms,
                     stdout: format!("{task} attempt {attempt}"),
+                    // A warm sandbox at once, the command's time, a little after it.
+                    timings: chorus_core::RunTimings {
+                        acquire_ms: 1,
+                        arm_ms: 2,
+                        exec_ms: ms,
+                        cleanup_ms: 3,
+                        release_ms: 0,
+                    },
                     ..Default::default()
                 },
             },

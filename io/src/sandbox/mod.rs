@@ -218,6 +218,11 @@ pub struct ExecRequest {
     pub timeout: Option<Duration>,
     /// Per-stream output cap in bytes; default: the policy's `output_limit_bytes`.
     pub output_limit_bytes: Option<usize>,
+    /// The sandbox is removed right after this command, with whatever it left running, so
+    /// the post-exec clean-up inside (an exec of its own) is skipped where the host's cgroup
+    /// files say what it would have read (OOM kills, usage). Never for a sandbox that is kept,
+    /// or whose workspace is synced back at removal (a process left running could still write).
+    pub last_in_sandbox: bool,
 }
 
 impl ExecRequest {
@@ -259,6 +264,12 @@ impl ExecRequest {
     /// The same request with a timeout.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// The same request, marked as the sandbox's last (see [`ExecRequest::last_in_sandbox`]).
+    pub fn last_in_sandbox(mut self) -> Self {
+        self.last_in_sandbox = true;
         self
     }
 
@@ -331,6 +342,9 @@ pub struct ExecOutput {
     /// Processes the command left running (background jobs, `setsid` escapees) that were
     /// killed after it returned. 0 when it cleaned up after itself.
     pub stray_processes_killed: u32,
+    /// Of `duration`, the part after the output ended: killing what the command left,
+    /// reading its exit code and OOM state (zero where the sandbox has no such step).
+    pub after_output: Duration,
 }
 
 impl ExecOutput {

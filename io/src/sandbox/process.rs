@@ -348,6 +348,7 @@ impl ProcessSandbox {
             duration: started.elapsed(),
             // Only the command's process group is killed (above); escapees are not counted.
             stray_processes_killed: 0,
+            after_output: Duration::ZERO,
         })
     }
 }

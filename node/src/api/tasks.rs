@@ -27,7 +27,7 @@ use chorus_io::sandbox::tasks::secret::{is_sealed, SecretKey, SEALED_PREFIX};
 use super::auth::{Caller, Role};
 use crate::daemon::operator::TaskAnswer;
 use crate::daemon::shared::{Shared, SharedState};
-use crate::wire::{TaskRow, TaskView};
+use crate::wire::{TaskRow, TaskTimings, TaskView};
 
 /// The timeout of a task whose spec names none: 10 minutes.
 pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
@@ -457,6 +457,14 @@ fn task_view(task: &TaskId, t: &OwnedTask, reader: Option<&str>) -> TaskView {
         submitted_at_ms: t.submitted_at_ms,
         spec,
         result: t.result.clone(),
+        timings: Some(TaskTimings {
+            placed_ms: (t.placed_at_ms > 0)
+                .then(|| t.placed_at_ms.saturating_sub(t.submitted_at_ms)),
+            result_ms: t
+                .result
+                .is_some()
+                .then(|| t.done_at_ms.saturating_sub(t.submitted_at_ms)),
+        }),
     }
 }
 

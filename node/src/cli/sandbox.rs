@@ -296,6 +296,7 @@ mod tests {
                 stdout_truncated_bytes: 0,
                 stderr_truncated_bytes: 0,
                 error: None,
+                timings: Default::default(),
             })
         };
         let sandbox = |category| {

@@ -61,6 +61,10 @@ pub enum Cmd {
         /// Print the raw JSON.
         #[arg(long)]
         json: bool,
+        /// Also show where its time went: submit → placed and → result at its node, and the
+        /// run's stages at its worker (acquire, arm, exec, cleanup, release).
+        #[arg(long)]
+        timings: bool,
     },
     /// List the tasks submitted to a node, or with --cluster to every node the node at --addr
     /// knows (each asked at the HTTP address it advertised; one that does not answer is named
@@ -325,7 +329,12 @@ pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
 pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     match cmd {
         Cmd::Submit(args) => submit(&args).await,
-        Cmd::Get { id, addr, json } => {
+        Cmd::Get {
+            id,
+            addr,
+            json,
+            timings,
+        } => {
             let a = at_owner(&addr, "GET", &format!("/tasks/{id}")).await?;
             if a.code == 404 && a.value["owner_connected"] == false {
                 let owner = a.value["owner"].as_str().unwrap_or_default().to_owned();
@@ -373,6 +382,9 @@ pub async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&view)?);
             } else {
                 print!("{}", render(&view));
+                if timings {
+                    print!("{}", escape_controls(&render_timings(&view)));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -662,6 +674,39 @@ pub fn escape_controls(text: &str) -> String {
 }
 
 /// A task for people (every text from the task or its author escaped: [`escape_controls`]).
+/// Where a task's time went (`task get --timings`): its node's milestones, the worker's stages,
+/// and what is left of the whole for messages and queues between them.
+pub fn render_timings(v: &TaskView) -> String {
+    let t = v.timings.clone().unwrap_or_default();
+    let mut out = String::from("  timings (ms after submit, at its node):\n");
+    let at = |ms: Option<u64>| ms.map_or_else(|| "-".to_owned(), |ms| ms.to_string());
+    out.push_str(&format!(
+        "    placed {:>8}  (heard here)\n",
+        at(t.placed_ms)
+    ));
+    out.push_str(&format!("    result {:>8}\n", at(t.result_ms)));
+    let Some(r) = v.result.as_ref().filter(|r| !r.timings.is_empty()) else {
+        out.push_str("  the run's stages: not measured (no run, or an older worker)\n");
+        return out;
+    };
+    let run = r.timings.total_ms();
+    out.push_str(&format!(
+        "  the run's stages at worker {} (ms):\n",
+        r.worker
+    ));
+    for (stage, ms) in r.timings.stages() {
+        out.push_str(&format!("    {stage:<8} {ms:>8}\n"));
+    }
+    out.push_str(&format!("    {:<8} {run:>8}\n", "= run"));
+    if let Some(total) = t.result_ms {
+        out.push_str(&format!(
+            "  elsewhere {:>6}  (submit → result less the run: offer, placement, messages, queues)\n",
+            total.saturating_sub(run)
+        ));
+    }
+    out
+}
+
 pub fn render(v: &TaskView) -> String {
     let out = render_unescaped(v);
     escape_controls(&out)
@@ -984,6 +1029,7 @@ pids = 50
             stdout_truncated_bytes: 0,
             stderr_truncated_bytes: 0,
             error: Some("image: no such image".into()),
+            timings: Default::default(),
         };
         assert_eq!(exit_code(&r(TaskStatus::Succeeded, Some(0), None)), 0);
         assert_eq!(exit_code(&r(TaskStatus::Failed, Some(7), None)), 7);
@@ -1032,7 +1078,50 @@ pids = 50
                 ..Default::default()
             },
             result: None,
+            timings: None,
         }
+    }
+
+    #[test]
+    fn timings_say_each_stage_and_what_is_left_for_the_rest() {
+        let r = TaskResult {
+            status: TaskStatus::Succeeded,
+            exit_code: Some(0),
+            signal: None,
+            worker: "w".into(),
+            attempt: 1,
+            duration_ms: 70,
+            usage: Default::default(),
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated_bytes: 0,
+            stderr_truncated_bytes: 0,
+            error: None,
+            timings: chorus_core::RunTimings {
+                acquire_ms: 2,
+                arm_ms: 60,
+                exec_ms: 70,
+                cleanup_ms: 1,
+                release_ms: 0,
+            },
+        };
+        let v = TaskView {
+            result: Some(r),
+            timings: Some(crate::wire::TaskTimings {
+                placed_ms: None,
+                result_ms: Some(90),
+            }),
+            ..view("n-3", "done")
+        };
+        let text = render_timings(&v);
+        // Arming goes beside the command: the run is 2 + max(60, 70) + 1 = 73 ms.
+        for line in ["placed        -", "result       90", "exec           70", "= run          73"] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
+        assert!(text.contains("elsewhere     17"), "{text}");
+        // A result without stages says so.
+        let v = view("n-4", "placed");
+        assert!(render_timings(&v).contains("not measured"));
     }
 
     #[test]
@@ -1055,6 +1144,7 @@ pids = 50
                 stdout_truncated_bytes: 0,
                 stderr_truncated_bytes: 0,
                 error: None,
+                timings: Default::default(),
             }),
             ..view("n-3", "done")
         };
@@ -1087,6 +1177,7 @@ pids = 50
             stdout_truncated_bytes: 0,
             stderr_truncated_bytes: 0,
             error: None,
+            timings: Default::default(),
         };
         let v = TaskView {
             cancel: true,

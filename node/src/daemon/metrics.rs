@@ -60,17 +60,43 @@ impl Histogram {
     /// Writes the histogram in the text exposition format.
     pub fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        self.render_series(out, name, "");
+    }
+
+    /// Writes the histogram's series only (no HELP/TYPE), each with `labels` (`k="v"`, or
+    /// empty) before its own: one of several series of one histogram.
+    pub fn render_series(&self, out: &mut String, name: &str, labels: &str) {
+        let (open, sep, close) = if labels.is_empty() {
+            ("", "", "")
+        } else {
+            ("{", ",", "}")
+        };
         let mut cumulative = 0;
-        for (bound, count) in self.bounds.iter().zip(&self.counts) {
+        let bounds = self.bounds.iter().map(|b| b.to_string());
+        for (bound, count) in bounds.chain(["+Inf".to_owned()]).zip(&self.counts) {
             cumulative += count;
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
         }
         let _ = writeln!(
             out,
-            "{name}_bucket{{le=\"+Inf\"}} {}\n{name}_sum {}\n{name}_count {}",
-            self.count, self.sum, self.count
+            "{name}_sum{open}{labels}{close} {}\n{name}_count{open}{labels}{close} {}",
+            self.sum, self.count
         );
     }
+}
+
+/// A histogram over the sandbox runner's bounds from its counts (each in its own bucket; what
+/// is beyond the last bound is the rest of `count`).
+fn runner_histogram(buckets: &[u64], count: u64, sum_s: f64) -> Histogram {
+    let mut h = Histogram::new(&chorus_io::sandbox::tasks::START_BUCKETS_S);
+    h.counts[..buckets.len()].copy_from_slice(buckets);
+    h.counts[buckets.len()] = count.saturating_sub(buckets.iter().sum::<u64>());
+    h.count = count;
+    h.sum = sum_s;
+    h
 }
 
 /// Task figures of this node: as submitter (placement latency, durations, results) and as
@@ -84,6 +110,8 @@ pub struct TaskMetrics {
     pub placement: Histogram,
     /// How long runs of tasks submitted here took (from their results).
     pub duration: Histogram,
+    /// Submit → result, as the submitter sees it.
+    pub latency: Histogram,
     /// Results received here, by status.
     pub completed: BTreeMap<&'static str, u64>,
     /// The sandbox runner's counters, when this node runs tasks.
@@ -96,6 +124,7 @@ impl Default for TaskMetrics {
             unplaced: BTreeMap::new(),
             placement: Histogram::new(&TASK_BUCKETS_S),
             duration: Histogram::new(&TASK_BUCKETS_S),
+            latency: Histogram::new(&TASK_BUCKETS_S),
             completed: BTreeMap::new(),
             runner: None,
         }
@@ -184,23 +213,41 @@ impl TaskMetrics {
             "chorus_task_duration_seconds",
             "How long the runs of tasks submitted here took (from their results).",
         );
+        self.latency.render(
+            out,
+            "chorus_task_latency_seconds",
+            "From submit to result, for tasks submitted here (this node's clock).",
+        );
         let counts = self
             .runner
             .as_ref()
             .map(|r| r.snapshot())
             .unwrap_or_default();
-        let mut start = Histogram::new(&chorus_io::sandbox::tasks::START_BUCKETS_S);
-        start.counts[..counts.start_buckets.len()].copy_from_slice(&counts.start_buckets);
-        start.counts[counts.start_buckets.len()] = counts
-            .start_count
-            .saturating_sub(counts.start_buckets.iter().sum::<u64>());
-        start.count = counts.start_count;
-        start.sum = counts.start_sum_s;
+        let start = runner_histogram(
+            &counts.start_buckets,
+            counts.start_count,
+            counts.start_sum_s,
+        );
         start.render(
             out,
             "chorus_sandbox_start_seconds",
             "How long a run on this node waited for its sandbox (warm pool or fresh).",
         );
+        let name = "chorus_task_stage_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Where runs on this node spent their time, by stage: acquire (a \
+             sandbox), arm (its end at the timeout), exec (the command's output), cleanup (what \
+             it left, exit code, OOM state, usage), release (the sandbox given back).\n\
+             # TYPE {name} histogram"
+        );
+        for (stage, c) in chorus_io::sandbox::tasks::STAGES.iter().zip(&counts.stages) {
+            runner_histogram(&c.buckets, c.count, c.sum_s).render_series(
+                out,
+                name,
+                &format!("stage=\"{stage}\""),
+            );
+        }
         for (name, help, value) in [
             (
                 "chorus_sandbox_runs_total",

@@ -251,8 +251,12 @@ fn track_task(s: &mut Shared, notice: &Notice) {
         }
         Notice::TaskCompleted { task, status } => {
             *tasks.completed.entry(status.as_str()).or_default() += 1;
-            if let Some(r) = core.owned_tasks().get(task).and_then(|t| t.result.as_ref()) {
-                tasks.duration.observe(r.duration_ms as f64 / 1_000.0);
+            if let Some(t) = core.owned_tasks().get(task) {
+                if let Some(r) = &t.result {
+                    tasks.duration.observe(r.duration_ms as f64 / 1_000.0);
+                }
+                let took = t.done_at_ms.saturating_sub(t.submitted_at_ms);
+                tasks.latency.observe(took as f64 / 1_000.0);
             }
         }
         _ => {}

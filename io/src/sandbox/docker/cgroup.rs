@@ -92,11 +92,73 @@ pub fn read_oom_kills(path: &Path) -> Option<u64> {
     parse_oom_kills(&std::fs::read_to_string(path).ok()?)
 }
 
+/// The cgroup's totals next to its OOM counter at `counter` (as [`find_counter`] found it):
+/// CPU time (v2 `cpu.stat` `usage_usec`, v1 `cpuacct.usage` in the `cpuacct` hierarchy) and
+/// the memory peak (v2 `memory.peak`, or `memory.current` on kernels without it; v1
+/// `memory.max_usage_in_bytes`). `None` when the CPU time cannot be read.
+pub fn read_totals(root: &Path, counter: &Path) -> Option<crate::sandbox::UsageTotals> {
+    let dir = counter.parent()?;
+    let read = |p: PathBuf| std::fs::read_to_string(p).ok();
+    let number = |text: Option<String>| text.and_then(|t| t.trim().parse::<u64>().ok());
+    if counter.file_name()? == "memory.events" {
+        let cpu_us = read(dir.join("cpu.stat"))?
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|n| n.trim().parse::<u64>().ok())?;
+        let peak = number(read(dir.join("memory.peak")))
+            .or_else(|| number(read(dir.join("memory.current"))));
+        return Some(crate::sandbox::UsageTotals {
+            cpu_ns: cpu_us.saturating_mul(1_000),
+            memory_peak_bytes: peak.unwrap_or(0),
+        });
+    }
+    let rel = dir.strip_prefix(root.join("memory")).ok()?;
+    let cpu_ns = number(read(root.join("cpuacct").join(rel).join("cpuacct.usage")))?;
+    Some(crate::sandbox::UsageTotals {
+        cpu_ns,
+        memory_peak_bytes: number(read(dir.join("memory.max_usage_in_bytes"))).unwrap_or(0),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const ID: &str = "51d8a2e82012549628fed7b593effb95d48484c4c5cff8275110c5b0888fa5fb";
+
+    #[test]
+    fn totals_are_read_beside_the_counter_in_either_version() {
+        let root = tempfile::tempdir().unwrap();
+        let root = root.path();
+        // v2: one directory.
+        let v2 = root.join(format!("system.slice/docker-{ID}.scope"));
+        std::fs::create_dir_all(&v2).unwrap();
+        std::fs::write(v2.join("memory.events"), "oom 0\noom_kill 0\n").unwrap();
+        std::fs::write(v2.join("cpu.stat"), "usage_usec 2500\nuser_usec 2000\n").unwrap();
+        std::fs::write(v2.join("memory.current"), "4096\n").unwrap();
+        let counter = v2.join("memory.events");
+        let t = read_totals(root, &counter).unwrap();
+        assert_eq!((t.cpu_ns, t.memory_peak_bytes), (2_500_000, 4096));
+        // The peak wins over the current use where the kernel keeps it.
+        std::fs::write(v2.join("memory.peak"), "8192\n").unwrap();
+        assert_eq!(read_totals(root, &counter).unwrap().memory_peak_bytes, 8192);
+        // No CPU time: nothing (the clean-up inside reads it instead).
+        std::fs::remove_file(v2.join("cpu.stat")).unwrap();
+        assert_eq!(read_totals(root, &counter), None);
+
+        // v1: the memory and cpuacct hierarchies apart.
+        let mem = root.join(format!("memory/docker/{ID}"));
+        let cpu = root.join(format!("cpuacct/docker/{ID}"));
+        std::fs::create_dir_all(&mem).unwrap();
+        std::fs::create_dir_all(&cpu).unwrap();
+        std::fs::write(mem.join("memory.oom_control"), "oom_kill 0\n").unwrap();
+        std::fs::write(mem.join("memory.max_usage_in_bytes"), "65536\n").unwrap();
+        std::fs::write(cpu.join("cpuacct.usage"), "123456789\n").unwrap();
+        let t = read_totals(root, &mem.join("memory.oom_control")).unwrap();
+        assert_eq!((t.cpu_ns, t.memory_peak_bytes), (123_456_789, 65_536));
+        // A counter outside the memory hierarchy is not guessed at.
+        assert_eq!(read_totals(root, &root.join("elsewhere/memory.oom_control")), None);
+    }
 
     #[test]
     fn the_reported_layout_is_tried_first_then_the_others() {

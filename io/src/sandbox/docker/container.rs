@@ -100,6 +100,13 @@ impl Container {
         count
     }
 
+    /// The container's usage totals read from its cgroup on the host (where its OOM counter
+    /// was found), if they can be.
+    pub(super) fn host_totals(&self) -> Option<UsageTotals> {
+        let counter = self.oom_counter.lock().unwrap_or_else(|p| p.into_inner());
+        cgroup::read_totals(Path::new(cgroup::CGROUP_ROOT), counter.as_deref()?)
+    }
+
     pub(super) fn lock_env(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
         // A poisoned lock only means a panic elsewhere while holding a plain map; the map is
         // still consistent.

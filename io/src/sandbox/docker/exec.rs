@@ -252,12 +252,22 @@ impl Container {
             StreamEnd::Finished => None,
         };
         drop(gate);
+        let output_ended = Instant::now();
 
-        let cleanup = if clean_up {
+        // The sandbox's last command, where the host shows its cgroup: nothing to clean up in
+        // place (the removal ends what the command left), and the OOM counter and the totals
+        // are read on the host, which saves an exec per run.
+        let on_the_host = clean_up && request.last_in_sandbox && host_oom_before.is_some();
+        let cleanup = if clean_up && !on_the_host {
             self.clean_up_after(&marker).await
         } else {
             Cleanup::default()
         };
+        if on_the_host {
+            if let Some(totals) = self.host_totals() {
+                *self.last_totals.lock().unwrap_or_else(|p| p.into_inner()) = Some(totals);
+            }
+        }
         if let Some(how) = timed_out {
             return Err(timeout_error(&request, timeout, how, cleanup, &collected));
         }
@@ -282,6 +292,7 @@ impl Container {
             stderr_truncated: collected.stderr.truncated,
             duration,
             stray_processes_killed: cleanup.killed,
+            after_output: output_ended.elapsed(),
         })
     }
 

@@ -11,9 +11,13 @@
 //!    and no node is left on the host to reap: a fresh sandbox lives `timeout + run_grace`
 //!    from its start (its deadline label says the same, from its creation), and a pooled one
 //!    (made before the run, for an hour) is armed to end `timeout + run_grace` after the
-//!    command starts (`ExecutionSandbox::end_after`). Where that cannot be armed (an image
-//!    without `sh` or `sleep`, a policy without init) the run goes on, with a warning, bounded
-//!    by the pooled sandbox's own lifetime and the periodic reap.
+//!    command starts (`ExecutionSandbox::end_after`). The arming is an exec of its own, sent
+//!    beside the command's rather than before it (it would double a short run's time), so for
+//!    the tens of milliseconds it takes the command runs unarmed: a node killed in that window
+//!    leaves the sandbox to the bounds of the next sentence. Where the end cannot be armed (an
+//!    image without `sh` or `sleep`, a policy without init) the run goes on, with a warning,
+//!    bounded by the pooled sandbox's own lifetime and the periodic reap (and the node's own
+//!    reap of its sandboxes when it starts again).
 //! 3. **Pools are made on demand and bounded.** The first run of a shape makes its pool (and
 //!    waits like a cold start); `warm_images` are pooled at recovery. At most `max_pools`
 //!    shapes are kept (the least recently used is dropped); a pool whose sandboxes cannot be
@@ -65,7 +69,7 @@ pub use logs::{LogStore, LogWriter};
 pub use reaper::REAP_PERIOD;
 pub use secret::SecretKey;
 pub use shape::{lifetime_for, TaskShape};
-pub use stats::{RunnerCounts, RunnerStats, START_BUCKETS_S};
+pub use stats::{RunnerCounts, RunnerStats, StageCounts, STAGES, START_BUCKETS_S};
 pub use tail::Tails;
 
 /// How long a graceful stop waits for the runs it stopped to remove their sandboxes.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chorus_core::task::MAX_TAIL_BYTES;
-use chorus_core::{Event, SandboxExit, TaskId, TaskSpec, Usage};
+use chorus_core::{Event, RunTimings, SandboxExit, TaskId, TaskSpec, Usage};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::{
@@ -99,29 +99,45 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         Ok(h) => h,
         Err(e) => return failed(e),
     };
+    let acquired = begun.elapsed();
     let from_pool = matches!(&held, Held::Pooled(p) if p.from_pool());
-    shared.stats.started(begun.elapsed(), from_pool);
-    arm_end(shared, &held, task, spec).await;
+    shared.stats.started(acquired, from_pool);
     tracing::debug!(%task, attempt, sandbox = held.sandbox().id(), from_pool,
-        waited_ms = begun.elapsed().as_millis() as u64, "task run started");
+        waited_ms = acquired.as_millis() as u64, "task run started");
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
     let mut log = open_log(shared, task, attempt);
-    let exec_started = Instant::now();
-    let outcome = if stop.try_recv().is_ok() {
-        Outcome::Stopped
-    } else {
-        let mut req = request(spec);
-        req.env = env;
-        execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
+    // The sandbox's end is armed beside the command, not before it: an exec each, and the run
+    // waits for the slower only (module rule 2 says what that leaves open).
+    let arm = async {
+        let arming = Instant::now();
+        arm_end(shared, &held, task, spec).await;
+        arming.elapsed()
     };
+    let command = async {
+        let executing = Instant::now();
+        let outcome = if stop.try_recv().is_ok() {
+            Outcome::Stopped
+        } else {
+            let mut req = request(spec);
+            req.env = env;
+            execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
+        };
+        (outcome, executing.elapsed())
+    };
+    let (armed, (outcome, executed)) = tokio::join!(arm, command);
     // Ended before the result leaves: whoever reads the result finds the log finished.
     if let Some(log) = log {
         log.finish();
     }
-    let duration_ms = exec_started.elapsed().as_millis() as u64;
+    let duration_ms = executed.as_millis() as u64;
+    let after_output = match &outcome {
+        Outcome::Done(Ok(out)) => out.after_output.min(executed),
+        _ => Duration::ZERO,
+    };
     // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
     // (the idle init it starts with adds next to nothing).
+    let reading = Instant::now();
     let usage = match tokio::time::timeout(USAGE_WAIT, held.sandbox().totals()).await {
         Ok(Ok(t)) => Usage {
             cpu_ms: t.cpu_ns / 1_000_000,
@@ -136,7 +152,17 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             Usage::default()
         }
     };
+    let read = reading.elapsed();
+    let releasing = Instant::now();
     let finished = held.finish().await;
+    let timings = RunTimings {
+        acquire_ms: ms(acquired),
+        arm_ms: ms(armed),
+        exec_ms: ms(executed - after_output),
+        cleanup_ms: ms(after_output + read),
+        release_ms: ms(releasing.elapsed()),
+    };
+    shared.stats.stages(&timings);
     let exit = |exit: SandboxExit| Event::SandboxExited {
         task: task.clone(),
         attempt,
@@ -147,6 +173,7 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             stderr: tails.stderr(),
             stdout_truncated_bytes: tails.stdout_dropped(),
             stderr_truncated_bytes: tails.stderr_dropped(),
+            timings,
             ..exit
         },
     };
@@ -180,6 +207,11 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         }
     }
     end
+}
+
+/// Whole milliseconds, rounded to the nearest (a stage of 0.6 ms shows as 1).
+fn ms(d: Duration) -> u64 {
+    (d.as_micros().saturating_add(500) / 1_000) as u64
 }
 
 /// A running sandbox for the run: from the warm pool of its shape, or fresh.
@@ -256,6 +288,11 @@ fn request(spec: &TaskSpec) -> ExecRequest {
     let mut req = ExecRequest::new(spec.command.iter().cloned())
         .timeout(Duration::from_millis(spec.timeout_ms))
         .output_limit(MAX_TAIL_BYTES);
+    // Rule 1: the sandbox goes after this command; one with a repository keeps its clean-up,
+    // so nothing left running writes while the workspace is synced back.
+    if spec.repo.is_none() {
+        req = req.last_in_sandbox();
+    }
     req.env = spec.env.clone();
     req.working_dir = spec.workdir.clone();
     req

@@ -1,9 +1,25 @@
 //! Counters of a [`super::TaskRunner`] for the node's metrics: runs, warm-pool hits, how long
-//! a run waited for its sandbox (the sandbox start latency), and sandboxes the periodic reap
-//! removed.
+//! a run waited for its sandbox (the sandbox start latency), where runs spent their time (a
+//! histogram per stage of [`RunTimings`]), and sandboxes the periodic reap removed.
 
 use std::sync::Mutex;
 use std::time::Duration;
+
+use chorus_core::RunTimings;
+
+/// The stages of a run, in [`RunTimings::stages`] order.
+pub const STAGES: [&str; 5] = ["acquire", "arm", "exec", "cleanup", "release"];
+
+/// Observations of one stage over [`START_BUCKETS_S`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StageCounts {
+    /// Observations per bucket (each counted in its own bucket only; beyond the last: none).
+    pub buckets: [u64; START_BUCKETS_S.len()],
+    /// Observations.
+    pub count: u64,
+    /// Their sum, seconds.
+    pub sum_s: f64,
+}
 
 /// Upper bounds of the sandbox start latency histogram, seconds.
 pub const START_BUCKETS_S: [f64; 11] = [
@@ -27,6 +43,8 @@ pub struct RunnerCounts {
     pub start_count: u64,
     /// Their sum, seconds.
     pub start_sum_s: f64,
+    /// Where runs spent their time, per stage of [`STAGES`].
+    pub stages: [StageCounts; STAGES.len()],
 }
 
 /// The runner's counters, shared with whoever renders them.
@@ -54,6 +72,19 @@ impl RunnerStats {
             }
             c.start_count += 1;
             c.start_sum_s += s;
+        });
+    }
+
+    pub(super) fn stages(&self, timings: &RunTimings) {
+        self.with(|c| {
+            for (counts, (_, ms)) in c.stages.iter_mut().zip(timings.stages()) {
+                let s = ms as f64 / 1_000.0;
+                if let Some(i) = START_BUCKETS_S.iter().position(|b| s <= *b) {
+                    counts.buckets[i] += 1;
+                }
+                counts.count += 1;
+                counts.sum_s += s;
+            }
         });
     }
 
