@@ -1081,6 +1081,38 @@ fn an_owner_leaves_at_most_1024_unfinished_tasks_and_keeps_its_keys() {
     assert!(bad.contains("owner must be"), "{bad}");
 }
 
+/// Issue 36: a spec's submitter is the submitting node's word (the API token it came with),
+/// never the request's — a worker reuses sandboxes by it — and it travels in the offer.
+#[test]
+fn the_submitter_of_a_spec_is_the_nodes_word_not_the_requests() {
+    let mut s = voter("s", &["b", "c", "s"]);
+    s.step_vec(100, from("b", heartbeat(1, 1)));
+    let forged = chorus_core::SharedSpec::new(TaskSpec {
+        submitter: Some("alice".into()),
+        ..(*spec()).clone()
+    });
+    for (request, owner) in [(1, Some("mallory")), (2, None)] {
+        let now = s.now_ms();
+        let out = s.step_vec(
+            now,
+            Event::SubmitTask {
+                spec: forged.clone(),
+                key: None,
+                owner: owner.map(str::to_owned),
+                request,
+            },
+        );
+        let id = submit_notice(&out).unwrap().unwrap();
+        let kept = s.owned_tasks()[&id].spec.submitter.clone();
+        assert_eq!(kept.as_deref(), owner, "request {request}");
+        let offered = sent_to(&out, "b").into_iter().find_map(|m| match m {
+            Message::TaskOffer { spec, .. } => Some(spec.submitter.clone()),
+            _ => None,
+        });
+        assert_eq!(offered, Some(owner.map(str::to_owned)), "request {request}");
+    }
+}
+
 // ---- The worker (`task/work.rs`) -----------------------------------------------------------------
 
 /// `w`, a member following the admin `b` (term 1), with `slots` task slots.

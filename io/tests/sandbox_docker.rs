@@ -556,12 +556,25 @@ async fn a_last_command_is_judged_and_measured_on_the_host_without_a_clean_up() 
     assert_eq!(out.stray_processes_killed, 1, "{out:?}");
     // The last: nothing is killed in place, so what it left still runs...
     let out = sb.exec(ExecRequest::shell(leave).last_in_sandbox()).await?;
-    assert_eq!((out.exit_code, out.stray_processes_killed), (0, 0), "{out:?}");
-    let ps = sb.exec(ExecRequest::shell("ps -o comm | grep -c '^sleep'")).await?;
-    assert_eq!(ps.stdout_text().trim(), "1", "the left sleep was not killed in place");
+    assert_eq!(
+        (out.exit_code, out.stray_processes_killed),
+        (0, 0),
+        "{out:?}"
+    );
+    let ps = sb
+        .exec(ExecRequest::shell("ps -o comm | grep -c '^sleep'"))
+        .await?;
+    assert_eq!(
+        ps.stdout_text().trim(),
+        "1",
+        "the left sleep was not killed in place"
+    );
     // ...its usage came from the host (the shell's loop took CPU time)...
     let totals = sb.totals().await?;
-    assert!(totals.cpu_ns > 0 && totals.memory_peak_bytes > 0, "{totals:?}");
+    assert!(
+        totals.cpu_ns > 0 && totals.memory_peak_bytes > 0,
+        "{totals:?}"
+    );
     // ...and an OOM kill in a last command is found without the clean-up.
     let err = sb
         .exec(
@@ -573,6 +586,62 @@ async fn a_last_command_is_judged_and_measured_on_the_host_without_a_clean_up() 
         .unwrap_err();
     assert_eq!(err.category, ErrorCategory::ResourceLimit, "{err}");
     assert!(err.message.contains("host's cgroup counter"), "{err}");
+    sb.remove().await?;
+    Ok(())
+}
+
+/// Issue 36: a sandbox reset for another run of its submitter keeps nothing of the run before:
+/// no process of the commands' user, no file in any place it could write (hidden ones, ones
+/// in a directory it made unreadable), the workspace's mode given back; a second arming
+/// replaces the first (the earlier watchdog no longer ends the sandbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestResult {
+    let (_p, sb, _c) = started("reset", SandboxPolicy::default(), |_| {}).await;
+    sb.end_after(Duration::from_secs(3)).await?;
+    let leave = "sleep 300 & (setsid sleep 301 &) ; \
+        for d in /tmp /workspace /dev/shm; do echo x > $d/f; echo y > $d/.hidden; \
+        mkdir -p $d/sub/deeper; echo z > $d/sub/deeper/g; chmod 000 $d/sub; done; \
+        chmod 700 /workspace; echo left";
+    let out = sb.exec(ExecRequest::shell(leave).last_in_sandbox()).await?;
+    assert_eq!(out.stdout_text().trim(), "left", "{out:?}");
+    sb.reset().await?;
+    // The watchdog armed first would end the sandbox 3 s in; the next arming replaces it.
+    sb.end_after(Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        sb.state().await?,
+        SandboxState::Running,
+        "the first watchdog fired"
+    );
+    let look = "ps -o user,comm | grep -v -e '^USER' -e ' ps$' -e ' sh$' -e ' grep$' | \
+        grep -c sleep; ls -A /tmp /workspace /dev/shm | grep -v ':$' | grep -c . ; stat -c %a /workspace";
+    let out = sb.exec(ExecRequest::shell(look)).await?;
+    let text = out.stdout_text();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    // Only the watchdog's and the main process's sleeps (the supervisor's) are left.
+    let sleeps: usize = lines[0].parse()?;
+    assert!(sleeps <= 3, "{lines:?}");
+    let ps = sb.exec(ExecRequest::shell("ps -o user,args")).await?;
+    assert!(
+        !ps.stdout_text().contains("sleep 300") && !ps.stdout_text().contains("sleep 301"),
+        "{}",
+        ps.stdout_text()
+    );
+    assert_eq!(&lines[1..], &["0", "755"], "{lines:?}");
+    sb.remove().await?;
+    Ok(())
+}
+
+/// A sandbox whose root filesystem is writable cannot be vouched for, so is never reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_with_a_writable_root_is_not_reset() -> TestResult {
+    let policy = SandboxPolicy {
+        read_only_rootfs: false,
+        ..SandboxPolicy::default()
+    };
+    let (_p, sb, _c) = started("noreset", policy, |_| {}).await;
+    let err = sb.reset().await.unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Unsupported, "{err}");
     sb.remove().await?;
     Ok(())
 }

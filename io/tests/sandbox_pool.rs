@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use chorus_io::sandbox::docker::{LABEL_NODE, LABEL_TASK};
-use chorus_io::sandbox::double::ScriptedProvider;
+use chorus_io::sandbox::double::{Op, ScriptedProvider};
 use chorus_io::sandbox::pool::{LABEL_POOL, POOL_TASK, TASK_ENV};
 use chorus_io::sandbox::{
     ErrorCategory, ExecRequest, ExecutionSandbox, PoolConfig, SandboxError, SandboxPolicy,
@@ -312,6 +312,83 @@ async fn scripted_pool_stays_bounded_and_waits_instead_of_overcreating() -> Test
     assert_eq!(provider.sandboxes().len(), 13);
     pool.shutdown().await?;
     assert_eq!(removed(&provider).await, 13);
+    Ok(())
+}
+
+/// Issue 36: a sandbox given back waits, reset, for its own key only; a failed reset, a passed
+/// `usable_until` and the bound on kept sandboxes each remove it instead.
+#[tokio::test]
+async fn a_sandbox_given_back_is_reset_and_goes_only_to_its_own_key() -> TestResult {
+    let (pool, provider) = scripted_pool(PoolConfig::with_size(1));
+    pool.wait_full(Duration::from_secs(5)).await?;
+    let later = Instant::now() + Duration::from_secs(60);
+    let a = pool.acquire_for("t1", Some("n1/alice")).await?;
+    let first = a.id().to_string();
+    assert_eq!(a.reused(), None);
+    a.give_back("n1/alice".into(), later, None);
+    eventually("the reset", Duration::from_secs(5), || {
+        pool.status().idle == 2
+    })
+    .await;
+    // Another key never gets it...
+    let b = pool.acquire_for("t2", Some("n1/bob")).await?;
+    assert_ne!(b.id(), first);
+    assert_eq!(b.reused(), None);
+    b.release();
+    // ...its own key does, after a reset, and knows it was used before.
+    let c = pool.acquire_for("t3", Some("n1/alice")).await?;
+    assert_eq!(c.id(), first);
+    assert!(c.reused().is_some());
+    let resets = |id: &str| {
+        provider
+            .sandboxes()
+            .iter()
+            .find(|s| s.id() == id)
+            .map_or(0, |s| {
+                s.calls().iter().filter(|c| c.op == Op::Reset).count()
+            })
+    };
+    assert_eq!(resets(&first), 1);
+    assert_eq!(pool.status().reuses, 1);
+    // A reset that fails: removed, never handed out again.
+    let failing = provider
+        .sandboxes()
+        .into_iter()
+        .find(|s| s.id() == first)
+        .unwrap();
+    failing.fail_next(Op::Reset, SandboxError::new(ErrorCategory::Exec, "dirty"));
+    c.give_back("n1/alice".into(), later, None);
+    eventually("the failed reset", Duration::from_secs(5), || {
+        pool.status().failed_resets == 1
+    })
+    .await;
+    let d = pool.acquire_for("t4", Some("n1/alice")).await?;
+    assert_ne!(d.id(), first);
+    // Past its usable_until: removed, not kept.
+    let kept = d.id().to_string();
+    d.give_back("n1/alice".into(), Instant::now(), None);
+    let e = pool.acquire_for("t5", Some("n1/alice")).await?;
+    assert_ne!(e.id(), kept);
+    // At most `size` kept: the oldest goes for a newer one.
+    let f = pool.acquire_for("t6", Some("n1/carol")).await?;
+    let (eid, fid) = (e.id().to_string(), f.id().to_string());
+    e.give_back("n1/alice".into(), later, None);
+    eventually("kept", Duration::from_secs(5), || {
+        pool.status().reuses == 1 && pool.status().idle >= 1
+    })
+    .await;
+    f.give_back("n1/carol".into(), later, None);
+    eventually("the second kept", Duration::from_secs(5), || {
+        provider
+            .sandboxes()
+            .iter()
+            .any(|s| s.id() == eid && s.calls().iter().any(|c| c.op == Op::Remove))
+    })
+    .await;
+    let g = pool.acquire_for("t7", Some("n1/carol")).await?;
+    assert_eq!(g.id(), fid);
+    drop(g);
+    pool.shutdown().await?;
     Ok(())
 }
 

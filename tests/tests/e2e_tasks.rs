@@ -152,10 +152,16 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
     let v = task(c, *at, id).expect("the task");
     let stages = &v["result"]["timings"];
     assert!(stages["exec_ms"].as_u64().is_some_and(|ms| ms > 0), "{v}");
-    let run: u64 = ["acquire_ms", "arm_ms", "exec_ms", "cleanup_ms", "release_ms"]
-        .iter()
-        .map(|k| stages[k].as_u64().unwrap_or(0))
-        .sum();
+    let run: u64 = [
+        "acquire_ms",
+        "arm_ms",
+        "exec_ms",
+        "cleanup_ms",
+        "release_ms",
+    ]
+    .iter()
+    .map(|k| stages[k].as_u64().unwrap_or(0))
+    .sum();
     let total = v["timings"]["result_ms"].as_u64().expect("result_ms");
     assert!(
         stages["exec_ms"].as_u64().unwrap() <= total && total <= run + 60_000,
@@ -165,7 +171,15 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
     let out = c.chorus(&["task", "get", id, "--addr", &addr, "--timings"]);
     assert!(out.status.success(), "{out:?}");
     let said = String::from_utf8_lossy(&out.stdout);
-    for word in ["result", "acquire", "arm", "exec", "cleanup", "release", "elsewhere"] {
+    for word in [
+        "result",
+        "acquire",
+        "arm",
+        "exec",
+        "cleanup",
+        "release",
+        "elsewhere",
+    ] {
         assert!(said.contains(word), "{word} missing:\n{said}");
     }
     let (_, metrics) = http_request(c.nodes[*at].http_port, "GET", "/metrics", None).unwrap();
@@ -176,15 +190,18 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    assert!(count("chorus_task_latency_seconds_count ") >= 7, "{metrics}");
+    assert!(
+        count("chorus_task_latency_seconds_count ") >= 7,
+        "{metrics}"
+    );
     let worker = v["result"]["worker"].as_str().unwrap();
     let w = t.ids.iter().position(|n| n == worker).unwrap();
     let (_, metrics) = http_request(c.nodes[w].http_port, "GET", "/metrics", None).unwrap();
     assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("chorus_task_stage_seconds_count{stage=\"exec\"} ")
-                && !l.ends_with(" 0")),
+        metrics.lines().any(
+            |l| l.starts_with("chorus_task_stage_seconds_count{stage=\"exec\"} ")
+                && !l.ends_with(" 0")
+        ),
         "{metrics}"
     );
     // A retried submit with the same idempotency key names the same task; another spec under

@@ -226,6 +226,11 @@ pub struct TaskSpec {
     /// A repository from the worker's config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repo: Option<RepoMount>,
+    /// Who submitted it (an API token's id), as the node it was submitted to says: set there,
+    /// whatever a request carried. A worker reuses a sandbox only between runs of tasks with
+    /// the same origin and submitter (and shape).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitter: Option<String>,
 }
 
 fn is_zero32(n: &u32) -> bool {
@@ -328,6 +333,9 @@ impl TaskSpec {
         }
         for c in &self.requires {
             check_name("a required capability", c)?;
+        }
+        if let Some(who) = &self.submitter {
+            check_name("submitter", who)?;
         }
         if let Some(r) = &self.repo {
             check_name("repo name", &r.name)?;

@@ -169,9 +169,6 @@ impl Core {
         let refuse = |reason: String, out: &mut Vec<Command>| {
             out.push(Command::Notice(Notice::TaskRefused { request, reason }));
         };
-        if let Err(e) = spec.check() {
-            return refuse(format!("bad task spec: {e}"), out);
-        }
         if owner
             .as_ref()
             .is_some_and(|o| o.is_empty() || o.len() > super::bounds::NAME)
@@ -180,6 +177,18 @@ impl Core {
                 format!("owner must be 1 to {} bytes", super::bounds::NAME),
                 out,
             );
+        }
+        // The submitter is this node's word, never the request's; checked with the rest, so
+        // the spec as offered fits its frame.
+        let spec = if spec.submitter != owner {
+            let mut s = (*spec).clone();
+            s.submitter.clone_from(&owner);
+            SharedSpec::new(s)
+        } else {
+            spec
+        };
+        if let Err(e) = spec.check() {
+            return refuse(format!("bad task spec: {e}"), out);
         }
         if let Some(k) = &key {
             if k.is_empty() || k.len() > super::bounds::NAME {

@@ -31,6 +31,8 @@ pub enum Op {
     Usage,
     /// [`ExecutionSandbox::end_after`].
     EndAfter,
+    /// [`ExecutionSandbox::reset`].
+    Reset,
     /// [`ExecutionSandbox::stop`].
     Stop,
     /// [`ExecutionSandbox::remove`].
@@ -356,6 +358,14 @@ impl ExecutionSandbox for ScriptedSandbox {
     async fn end_after(&self, after: Duration) -> SandboxResult<()> {
         self.begin(Op::EndAfter, format!("{}ms", after.as_millis()))?;
         self.require_running()
+    }
+
+    /// Recorded; a running double is reset by forgetting its files (fails as scripted).
+    async fn reset(&self) -> SandboxResult<()> {
+        self.begin(Op::Reset, String::new())?;
+        self.require_running()?;
+        self.lock().files.clear();
+        Ok(())
     }
 
     async fn stop(&self) -> SandboxResult<()> {

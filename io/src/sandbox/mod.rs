@@ -534,6 +534,17 @@ pub trait ExecutionSandbox: Send + Sync {
     /// `sh` or `sleep`, or no main process at all); the sandbox is then as before.
     fn end_after(&self, after: Duration) -> impl Future<Output = SandboxResult<()>> + Send;
 
+    /// Makes the sandbox ready for another run of the same submitter and shape: kills every
+    /// process its commands left, empties every place they could write, and checks that
+    /// nothing is left (see `docker/reset.rs`). An error means it could not vouch for that:
+    /// remove the sandbox instead. Default: unsupported (never reused).
+    fn reset(&self) -> impl Future<Output = SandboxResult<()>> + Send {
+        std::future::ready(Err(SandboxError::new(
+            ErrorCategory::Unsupported,
+            "this sandbox cannot be reset for another run",
+        )))
+    }
+
     /// Stops the main process (and with it every command). Idempotent.
     fn stop(&self) -> impl Future<Output = SandboxResult<()>> + Send;
 

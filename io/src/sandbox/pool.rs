@@ -4,8 +4,14 @@
 //! [`PooledSandbox::release`] removes it in the background.
 //!
 //! Rules:
-//! - **One task per sandbox.** A sandbox leaves the pool for exactly one task and is removed
-//!   when that task releases (or drops) it; it never goes back to the pool (isolation).
+//! - **One task per sandbox, unless given back for its submitter.** A sandbox leaves the pool
+//!   for exactly one task and is removed when that task releases (or drops) it. A holder may
+//!   instead [`give it back`](PooledSandbox::give_back) under an owner key (a submitter and
+//!   shape): it is [`reset`](ExecutionSandbox::reset) in the background, and only when the
+//!   reset vouches for it does it wait for the next [`acquire_for`](SandboxPool::acquire_for)
+//!   with the same key — never for anyone else's. At most `size` such sandboxes wait (the
+//!   oldest goes first), each until its `usable_until` or `max_idle_age` after it was first
+//!   made, whichever comes first.
 //! - **Bounded.** Idle sandboxes plus creations in flight (the background fill and on-demand
 //!   creations by [`acquire`](SandboxPool::acquire)) never exceed `size`. An `acquire` that finds
 //!   the pool empty creates its own sandbox when that bound allows, and otherwise waits for the
@@ -44,7 +50,7 @@ use tokio::task::JoinHandle;
 
 use super::{
     ErrorCategory, ExecutionSandbox, SandboxError, SandboxPolicy, SandboxProvider, SandboxResult,
-    SandboxSpec, SandboxState,
+    SandboxSpec, SandboxState, UsageTotals,
 };
 
 /// The label (under `io.chorus.`) that names the pool a container was made for.
@@ -120,6 +126,10 @@ pub struct PoolStatus {
     pub misses: u64,
     /// Idle sandboxes removed for age or because they had stopped running.
     pub recycled: u64,
+    /// Acquires served with a sandbox given back for the same owner key.
+    pub reuses: u64,
+    /// Sandboxes given back whose reset failed (they were removed instead).
+    pub failed_resets: u64,
     /// Failed creations (background and on demand).
     pub failed_creations: u64,
     /// Failed removals (the container may be left behind; `reap` finds it).
@@ -137,8 +147,23 @@ struct Idle<S> {
     ready_at: Instant,
 }
 
+/// A sandbox given back and reset, waiting for its owner key's next acquire.
+struct Kept<S> {
+    sandbox: Arc<S>,
+    owner: String,
+    /// When it was first made ready (its age bounds it as a fresh one's does).
+    born: Instant,
+    usable_until: Instant,
+    /// Its usage totals when given back.
+    totals: Option<UsageTotals>,
+}
+
 struct State<S> {
     idle: VecDeque<Idle<S>>,
+    kept: Vec<Kept<S>>,
+    resetting: usize,
+    reuses: u64,
+    failed_resets: u64,
     creating: usize,
     leased: BTreeMap<String, (String, Arc<S>)>,
     removing: usize,
@@ -244,8 +269,18 @@ impl<P: SandboxProvider + 'static> Shared<P> {
         self.changed.notify_waiters();
     }
 
-    /// Moves idle sandboxes past `max_idle_age` to removal.
+    /// Moves idle sandboxes past `max_idle_age` (kept ones also past their `usable_until`) to
+    /// removal.
     fn recycle_expired(self: &Arc<Self>, st: &mut State<P::Sandbox>, now: Instant) {
+        let (live, old): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut st.kept).into_iter().partition(|k| {
+                now < k.usable_until && now.duration_since(k.born) < self.config.max_idle_age
+            });
+        st.kept = live;
+        for k in old {
+            st.recycled += 1;
+            self.spawn_removal(st, k.sandbox);
+        }
         while let Some(front) = st.idle.front() {
             // `idle` is in ready order, so the oldest is at the front.
             if now.duration_since(front.ready_at) < self.config.max_idle_age {
@@ -283,7 +318,14 @@ impl<P: SandboxProvider + 'static> Shared<P> {
                 let next_expiry = st
                     .idle
                     .front()
-                    .map(|i| i.ready_at + self.config.max_idle_age);
+                    .map(|i| i.ready_at + self.config.max_idle_age)
+                    .into_iter()
+                    .chain(
+                        st.kept
+                            .iter()
+                            .map(|k| k.usable_until.min(k.born + self.config.max_idle_age)),
+                    )
+                    .min();
                 match (backing_off, next_expiry) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -329,7 +371,8 @@ impl<P: SandboxProvider + 'static> std::fmt::Debug for SandboxPool<P> {
 }
 
 enum Next<S> {
-    Take(Arc<S>),
+    Take(Arc<S>, Instant),
+    Reuse(Kept<S>),
     Create { counted: bool },
     Wait,
 }
@@ -367,6 +410,10 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             runtime: runtime.clone(),
             state: Mutex::new(State {
                 idle: VecDeque::new(),
+                kept: Vec::new(),
+                resetting: 0,
+                reuses: 0,
+                failed_resets: 0,
                 creating: 0,
                 leased: BTreeMap::new(),
                 removing: 0,
@@ -416,7 +463,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
     pub fn status(&self) -> PoolStatus {
         let st = self.shared.lock();
         PoolStatus {
-            idle: st.idle.len(),
+            idle: st.idle.len() + st.kept.len(),
             creating: st.creating,
             leased: st.leased.len(),
             removing: st.removing,
@@ -425,6 +472,8 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             hits: st.hits,
             misses: st.misses,
             recycled: st.recycled,
+            reuses: st.reuses,
+            failed_resets: st.failed_resets,
             failed_creations: st.failed_creations,
             failed_removals: st.failed_removals,
             consecutive_failures: st.consecutive_failures,
@@ -486,6 +535,16 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
     ///
     /// Errors: the on-demand creation's error, or [`ErrorCategory::NotFound`] after shutdown.
     pub async fn acquire(&self, task_id: &str) -> SandboxResult<PooledSandbox<P>> {
+        self.acquire_for(task_id, None).await
+    }
+
+    /// As [`acquire`](Self::acquire), but first takes a sandbox given back under `owner` (see
+    /// [`PooledSandbox::give_back`]), when one waits.
+    pub async fn acquire_for(
+        &self,
+        task_id: &str,
+        owner: Option<&str>,
+    ) -> SandboxResult<PooledSandbox<P>> {
         let shared = &self.shared;
         let begun = Instant::now();
         let mut missed = false;
@@ -499,8 +558,11 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                     return Err(shared.shut_down_error());
                 }
                 shared.recycle_expired(&mut st, Instant::now());
-                if let Some(idle) = st.idle.pop_front() {
-                    Next::Take(idle.sandbox)
+                let mine = owner.and_then(|o| st.kept.iter().position(|k| k.owner == o));
+                if let Some(i) = mine {
+                    Next::Reuse(st.kept.remove(i))
+                } else if let Some(idle) = st.idle.pop_front() {
+                    Next::Take(idle.sandbox, idle.ready_at)
                 } else if shared.config.size == 0 {
                     Next::Create { counted: false }
                 } else if st.creating < shared.config.size {
@@ -511,7 +573,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                 }
             };
             match next {
-                Next::Take(sandbox) => {
+                Next::Take(sandbox, ready_at) => {
                     shared.changed.notify_waiters(); // refill
                     if shared.config.verify_on_acquire {
                         let state = sandbox.state().await;
@@ -524,7 +586,25 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                             continue;
                         }
                     }
-                    return Ok(self.lease(sandbox, task_id, !missed, begun));
+                    let mut leased = self.lease(sandbox, task_id, !missed, begun);
+                    leased.born = ready_at;
+                    return Ok(leased);
+                }
+                Next::Reuse(kept) => {
+                    if shared.config.verify_on_acquire {
+                        let state = kept.sandbox.state().await;
+                        if !matches!(state, Ok(SandboxState::Running)) {
+                            let mut st = shared.lock();
+                            st.recycled += 1;
+                            shared.spawn_removal(&mut st, kept.sandbox);
+                            continue;
+                        }
+                    }
+                    shared.lock().reuses += 1;
+                    let mut leased = self.lease(kept.sandbox, task_id, true, begun);
+                    leased.born = kept.born;
+                    leased.reused = Some(kept.totals.unwrap_or_default());
+                    return Ok(leased);
                 }
                 Next::Create { counted } => {
                     if counted {
@@ -588,6 +668,8 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             from_pool: hit,
             waited: begun.elapsed(),
             released: false,
+            born: Instant::now(),
+            reused: None,
         }
     }
 
@@ -600,7 +682,8 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             let mut st = shared.lock();
             st.shut_down = true;
             st.last_removal_error = None;
-            let idle: Vec<_> = st.idle.drain(..).map(|i| i.sandbox).collect();
+            let mut idle: Vec<_> = st.idle.drain(..).map(|i| i.sandbox).collect();
+            idle.extend(st.kept.drain(..).map(|k| k.sandbox));
             let leased: Vec<_> = std::mem::take(&mut st.leased)
                 .into_values()
                 .map(|(_, sb)| sb)
@@ -620,7 +703,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             notified.as_mut().enable();
             {
                 let st = shared.lock();
-                if st.creating == 0 && st.removing == 0 {
+                if st.creating == 0 && st.removing == 0 && st.resetting == 0 {
                     return match &st.last_removal_error {
                         Some(e) => Err(e.clone()),
                         None => Ok(()),
@@ -657,7 +740,8 @@ impl<P: SandboxProvider + 'static> Drop for SandboxPool<P> {
             return;
         }
         st.shut_down = true;
-        let idle: Vec<_> = st.idle.drain(..).map(|i| i.sandbox).collect();
+        let mut idle: Vec<_> = st.idle.drain(..).map(|i| i.sandbox).collect();
+        idle.extend(st.kept.drain(..).map(|k| k.sandbox));
         for sandbox in idle {
             self.shared.spawn_removal(&mut st, sandbox);
         }
@@ -676,6 +760,10 @@ pub struct PooledSandbox<P: SandboxProvider + 'static> {
     from_pool: bool,
     waited: Duration,
     released: bool,
+    /// When it was first made ready (for a reused one: before its first run).
+    born: Instant,
+    /// For a sandbox given back and reused: its usage totals then.
+    reused: Option<UsageTotals>,
 }
 
 impl<P: SandboxProvider + 'static> std::fmt::Debug for PooledSandbox<P> {
@@ -708,6 +796,63 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
     /// The sandbox.
     pub fn sandbox(&self) -> &P::Sandbox {
         &self.sandbox
+    }
+
+    /// For a sandbox that ran an earlier task of its owner key: its usage totals when it was
+    /// given back (subtract them for this run's); `None` for a fresh one.
+    pub fn reused(&self) -> Option<UsageTotals> {
+        self.reused
+    }
+
+    /// Ends the lease, giving the sandbox back for the next task of `owner` (a submitter and
+    /// shape): it is reset in the background and kept until `usable_until` (or its age runs
+    /// out) when the reset vouches for it, else removed. `totals`: its usage totals now.
+    pub fn give_back(mut self, owner: String, usable_until: Instant, totals: Option<UsageTotals>) {
+        self.released = true;
+        let shared = Arc::clone(&self.shared);
+        let sandbox = Arc::clone(&self.sandbox);
+        let born = self.born;
+        {
+            let mut st = shared.lock();
+            // After `shutdown` the pool has removed it already.
+            if st.leased.remove(sandbox.id()).is_none() {
+                return;
+            }
+            st.resetting += 1;
+        }
+        let runtime = shared.runtime.clone();
+        runtime.spawn(async move {
+            let reset = sandbox.reset().await;
+            let mut st = shared.lock();
+            st.resetting -= 1;
+            let now = Instant::now();
+            let usable =
+                now < usable_until && now.duration_since(born) < shared.config.max_idle_age;
+            match reset {
+                Ok(()) if !st.shut_down && usable => {
+                    if st.kept.len() >= shared.config.size.max(1) {
+                        let oldest = st.kept.remove(0);
+                        shared.spawn_removal(&mut st, oldest.sandbox);
+                    }
+                    st.kept.push(Kept {
+                        sandbox,
+                        owner,
+                        born,
+                        usable_until,
+                        totals,
+                    });
+                }
+                Ok(()) => shared.spawn_removal(&mut st, sandbox),
+                Err(e) => {
+                    tracing::debug!(pool = %shared.pool_id, sandbox = sandbox.id(), error = %e,
+                        "a sandbox given back could not be reset; removing it");
+                    st.failed_resets += 1;
+                    shared.spawn_removal(&mut st, sandbox);
+                }
+            }
+            drop(st);
+            shared.changed.notify_waiters();
+        });
     }
 
     /// Ends the lease: the sandbox is removed in the background (never reused).

@@ -258,6 +258,8 @@ impl SubmitArgs {
                 network: self.network || file.network.unwrap_or(false),
                 requires: or_file(&self.require, file.requires),
                 repo,
+                // The node says who submitted it.
+                submitter: None,
             },
             secret_env: or_file(&self.secret_env, file.secret_env),
             key: self.key.clone().or(file.key),
@@ -1115,7 +1117,12 @@ pids = 50
         };
         let text = render_timings(&v);
         // Arming goes beside the command: the run is 2 + max(60, 70) + 1 = 73 ms.
-        for line in ["placed        -", "result       90", "exec           70", "= run          73"] {
+        for line in [
+            "placed        -",
+            "result       90",
+            "exec           70",
+            "= run          73",
+        ] {
             assert!(text.contains(line), "{line:?} in\n{text}");
         }
         assert!(text.contains("elsewhere     17"), "{text}");

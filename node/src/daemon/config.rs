@@ -167,6 +167,11 @@ pub struct TasksConfig {
     /// Images whose default shape is kept warm from the start (default: none; the first task of
     /// a shape makes its pool).
     pub warm_images: Vec<String>,
+    /// Reuse a pooled sandbox for the next task of the same submitter (its node and API token)
+    /// and shape, after a reset that kills every process its task left and empties every
+    /// place it could write, and only when that reset vouches for it (default true; false:
+    /// every run's sandbox is removed after it).
+    pub reuse_sandboxes: Option<bool>,
     /// The most memory one task may ask for, MiB (default: half the host's memory).
     pub max_memory_mb: Option<u32>,
     /// The most CPU one task may ask for, millicores (default: every CPU of the host).

@@ -68,6 +68,7 @@ pub(super) async fn task_runner(
     let mut runner = TaskRunnerConfig::new(node_id);
     runner.repos = config.repos.clone();
     runner.pool_size = config.tasks.pool_size.unwrap_or(DEFAULT_POOL_SIZE) as usize;
+    runner.reuse = config.tasks.reuse_sandboxes.unwrap_or(true);
     runner.warm_images = config.tasks.warm_images.clone();
     runner.ceilings = ceilings;
     runner.secret_key = secret_key;

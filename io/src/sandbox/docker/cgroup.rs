@@ -157,7 +157,10 @@ mod tests {
         let t = read_totals(root, &mem.join("memory.oom_control")).unwrap();
         assert_eq!((t.cpu_ns, t.memory_peak_bytes), (123_456_789, 65_536));
         // A counter outside the memory hierarchy is not guessed at.
-        assert_eq!(read_totals(root, &root.join("elsewhere/memory.oom_control")), None);
+        assert_eq!(
+            read_totals(root, &root.join("elsewhere/memory.oom_control")),
+            None
+        );
     }
 
     #[test]

@@ -24,10 +24,19 @@ use crate::sandbox::CappedBuffer;
 /// How long arming may take (an exec that prints one line).
 const ARM_BOUND: Duration = Duration::from_secs(10);
 
-/// `$1`: seconds to wait. Says `armed` once it can end the sandbox, then lets go of the exec's
-/// output (nothing it runs can block on a pipe nobody reads). `sleep` is checked first: an
-/// image without it must not end the sandbox at once.
+/// `$1`: seconds to wait. An earlier watchdog (a sandbox reused for another run of its
+/// submitter) is ended first: the latest arming wins. Only the supervisor's own processes can
+/// be signalled from here, so a command's process named like one is no matter; its `sleep` is
+/// left to run out, harmless without the shell that would act on it. Says `armed` once it can
+/// end the sandbox, then lets go of the exec's output (nothing it runs can block on a pipe
+/// nobody reads). `sleep` is checked first: an image without it must not end the sandbox at
+/// once.
 const END_SCRIPT: &str = r#"command -v sleep >/dev/null 2>&1 || { echo "no sleep in the image"; exit 3; }
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$$" ] && continue
+  case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in *" chorus-end "*) kill -9 "$p" 2>/dev/null;; esac
+done
 echo armed
 exec </dev/null >/dev/null 2>&1
 sleep "$1" && kill -9 -1"#;

@@ -576,7 +576,7 @@ impl Container {
     }
 
     /// Runs a helper command (no wrapper, no stdin) and returns its stdout when it exits 0.
-    async fn helper(&self, argv: Vec<String>) -> SandboxResult<Vec<u8>> {
+    pub(super) async fn helper(&self, argv: Vec<String>) -> SandboxResult<Vec<u8>> {
         let config = ExecConfig {
             attach_stdout: Some(true),
             attach_stderr: Some(true),

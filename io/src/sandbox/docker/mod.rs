@@ -12,6 +12,7 @@
 //! - `exec.rs`: running one command — timeouts, the post-exec cleanup, OOM detection.
 //! - `cgroup.rs`: the container's OOM-kill counter, read from the host.
 //! - `end.rs`: the sandbox's own end, armed from inside (`end_after`).
+//! - `reset.rs`: a sandbox made ready for another run of its submitter, and checked (`reset`).
 //! - `files.rs`: files and trees moved through exec ([`tree_to_tar`], [`tar_to_tree`]).
 //! - `stats.rs`: live resource usage, with the docker CLI's formulas ([`cpu_percent`]).
 //!
@@ -41,6 +42,7 @@ mod exec;
 mod files;
 mod host_config;
 mod provider;
+mod reset;
 mod sandbox;
 mod stats;
 mod workspace;

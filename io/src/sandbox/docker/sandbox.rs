@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::cgroup::CgroupLayout;
 use super::container::{force_remove, Container};
+use super::host_config::WorkspaceMount;
 use super::workspace::{copy_repository_in, sync_workspace, StagedWorkspace, SyncTarget};
 use crate::sandbox::error::{unless_answered, ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::policy::SandboxPolicy;
@@ -36,6 +37,8 @@ pub struct DockerSandbox {
     copy_in: Mutex<Option<Vec<u8>>>,
     /// Where a read-write workspace syncs back to.
     sync: Option<SyncTarget>,
+    /// Its workspace is its own tmpfs (no repository in it): the condition for a reset.
+    own_workspace: bool,
 }
 
 impl DockerSandbox {
@@ -58,6 +61,10 @@ impl DockerSandbox {
                 workspace_path,
                 cgroup_layout,
             ),
+            own_workspace: matches!(staged.mount, WorkspaceMount::Tmpfs)
+                && staged.staging_dir.is_none()
+                && staged.copy_in.is_none()
+                && staged.sync.is_none(),
             staging_dir: staged.staging_dir,
             copy_in: Mutex::new(staged.copy_in),
             sync: staged.sync,
@@ -181,6 +188,29 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn end_after(&self, after: Duration) -> SandboxResult<()> {
         self.container.end_after(after).await
+    }
+
+    async fn reset(&self) -> SandboxResult<()> {
+        if !self.own_workspace {
+            return Err(SandboxError::new(
+                ErrorCategory::Unsupported,
+                "a sandbox with a repository in its workspace is never reused",
+            ));
+        }
+        let policy = &self.container.policy;
+        let workspace_mode = if policy.numeric_user().is_some() {
+            0o755
+        } else {
+            0o1777
+        };
+        let mut places: Vec<(String, Option<u32>)> = policy
+            .tmpfs
+            .iter()
+            .map(|t| (t.path.clone(), Some(t.mode)))
+            .collect();
+        places.push((self.container.workspace_path.clone(), Some(workspace_mode)));
+        places.push(("/dev/shm".to_owned(), Some(0o1777)));
+        self.container.reset(&places).await
     }
 
     async fn stop(&self) -> SandboxResult<()> {

@@ -2,10 +2,15 @@
 //! [`SandboxProvider`] — the Docker provider on a node, the scripted double in tests.
 //!
 //! Rules:
-//! 1. **One sandbox per run.** A run takes a running sandbox from the warm pool of its
+//! 1. **A sandbox is one submitter's.** A run takes a running sandbox from the warm pool of its
 //!    [`TaskShape`] (image, limits, network) when its timeout fits the pooled sandboxes'
 //!    lifetime, else (a repository mount, a very long timeout, pools off) a fresh sandbox made
-//!    for it alone; either way the sandbox is removed after the run, never reused.
+//!    for it alone. A fresh one is removed after its run. A pooled one is too, unless `reuse`
+//!    is on and the run's command exited by itself (not stopped, timed out, killed or failed):
+//!    then it is given back to its pool under the key (task origin, submitter), reset in the
+//!    background (`ExecutionSandbox::reset`: every process of the commands' user killed, every
+//!    writable place emptied, checked), and taken only by a later run with the same key and
+//!    shape — before the watchdog its run armed could fire ([`REUSE_MARGIN`]).
 //! 2. **A run's sandbox ends by itself at the run's timeout plus `run_grace`**, enforced inside
 //!    it, so nothing a run started outlives that even when its node is killed with `kill -9`
 //!    and no node is left on the host to reap: a fresh sandbox lives `timeout + run_grace`
@@ -80,6 +85,11 @@ pub const STOP_RUNS_BOUND: Duration = Duration::from_secs(30);
 /// remove the sandbox, sync a read-write repository back) must fit in it.
 pub const RUN_GRACE: Duration = Duration::from_secs(30);
 
+/// A sandbox given back is taken again only this long before the watchdog its last run armed
+/// would end it (`timeout + run_grace` after that run's start): room for the next run's arming,
+/// which replaces that watchdog, to finish first.
+pub const REUSE_MARGIN: Duration = Duration::from_secs(15);
+
 /// How a [`TaskRunner`] runs tasks.
 #[derive(Clone, Debug)]
 pub struct TaskRunnerConfig {
@@ -114,6 +124,9 @@ pub struct TaskRunnerConfig {
     /// Where each run's whole output is kept (up to its cap) for `chorus task logs`; none:
     /// only the result's tails.
     pub logs: Option<Arc<LogStore>>,
+    /// Give a pooled sandbox back for the next run of the same submitter and shape after a
+    /// run that exited by itself (rule 1).
+    pub reuse: bool,
 }
 
 impl TaskRunnerConfig {
@@ -136,6 +149,7 @@ impl TaskRunnerConfig {
             reap_period: REAP_PERIOD,
             run_grace: RUN_GRACE,
             logs: None,
+            reuse: false,
         }
     }
 

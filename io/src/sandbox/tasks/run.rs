@@ -11,9 +11,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::{
     ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, PooledSandbox,
-    RepoMount, SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec,
+    RepoMount, SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec, UsageTotals,
 };
-use super::{lifetime_for, LogWriter, Shared, Tails, TaskShape};
+use super::{lifetime_for, LogWriter, Shared, Tails, TaskShape, REUSE_MARGIN};
 
 /// The signal a stopped or timed-out run reports: it was killed.
 const SIGKILL: i32 = 9;
@@ -24,15 +24,24 @@ const USAGE_WAIT: Duration = Duration::from_secs(2);
 
 /// A sandbox held for one run.
 enum Held<P: SandboxProvider + 'static> {
-    Pooled(PooledSandbox<P>),
+    /// From a pool; with the key it may be given back under (rule 1), when reuse is on.
+    Pooled(PooledSandbox<P>, Option<String>),
     Fresh(P::Sandbox),
 }
 
 impl<P: SandboxProvider + 'static> Held<P> {
     fn sandbox(&self) -> &P::Sandbox {
         match self {
-            Held::Pooled(s) => s,
+            Held::Pooled(s, _) => s,
             Held::Fresh(s) => s,
+        }
+    }
+
+    /// The usage totals the sandbox had before this run (a reused one's), to subtract.
+    fn base_totals(&self) -> Option<UsageTotals> {
+        match self {
+            Held::Pooled(s, _) => s.reused(),
+            Held::Fresh(_) => None,
         }
     }
 
@@ -41,11 +50,27 @@ impl<P: SandboxProvider + 'static> Held<P> {
     /// the changes landed).
     async fn finish(self) -> SandboxResult<()> {
         match self {
-            Held::Pooled(s) => {
+            Held::Pooled(s, _) => {
                 s.release();
                 Ok(())
             }
             Held::Fresh(s) => s.remove().await,
+        }
+    }
+
+    /// Gives a pooled sandbox back under its key (rule 1) — reset in the background — or, where
+    /// it has none, finishes it as [`Held::finish`] does.
+    async fn give_back(
+        self,
+        usable_until: Instant,
+        totals: Option<UsageTotals>,
+    ) -> SandboxResult<()> {
+        match self {
+            Held::Pooled(s, Some(key)) => {
+                s.give_back(key, usable_until, totals);
+                Ok(())
+            }
+            other => other.finish().await,
         }
     }
 }
@@ -100,7 +125,7 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         Err(e) => return failed(e),
     };
     let acquired = begun.elapsed();
-    let from_pool = matches!(&held, Held::Pooled(p) if p.from_pool());
+    let from_pool = matches!(&held, Held::Pooled(p, _) if p.from_pool());
     shared.stats.started(acquired, from_pool);
     tracing::debug!(%task, attempt, sandbox = held.sandbox().id(), from_pool,
         waited_ms = acquired.as_millis() as u64, "task run started");
@@ -125,6 +150,7 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         };
         (outcome, executing.elapsed())
     };
+    let commanded = Instant::now();
     let (armed, (outcome, executed)) = tokio::join!(arm, command);
     // Ended before the result leaves: whoever reads the result finds the log finished.
     if let Some(log) = log {
@@ -138,23 +164,38 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
     // Read before the sandbox goes: the run's sandbox is its own, so its totals are the run's
     // (the idle init it starts with adds next to nothing).
     let reading = Instant::now();
-    let usage = match tokio::time::timeout(USAGE_WAIT, held.sandbox().totals()).await {
-        Ok(Ok(t)) => Usage {
-            cpu_ms: t.cpu_ns / 1_000_000,
-            peak_memory_kb: t.memory_peak_bytes / 1024,
-        },
+    let totals = match tokio::time::timeout(USAGE_WAIT, held.sandbox().totals()).await {
+        Ok(Ok(t)) => Some(t),
         Ok(Err(e)) => {
             tracing::debug!(%task, error = %e, "no usage for the run");
-            Usage::default()
+            None
         }
         Err(_) => {
             tracing::debug!(%task, "no usage for the run: the sandbox did not answer in time");
-            Usage::default()
+            None
         }
     };
+    // A reused sandbox's CPU time goes on from its earlier runs: this run's is the difference.
+    // Its memory peak is its whole life's (the kernel keeps no per-run peak).
+    let usage = totals.map_or_else(Usage::default, |t| {
+        let base = held.base_totals().unwrap_or_default();
+        Usage {
+            cpu_ms: t.cpu_ns.saturating_sub(base.cpu_ns) / 1_000_000,
+            peak_memory_kb: t.memory_peak_bytes / 1024,
+        }
+    });
     let read = reading.elapsed();
     let releasing = Instant::now();
-    let finished = held.finish().await;
+    // Rule 1: only a command that exited by itself leaves a sandbox worth resetting.
+    let exited = matches!(&outcome, Outcome::Done(Ok(_)));
+    let finished = if exited {
+        // The watchdog armed for this run fires `timeout + grace` after the command started.
+        let fires = commanded + Duration::from_millis(spec.timeout_ms) + shared.config.run_grace;
+        held.give_back(fires.checked_sub(REUSE_MARGIN).unwrap_or(commanded), totals)
+            .await
+    } else {
+        held.finish().await
+    };
     let timings = RunTimings {
         acquire_ms: ms(acquired),
         arm_ms: ms(armed),
@@ -227,8 +268,16 @@ async fn take<P: SandboxProvider + Clone + 'static>(
         spec.repo.is_none() && config.pool_size > 0 && timeout <= config.max_pooled_timeout();
     if pooled {
         let pool: Arc<SandboxPool<P>> = shared.pool(&shape);
-        return match pool.acquire(&task.to_string()).await {
-            Ok(s) => Ok(Held::Pooled(s)),
+        // Rule 1: one key per (origin, submitter); the pool is the shape's.
+        let key = config.reuse.then(|| {
+            format!(
+                "{}/{}",
+                task.origin,
+                spec.submitter.as_deref().unwrap_or("-")
+            )
+        });
+        return match pool.acquire_for(&task.to_string(), key.as_deref()).await {
+            Ok(s) => Ok(Held::Pooled(s, key)),
             Err(e) => {
                 if !e.retryable {
                     shared.drop_pool(&shape, &pool);
@@ -271,7 +320,7 @@ async fn arm_end<P: SandboxProvider + Clone + 'static>(
     task: &TaskId,
     spec: &TaskSpec,
 ) {
-    let Held::Pooled(sandbox) = held else {
+    let Held::Pooled(sandbox, _) = held else {
         return;
     };
     let end = Duration::from_millis(spec.timeout_ms).saturating_add(shared.config.run_grace);

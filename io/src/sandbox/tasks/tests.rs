@@ -195,6 +195,78 @@ async fn timeouts_and_oom_kills_are_exits_and_output_keeps_its_tail() {
     assert_eq!(runner.stats().snapshot().pool_hits, 3);
 }
 
+/// Issue 36, rule 1: with reuse on, a pooled sandbox whose command exited by itself goes, reset,
+/// to the next run with the same origin and submitter — never to another submitter's, and never
+/// after a run that timed out.
+#[tokio::test]
+async fn a_sandbox_is_reused_only_for_its_submitter_and_only_after_a_clean_exit() {
+    let provider = ScriptedProvider::new();
+    // Two kept at most, so bob's does not push alice's out.
+    let config = TaskRunnerConfig {
+        pool_size: 2,
+        warm_images: vec!["img".into()],
+        reuse: true,
+        ..TaskRunnerConfig::new("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    runner.warm_up();
+    let of = |who: &str| {
+        Arc::new(TaskSpec {
+            submitter: Some(who.into()),
+            ..(*spec("img", &["work"])).clone()
+        })
+    };
+    let ops = |id: &str, op: Op| {
+        provider
+            .sandboxes()
+            .iter()
+            .find(|s| s.id() == id)
+            .map_or(0, |s| s.calls().iter().filter(|c| c.op == op).count())
+    };
+    let ran_in = |seq: u64| {
+        let needle = format!("{}", task(seq));
+        provider
+            .sandboxes()
+            .into_iter()
+            .find(|s| {
+                s.calls()
+                    .iter()
+                    .any(|c| c.op == Op::Exec && c.detail == "work")
+                    && s.env().get(crate::sandbox::pool::TASK_ENV) == Some(&needle)
+            })
+            .map(|s| s.id().to_owned())
+            .expect("a sandbox ran it")
+    };
+    wait_for(|| (!provider.sandboxes().is_empty()).then_some(())).await;
+    runner.start(&task(1), 1, &of("alice"));
+    exited(end(&mut runner).await);
+    let first = ran_in(1);
+    wait_for(|| (ops(&first, Op::Reset) == 1).then_some(())).await;
+    // Another submitter's run gets another sandbox.
+    runner.start(&task(2), 1, &of("bob"));
+    exited(end(&mut runner).await);
+    assert_ne!(ran_in(2), first);
+    // The same submitter's next run gets the reset one, armed again.
+    runner.start(&task(3), 1, &of("alice"));
+    exited(end(&mut runner).await);
+    assert_eq!(ran_in(3), first);
+    assert_eq!(ops(&first, Op::EndAfter), 2);
+    assert_eq!(ops(&first, Op::Remove), 0);
+    // A run that times out: its sandbox is removed, not reset.
+    wait_for(|| (ops(&first, Op::Reset) == 2).then_some(())).await;
+    let kept = provider
+        .sandboxes()
+        .into_iter()
+        .find(|s| s.id() == first)
+        .unwrap();
+    kept.push_exec(ScriptedExec::error(ErrorCategory::Timeout, "slow"));
+    runner.start(&task(4), 1, &of("alice"));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert!(exit.timed_out);
+    wait_for(|| (ops(&first, Op::Remove) == 1).then_some(())).await;
+    assert_eq!(ops(&first, Op::Reset), 2);
+}
+
 /// Issue 33: a pooled sandbox (made before the run, to live an hour) is armed to end at the
 /// run's timeout plus the grace before the command starts; a fresh one is not (its lifetime says
 /// the same). A sandbox that cannot be armed still runs the task.
