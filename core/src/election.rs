@@ -91,6 +91,16 @@ impl Core {
         match (self.role, self.election_phase) {
             (Role::Admin, _) => {}
             (_, ElectionPhase::Suspect) => {
+                // A transfer request kept for a step-down that never came: the promise that
+                // kept it has run out, so it is answered as any request is (`transfer.rs` rule
+                // 4), and a vote granted now stands in place of a round of this node's own.
+                if let Some(d) = self.take_deferred_vote() {
+                    let (candidate, term) = (d.from.clone(), d.term);
+                    self.answer_deferred(d, out);
+                    if self.term == term && self.voted_for.as_ref() == Some(&candidate) {
+                        return;
+                    }
+                }
                 // The admin (or our own round) went quiet for the minimum election timeout.
                 let knew_none = self.admin.is_none();
                 self.become_follower(out);

@@ -362,6 +362,9 @@ impl Core {
         successor: Option<NodeId>,
         out: &mut Vec<Command>,
     ) {
+        if term <= self.term && self.heard_already(&from, term) {
+            return;
+        }
         if term != self.term || self.admin.as_ref() != Some(&from) {
             let reason = match term.cmp(&self.term) {
                 std::cmp::Ordering::Less => Refusal::Stale,

@@ -8,8 +8,9 @@
 //!    acknowledgement holds the admin's electorate and still promises (it is up to date and
 //!    alive). It refuses a target that is not such a voter.
 //! 2. The admin gives its lease up **before** anything leaves: it steps down (no admin duty
-//!    after this step), ends its own promise, tells every node (`step_down`), then tells the
-//!    target (`timeout_now`).
+//!    after this step), ends its own promise, tells every node (`step_down`: broadcast, and sent
+//!    to each voter directly as heartbeats are, since a broadcast may go by gossip that a
+//!    leaving node cannot wait out), then tells the target (`timeout_now`).
 //! 3. A target stands at once, without pre-vote or rank delay, in the next term, only when the
 //!    sender is the admin it follows, or the admin whose step-down it just heard, of its own
 //!    term. Its vote request carries `transfer`. The step-down names the target too
@@ -18,7 +19,9 @@
 //! 4. `transfer` never makes a voter break a promise. A voter whose promise to its admin still
 //!    runs keeps the request (one, the newest) instead of refusing it, and answers it when that
 //!    admin's step-down arrives, which ends the promise; the step-down and the request travel
-//!    different ways and may cross. Anything else about the request is judged as usual.
+//!    different ways and may cross. A step-down that never comes leaves the request to the
+//!    promise's own end (the suspect timer), where it is answered before this node thinks of
+//!    standing itself. Anything else about the request is judged as usual.
 //! 5. The step-down names the successor. Every other node gives it one minimum election timeout
 //!    to win before standing itself (a node whose rank slot came first would otherwise win the
 //!    race with a pre-vote and leave the successor to vote for it), and leaves the old admin out
@@ -49,8 +52,8 @@ pub(crate) struct Handover {
 /// A vote request kept for the step-down that will let this node answer it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct DeferredVote {
-    from: NodeId,
-    term: u64,
+    pub(crate) from: NodeId,
+    pub(crate) term: u64,
     key: (u64, u64, u64, u64),
 }
 
@@ -150,12 +153,23 @@ impl Core {
             target: target.clone(),
             request,
         }));
+        let step_down = Message::StepDown {
+            term,
+            successor: target.clone(),
+        };
         out.push(Command::Broadcast {
-            msg: Message::StepDown {
-                term,
-                successor: target.clone(),
-            },
+            msg: step_down.clone(),
         });
+        // The voters, whose votes the target needs, also on their own links (a copy that
+        // arrives second is ignored: `heard_step_down`).
+        for voter in self.electorate.iter().flat_map(|e| e.members()) {
+            if *voter != self.id {
+                out.push(Command::Send {
+                    to: voter.clone(),
+                    msg: step_down.clone(),
+                });
+            }
+        }
         if let Some(to) = target {
             out.push(Command::Send {
                 to,
@@ -201,11 +215,13 @@ impl Core {
         if !self.can_stand() {
             return;
         }
-        // The admin gave its lease up before asking (rule 2): the promise to it may end.
+        // The admin gave its lease up before asking (rule 2): the promise to it may end, and
+        // its step-down, when it comes, is news no longer.
         self.admin = None;
         if self.promised_to.as_ref() == Some(&from) {
             self.promise_until_ms = self.now_ms;
         }
+        self.handover_mut().resigned = Some(from);
         self.start_vote(true, out);
     }
 
@@ -231,6 +247,19 @@ impl Core {
             });
         }
         waiting
+    }
+
+    /// Rule 4, when this node's promise ran out without the step-down it waited for: the kept
+    /// transfer request, if it is for the next term.
+    pub(crate) fn take_deferred_vote(&mut self) -> Option<DeferredVote> {
+        let next = self.term + 1;
+        let h = self.handover.as_deref_mut()?;
+        h.deferred.take().filter(|d| d.term == next)
+    }
+
+    /// A second copy of a step-down already heard (broadcast and direct both arrive).
+    pub(crate) fn heard_already(&self, from: &NodeId, term: u64) -> bool {
+        self.resigned(term) == Some(from)
     }
 
     /// Rules 4 and 5, at any node: the admin of this term stepped down (already checked).
