@@ -602,9 +602,20 @@ async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestR
         for d in /tmp /workspace /dev/shm; do echo x > $d/f; echo y > $d/.hidden; \
         mkdir -p $d/sub/deeper; echo z > $d/sub/deeper/g; chmod 000 $d/sub; done; \
         chmod 700 /workspace; echo left";
-    let out = sb.exec(ExecRequest::shell(leave).last_in_sandbox()).await?;
+    let out = sb
+        .exec(
+            ExecRequest::shell(leave)
+                .env("LEFT_BEHIND", "secret")
+                .last_in_sandbox(),
+        )
+        .await?;
     assert_eq!(out.stdout_text().trim(), "left", "{out:?}");
     sb.reset().await?;
+    // Nor an environment: each command gets its own.
+    let env = sb
+        .exec(ExecRequest::shell("env | grep -c LEFT_BEHIND"))
+        .await?;
+    assert_eq!(env.stdout_text().trim(), "0", "{env:?}");
     // The watchdog armed first would end the sandbox 3 s in; the next arming replaces it.
     sb.end_after(Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(5)).await;
