@@ -254,19 +254,20 @@ impl Container {
         drop(gate);
         let output_ended = Instant::now();
 
-        // The sandbox's last command, where the host shows its cgroup: nothing to clean up in
-        // place (the removal ends what the command left), and the OOM counter and the totals
-        // are read on the host, which saves an exec per run.
-        let on_the_host = clean_up && request.last_in_sandbox && host_oom_before.is_some();
-        let cleanup = if clean_up && !on_the_host {
+        // The sandbox's last command, where the host shows its cgroup (its OOM counter and its
+        // totals both): nothing to clean up in place (the removal, or a reset, ends what the
+        // command left), and the counter and the totals are read on the host, which saves an
+        // exec per run. Where either cannot be read, the clean-up inside reads them as before.
+        let on_the_host = (clean_up && request.last_in_sandbox && host_oom_before.is_some())
+            .then(|| self.host_totals())
+            .flatten();
+        let cleanup = if clean_up && on_the_host.is_none() {
             self.clean_up_after(&marker).await
         } else {
             Cleanup::default()
         };
-        if on_the_host {
-            if let Some(totals) = self.host_totals() {
-                *self.last_totals.lock().unwrap_or_else(|p| p.into_inner()) = Some(totals);
-            }
+        if let Some(totals) = on_the_host {
+            *self.last_totals.lock().unwrap_or_else(|p| p.into_inner()) = Some(totals);
         }
         if let Some(how) = timed_out {
             return Err(timeout_error(&request, timeout, how, cleanup, &collected));
