@@ -855,7 +855,8 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         });
     }
 
-    /// Ends the lease: the sandbox is removed in the background (never reused).
+    /// Ends the lease: the sandbox is removed in the background (never reused; see
+    /// [`give_back`](Self::give_back) for the other way).
     pub fn release(mut self) {
         self.release_inner();
     }
