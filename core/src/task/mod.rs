@@ -560,6 +560,10 @@ pub struct RunTimings {
 }
 
 impl RunTimings {
+    /// The stages' names, in the order a run goes through them (and [`RunTimings::stages`]
+    /// gives them).
+    pub const STAGES: [&'static str; 5] = ["acquire", "arm", "exec", "cleanup", "release"];
+
     /// Whether nothing was measured.
     pub fn is_empty(&self) -> bool {
         *self == RunTimings::default()
@@ -567,13 +571,14 @@ impl RunTimings {
 
     /// The stages as (name, ms), in the order a run goes through them.
     pub fn stages(&self) -> [(&'static str, u64); 5] {
-        [
-            ("acquire", self.acquire_ms),
-            ("arm", self.arm_ms),
-            ("exec", self.exec_ms),
-            ("cleanup", self.cleanup_ms),
-            ("release", self.release_ms),
-        ]
+        let ms = [
+            self.acquire_ms,
+            self.arm_ms,
+            self.exec_ms,
+            self.cleanup_ms,
+            self.release_ms,
+        ];
+        std::array::from_fn(|i| (Self::STAGES[i], ms[i]))
     }
 
     /// Every stage at most `max` (a worker's numbers are bounded like any on the wire).

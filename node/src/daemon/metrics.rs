@@ -90,12 +90,12 @@ impl Histogram {
 
 /// A histogram over the sandbox runner's bounds from its counts (each in its own bucket; what
 /// is beyond the last bound is the rest of `count`).
-fn runner_histogram(buckets: &[u64], count: u64, sum_s: f64) -> Histogram {
+fn runner_histogram(o: &chorus_io::sandbox::tasks::Observed) -> Histogram {
     let mut h = Histogram::new(&chorus_io::sandbox::tasks::START_BUCKETS_S);
-    h.counts[..buckets.len()].copy_from_slice(buckets);
-    h.counts[buckets.len()] = count.saturating_sub(buckets.iter().sum::<u64>());
-    h.count = count;
-    h.sum = sum_s;
+    h.counts[..o.buckets.len()].copy_from_slice(&o.buckets);
+    h.counts[o.buckets.len()] = o.count.saturating_sub(o.buckets.iter().sum::<u64>());
+    h.count = o.count;
+    h.sum = o.sum_s;
     h
 }
 
@@ -223,12 +223,7 @@ impl TaskMetrics {
             .as_ref()
             .map(|r| r.snapshot())
             .unwrap_or_default();
-        let start = runner_histogram(
-            &counts.start_buckets,
-            counts.start_count,
-            counts.start_sum_s,
-        );
-        start.render(
+        runner_histogram(&counts.start).render(
             out,
             "chorus_sandbox_start_seconds",
             "How long a run on this node waited for its sandbox (warm pool or fresh).",
@@ -241,12 +236,8 @@ impl TaskMetrics {
              it left, exit code, OOM state, usage), release (the sandbox given back).\n\
              # TYPE {name} histogram"
         );
-        for (stage, c) in chorus_io::sandbox::tasks::STAGES.iter().zip(&counts.stages) {
-            runner_histogram(&c.buckets, c.count, c.sum_s).render_series(
-                out,
-                name,
-                &format!("stage=\"{stage}\""),
-            );
+        for (stage, c) in chorus_core::RunTimings::STAGES.iter().zip(&counts.stages) {
+            runner_histogram(c).render_series(out, name, &format!("stage=\"{stage}\""));
         }
         for (name, help, value) in [
             (

@@ -74,7 +74,7 @@ pub use logs::{LogStore, LogWriter};
 pub use reaper::REAP_PERIOD;
 pub use secret::SecretKey;
 pub use shape::{lifetime_for, TaskShape};
-pub use stats::{RunnerCounts, RunnerStats, StageCounts, STAGES, START_BUCKETS_S};
+pub use stats::{Observed, RunnerCounts, RunnerStats, START_BUCKETS_S};
 pub use tail::Tails;
 
 /// How long a graceful stop waits for the runs it stopped to remove their sandboxes.

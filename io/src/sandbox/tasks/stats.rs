@@ -7,18 +7,26 @@ use std::time::Duration;
 
 use chorus_core::RunTimings;
 
-/// The stages of a run, in [`RunTimings::stages`] order.
-pub const STAGES: [&str; 5] = ["acquire", "arm", "exec", "cleanup", "release"];
-
-/// Observations of one stage over [`START_BUCKETS_S`].
+/// Observations of one latency over [`START_BUCKETS_S`]: a run's wait for its sandbox, or one
+/// stage of [`RunTimings`].
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct StageCounts {
+pub struct Observed {
     /// Observations per bucket (each counted in its own bucket only; beyond the last: none).
     pub buckets: [u64; START_BUCKETS_S.len()],
     /// Observations.
     pub count: u64,
     /// Their sum, seconds.
     pub sum_s: f64,
+}
+
+impl Observed {
+    fn observe(&mut self, s: f64) {
+        if let Some(i) = START_BUCKETS_S.iter().position(|b| s <= *b) {
+            self.buckets[i] += 1;
+        }
+        self.count += 1;
+        self.sum_s += s;
+    }
 }
 
 /// Upper bounds of the sandbox start latency histogram, seconds.
@@ -37,14 +45,10 @@ pub struct RunnerCounts {
     pub failed: u64,
     /// Stale sandboxes of any owner on this host that the periodic reap removed.
     pub reaped: u64,
-    /// Observations per bucket of [`START_BUCKETS_S`] (each counted in its own bucket only).
-    pub start_buckets: [u64; START_BUCKETS_S.len()],
-    /// Observations of start latency.
-    pub start_count: u64,
-    /// Their sum, seconds.
-    pub start_sum_s: f64,
-    /// Where runs spent their time, per stage of [`STAGES`].
-    pub stages: [StageCounts; STAGES.len()],
+    /// How long runs waited for their sandbox.
+    pub start: Observed,
+    /// Where runs spent their time, per stage of [`RunTimings::STAGES`].
+    pub stages: [Observed; RunTimings::STAGES.len()],
 }
 
 /// The runner's counters, shared with whoever renders them.
@@ -67,23 +71,14 @@ impl RunnerStats {
         self.with(|c| {
             c.started += 1;
             c.pool_hits += u64::from(from_pool);
-            if let Some(i) = START_BUCKETS_S.iter().position(|b| s <= *b) {
-                c.start_buckets[i] += 1;
-            }
-            c.start_count += 1;
-            c.start_sum_s += s;
+            c.start.observe(s);
         });
     }
 
     pub(super) fn stages(&self, timings: &RunTimings) {
         self.with(|c| {
             for (counts, (_, ms)) in c.stages.iter_mut().zip(timings.stages()) {
-                let s = ms as f64 / 1_000.0;
-                if let Some(i) = START_BUCKETS_S.iter().position(|b| s <= *b) {
-                    counts.buckets[i] += 1;
-                }
-                counts.count += 1;
-                counts.sum_s += s;
+                counts.observe(ms as f64 / 1_000.0);
             }
         });
     }
