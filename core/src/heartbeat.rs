@@ -362,7 +362,9 @@ impl Core {
         successor: Option<NodeId>,
         out: &mut Vec<Command>,
     ) {
-        if term <= self.term && self.heard_already(&from, term) {
+        // A second copy of a step-down already heard (broadcast and direct both arrive, and
+        // `timeout_now` says the same): nothing new.
+        if term <= self.term && self.resigned(term) == Some(&from) {
             return;
         }
         if term != self.term || self.admin.as_ref() != Some(&from) {

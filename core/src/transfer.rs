@@ -161,7 +161,7 @@ impl Core {
             msg: step_down.clone(),
         });
         // The voters, whose votes the target needs, also on their own links (a copy that
-        // arrives second is ignored: `heard_step_down`).
+        // arrives second is ignored: `on_step_down`).
         for voter in self.electorate.iter().flat_map(|e| e.members()) {
             if *voter != self.id {
                 out.push(Command::Send {
@@ -255,11 +255,6 @@ impl Core {
         let next = self.term + 1;
         let h = self.handover.as_deref_mut()?;
         h.deferred.take().filter(|d| d.term == next)
-    }
-
-    /// A second copy of a step-down already heard (broadcast and direct both arrive).
-    pub(crate) fn heard_already(&self, from: &NodeId, term: u64) -> bool {
-        self.resigned(term) == Some(from)
     }
 
     /// Rules 4 and 5, at any node: the admin of this term stepped down (already checked).

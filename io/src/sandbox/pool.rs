@@ -153,7 +153,8 @@ struct Kept<S> {
     owner: String,
     /// When it was first made ready (its age bounds it as a fresh one's does).
     born: Instant,
-    usable_until: Instant,
+    /// Taken no later than this: the holder's `usable_until`, or `max_idle_age` after `born`.
+    until: Instant,
     /// Its usage totals when given back.
     totals: Option<UsageTotals>,
 }
@@ -207,6 +208,24 @@ impl<P: SandboxProvider + 'static> Shared<P> {
             return Err(e);
         }
         Ok(sandbox)
+    }
+
+    /// Whether a sandbox about to be handed out still runs (checked only with
+    /// `verify_on_acquire`); one that stopped is recycled.
+    async fn still_running(self: &Arc<Self>, sandbox: &Arc<P::Sandbox>) -> bool {
+        if !self.config.verify_on_acquire {
+            return true;
+        }
+        let state = sandbox.state().await;
+        if matches!(state, Ok(SandboxState::Running)) {
+            return true;
+        }
+        tracing::warn!(pool = %self.pool_id, sandbox = sandbox.id(),
+            ?state, "an idle pooled sandbox stopped running; replacing it");
+        let mut st = self.lock();
+        st.recycled += 1;
+        self.spawn_removal(&mut st, Arc::clone(sandbox));
+        false
     }
 
     /// Removes `sandbox` in a background task, counted in `removing` until it is done.
@@ -272,10 +291,9 @@ impl<P: SandboxProvider + 'static> Shared<P> {
     /// Moves idle sandboxes past `max_idle_age` (kept ones also past their `usable_until`) to
     /// removal.
     fn recycle_expired(self: &Arc<Self>, st: &mut State<P::Sandbox>, now: Instant) {
-        let (live, old): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut st.kept).into_iter().partition(|k| {
-                now < k.usable_until && now.duration_since(k.born) < self.config.max_idle_age
-            });
+        let (live, old): (Vec<_>, Vec<_>) = std::mem::take(&mut st.kept)
+            .into_iter()
+            .partition(|k| now < k.until);
         st.kept = live;
         for k in old {
             st.recycled += 1;
@@ -320,11 +338,7 @@ impl<P: SandboxProvider + 'static> Shared<P> {
                     .front()
                     .map(|i| i.ready_at + self.config.max_idle_age)
                     .into_iter()
-                    .chain(
-                        st.kept
-                            .iter()
-                            .map(|k| k.usable_until.min(k.born + self.config.max_idle_age)),
-                    )
+                    .chain(st.kept.iter().map(|k| k.until))
                     .min();
                 match (backing_off, next_expiry) {
                     (Some(a), Some(b)) => Some(a.min(b)),
@@ -575,36 +589,18 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             match next {
                 Next::Take(sandbox, ready_at) => {
                     shared.changed.notify_waiters(); // refill
-                    if shared.config.verify_on_acquire {
-                        let state = sandbox.state().await;
-                        if !matches!(state, Ok(SandboxState::Running)) {
-                            tracing::warn!(pool = %shared.pool_id, sandbox = sandbox.id(),
-                                ?state, "an idle pooled sandbox stopped running; replacing it");
-                            let mut st = shared.lock();
-                            st.recycled += 1;
-                            shared.spawn_removal(&mut st, sandbox);
-                            continue;
-                        }
+                    if !shared.still_running(&sandbox).await {
+                        continue;
                     }
-                    let mut leased = self.lease(sandbox, task_id, !missed, begun);
-                    leased.born = ready_at;
-                    return Ok(leased);
+                    return Ok(self.lease(sandbox, task_id, !missed, begun, ready_at, None));
                 }
                 Next::Reuse(kept) => {
-                    if shared.config.verify_on_acquire {
-                        let state = kept.sandbox.state().await;
-                        if !matches!(state, Ok(SandboxState::Running)) {
-                            let mut st = shared.lock();
-                            st.recycled += 1;
-                            shared.spawn_removal(&mut st, kept.sandbox);
-                            continue;
-                        }
+                    if !shared.still_running(&kept.sandbox).await {
+                        continue;
                     }
                     shared.lock().reuses += 1;
-                    let mut leased = self.lease(kept.sandbox, task_id, true, begun);
-                    leased.born = kept.born;
-                    leased.reused = Some(kept.totals.unwrap_or_default());
-                    return Ok(leased);
+                    let reused = Some(kept.totals.unwrap_or_default());
+                    return Ok(self.lease(kept.sandbox, task_id, true, begun, kept.born, reused));
                 }
                 Next::Create { counted } => {
                     if counted {
@@ -633,7 +629,9 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                     };
                     drop(st);
                     shared.changed.notify_waiters();
-                    return outcome.map(|sandbox| self.lease(sandbox, task_id, false, begun));
+                    return outcome.map(|sandbox| {
+                        self.lease(sandbox, task_id, false, begun, Instant::now(), None)
+                    });
                 }
                 Next::Wait => {
                     missed = true;
@@ -643,12 +641,16 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
         }
     }
 
+    /// Hands `sandbox` to `task_id`: `born` when it was first made ready, `reused` its totals
+    /// when given back by an earlier task of its owner key.
     fn lease(
         &self,
         sandbox: Arc<P::Sandbox>,
         task_id: &str,
         hit: bool,
         begun: Instant,
+        born: Instant,
+        reused: Option<UsageTotals>,
     ) -> PooledSandbox<P> {
         sandbox.set_env(TASK_ENV, task_id);
         let mut st = self.shared.lock();
@@ -668,8 +670,8 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             from_pool: hit,
             waited: begun.elapsed(),
             released: false,
-            born: Instant::now(),
-            reused: None,
+            born,
+            reused,
         }
     }
 
@@ -825,11 +827,9 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
             let reset = sandbox.reset().await;
             let mut st = shared.lock();
             st.resetting -= 1;
-            let now = Instant::now();
-            let usable =
-                now < usable_until && now.duration_since(born) < shared.config.max_idle_age;
+            let until = usable_until.min(born + shared.config.max_idle_age);
             match reset {
-                Ok(()) if !st.shut_down && usable => {
+                Ok(()) if !st.shut_down && Instant::now() < until => {
                     if st.kept.len() >= shared.config.size.max(1) {
                         let oldest = st.kept.remove(0);
                         shared.spawn_removal(&mut st, oldest.sandbox);
@@ -838,7 +838,7 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
                         sandbox,
                         owner,
                         born,
-                        usable_until,
+                        until,
                         totals,
                     });
                 }
