@@ -465,7 +465,7 @@ fn a_runs_timings_reach_its_submitter_beside_its_own_stamps() {
             release_ms: 0,
         };
         assert_eq!(r.timings, want, "seed {seed}");
-        assert_eq!(r.timings.total_ms(), 304, "arming goes beside the command");
+        assert_eq!(r.timings.total_ms(), 306, "the stages in turn");
         // The admin's word of the placement came while the 300 ms run went on.
         assert!(
             own.submitted_at_ms <= own.placed_at_ms && own.placed_at_ms < own.done_at_ms,

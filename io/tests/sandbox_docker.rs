@@ -321,7 +321,8 @@ async fn fork_bomb_is_held_by_the_pids_limit() -> TestResult {
         match sb.state().await? {
             SandboxState::Running => {
                 let usage = sb.usage().await?;
-                if usage.pids <= 3 {
+                // The init, the supervisor, and its lifetime's sleeper (a shell and `sleep`).
+                if usage.pids <= 4 {
                     break;
                 }
                 assert!(Instant::now() < deadline, "bomb survivors: {usage:?}");
@@ -624,7 +625,7 @@ async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestR
         SandboxState::Running,
         "the first watchdog fired"
     );
-    let look = "ps -o user,comm | grep -v -e '^USER' -e ' ps$' -e ' sh$' -e ' grep$' | \
+    let look = "ps -A -o user,comm | grep -v -e '^USER' -e ' ps$' -e ' sh$' -e ' grep$' | \
         grep -c sleep; ls -A /tmp /workspace /dev/shm | grep -v ':$' | grep -c . ; stat -c %a /workspace";
     let out = sb.exec(ExecRequest::shell(look)).await?;
     let text = out.stdout_text();
@@ -632,7 +633,7 @@ async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestR
     // Only the watchdog's and the main process's sleeps (the supervisor's) are left.
     let sleeps: usize = lines[0].parse()?;
     assert!(sleeps <= 3, "{lines:?}");
-    let ps = sb.exec(ExecRequest::shell("ps -o user,args")).await?;
+    let ps = sb.exec(ExecRequest::shell("ps -A -o user,args")).await?;
     assert!(
         !ps.stdout_text().contains("sleep 300") && !ps.stdout_text().contains("sleep 301"),
         "{}",
@@ -812,6 +813,62 @@ async fn a_sandbox_armed_to_end_ends_by_itself_and_a_task_cannot_disarm_it() -> 
     let err = sb.end_after(Duration::from_secs(3)).await.unwrap_err();
     assert_eq!(err.category, ErrorCategory::Unsupported, "{err}");
     assert!(sb.state().await?.is_running());
+    Ok(())
+}
+
+/// Issue 36: an end is armed through the sandbox's supervisor (a line on its stdin, no exec):
+/// re-arming leaves no sleeper behind (a reused sandbox is re-armed for every run, and each
+/// left `sleep` would count against its pids limit); the commands' user cannot write to the
+/// supervisor's stdin; and the sandbox ends at once when its node lets go of that stdin — as it
+/// does when the node is killed with `kill -9` — however far its end and lifetime are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_ends_when_its_node_lets_go_and_re_arming_leaves_nothing() -> TestResult {
+    let (_p, sb, _c) = started("letgo", SandboxPolicy::default(), |_| {}).await;
+    let arming = Instant::now();
+    for _ in 0..30 {
+        sb.end_after(Duration::from_secs(600)).await?;
+    }
+    let per_arming = arming.elapsed() / 30;
+    assert!(per_arming < Duration::from_millis(500), "{per_arming:?}");
+    let look = "sleep 1; ps -A -o comm | grep -cx sleep";
+    let out = sb.exec(ExecRequest::shell(look)).await?;
+    // The lifetime's sleeper and the last armed one (this command's `sleep 1` has ended).
+    let sleeps: usize = out.stdout_text().trim().parse()?;
+    assert_eq!(sleeps, 2, "sleepers after 30 armings");
+    // Every process of the supervisor's user (the supervisor and its sleepers share its
+    // stdin): a write to any would be an end the command chose.
+    let poke = "n=0; for d in /proc/[0-9]*; do \
+          [ \"$(stat -c %u $d 2>/dev/null)\" = 65533 ] || continue; n=$((n+1)); \
+          (echo 'end 1' > $d/fd/0) 2>/dev/null && { echo wrote; exit 0; }; done; \
+        [ $n -ge 3 ] && echo refused || echo \"only $n supervisor processes\"";
+    let out = sb.exec(ExecRequest::shell(poke)).await?;
+    assert_eq!(out.stdout_text().trim(), "refused", "{out:?}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        sb.state().await?.is_running(),
+        "an end written by a command was taken"
+    );
+
+    let name = sb.id().to_owned();
+    let running = |name: &str| {
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{.State.Running}}", name])
+            .output()
+            .expect("docker CLI");
+        String::from_utf8_lossy(&out.stdout).trim() == "true"
+    };
+    assert!(running(&name));
+    // The node lets go: what `kill -9` of the node does to the attachment.
+    let dropped = Instant::now();
+    drop(sb);
+    while running(&name) {
+        assert!(
+            dropped.elapsed() < Duration::from_secs(20),
+            "the sandbox outlived its node's hold"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("ended {:?} after its node let go", dropped.elapsed());
     Ok(())
 }
 

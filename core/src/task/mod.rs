@@ -542,8 +542,8 @@ pub struct RunTimings {
     /// started for the run.
     #[serde(default)]
     pub acquire_ms: u64,
-    /// Arming the sandbox's own end at the run's timeout (a pooled sandbox: one exec). It goes
-    /// beside the command, so the run waits for it only where it takes longer.
+    /// Arming the sandbox's own end at the run's timeout, before the command (a pooled
+    /// sandbox: a line to its supervisor).
     #[serde(default)]
     pub arm_ms: u64,
     /// The command: from its exec's creation to the end of its output.
@@ -592,10 +592,11 @@ impl RunTimings {
         }
     }
 
-    /// The run's time at its worker: the stages in turn, arming and the command side by side.
+    /// The run's time at its worker: the stages in turn.
     pub fn total_ms(&self) -> u64 {
         self.acquire_ms
-            .saturating_add(self.arm_ms.max(self.exec_ms))
+            .saturating_add(self.arm_ms)
+            .saturating_add(self.exec_ms)
             .saturating_add(self.cleanup_ms)
             .saturating_add(self.release_ms)
     }

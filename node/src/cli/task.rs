@@ -1101,7 +1101,7 @@ pids = 50
             error: None,
             timings: chorus_core::RunTimings {
                 acquire_ms: 2,
-                arm_ms: 60,
+                arm_ms: 1,
                 exec_ms: 70,
                 cleanup_ms: 1,
                 release_ms: 0,
@@ -1116,16 +1116,16 @@ pids = 50
             ..view("n-3", "done")
         };
         let text = render_timings(&v);
-        // Arming goes beside the command: the run is 2 + max(60, 70) + 1 = 73 ms.
+        // The stages in turn: the run is 2 + 1 + 70 + 1 = 74 ms.
         for line in [
             "placed        -",
             "result       90",
             "exec           70",
-            "= run          73",
+            "= run          74",
         ] {
             assert!(text.contains(line), "{line:?} in\n{text}");
         }
-        assert!(text.contains("elsewhere     17"), "{text}");
+        assert!(text.contains("elsewhere     16"), "{text}");
         // A result without stages says so.
         let v = view("n-4", "placed");
         assert!(render_timings(&v).contains("not measured"));

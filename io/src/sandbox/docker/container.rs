@@ -43,6 +43,28 @@ pub(super) struct Container {
     pub(super) exec_gate: tokio::sync::RwLock<()>,
     pub(super) exec_counter: AtomicU64,
     pub(super) removed: AtomicBool,
+    /// Its main process is the supervisor of `end.rs`, attached to at the start.
+    pub(super) supervised: bool,
+    /// The supervisor's stdin and stdout once attached; the sandbox ends when this goes.
+    pub(super) supervisor: tokio::sync::Mutex<Option<Supervisor>>,
+}
+
+/// The node's end of the supervisor's stdin and stdout (see `end.rs`).
+pub(super) struct Supervisor {
+    pub(super) input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    pub(super) output: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
+                > + Send,
+        >,
+    >,
+}
+
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Supervisor")
+    }
 }
 
 /// A CPU sample for the docker CLI's CPU-percent formula (see `stats`).
@@ -62,6 +84,7 @@ impl Container {
         policy: SandboxPolicy,
         workspace_path: String,
         cgroup_layout: Option<CgroupLayout>,
+        supervised: bool,
     ) -> Self {
         Container {
             docker,
@@ -78,6 +101,8 @@ impl Container {
             exec_gate: tokio::sync::RwLock::new(()),
             exec_counter: AtomicU64::new(0),
             removed: AtomicBool::new(false),
+            supervised,
+            supervisor: tokio::sync::Mutex::new(None),
         }
     }
 

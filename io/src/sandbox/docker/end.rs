@@ -1,131 +1,156 @@
-//! The sandbox's own end ([`ExecutionSandbox::end_after`](crate::sandbox::ExecutionSandbox)):
-//! a watchdog exec'd as the supervisor user sleeps, then SIGKILLs every process of that user but
-//! itself — the main process among them — so the init exits and the kernel kills whatever is
-//! left in the container.
+//! The sandbox's own end ([`ExecutionSandbox::end_after`](crate::sandbox::ExecutionSandbox)).
 //!
-//! Why this shape: the commands' user cannot signal the watchdog (another uid, no `CAP_KILL`),
-//! so a task cannot disarm it; when it fires it forks nothing (`sleep` was forked at arming,
-//! `kill` is the shell's builtin), so a fork bomb at the pids limit cannot stop it; and it ends
-//! the sandbox whoever is left on the host. It needs an init: without one the main process is
-//! pid 1, which no signal from inside the container reaches.
+//! A sandbox for commands runs a **supervisor** as its main process (under the init, as the
+//! supervisor user): it ends the sandbox at its lifetime, at the end its node armed last, or
+//! as soon as its stdin closes. The node holds that stdin — attached before the start, with
+//! the Engine told to close it when that one client goes (`StdinOnce`) — so a node killed with
+//! `kill -9` takes its sandboxes with it at once, and arming an end is a line written to the
+//! supervisor and its `armed` read back: no exec, a millisecond or so, before the command.
+//!
+//! Ending the sandbox is a SIGKILL to every process of the supervisor user, the supervisor
+//! among them, so the init exits and the kernel kills whatever is left in the container.
+//!
+//! Why this shape: the commands' user cannot signal the supervisor or its sleepers (another
+//! uid, no `CAP_KILL`) nor reach its stdin, so a task cannot disarm it; when it fires it forks
+//! nothing (`sleep` was forked at arming, `kill` is the shell's builtin), so a fork bomb at the
+//! pids limit cannot stop it; and it ends the sandbox whoever is left on the host. It needs an
+//! init: without one the main process is pid 1, which no signal from inside the container
+//! reaches.
 
 use std::time::Duration;
 
 use bollard::container::LogOutput;
-use bollard::exec::StartExecResults;
-use bollard::models::ExecConfig;
+use bollard::query_parameters::AttachContainerOptionsBuilder;
 use futures_util::StreamExt;
+use tokio::io::AsyncWriteExt;
 
-use super::container::Container;
+use super::container::{Container, Supervisor};
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
-use crate::sandbox::policy::SUPERVISOR_USER;
-use crate::sandbox::CappedBuffer;
 
-/// How long arming may take (an exec that prints one line).
+/// How long arming may take (a line each way).
 const ARM_BOUND: Duration = Duration::from_secs(10);
 
-/// `$1`: seconds to wait. An earlier watchdog (a sandbox reused for another run of its
-/// submitter) is ended first: the latest arming wins. Only the supervisor's own processes can
-/// be signalled from here, so a command's process named like one is no matter; its `sleep` is
-/// left to run out, harmless without the shell that would act on it. Says `armed` once it can
-/// end the sandbox, then lets go of the exec's output (nothing it runs can block on a pipe
-/// nobody reads). `sleep` is checked first: an image without it must not end the sandbox at
-/// once.
-const END_SCRIPT: &str = r#"command -v sleep >/dev/null 2>&1 || { echo "no sleep in the image"; exit 3; }
-for d in /proc/[0-9]*; do
-  p=${d#/proc/}
-  [ "$p" = "$$" ] && continue
-  case "$(tr '\0' ' ' < "$d/cmdline" 2>/dev/null)" in *" chorus-end "*) kill -9 "$p" 2>/dev/null;; esac
+/// The supervisor. `$1`: the lifetime in seconds. Reads `end N` lines (only the node can write
+/// to its stdin), each replacing the end armed before it, and answers `armed N`; at the end of
+/// its input — its node let go — it ends the sandbox. A replaced sleeper is stopped with TERM,
+/// which its trap turns into killing its own `sleep`, so re-arming a reused sandbox leaves no
+/// process behind to count against the pids limit. The sleeper says `armed` itself, once its
+/// `sleep` and trap are in place: the node arms one at a time and waits for that, so a TERM
+/// finds the sleeper in `wait`, never between its fork and its bookkeeping.
+const SUPERVISOR_SCRIPT: &str = r#"{ sleep "$1"; kill -9 -1; } &
+w=
+while read -r what secs; do
+  [ "$what" = end ] || continue
+  case "$secs" in ''|*[!0-9]*) continue;; esac
+  [ -n "$w" ] && kill -TERM "$w" 2>/dev/null
+  { trap 'kill -9 $s 2>/dev/null; exit 0' TERM; sleep "$secs" & s=$!; echo "armed $secs"; wait $s && kill -9 -1; } &
+  w=$!
 done
-echo armed
-exec </dev/null >/dev/null 2>&1
-sleep "$1" && kill -9 -1"#;
+kill -9 -1
+exit 0"#;
+
+/// The supervisor's command line for a sandbox that lives `lifetime_s` seconds.
+pub(super) fn supervisor_command(lifetime_s: &str) -> Vec<String> {
+    [
+        "/bin/sh",
+        "-c",
+        SUPERVISOR_SCRIPT,
+        "chorus-main",
+        lifetime_s,
+    ]
+    .map(String::from)
+    .to_vec()
+}
 
 impl Container {
-    /// Arms the sandbox's end `after` from now (rounded up to whole seconds).
+    /// Attaches to the supervisor's stdin and stdout; called before the container starts (the
+    /// Engine holds the output until then), and the sandbox lives only as long as this
+    /// attachment does.
+    pub(super) async fn attach_supervisor(&self) -> SandboxResult<()> {
+        let options = AttachContainerOptionsBuilder::new()
+            .stream(true)
+            .stdin(true)
+            .stdout(true)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(&self.name, Some(options))
+            .await
+            .map_err(|e| self.exec_error("attach to the supervisor", e))?;
+        *self.supervisor.lock().await = Some(Supervisor {
+            input: attached.input,
+            output: attached.output,
+        });
+        Ok(())
+    }
+
+    /// Arms the sandbox's end `after` from now (rounded up to whole seconds), replacing the
+    /// end armed before.
     pub(super) async fn end_after(&self, after: Duration) -> SandboxResult<()> {
-        if !self.policy.init {
+        let secs = after
+            .as_secs()
+            .saturating_add(u64::from(after.subsec_nanos() > 0))
+            .max(1);
+        let mut held = self.supervisor.lock().await;
+        let Some(supervisor) = held.as_mut() else {
             return Err(SandboxError::new(
                 ErrorCategory::Unsupported,
                 format!(
-                    "sandbox {} runs without an init: its main process is pid 1, which nothing \
-                     inside the container can end",
+                    "sandbox {} has no supervisor to end it (it runs without an init, or its \
+                     policy has no exec wrapper, so its image may lack a shell)",
                     self.name
                 ),
             ));
-        }
-        let secs = after
-            .as_secs()
-            .saturating_add(u64::from(after.subsec_nanos() > 0));
-        let config = ExecConfig {
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            cmd: Some(
-                [
-                    "/bin/sh",
-                    "-c",
-                    END_SCRIPT,
-                    "chorus-end",
-                    &secs.max(1).to_string(),
-                ]
-                .map(String::from)
-                .to_vec(),
-            ),
-            user: Some(SUPERVISOR_USER.to_string()),
-            ..Default::default()
         };
-        let said = tokio::time::timeout(ARM_BOUND, self.first_line_of(config))
+        let said = tokio::time::timeout(ARM_BOUND, supervisor.arm(secs))
             .await
             .unwrap_or_else(|_| {
-                Err(SandboxError::new(
-                    ErrorCategory::Timeout,
-                    format!(
-                        "arming the end of sandbox {} took over {ARM_BOUND:?}",
-                        self.name
-                    ),
+                Err(format!(
+                    "no answer in {ARM_BOUND:?} (is the sandbox still running?)"
                 ))
-            })?;
-        if said.trim() == "armed" {
-            return Ok(());
-        }
-        Err(SandboxError::new(
-            ErrorCategory::Unsupported,
-            format!(
-                "sandbox {} cannot end by itself: its watchdog said {:?}",
-                self.name,
-                said.trim()
-            ),
-        ))
+            });
+        said.map_err(|why| {
+            SandboxError::new(
+                ErrorCategory::Exec,
+                format!("arming the end of sandbox {}: {why}", self.name),
+            )
+        })
     }
+}
 
-    /// Starts an exec and reads its output up to the end of its first line (or of the output),
-    /// then lets go of it. The Engine ends an exec's output only when the process exits, and
-    /// never kills an exec whose reader went away, so the watchdog lives on.
-    async fn first_line_of(&self, config: ExecConfig) -> SandboxResult<String> {
-        let exec = self
-            .docker
-            .create_exec(&self.name, config)
+impl Supervisor {
+    /// Writes `end SECS` and reads lines until the matching `armed SECS`.
+    async fn arm(&mut self, secs: u64) -> Result<(), String> {
+        self.input
+            .write_all(format!("end {secs}\n").as_bytes())
             .await
-            .map_err(|e| self.exec_error("create the end's exec", e))?;
-        let started = self
-            .docker
-            .start_exec(&exec.id, None)
+            .map_err(|e| format!("the supervisor's stdin is gone: {e}"))?;
+        self.input
+            .flush()
             .await
-            .map_err(|e| self.exec_error("start the end's exec", e))?;
-        let mut out = CappedBuffer::new(4 * 1024);
-        if let StartExecResults::Attached { mut output, .. } = started {
-            while !out.data.contains(&b'\n') && !out.truncated {
-                match output.next().await {
-                    Some(Ok(LogOutput::StdOut { message } | LogOutput::StdErr { message })) => {
-                        out.push(&message)
+            .map_err(|e| format!("the supervisor's stdin is gone: {e}"))?;
+        let want = format!("armed {secs}");
+        let mut line = Vec::new();
+        loop {
+            let message = match self.output.next().await {
+                Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => message,
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(format!("reading the supervisor: {e}")),
+                None => return Err("the supervisor ended".into()),
+            };
+            for byte in message {
+                if byte != b'\n' {
+                    // Bounded: the supervisor prints short lines only.
+                    if line.len() < 256 {
+                        line.push(byte);
                     }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(self.exec_error("read the end's exec", e)),
-                    None => break,
+                    continue;
                 }
+                if line == want.as_bytes() {
+                    return Ok(());
+                }
+                line.clear();
             }
         }
-        let line = out.data.split(|b| *b == b'\n').next().unwrap_or_default();
-        Ok(String::from_utf8_lossy(line).into_owned())
     }
 }

@@ -774,6 +774,7 @@ mod tests {
             SandboxPolicy::default(),
             "/workspace".into(),
             None,
+            false,
         )
     }
 

@@ -64,7 +64,7 @@ pub fn container_config(
     let env = environment(spec, policy);
     ContainerCreateBody {
         image: Some(spec.image.clone()),
-        cmd: Some(main_command(spec, inputs)),
+        cmd: Some(main_command(spec, policy, inputs)),
         // The main process runs as its own user, out of the commands' reach (see
         // `SUPERVISOR_USER`); commands run as the policy's user through exec.
         user: Some(SUPERVISOR_USER.to_string()),
@@ -73,7 +73,10 @@ pub fn container_config(
         labels: Some(labels(spec, inputs)),
         hostname: Some("sandbox".into()),
         tty: Some(false),
-        open_stdin: Some(false),
+        // A supervised main process reads its ends from stdin, and the sandbox ends when the
+        // node that holds stdin lets go (`end.rs`): open, and closed when that client goes.
+        open_stdin: Some(supervised(spec, policy)),
+        stdin_once: Some(supervised(spec, policy)),
         attach_stdin: Some(false),
         attach_stdout: Some(false),
         attach_stderr: Some(false),
@@ -129,15 +132,29 @@ fn environment(
     env
 }
 
-/// The main process: the spec's command, or a sleep, ended at the deadline.
-fn main_command(spec: &SandboxSpec, inputs: &ResolvedInputs) -> Vec<String> {
+/// Whether the sandbox's main process is the supervisor of `end.rs` (its end armed through
+/// stdin): a sandbox for commands (no main command of its own) with an init, whose image has
+/// the shell the exec wrapper needs too.
+pub(super) fn supervised(spec: &SandboxSpec, policy: &SandboxPolicy) -> bool {
+    spec.command.is_empty() && policy.init && policy.exec_wrapper
+}
+
+/// The main process: the spec's command, or the supervisor (else a sleep), ended at the
+/// deadline.
+fn main_command(
+    spec: &SandboxSpec,
+    policy: &SandboxPolicy,
+    inputs: &ResolvedInputs,
+) -> Vec<String> {
     // The deadline is enforced inside: the main process ends then, and with it the container.
     let lifetime_s = inputs
         .deadline_unix_s
         .saturating_sub(inputs.created_unix_s)
         .max(1)
         .to_string();
-    if spec.command.is_empty() {
+    if supervised(spec, policy) {
+        super::end::supervisor_command(&lifetime_s)
+    } else if spec.command.is_empty() {
         vec!["sleep".to_string(), lifetime_s]
     } else {
         let mut cmd = vec!["timeout".into(), "-s".into(), "KILL".into(), lifetime_s];
@@ -406,9 +423,13 @@ mod tests {
         assert!(h.storage_opt.is_none());
         assert!(h.dns.is_none() && h.extra_hosts.is_none());
 
-        // The main process runs as the supervisor user and sleeps until the deadline.
+        // The main process runs as the supervisor user, ends at the deadline, and reads the
+        // ends its node arms from stdin, which closes when the node goes.
         assert_eq!(c.user.as_deref(), Some(SUPERVISOR_USER));
-        assert_eq!(c.cmd, Some(vec!["sleep".to_string(), "3600".to_string()]));
+        let cmd = c.cmd.unwrap();
+        assert_eq!(cmd[..2], ["/bin/sh", "-c"]);
+        assert_eq!(cmd[3..], ["chorus-main", "3600"]);
+        assert_eq!((c.open_stdin, c.stdin_once), (Some(true), Some(true)));
         let labels = c.labels.unwrap();
         assert_eq!(labels[LABEL_NODE], "node-a");
         assert_eq!(labels[LABEL_TASK], "task-1");

@@ -11,7 +11,7 @@ use bollard::Docker;
 
 use super::cgroup::CgroupLayout;
 use super::container::force_remove;
-use super::host_config::{container_config, ResolvedInputs};
+use super::host_config::{container_config, supervised, ResolvedInputs};
 use super::sandbox::DockerSandbox;
 use super::workspace::{stage_workspace, StagedWorkspace};
 use super::{
@@ -314,6 +314,7 @@ impl SandboxProvider for DockerProvider {
             spec.workspace_path.clone(),
             staged,
             self.cgroup_layout().await,
+            supervised(spec, policy),
         ))
     }
 

@@ -51,6 +51,7 @@ impl DockerSandbox {
         workspace_path: String,
         staged: StagedWorkspace,
         cgroup_layout: Option<CgroupLayout>,
+        supervised: bool,
     ) -> Self {
         DockerSandbox {
             container: Container::new(
@@ -60,6 +61,7 @@ impl DockerSandbox {
                 policy,
                 workspace_path,
                 cgroup_layout,
+                supervised,
             ),
             own_workspace: matches!(staged.mount, WorkspaceMount::Tmpfs)
                 && staged.staging_dir.is_none()
@@ -115,6 +117,12 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn start(&self) -> SandboxResult<()> {
+        // Before the start, as `docker run` attaches: the supervisor's first read must find
+        // its stdin held.
+        let container = &self.container;
+        if container.supervised && container.supervisor.lock().await.is_none() {
+            container.attach_supervisor().await?;
+        }
         // 304: already running.
         unless_answered(
             self.container

@@ -12,17 +12,16 @@
 //!    writable place emptied, checked), and taken only by a later run with the same key and
 //!    shape — before the watchdog its run armed could fire ([`REUSE_MARGIN`]).
 //! 2. **A run's sandbox ends by itself at the run's timeout plus `run_grace`**, enforced inside
-//!    it, so nothing a run started outlives that even when its node is killed with `kill -9`
-//!    and no node is left on the host to reap: a fresh sandbox lives `timeout + run_grace`
-//!    from its start (its deadline label says the same, from its creation), and a pooled one
-//!    (made before the run, for an hour) is armed to end `timeout + run_grace` after the
-//!    command starts (`ExecutionSandbox::end_after`). The arming is an exec of its own, sent
-//!    beside the command's rather than before it (it would double a short run's time), so for
-//!    the tens of milliseconds it takes the command runs unarmed: a node killed in that window
-//!    leaves the sandbox to the bounds of the next sentence. Where the end cannot be armed (an
-//!    image without `sh` or `sleep`, a policy without init) the run goes on, with a warning,
-//!    bounded by the pooled sandbox's own lifetime and the periodic reap (and the node's own
-//!    reap of its sandboxes when it starts again).
+//!    it, so nothing a run started outlives that even when no node is left on the host to reap:
+//!    a fresh sandbox lives `timeout + run_grace` from its start (its deadline label says the
+//!    same, from its creation), and a pooled one (made before the run, for an hour) is armed,
+//!    before the command starts, to end `timeout + run_grace` later
+//!    (`ExecutionSandbox::end_after`: a line to the sandbox's supervisor, which also ends the
+//!    sandbox at once when the node holding its stdin goes, `kill -9` included; see
+//!    `io/src/sandbox/docker/end.rs`). Where the end cannot be armed (a policy without init or
+//!    exec wrapper) the run goes on, with a warning, bounded by the pooled sandbox's own
+//!    lifetime and the periodic reap (and the node's own reap of its sandboxes when it starts
+//!    again).
 //! 3. **Pools are made on demand and bounded.** The first run of a shape makes its pool (and
 //!    waits like a cold start); `warm_images` are pooled at recovery. At most `max_pools`
 //!    shapes are kept (the least recently used is dropped); a pool whose sandboxes cannot be

@@ -132,26 +132,20 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
     let mut log = open_log(shared, task, attempt);
-    // The sandbox's end is armed beside the command, not before it: an exec each, and the run
-    // waits for the slower only (module rule 2 says what that leaves open).
-    let arm = async {
-        let arming = Instant::now();
-        arm_end(shared, &held, task, spec).await;
-        arming.elapsed()
-    };
-    let command = async {
-        let executing = Instant::now();
-        let outcome = if stop.try_recv().is_ok() {
-            Outcome::Stopped
-        } else {
-            let mut req = request(spec);
-            req.env = env;
-            execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
-        };
-        (outcome, executing.elapsed())
-    };
+    // The sandbox's end is armed before the command (module rule 2): a line to its
+    // supervisor, not an exec.
+    let arming = Instant::now();
+    arm_end(shared, &held, task, spec).await;
+    let armed = arming.elapsed();
     let commanded = Instant::now();
-    let (armed, (outcome, executed)) = tokio::join!(arm, command);
+    let outcome = if stop.try_recv().is_ok() {
+        Outcome::Stopped
+    } else {
+        let mut req = request(spec);
+        req.env = env;
+        execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
+    };
+    let executed = commanded.elapsed();
     // Ended before the result leaves: whoever reads the result finds the log finished.
     if let Some(log) = log {
         log.finish();

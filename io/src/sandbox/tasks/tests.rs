@@ -808,22 +808,26 @@ async fn container_ids_of(provider: &DockerProvider, node: &str) -> Vec<String> 
         .collect()
 }
 
-/// Issue 33: a run never outlives its task, even when its node dies. The runner runs on a
-/// runtime of its own, dropped mid-run as `kill -9` of the node would end it: nothing on the
-/// host kills the command, cleans up or removes the sandbox (the command is seen still running
-/// afterwards), and no periodic reap runs. The sandbox still ends by itself at the run's
-/// timeout plus the grace — a pooled one (its own lifetime is an hour) by the end the run
-/// armed, a fresh one by its lifetime.
+/// Issues 33 and 36: a run never outlives its task, even when its node dies or hangs. The
+/// runner runs on a runtime of its own, and nothing on the host kills the command, cleans up or
+/// removes the sandbox afterwards (no periodic reap runs either):
+/// - **gone** (the runtime dropped mid-run, as `kill -9` of the node ends it): the sandbox ends
+///   at once — its supervisor's stdin closed with the node's connections — well before the run's
+///   timeout plus the grace;
+/// - **hung** (the runtime leaked and never polled again, as a stopped node holds its
+///   connections): the command goes on, and the sandbox still ends by itself at the run's
+///   timeout plus the grace — a pooled one (its own lifetime is an hour) by the end the run
+///   armed, a fresh one by its lifetime.
 #[test]
-fn docker_a_run_ends_by_its_timeout_and_grace_with_no_node_left() {
+fn docker_a_run_ends_with_its_node_or_by_its_timeout_and_grace() {
     let checks = tokio::runtime::Runtime::new().unwrap();
     let (provider, image) = checks.block_on(docker());
-    for pooled in [true, false] {
-        let node = test_node(if pooled {
-            "orphan-pooled"
-        } else {
-            "orphan-fresh"
-        });
+    for (pooled, hung) in [(true, false), (false, false), (true, true), (false, true)] {
+        let node = test_node(&format!(
+            "orphan-{}-{}",
+            if pooled { "pooled" } else { "fresh" },
+            if hung { "hung" } else { "gone" }
+        ));
         let config = TaskRunnerConfig {
             pool_size: usize::from(pooled),
             run_grace: Duration::from_secs(5),
@@ -832,8 +836,11 @@ fn docker_a_run_ends_by_its_timeout_and_grace_with_no_node_left() {
         };
         let mut command = (*spec(&image, &["sleep", "600"])).clone();
         command.timeout_ms = 5_000;
-        // The node's own runtime and Engine connections: they go with it.
-        let node_runtime = tokio::runtime::Runtime::new().unwrap();
+        // The node's own runtime and Engine connections: they go with it, or hang with it.
+        let node_runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let sandbox = node_runtime.block_on(async {
             let (provider, _) = docker().await;
             let mut runner = TaskRunner::new(provider.clone(), config);
@@ -859,16 +866,23 @@ fn docker_a_run_ends_by_its_timeout_and_grace_with_no_node_left() {
             std::mem::forget(runner);
             found.expect("the command ran within 60 s")
         });
-        drop(node_runtime);
+        if hung {
+            std::mem::forget(node_runtime);
+        } else {
+            drop(node_runtime);
+        }
         let gone = std::time::Instant::now();
         checks.block_on(async {
-            assert!(
-                commands_in(&provider, &sandbox)
-                    .await
-                    .iter()
-                    .any(|c| c == "sleep 600"),
-                "the command still runs: nothing on the host ended it (pooled: {pooled})"
-            );
+            if hung {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                assert!(
+                    commands_in(&provider, &sandbox)
+                        .await
+                        .iter()
+                        .any(|c| c == "sleep 600"),
+                    "the command still runs: nothing on the host ended it (pooled: {pooled})"
+                );
+            }
             // Stopped, as the Engine says (the container is left for a reaper to remove).
             let running = || async {
                 let info = provider.docker().inspect_container(&sandbox, None).await;
@@ -878,10 +892,18 @@ fn docker_a_run_ends_by_its_timeout_and_grace_with_no_node_left() {
             };
             wait_until(|| async { running().await == Some(false) }).await;
             eprintln!(
-                "pooled: {pooled}: the sandbox ended by itself {:?} after its node went \
-                 (timeout 5 s, grace 5 s from the command's start)",
+                "pooled: {pooled}, hung: {hung}: the sandbox ended by itself {:?} after its \
+                 node went (timeout 5 s, grace 5 s from the command's start)",
                 gone.elapsed()
             );
+            if !hung {
+                // Not by the armed end or the lifetime: those are 10 s from the start.
+                assert!(
+                    gone.elapsed() < Duration::from_secs(5),
+                    "pooled: {pooled}: ended only {:?} after its node went",
+                    gone.elapsed()
+                );
+            }
             assert!(commands_in(&provider, &sandbox).await.is_empty());
             for id in container_ids_of(&provider, &node).await {
                 let _ = provider
