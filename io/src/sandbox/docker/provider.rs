@@ -10,7 +10,7 @@ use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOpt
 use bollard::Docker;
 
 use super::cgroup::CgroupLayout;
-use super::container::force_remove;
+use super::container::{force_remove, Container};
 use super::host_config::{container_config, supervised, ResolvedInputs};
 use super::sandbox::DockerSandbox;
 use super::workspace::{stage_workspace, StagedWorkspace};
@@ -306,16 +306,16 @@ impl SandboxProvider for DockerProvider {
             .create_container(&name, config, staged.staging_dir.as_deref())
             .await?;
         tracing::debug!(name, id, "created sandbox container");
-        Ok(DockerSandbox::new(
+        let container = Container::new(
             self.docker.clone(),
             name,
             id,
             policy.clone(),
             spec.workspace_path.clone(),
-            staged,
             self.cgroup_layout().await,
             supervised(spec, policy),
-        ))
+        );
+        Ok(DockerSandbox::new(container, staged))
     }
 
     async fn reap(&self, node_id: &str) -> SandboxResult<usize> {

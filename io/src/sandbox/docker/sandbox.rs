@@ -9,10 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bollard::query_parameters::StopContainerOptionsBuilder;
-use bollard::Docker;
 use tokio::sync::mpsc;
 
-use super::cgroup::CgroupLayout;
 use super::container::{force_remove, Container};
 use super::host_config::WorkspaceMount;
 use super::workspace::{copy_repository_in, sync_workspace, StagedWorkspace, SyncTarget};
@@ -42,27 +40,10 @@ pub struct DockerSandbox {
 }
 
 impl DockerSandbox {
-    /// The sandbox for a freshly created container.
-    pub(super) fn new(
-        docker: Docker,
-        name: String,
-        container_id: String,
-        policy: SandboxPolicy,
-        workspace_path: String,
-        staged: StagedWorkspace,
-        cgroup_layout: Option<CgroupLayout>,
-        supervised: bool,
-    ) -> Self {
+    /// The sandbox for a freshly created container and its staged workspace.
+    pub(super) fn new(container: Container, staged: StagedWorkspace) -> Self {
         DockerSandbox {
-            container: Container::new(
-                docker,
-                name,
-                container_id,
-                policy,
-                workspace_path,
-                cgroup_layout,
-                supervised,
-            ),
+            container,
             own_workspace: matches!(staged.mount, WorkspaceMount::Tmpfs)
                 && staged.staging_dir.is_none()
                 && staged.copy_in.is_none()
