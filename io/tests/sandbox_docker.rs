@@ -654,6 +654,104 @@ async fn a_sandbox_with_a_writable_root_is_not_reset() -> TestResult {
     let (_p, sb, _c) = started("noreset", policy, |_| {}).await;
     let err = sb.reset().await.unwrap_err();
     assert_eq!(err.category, ErrorCategory::Unsupported, "{err}");
+    assert!(!sb.resets_in_exec());
+    // Asked to run after a reset anyway: refused as not clean (retryable elsewhere), and
+    // nothing of the command ran.
+    let err = sb
+        .exec(ExecRequest::shell("echo ran > /workspace/ran").after_reset())
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::NotClean, "{err}");
+    assert!(err.retryable);
+    let out = sb.exec(ExecRequest::shell("ls -A /workspace")).await?;
+    assert_eq!(out.stdout_text(), "", "{out:?}");
+    sb.remove().await?;
+    Ok(())
+}
+
+/// Issue 36: a kept sandbox's reset goes in the next command's own exec. The command, its
+/// environment (quotes, newlines, a secret) and its working directory reach the sandbox only on
+/// stdin after the reset vouched for it — the exec's own argv and environment hold none of
+/// them — and it finds nothing of the run before: no process, no file, no mode, no environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_after_a_reset_in_its_own_exec_finds_nothing_of_the_run_before() -> TestResult {
+    let (_p, sb, _c) = started("resetexec", SandboxPolicy::default(), |_| {}).await;
+    assert!(sb.resets_in_exec());
+    sb.end_after(Duration::from_secs(60)).await?;
+    let leave = "sleep 300 & (setsid sleep 301 &) ; \
+        for d in /tmp /workspace /dev/shm; do echo x > $d/f; echo y > $d/.hidden; \
+        mkdir -p $d/sub/deeper; echo z > $d/sub/deeper/g; chmod 000 $d/sub; done; \
+        mkdir -p /tmp/wd; chmod 700 /workspace; echo left";
+    let out = sb
+        .exec(
+            ExecRequest::shell(leave)
+                .env("LEFT_BEHIND", "secret")
+                .last_in_sandbox(),
+        )
+        .await?;
+    assert_eq!(out.stdout_text().trim(), "left", "{out:?}");
+    // What the next command sees, and what the exec that carries it holds.
+    let look = r#"me=$(id -u); n=0
+        for d in /proc/[0-9]*; do
+          [ "$(stat -c %u $d 2>/dev/null)" = "$me" ] || continue
+          grep -q 'sleep 30[01]' $d/cmdline 2>/dev/null && n=$((n+1))
+        done
+        echo "sleepers $n"
+        echo "files $(ls -A /tmp /workspace /dev/shm | grep -v ':$' | grep -c .)"
+        echo "mode $(stat -c %a /workspace)"
+        echo "left $(env | grep -c LEFT_BEHIND)"
+        echo "pwd $(pwd)"
+        printf 'value <%s>
+' "$ODD"
+        echo "args $# <$1> <$2>"
+        tr '\0' ' ' < /proc/$$/environ | grep -c TOKEN_VALUE_9 || true"#;
+    let odd = "it's \"quoted\" $HOME `x`\nsecond line";
+    let req = ExecRequest::new(["sh", "-c", look, "look", "one arg", "-x"])
+        .env("ODD", odd)
+        .env("SECRET", "TOKEN_VALUE_9")
+        .working_dir("/workspace")
+        .after_reset();
+    let out = sb.exec(req).await?;
+    assert!(out.success(), "{out:?}");
+    let text = out.stdout_text();
+    for line in [
+        "sleepers 0",
+        "files 0",
+        "mode 755",
+        "left 0",
+        "pwd /workspace",
+        "value <it's \"quoted\" $HOME `x`\nsecond line>",
+        "args 2 <one arg> <-x>",
+    ] {
+        assert!(text.contains(line), "{line:?} in {text:?}");
+    }
+    // The command's own environment holds the secret (it was exported for it; the exec the
+    // Engine made holds none of the request, as exec.rs's unit test shows).
+    assert_eq!(text.lines().last(), Some("1"), "{text:?}");
+    // A working directory the reset removed is missing, as in a fresh sandbox.
+    let err = sb
+        .exec(
+            ExecRequest::new(["true"])
+                .working_dir("/tmp/wd")
+                .after_reset(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.message, "workdir /tmp/wd does not exist in the sandbox",
+        "{err}"
+    );
+    // An environment name the shell cannot export takes a reset of its own first: same result.
+    sb.exec(ExecRequest::shell("echo x > /tmp/f")).await?;
+    let out = sb
+        .exec(
+            ExecRequest::shell("ls -A /tmp | grep -c . ; echo \"$X\"")
+                .env("NOT-A-NAME", "1")
+                .env("X", "y")
+                .after_reset(),
+        )
+        .await?;
+    assert_eq!(out.stdout_text(), "0\ny\n", "{out:?}");
     sb.remove().await?;
     Ok(())
 }
@@ -1038,6 +1136,21 @@ async fn every_error_category_is_produced() -> TestResult {
         &sb.exec(ExecRequest::new(["true"])).await.unwrap_err(),
     );
     // NotFound: the sandbox was removed.
+    sb.remove().await?;
+    // NotClean: a sandbox whose reset cannot vouch for it (a writable root), asked to run
+    // after one.
+    let writable = SandboxPolicy {
+        read_only_rootfs: false,
+        ..SandboxPolicy::default()
+    };
+    let sb = provider.create(&spec, &writable).await?;
+    sb.start().await?;
+    note(
+        ErrorCategory::NotClean,
+        &sb.exec(ExecRequest::new(["true"]).after_reset())
+            .await
+            .unwrap_err(),
+    );
     sb.remove().await?;
     note(
         ErrorCategory::NotFound,

@@ -38,11 +38,15 @@ pub enum ErrorCategory {
     /// The sandbox's main process is no longer running (it exited, was stopped, or was
     /// OOM-killed), so nothing can be run in it.
     Exited,
+    /// A sandbox kept for another run could not be shown clean before it
+    /// ([`ExecRequest::after_reset`](crate::sandbox::ExecRequest)): nothing of the request ran.
+    /// Retryable, in another sandbox.
+    NotClean,
 }
 
 impl ErrorCategory {
     /// Every category, for exhaustive tests and documentation.
-    pub const ALL: [ErrorCategory; 12] = [
+    pub const ALL: [ErrorCategory; 13] = [
         ErrorCategory::DaemonUnavailable,
         ErrorCategory::Image,
         ErrorCategory::Create,
@@ -55,6 +59,7 @@ impl ErrorCategory {
         ErrorCategory::Unsupported,
         ErrorCategory::NotFound,
         ErrorCategory::Exited,
+        ErrorCategory::NotClean,
     ];
 
     /// A stable lower-case name, as used in logs and serialized events.
@@ -72,6 +77,7 @@ impl ErrorCategory {
             ErrorCategory::Unsupported => "unsupported",
             ErrorCategory::NotFound => "not_found",
             ErrorCategory::Exited => "exited",
+            ErrorCategory::NotClean => "not_clean",
         }
     }
 }

@@ -223,6 +223,12 @@ pub struct ExecRequest {
     /// files say what it would have read (OOM kills, usage). Never for a sandbox that is kept,
     /// or whose workspace is synced back at removal (a process left running could still write).
     pub last_in_sandbox: bool,
+    /// Reset the sandbox first ([`ExecutionSandbox::reset`]), in the same exec where the
+    /// sandbox can ([`ExecutionSandbox::resets_in_exec`]; the command and its environment then
+    /// reach the sandbox only after the reset vouched for it), else by a reset of its own just
+    /// before. When the reset cannot vouch, nothing of the request runs and the error is
+    /// [`ErrorCategory::NotClean`].
+    pub after_reset: bool,
 }
 
 impl ExecRequest {
@@ -236,6 +242,12 @@ impl ExecRequest {
             argv: argv.into_iter().map(Into::into).collect(),
             ..ExecRequest::default()
         }
+    }
+
+    /// The same request, run only after the sandbox was reset (see [`ExecRequest::after_reset`]).
+    pub fn after_reset(mut self) -> Self {
+        self.after_reset = true;
+        self
     }
 
     /// A request to run `script` with `sh -c`.
@@ -543,6 +555,12 @@ pub trait ExecutionSandbox: Send + Sync {
             ErrorCategory::Unsupported,
             "this sandbox cannot be reset for another run",
         )))
+    }
+
+    /// Whether a reset can go with the next command ([`ExecRequest::after_reset`]) at no
+    /// exec of its own: a pool then keeps a sandbox given back without resetting it first.
+    fn resets_in_exec(&self) -> bool {
+        false
     }
 
     /// Stops the main process (and with it every command). Idempotent.

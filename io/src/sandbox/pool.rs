@@ -157,6 +157,9 @@ struct Kept<S> {
     until: Instant,
     /// Its usage totals when given back.
     totals: Option<UsageTotals>,
+    /// Not reset yet: its next command goes after a reset in the same exec
+    /// ([`ExecutionSandbox::resets_in_exec`]).
+    dirty: bool,
 }
 
 struct State<S> {
@@ -226,6 +229,38 @@ impl<P: SandboxProvider + 'static> Shared<P> {
         st.recycled += 1;
         self.spawn_removal(&mut st, Arc::clone(sandbox));
         false
+    }
+
+    /// Keeps a sandbox given back for `owner`'s next acquire, until `until` (removed instead
+    /// when that has passed or the pool is shut down); the oldest kept one goes when `size`
+    /// are kept already.
+    #[allow(clippy::too_many_arguments)]
+    fn keep(
+        self: &Arc<Self>,
+        st: &mut State<P::Sandbox>,
+        sandbox: Arc<P::Sandbox>,
+        owner: String,
+        born: Instant,
+        until: Instant,
+        totals: Option<UsageTotals>,
+        dirty: bool,
+    ) {
+        if st.shut_down || Instant::now() >= until {
+            self.spawn_removal(st, sandbox);
+            return;
+        }
+        if st.kept.len() >= self.config.size.max(1) {
+            let oldest = st.kept.remove(0);
+            self.spawn_removal(st, oldest.sandbox);
+        }
+        st.kept.push(Kept {
+            sandbox,
+            owner,
+            born,
+            until,
+            totals,
+            dirty,
+        });
     }
 
     /// Removes `sandbox` in a background task, counted in `removing` until it is done.
@@ -600,7 +635,10 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                     }
                     shared.lock().reuses += 1;
                     let reused = Some(kept.totals.unwrap_or_default());
-                    return Ok(self.lease(kept.sandbox, task_id, true, begun, kept.born, reused));
+                    let mut leased =
+                        self.lease(kept.sandbox, task_id, true, begun, kept.born, reused);
+                    leased.dirty = kept.dirty;
+                    return Ok(leased);
                 }
                 Next::Create { counted } => {
                     if counted {
@@ -672,6 +710,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             released: false,
             born,
             reused,
+            dirty: false,
         }
     }
 
@@ -766,6 +805,8 @@ pub struct PooledSandbox<P: SandboxProvider + 'static> {
     born: Instant,
     /// For a sandbox given back and reused: its usage totals then.
     reused: Option<UsageTotals>,
+    /// Given back and not reset yet: its next command must go after a reset.
+    dirty: bool,
 }
 
 impl<P: SandboxProvider + 'static> std::fmt::Debug for PooledSandbox<P> {
@@ -806,18 +847,42 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         self.reused
     }
 
+    /// Whether its next command must go after a reset ([`ExecRequest::after_reset`]): it
+    /// was given back and kept without one.
+    ///
+    /// [`ExecRequest::after_reset`]: crate::sandbox::ExecRequest::after_reset
+    pub fn needs_reset(&self) -> bool {
+        self.dirty
+    }
+
+    /// Ends the lease of a sandbox whose reset before this run refused it
+    /// ([`ErrorCategory::NotClean`]): counted as a failed reset, and removed.
+    pub fn not_clean(self) {
+        self.shared.lock().failed_resets += 1;
+        self.release();
+    }
+
     /// Ends the lease, giving the sandbox back for the next task of `owner` (a submitter and
-    /// shape): it is reset in the background and kept until `usable_until` (or its age runs
-    /// out) when the reset vouches for it, else removed. `totals`: its usage totals now.
+    /// shape), kept until `usable_until` (or until its age runs out). Where its reset can go
+    /// with the next command ([`ExecutionSandbox::resets_in_exec`]) it is kept as it is, and
+    /// its next holder's command goes after the reset; else it is reset in the background
+    /// now, and kept only when the reset vouches for it. `totals`: its usage totals now.
     pub fn give_back(mut self, owner: String, usable_until: Instant, totals: Option<UsageTotals>) {
         self.released = true;
         let shared = Arc::clone(&self.shared);
         let sandbox = Arc::clone(&self.sandbox);
         let born = self.born;
+        let until = usable_until.min(born + shared.config.max_idle_age);
         {
             let mut st = shared.lock();
             // After `shutdown` the pool has removed it already.
             if st.leased.remove(sandbox.id()).is_none() {
+                return;
+            }
+            if sandbox.resets_in_exec() {
+                shared.keep(&mut st, sandbox, owner, born, until, totals, true);
+                drop(st);
+                shared.changed.notify_waiters();
                 return;
             }
             st.resetting += 1;
@@ -827,22 +892,8 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
             let reset = sandbox.reset().await;
             let mut st = shared.lock();
             st.resetting -= 1;
-            let until = usable_until.min(born + shared.config.max_idle_age);
             match reset {
-                Ok(()) if !st.shut_down && Instant::now() < until => {
-                    if st.kept.len() >= shared.config.size.max(1) {
-                        let oldest = st.kept.remove(0);
-                        shared.spawn_removal(&mut st, oldest.sandbox);
-                    }
-                    st.kept.push(Kept {
-                        sandbox,
-                        owner,
-                        born,
-                        until,
-                        totals,
-                    });
-                }
-                Ok(()) => shared.spawn_removal(&mut st, sandbox),
+                Ok(()) => shared.keep(&mut st, sandbox, owner, born, until, totals, false),
                 Err(e) => {
                     tracing::debug!(pool = %shared.pool_id, sandbox = sandbox.id(), error = %e,
                         "a sandbox given back could not be reset; removing it");

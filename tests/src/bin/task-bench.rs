@@ -147,10 +147,15 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
     let began = Instant::now();
     let ids: Vec<(usize, String)> = (0..burst).map(|n| (n % 3, submit(c, n % 3))).collect();
     let mut per_worker: BTreeMap<String, usize> = BTreeMap::new();
+    let mut burst_stages: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     for (at, id) in &ids {
         // Polled gently: the bench's own requests must not take the cores the cluster runs on.
         let r = result_every(c, *at, id, Duration::from_millis(20));
         assert_eq!(r["status"], "succeeded", "{r}");
+        for stage in ["acquire", "arm", "exec", "cleanup", "release"] {
+            let v = r["timings"][format!("{stage}_ms")].as_u64().unwrap_or(0);
+            burst_stages.entry(stage).or_default().push(v);
+        }
         *per_worker
             .entry(r["worker"].as_str().unwrap_or("?").to_owned())
             .or_default() += 1;
@@ -167,6 +172,15 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
         took.as_secs_f64(),
         burst as f64 / took.as_secs_f64()
     );
+    let line: Vec<String> = burst_stages
+        .iter_mut()
+        .map(|(s, v)| {
+            v.sort_unstable();
+            let at = |p: usize| v[(v.len() * p / 100).min(v.len() - 1)];
+            format!("{s} {}/{}", at(50), at(90))
+        })
+        .collect();
+    println!("the burst's runs, p50/p90 ms: {}", line.join(", "));
     let concurrency = 3 * SLOTS;
     let docker_took = docker_burst(burst, concurrency);
     println!(

@@ -119,6 +119,8 @@ struct OutputCollector {
     pid_line: Option<Vec<u8>>,
     /// The command's process group, from the pid line.
     pgid: Option<u32>,
+    /// What a reset before the command could not undo, said in place of the pid line.
+    refused: Option<String>,
 }
 
 impl OutputCollector {
@@ -128,6 +130,7 @@ impl OutputCollector {
             stderr: CappedBuffer::new(cap),
             pid_line: wrapped.then(Vec::new),
             pgid: None,
+            refused: None,
         }
     }
 
@@ -165,15 +168,17 @@ impl OutputCollector {
         match bytes.iter().position(|b| *b == b'\n') {
             Some(i) => {
                 line.extend_from_slice(&bytes[..i]);
-                self.pgid = std::str::from_utf8(line)
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok());
+                let text = String::from_utf8_lossy(line);
+                self.pgid = text.trim().parse().ok();
+                self.refused = text
+                    .strip_prefix(super::reset::REFUSED_PREFIX)
+                    .map(str::to_owned);
                 self.pid_line = None;
                 Some(&bytes[i + 1..])
             }
             None => {
-                // Bounded: a pid is a few digits.
-                if line.len() < 32 {
+                // Bounded: a pid is a few digits, a reset's refusal one short line.
+                if line.len() < 256 {
                     line.extend_from_slice(bytes);
                 }
                 None
@@ -209,12 +214,15 @@ impl OutputCollector {
 
 impl Container {
     /// Runs one command. `clean_up`: afterwards kill what it left running and check the OOM
-    /// counter (for callers' commands; the sandbox's own file commands skip it).
+    /// counter (for callers' commands; the sandbox's own file commands skip it). `reset`: the
+    /// reset's arguments when it goes first in the same exec (`reset.rs`); the command then
+    /// reaches the sandbox on stdin, only once the reset vouched for it.
     pub(super) async fn run(
         &self,
         mut request: ExecRequest,
         sink: Option<&mpsc::Sender<OutputChunk>>,
         clean_up: bool,
+        reset: Option<Vec<String>>,
     ) -> SandboxResult<ExecOutput> {
         if request.argv.is_empty() {
             return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
@@ -228,21 +236,27 @@ impl Container {
         let cap = request
             .output_limit_bytes
             .unwrap_or(self.policy.output_limit_bytes);
-        let config = self.exec_config(&request, &marker);
+        let (config, stdin) = match &reset {
+            Some(args) => self.reset_then_run_config(&request, &marker, args),
+            None => (self.exec_config(&request, &marker), request.stdin.take()),
+        };
 
         // The host's counter before the command: kills from now on are this command's (and,
         // with concurrent commands, every one's that runs then).
         let host_oom_before = self.host_oom_kills();
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut attached = self.attach(config, request.stdin.take()).await?;
-        let mut collected = OutputCollector::new(cap, self.policy.exec_wrapper);
+        let mut attached = self.attach(config, stdin).await?;
+        let mut collected = OutputCollector::new(cap, self.policy.exec_wrapper || reset.is_some());
         let end = collected
             .drain(&mut attached.output, deadline, sink)
             .await
             .map_err(|e| self.exec_error("reading exec output", e))?;
         if let Some(task) = attached.stdin_task {
             task.abort();
+        }
+        if let Some(why) = collected.refused.take() {
+            return Err(super::reset::not_clean(&self.name, &why));
         }
         let timed_out = match end {
             StreamEnd::TimedOut => Some(
@@ -295,6 +309,45 @@ impl Container {
             stray_processes_killed: cleanup.killed,
             after_output: output_ended.elapsed(),
         })
+    }
+
+    /// The exec request of a reset and then the command (`reset.rs`), and the stdin that
+    /// carries the command: the exec itself holds only the sandbox's environment and `marker`,
+    /// and starts at the root (the command's working directory is entered after the reset).
+    fn reset_then_run_config(
+        &self,
+        request: &ExecRequest,
+        marker: &str,
+        args: &[String],
+    ) -> (ExecConfig, Option<Vec<u8>>) {
+        let mut cmd: Vec<String> = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            super::reset::reset_then_run_script(),
+            "chorus-exec".into(),
+        ];
+        cmd.extend(args.iter().cloned());
+        let mut env = self.lock_env().clone();
+        if let Some((k, v)) = marker.split_once('=') {
+            env.insert(k.to_string(), v.to_string());
+        }
+        let working_dir = request
+            .working_dir
+            .clone()
+            .unwrap_or_else(|| self.workspace_path.clone());
+        let script = super::reset::command_script(request, &working_dir, marker);
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            cmd: Some(cmd),
+            user: self.policy.user.clone(),
+            working_dir: Some("/".into()),
+            ..Default::default()
+        };
+        (config, Some(script.into_bytes()))
     }
 
     /// The exec request: the command (wrapped to report its process group, when the policy
@@ -776,6 +829,37 @@ mod tests {
             None,
             false,
         )
+    }
+
+    /// Issue 36: a command that goes after a reset reaches the sandbox only on stdin: the exec
+    /// the Engine makes (and any process of the run before could see) holds the reset's
+    /// arguments and the sandbox's environment, none of the request's argv, environment or
+    /// working directory.
+    #[test]
+    fn a_command_after_a_reset_is_not_in_its_execs_argv_or_environment() {
+        let container = unreachable_container();
+        container
+            .lock_env()
+            .insert("FROM_SANDBOX".into(), "s".into());
+        let request = ExecRequest::new(["run-me", "ARG_VALUE_1"])
+            .env("SECRET", "TOKEN_VALUE_9")
+            .working_dir("/workspace/WD_VALUE_2")
+            .after_reset();
+        let (config, stdin) = container.reset_then_run_config(
+            &request,
+            "CHORUS_EXEC_ID=4",
+            &["65534".into(), "/tmp:1777".into()],
+        );
+        let exec = format!("{:?} {:?} {:?}", config.cmd, config.env, config.working_dir);
+        for value in ["ARG_VALUE_1", "TOKEN_VALUE_9", "WD_VALUE_2", "run-me"] {
+            assert!(!exec.contains(value), "{value} in {exec}");
+        }
+        assert!(exec.contains("FROM_SANDBOX=s") && exec.contains("CHORUS_EXEC_ID=4"));
+        assert_eq!(config.working_dir.as_deref(), Some("/"));
+        let script = String::from_utf8(stdin.unwrap()).unwrap();
+        for value in ["ARG_VALUE_1", "TOKEN_VALUE_9", "WD_VALUE_2", "'run-me'"] {
+            assert!(script.contains(value), "{value} not in {script}");
+        }
     }
 
     /// Issue 33: an OOM state nobody could read is never taken for "no OOM": a command killed

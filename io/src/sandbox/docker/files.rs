@@ -90,7 +90,7 @@ impl Container {
         what: &str,
         request: ExecRequest,
     ) -> SandboxResult<ExecOutput> {
-        let out = self.run(request, None, false).await?;
+        let out = self.run(request, None, false, None).await?;
         if out.success() {
             Ok(out)
         } else {

@@ -19,15 +19,18 @@
 //! sandbox's peak is its whole life's).
 
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
+use crate::sandbox::ExecRequest;
 
 use super::container::Container;
 
 /// `$1`: the commands' uid; then `DIR:MODE` for each place to empty (MODE in octal, `-` to
-/// leave the root's mode alone). Prints `clean`, or the first thing it could not undo.
+/// leave the root's mode alone). Calls `refuse WHY` with the first thing it could not undo, and
+/// goes on past its end only when everything is clean.
 /// Only shell builtins run while processes are checked (a fork of this shell would be one of
 /// the user's processes itself) and while places are checked empty (a fork that fails must not
-/// read as "nothing there"); the mode check's `stat` fails closed.
-const RESET_SCRIPT: &str = r#"self=$$; me=$1; shift
+/// read as "nothing there"); the mode check's `stat` fails closed. It runs in this shell, never
+/// a subshell (whose processes it would count, and kill).
+const RESET_CORE: &str = r#"self=$$; me=$1; shift
 alive() {
   n=0
   for d in /proc/[0-9]*; do
@@ -48,37 +51,103 @@ alive() {
 round=0
 until alive kill; do
   round=$((round+1))
-  [ $round -ge 20 ] && { echo "processes survive 20 rounds of kills"; exit 0; }
+  [ $round -ge 20 ] && refuse "processes survive 20 rounds of kills"
 done
 for spec in "$@"; do
   dir=${spec%:*}; mode=${spec##*:}
   [ -d "$dir" ] || continue
-  chmod -R u+rwX "$dir" 2>/dev/null
-  rm -rf "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null
+  left=
+  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
+    { [ -e "$f" ] || [ -L "$f" ]; } && { left=1; break; }
+  done
+  if [ -n "$left" ]; then
+    chmod -R u+rwX "$dir" 2>/dev/null
+    rm -rf "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null
+  fi
   [ "$mode" = - ] || chmod "$mode" "$dir" 2>/dev/null
   for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
-    { [ -e "$f" ] || [ -L "$f" ]; } && { echo "files are left in $dir"; exit 0; }
+    { [ -e "$f" ] || [ -L "$f" ]; } && refuse "files are left in $dir"
   done
   if [ "$mode" != - ] && [ "$(stat -c %a "$dir")" != "${mode#0}" ]; then
-    echo "$dir has mode $(stat -c %a "$dir"), not $mode"; exit 0
+    refuse "$dir has mode $(stat -c %a "$dir"), not $mode"
   fi
 done
 for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do
   [ -r "$f" ] || continue
   lines=0
   while read -r line; do lines=$((lines+1)); done < "$f"
-  [ $lines -le 1 ] || { echo "System V IPC objects are left ($f)"; exit 0; }
+  [ $lines -le 1 ] || refuse "System V IPC objects are left ($f)"
 done
 for f in /dev/mqueue/* /dev/mqueue/.[!.]*; do
-  { [ -e "$f" ] || [ -L "$f" ]; } && { echo "POSIX message queues are left"; exit 0; }
+  { [ -e "$f" ] || [ -L "$f" ]; } && refuse "POSIX message queues are left"
 done
-alive check || { echo "a process of the commands' user is left"; exit 0; }
-echo clean"#;
+alive check || refuse "a process of the commands' user is left"
+"#;
+
+/// A reset on its own: prints `clean`, or what it could not undo.
+fn reset_script() -> String {
+    format!("refuse() {{ echo \"$1\"; exit 0; }}\n{RESET_CORE}echo clean")
+}
+
+/// A reset, then the command (see [`command_script`]): the first line of stdout is this
+/// shell's pid once the sandbox is clean (the exec wrapper's pid line), or `reset: WHY` and
+/// exit 125 without reading the command. The command, its environment and its working
+/// directory come on stdin, so nothing of them is in the sandbox before the reset is done.
+pub(super) fn reset_then_run_script() -> String {
+    format!("refuse() {{ echo \"reset: $1\"; exit 125; }}\n{RESET_CORE}echo $$\n. /dev/stdin")
+}
+
+/// The first stdout line by which [`reset_then_run_script`] refuses.
+pub(super) const REFUSED_PREFIX: &str = "reset: ";
+
+/// Whether `request` can go to the sandbox as [`command_script`]: its stdin is free to carry
+/// it, and every environment name is one the shell can export.
+pub(super) fn can_run_after_reset(request: &ExecRequest) -> bool {
+    let name = |k: &str| {
+        let mut chars = k.chars();
+        chars
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+    };
+    request.stdin.is_none() && request.env.keys().all(|k| name(k))
+}
+
+/// The shell that [`reset_then_run_script`] reads once the sandbox is clean: the request's
+/// environment and `marker` exported, its working directory entered (126, as the Engine's own
+/// refusal, when it cannot be), and its argv exec'd with an empty stdin.
+pub(super) fn command_script(request: &ExecRequest, working_dir: &str, marker: &str) -> String {
+    let mut out = String::new();
+    for (k, v) in &request.env {
+        out.push_str(&format!("export {k}={}\n", quote(v)));
+    }
+    out.push_str(&format!("export {}\n", quote(marker)));
+    out.push_str(&format!(
+        "cd -- {} 2>/dev/null || exit 126\n",
+        quote(working_dir)
+    ));
+    out.push_str("set --");
+    for arg in &request.argv {
+        out.push(' ');
+        out.push_str(&quote(arg));
+    }
+    out.push_str("\nexec \"$@\" </dev/null\n");
+    out
+}
+
+/// `s` as one single-quoted shell word.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
 
 impl Container {
-    /// Resets the sandbox for another run (see the module notes). `places`: each writable place
-    /// and the mode its root had when made (`None`: a root the commands' user does not own).
-    pub(super) async fn reset(&self, places: &[(String, Option<u32>)]) -> SandboxResult<()> {
+    /// The reset's arguments after the script: the commands' uid and each place to empty
+    /// with the mode its root had when made (`None`: a root the commands' user does not own).
+    /// Refused where a reset cannot vouch for the sandbox (see the module notes).
+    pub(super) fn reset_args(
+        &self,
+        places: &[(String, Option<u32>)],
+    ) -> SandboxResult<Vec<String>> {
         let refuse = |why: String| {
             Err(SandboxError::new(
                 ErrorCategory::Unsupported,
@@ -98,27 +167,42 @@ impl Container {
         if uid == 0 || uid.to_string() == supervisor {
             return refuse(format!("its commands run as uid {uid}"));
         }
-        let mut argv: Vec<String> = ["sh", "-c", RESET_SCRIPT, "chorus-reset"]
-            .map(String::from)
-            .to_vec();
-        argv.push(uid.to_string());
+        let mut args = vec![uid.to_string()];
         for (dir, mode) in places {
             if !dir.starts_with('/') || dir.contains(':') || dir == "/" {
                 return refuse(format!("{dir:?} is not a place it can empty"));
             }
-            argv.push(format!(
+            args.push(format!(
                 "{dir}:{}",
                 mode.map_or_else(|| "-".to_owned(), |m| format!("{m:o}"))
             ));
         }
+        Ok(args)
+    }
+
+    /// Resets the sandbox for another run with an exec of its own (see the module notes).
+    pub(super) async fn reset(&self, places: &[(String, Option<u32>)]) -> SandboxResult<()> {
+        let mut argv: Vec<String> = vec![
+            "sh".into(),
+            "-c".into(),
+            reset_script(),
+            "chorus-reset".into(),
+        ];
+        argv.extend(self.reset_args(places)?);
         let out = self.helper(argv).await?;
         let said = String::from_utf8_lossy(&out);
         match said.trim() {
             "clean" => Ok(()),
-            why => Err(SandboxError::new(
-                ErrorCategory::Exec,
-                format!("sandbox {} was not left clean: {why}", self.name),
-            )),
+            why => Err(not_clean(&self.name, why)),
         }
     }
+}
+
+/// The error for a sandbox a reset could not vouch for.
+pub(super) fn not_clean(name: &str, why: &str) -> SandboxError {
+    SandboxError::new(
+        ErrorCategory::NotClean,
+        format!("sandbox {name} was not left clean: {why}"),
+    )
+    .with_retryable(true)
 }

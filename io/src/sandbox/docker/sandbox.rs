@@ -77,6 +77,57 @@ impl DockerSandbox {
         sync_workspace(&self.container, self.sync.as_ref()).await
     }
 
+    /// The places a reset empties, each with the mode its root had when made; refused for a
+    /// sandbox with a repository in its workspace (never reused).
+    fn reset_places(&self) -> SandboxResult<Vec<(String, Option<u32>)>> {
+        if !self.own_workspace {
+            return Err(SandboxError::new(
+                ErrorCategory::Unsupported,
+                "a sandbox with a repository in its workspace is never reused",
+            ));
+        }
+        let policy = &self.container.policy;
+        let workspace_mode = if policy.numeric_user().is_some() {
+            0o755
+        } else {
+            0o1777
+        };
+        let mut places: Vec<(String, Option<u32>)> = policy
+            .tmpfs
+            .iter()
+            .map(|t| (t.path.clone(), Some(t.mode)))
+            .collect();
+        places.push((self.container.workspace_path.clone(), Some(workspace_mode)));
+        places.push(("/dev/shm".to_owned(), Some(0o1777)));
+        Ok(places)
+    }
+
+    /// For a request to run after a reset: the reset's arguments where it goes in the
+    /// command's exec, else `None` after a reset of its own. A sandbox that cannot be reset
+    /// is [`ErrorCategory::NotClean`]: nothing of the request ran.
+    async fn reset_for(&self, request: &ExecRequest) -> SandboxResult<Option<Vec<String>>> {
+        if !request.after_reset {
+            return Ok(None);
+        }
+        let not_clean = |e: SandboxError| super::reset::not_clean(&self.container.name, &e.message);
+        let places = self.reset_places().map_err(not_clean)?;
+        if self.container.policy.exec_wrapper && super::reset::can_run_after_reset(request) {
+            return self
+                .container
+                .reset_args(&places)
+                .map(Some)
+                .map_err(not_clean);
+        }
+        self.container
+            .reset(&places)
+            .await
+            .map_err(|e| match e.category {
+                ErrorCategory::NotClean => e,
+                _ => not_clean(e),
+            })?;
+        Ok(None)
+    }
+
     /// Deletes the staging directory, if one was made (gone already is fine).
     fn remove_staging_dir(&self) -> SandboxResult<()> {
         let Some(dir) = &self.staging_dir else {
@@ -118,7 +169,8 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn exec(&self, request: ExecRequest) -> SandboxResult<ExecOutput> {
-        self.container.run(request, None, true).await
+        let reset = self.reset_for(&request).await?;
+        self.container.run(request, None, true, reset).await
     }
 
     async fn exec_streaming(
@@ -126,7 +178,8 @@ impl ExecutionSandbox for DockerSandbox {
         request: ExecRequest,
         sink: mpsc::Sender<OutputChunk>,
     ) -> SandboxResult<ExecOutput> {
-        self.container.run(request, Some(&sink), true).await
+        let reset = self.reset_for(&request).await?;
+        self.container.run(request, Some(&sink), true, reset).await
     }
 
     async fn write_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
@@ -180,26 +233,15 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn reset(&self) -> SandboxResult<()> {
-        if !self.own_workspace {
-            return Err(SandboxError::new(
-                ErrorCategory::Unsupported,
-                "a sandbox with a repository in its workspace is never reused",
-            ));
-        }
-        let policy = &self.container.policy;
-        let workspace_mode = if policy.numeric_user().is_some() {
-            0o755
-        } else {
-            0o1777
-        };
-        let mut places: Vec<(String, Option<u32>)> = policy
-            .tmpfs
-            .iter()
-            .map(|t| (t.path.clone(), Some(t.mode)))
-            .collect();
-        places.push((self.container.workspace_path.clone(), Some(workspace_mode)));
-        places.push(("/dev/shm".to_owned(), Some(0o1777)));
-        self.container.reset(&places).await
+        self.container.reset(&self.reset_places()?).await
+    }
+
+    fn resets_in_exec(&self) -> bool {
+        self.container.policy.exec_wrapper
+            && self
+                .reset_places()
+                .and_then(|places| self.container.reset_args(&places))
+                .is_ok()
     }
 
     async fn stop(&self) -> SandboxResult<()> {

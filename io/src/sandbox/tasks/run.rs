@@ -37,6 +37,23 @@ impl<P: SandboxProvider + 'static> Held<P> {
         }
     }
 
+    /// Whether the run's command must go after a reset (a kept sandbox not reset yet).
+    fn needs_reset(&self) -> bool {
+        matches!(self, Held::Pooled(s, _) if s.needs_reset())
+    }
+
+    /// Ends the hold of a sandbox its reset refused: removed, and counted by its pool.
+    fn not_clean(self) {
+        match self {
+            Held::Pooled(s, _) => s.not_clean(),
+            Held::Fresh(s) => {
+                tokio::spawn(async move {
+                    let _ = s.remove().await;
+                });
+            }
+        }
+    }
+
     /// The usage totals the sandbox had before this run (a reused one's), to subtract.
     fn base_totals(&self) -> Option<UsageTotals> {
         match self {
@@ -120,11 +137,11 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
     };
     // Taking the sandbox is not interrupted by a stop: a creation dropped half-way could leave
     // a container behind. A stop that came meanwhile is seen right after.
-    let held = match take(shared, task, spec).await {
+    let mut held = match take(shared, task, spec, shared.config.reuse).await {
         Ok(h) => h,
         Err(e) => return failed(e),
     };
-    let acquired = begun.elapsed();
+    let mut acquired = begun.elapsed();
     let from_pool = matches!(&held, Held::Pooled(p, _) if p.from_pool());
     shared.stats.started(acquired, from_pool);
     tracing::debug!(%task, attempt, sandbox = held.sandbox().id(), from_pool,
@@ -132,18 +149,39 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
 
     let mut tails = Tails::new(MAX_TAIL_BYTES);
     let mut log = open_log(shared, task, attempt);
-    // The sandbox's end is armed before the command (module rule 2): a line to its
-    // supervisor, not an exec.
-    let arming = Instant::now();
-    arm_end(shared, &held, task, spec).await;
-    let armed = arming.elapsed();
-    let commanded = Instant::now();
-    let outcome = if stop.try_recv().is_ok() {
-        Outcome::Stopped
-    } else {
-        let mut req = request(spec);
-        req.env = env;
-        execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
+    let (armed, commanded, outcome) = loop {
+        // The sandbox's end is armed before the command (module rule 2): a line to its
+        // supervisor, not an exec.
+        let arming = Instant::now();
+        arm_end(shared, &held, task, spec).await;
+        let armed = arming.elapsed();
+        let commanded = Instant::now();
+        let outcome = if stop.try_recv().is_ok() {
+            Outcome::Stopped
+        } else {
+            let mut req = request(spec);
+            req.env = env.clone();
+            // Rule 1: a sandbox kept for this submitter runs nothing of this run before its
+            // reset vouched for it.
+            req.after_reset = held.needs_reset();
+            execute(held.sandbox(), req, &mut tails, log.as_mut(), &mut stop).await
+        };
+        match outcome {
+            // Nothing of the run ran: a fresh sandbox instead (never a kept one, so once).
+            Outcome::Done(Err(e))
+                if e.category == ErrorCategory::NotClean && held.needs_reset() =>
+            {
+                tracing::warn!(%task, sandbox = held.sandbox().id(), error = %e,
+                    "a kept sandbox could not be reset for the run; running it in another");
+                held.not_clean();
+                held = match take(shared, task, spec, false).await {
+                    Ok(h) => h,
+                    Err(e) => return failed(e),
+                };
+                acquired = begun.elapsed();
+            }
+            outcome => break (armed, commanded, outcome),
+        }
     };
     let executed = commanded.elapsed();
     // Ended before the result leaves: whoever reads the result finds the log finished.
@@ -254,6 +292,7 @@ async fn take<P: SandboxProvider + Clone + 'static>(
     shared: &Shared<P>,
     task: &TaskId,
     spec: &TaskSpec,
+    reuse: bool,
 ) -> SandboxResult<Held<P>> {
     let config = &shared.config;
     let shape = TaskShape::of(spec);
@@ -263,7 +302,7 @@ async fn take<P: SandboxProvider + Clone + 'static>(
     if pooled {
         let pool: Arc<SandboxPool<P>> = shared.pool(&shape);
         // Rule 1: one key per (origin, submitter); the pool is the shape's.
-        let key = config.reuse.then(|| {
+        let key = reuse.then(|| {
             format!(
                 "{}/{}",
                 task.origin,

@@ -491,6 +491,50 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
 }
 
+/// Issue 36: a sandbox kept for its submitter is not reset when given back (no exec then):
+/// the next run of that submitter takes it, and its command goes after the reset in its own
+/// exec — it finds nothing of the run before (no file, no process), and gets its own
+/// environment and working directory. The pool counts the reuse and no failed reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_kept_sandbox_runs_the_next_task_after_a_reset_in_the_same_exec() {
+    let (provider, image) = docker().await;
+    let node = test_node("keptreset");
+    let config = TaskRunnerConfig {
+        pool_size: 1,
+        reuse: true,
+        warm_images: vec![image.clone()],
+        ..TaskRunnerConfig::new(&node)
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    runner.warm_up();
+    let shape = TaskShape::default_of(image.clone());
+    wait_until(|| async { runner.pool_status(&shape).is_some_and(|s| s.idle == 1) }).await;
+    let with = |command: &str| {
+        let mut s = (*spec(&image, &["sh", "-c", command])).clone();
+        s.submitter = Some("alice".into());
+        Arc::new(s)
+    };
+    let first = with("echo x > /tmp/left; sleep 300 & echo $HOSTNAME-$(cat /proc/1/cpuset)");
+    runner.start(&task(1), 1, &first);
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    let mut second = (*with(
+        "ls -A /tmp | grep -c . ; ps -A -o comm | grep -c '^sleep$'; echo \"$GREETING $(pwd)\"",
+    ))
+    .clone();
+    second.env.insert("GREETING".into(), "hello".into());
+    second.workdir = Some("/workspace".into());
+    runner.start(&task(2), 1, &Arc::new(second));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    // No file; the supervisor's two sleepers (its lifetime's and this run's end) only.
+    assert_eq!(exit.stdout, "0\n2\nhello /workspace\n", "{exit:?}");
+    let status = runner.pool_status(&shape).expect("the pool");
+    assert_eq!((status.reuses, status.failed_resets), (1, 0), "{status:?}");
+    drop(runner);
+    wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
 /// Issue 33: a workdir that does not exist in the sandbox fails the run saying so, not
 /// retried (it would not exist the next time either), pooled or fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
