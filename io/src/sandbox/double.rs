@@ -103,6 +103,8 @@ struct Inner {
     calls: Vec<Call>,
     /// Its owner is gone (a test says so): `reap_stale` removes it.
     orphaned: bool,
+    /// Its reset goes with the next command ([`ExecutionSandbox::resets_in_exec`]).
+    resets_in_exec: bool,
 }
 
 /// The scripted sandbox. Clones share state, so a test can keep a handle to script and inspect
@@ -215,6 +217,18 @@ impl ScriptedSandbox {
             return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
         }
         self.require_running()?;
+        // A reset first, in the same exec (recorded as a reset "in exec"; fails as scripted,
+        // and then nothing of the request runs).
+        if request.after_reset {
+            if let Err(e) = self.begin(Op::Reset, "in exec".into()) {
+                return Err(SandboxError::new(
+                    ErrorCategory::NotClean,
+                    format!("sandbox {} was not left clean: {}", self.id, e.message),
+                )
+                .with_retryable(true));
+            }
+            self.lock().files.clear();
+        }
         let Some(next) = self.lock().script.pop_front() else {
             return Ok(ExecOutput::default());
         };
@@ -360,6 +374,10 @@ impl ExecutionSandbox for ScriptedSandbox {
         self.require_running()
     }
 
+    fn resets_in_exec(&self) -> bool {
+        self.lock().resets_in_exec
+    }
+
     /// Recorded; a running double is reset by forgetting its files (fails as scripted).
     async fn reset(&self) -> SandboxResult<()> {
         self.begin(Op::Reset, String::new())?;
@@ -395,6 +413,7 @@ impl ExecutionSandbox for ScriptedSandbox {
 pub struct ScriptedProvider {
     made: Arc<Mutex<Vec<(String, ScriptedSandbox)>>>,
     create_failures: Arc<Mutex<VecDeque<SandboxError>>>,
+    resets_in_exec: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ScriptedProvider {
@@ -411,6 +430,13 @@ impl ScriptedProvider {
             .iter()
             .map(|(_, s)| s.clone())
             .collect()
+    }
+
+    /// Sandboxes made from now on reset in their next command's exec
+    /// ([`ExecutionSandbox::resets_in_exec`]), as Docker ones do.
+    pub fn reset_in_exec(&self) {
+        self.resets_in_exec
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Makes the next `create` fail with `error`.
@@ -450,6 +476,9 @@ impl SandboxProvider for ScriptedProvider {
         {
             let mut inner = sandbox.lock();
             inner.env = spec.base_env();
+            inner.resets_in_exec = self
+                .resets_in_exec
+                .load(std::sync::atomic::Ordering::Relaxed);
             inner.calls.push(Call {
                 op: Op::Create,
                 detail: spec.image.clone(),

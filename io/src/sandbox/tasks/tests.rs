@@ -267,6 +267,87 @@ async fn a_sandbox_is_reused_only_for_its_submitter_and_only_after_a_clean_exit(
     assert_eq!(ops(&first, Op::Reset), 2);
 }
 
+/// Issue 36: where a sandbox resets in its next command's exec, giving it back costs no reset
+/// (it is kept as it is), the next run of its submitter goes after the reset, and a reset that
+/// refuses the sandbox (NotClean) sends that run to another sandbox — the run succeeds, the
+/// refused one is removed and counted as a failed reset.
+#[tokio::test]
+async fn a_kept_sandbox_is_reset_in_the_next_runs_exec_and_a_refused_one_is_replaced() {
+    let provider = ScriptedProvider::new();
+    provider.reset_in_exec();
+    let config = TaskRunnerConfig {
+        pool_size: 2,
+        warm_images: vec!["img".into()],
+        reuse: true,
+        ..TaskRunnerConfig::new("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config);
+    runner.warm_up();
+    let alice = Arc::new(TaskSpec {
+        submitter: Some("alice".into()),
+        ..(*spec("img", &["work"])).clone()
+    });
+    let resets = |s: &crate::sandbox::double::ScriptedSandbox| {
+        s.calls()
+            .iter()
+            .filter(|c| c.op == Op::Reset)
+            .map(|c| c.detail.clone())
+            .collect::<Vec<_>>()
+    };
+    let ran = |seq: u64| {
+        let needle = format!("{}", task(seq));
+        provider
+            .sandboxes()
+            .into_iter()
+            .find(|s| s.env().get(crate::sandbox::pool::TASK_ENV) == Some(&needle))
+            .expect("a sandbox ran it")
+    };
+    wait_for(|| (!provider.sandboxes().is_empty()).then_some(())).await;
+    runner.start(&task(1), 1, &alice);
+    exited(end(&mut runner).await);
+    let first = ran(1);
+    // Given back without a reset of its own.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(resets(&first).is_empty(), "{:?}", first.calls());
+    runner.start(&task(2), 1, &alice);
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0));
+    assert_eq!(ran(2).id(), first.id());
+    assert_eq!(resets(&first), ["in exec"]);
+    // Its next reset refuses it: the run goes to another sandbox and succeeds.
+    first.fail_next(
+        Op::Reset,
+        SandboxError::new(ErrorCategory::Exec, "a process survives"),
+    );
+    runner.start(&task(3), 1, &alice);
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    let needle = format!("{}", task(3));
+    let third = provider
+        .sandboxes()
+        .into_iter()
+        .find(|s| {
+            s.id() != first.id() && s.env().get(crate::sandbox::pool::TASK_ENV) == Some(&needle)
+        })
+        .expect("another sandbox ran it");
+    assert!(third
+        .calls()
+        .iter()
+        .any(|c| c.op == Op::Exec && c.detail == "work"));
+    wait_for(|| {
+        first
+            .calls()
+            .iter()
+            .any(|c| c.op == Op::Remove)
+            .then_some(())
+    })
+    .await;
+    let status = runner
+        .pool_status(&TaskShape::default_of("img".to_owned()))
+        .expect("the pool");
+    assert_eq!((status.reuses, status.failed_resets), (2, 1), "{status:?}");
+}
+
 /// Issue 33: a pooled sandbox (made before the run, to live an hour) is armed to end at the
 /// run's timeout plus the grace before the command starts; a fresh one is not (its lifetime says
 /// the same). A sandbox that cannot be armed still runs the task.
