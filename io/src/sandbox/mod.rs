@@ -542,8 +542,8 @@ pub trait ExecutionSandbox: Send + Sync {
     /// Makes the sandbox end by itself (its main process, and with it every command) `after`
     /// from now, enforced inside it, so it cannot outlive that even when no process is left on
     /// the host to stop or reap it. It never lengthens the sandbox's life. Errors with
-    /// [`ErrorCategory::Unsupported`] where the sandbox cannot (no init, an image without
-    /// `sh` or `sleep`, or no main process at all); the sandbox is then as before.
+    /// [`ErrorCategory::Unsupported`] where the sandbox cannot (no init or no supervisor main
+    /// process, or no main process at all); the sandbox is then as before.
     fn end_after(&self, after: Duration) -> impl Future<Output = SandboxResult<()>> + Send;
 
     /// Makes the sandbox ready for another run of the same submitter and shape: kills every

@@ -7,9 +7,11 @@
 //! - **One task per sandbox, unless given back for its submitter.** A sandbox leaves the pool
 //!   for exactly one task and is removed when that task releases (or drops) it. A holder may
 //!   instead [`give it back`](PooledSandbox::give_back) under an owner key (a submitter and
-//!   shape): it is [`reset`](ExecutionSandbox::reset) in the background, and only when the
-//!   reset vouches for it does it wait for the next [`acquire_for`](SandboxPool::acquire_for)
-//!   with the same key — never for anyone else's. At most `size` such sandboxes wait (the
+//!   shape) to wait for the next [`acquire_for`](SandboxPool::acquire_for) with the same key —
+//!   never for anyone else's. Where the sandbox can reset in its next command's exec
+//!   ([`ExecutionSandbox::resets_in_exec`]) it waits as it is and its next holder must run
+//!   after the reset ([`PooledSandbox::needs_reset`]); else it is
+//!   [`reset`](ExecutionSandbox::reset) in the background and waits only when that vouches. At most `size` such sandboxes wait (the
 //!   oldest goes first), each until its `usable_until` or `max_idle_age` after it was first
 //!   made, whichever comes first.
 //! - **Bounded.** Idle sandboxes plus creations in flight (the background fill and on-demand

@@ -11,8 +11,10 @@
 //!   state, stop, remove).
 //! - `exec.rs`: running one command — timeouts, the post-exec cleanup, OOM detection.
 //! - `cgroup.rs`: the container's OOM-kill counter, read from the host.
-//! - `end.rs`: the sandbox's own end, armed from inside (`end_after`).
-//! - `reset.rs`: a sandbox made ready for another run of its submitter, and checked (`reset`).
+//! - `end.rs`: the sandbox's supervisor (its main process) and its own end, armed through the
+//!   supervisor's stdin (`end_after`); the sandbox ends when its node lets go of that stdin.
+//! - `reset.rs`: a sandbox made ready for another run of its submitter, and checked (`reset`,
+//!   or first in the next command's own exec, which then carries the command on stdin).
 //! - `files.rs`: files and trees moved through exec ([`tree_to_tar`], [`tar_to_tree`]).
 //! - `stats.rs`: live resource usage, with the docker CLI's formulas ([`cpu_percent`]).
 //!
