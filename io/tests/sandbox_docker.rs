@@ -591,18 +591,16 @@ async fn a_last_command_is_judged_and_measured_on_the_host_without_a_clean_up() 
     Ok(())
 }
 
-/// Issue 36: a sandbox reset for another run of its submitter keeps nothing of the run before:
-/// no process of the commands' user, no file in any place it could write (hidden ones, ones
-/// in a directory it made unreadable), the workspace's mode given back; a second arming
-/// replaces the first (the earlier watchdog no longer ends the sandbox).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestResult {
-    let (_p, sb, _c) = started("reset", SandboxPolicy::default(), |_| {}).await;
-    sb.end_after(Duration::from_secs(3)).await?;
-    let leave = "sleep 300 & (setsid sleep 301 &) ; \
+/// A run that leaves everything it can behind: processes (one in its own session), files
+/// (hidden, and under a directory it made unreadable) in every writable place, a workspace
+/// with another mode, and an environment value; then `more`.
+async fn leave_behind(sb: &impl ExecutionSandbox, more: &str) -> TestResult {
+    let leave = format!(
+        "sleep 300 & (setsid sleep 301 &) ; \
         for d in /tmp /workspace /dev/shm; do echo x > $d/f; echo y > $d/.hidden; \
         mkdir -p $d/sub/deeper; echo z > $d/sub/deeper/g; chmod 000 $d/sub; done; \
-        chmod 700 /workspace; echo left";
+        {more}; chmod 700 /workspace; echo left"
+    );
     let out = sb
         .exec(
             ExecRequest::shell(leave)
@@ -611,6 +609,18 @@ async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestR
         )
         .await?;
     assert_eq!(out.stdout_text().trim(), "left", "{out:?}");
+    Ok(())
+}
+
+/// Issue 36: a sandbox reset for another run of its submitter keeps nothing of the run before:
+/// no process of the commands' user, no file in any place it could write (hidden ones, ones
+/// in a directory it made unreadable), the workspace's mode given back; a second arming
+/// replaces the first (the earlier watchdog no longer ends the sandbox).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_leaves_no_process_file_or_watchdog_of_the_run_before() -> TestResult {
+    let (_p, sb, _c) = started("reset", SandboxPolicy::default(), |_| {}).await;
+    sb.end_after(Duration::from_secs(3)).await?;
+    leave_behind(&sb, "true").await?;
     sb.reset().await?;
     // Nor an environment: each command gets its own.
     let env = sb
@@ -678,18 +688,7 @@ async fn a_command_after_a_reset_in_its_own_exec_finds_nothing_of_the_run_before
     let (_p, sb, _c) = started("resetexec", SandboxPolicy::default(), |_| {}).await;
     assert!(sb.resets_in_exec());
     sb.end_after(Duration::from_secs(60)).await?;
-    let leave = "sleep 300 & (setsid sleep 301 &) ; \
-        for d in /tmp /workspace /dev/shm; do echo x > $d/f; echo y > $d/.hidden; \
-        mkdir -p $d/sub/deeper; echo z > $d/sub/deeper/g; chmod 000 $d/sub; done; \
-        mkdir -p /tmp/wd; chmod 700 /workspace; echo left";
-    let out = sb
-        .exec(
-            ExecRequest::shell(leave)
-                .env("LEFT_BEHIND", "secret")
-                .last_in_sandbox(),
-        )
-        .await?;
-    assert_eq!(out.stdout_text().trim(), "left", "{out:?}");
+    leave_behind(&sb, "mkdir -p /tmp/wd").await?;
     // What the next command sees, and what the exec that carries it holds.
     let look = r#"me=$(id -u); n=0
         for d in /proc/[0-9]*; do

@@ -4,6 +4,7 @@
 //! the command, else by the cleanup inside, else from the Engine; unknown when none answers
 //! (see the module notes in [`super`]).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -327,26 +328,8 @@ impl Container {
             "chorus-exec".into(),
         ];
         cmd.extend(args.iter().cloned());
-        let mut env = self.lock_env().clone();
-        if let Some((k, v)) = marker.split_once('=') {
-            env.insert(k.to_string(), v.to_string());
-        }
-        let working_dir = request
-            .working_dir
-            .clone()
-            .unwrap_or_else(|| self.workspace_path.clone());
-        let script = super::reset::command_script(request, &working_dir, marker);
-        let config = ExecConfig {
-            attach_stdin: Some(true),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
-            cmd: Some(cmd),
-            user: self.policy.user.clone(),
-            working_dir: Some("/".into()),
-            ..Default::default()
-        };
+        let script = super::reset::command_script(request, &self.working_dir_of(request), marker);
+        let config = self.config_of(cmd, BTreeMap::new(), marker, "/".into(), true);
         (config, Some(script.into_bytes()))
     }
 
@@ -359,25 +342,47 @@ impl Container {
             cmd.extend(["/bin/sh", "-c", "echo $$; exec \"$@\"", "chorus-exec"].map(String::from));
         }
         cmd.extend(request.argv.iter().cloned());
-        let mut env = self.lock_env().clone();
-        env.extend(request.env.clone());
+        self.config_of(
+            cmd,
+            request.env.clone(),
+            marker,
+            self.working_dir_of(request),
+            request.stdin.is_some(),
+        )
+    }
+
+    /// The request's working directory, else the workspace.
+    fn working_dir_of(&self, request: &ExecRequest) -> String {
+        request
+            .working_dir
+            .clone()
+            .unwrap_or_else(|| self.workspace_path.clone())
+    }
+
+    /// An exec of `cmd` as the policy's user in `working_dir`, with the sandbox's environment,
+    /// `env` over it and this exec's `marker` over both.
+    fn config_of(
+        &self,
+        cmd: Vec<String>,
+        env: BTreeMap<String, String>,
+        marker: &str,
+        working_dir: String,
+        stdin: bool,
+    ) -> ExecConfig {
+        let mut all = self.lock_env().clone();
+        all.extend(env);
         if let Some((k, v)) = marker.split_once('=') {
-            env.insert(k.to_string(), v.to_string());
+            all.insert(k.to_string(), v.to_string());
         }
         ExecConfig {
-            attach_stdin: Some(request.stdin.is_some()),
+            attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
-            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(all.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             cmd: Some(cmd),
             user: self.policy.user.clone(),
-            working_dir: Some(
-                request
-                    .working_dir
-                    .clone()
-                    .unwrap_or_else(|| self.workspace_path.clone()),
-            ),
+            working_dir: Some(working_dir),
             ..Default::default()
         }
     }
