@@ -30,6 +30,28 @@ fn spec(image: &str, command: &[&str]) -> SharedSpec {
     })
 }
 
+/// A warmed-up runner on `provider` that reuses sandboxes, two kept at most (so one
+/// submitter's does not push another's out).
+fn reusing_runner(provider: &ScriptedProvider) -> TaskRunner<ScriptedProvider> {
+    let config = TaskRunnerConfig {
+        pool_size: 2,
+        warm_images: vec!["img".into()],
+        reuse: true,
+        ..TaskRunnerConfig::new("n1")
+    };
+    let runner = TaskRunner::new(provider.clone(), config);
+    runner.warm_up();
+    runner
+}
+
+/// A `work` task of `submitter`'s.
+fn work_of(submitter: &str) -> SharedSpec {
+    Arc::new(TaskSpec {
+        submitter: Some(submitter.into()),
+        ..(*spec("img", &["work"])).clone()
+    })
+}
+
 /// The next end, with a bound so a lost end fails the test instead of hanging it.
 async fn end<P: SandboxProvider + Clone + 'static>(runner: &mut TaskRunner<P>) -> Event {
     tokio::time::timeout(Duration::from_secs(120), runner.next_exit())
@@ -201,21 +223,8 @@ async fn timeouts_and_oom_kills_are_exits_and_output_keeps_its_tail() {
 #[tokio::test]
 async fn a_sandbox_is_reused_only_for_its_submitter_and_only_after_a_clean_exit() {
     let provider = ScriptedProvider::new();
-    // Two kept at most, so bob's does not push alice's out.
-    let config = TaskRunnerConfig {
-        pool_size: 2,
-        warm_images: vec!["img".into()],
-        reuse: true,
-        ..TaskRunnerConfig::new("n1")
-    };
-    let mut runner = TaskRunner::new(provider.clone(), config);
-    runner.warm_up();
-    let of = |who: &str| {
-        Arc::new(TaskSpec {
-            submitter: Some(who.into()),
-            ..(*spec("img", &["work"])).clone()
-        })
-    };
+    let mut runner = reusing_runner(&provider);
+    let of = |who: &str| work_of(who);
     let ops = |id: &str, op: Op| {
         provider
             .sandboxes()
@@ -275,18 +284,8 @@ async fn a_sandbox_is_reused_only_for_its_submitter_and_only_after_a_clean_exit(
 async fn a_kept_sandbox_is_reset_in_the_next_runs_exec_and_a_refused_one_is_replaced() {
     let provider = ScriptedProvider::new();
     provider.reset_in_exec();
-    let config = TaskRunnerConfig {
-        pool_size: 2,
-        warm_images: vec!["img".into()],
-        reuse: true,
-        ..TaskRunnerConfig::new("n1")
-    };
-    let mut runner = TaskRunner::new(provider.clone(), config);
-    runner.warm_up();
-    let alice = Arc::new(TaskSpec {
-        submitter: Some("alice".into()),
-        ..(*spec("img", &["work"])).clone()
-    });
+    let mut runner = reusing_runner(&provider);
+    let alice = work_of("alice");
     let resets = |s: &crate::sandbox::double::ScriptedSandbox| {
         s.calls()
             .iter()
