@@ -221,11 +221,7 @@ impl ScriptedSandbox {
         // and then nothing of the request runs).
         if request.after_reset {
             if let Err(e) = self.begin(Op::Reset, "in exec".into()) {
-                return Err(SandboxError::new(
-                    ErrorCategory::NotClean,
-                    format!("sandbox {} was not left clean: {}", self.id, e.message),
-                )
-                .with_retryable(true));
+                return Err(SandboxError::not_clean(&self.id, e.message));
             }
             self.lock().files.clear();
         }

@@ -119,6 +119,16 @@ impl SandboxError {
         self
     }
 
+    /// An [`ErrorCategory::NotClean`] error: sandbox `name`'s reset could not vouch for it
+    /// (`why`). Retryable, in another sandbox.
+    pub fn not_clean(name: &str, why: impl fmt::Display) -> Self {
+        SandboxError::new(
+            ErrorCategory::NotClean,
+            format!("sandbox {name} was not left clean: {why}"),
+        )
+        .with_retryable(true)
+    }
+
     /// An [`ErrorCategory::Io`] error from a host-side I/O error, with context.
     pub fn io(context: impl fmt::Display, err: std::io::Error) -> Self {
         SandboxError::new(ErrorCategory::Io, format!("{context}: {err}"))

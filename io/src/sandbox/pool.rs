@@ -11,9 +11,9 @@
 //!   never for anyone else's. Where the sandbox can reset in its next command's exec
 //!   ([`ExecutionSandbox::resets_in_exec`]) it waits as it is and its next holder must run
 //!   after the reset ([`PooledSandbox::needs_reset`]); else it is
-//!   [`reset`](ExecutionSandbox::reset) in the background and waits only when that vouches. At most `size` such sandboxes wait (the
-//!   oldest goes first), each until its `usable_until` or `max_idle_age` after it was first
-//!   made, whichever comes first.
+//!   [`reset`](ExecutionSandbox::reset) in the background and waits only when that vouches.
+//!   At most `size` such sandboxes wait (the oldest goes first), each until its `usable_until`
+//!   or `max_idle_age` after it was first made, whichever comes first.
 //! - **Bounded.** Idle sandboxes plus creations in flight (the background fill and on-demand
 //!   creations by [`acquire`](SandboxPool::acquire)) never exceed `size`. An `acquire` that finds
 //!   the pool empty creates its own sandbox when that bound allows, and otherwise waits for the
@@ -857,11 +857,10 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         self.dirty
     }
 
-    /// Ends the lease of a sandbox whose reset before this run refused it
-    /// ([`ErrorCategory::NotClean`]): counted as a failed reset, and removed.
-    pub fn not_clean(self) {
+    /// Counts a reset before this run that refused the sandbox ([`ErrorCategory::NotClean`])
+    /// among the pool's failed resets; the holder then releases it.
+    pub fn count_failed_reset(&self) {
         self.shared.lock().failed_resets += 1;
-        self.release();
     }
 
     /// Ends the lease, giving the sandbox back for the next task of `owner` (a submitter and

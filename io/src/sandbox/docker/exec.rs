@@ -257,7 +257,7 @@ impl Container {
             task.abort();
         }
         if let Some(why) = collected.refused.take() {
-            return Err(super::reset::not_clean(&self.name, &why));
+            return Err(SandboxError::not_clean(&self.name, why));
         }
         let timed_out = match end {
             StreamEnd::TimedOut => Some(

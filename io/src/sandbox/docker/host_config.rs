@@ -62,6 +62,7 @@ pub fn container_config(
     inputs: &ResolvedInputs,
 ) -> ContainerCreateBody {
     let env = environment(spec, policy);
+    let supervised = supervised(spec, policy);
     ContainerCreateBody {
         image: Some(spec.image.clone()),
         cmd: Some(main_command(spec, policy, inputs)),
@@ -75,8 +76,8 @@ pub fn container_config(
         tty: Some(false),
         // A supervised main process reads its ends from stdin, and the sandbox ends when the
         // node that holds stdin lets go (`end.rs`): open, and closed when that client goes.
-        open_stdin: Some(supervised(spec, policy)),
-        stdin_once: Some(supervised(spec, policy)),
+        open_stdin: Some(supervised),
+        stdin_once: Some(supervised),
         attach_stdin: Some(false),
         attach_stdout: Some(false),
         attach_stderr: Some(false),

@@ -193,16 +193,7 @@ impl Container {
         let said = String::from_utf8_lossy(&out);
         match said.trim() {
             "clean" => Ok(()),
-            why => Err(not_clean(&self.name, why)),
+            why => Err(SandboxError::not_clean(&self.name, why)),
         }
     }
-}
-
-/// The error for a sandbox a reset could not vouch for.
-pub(super) fn not_clean(name: &str, why: &str) -> SandboxError {
-    SandboxError::new(
-        ErrorCategory::NotClean,
-        format!("sandbox {name} was not left clean: {why}"),
-    )
-    .with_retryable(true)
 }

@@ -109,7 +109,7 @@ impl DockerSandbox {
         if !request.after_reset {
             return Ok(None);
         }
-        let not_clean = |e: SandboxError| super::reset::not_clean(&self.container.name, &e.message);
+        let not_clean = |e: SandboxError| SandboxError::not_clean(&self.container.name, e.message);
         let places = self.reset_places().map_err(not_clean)?;
         if self.container.policy.exec_wrapper && super::reset::can_run_after_reset(request) {
             return self

@@ -42,18 +42,6 @@ impl<P: SandboxProvider + 'static> Held<P> {
         matches!(self, Held::Pooled(s, _) if s.needs_reset())
     }
 
-    /// Ends the hold of a sandbox its reset refused: removed, and counted by its pool.
-    fn not_clean(self) {
-        match self {
-            Held::Pooled(s, _) => s.not_clean(),
-            Held::Fresh(s) => {
-                tokio::spawn(async move {
-                    let _ = s.remove().await;
-                });
-            }
-        }
-    }
-
     /// The usage totals the sandbox had before this run (a reused one's), to subtract.
     fn base_totals(&self) -> Option<UsageTotals> {
         match self {
@@ -75,8 +63,8 @@ impl<P: SandboxProvider + 'static> Held<P> {
         }
     }
 
-    /// Gives a pooled sandbox back under its key (rule 1) — reset in the background — or, where
-    /// it has none, finishes it as [`Held::finish`] does.
+    /// Gives a pooled sandbox back under its key (rule 1) — kept, and reset before its next
+    /// run — or, where it has none, finishes it as [`Held::finish`] does.
     async fn give_back(
         self,
         usable_until: Instant,
@@ -173,7 +161,11 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
             {
                 tracing::warn!(%task, sandbox = held.sandbox().id(), error = %e,
                     "a kept sandbox could not be reset for the run; running it in another");
-                held.not_clean();
+                if let Held::Pooled(s, _) = &held {
+                    s.count_failed_reset();
+                }
+                // Removed in the background, as any pooled run's sandbox is.
+                let _ = held.finish().await;
                 held = match take(shared, task, spec, false).await {
                     Ok(h) => h,
                     Err(e) => return failed(e),
