@@ -47,9 +47,12 @@ struct Args {
     /// The `chorus` binary (default: `chorus-e2e` next to this program).
     #[arg(long)]
     chorus: Option<PathBuf>,
+    /// The measures to take, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "kill,term,cold")]
+    measures: Vec<Measure>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 enum Measure {
     Kill,
     Term,
@@ -57,7 +60,6 @@ enum Measure {
 }
 
 impl Measure {
-    const ALL: [Measure; 3] = [Measure::Kill, Measure::Term, Measure::Cold];
     fn label(self) -> &'static str {
         match self {
             Measure::Kill => "`kill -9` of the leader",
@@ -184,8 +186,9 @@ fn wait_agreed(sys: &dyn System, bound: Duration) -> Option<usize> {
     None
 }
 
-/// One round of `m`: seconds from the fault to agreement on a new leader.
-fn round(sys: &mut dyn System, m: Measure) -> Option<f64> {
+/// One round of `m`: seconds from the fault to agreement on a new leader. Each poll's duration
+/// after the fault goes to `polls` (seconds): a measure is only as fine as one poll.
+fn round(sys: &mut dyn System, m: Measure, polls: &mut Vec<f64>) -> Option<f64> {
     match m {
         Measure::Cold => {
             let t0 = Instant::now();
@@ -204,7 +207,10 @@ fn round(sys: &mut dyn System, m: Measure) -> Option<f64> {
             let deadline = t0 + AGREE_BOUND;
             let mut took = None;
             while Instant::now() < deadline {
-                if sys.agreed().is_some_and(|l| l != old) {
+                let asked = Instant::now();
+                let agreed = sys.agreed();
+                polls.push(asked.elapsed().as_secs_f64());
+                if agreed.is_some_and(|l| l != old) {
                     took = Some(t0.elapsed().as_secs_f64());
                     break;
                 }
@@ -511,7 +517,7 @@ fn summary(xs: &[f64]) -> Option<(f64, f64, f64)> {
 
 fn fmt3(s: Option<(f64, f64, f64)>) -> String {
     s.map_or("—".into(), |(a, b, c)| {
-        format!("{a:.2} / {b:.2} / {c:.2} s")
+        format!("{a:.3} / {b:.3} / {c:.3} s")
     })
 }
 
@@ -534,8 +540,9 @@ fn main() {
              Install it with: sudo apt-get install -y etcd-server etcd-client"
         );
     }
-    // (measure, timeout) → (etcd samples, chorus samples)
-    let mut rows: Vec<(Measure, f64, Vec<f64>, Vec<f64>)> = Vec::new();
+    // (measure, timeout) → (etcd samples, chorus samples, etcd polls, chorus polls)
+    type Row = (Measure, f64, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
+    let mut rows: Vec<Row> = Vec::new();
     // timeout → (etcd, chorus) idle (bytes/s, packets/s)
     type Wire = Option<Result<(f64, f64), String>>;
     let mut wire: Vec<(f64, Wire, Wire)> = Vec::new();
@@ -552,8 +559,9 @@ fn main() {
         );
         let mut chorus = Chorus::new(bin.clone(), t);
         let mut etcd = with_etcd.then(|| Etcd::new(t, 23_790 + 20 * ti as u16));
-        for m in Measure::ALL {
+        for &m in &args.measures {
             let (mut es, mut cs) = (Vec::new(), Vec::new());
+            let (mut ep, mut cp) = (Vec::new(), Vec::new());
             for r in 0..args.rounds {
                 if let Some(e) = etcd.as_mut() {
                     eprint!(
@@ -562,7 +570,7 @@ fn main() {
                         r + 1,
                         args.rounds
                     );
-                    match round(e, m) {
+                    match round(e, m, &mut ep) {
                         Some(x) => es.push(x),
                         None => eprintln!("\netcd: no agreement within {AGREE_BOUND:?}"),
                     }
@@ -573,13 +581,13 @@ fn main() {
                     r + 1,
                     args.rounds
                 );
-                match round(&mut chorus, m) {
+                match round(&mut chorus, m, &mut cp) {
                     Some(x) => cs.push(x),
                     None => eprintln!("\nchorus: no agreement within {AGREE_BOUND:?}"),
                 }
             }
             eprintln!();
-            rows.push((m, t, es, cs));
+            rows.push((m, t, es, cs, ep, cp));
         }
         if args.idle_secs > 0 {
             eprintln!("idle traffic {t} s: {} s of each", args.idle_secs);
@@ -595,21 +603,25 @@ fn main() {
         }
     }
     println!(
-        "| measure | timeouts | etcd p50 / p90 / max | CHORUS p50 / p90 / max | CHORUS / etcd |"
+        "| measure | timeouts | etcd p50 / p90 / max | CHORUS p50 / p90 / max | CHORUS / etcd | \
+         one poll, p50: etcd / CHORUS |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     let mut json = Vec::new();
-    for (m, t, es, cs) in rows.iter().filter(|_| args.rounds > 0) {
+    for (m, t, es, cs, ep, cp) in rows.iter().filter(|_| args.rounds > 0) {
         let (e, c) = (summary(es), summary(cs));
         let ratio = match (e, c) {
             (Some(e), Some(c)) => format!("{:.2} / {:.2} / {:.2}", c.0 / e.0, c.1 / e.1, c.2 / e.2),
             _ => "—".into(),
         };
+        let poll = |p: &[f64]| summary(p).map_or("—".into(), |s| format!("{:.1} ms", s.0 * 1e3));
         println!(
-            "| {} | {t} s | {} | {} | {ratio} |",
+            "| {} | {t} s | {} | {} | {ratio} | {} / {} |",
             m.label(),
             fmt3(e),
-            fmt3(c)
+            fmt3(c),
+            poll(ep),
+            poll(cp)
         );
         json.push(serde_json::json!({
             "measure": format!("{m:?}").to_lowercase(),
