@@ -122,11 +122,14 @@ impl SandboxError {
     /// An [`ErrorCategory::NotClean`] error: sandbox `name`'s reset could not vouch for it
     /// (`why`). Retryable, in another sandbox.
     pub fn not_clean(name: &str, why: impl fmt::Display) -> Self {
-        SandboxError::new(
-            ErrorCategory::NotClean,
-            format!("sandbox {name} was not left clean: {why}"),
-        )
-        .with_retryable(true)
+        let why = why.to_string();
+        // A cause from a step on the sandbox names it already.
+        let message = if why.contains(name) {
+            format!("not left clean: {why}")
+        } else {
+            format!("sandbox {name} was not left clean: {why}")
+        };
+        SandboxError::new(ErrorCategory::NotClean, message).with_retryable(true)
     }
 
     /// An [`ErrorCategory::Io`] error from a host-side I/O error, with context.
@@ -220,6 +223,24 @@ pub(crate) fn unless_answered<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_not_clean_error_names_its_sandbox_once() {
+        let named = SandboxError::not_clean("chorus-sb-1", "exec in sandbox chorus-sb-1: gone");
+        assert_eq!(named.category, ErrorCategory::NotClean);
+        assert!(named.retryable);
+        assert_eq!(
+            named.message.matches("chorus-sb-1").count(),
+            1,
+            "{}",
+            named.message
+        );
+        let bare = SandboxError::not_clean("chorus-sb-1", "a process is left: 42");
+        assert_eq!(
+            bare.message,
+            "sandbox chorus-sb-1 was not left clean: a process is left: 42"
+        );
+    }
 
     fn server(status_code: u16, message: &str) -> bollard::errors::Error {
         bollard::errors::Error::DockerResponseServerError {

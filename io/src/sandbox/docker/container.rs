@@ -59,6 +59,11 @@ pub(super) struct Supervisor {
                 > + Send,
         >,
     >,
+    /// Armings sent so far: each carries its number, so an answer can only match its own (a
+    /// late answer to an arming that timed out is skipped).
+    pub(super) armings: u64,
+    /// The output's unfinished line, kept across armings (a chunk may end mid-line).
+    pub(super) partial: Vec<u8>,
 }
 
 impl std::fmt::Debug for Supervisor {

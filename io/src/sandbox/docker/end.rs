@@ -30,8 +30,9 @@ use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 /// How long arming may take (a line each way).
 const ARM_BOUND: Duration = Duration::from_secs(10);
 
-/// The supervisor. `$1`: the lifetime in seconds. Reads `end N` lines (only the node can write
-/// to its stdin), each replacing the end armed before it, and answers `armed N`; at the end of
+/// The supervisor. `$1`: the lifetime in seconds. Reads `end SEQ N` lines (only the node can
+/// write to its stdin), each replacing the end armed before it with one N seconds away, and
+/// answers `armed SEQ`; at the end of
 /// its input — its node let go — it ends the sandbox. A replaced sleeper is stopped with TERM,
 /// which its trap turns into killing its own `sleep`, so re-arming a reused sandbox leaves no
 /// process behind to count against the pids limit. The sleeper says `armed` itself, once its
@@ -39,11 +40,12 @@ const ARM_BOUND: Duration = Duration::from_secs(10);
 /// finds the sleeper in `wait`, never between its fork and its bookkeeping.
 const SUPERVISOR_SCRIPT: &str = r#"{ sleep "$1"; kill -9 -1; } &
 w=
-while read -r what secs; do
+while read -r what seq secs; do
   [ "$what" = end ] || continue
+  case "$seq" in ''|*[!0-9]*) continue;; esac
   case "$secs" in ''|*[!0-9]*) continue;; esac
   [ -n "$w" ] && kill -TERM "$w" 2>/dev/null
-  { trap 'kill -9 $s 2>/dev/null; exit 0' TERM; sleep "$secs" & s=$!; echo "armed $secs"; wait $s && kill -9 -1; } &
+  { trap 'kill -9 $s 2>/dev/null; exit 0' TERM; sleep "$secs" & s=$!; echo "armed $seq"; wait $s && kill -9 -1; } &
   w=$!
 done
 kill -9 -1
@@ -80,6 +82,8 @@ impl Container {
         *self.supervisor.lock().await = Some(Supervisor {
             input: attached.input,
             output: attached.output,
+            armings: 0,
+            partial: Vec::new(),
         });
         Ok(())
     }
@@ -119,18 +123,19 @@ impl Container {
 }
 
 impl Supervisor {
-    /// Writes `end SECS` and reads lines until the matching `armed SECS`.
+    /// Writes `end SEQ SECS` and reads lines until its own `armed SEQ`.
     async fn arm(&mut self, secs: u64) -> Result<(), String> {
+        self.armings += 1;
+        let seq = self.armings;
         self.input
-            .write_all(format!("end {secs}\n").as_bytes())
+            .write_all(format!("end {seq} {secs}\n").as_bytes())
             .await
             .map_err(|e| format!("the supervisor's stdin is gone: {e}"))?;
         self.input
             .flush()
             .await
             .map_err(|e| format!("the supervisor's stdin is gone: {e}"))?;
-        let want = format!("armed {secs}");
-        let mut line = Vec::new();
+        let want = format!("armed {seq}");
         loop {
             let message = match self.output.next().await {
                 Some(Ok(LogOutput::StdOut { message } | LogOutput::Console { message })) => message,
@@ -138,18 +143,20 @@ impl Supervisor {
                 Some(Err(e)) => return Err(format!("reading the supervisor: {e}")),
                 None => return Err("the supervisor ended".into()),
             };
+            // Lines after ours in the same chunk are answers to nothing: one arming at a time.
             for byte in message {
                 if byte != b'\n' {
                     // Bounded: the supervisor prints short lines only.
-                    if line.len() < 256 {
-                        line.push(byte);
+                    if self.partial.len() < 256 {
+                        self.partial.push(byte);
                     }
                     continue;
                 }
-                if line == want.as_bytes() {
+                let ours = self.partial == want.as_bytes();
+                self.partial.clear();
+                if ours {
                     return Ok(());
                 }
-                line.clear();
             }
         }
     }
