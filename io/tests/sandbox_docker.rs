@@ -679,6 +679,48 @@ async fn a_sandbox_with_a_writable_root_is_not_reset() -> TestResult {
     Ok(())
 }
 
+/// IPC objects outlive the processes that made them, so a run can leave one for the next run
+/// in its sandbox: the reset cannot remove them as the commands' user's, so it refuses the
+/// sandbox — a System V shared memory segment, a POSIX message queue — and nothing of the next
+/// command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipc_objects_a_run_left_make_its_sandbox_not_clean() -> TestResult {
+    for (what, make, said) in [
+        (
+            "sysv",
+            "ipcmk -M 4096 && ipcs -m | grep -c 0x",
+            "System V IPC objects are left (/proc/sysvipc/shm)",
+        ),
+        (
+            "mqueue",
+            "touch /dev/mqueue/chorus-left && ls /dev/mqueue | grep -c .",
+            "POSIX message queues are left",
+        ),
+    ] {
+        let (_p, sb, _c) = started(&format!("ipc{what}"), SandboxPolicy::default(), |_| {}).await;
+        let made = sb.exec(ExecRequest::shell(make)).await?;
+        assert_eq!(made.exit_code, 0, "{what}: {made:?}");
+        assert_eq!(
+            made.stdout_text().lines().last(),
+            Some("1"),
+            "{what}: {made:?}"
+        );
+        let err = sb
+            .exec(ExecRequest::shell("echo ran > /workspace/ran").after_reset())
+            .await
+            .unwrap_err();
+        assert_eq!(err.category, ErrorCategory::NotClean, "{what}: {err}");
+        assert!(err.message.contains(said), "{what}: {err}");
+        let out = sb.exec(ExecRequest::shell("ls -A /workspace")).await?;
+        assert_eq!(out.stdout_text(), "", "{what}: {out:?}");
+        // The standalone reset refuses it the same way.
+        let err = sb.reset().await.unwrap_err();
+        assert_eq!(err.category, ErrorCategory::NotClean, "{what}: {err}");
+        sb.remove().await?;
+    }
+    Ok(())
+}
+
 /// Issue 36: a kept sandbox's reset goes in the next command's own exec. The command, its
 /// environment (quotes, newlines, a secret) and its working directory reach the sandbox only on
 /// stdin after the reset vouched for it — the exec's own argv and environment hold none of
