@@ -8,7 +8,9 @@
 //! candidate's standing, or anyone's lease or electorate version. Each node's public `/status`
 //! does, and each node already knows its connected peers' API addresses (advertised with the
 //! connection, a TLS one pinned by its `#sha256=`), which `chorus status --cluster` follows the
-//! same way from the command line.
+//! same way from the command line. A peer chooses only the port: the address asked is always
+//! at the IP its connection comes from (the transport's `reachable_http`), so no peer can point
+//! this node's requests at another host.
 //!
 //! Bounded, so that no page can make a node flood its peers: at most [`MAX_ASKED`] peers (the
 //! electorate first), all asked at once, each given [`PEER_TIMEOUT`]; one gathering at a time,
@@ -226,7 +228,7 @@ pub async fn gather(view: ClusterView, own: OwnView, timeout: Duration) -> Clust
         } else if n.status.is_none() && n.error.is_none() {
             n.error = Some(
                 if n.member.connected {
-                    "connected, but it advertised no HTTP API"
+                    "connected, but it advertised no HTTP API this node may ask"
                 } else {
                     "not connected: down, or cut off from this node"
                 }

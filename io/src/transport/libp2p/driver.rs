@@ -947,10 +947,15 @@ impl Driver {
                 // Bounded: one entry per connected peer (removed when it disconnects), and
                 // the address itself is short or dropped.
                 let remote = self.peers.get(&peer).and_then(|s| s.remote.as_ref());
-                let http = ad
-                    .http
-                    .filter(|h| h.len() <= 256)
-                    .map(|h| reachable_http(&h, remote));
+                let http = ad.http.and_then(|h| {
+                    let usable = (h.len() <= 256)
+                        .then(|| reachable_http(&h, remote))
+                        .flatten();
+                    if usable.is_none() {
+                        self.stats.rejected("http_address");
+                    }
+                    usable
+                });
                 self.stats.set_peer_http(peer.to_base58(), http);
                 ad.info
             }
@@ -1170,41 +1175,38 @@ fn bind_like_libp2p(addr: std::net::SocketAddr) -> std::io::Result<socket2::Sock
     Ok(socket)
 }
 
-/// An error and its sources on one line (libp2p's outer transport errors often display as
-/// nothing at all; the cause is in the chain).
-/// A peer's advertised API address as this node can reach it: a peer whose API listens on
-/// every interface (`0.0.0.0:7070`, `[::]:7070`) is reached at the address its connection
-/// comes from. Anything else is kept as advertised (`HOST:PORT` or `https://HOST:PORT#sha256=…`).
-fn reachable_http(advertised: &str, remote: Option<&Multiaddr>) -> String {
+/// A peer's advertised API address as this node asks it (`/cluster`, the console's cluster
+/// table, `chorus status --cluster`): the scheme, port and pin it advertised, at the IP its
+/// connection comes from. So a peer chooses only a port on its own address: holding the cluster
+/// key does not let it point this node's requests — or an operator's browser or CLI — at any
+/// other host. `None` (counted as `http_address`) for anything but `[http[s]://]IP:PORT[#…]`.
+/// An honest node advertises the address its API is bound to: the unspecified one (`0.0.0.0`)
+/// or the one its connections come from; one bound to another address (loopback, another
+/// network) is not reachable from here anyway.
+fn reachable_http(advertised: &str, remote: Option<&Multiaddr>) -> Option<String> {
     use libp2p::multiaddr::Protocol;
     let (scheme, rest) = match advertised.split_once("://") {
-        Some((s, r)) => (Some(s), r),
+        Some((s @ ("http" | "https"), r)) => (Some(s), r),
+        Some(_) => return None,
         None => (None, advertised),
     };
-    let end = rest.find(['/', '#']).unwrap_or(rest.len());
+    let end = rest.find('#').unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    let Ok(bound) = authority.parse::<std::net::SocketAddr>() else {
-        return advertised.to_owned();
-    };
-    let seen = remote.and_then(|a| {
-        a.iter().find_map(|p| match p {
-            Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
-            Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
-            _ => None,
-        })
-    });
-    match seen {
-        Some(ip) if bound.ip().is_unspecified() => {
-            let at = std::net::SocketAddr::new(ip, bound.port());
-            match scheme {
-                Some(s) => format!("{s}://{at}{tail}"),
-                None => format!("{at}{tail}"),
-            }
-        }
-        _ => advertised.to_owned(),
-    }
+    let bound = authority.parse::<std::net::SocketAddr>().ok()?;
+    let seen = remote?.iter().find_map(|p| match p {
+        Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
+        Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
+        _ => None,
+    })?;
+    let at = std::net::SocketAddr::new(seen, bound.port());
+    Some(match scheme {
+        Some(s) => format!("{s}://{at}{tail}"),
+        None => format!("{at}{tail}"),
+    })
 }
 
+/// An error and its sources on one line (libp2p's outer transport errors often display as
+/// nothing at all; the cause is in the chain).
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -1266,22 +1268,40 @@ mod tests {
     use super::reachable_http;
 
     #[test]
-    fn an_api_on_every_interface_is_reached_where_the_peers_connection_comes_from() {
+    fn a_peers_api_is_asked_at_the_ip_its_connection_comes_from_and_nowhere_else() {
         let remote: libp2p::Multiaddr = "/ip4/10.0.0.2/tcp/7946".parse().unwrap();
         let r = Some(&remote);
-        assert_eq!(reachable_http("0.0.0.0:7070", r), "10.0.0.2:7070");
+        let at = |a: &str| reachable_http(a, r);
+        // Every interface, or the address it connects from: reached there.
+        assert_eq!(at("0.0.0.0:7070").as_deref(), Some("10.0.0.2:7070"));
+        assert_eq!(at("10.0.0.2:7070").as_deref(), Some("10.0.0.2:7070"));
         assert_eq!(
-            reachable_http("https://0.0.0.0:7070#sha256=ab12", r),
-            "https://10.0.0.2:7070#sha256=ab12"
+            at("https://0.0.0.0:7070#sha256=ab12").as_deref(),
+            Some("https://10.0.0.2:7070#sha256=ab12")
         );
         let v6: libp2p::Multiaddr = "/ip6/fd00::2/tcp/7946".parse().unwrap();
-        assert_eq!(reachable_http("[::]:7070", Some(&v6)), "[fd00::2]:7070");
-        // A specific address, an unknown connection or a name are kept as advertised.
-        assert_eq!(reachable_http("10.0.0.9:7070", r), "10.0.0.9:7070");
-        assert_eq!(reachable_http("0.0.0.0:7070", None), "0.0.0.0:7070");
         assert_eq!(
-            reachable_http("https://node.example:7070", r),
-            "https://node.example:7070"
+            reachable_http("[::]:7070", Some(&v6)).as_deref(),
+            Some("[fd00::2]:7070")
         );
+        // Another host — a neighbour, this node's own loopback, a cloud metadata address —
+        // is never asked: only the port is the peer's to choose.
+        assert_eq!(at("10.0.0.9:7070").as_deref(), Some("10.0.0.2:7070"));
+        assert_eq!(at("127.0.0.1:7070").as_deref(), Some("10.0.0.2:7070"));
+        assert_eq!(
+            at("http://169.254.169.254:80").as_deref(),
+            Some("http://10.0.0.2:80")
+        );
+        // Names, paths smuggled into the authority, other schemes, no known connection: none.
+        for bad in [
+            "https://node.example:7070",
+            "10.0.0.9:7070/admin",
+            "gopher://10.0.0.2:70",
+            "user@10.0.0.9:7070",
+            "",
+        ] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
+        assert_eq!(reachable_http("0.0.0.0:7070", None), None);
     }
 }

@@ -44,7 +44,8 @@ pub struct StatsSnapshot {
     /// node of this cluster), `queue_full` (the transport's own queues overflowed),
     /// `unknown_peer` (a send to a node id that is not a peer id), `too_large_out` (an outgoing
     /// message over the limit), `too_many_links` (a peer's link stream beyond the two read at
-    /// once, closed unread).
+    /// once, closed unread), `http_address` (a peer's advertised API address that is not
+    /// `[http[s]://]IP:PORT`: not asked).
     pub rejected: BTreeMap<&'static str, u64>,
     /// Connections refused or closed by policy, by reason: `not_allowed` (allowlist),
     /// `limit` (connection limits), `other`.
