@@ -290,7 +290,7 @@
     $('role').replaceChildren(roleBadge(status.role));
     $('lease').textContent = status.role === 'admin' ? ms(status.lease_left_ms) : 'held by the admin';
     $('electorate').textContent = status.electorate.length
-      ? `${status.electorate.length} voters, version ${status.electorate_version} (proposed in term ${status.electorate_term})`
+      ? `${status.electorate.length} voters, v${status.electorate_version} of term ${status.electorate_term}`
       : 'not formed yet';
     $('voters').textContent = status.voters_connected
       ? `${status.voters_connected.connected} of ${status.voters_connected.others} others`
