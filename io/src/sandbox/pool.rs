@@ -233,36 +233,19 @@ impl<P: SandboxProvider + 'static> Shared<P> {
         false
     }
 
-    /// Keeps a sandbox given back for `owner`'s next acquire, until `until` (removed instead
-    /// when that has passed or the pool is shut down); the oldest kept one goes when `size`
-    /// are kept already.
-    #[allow(clippy::too_many_arguments)]
-    fn keep(
-        self: &Arc<Self>,
-        st: &mut State<P::Sandbox>,
-        sandbox: Arc<P::Sandbox>,
-        owner: String,
-        born: Instant,
-        until: Instant,
-        totals: Option<UsageTotals>,
-        dirty: bool,
-    ) {
-        if st.shut_down || Instant::now() >= until {
-            self.spawn_removal(st, sandbox);
+    /// Keeps a sandbox given back for its owner's next acquire, until its `until` (removed
+    /// instead when that has passed or the pool is shut down); the oldest kept one goes when
+    /// `size` are kept already.
+    fn keep(self: &Arc<Self>, st: &mut State<P::Sandbox>, kept: Kept<P::Sandbox>) {
+        if st.shut_down || Instant::now() >= kept.until {
+            self.spawn_removal(st, kept.sandbox);
             return;
         }
         if st.kept.len() >= self.config.size.max(1) {
             let oldest = st.kept.remove(0);
             self.spawn_removal(st, oldest.sandbox);
         }
-        st.kept.push(Kept {
-            sandbox,
-            owner,
-            born,
-            until,
-            totals,
-            dirty,
-        });
+        st.kept.push(kept);
     }
 
     /// Removes `sandbox` in a background task, counted in `removing` until it is done.
@@ -881,7 +864,15 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
                 return;
             }
             if sandbox.resets_in_exec() {
-                shared.keep(&mut st, sandbox, owner, born, until, totals, true);
+                let kept = Kept {
+                    sandbox,
+                    owner,
+                    born,
+                    until,
+                    totals,
+                    dirty: true,
+                };
+                shared.keep(&mut st, kept);
                 drop(st);
                 shared.changed.notify_waiters();
                 return;
@@ -894,7 +885,17 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
             let mut st = shared.lock();
             st.resetting -= 1;
             match reset {
-                Ok(()) => shared.keep(&mut st, sandbox, owner, born, until, totals, false),
+                Ok(()) => {
+                    let kept = Kept {
+                        sandbox,
+                        owner,
+                        born,
+                        until,
+                        totals,
+                        dirty: false,
+                    };
+                    shared.keep(&mut st, kept);
+                }
                 Err(e) => {
                     tracing::debug!(pool = %shared.pool_id, sandbox = sandbox.id(), error = %e,
                         "a sandbox given back could not be reset; removing it");

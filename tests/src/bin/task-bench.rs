@@ -90,12 +90,7 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
         // Interleaved, so both see the same machine load.
         let (took, r) = run_one(c, i % 3);
         chorus.push(took);
-        let t = &r["timings"];
-        let at = |stage: &str| t[format!("{stage}_ms")].as_u64().unwrap_or(0);
-        let run = at("acquire") + at("arm") + at("exec") + at("cleanup") + at("release");
-        for stage in ["acquire", "arm", "exec", "cleanup", "release"] {
-            stages.entry(stage).or_default().push(at(stage));
-        }
+        let run = record_stages(&r, &mut stages);
         let total = took.as_millis() as u64;
         stages
             .entry("elsewhere")
@@ -129,13 +124,12 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
         ms(c99) / ms(d99)
     );
 
-    let order = ["acquire", "arm", "exec", "cleanup", "release", "elsewhere"];
-    let line: Vec<String> = order
+    let line: Vec<String> = STAGES
         .iter()
+        .chain(&["elsewhere"])
         .map(|s| {
             let v = stages.entry(s).or_default();
-            v.sort_unstable();
-            format!("{s} {}", v.get(v.len() / 2).copied().unwrap_or(0))
+            format!("{s} {}", pct(v, 50))
         })
         .collect();
     println!(
@@ -152,10 +146,7 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
         // Polled gently: the bench's own requests must not take the cores the cluster runs on.
         let r = result_every(c, *at, id, Duration::from_millis(20));
         assert_eq!(r["status"], "succeeded", "{r}");
-        for stage in ["acquire", "arm", "exec", "cleanup", "release"] {
-            let v = r["timings"][format!("{stage}_ms")].as_u64().unwrap_or(0);
-            burst_stages.entry(stage).or_default().push(v);
-        }
+        record_stages(&r, &mut burst_stages);
         *per_worker
             .entry(r["worker"].as_str().unwrap_or("?").to_owned())
             .or_default() += 1;
@@ -172,12 +163,11 @@ fn measure(c: &Cluster, runs: usize, burst: usize) {
         took.as_secs_f64(),
         burst as f64 / took.as_secs_f64()
     );
-    let line: Vec<String> = burst_stages
-        .iter_mut()
-        .map(|(s, v)| {
-            v.sort_unstable();
-            let at = |p: usize| v[(v.len() * p / 100).min(v.len() - 1)];
-            format!("{s} {}/{}", at(50), at(90))
+    let line: Vec<String> = STAGES
+        .iter()
+        .map(|s| {
+            let v = burst_stages.entry(s).or_default();
+            format!("{s} {}/{}", pct(v, 50), pct(v, 90))
         })
         .collect();
     println!("the burst's runs, p50/p90 ms: {}", line.join(", "));
@@ -205,9 +195,28 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1_000.0
 }
 
-fn pct(v: &mut [Duration], p: usize) -> Duration {
-    v.sort();
+/// The `p`th percentile of `v` (nearest rank), the default (zero) of none.
+fn pct<T: Ord + Copy + Default>(v: &mut [T], p: usize) -> T {
+    if v.is_empty() {
+        return T::default();
+    }
+    v.sort_unstable();
     v[((v.len() * p).div_ceil(100)).clamp(1, v.len()) - 1]
+}
+
+/// The stages a run's result times at its worker (`timings.STAGE_ms`).
+const STAGES: [&str; 5] = ["acquire", "arm", "exec", "cleanup", "release"];
+
+/// Adds run `r`'s stage times to `stages`; returns their sum.
+fn record_stages(r: &Value, stages: &mut BTreeMap<&'static str, Vec<u64>>) -> u64 {
+    STAGES
+        .iter()
+        .map(|&stage| {
+            let ms = r["timings"][format!("{stage}_ms")].as_u64().unwrap_or(0);
+            stages.entry(stage).or_default().push(ms);
+            ms
+        })
+        .sum()
 }
 
 fn submit(c: &Cluster, i: usize) -> String {

@@ -32,12 +32,12 @@ const ARM_BOUND: Duration = Duration::from_secs(10);
 
 /// The supervisor. `$1`: the lifetime in seconds. Reads `end SEQ N` lines (only the node can
 /// write to its stdin), each replacing the end armed before it with one N seconds away, and
-/// answers `armed SEQ`; at the end of
-/// its input — its node let go — it ends the sandbox. A replaced sleeper is stopped with TERM,
-/// which its trap turns into killing its own `sleep`, so re-arming a reused sandbox leaves no
-/// process behind to count against the pids limit. The sleeper says `armed` itself, once its
-/// `sleep` and trap are in place: the node arms one at a time and waits for that, so a TERM
-/// finds the sleeper in `wait`, never between its fork and its bookkeeping.
+/// answers `armed SEQ`; at the end of its input — its node let go — it ends the sandbox. A
+/// replaced sleeper is stopped with TERM, which its trap turns into killing its own `sleep`, so
+/// re-arming a reused sandbox leaves no process behind to count against the pids limit. The
+/// sleeper says `armed` itself, once its `sleep` and trap are in place: the node arms one at a
+/// time and waits for that, so a TERM finds the sleeper in `wait`, never between its fork and
+/// its bookkeeping.
 const SUPERVISOR_SCRIPT: &str = r#"{ sleep "$1"; kill -9 -1; } &
 w=
 while read -r what seq secs; do

@@ -48,6 +48,12 @@ alive() {
   done
   [ "$n" -eq 0 ]
 }
+any() {
+  for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    { [ -e "$f" ] || [ -L "$f" ]; } && return 0
+  done
+  return 1
+}
 round=0
 until alive kill; do
   round=$((round+1))
@@ -56,18 +62,12 @@ done
 for spec in "$@"; do
   dir=${spec%:*}; mode=${spec##*:}
   [ -d "$dir" ] || continue
-  left=
-  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
-    { [ -e "$f" ] || [ -L "$f" ]; } && { left=1; break; }
-  done
-  if [ -n "$left" ]; then
+  if any "$dir"; then
     chmod -R u+rwX "$dir" 2>/dev/null
     rm -rf "$dir"/* "$dir"/.[!.]* "$dir"/..?* 2>/dev/null
   fi
   [ "$mode" = - ] || chmod "$mode" "$dir" 2>/dev/null
-  for f in "$dir"/* "$dir"/.[!.]* "$dir"/..?*; do
-    { [ -e "$f" ] || [ -L "$f" ]; } && refuse "files are left in $dir"
-  done
+  any "$dir" && refuse "files are left in $dir"
   if [ "$mode" != - ] && [ "$(stat -c %a "$dir")" != "${mode#0}" ]; then
     refuse "$dir has mode $(stat -c %a "$dir"), not $mode"
   fi
@@ -78,9 +78,7 @@ for f in /proc/sysvipc/shm /proc/sysvipc/msg /proc/sysvipc/sem; do
   while read -r line; do lines=$((lines+1)); done < "$f"
   [ $lines -le 1 ] || refuse "System V IPC objects are left ($f)"
 done
-for f in /dev/mqueue/* /dev/mqueue/.[!.]*; do
-  { [ -e "$f" ] || [ -L "$f" ]; } && refuse "POSIX message queues are left"
-done
+any /dev/mqueue && refuse "POSIX message queues are left"
 alive check || refuse "a process of the commands' user is left"
 "#;
 

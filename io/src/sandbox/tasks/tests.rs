@@ -534,17 +534,31 @@ fn test_node(name: &str) -> String {
     format!("test-tasks-{name}-{}", std::process::id())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool() {
+/// A runner of node `test_node(name)` on Docker with a warm pool of one sandbox of the test
+/// image, returned once that sandbox is ready (so a run takes it); `reuse`: sandboxes are kept
+/// for their submitter. Also the provider, the image and the node.
+async fn warm_docker_runner(
+    name: &str,
+    reuse: bool,
+) -> (DockerProvider, String, String, TaskRunner<DockerProvider>) {
     let (provider, image) = docker().await;
-    let node = test_node("run");
+    let node = test_node(name);
     let config = TaskRunnerConfig {
         pool_size: 1,
+        reuse,
         warm_images: vec![image.clone()],
         ..TaskRunnerConfig::new(&node)
     };
-    let mut runner = TaskRunner::new(provider.clone(), config);
+    let runner = TaskRunner::new(provider.clone(), config);
     runner.warm_up();
+    let shape = TaskShape::default_of(image.clone());
+    wait_until(|| async { runner.pool_status(&shape).is_some_and(|s| s.idle == 1) }).await;
+    (provider, image, node, runner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool() {
+    let (provider, image, node, mut runner) = warm_docker_runner("run", false).await;
     let mut s = (*spec(
         &image,
         &[
@@ -556,9 +570,6 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
     .clone();
     s.env.insert("GREETING".into(), "hello".into());
     s.workdir = Some("/tmp".into());
-    // Let the pool fill, so the run takes a warm sandbox.
-    let shape = TaskShape::default_of(image.clone());
-    wait_until(|| async { runner.pool_status(&shape).is_some_and(|s| s.idle == 1) }).await;
     runner.start(&task(1), 1, &Arc::new(s));
     let (_, _, exit) = exited(end(&mut runner).await);
     assert_eq!(exit.exit_code, Some(7), "{exit:?}");
@@ -577,18 +588,8 @@ async fn docker_runs_a_task_with_its_env_workdir_and_exit_code_from_a_warm_pool(
 /// environment and working directory. The pool counts the reuse and no failed reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_a_kept_sandbox_runs_the_next_task_after_a_reset_in_the_same_exec() {
-    let (provider, image) = docker().await;
-    let node = test_node("keptreset");
-    let config = TaskRunnerConfig {
-        pool_size: 1,
-        reuse: true,
-        warm_images: vec![image.clone()],
-        ..TaskRunnerConfig::new(&node)
-    };
-    let mut runner = TaskRunner::new(provider.clone(), config);
-    runner.warm_up();
+    let (provider, image, node, mut runner) = warm_docker_runner("keptreset", true).await;
     let shape = TaskShape::default_of(image.clone());
-    wait_until(|| async { runner.pool_status(&shape).is_some_and(|s| s.idle == 1) }).await;
     let with = |command: &str| {
         let mut s = (*spec(&image, &["sh", "-c", command])).clone();
         s.submitter = Some("alice".into());
