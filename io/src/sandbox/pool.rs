@@ -855,23 +855,22 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         self.released = true;
         let shared = Arc::clone(&self.shared);
         let sandbox = Arc::clone(&self.sandbox);
-        let born = self.born;
-        let until = usable_until.min(born + shared.config.max_idle_age);
+        // Dirty where the reset goes with the next command; else reset below first.
+        let kept = Kept {
+            dirty: sandbox.resets_in_exec(),
+            sandbox,
+            owner,
+            born: self.born,
+            until: usable_until.min(self.born + shared.config.max_idle_age),
+            totals,
+        };
         {
             let mut st = shared.lock();
             // After `shutdown` the pool has removed it already.
-            if st.leased.remove(sandbox.id()).is_none() {
+            if st.leased.remove(kept.sandbox.id()).is_none() {
                 return;
             }
-            if sandbox.resets_in_exec() {
-                let kept = Kept {
-                    sandbox,
-                    owner,
-                    born,
-                    until,
-                    totals,
-                    dirty: true,
-                };
+            if kept.dirty {
                 shared.keep(&mut st, kept);
                 drop(st);
                 shared.changed.notify_waiters();
@@ -881,26 +880,16 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         }
         let runtime = shared.runtime.clone();
         runtime.spawn(async move {
-            let reset = sandbox.reset().await;
+            let reset = kept.sandbox.reset().await;
             let mut st = shared.lock();
             st.resetting -= 1;
             match reset {
-                Ok(()) => {
-                    let kept = Kept {
-                        sandbox,
-                        owner,
-                        born,
-                        until,
-                        totals,
-                        dirty: false,
-                    };
-                    shared.keep(&mut st, kept);
-                }
+                Ok(()) => shared.keep(&mut st, kept),
                 Err(e) => {
-                    tracing::debug!(pool = %shared.pool_id, sandbox = sandbox.id(), error = %e,
+                    tracing::debug!(pool = %shared.pool_id, sandbox = kept.sandbox.id(), error = %e,
                         "a sandbox given back could not be reset; removing it");
                     st.failed_resets += 1;
-                    shared.spawn_removal(&mut st, sandbox);
+                    shared.spawn_removal(&mut st, kept.sandbox);
                 }
             }
             drop(st);
