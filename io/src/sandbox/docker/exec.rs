@@ -34,12 +34,13 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The post-exec cleanup, run as the commands' user (so it can signal exactly their processes,
 /// never the main process, which runs as [`SUPERVISOR_USER`]). `$1` is `all` or `marked`; with
 /// `marked` only processes whose environment holds `$2` (`CHORUS_EXEC_ID=<n>`) are killed.
-/// Repeats until a round finds nothing (a forking process may spawn between rounds; bounded).
-/// Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
+/// Repeats until a round finds nothing new (a forking process may spawn between rounds;
+/// bounded). A process killed in an earlier round that is still dying is signalled again but
+/// not counted again (a slow machine showed one `sleep` counted twice). Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
 /// `memory.events`), then the cgroup's totals: CPU time (v1 `cpu_ns` from `cpuacct.usage`, v2
 /// `usage_usec` from `cpu.stat`) and the memory peak (v1 `max_usage_in_bytes`, v2 `memory.peak`,
 /// or `memory.current` on kernels without it).
-const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0
+const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0; seen=" "
 while [ $round -lt 20 ]; do
   found=0
   for d in /proc/[0-9]*; do
@@ -52,7 +53,9 @@ while [ $round -lt 20 ]; do
     if [ "$1" = marked ]; then
       tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -qx "$2" || continue
     fi
-    kill -9 "$p" 2>/dev/null && found=$((found+1))
+    kill -9 "$p" 2>/dev/null || continue
+    case "$seen" in *" $p "*) continue;; esac
+    seen="$seen$p "; found=$((found+1))
   done
   [ $found -eq 0 ] && break
   n=$((n+found)); round=$((round+1))
