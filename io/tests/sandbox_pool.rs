@@ -392,6 +392,63 @@ async fn a_sandbox_given_back_is_reset_and_goes_only_to_its_own_key() -> TestRes
     Ok(())
 }
 
+/// A sandbox kept as it is (its reset goes with the next command, so what its run left still
+/// runs) waits at most `max_dirty_keep` after it was given back, whatever its `usable_until`:
+/// taken within it, removed after it. One reset when given back waits as long as it may.
+#[tokio::test]
+async fn a_sandbox_kept_as_it_is_waits_at_most_max_dirty_keep() -> TestResult {
+    let config = PoolConfig {
+        max_dirty_keep: Duration::from_millis(300),
+        ..PoolConfig::with_size(1)
+    };
+    let later = Instant::now() + Duration::from_secs(60);
+    let provider = ScriptedProvider::new();
+    provider.reset_in_exec();
+    let pool = SandboxPool::new(
+        provider.clone(),
+        SandboxSpec::new("n1", "template", "img"),
+        SandboxPolicy::default(),
+        config.clone(),
+    );
+    let a = pool.acquire_for("t1", Some("n1/alice")).await?;
+    let first = a.id().to_string();
+    a.give_back("n1/alice".into(), later, None);
+    // Within the bound: its owner's next run takes it (after the reset in its exec).
+    let b = pool.acquire_for("t2", Some("n1/alice")).await?;
+    assert_eq!(b.id(), first);
+    assert!(b.needs_reset());
+    b.give_back("n1/alice".into(), later, None);
+    // Past it: removed by the pool on its own, not kept to the owner's usable_until.
+    let is_removed = |id: &str| {
+        provider
+            .sandboxes()
+            .iter()
+            .any(|s| s.id() == id && s.calls().iter().any(|c| c.op == Op::Remove))
+    };
+    eventually("the dirty keep's end", Duration::from_secs(5), || {
+        is_removed(&first)
+    })
+    .await;
+    let c = pool.acquire_for("t3", Some("n1/alice")).await?;
+    assert_ne!(c.id(), first);
+    assert!(!c.needs_reset());
+    assert!(pool.status().recycled >= 1, "{:?}", pool.status());
+    drop(c);
+    pool.shutdown().await?;
+
+    // Reset when given back (nothing of the run is left): not bound by max_dirty_keep.
+    let (pool, _provider) = scripted_pool(config);
+    let d = pool.acquire_for("t4", Some("n1/alice")).await?;
+    let clean = d.id().to_string();
+    d.give_back("n1/alice".into(), later, None);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let e = pool.acquire_for("t5", Some("n1/alice")).await?;
+    assert_eq!(e.id(), clean);
+    drop(e);
+    pool.shutdown().await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn scripted_failures_are_reported_and_retried_with_backoff() -> TestResult {
     let provider = ScriptedProvider::new();

@@ -13,7 +13,8 @@
 //!   after the reset ([`PooledSandbox::needs_reset`]); else it is
 //!   [`reset`](ExecutionSandbox::reset) in the background and waits only when that vouches.
 //!   At most `size` such sandboxes wait (the oldest goes first), each until its `usable_until`
-//!   or `max_idle_age` after it was first made, whichever comes first.
+//!   or `max_idle_age` after it was first made, whichever comes first — and one kept as it is
+//!   (what its run left still running) at most `max_dirty_keep` after it was given back.
 //! - **Bounded.** Idle sandboxes plus creations in flight (the background fill and on-demand
 //!   creations by [`acquire`](SandboxPool::acquire)) never exceed `size`. An `acquire` that finds
 //!   the pool empty creates its own sandbox when that bound allows, and otherwise waits for the
@@ -69,6 +70,10 @@ pub struct PoolConfig {
     pub size: usize,
     /// Idle sandboxes older than this are removed and replaced.
     pub max_idle_age: Duration,
+    /// Longest a sandbox given back *as it is* waits for its owner (its reset goes with the
+    /// next command, so what its last run left running goes on until then): bounds the CPU
+    /// and memory a run can keep using, unaccounted, after its result.
+    pub max_dirty_keep: Duration,
     /// Check that a sandbox is still running before handing it out.
     pub verify_on_acquire: bool,
     /// The first wait after a failed background creation; it doubles per consecutive failure.
@@ -82,6 +87,7 @@ impl Default for PoolConfig {
         PoolConfig {
             size: 2,
             max_idle_age: Duration::from_secs(600),
+            max_dirty_keep: Duration::from_secs(30),
             verify_on_acquire: true,
             retry_initial: Duration::from_millis(200),
             retry_max: Duration::from_secs(30),
@@ -856,12 +862,17 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
         let shared = Arc::clone(&self.shared);
         let sandbox = Arc::clone(&self.sandbox);
         // Dirty where the reset goes with the next command; else reset below first.
+        let dirty = sandbox.resets_in_exec();
+        let mut until = usable_until.min(self.born + shared.config.max_idle_age);
+        if dirty {
+            until = until.min(Instant::now() + shared.config.max_dirty_keep);
+        }
         let kept = Kept {
-            dirty: sandbox.resets_in_exec(),
+            dirty,
             sandbox,
             owner,
             born: self.born,
-            until: usable_until.min(self.born + shared.config.max_idle_age),
+            until,
             totals,
         };
         {
