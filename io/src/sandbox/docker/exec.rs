@@ -36,10 +36,11 @@ const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 /// `marked` only processes whose environment holds `$2` (`CHORUS_EXEC_ID=<n>`) are killed.
 /// Repeats until a round finds nothing new (a forking process may spawn between rounds;
 /// bounded). A process killed in an earlier round that is still dying is signalled again but
-/// not counted again (a slow machine showed one `sleep` counted twice). Prints `killed N`, then the memory cgroup's OOM counter (v1 `memory.oom_control`, v2
-/// `memory.events`), then the cgroup's totals: CPU time (v1 `cpu_ns` from `cpuacct.usage`, v2
-/// `usage_usec` from `cpu.stat`) and the memory peak (v1 `max_usage_in_bytes`, v2 `memory.peak`,
-/// or `memory.current` on kernels without it).
+/// not counted again (a slow machine showed one `sleep` counted twice). Prints `killed N`, then
+/// the memory cgroup's OOM counter (v1 `memory.oom_control`, v2 `memory.events`), then the
+/// cgroup's totals: CPU time (v1 `cpu_ns` from `cpuacct.usage`, v2 `usage_usec` from
+/// `cpu.stat`) and the memory peak (v1 `max_usage_in_bytes`, v2 `memory.peak`, or
+/// `memory.current` on kernels without it).
 const CLEANUP_SCRIPT: &str = r#"self=$$; n=0; round=0; seen=" "
 while [ $round -lt 20 ]; do
   found=0
