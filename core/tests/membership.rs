@@ -570,6 +570,64 @@ fn refused_new_majority_not_following_until_it_follows() {
     assert!(!ChangeRefusal::NewMajorityNotFollowing.explain().is_empty());
 }
 
+/// The strict reconfiguration check counts a voter as following only on an ack of a beat sent
+/// within the last election timeout, however well that ack once matched: in {a, b, c, d, e},
+/// with b and c acknowledging every beat and d only one beat at `sent`, removing c (leaving
+/// {a, b, d, e}, three needed) is proposed an election timeout after `sent` and refused a
+/// millisecond later; d acknowledging the newest beat makes it proposed again.
+///
+/// Fails on the recency dropped from the count (`&& v.sent_at_ms >= recent` removed: an ack
+/// however old counts), and on `>=` → `>` there.
+#[test]
+fn a_voter_counts_as_following_only_on_an_ack_of_the_last_election_timeout() {
+    let mut a = established(&["a", "b", "c", "d", "e"]);
+    let (beat, _) = heartbeat(&next_heartbeat(&mut a));
+    let sent = a.now_ms();
+    for v in ["b", "c", "d"] {
+        ack(&mut a, v, beat);
+    }
+    // b and c go on acknowledging; d falls silent.
+    let (beat, _) = heartbeat(&next_heartbeat(&mut a));
+    for v in ["b", "c"] {
+        ack(&mut a, v, beat);
+    }
+    let timeout = a.config().election_timeout_min_ms;
+    assert!(a.now_ms() < sent + timeout);
+    let at = |a: &Core, t: u64| {
+        let mut a = a.clone();
+        assert!(a.holds_lease(t), "a holds its lease at {t}");
+        let out = a.step_vec(
+            t,
+            Event::ChangeMembers {
+                change: remove("c"),
+                request: 1,
+            },
+        );
+        outcome(&out)
+    };
+    assert_eq!(
+        at(&a, sent + timeout),
+        proposed(2),
+        "d's ack is one timeout old"
+    );
+    assert_eq!(
+        at(&a, sent + timeout + 1),
+        refused(ChangeRefusal::NewMajorityNotFollowing),
+        "d's ack is older than an election timeout"
+    );
+    assert_eq!(
+        at(&a, sent + timeout + 5_000),
+        refused(ChangeRefusal::NewMajorityNotFollowing),
+        "d's ack is five seconds older than an election timeout"
+    );
+    ack(&mut a, "d", beat);
+    assert_eq!(
+        at(&a, sent + timeout + 1),
+        proposed(2),
+        "d acknowledged lately"
+    );
+}
+
 /// `add` of a connected worker, or of an eligible node that is not connected (any more), is
 /// refused with `not_eligible`; of a connected eligible node it is proposed.
 #[test]
@@ -733,6 +791,82 @@ fn a_removal_commits_only_with_a_majority_of_the_old_electorate_too() {
         [(remove("d"), ChangeOutcome::Committed { version: 2 }, 1)]
     );
     assert_eq!(members_of(&a), ABC);
+}
+
+/// Rule 7 at the admin: a voter's endorsement counts for the link only once it checks — the
+/// voter's own signature over the statement of the electorate the admin holds. `add d` to
+/// {a, b, c}: d and b hold the new electorate (a majority of both), and a's own endorsement
+/// needs b's to make a majority of {a, b, c}. b's that does not check (another voter's, over
+/// the old electorate, over a sibling of another term, garbage) is refused as
+/// `bad_certificate` and commits nothing; b's good one, sent after, commits, and the link the
+/// admin then hands on checks from version 1 (a stale voter takes it).
+///
+/// Fails on the admin keeping an endorsement without checking it (`Some(sig) if
+/// self.endorses_mine(&from, &sig) => Some(sig)` → `Some(sig) => Some(sig)` in `heartbeat.rs`):
+/// the change commits with a link every stale node refuses.
+#[test]
+fn an_endorsement_that_does_not_check_is_refused_and_commits_nothing() {
+    let v1 = Electorate::new(1, ids(ABC));
+    let sibling = v1.successor(7, ids(ABCD));
+    // What a proposes in term 1: the statement b should sign.
+    let new = v1.successor(1, ids(ABCD));
+    let forgeries = [
+        (
+            "c's signature under b's name",
+            simulated_signature(&"c".into(), &new.statement()),
+        ),
+        (
+            "over the old electorate",
+            simulated_signature(&"b".into(), &v1.statement()),
+        ),
+        (
+            "over a sibling of another term",
+            simulated_signature(&"b".into(), &sibling.statement()),
+        ),
+        ("garbage", Signature::from_bytes(&[7; 8])),
+        ("empty", Signature::from_bytes(&[])),
+    ];
+    for (name, forge) in forgeries {
+        let mut a = established(ABC);
+        let out = ask(&mut a, add("d"), 1);
+        assert_eq!(outcome(&out), proposed(2));
+        let (beat, carried) = heartbeat(&out);
+        assert_eq!(carried.as_deref(), Some(&new), "{name}");
+        assert_ne!(forge, simulated_signature(&"b".into(), &new.statement()));
+        let out = ack(&mut a, "d", beat);
+        assert!(!committed(&out), "{name}: committed on d alone");
+        let out = ack_with(&mut a, "b", beat, Some(forge));
+        assert!(
+            out.contains(&Command::Notice(Notice::Refused {
+                from: "b".into(),
+                message: "heartbeat_ack".into(),
+                reason: Refusal::BadCertificate,
+            })),
+            "{name}: not refused: {out:?}"
+        );
+        assert!(
+            !committed(&out),
+            "{name}: committed on a forged endorsement"
+        );
+        // b's own endorsement, in a second acknowledgement of the beat: committed.
+        let out = ack(&mut a, "b", beat);
+        assert_eq!(
+            outcomes(&out),
+            [(add("d"), ChangeOutcome::Committed { version: 2 }, 1)],
+            "{name}"
+        );
+        let asked = a.step_vec(a.now_ms(), from("z", Message::ChainRequest { after: 1 }));
+        let [Message::Chain { links }] = sent_to(&asked, "z").as_slice() else {
+            panic!("{name}: no chain served: {asked:?}");
+        };
+        assert_eq!(links.len(), 1);
+        assert_eq!(*links[0].electorate, new);
+        assert_eq!(
+            links[0].check(&v1, chorus_core::certificate::verify),
+            Ok(()),
+            "{name}: the committed link checks"
+        );
+    }
 }
 
 /// Rule 2 at the receiver: the electorate a heartbeat carries is adopted before the ack is
