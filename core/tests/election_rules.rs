@@ -802,3 +802,82 @@ fn a_member_hands_over_only_a_position_later_by_stamp_before_version() {
         );
     }
 }
+
+/// The same order where an eligible peer outside c's electorate asks for a (pre-)vote: it is
+/// heard only when it names a position later than c's by stamp first (a member added by a
+/// change c missed, rule 6), and refused as `not_member` otherwise — also at c's own position.
+///
+/// Fails on `may_be_a_newer_member` (`trust.rs`) comparing `(version, stamp)` with `(self
+/// version, self stamp)`.
+#[test]
+fn an_eligible_stranger_is_heard_only_at_a_later_position_by_stamp_before_version() {
+    let (mut c, v2) = at_stamp_3_version_2();
+    c.step_vec(LATER - 1, Event::peer_up("s".into(), voter_info()));
+    for (stamp, e, later) in positions(&v2) {
+        let row = format!("position ({stamp}, {}) of term {}", e.version, e.term);
+        let strictly_later = later && (stamp, &e) != (3, &v2);
+        let pre_vote = Message::PreVoteRequest {
+            term: 5,
+            electorate_version: e.version,
+            electorate_term: e.term,
+            electorate_hash: e.fingerprint(),
+            electorate_stamp: stamp,
+        };
+        let out = c.clone().step_vec(LATER, from("s", pre_vote));
+        if strictly_later {
+            assert_eq!(refusals(&out), [], "{row}");
+            assert_eq!(pre_vote_reply(&out, "s"), (5, true), "{row}");
+        } else {
+            assert_eq!(
+                refusals(&out),
+                [(
+                    "s".to_owned(),
+                    "pre_vote_request".to_owned(),
+                    Refusal::NotMember
+                )],
+                "{row}"
+            );
+        }
+    }
+}
+
+/// The same order between two pre-candidates: c, standing at (3, 2), stands back for one on a
+/// later position by stamp first (granting its pre-vote) and goes on against one on an earlier
+/// position, whatever their versions.
+///
+/// Fails on the pre-candidates' comparison in `on_pre_vote_request` taking `(version, stamp)`.
+#[test]
+fn a_pre_candidate_stands_back_only_for_a_later_position_by_stamp_before_version() {
+    let (mut c, v2) = at_stamp_3_version_2();
+    stand(&mut c);
+    assert_eq!((c.stamp(), c.term()), (3, 3));
+    for (stamp, e, later) in positions(&v2) {
+        if (stamp, e.version) == (3, 2) {
+            continue; // the same position: rank decides (tested above)
+        }
+        let row = format!("position ({stamp}, {}) of term {}", e.version, e.term);
+        let pre_vote = Message::PreVoteRequest {
+            term: 5,
+            electorate_version: e.version,
+            electorate_term: e.term,
+            electorate_hash: e.fingerprint(),
+            electorate_stamp: stamp,
+        };
+        let mut c = c.clone();
+        let out = c.step_vec(c.now_ms(), from("b", pre_vote));
+        let (granted, role) = (pre_vote_reply(&out, "b").1, c.role());
+        if later {
+            assert_eq!(
+                (granted, role),
+                (true, Role::Follower),
+                "{row}: stands back"
+            );
+        } else {
+            assert_eq!(
+                (granted, role),
+                (false, Role::PreCandidate),
+                "{row}: goes on"
+            );
+        }
+    }
+}

@@ -1,8 +1,7 @@
 //! Certified links and catch-up (`core/src/certificate.rs`, `core/src/catchup.rs`; rule 7 of
 //! `membership.rs`), each rule with a test that fails when the rule is loosened (issue 52,
 //! classes 1 and 2). Each was seen to fail, for the rule's own reason, on the weakening its doc
-//! comment names (applied by hand to the source, then reverted); `docs/mutants.md` has the
-//! table.
+//! comment names (applied by hand to the source, then reverted).
 //!
 //! Every link here is well signed unless the row says otherwise: each shape differs from an
 //! accepted twin in the one thing its rule checks, so no other check can refuse in its place.
