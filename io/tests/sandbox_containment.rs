@@ -107,6 +107,57 @@ async fn case1_rw_repo_is_a_staged_copy_without_hooks_or_planted_links() -> Test
     Ok(())
 }
 
+/// Issue 51, findings 1 and 2, through a real sandbox: a hard link made in a read-write
+/// workspace comes back as a file (the original was deleted on the host, and the task said
+/// nothing), and a directory the task makes a repository by its contents (`HEAD`, `objects/`,
+/// `refs/`, a `config` with `core.fsmonitor`) is not made one on the host; the removal says
+/// what was not carried back, in one line for the run's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case1_rw_hard_links_come_back_and_repositories_by_contents_do_not() -> TestResult {
+    let repo = readable_dir()?;
+    std::fs::write(repo.path().join("README.md"), "precious\n")?;
+    std::fs::create_dir(repo.path().join("lib"))?;
+    std::fs::write(repo.path().join("lib/code.rs"), "old\n")?;
+    let (_p, sb, _c) = started("c1-rw-links", SandboxPolicy::default(), |spec| {
+        spec.workspace = Some(RepoMount::read_write(repo.path()));
+    })
+    .await;
+    let out = sb
+        .exec(ExecRequest::shell(
+            "ln README.md README.bak && echo new > lib/code.rs && \
+             mkdir -p lib/objects/info lib/refs/heads && : > lib/objects/info/packs && \
+             : > lib/refs/heads/.keep && echo 'ref: refs/heads/main' > lib/HEAD && \
+             printf '[core]\\n\\tworktree = ..\\n\\tfsmonitor = \"touch /tmp/pwned\"\\n' > lib/config",
+        ))
+        .await?;
+    assert!(out.success(), "{} {}", out.stdout_text(), out.stderr_text());
+    let note = sb.remove_reporting().await?;
+    for name in ["README.md", "README.bak"] {
+        assert_eq!(
+            std::fs::read_to_string(repo.path().join(name))?,
+            "precious\n",
+            "{name}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("lib/code.rs"))?,
+        "new\n"
+    );
+    // What makes lib/ a repository stays out (its `config` alone is an ordinary file).
+    for planted in ["lib/HEAD", "lib/objects", "lib/refs"] {
+        assert!(
+            std::fs::symlink_metadata(repo.path().join(planted)).is_err(),
+            "{planted} reached the host"
+        );
+    }
+    let note = note.expect("the removal says what was not synced back");
+    assert!(
+        note.contains("\"lib/HEAD\"") && note.contains("refused"),
+        "{note}"
+    );
+    Ok(())
+}
+
 /// Case 1: a read-only repository mount is not recursive, so a mount below it (host `/proc`,
 /// `/dev` in the report) neither shows up nor escapes the read-only flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

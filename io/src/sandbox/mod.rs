@@ -568,6 +568,13 @@ pub trait ExecutionSandbox: Send + Sync {
 
     /// Removes the sandbox and everything it staged. Idempotent.
     fn remove(&self) -> impl Future<Output = SandboxResult<()>> + Send;
+
+    /// Removes the sandbox as [`ExecutionSandbox::remove`] does and says, in one line for the
+    /// run's result, what the sync back of its read-write workspace did not carry (`None`:
+    /// everything, or it has no such workspace).
+    fn remove_reporting(&self) -> impl Future<Output = SandboxResult<Option<String>>> + Send {
+        async { self.remove().await.map(|()| None) }
+    }
 }
 
 /// Makes sandboxes: the part of a sandbox implementation a runtime loop holds on to.

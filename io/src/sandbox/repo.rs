@@ -41,6 +41,7 @@
 //! committing: a repository whose own configuration points git at working-tree hooks
 //! (`core.hooksPath = .husky`) or filters will run what a task put there.
 
+mod gitdir;
 mod sync;
 
 use std::collections::BTreeSet;

@@ -78,7 +78,7 @@ fn main() {
     };
 
     type Attack = fn(&mut Ctx) -> Outcome;
-    let attacks: [(&str, &str, Attack); 10] = [
+    let attacks: [(&str, &str, Attack); 12] = [
         (
             "1",
             ".git config, hooks and module hooks written by a :rw task",
@@ -113,6 +113,16 @@ fn main() {
             secrets,
         ),
         ("9", "a task no node can run", unplaceable),
+        (
+            "51.1",
+            "a :rw task makes lib/ a repository by its contents (HEAD, objects, refs, config)",
+            bare_repository,
+        ),
+        (
+            "51.2",
+            "a :rw task hard-links a file (ln README.md README.bak)",
+            hard_link,
+        ),
     ];
     let mut broke = 0;
     println!("| # | attack | result |");
@@ -698,4 +708,70 @@ fn unplaceable(cx: &mut Ctx) -> Outcome {
         pending.unwrap_or_default(),
         began.elapsed().as_secs_f64()
     ))
+}
+
+/// Issue 51, finding 1: git takes a directory for a bare repository by its contents, so a task
+/// that leaves `HEAD`, `objects/`, `refs/` and a `config` with `core.fsmonitor` in `lib/` made
+/// `cd lib && git status` on the host run its command.
+fn bare_repository(cx: &mut Ctx) -> Outcome {
+    let marker = cx.repo.parent().unwrap().join("pwned-bare");
+    let script = format!(
+        "cd /workspace && mkdir -p lib/objects/info lib/refs/heads && : > lib/objects/info/packs \
+         && : > lib/refs/heads/.keep && echo 'ref: refs/heads/main' > lib/HEAD && printf \
+         '[core]\\n\\tworktree = ..\\n\\tfsmonitor = \"touch {m}\"\\n' > lib/config && \
+         echo lib > lib/code.txt",
+        m = marker.display()
+    );
+    let spec = serde_json::json!({
+        "image": IMAGE, "command": sh(&script), "timeout_ms": 60_000,
+        "repo": { "name": "r", "writable": true },
+    });
+    let r = match run(cx, spec, Duration::from_secs(120)) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Broke(e),
+    };
+    let lib = cx.repo.join("lib");
+    if lib.is_dir() {
+        let _ = git(&lib, &["status", "--short"]);
+    }
+    let planted: Vec<&str> = ["lib/HEAD", "lib/objects", "lib/refs"]
+        .into_iter()
+        .filter(|p| cx.repo.join(p).exists())
+        .collect();
+    if marker.exists() || !planted.is_empty() {
+        return Outcome::Broke(format!("marker {} planted {planted:?}", marker.exists()));
+    }
+    let stderr = r["result"]["stderr"].as_str().unwrap_or_default();
+    if !stderr.contains("not synced back whole") || !stderr.contains("lib/HEAD") {
+        return Outcome::Broke(format!(
+            "the result does not say what was refused: {stderr:?}"
+        ));
+    }
+    Outcome::Held(format!(
+        "task {}; lib/code.txt synced, lib/HEAD, objects and refs refused and named in the \
+         result; git status in lib/ ran nothing",
+        r["result"]["status"]
+    ))
+}
+
+/// Issue 51, finding 2: tar sends a hard link's second name as a link entry; the sync dropped
+/// it and then deleted the original on the host, and the task reported success.
+fn hard_link(cx: &mut Ctx) -> Outcome {
+    let before = std::fs::read(cx.repo.join("README.md")).unwrap_or_default();
+    let spec = serde_json::json!({
+        "image": IMAGE, "timeout_ms": 60_000,
+        "command": sh("cd /workspace && ln README.md README.bak"),
+        "repo": { "name": "r", "writable": true },
+    });
+    if let Err(e) = run(cx, spec, Duration::from_secs(120)) {
+        return Outcome::Broke(e);
+    }
+    let readme = std::fs::read(cx.repo.join("README.md"));
+    let bak = std::fs::read(cx.repo.join("README.bak"));
+    match (readme, bak) {
+        (Ok(a), Ok(b)) if a == before && b == before => Outcome::Held(
+            "README.md kept, README.bak came back as a file of its own with the same bytes".into(),
+        ),
+        (a, b) => Outcome::Broke(format!("README.md {a:?}, README.bak {b:?}")),
+    }
 }

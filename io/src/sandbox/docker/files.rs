@@ -149,24 +149,77 @@ pub fn tree_to_tar(tree: &FileTree) -> std::io::Result<Vec<u8>> {
     tar.into_inner()
 }
 
-/// Unpacks the regular files of a tar archive into a [`FileTree`] (paths without `./`).
+/// Unpacks the regular files of a tar archive into a [`FileTree`] (paths without `./`); a hard
+/// link comes back as a copy of the file it links to.
 pub fn tar_to_tree(archive: &[u8]) -> std::io::Result<FileTree> {
+    Ok(tar_to_workspace(archive)?.files)
+}
+
+/// A workspace read back as a tar archive: its regular files, and what else it holds.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct WorkspaceArchive {
+    /// The regular files, hard links resolved to copies of the file they link to.
+    pub files: FileTree,
+    /// Everything else (relative path, lossy for a name that is not UTF-8 → what it is): a
+    /// sync back keeps a repository file found here as it is on the host rather than
+    /// deleting it.
+    pub others: std::collections::BTreeMap<String, &'static str>,
+}
+
+/// Unpacks a workspace's tar archive. A hard link (tar sends a file's second name as a link
+/// to its first) is a regular file with its target's contents and mode; a name that is not
+/// UTF-8 is never turned into another name (it is listed in `others`).
+pub fn tar_to_workspace(archive: &[u8]) -> std::io::Result<WorkspaceArchive> {
     use std::io::Read;
-    let mut tree = FileTree::new();
+    use tar::EntryType;
+    let mut out = WorkspaceArchive::default();
     let mut archive = tar::Archive::new(archive);
     for entry in archive.entries()? {
         let mut entry = entry?;
-        if entry.header().entry_type() != tar::EntryType::Regular {
+        let raw = entry.path()?;
+        let lossy = raw.to_string_lossy();
+        let path = lossy
+            .trim_start_matches("./")
+            .trim_end_matches('/')
+            .to_string();
+        if path.is_empty() || path == "." {
             continue;
         }
-        let path = entry.path()?.display().to_string();
-        let path = path.trim_start_matches("./").to_string();
-        let mode = entry.header().mode()?;
-        let mut data = Vec::new();
-        entry.read_to_end(&mut data)?;
-        tree.insert(path, FileEntry { data, mode });
+        if raw.to_str().is_none() {
+            out.others.insert(path, "a name that is not UTF-8");
+            continue;
+        }
+        let kind = entry.header().entry_type();
+        let what = match kind {
+            k if k.is_file() => {
+                let mode = entry.header().mode()?;
+                let mut data = Vec::new();
+                entry.read_to_end(&mut data)?;
+                out.files.insert(path, FileEntry { data, mode });
+                continue;
+            }
+            EntryType::Link => {
+                let target = entry.link_name()?.map(|t| {
+                    let t = t.to_string_lossy();
+                    t.trim_start_matches("./").to_string()
+                });
+                match target.and_then(|t| out.files.get(&t).cloned()) {
+                    Some(file) => {
+                        out.files.insert(path, file);
+                        continue;
+                    }
+                    None => "a hard link to something not carried back",
+                }
+            }
+            EntryType::Symlink => "a symlink",
+            EntryType::Directory => "a directory",
+            EntryType::Char | EntryType::Block => "a device",
+            EntryType::Fifo => "a fifo",
+            _ => "an entry of another kind",
+        };
+        out.others.insert(path, what);
     }
-    Ok(tree)
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -201,5 +254,44 @@ mod tests {
             },
         );
         assert!(tree_to_tar(&bad).is_err());
+    }
+
+    /// Issue 51, finding 2: GNU tar (what the sandbox runs) sends a file's second name as a
+    /// link to its first; it comes back as a file of its own, never as nothing (a sync back
+    /// then deleted the original on the host). What is not a file is listed, and a name that
+    /// is not UTF-8 is never turned into another.
+    #[test]
+    fn hard_links_come_back_as_files_and_other_entries_are_listed() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("README.md"), "hello\n").unwrap();
+        std::fs::hard_link(d.join("README.md"), d.join("README.bak")).unwrap();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::hard_link(d.join("README.md"), d.join("sub/again")).unwrap();
+        std::os::unix::fs::symlink("README.md", d.join("link")).unwrap();
+        std::fs::write(d.join(std::ffi::OsStr::from_bytes(b"orig\xff.txt")), "x").unwrap();
+        let out = std::process::Command::new("tar")
+            .args(["-c", "-f", "-", "-C"])
+            .arg(d)
+            .arg(".")
+            .output()
+            .expect("running tar");
+        assert!(out.status.success(), "{out:?}");
+        let got = tar_to_workspace(&out.stdout).unwrap();
+        let names: Vec<&str> = got.files.keys().map(String::as_str).collect();
+        assert_eq!(names, ["README.bak", "README.md", "sub/again"]);
+        for file in got.files.values() {
+            assert_eq!(file.data, b"hello\n");
+        }
+        let others: Vec<(&str, &str)> = got.others.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+        assert_eq!(
+            others,
+            [
+                ("link", "a symlink"),
+                ("orig\u{FFFD}.txt", "a name that is not UTF-8"),
+                ("sub", "a directory")
+            ]
+        );
     }
 }

@@ -50,7 +50,7 @@ mod stats;
 mod workspace;
 
 pub use cgroup::CgroupLayout;
-pub use files::{tar_to_tree, tree_to_tar};
+pub use files::{tar_to_tree, tar_to_workspace, tree_to_tar, WorkspaceArchive};
 pub use host_config::{container_config, host_config, ResolvedInputs, WorkspaceMount};
 pub use provider::{is_stale, DockerProvider};
 pub use sandbox::DockerSandbox;

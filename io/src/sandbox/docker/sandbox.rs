@@ -260,6 +260,10 @@ impl ExecutionSandbox for DockerSandbox {
     }
 
     async fn remove(&self) -> SandboxResult<()> {
+        self.remove_reporting().await.map(drop)
+    }
+
+    async fn remove_reporting(&self) -> SandboxResult<Option<String>> {
         let removed = &self.container.removed;
         // A read-write workspace goes back to its repository first (while the tmpfs exists).
         let synced = match &self.sync {
@@ -284,19 +288,23 @@ impl ExecutionSandbox for DockerSandbox {
                     format!("the sandbox was removed, but its workspace was not synced back: {e}"),
                 ))
             }
-            Some(Ok(report)) if !report.refused.is_empty() => {
-                // A `.git` change or a symlinked place a task tried to carry back: worth a look.
+            Some(Ok(report)) if !report.refused.is_empty() || !report.kept.is_empty() => {
+                // A `.git` change, a git directory or a symlinked place a task tried to carry
+                // back, or a file it left as something else: worth a look.
                 tracing::warn!(
                     sandbox = %self.container.name,
                     written = report.written,
                     deleted = report.deleted,
                     refused = report.refused.len(),
                     first_refused = %crate::log_fields::quoted(report.refused.iter().take(10)),
-                    "sync back refused paths"
+                    kept = report.kept.len(),
+                    first_kept = %crate::log_fields::quoted(report.kept.iter().take(10)),
+                    "sync back did not carry everything"
                 );
+                return Ok(report.summary());
             }
             _ => {}
         }
-        Ok(())
+        Ok(None)
     }
 }

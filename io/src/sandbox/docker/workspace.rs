@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::container::Container;
-use super::files::tar_to_tree;
+use super::files::tar_to_workspace;
 use super::host_config::WorkspaceMount;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::policy::SandboxPolicy;
@@ -286,11 +286,11 @@ pub(super) async fn sync_workspace(
             "the workspace archive is larger than the workspace size bound",
         ));
     }
-    let tree = tar_to_tree(&out.stdout)
+    let read = tar_to_workspace(&out.stdout)
         .map_err(|e| SandboxError::io("parsing the workspace archive", e))?;
     let target = target.clone();
     tokio::task::spawn_blocking(move || {
-        crate::sandbox::repo::sync_back(&target.repo, &tree, &target.copied_in)
+        crate::sandbox::repo::sync_back(&target.repo, &read.files, &read.others, &target.copied_in)
     })
     .await
     .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?

@@ -2,7 +2,7 @@
 //! repository through one handle on its root directory, never following a symlink and never
 //! touching a `.git` (the rules are the parent module's).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{Read, Write};
@@ -12,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
+use super::gitdir::{git_dirs_after, HostEntry, HEAD_PREFIX};
 use super::{is_git_path, Meta, MountId};
 use crate::sandbox::error::{SandboxError, SandboxResult};
 use crate::sandbox::FileTree;
@@ -37,31 +38,103 @@ pub struct SyncReport {
     /// Paths not carried back, written or deleted: anything under a `.git` that the task
     /// changed, made or deleted; a place in the repository that is a symlink, not a
     /// directory where the path needs one, not a regular file where a file is written or
-    /// deleted, or on another mount; a path that is not plainly relative.
+    /// deleted, or on another mount; a path that is not plainly relative; anything in a
+    /// directory git would take for a repository (`gitdir.rs`).
     pub refused: Vec<String>,
+    /// Files of the repository that the sandbox holds as something the sync does not carry
+    /// (a symlink, a directory, a fifo, a name that is not UTF-8), as `path (what)`: left on
+    /// the host as they were, neither replaced nor deleted.
+    pub kept: Vec<String>,
+}
+
+impl SyncReport {
+    /// The most paths [`SyncReport::summary`] names of each kind.
+    const NAMED: usize = 10;
+
+    /// One line for the task's result when the sync did not carry everything back, `None`
+    /// when it did.
+    pub fn summary(&self) -> Option<String> {
+        if self.refused.is_empty() && self.kept.is_empty() {
+            return None;
+        }
+        let list = |paths: &[String]| {
+            let mut s: Vec<String> = paths
+                .iter()
+                .take(Self::NAMED)
+                // Quoted and escaped: a task chose these names.
+                .map(|p| format!("{p:?}"))
+                .collect();
+            if paths.len() > Self::NAMED {
+                s.push(format!("and {} more", paths.len() - Self::NAMED));
+            }
+            s.join(", ")
+        };
+        let mut parts = Vec::new();
+        if !self.refused.is_empty() {
+            parts.push(format!(
+                "{} refused (a .git or git directory, a symlinked or non-directory place, \
+                 another mount): {}",
+                self.refused.len(),
+                list(&self.refused)
+            ));
+        }
+        if !self.kept.is_empty() {
+            parts.push(format!(
+                "{} kept as on the host (not a regular file in the sandbox): {}",
+                self.kept.len(),
+                list(&self.kept)
+            ));
+        }
+        Some(format!(
+            "the read-write repository was not synced back whole ({} written, {} deleted); {}",
+            self.written,
+            self.deleted,
+            parts.join("; ")
+        ))
+    }
 }
 
 /// Applies the sandbox's workspace `tree` (regular files only, as read back) to `repo`: new and
 /// changed files are written, files from `copied_in` that are gone are deleted, under the
-/// parent module's rules: nothing under a `.git`, nothing through a symlink or onto another
-/// mount, files owned by the repository root's owner with `mode & 0o755`. A file whose
-/// contents and permission bits did not change is left alone. Errors only when the repository
-/// cannot be opened or a write or delete fails; refusals are in the report.
+/// parent module's rules: nothing under a `.git` or in a directory git would take for a
+/// repository after the sync, nothing through a symlink or onto another mount, files owned by
+/// the repository root's owner with `mode & 0o755`. A file whose contents and permission bits
+/// did not change is left alone. `others` names what the sandbox holds that is not a regular
+/// file (path → what it is): a copied-in file there is kept, not deleted, and reported.
+/// Errors only when the repository cannot be opened or a write or delete fails; refusals are
+/// in the report.
 pub fn sync_back(
     repo: &Path,
     tree: &FileTree,
+    others: &BTreeMap<String, &'static str>,
     copied_in: &BTreeSet<PathBuf>,
 ) -> SandboxResult<SyncReport> {
     let root = RepoDir::open(repo)
         .map_err(|e| SandboxError::io(format!("opening {}", repo.display()), e))?;
     let mut report = SyncReport::default();
+    let gone: Vec<&Path> = copied_in
+        .iter()
+        .filter(|p| {
+            let key = p.to_string_lossy();
+            !tree.contains_key(key.as_ref()) && !others.contains_key(key.as_ref())
+        })
+        .map(PathBuf::as_path)
+        .collect();
+    let git_dirs = git_dirs_after(
+        tree.iter().map(|(p, e)| (p.as_str(), e.data.as_slice())),
+        gone.iter().copied(),
+        |rel| root.host_entry(rel),
+    )
+    .map_err(|e| SandboxError::io(format!("reading {}", repo.display()), e))?;
+    // Git's orders: a `.git`, a directory git takes for a repository, or what would make one.
+    let in_git = |rel: &Path| is_git_path(rel) || git_dirs.refuses(rel);
     for (rel, entry) in tree {
         let rel_path = Path::new(rel);
         let Some((parents, name)) = split(rel_path) else {
             report.refused.push(rel.clone());
             continue;
         };
-        let outcome = if is_git_path(rel_path) {
+        let outcome = if in_git(rel_path) {
             // Never written; reported only when the task changed it.
             match root.holds(&parents, name, &entry.data) {
                 Ok(true) => Outcome::Unchanged,
@@ -80,11 +153,15 @@ pub fn sync_back(
     }
     for rel in copied_in {
         let key = rel.to_string_lossy();
+        if let Some(what) = others.get(key.as_ref()) {
+            report.kept.push(format!("{key} ({what})"));
+            continue;
+        }
         if tree.contains_key(key.as_ref()) {
             continue;
         }
         let outcome = match split(rel) {
-            Some((parents, name)) if !is_git_path(rel) => root
+            Some((parents, name)) if !in_git(rel) => root
                 .delete(&parents, name)
                 .map_err(|e| io_err("deleting", repo, &key, e))?,
             _ => Outcome::Refused,
@@ -308,6 +385,32 @@ impl RepoDir {
         }
     }
 
+    /// What the repository holds at `rel` for git's test (`gitdir.rs`), never following a
+    /// symlink: a place behind a symlink or on another mount counts as something there.
+    fn host_entry(&self, rel: &Path) -> std::io::Result<HostEntry> {
+        let Some((parents, name)) = split(rel) else {
+            return Ok(HostEntry::Other);
+        };
+        let dir = match self.walk(&parents, false)? {
+            Walk::Dir(dir) => dir,
+            Walk::Missing => return Ok(HostEntry::Absent),
+            Walk::Refused => return Ok(HostEntry::Other),
+        };
+        match Meta::at(&dir, Path::new(name)) {
+            Ok(m) if m.kind == FileType::RegularFile => {
+                Ok(HostEntry::File(read_prefix(&dir, name)?))
+            }
+            Ok(m) if m.kind == FileType::Symlink => Ok(HostEntry::Symlink(
+                rustix::fs::readlinkat(&dir, name, Vec::new())?.into_bytes(),
+            )),
+            Ok(_) => Ok(HostEntry::Other),
+            Err(e) if e.raw_os_error() == Some(Errno::NOENT.raw_os_error()) => {
+                Ok(HostEntry::Absent)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Whether `parents/name` is a regular file on the root's mount holding exactly `data`
     /// (read through the same handles; nothing is made).
     fn holds(&self, parents: &[&OsStr], name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
@@ -351,6 +454,29 @@ fn read_is(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
         .take(data.len() as u64 + 1)
         .read_to_end(&mut held)?;
     Ok(held == data)
+}
+
+/// The first [`HEAD_PREFIX`] bytes of regular file `name` in `dir` (empty when it is no longer
+/// one), opened as [`read_is`] opens it.
+fn read_prefix(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Vec<u8>> {
+    let fd = match rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::LOOP | Errno::NOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    if rustix::fs::fstat(&fd)?.st_mode & 0o170000 != 0o100000 {
+        return Ok(Vec::new());
+    }
+    let mut held = Vec::with_capacity(HEAD_PREFIX);
+    File::from(fd)
+        .take(HEAD_PREFIX as u64)
+        .read_to_end(&mut held)?;
+    Ok(held)
 }
 
 /// Creates a new file in `dir` under an unpredictable name, mode 0o600 until it is finished.
@@ -448,7 +574,7 @@ mod tests {
             (".git/hooks/post-checkout", b"evil", 0o755),
             ("out/escape.txt", b"escape", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(report.written, 1);
         assert_eq!(report.deleted, 1);
         assert_eq!(
@@ -481,7 +607,7 @@ mod tests {
             ("README.md", b"hello\n", 0o644),
             ("sub/.git", b"gitdir: ../.git/modules/sub\n", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(read(repo.path().join(".git/config")), before);
         assert_eq!(
             report,
@@ -508,7 +634,7 @@ mod tests {
                 0o644,
             ),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(read(repo.path().join(".git/config")), before);
         assert_eq!(
             read(repo.path().join(".git/modules/sub/config")),
@@ -531,7 +657,7 @@ mod tests {
             ),
             ("sub/.git", b"gitdir: /tmp/evil-gitdir\n", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert!(!repo.path().join(".git/modules/sub/hooks").exists());
         assert_eq!(
             read(repo.path().join("sub/.git")),
@@ -548,7 +674,7 @@ mod tests {
     fn git_info_attributes_are_not_synced_back() {
         let (repo, _) = git_repo();
         let tree = tree([(".git/info/attributes", b"* filter=evil\n", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert!(!repo.path().join(".git/info/attributes").exists());
         assert_eq!(report.refused, [".git/info/attributes"]);
     }
@@ -559,7 +685,7 @@ mod tests {
     fn git_files_deleted_in_the_sandbox_stay_on_the_host() {
         let (repo, copied_in) = git_repo();
         let tree = tree([("README.md", b"hello\n", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert!(repo.path().join(".git/index").is_file());
         assert!(repo.path().join("sub/.git").is_file());
         assert_eq!(report.deleted, 0);
@@ -587,7 +713,7 @@ mod tests {
         let planted = repo.path().join(".chorus-sync-README.md");
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         let tree = tree([("README.md", b"changed\n", 0o777)]);
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(read(&victim), b"precious\n");
         let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o600, "the outside file was chmod'ed");
@@ -620,7 +746,7 @@ mod tests {
             ("sub/new.txt", b"x", 0o644),
             ("sub/deep/new.txt", b"x", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &copied_in).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(
             report.refused,
             ["sub/deep/new.txt", "sub/new.txt", "sub/old.txt"]
@@ -674,7 +800,7 @@ mod tests {
             ("bin/run.sh", b"#!/bin/sh\n", 0o6777),
             ("data.txt", b"d", 0o1666),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.written, 2);
         for (path, mode) in [("bin", 0o755), ("bin/run.sh", 0o755), ("data.txt", 0o644)] {
             let m = std::fs::symlink_metadata(repo.path().join(path)).unwrap();
@@ -697,7 +823,13 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o664)).unwrap();
         }
         let tree = tree([("shared.txt", b"x", 0o664), ("script.sh", b"x", 0o777)]);
-        let report = sync_back(repo.path(), &tree, &paths(["shared.txt", "script.sh"])).unwrap();
+        let report = sync_back(
+            repo.path(),
+            &tree,
+            &BTreeMap::new(),
+            &paths(["shared.txt", "script.sh"]),
+        )
+        .unwrap();
         assert_eq!(report.written, 1, "{report:?}");
         let mode = |n: &str| std::fs::metadata(repo.path().join(n)).unwrap().mode() & 0o7777;
         assert_eq!(mode("shared.txt"), 0o664);
@@ -716,11 +848,17 @@ mod tests {
         };
         std::fs::write(sub.join("below.txt"), "below\n").unwrap();
         let tree = tree([("sub/new.txt", b"x", 0o644), ("sub/below.txt", b"y", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.refused, ["sub/below.txt", "sub/new.txt"]);
         assert_eq!(read(sub.join("below.txt")), b"below\n");
         assert!(!sub.join("new.txt").exists());
-        let report = sync_back(repo.path(), &FileTree::new(), &paths(["sub/below.txt"])).unwrap();
+        let report = sync_back(
+            repo.path(),
+            &FileTree::new(),
+            &BTreeMap::new(),
+            &paths(["sub/below.txt"]),
+        )
+        .unwrap();
         assert_eq!(report.refused, ["sub/below.txt"]);
         assert!(sub.join("below.txt").exists());
     }
@@ -745,10 +883,255 @@ mod tests {
             ("fifo", b"x", 0o644),
             ("link", b"x", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeSet::new()).unwrap();
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.refused, ["dir", "fifo", "link"]);
         assert!(std::fs::symlink_metadata(repo.path().join("link"))
             .unwrap()
             .is_symlink());
+    }
+
+    /// Runs the real `git` with `args` in `dir`, isolated from the machine's configuration and
+    /// never looking above `ceiling`; returns its stdout when it succeeded.
+    fn git(dir: &Path, ceiling: &Path, args: &[&str]) -> Option<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CEILING_DIRECTORIES", ceiling)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", ceiling)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .output()
+            .expect("these tests need the git binary on PATH");
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A task's files that make `lib/` a repository by its contents (no `.git` anywhere): a
+    /// `HEAD`, `objects/` and `refs/`, and a `config` whose `core.fsmonitor` runs `touch
+    /// MARKER` at the next `git status` from `lib/` (with `core.worktree = ..`).
+    fn bare_repository_attack(marker: &Path) -> Vec<(String, Vec<u8>)> {
+        let config = format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = ..\n\t\
+             fsmonitor = \"touch {}\"\n",
+            marker.display()
+        );
+        vec![
+            ("lib/HEAD".into(), b"ref: refs/heads/main\n".to_vec()),
+            ("lib/config".into(), config.into_bytes()),
+            ("lib/objects/info/packs".into(), Vec::new()),
+            ("lib/refs/heads/.keep".into(), Vec::new()),
+        ]
+    }
+
+    /// Issue 51, finding 1: a directory of the working tree made a repository by its contents
+    /// ran the task's command as the host's user at `cd lib && git status`. Judged by the real
+    /// git: first the attack is shown to work when its files are written as they are (so the
+    /// test can fail), then after a sync back no directory of the repository is a git
+    /// directory of its own and `git status` in each runs nothing. Variants: the host already
+    /// has `objects` and `refs` there and the task adds `HEAD` and `config`; the task names a
+    /// `commondir`; a detached `HEAD`; names in another letter case.
+    #[test]
+    fn a_directory_made_a_repository_by_its_contents_is_not_synced_back() {
+        let base = tempfile::tempdir().unwrap();
+        let base_path = base.path().canonicalize().unwrap();
+        let marker = base_path.join("pwned");
+        let attack = bare_repository_attack(&marker);
+
+        // The attack, written as plain files: git takes lib/ for a repository and runs it.
+        let control = base_path.join("control");
+        std::fs::create_dir(&control).unwrap();
+        git(&control, &base_path, &["init", "-q"]).expect("git init");
+        for (rel, data) in &attack {
+            let path = control.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, data).unwrap();
+        }
+        let _ = git(&control.join("lib"), &base_path, &["status"]);
+        assert!(
+            marker.exists(),
+            "the attack does not work on this git: the test proves nothing"
+        );
+        std::fs::remove_file(&marker).unwrap();
+
+        let config = attack[1].1.clone();
+        let host_dirs: &[&str] = &["lib/objects", "lib/refs"];
+        type Variant<'a> = (&'a str, Vec<(String, Vec<u8>)>, &'a [&'a str]);
+        let variants: Vec<Variant<'_>> = vec![
+            ("HEAD, config, objects and refs", attack.clone(), &[]),
+            (
+                "HEAD and config over objects and refs the host has",
+                vec![
+                    ("lib/HEAD".into(), b"ref: refs/heads/main\n".to_vec()),
+                    ("lib/config".into(), config.clone()),
+                ],
+                host_dirs,
+            ),
+            (
+                "a commondir",
+                vec![
+                    ("lib/HEAD".into(), b"ref: refs/heads/main\n".to_vec()),
+                    ("lib/commondir".into(), b"../evil\n".to_vec()),
+                    ("evil/config".into(), config.clone()),
+                    ("evil/objects/x".into(), Vec::new()),
+                    ("evil/refs/x".into(), Vec::new()),
+                ],
+                &[],
+            ),
+            (
+                "a detached HEAD",
+                vec![
+                    (
+                        "lib/HEAD".into(),
+                        format!("{}\n", "ab".repeat(20)).into_bytes(),
+                    ),
+                    ("lib/config".into(), config.clone()),
+                    ("lib/objects/x".into(), Vec::new()),
+                    ("lib/refs/x".into(), Vec::new()),
+                ],
+                &[],
+            ),
+            (
+                "another letter case",
+                vec![
+                    ("lib/head".into(), b"ref: refs/heads/main\n".to_vec()),
+                    ("lib/HEAD".into(), b"ref: refs/heads/main\n".to_vec()),
+                    ("lib/config".into(), config.clone()),
+                    ("lib/Objects/x".into(), Vec::new()),
+                    ("lib/objects/x".into(), Vec::new()),
+                    ("lib/REFS/x".into(), Vec::new()),
+                    ("lib/refs/x".into(), Vec::new()),
+                ],
+                &[],
+            ),
+        ];
+        for (what, files, on_host) in variants {
+            let repo = tempfile::tempdir_in(&base_path).unwrap();
+            let root = repo.path();
+            git(root, &base_path, &["init", "-q"]).expect("git init");
+            std::fs::create_dir(root.join("lib")).unwrap();
+            std::fs::write(root.join("lib/code.rs"), "fn f() {}\n").unwrap();
+            for dir in on_host {
+                std::fs::create_dir_all(root.join(dir)).unwrap();
+                std::fs::write(root.join(dir).join("README"), "a project's own\n").unwrap();
+            }
+            let tree: FileTree = files
+                .iter()
+                .map(|(p, d)| (p.clone(), entry(d, 0o644)))
+                .chain([("lib/code.rs".to_string(), entry(b"fn g() {}\n", 0o644))])
+                .collect();
+            let report = sync_back(root, &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+            assert_eq!(read(root.join("lib/code.rs")), b"fn g() {}\n", "{what}");
+            assert!(!report.refused.is_empty(), "{what}: {report:?}");
+            let own_git = root.canonicalize().unwrap().join(".git");
+            for dir in ["", "lib", "lib/objects", "lib/refs", "evil"] {
+                let at = root.join(dir);
+                if !at.is_dir() {
+                    continue;
+                }
+                let gitdir = git(&at, &base_path, &["rev-parse", "--absolute-git-dir"]);
+                assert_eq!(
+                    gitdir.map(PathBuf::from),
+                    Some(own_git.clone()),
+                    "{what}: git takes {dir:?} for a repository of its own ({report:?})"
+                );
+                let _ = git(&at, &base_path, &["status"]);
+                assert!(
+                    !marker.exists(),
+                    "{what}: git status in {dir:?} ran the task's command"
+                );
+            }
+        }
+    }
+
+    /// A bare repository the project keeps in its working tree (a test fixture) is a git
+    /// directory: the task's change to its `config` is refused, its files are not deleted.
+    #[test]
+    fn a_bare_repository_in_the_working_tree_is_kept_as_it_is() {
+        let base = tempfile::tempdir().unwrap();
+        let root = base.path().join("repo");
+        std::fs::create_dir(&root).unwrap();
+        git(&root, base.path(), &["init", "-q"]).expect("git init");
+        git(
+            &root,
+            base.path(),
+            &["init", "-q", "--bare", "fixtures/bare.git"],
+        )
+        .expect("git init --bare");
+        let before = read(root.join("fixtures/bare.git/config"));
+        let copied_in = paths(["fixtures/bare.git/HEAD", "fixtures/bare.git/description"]);
+        let tree = tree([
+            (
+                "fixtures/bare.git/config",
+                b"[core]\n\tfsmonitor = \"touch /x\"\n",
+                0o644,
+            ),
+            ("fixtures/bare.git/HEAD", b"ref: refs/heads/master\n", 0o644),
+        ]);
+        let head = read(root.join("fixtures/bare.git/HEAD"));
+        let report = sync_back(&root, &tree, &BTreeMap::new(), &copied_in).unwrap();
+        assert_eq!(read(root.join("fixtures/bare.git/config")), before);
+        assert!(
+            root.join("fixtures/bare.git/description").exists(),
+            "not deleted"
+        );
+        assert_eq!(read(root.join("fixtures/bare.git/HEAD")), head);
+        assert!(
+            report
+                .refused
+                .contains(&"fixtures/bare.git/config".to_string()),
+            "{report:?}"
+        );
+        assert!(
+            report
+                .refused
+                .contains(&"fixtures/bare.git/description".to_string()),
+            "{report:?}"
+        );
+        assert_eq!((report.written, report.deleted), (0, 0), "{report:?}");
+    }
+
+    /// Issue 51, finding 2: a repository file the sandbox holds as something the sync does not
+    /// carry (a symlink, a directory, a name that is not UTF-8) stays on the host as it was and
+    /// is reported — never deleted because no regular file of that name came back.
+    #[test]
+    fn files_that_are_not_regular_files_in_the_sandbox_are_kept_and_reported() {
+        let repo = tempfile::tempdir().unwrap();
+        for name in ["README.md", "made-a-dir", "linked"] {
+            std::fs::write(repo.path().join(name), "precious\n").unwrap();
+        }
+        let copied_in = paths(["README.md", "made-a-dir", "linked"]);
+        let others = BTreeMap::from([
+            ("linked".to_string(), "a symlink"),
+            ("made-a-dir".to_string(), "a directory"),
+            ("new-link".to_string(), "a symlink"),
+        ]);
+        let tree = tree([
+            ("README.md", b"precious\n", 0o644),
+            ("README.bak", b"precious\n", 0o644),
+            ("made-a-dir/inside", b"x", 0o644),
+        ]);
+        let report = sync_back(repo.path(), &tree, &others, &copied_in).unwrap();
+        for name in ["README.md", "made-a-dir", "linked", "README.bak"] {
+            assert_eq!(read(repo.path().join(name)), b"precious\n", "{name}");
+        }
+        assert_eq!(
+            report.kept,
+            ["linked (a symlink)", "made-a-dir (a directory)"]
+        );
+        assert_eq!(report.refused, ["made-a-dir/inside"]);
+        assert_eq!((report.written, report.deleted), (1, 0));
+        let summary = report.summary().unwrap();
+        assert!(summary.contains("\"linked (a symlink)\""), "{summary}");
+        assert!(summary.contains("1 refused"), "{summary}");
+        assert_eq!(
+            SyncReport {
+                written: 3,
+                ..SyncReport::default()
+            }
+            .summary(),
+            None
+        );
     }
 }

@@ -10,8 +10,9 @@ use chorus_core::{Event, RunTimings, SandboxExit, TaskId, TaskSpec, Usage};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::{
-    ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, PooledSandbox,
-    RepoMount, SandboxError, SandboxPool, SandboxProvider, SandboxResult, SandboxSpec, UsageTotals,
+    ErrorCategory, ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, OutputStream,
+    PooledSandbox, RepoMount, SandboxError, SandboxPool, SandboxProvider, SandboxResult,
+    SandboxSpec, UsageTotals,
 };
 use super::{lifetime_for, LogWriter, Shared, Tails, TaskShape, REUSE_MARGIN};
 
@@ -52,14 +53,14 @@ impl<P: SandboxProvider + 'static> Held<P> {
 
     /// Gives the sandbox back: a pooled one is removed in the background; a fresh one is
     /// removed now (a read-write repository is synced back first, so the result comes after
-    /// the changes landed).
-    async fn finish(self) -> SandboxResult<()> {
+    /// the changes landed, and says what of them did not: the line returned).
+    async fn finish(self) -> SandboxResult<Option<String>> {
         match self {
             Held::Pooled(s, _) => {
                 s.release();
-                Ok(())
+                Ok(None)
             }
-            Held::Fresh(s) => s.remove().await,
+            Held::Fresh(s) => s.remove_reporting().await,
         }
     }
 
@@ -69,11 +70,11 @@ impl<P: SandboxProvider + 'static> Held<P> {
         self,
         usable_until: Instant,
         totals: Option<UsageTotals>,
-    ) -> SandboxResult<()> {
+    ) -> SandboxResult<Option<String>> {
         match self {
             Held::Pooled(s, Some(key)) => {
                 s.give_back(key, usable_until, totals);
-                Ok(())
+                Ok(None)
             }
             other => other.finish().await,
         }
@@ -228,6 +229,14 @@ pub(super) async fn run<P: SandboxProvider + Clone + 'static>(
         release_ms: ms(releasing.elapsed()),
     };
     shared.stats.stages(&timings);
+    // What the sync back left on the host goes to the end of stderr's tail, where the result
+    // shows it (issue 51, finding 2: a sync that cannot apply everything says so).
+    if let Ok(Some(note)) = &finished {
+        tails.push(&OutputChunk {
+            stream: OutputStream::Stderr,
+            data: format!("\nchorus: {note}\n").into_bytes(),
+        });
+    }
     let exit = |exit: SandboxExit| Event::SandboxExited {
         task: task.clone(),
         attempt,
