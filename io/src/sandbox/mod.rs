@@ -17,6 +17,7 @@ pub mod docker;
 pub mod double;
 pub mod error;
 pub mod image;
+pub mod live;
 pub mod network;
 pub mod owner;
 pub mod policy;

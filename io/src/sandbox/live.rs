@@ -1,0 +1,901 @@
+//! Live sandboxes on one worker: a sandbox an owner keeps across many commands (create,
+//! exec, files, environment, close), the worker-side half of issue 53 (docs/design.md §4.8).
+//!
+//! The registry holds each live sandbox under the id its caller gave (the cluster assigns ids;
+//! this module never invents one), with its owner, an idle timeout and an absolute end. Rules:
+//!
+//! 1. **Ownership.** Every call names who asks. A sandbox is its owner's: anyone else gets
+//!    [`LiveError::NotFound`] — the same answer as for an id that never existed, so nothing
+//!    leaks — unless the caller may act on any ([`Caller::any`], the `operate` role).
+//! 2. **Bounded.** At most [`LiveLimits::per_owner`] live sandboxes per owner and
+//!    [`LiveLimits::total`] on the worker; past either, the create is refused with a counted
+//!    reason and nothing is made. Output per command and file sizes per call are capped.
+//! 3. **Idempotent create.** A create repeated with the same owner and idempotency key answers
+//!    the sandbox the first made, never a second one, while it lives; after it is gone, the
+//!    same answer (gone, and why) as any later call.
+//! 4. **Ends are named.** A sandbox ends when its owner closes it, when it was idle (no call
+//!    under way, none begun) for its idle timeout, or at its absolute end, whatever it is
+//!    doing; the sandbox itself is armed to end at that absolute end too (so a worker killed
+//!    with `kill -9` leaves nothing running past it). Every later call answers
+//!    [`LiveError::Gone`] with the reason and when, for the last [`GONE_KEPT`] ended.
+//! 5. **A call under way keeps it from idling out**, never from its absolute end.
+//!
+//! Time is the tokio clock ([`tokio::time::Instant`]), so tests run on paused time.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{
+    ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, SandboxError, SandboxPolicy,
+    SandboxProvider, SandboxSpec,
+};
+
+/// How many ended sandboxes the registry remembers, to answer "gone, and why".
+pub const GONE_KEPT: usize = 4096;
+
+/// The registry's bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveLimits {
+    /// Live sandboxes one owner may hold on this worker.
+    pub per_owner: usize,
+    /// Live sandboxes on this worker.
+    pub total: usize,
+    /// The longest idle timeout a create may ask for (and the default).
+    pub max_idle: Duration,
+    /// The longest absolute lifetime a create may ask for (and the default).
+    pub max_lifetime: Duration,
+    /// Bytes of stdout, and of stderr, one command may return.
+    pub max_output_bytes: usize,
+    /// Bytes one file read or write may move.
+    pub max_file_bytes: usize,
+}
+
+impl Default for LiveLimits {
+    fn default() -> Self {
+        LiveLimits {
+            per_owner: 8,
+            total: 64,
+            max_idle: Duration::from_secs(10 * 60),
+            max_lifetime: Duration::from_secs(4 * 60 * 60),
+            max_output_bytes: 4 * 1024 * 1024,
+            max_file_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Who asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The owner a sandbox made by this caller belongs to (a token's identity).
+    pub owner: String,
+    /// May act on any owner's sandbox (list, close).
+    pub any: bool,
+}
+
+impl Caller {
+    /// An ordinary caller.
+    pub fn owner(owner: impl Into<String>) -> Self {
+        Caller {
+            owner: owner.into(),
+            any: false,
+        }
+    }
+}
+
+/// A create.
+#[derive(Debug, Clone)]
+pub struct CreateLive {
+    /// The id the cluster gave it.
+    pub id: String,
+    /// Repeats with the same owner and key answer the same sandbox (rule 3).
+    pub idempotency_key: Option<String>,
+    /// What to make.
+    pub spec: SandboxSpec,
+    /// Under which policy (limits within the worker's ceilings, checked by the caller).
+    pub policy: SandboxPolicy,
+    /// Idle timeout; `None`: [`LiveLimits::max_idle`].
+    pub idle: Option<Duration>,
+    /// Absolute lifetime from now; `None`: [`LiveLimits::max_lifetime`].
+    pub lifetime: Option<Duration>,
+}
+
+/// What a caller learns of a live sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveInfo {
+    pub id: String,
+    pub owner: String,
+    /// The sandbox's own id (the container's name).
+    pub sandbox: String,
+    /// Time left before it idles out (from its last call), as of the answer.
+    pub idle_left: Duration,
+    /// Time left before its absolute end, as of the answer.
+    pub lifetime_left: Duration,
+}
+
+/// Why a live sandbox ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoneWhy {
+    /// Its owner (or an operator: `by`) closed it.
+    Closed { by: String },
+    /// No call for its idle timeout.
+    Idle,
+    /// Its absolute lifetime ran out.
+    Expired,
+    /// The sandbox itself died or could not be reached (`why`).
+    Lost { why: String },
+}
+
+impl std::fmt::Display for GoneWhy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GoneWhy::Closed { by } => write!(f, "closed by {by}"),
+            GoneWhy::Idle => f.write_str("idle for its whole idle timeout"),
+            GoneWhy::Expired => f.write_str("its lifetime ran out"),
+            GoneWhy::Lost { why } => write!(f, "lost: {why}"),
+        }
+    }
+}
+
+/// Why a call was not done.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LiveError {
+    /// No such sandbox for this caller (rule 1).
+    #[error("no such live sandbox")]
+    NotFound,
+    /// It ended: why, and how long ago.
+    #[error("the live sandbox is gone ({why}, {ago:?} ago)")]
+    Gone { why: GoneWhy, ago: Duration },
+    /// A bound refused it (rule 2); `reason` is the counted name.
+    #[error("refused ({reason}): {detail}")]
+    Refused {
+        reason: &'static str,
+        detail: String,
+    },
+    /// The sandbox failed the call.
+    #[error("{0}")]
+    Sandbox(SandboxError),
+}
+
+/// Refusals counted by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveCounters {
+    pub created: u64,
+    pub ended: BTreeMap<&'static str, u64>,
+    pub refused: BTreeMap<&'static str, u64>,
+}
+
+struct Live<S> {
+    owner: String,
+    key: Option<String>,
+    sandbox: Arc<S>,
+    idle: Duration,
+    ends: Instant,
+    last_used: Instant,
+    /// Calls under way (rule 5).
+    busy: usize,
+}
+
+struct Ended {
+    id: String,
+    owner: String,
+    key: Option<String>,
+    why: GoneWhy,
+    at: Instant,
+}
+
+struct State<S> {
+    live: BTreeMap<String, Live<S>>,
+    /// Oldest first (rule 4).
+    gone: VecDeque<Ended>,
+    counters: LiveCounters,
+}
+
+/// The live sandboxes of one worker.
+pub struct LiveSandboxes<P: SandboxProvider> {
+    provider: P,
+    limits: LiveLimits,
+    state: Mutex<State<P::Sandbox>>,
+}
+
+impl<P: SandboxProvider> LiveSandboxes<P> {
+    /// An empty registry over `provider`.
+    pub fn new(provider: P, limits: LiveLimits) -> Self {
+        LiveSandboxes {
+            provider,
+            limits,
+            state: Mutex::new(State {
+                live: BTreeMap::new(),
+                gone: VecDeque::new(),
+                counters: LiveCounters::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<P::Sandbox>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bounds in force.
+    pub fn limits(&self) -> &LiveLimits {
+        &self.limits
+    }
+
+    /// What was made, ended and refused so far.
+    pub fn counters(&self) -> LiveCounters {
+        self.lock().counters.clone()
+    }
+
+    /// Makes a live sandbox for `caller` (rules 2 and 3): started, armed to end at its
+    /// lifetime.
+    pub async fn create(&self, caller: &Caller, req: CreateLive) -> Result<LiveInfo, LiveError> {
+        let idle = req.idle.unwrap_or(self.limits.max_idle);
+        let lifetime = req.lifetime.unwrap_or(self.limits.max_lifetime);
+        {
+            let mut st = self.lock();
+            if let Some(key) = &req.idempotency_key {
+                let now = Instant::now();
+                if let Some((id, live)) = st
+                    .live
+                    .iter()
+                    .find(|(_, l)| l.owner == caller.owner && l.key.as_ref() == Some(key))
+                {
+                    return Ok(info(id, live, now));
+                }
+                if let Some(e) = st
+                    .gone
+                    .iter()
+                    .rev()
+                    .find(|e| e.owner == caller.owner && e.key.as_ref() == Some(key))
+                {
+                    return Err(gone(e, now));
+                }
+            }
+            if st.live.contains_key(&req.id) || st.gone.iter().any(|e| e.id == req.id) {
+                return Err(refuse(
+                    &mut st,
+                    "duplicate_id",
+                    format!("id {} is taken", req.id),
+                ));
+            }
+            if idle.is_zero() || idle > self.limits.max_idle {
+                let detail = format!("idle timeout {idle:?}: 1 ms to {:?}", self.limits.max_idle);
+                return Err(refuse(&mut st, "idle_timeout", detail));
+            }
+            if lifetime.is_zero() || lifetime > self.limits.max_lifetime {
+                let detail = format!(
+                    "lifetime {lifetime:?}: 1 ms to {:?}",
+                    self.limits.max_lifetime
+                );
+                return Err(refuse(&mut st, "lifetime", detail));
+            }
+            let mine = st.live.values().filter(|l| l.owner == caller.owner).count();
+            if mine >= self.limits.per_owner {
+                let detail = format!(
+                    "{mine} live sandboxes of this owner, at most {}",
+                    self.limits.per_owner
+                );
+                return Err(refuse(&mut st, "per_owner", detail));
+            }
+            if st.live.len() >= self.limits.total {
+                let detail = format!(
+                    "{} live sandboxes on this worker, at most {}",
+                    st.live.len(),
+                    self.limits.total
+                );
+                return Err(refuse(&mut st, "worker_full", detail));
+            }
+            // Checked again once the sandbox runs: of two creates that raced past these
+            // bounds, the second is removed.
+        }
+        let sandbox = self
+            .provider
+            .create(&req.spec, &req.policy)
+            .await
+            .map_err(LiveError::Sandbox)?;
+        let started = async {
+            sandbox.start().await?;
+            match sandbox.end_after(lifetime).await {
+                Err(e) if e.category == super::ErrorCategory::Unsupported => Ok(()),
+                other => other,
+            }
+        }
+        .await;
+        if let Err(e) = started {
+            let _ = sandbox.remove().await;
+            return Err(LiveError::Sandbox(e));
+        }
+        let now = Instant::now();
+        let live = Live {
+            owner: caller.owner.clone(),
+            key: req.idempotency_key.clone(),
+            sandbox: Arc::new(sandbox),
+            idle,
+            ends: now + lifetime,
+            last_used: now,
+            busy: 0,
+        };
+        // Two creates of one key raced: the first to finish keeps its sandbox (rule 3); two
+        // creates that raced past the bounds: the second is removed.
+        let (extra, raced) = {
+            let mut st = self.lock();
+            let raced = req.idempotency_key.as_ref().and_then(|key| {
+                st.live
+                    .iter()
+                    .find(|(_, l)| l.owner == caller.owner && l.key.as_ref() == Some(key))
+                    .map(|(id, l)| info(id, l, now))
+            });
+            let over = st.live.values().filter(|l| l.owner == caller.owner).count()
+                >= self.limits.per_owner
+                || st.live.len() >= self.limits.total;
+            if raced.is_none() && !over && !st.live.contains_key(&req.id) {
+                let out = info(&req.id, &live, now);
+                st.live.insert(req.id, live);
+                st.counters.created += 1;
+                return Ok(out);
+            }
+            (live.sandbox, raced)
+        };
+        let _ = extra.remove().await;
+        match raced {
+            Some(info) => Ok(info),
+            None => Err(refuse(
+                &mut self.lock(),
+                "worker_full",
+                "filled while this one started".into(),
+            )),
+        }
+    }
+
+    /// The sandbox `id` for `caller`, marked busy until the guard drops (rule 5).
+    fn take(&self, caller: &Caller, id: &str) -> Result<Busy<'_, P>, LiveError> {
+        let mut st = self.lock();
+        let now = Instant::now();
+        let Some(live) = st.live.get_mut(id) else {
+            return Err(match st.gone.iter().rev().find(|e| e.id == id) {
+                Some(e) if e.owner == caller.owner || caller.any => gone(e, now),
+                _ => LiveError::NotFound,
+            });
+        };
+        if live.owner != caller.owner && !caller.any {
+            return Err(LiveError::NotFound);
+        }
+        live.busy += 1;
+        live.last_used = now;
+        Ok(Busy {
+            registry: self,
+            id: id.to_string(),
+            sandbox: live.sandbox.clone(),
+        })
+    }
+
+    /// What `caller` may see of `id`.
+    pub fn get(&self, caller: &Caller, id: &str) -> Result<LiveInfo, LiveError> {
+        let busy = self.take(caller, id)?;
+        let st = self.lock();
+        let now = Instant::now();
+        let live = st.live.get(&busy.id).ok_or(LiveError::NotFound)?;
+        Ok(info(&busy.id, live, now))
+    }
+
+    /// The live sandboxes `caller` may see: its own, or all for [`Caller::any`]; by id.
+    pub fn list(&self, caller: &Caller) -> Vec<LiveInfo> {
+        let st = self.lock();
+        let now = Instant::now();
+        st.live
+            .iter()
+            .filter(|(_, l)| caller.any || l.owner == caller.owner)
+            .map(|(id, l)| info(id, l, now))
+            .collect()
+    }
+
+    /// Runs a command in `id`, sending its output to `sink` as it comes; the output it returns
+    /// is capped at [`LiveLimits::max_output_bytes`] per stream. A sandbox that is no longer
+    /// running ends as lost.
+    pub async fn exec(
+        &self,
+        caller: &Caller,
+        id: &str,
+        mut req: ExecRequest,
+        sink: mpsc::Sender<OutputChunk>,
+    ) -> Result<ExecOutput, LiveError> {
+        let busy = self.take(caller, id)?;
+        let cap = self.limits.max_output_bytes;
+        req.output_limit_bytes = Some(req.output_limit_bytes.map_or(cap, |n| n.min(cap)));
+        req.last_in_sandbox = false;
+        req.after_reset = false;
+        let out = busy.sandbox.exec_streaming(req, sink).await;
+        self.judge(busy, out).await
+    }
+
+    /// Sets an environment variable for every later command in `id`.
+    pub fn set_env(
+        &self,
+        caller: &Caller,
+        id: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), LiveError> {
+        let busy = self.take(caller, id)?;
+        busy.sandbox.set_env(key, value);
+        Ok(())
+    }
+
+    /// Writes one file in `id` (at most [`LiveLimits::max_file_bytes`]).
+    pub async fn write_file(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> Result<(), LiveError> {
+        if data.len() > self.limits.max_file_bytes {
+            let mut st = self.lock();
+            let detail = format!(
+                "{} bytes, at most {}",
+                data.len(),
+                self.limits.max_file_bytes
+            );
+            return Err(refuse(&mut st, "file_size", detail));
+        }
+        let busy = self.take(caller, id)?;
+        let out = busy.sandbox.write_file(path, data, mode).await;
+        self.judge(busy, out).await
+    }
+
+    /// Reads one file of `id` (refused past [`LiveLimits::max_file_bytes`]).
+    pub async fn read_file(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, LiveError> {
+        let busy = self.take(caller, id)?;
+        let out = busy.sandbox.read_file(path).await;
+        let data = self.judge(busy, out).await?;
+        if data.len() > self.limits.max_file_bytes {
+            let mut st = self.lock();
+            let detail = format!(
+                "{} bytes, at most {}",
+                data.len(),
+                self.limits.max_file_bytes
+            );
+            return Err(refuse(&mut st, "file_size", detail));
+        }
+        Ok(data)
+    }
+
+    /// A call's answer; a sandbox found not running (or gone from under us) ends as lost, and
+    /// the call answers gone.
+    async fn judge<T>(
+        &self,
+        busy: Busy<'_, P>,
+        out: super::SandboxResult<T>,
+    ) -> Result<T, LiveError> {
+        use super::ErrorCategory::{Exited, NotFound};
+        match out {
+            Ok(v) => Ok(v),
+            Err(e) if matches!(e.category, Exited | NotFound) => {
+                let id = busy.id.clone();
+                drop(busy);
+                self.end(&id, GoneWhy::Lost { why: e.to_string() }).await;
+                let st = self.lock();
+                let now = Instant::now();
+                Err(st
+                    .gone
+                    .iter()
+                    .rev()
+                    .find(|g| g.id == id)
+                    .map_or(LiveError::Sandbox(e), |g| gone(g, now)))
+            }
+            Err(e) => Err(LiveError::Sandbox(e)),
+        }
+    }
+
+    /// Closes `id` for `caller` (the owner, or [`Caller::any`]).
+    pub async fn close(&self, caller: &Caller, id: &str) -> Result<(), LiveError> {
+        drop(self.take(caller, id)?);
+        self.end(
+            id,
+            GoneWhy::Closed {
+                by: caller.owner.clone(),
+            },
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Ends what is due at `now` (rule 4): idle ones with no call under way, and every one past
+    /// its absolute end. Returns the ids ended, by id.
+    pub async fn reap(&self) -> Vec<String> {
+        let now = Instant::now();
+        let due: Vec<(String, GoneWhy)> = {
+            let st = self.lock();
+            st.live
+                .iter()
+                .filter_map(|(id, l)| {
+                    if now >= l.ends {
+                        Some((id.clone(), GoneWhy::Expired))
+                    } else if l.busy == 0 && now >= l.last_used + l.idle {
+                        Some((id.clone(), GoneWhy::Idle))
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        };
+        let mut ended = Vec::with_capacity(due.len());
+        for (id, why) in due {
+            if self.end(&id, why).await {
+                ended.push(id);
+            }
+        }
+        ended
+    }
+
+    /// Ends every live sandbox (the worker stops): each removed, remembered as closed by
+    /// `by`.
+    pub async fn shutdown(&self, by: &str) {
+        let ids: Vec<String> = self.lock().live.keys().cloned().collect();
+        for id in ids {
+            self.end(&id, GoneWhy::Closed { by: by.to_string() }).await;
+        }
+    }
+
+    /// Takes `id` out of the registry, remembers why, and removes its sandbox. Whether it
+    /// was live.
+    async fn end(&self, id: &str, why: GoneWhy) -> bool {
+        let (sandbox, kind) = {
+            let mut st = self.lock();
+            let Some(live) = st.live.remove(id) else {
+                return false;
+            };
+            let kind = match &why {
+                GoneWhy::Closed { .. } => "closed",
+                GoneWhy::Idle => "idle",
+                GoneWhy::Expired => "expired",
+                GoneWhy::Lost { .. } => "lost",
+            };
+            *st.counters.ended.entry(kind).or_default() += 1;
+            if st.gone.len() >= GONE_KEPT {
+                st.gone.pop_front();
+            }
+            st.gone.push_back(Ended {
+                id: id.to_string(),
+                owner: live.owner,
+                key: live.key,
+                why,
+                at: Instant::now(),
+            });
+            (live.sandbox, kind)
+        };
+        if let Err(e) = sandbox.remove().await {
+            tracing::warn!(live = id, sandbox = sandbox.id(), ended = kind, error = %e,
+                "removing an ended live sandbox failed (its armed end still ends it)");
+        }
+        true
+    }
+}
+
+/// A sandbox taken for one call.
+struct Busy<'a, P: SandboxProvider> {
+    registry: &'a LiveSandboxes<P>,
+    id: String,
+    sandbox: Arc<P::Sandbox>,
+}
+
+impl<P: SandboxProvider> Drop for Busy<'_, P> {
+    fn drop(&mut self) {
+        let mut st = self.registry.lock();
+        if let Some(live) = st.live.get_mut(&self.id) {
+            live.busy = live.busy.saturating_sub(1);
+            live.last_used = Instant::now();
+        }
+    }
+}
+
+fn info<S: ExecutionSandbox>(id: &str, live: &Live<S>, now: Instant) -> LiveInfo {
+    LiveInfo {
+        id: id.to_string(),
+        owner: live.owner.clone(),
+        sandbox: live.sandbox.id().to_string(),
+        idle_left: (live.last_used + live.idle).saturating_duration_since(now),
+        lifetime_left: live.ends.saturating_duration_since(now),
+    }
+}
+
+fn gone(e: &Ended, now: Instant) -> LiveError {
+    LiveError::Gone {
+        why: e.why.clone(),
+        ago: now.saturating_duration_since(e.at),
+    }
+}
+
+fn refuse<S>(st: &mut State<S>, reason: &'static str, detail: String) -> LiveError {
+    *st.counters.refused.entry(reason).or_default() += 1;
+    LiveError::Refused { reason, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::double::{Op, ScriptedExec, ScriptedProvider};
+    use crate::sandbox::{ErrorCategory, SandboxState};
+
+    fn registry(limits: LiveLimits) -> (ScriptedProvider, LiveSandboxes<ScriptedProvider>) {
+        let provider = ScriptedProvider::new();
+        (provider.clone(), LiveSandboxes::new(provider, limits))
+    }
+
+    fn create(id: &str, key: Option<&str>) -> CreateLive {
+        CreateLive {
+            id: id.into(),
+            idempotency_key: key.map(Into::into),
+            spec: SandboxSpec::new("n1", id, "chorus-sandbox:test"),
+            policy: SandboxPolicy::default(),
+            idle: Some(Duration::from_secs(60)),
+            lifetime: Some(Duration::from_secs(600)),
+        }
+    }
+
+    fn sink() -> mpsc::Sender<OutputChunk> {
+        mpsc::channel(16).0
+    }
+
+    /// Many steps in one sandbox: a file written is read by a later command's sandbox, an
+    /// environment set is seen by later commands, and another owner sees nothing of it.
+    #[tokio::test(start_paused = true)]
+    async fn one_sandbox_serves_many_steps_of_its_owner_only() {
+        let (provider, reg) = registry(LiveLimits::default());
+        let alice = Caller::owner("alice");
+        let bob = Caller::owner("bob");
+        let made = reg.create(&alice, create("s1", None)).await.unwrap();
+        assert_eq!(made.owner, "alice");
+        reg.write_file(&alice, "s1", "/workspace/a.txt", b"hi", 0o644)
+            .await
+            .unwrap();
+        assert_eq!(
+            reg.read_file(&alice, "s1", "/workspace/a.txt")
+                .await
+                .unwrap(),
+            b"hi"
+        );
+        reg.set_env(&alice, "s1", "MODE", "test").unwrap();
+        let sb = provider.sandboxes().pop().unwrap();
+        sb.push_exec(ScriptedExec::output(0, "ok\n"));
+        let out = reg
+            .exec(&alice, "s1", ExecRequest::new(["true"]), sink())
+            .await
+            .unwrap();
+        assert_eq!(out.stdout, b"ok\n");
+        assert_eq!(provider.sandboxes().len(), 1, "one sandbox for every step");
+        assert_eq!(sb_env(&sb, "MODE"), Some("test".to_string()));
+        for err in [
+            reg.read_file(&bob, "s1", "/workspace/a.txt")
+                .await
+                .unwrap_err(),
+            reg.close(&bob, "s1").await.unwrap_err(),
+            reg.get(&bob, "s1").unwrap_err(),
+        ] {
+            assert!(matches!(err, LiveError::NotFound), "{err}");
+        }
+        assert!(reg.list(&bob).is_empty());
+        assert_eq!(reg.list(&alice).len(), 1);
+        let operator = Caller {
+            owner: "op".into(),
+            any: true,
+        };
+        assert_eq!(reg.list(&operator).len(), 1);
+        reg.close(&alice, "s1").await.unwrap();
+        assert!(matches!(
+            reg.exec(&alice, "s1", ExecRequest::new(["true"]), sink())
+                .await,
+            Err(LiveError::Gone {
+                why: GoneWhy::Closed { .. },
+                ..
+            })
+        ));
+        assert!(
+            matches!(reg.get(&bob, "s1"), Err(LiveError::NotFound)),
+            "bob learns nothing"
+        );
+        assert_eq!(sb.calls().last().unwrap().op, Op::Remove);
+    }
+
+    fn sb_env(sb: &crate::sandbox::double::ScriptedSandbox, key: &str) -> Option<String> {
+        sb.env().get(key).cloned()
+    }
+
+    /// Rule 3: the same key gives the same sandbox, once.
+    #[tokio::test(start_paused = true)]
+    async fn a_create_repeated_with_its_key_gives_the_same_sandbox_once() {
+        let (provider, reg) = registry(LiveLimits::default());
+        let alice = Caller::owner("alice");
+        let first = reg.create(&alice, create("s1", Some("k"))).await.unwrap();
+        let again = reg.create(&alice, create("s2", Some("k"))).await.unwrap();
+        assert_eq!(first.id, again.id);
+        assert_eq!(provider.sandboxes().len(), 1);
+        // Another owner's key is another key.
+        let other = reg
+            .create(&Caller::owner("bob"), create("s3", Some("k")))
+            .await
+            .unwrap();
+        assert_eq!(other.id, "s3");
+        reg.close(&alice, "s1").await.unwrap();
+        assert!(matches!(
+            reg.create(&alice, create("s4", Some("k"))).await,
+            Err(LiveError::Gone { .. })
+        ));
+        assert_eq!(provider.sandboxes().len(), 2);
+    }
+
+    /// Rule 2: bounds per owner and per worker refuse, counted, and make nothing.
+    #[tokio::test(start_paused = true)]
+    async fn bounds_refuse_with_counted_reasons() {
+        let limits = LiveLimits {
+            per_owner: 2,
+            total: 3,
+            ..LiveLimits::default()
+        };
+        let (provider, reg) = registry(limits);
+        let alice = Caller::owner("alice");
+        reg.create(&alice, create("a1", None)).await.unwrap();
+        reg.create(&alice, create("a2", None)).await.unwrap();
+        let err = reg.create(&alice, create("a3", None)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Refused {
+                    reason: "per_owner",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        reg.create(&Caller::owner("bob"), create("b1", None))
+            .await
+            .unwrap();
+        let err = reg
+            .create(&Caller::owner("carol"), create("c1", None))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Refused {
+                    reason: "worker_full",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let mut too_long = create("c2", None);
+        too_long.lifetime = Some(Duration::from_secs(24 * 3600));
+        let err = reg
+            .create(&Caller::owner("carol"), too_long)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Refused {
+                    reason: "lifetime",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = reg.create(&alice, create("a1", None)).await.unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Refused {
+                    reason: "duplicate_id",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let c = reg.counters();
+        assert_eq!(
+            c.refused,
+            BTreeMap::from([
+                ("duplicate_id", 1),
+                ("lifetime", 1),
+                ("per_owner", 1),
+                ("worker_full", 1)
+            ])
+        );
+        assert_eq!((c.created, provider.sandboxes().len()), (3, 3));
+        let big = vec![0u8; reg.limits().max_file_bytes + 1];
+        let err = reg
+            .write_file(&alice, "a1", "/workspace/big", &big, 0o644)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Refused {
+                    reason: "file_size",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    /// Rules 4 and 5: idle ones end after their idle timeout unless a call is under way;
+    /// every one ends at its absolute end; later calls say why.
+    #[tokio::test(start_paused = true)]
+    async fn idle_and_expired_sandboxes_end_and_say_why() {
+        let (_provider, reg) = registry(LiveLimits::default());
+        let alice = Caller::owner("alice");
+        reg.create(&alice, create("idle", None)).await.unwrap();
+        reg.create(&alice, create("used", None)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(59)).await;
+        reg.set_env(&alice, "used", "A", "1").unwrap();
+        assert!(reg.reap().await.is_empty());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(reg.reap().await, ["idle"]);
+        // Kept busy past its idle timeout, it still ends at its absolute end.
+        let held = reg.take(&alice, "used").unwrap();
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert_eq!(reg.reap().await, ["used"]);
+        drop(held);
+        assert!(matches!(
+            reg.get(&alice, "idle"),
+            Err(LiveError::Gone {
+                why: GoneWhy::Idle,
+                ..
+            })
+        ));
+        assert!(matches!(
+            reg.get(&alice, "used"),
+            Err(LiveError::Gone {
+                why: GoneWhy::Expired,
+                ..
+            })
+        ));
+        let ended = reg.counters().ended;
+        assert_eq!(ended, BTreeMap::from([("expired", 1), ("idle", 1)]));
+    }
+
+    /// A sandbox whose main process died is lost: the call and every later one say so.
+    #[tokio::test(start_paused = true)]
+    async fn a_dead_sandbox_is_reported_lost() {
+        let (provider, reg) = registry(LiveLimits::default());
+        let alice = Caller::owner("alice");
+        reg.create(&alice, create("s1", None)).await.unwrap();
+        let sb = provider.sandboxes().pop().unwrap();
+        sb.set_state(SandboxState::Exited {
+            exit_code: 137,
+            oom_killed: false,
+        });
+        let err = reg
+            .exec(&alice, "s1", ExecRequest::new(["true"]), sink())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LiveError::Gone {
+                    why: GoneWhy::Lost { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(matches!(reg.get(&alice, "s1"), Err(LiveError::Gone { .. })));
+        // A create that fails to start leaves nothing behind.
+        provider.fail_next_create(SandboxError::new(ErrorCategory::Create, "no"));
+        assert!(matches!(
+            reg.create(&alice, create("s2", None)).await,
+            Err(LiveError::Sandbox(_))
+        ));
+        assert!(reg.list(&alice).is_empty());
+    }
+}
