@@ -7,6 +7,17 @@
 //! forged ones: made-up electorates signed by itself, with made-up signatures for members, or
 //! genuine links it heard with a member swapped in (`chorus_core::certificate`).
 //!
+//! It also speaks for tasks it never ran (issue 52), once a burst, aimed where each lie could
+//! do harm ([`Liar::answer`]): a forged result sent to the task's origin, or to the admin to
+//! relay, naming any node as the worker (marked [`FORGED_STDOUT_PREFIX`], so a result that
+//! was taken shows); and forged acknowledgements — to a worker, so it would forget a result its
+//! submitter never had, and to the admin naming a worker, for it to pass on. Every one is
+//! refused (`unsolicited` or `not_owner`): only the worker the admin placed a task on, or the
+//! admin relaying for it, speaks for a result, and only the origin or the admin acknowledges
+//! one (`chorus_core::task`). The tasks it aims at are those it heard of, those numbered
+//! around the latest it heard of each origin (likely in flight elsewhere), and made-up ones;
+//! never one placed on itself (its honest core runs those, and its word counts).
+//!
 //! What a liar cannot do, because the transport authenticates: send as anyone but itself; nor,
 //! because members sign with keys it does not hold, sign for another node. What
 //! it does not do: claim `admin_election` (it advertises a worker's capabilities), or collude
@@ -16,17 +27,29 @@
 //!
 //! The checker judges the honest nodes only.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use chorus_core::certificate::simulated_signature;
 use chorus_core::rng::below;
-use chorus_core::{Electorate, Link, Message, NodeId, Resources, Signature, MAX_WIRE_INT};
+use chorus_core::{
+    Electorate, Link, Message, NodeId, Resources, Signature, TaskId, TaskResult, TaskStatus,
+    MAX_WIRE_INT,
+};
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 /// How many heard messages a liar keeps for replaying.
 const HEARD: usize = 32;
+
+/// The start of the stdout of every result a liar forges: a submitter that took one shows it.
+pub const FORGED_STDOUT_PREFIX: &str = "forged by ";
+
+/// Task numbers a liar makes up ids with (`nJ-1` to `nJ-MADE_UP_SEQS`): a run's first tasks.
+const MADE_UP_SEQS: u64 = 64;
+
+/// Task numbers a liar aims at around the latest it heard of an origin (half before it).
+const NEAR_SEQS: u64 = 12;
 
 /// The lying half of a hostile node.
 pub struct Liar {
@@ -39,6 +62,24 @@ pub struct Liar {
     genesis: u64,
     /// Nodes that asked it for links, with the version they asked after.
     askers: VecDeque<(usize, u64)>,
+    /// Task lies (issue 52), on a stream of their own: the other lies stay as they were.
+    tasks: TaskLies,
+}
+
+/// What a liar knows for its task lies.
+struct TaskLies {
+    rng: ChaCha8Rng,
+    /// Tasks it heard of (besides placements on itself), newest last.
+    heard: VecDeque<TaskId>,
+    /// Tasks placed on its own core: its results for these are true ones, never forged.
+    placed_here: BTreeSet<TaskId>,
+    /// The highest task number it heard of per origin (from placements on itself too): the
+    /// tasks just around it are likely in flight, placed elsewhere.
+    latest: BTreeMap<NodeId, u64>,
+    /// The node whose heartbeat it heard last: the admin, to send relays to.
+    admin: Option<usize>,
+    /// This burst's task lie is out: [`Liar::answer`] ends the burst's answers.
+    lied: bool,
 }
 
 impl Liar {
@@ -52,11 +93,20 @@ impl Liar {
             beat: 0,
             genesis: 0,
             askers: VecDeque::new(),
+            tasks: TaskLies {
+                rng: ChaCha8Rng::seed_from_u64(stream ^ 0x7a5c_0000_0000_0052),
+                heard: VecDeque::with_capacity(HEARD),
+                placed_here: BTreeSet::new(),
+                latest: BTreeMap::new(),
+                admin: None,
+                lied: false,
+            },
         }
     }
 
     /// Takes note of a message delivered to the hostile node by node `from`.
     pub fn hear(&mut self, from: usize, msg: &Message) {
+        self.tasks.hear(from, msg);
         match msg {
             Message::ChainRequest { after } if self.askers.len() < HEARD => {
                 self.askers.push_back((from, *after));
@@ -138,9 +188,16 @@ impl Liar {
         Arc::new(Electorate::new(version, members))
     }
 
-    /// A forged answer to a node that asked this liar for links, if one asked.
+    /// A forged answer to a node that asked this liar for links, if one asked; then, once a
+    /// burst, a task lie aimed at whom it could fool ([`Liar::task_lie`]); then `None`.
     pub fn answer(&mut self, me: &NodeId, nodes: usize) -> Option<(usize, Message)> {
-        let (to, after) = self.askers.pop_front()?;
+        let Some((to, after)) = self.askers.pop_front() else {
+            if std::mem::take(&mut self.tasks.lied) {
+                return None;
+            }
+            self.tasks.lied = true;
+            return self.task_lie(me, nodes);
+        };
         let mut links = Vec::new();
         let heard = self.heard.iter().find_map(|m| match m {
             Message::Chain { links } => links.first().cloned(),
@@ -189,6 +246,84 @@ impl Liar {
             }
         }
         Some((to, Message::Chain { links }))
+    }
+
+    /// A lie about a task `me` never ran, and the node it is aimed at: a forged result to the
+    /// task's origin or to the admin (to relay), naming any node as its worker; a forged
+    /// acknowledgement to any node (a worker that may hold the result), or to the admin naming
+    /// a worker (to pass on). `None` when the lie would be aimed at `me`.
+    pub fn task_lie(&mut self, me: &NodeId, nodes: usize) -> Option<(usize, Message)> {
+        let t = &mut self.tasks;
+        let n = nodes.max(2) as u64;
+        let index = |id: &NodeId| {
+            id.as_str()
+                .strip_prefix('n')
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| *i < nodes)
+        };
+        let mine = index(me).unwrap_or(nodes) as u64;
+        // Any node but this one.
+        let other = |rng: &mut ChaCha8Rng| {
+            let j = below(rng, n - 1);
+            (if j >= mine { j + 1 } else { j }) as usize
+        };
+        let heard = t.heard.len() as u64;
+        let task = match below(&mut t.rng, 4) {
+            0 if heard > 0 => t.heard[below(&mut t.rng, heard) as usize].clone(),
+            // Next to the latest task of an origin it heard of: likely in flight elsewhere.
+            0..=2 if !t.latest.is_empty() => {
+                let i = below(&mut t.rng, t.latest.len() as u64) as usize;
+                let (origin, latest) = t.latest.iter().nth(i).expect("within the map");
+                let seq = (latest + below(&mut t.rng, NEAR_SEQS)).saturating_sub(NEAR_SEQS / 2);
+                TaskId {
+                    origin: origin.clone(),
+                    seq: seq.max(1),
+                }
+            }
+            _ => TaskId {
+                origin: NodeId::from(format!("n{}", other(&mut t.rng))),
+                seq: 1 + below(&mut t.rng, MADE_UP_SEQS),
+            },
+        };
+        if t.placed_here.contains(&task) {
+            return None;
+        }
+        let origin = index(&task.origin)?;
+        let anyone = NodeId::from(format!("n{}", below(&mut t.rng, n)));
+        let somewhere = other(&mut t.rng);
+        let admin = t.admin.unwrap_or(somewhere);
+        let (to, msg) = match below(&mut t.rng, 4) {
+            0 | 1 => {
+                let result = TaskResult {
+                    status: TaskStatus::Succeeded,
+                    exit_code: Some(0),
+                    signal: None,
+                    worker: anyone,
+                    attempt: 1 + below(&mut t.rng, 3) as u32,
+                    duration_ms: 1,
+                    usage: Default::default(),
+                    stdout: format!("{FORGED_STDOUT_PREFIX}{me}"),
+                    stderr: String::new(),
+                    stdout_truncated_bytes: 0,
+                    stderr_truncated_bytes: 0,
+                    error: None,
+                    timings: Default::default(),
+                };
+                let to = if below(&mut t.rng, 2) == 0 {
+                    origin
+                } else {
+                    admin
+                };
+                let result = Box::new(result);
+                (to, Message::TaskResult { task, result })
+            }
+            2 => (somewhere, Message::TaskResultAck { task, worker: None }),
+            _ => {
+                let worker = Some(anyone);
+                (admin, Message::TaskResultAck { task, worker })
+            }
+        };
+        (format!("n{to}") != me.as_str()).then_some((to, msg))
     }
 
     /// The next lie of node `me` in a cluster of `nodes`.
@@ -287,9 +422,141 @@ impl Liar {
     }
 }
 
+impl TaskLies {
+    fn hear(&mut self, from: usize, msg: &Message) {
+        let task = match msg {
+            Message::Heartbeat { .. } => {
+                self.admin = Some(from);
+                return;
+            }
+            Message::TaskPlace { task, .. } => {
+                if self.placed_here.len() < 4 * HEARD * HEARD {
+                    self.placed_here.insert(task.clone());
+                }
+                self.note(task);
+                return;
+            }
+            Message::TaskCancel { task, .. }
+            | Message::TaskResultAck { task, .. }
+            | Message::TaskState { task, .. }
+            | Message::TaskResult { task, .. }
+            | Message::TaskCancelAsk { task }
+            | Message::TaskCancelAsked { task } => task,
+            _ => return,
+        };
+        self.note(task);
+        if self.heard.len() == HEARD {
+            self.heard.pop_front();
+        }
+        self.heard.push_back(task.clone());
+    }
+
+    fn note(&mut self, task: &TaskId) {
+        if task.seq <= MAX_WIRE_INT
+            && (self.latest.len() < HEARD || self.latest.contains_key(&task.origin))
+        {
+            let latest = self.latest.entry(task.origin.clone()).or_default();
+            *latest = (*latest).max(task.seq);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The task lies (issue 52): forged results to origins and to the admin, forged
+    /// acknowledgements to anyone and to the admin naming a worker; about tasks heard of and
+    /// made up, never one placed on the liar itself, never aimed at itself; once a burst, on
+    /// a stream of their own.
+    #[test]
+    fn task_lies_forge_results_and_acknowledgements_of_others_tasks() {
+        let me = NodeId::from("n6");
+        let mine = TaskId {
+            origin: "n1".into(),
+            seq: 7,
+        };
+        let theirs = TaskId {
+            origin: "n2".into(),
+            seq: 3,
+        };
+        let run = |seed| {
+            let mut l = Liar::new(seed, 6);
+            l.hear(0, &heartbeat());
+            let place = Message::TaskPlace {
+                term: 4,
+                task: mine.clone(),
+                attempt: 1,
+                seq: 1,
+                spec: Default::default(),
+            };
+            l.hear(0, &place);
+            let state = Message::TaskCancelAsk {
+                task: theirs.clone(),
+            };
+            l.hear(3, &state);
+            (0..400)
+                .filter_map(|_| l.task_lie(&me, 7))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+        let lies = run(1);
+        assert!(lies.len() > 300, "{}", lies.len());
+        let (mut to_origin, mut to_admin, mut acks, mut relayed_acks, mut heard) = (0, 0, 0, 0, 0);
+        for (to, lie) in &lies {
+            assert_ne!(*to, 6, "aimed at itself: {lie:?}");
+            match lie {
+                Message::TaskResult { task, result } => {
+                    assert_ne!(*task, mine);
+                    assert!(result.stdout.starts_with(FORGED_STDOUT_PREFIX));
+                    assert!(result.check().is_ok(), "well-formed: {result:?}");
+                    heard += usize::from(*task == theirs);
+                    if format!("n{to}") == task.origin.as_str() {
+                        to_origin += 1;
+                    }
+                    if *to == 0 {
+                        to_admin += 1;
+                    }
+                }
+                Message::TaskResultAck { task, worker } => {
+                    assert_ne!(*task, mine);
+                    match worker {
+                        None => acks += 1,
+                        Some(_) => {
+                            assert_eq!(*to, 0, "to the admin");
+                            relayed_acks += 1;
+                        }
+                    }
+                }
+                other => panic!("not a task lie: {other:?}"),
+            }
+        }
+        assert!(
+            [to_origin, to_admin, acks, relayed_acks, heard]
+                .iter()
+                .all(|n| *n > 10),
+            "{to_origin} {to_admin} {acks} {relayed_acks} {heard}"
+        );
+        // Once a burst, after the links asked for: `answer` gives one, then ends the burst.
+        let mut l = Liar::new(3, 6);
+        let burst = |l: &mut Liar| std::iter::from_fn(|| l.answer(&me, 7)).count();
+        let sizes: Vec<usize> = (0..50).map(|_| burst(&mut l)).collect();
+        assert!(sizes.iter().all(|n| *n <= 1), "{sizes:?}");
+        assert!(sizes.iter().filter(|n| **n == 1).count() > 40, "{sizes:?}");
+    }
+
+    fn heartbeat() -> Message {
+        Message::Heartbeat {
+            term: 4,
+            beat: 40,
+            membership_version: 1,
+            genesis: 0,
+            electorate: None,
+            membership_term: 0,
+            certified: 0,
+        }
+    }
 
     #[test]
     fn lies_are_deterministic_per_seed_and_varied() {

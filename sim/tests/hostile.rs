@@ -107,3 +107,64 @@ fn hostile_nodes_are_workers_and_des_only() {
         .to_string();
     assert!(err.contains("discrete-event engine only"), "{err}");
 }
+
+/// Issue 52: liars forge results of tasks they never ran — to the task's origin, and to the
+/// admin to relay, naming any node as the worker — and acknowledgements, to workers and to
+/// the admin naming a worker. Under the task scenario's load and faults every one is refused
+/// (`not_owner` is theirs alone: no honest node sends another's acknowledgement), no
+/// submitter takes a forged result (`hostile.rs` marks them), and invariant 7 holds: no
+/// worker forgot a result its submitter never had.
+#[test]
+fn forged_task_results_and_acknowledgements_are_refused() {
+    use chorus_sim::hostile::FORGED_STDOUT_PREFIX;
+    let s = with_liars("tasks").unwrap();
+    let liars: Vec<String> = (0..s.nodes)
+        .filter(|i| s.is_hostile(*i))
+        .map(|i| format!("n{i}"))
+        .collect();
+    assert_eq!(liars, ["n5", "n6"]);
+    for seed in 0..6 {
+        let (bytes, fa) =
+            chorus_sim::run::run_to_bytes(&s, seed, chorus_sim::run::Engine::Des, false).unwrap();
+        assert!(fa.violations.is_empty(), "seed {seed}: {:?}", fa.violations);
+        for reason in ["not_owner", "unsolicited"] {
+            assert!(
+                fa.stats.refused.get(reason).is_some_and(|n| *n > 20),
+                "seed {seed}: {reason}: {:?}",
+                fa.stats.refused
+            );
+        }
+        assert!(fa.stats.tasks_accepted > 100, "seed {seed}");
+        // A liar's word counts for a task an admin placed on it (its honest core ran it): those
+        // are left out.
+        let (_, lines) = chorus_sim::trace::read(&String::from_utf8(bytes).unwrap()).unwrap();
+        let on_liars: std::collections::BTreeSet<String> = lines
+            .iter()
+            .filter_map(|l| match &l.record {
+                chorus_sim::trace::Record::TaskPlaced { task, worker, .. }
+                    if liars.contains(worker) =>
+                {
+                    Some(task.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        let cores = chorus_sim::des::cores_at(&s, seed, s.duration_ms).unwrap();
+        let mut done = 0;
+        for (i, core) in cores.iter().enumerate() {
+            let Some(core) = core.as_ref().filter(|_| !s.is_hostile(i)) else {
+                continue;
+            };
+            for (task, t) in core.owned_tasks() {
+                let Some(result) = &t.result else { continue };
+                done += 1;
+                assert!(
+                    !result.stdout.starts_with(FORGED_STDOUT_PREFIX)
+                        || on_liars.contains(&task.to_string()),
+                    "seed {seed}: n{i} took a forged result of {task}: {result:?}"
+                );
+            }
+        }
+        assert!(done > 50, "seed {seed}: {done} results to look at");
+    }
+}
