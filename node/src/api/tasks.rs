@@ -116,30 +116,9 @@ pub(super) async fn cancel_task(
         Ok(t) => t,
         Err(error) => return json_answer(400, serde_json::json!({ "error": error })),
     };
-    let forward = match where_is(&shared.lock(), &task) {
-        Whereabouts::Here(owner) => {
-            if caller.role < Role::Operate {
-                if let Some(owner) = owner.filter(|o| o.as_deref() != Some(caller.id.as_str())) {
-                    let error = format!(
-                        "task {task} was submitted by another caller ({}); cancelling it needs                          a token of role operate",
-                        owner.as_deref().unwrap_or("unknown")
-                    );
-                    return json_answer(403, serde_json::json!({ "error": error }));
-                }
-            }
-            false
-        }
-        Whereabouts::Elsewhere { reachable: true } | Whereabouts::Unknown => false,
-        Whereabouts::Elsewhere { reachable: false } => {
-            if caller.role < Role::Operate {
-                let error = format!(
-                    "task {task} belongs to node {}, which this node cannot reach now;                      cancelling another node's task here needs a token of role operate (or                      cancel it at its node once that is back)",
-                    task.origin
-                );
-                return json_answer(403, serde_json::json!({ "error": error }));
-            }
-            true
-        }
+    let forward = match may_cancel(&caller, &task, &where_is(&shared.lock(), &task)) {
+        Ok(forward) => forward,
+        Err(error) => return json_answer(403, serde_json::json!({ "error": error })),
     };
     let (code, body) = if forward {
         cancel_elsewhere(&shared, task).await
@@ -147,6 +126,44 @@ pub(super) async fn cancel_task(
         cancel(&shared, task).await
     };
     json_answer(code, body)
+}
+
+/// Whether `caller` may cancel `task`, which lives where `whereabouts` says: `Ok(false)` to
+/// cancel it here (its submitter's answer says the rest: 404, 409), `Ok(true)` to hand the
+/// cancel to the admin (`cancel_elsewhere`), `Err` why not (403). A token below `operate`
+/// cancels only the tasks it submitted: not another caller's, not one submitted without a
+/// token, and not another node's task while that node is out of reach (whose it is cannot
+/// be told from here).
+fn may_cancel(caller: &Caller, task: &TaskId, whereabouts: &Whereabouts) -> Result<bool, String> {
+    match whereabouts {
+        Whereabouts::Here(owner) => {
+            if caller.role < Role::Operate {
+                if let Some(owner) = owner
+                    .as_ref()
+                    .filter(|o| o.as_deref() != Some(caller.id.as_str()))
+                {
+                    return Err(format!(
+                        "task {task} was submitted by another caller ({}); cancelling it needs \
+                         a token of role operate",
+                        owner.as_deref().unwrap_or("unknown")
+                    ));
+                }
+            }
+            Ok(false)
+        }
+        Whereabouts::Elsewhere { reachable: true } | Whereabouts::Unknown => Ok(false),
+        Whereabouts::Elsewhere { reachable: false } => {
+            if caller.role < Role::Operate {
+                return Err(format!(
+                    "task {task} belongs to node {}, which this node cannot reach now; \
+                     cancelling another node's task here needs a token of role operate (or \
+                     cancel it at its node once that is back)",
+                    task.origin
+                ));
+            }
+            Ok(true)
+        }
+    }
 }
 
 /// Where a task lives, as this node sees it.
@@ -546,6 +563,63 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `DELETE /tasks/{id}`: a token below `operate` cancels only what it submitted here —
+    /// not another caller's task, not one submitted without a token, not another node's task
+    /// while that node is out of reach; `operate` and `manage` cancel any, and hand the cancel
+    /// of an unreachable node's task to the admin. A task not held here (a reachable node's,
+    /// or a node not running) is left to the submitter's answer (404).
+    #[test]
+    fn a_token_below_operate_cancels_only_its_own_tasks() {
+        let here_mine = Whereabouts::Here(Some(Some("0123456789abcdef".into())));
+        let here_theirs = Whereabouts::Here(Some(Some("fedcba9876543210".into())));
+        let here_anonymous = Whereabouts::Here(Some(None));
+        let not_here = Whereabouts::Here(None);
+        let reachable = Whereabouts::Elsewhere { reachable: true };
+        let unreachable = Whereabouts::Elsewhere { reachable: false };
+        // (where, what read, submit, operate and manage tokens get: Some(forward), None: 403)
+        let table: &[(&str, &Whereabouts, [Option<bool>; 4])] = &[
+            ("mine", &here_mine, [Some(false); 4]),
+            (
+                "another caller's",
+                &here_theirs,
+                [None, None, Some(false), Some(false)],
+            ),
+            (
+                "submitted without a token",
+                &here_anonymous,
+                [None, None, Some(false), Some(false)],
+            ),
+            ("not owned here", &not_here, [Some(false); 4]),
+            ("a reachable node's", &reachable, [Some(false); 4]),
+            ("not running", &Whereabouts::Unknown, [Some(false); 4]),
+            (
+                "an unreachable node's",
+                &unreachable,
+                [None, None, Some(true), Some(true)],
+            ),
+        ];
+        let task: TaskId = "n-1".parse().unwrap();
+        for (what, whereabouts, by_role) in table {
+            for (role, want) in Role::ALL.into_iter().zip(by_role) {
+                let caller = Caller {
+                    role,
+                    id: "0123456789abcdef".into(),
+                    delegated: false,
+                };
+                let got = may_cancel(&caller, &task, whereabouts);
+                assert_eq!(
+                    got.as_ref().ok(),
+                    want.as_ref(),
+                    "{what} by {role}: {got:?}"
+                );
+                if let Err(error) = got {
+                    assert!(error.contains("role operate"), "{error}");
+                    assert!(!error.contains("  "), "{error}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_submit_body_is_a_spec_with_a_default_timeout_and_an_optional_key() {
