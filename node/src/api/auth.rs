@@ -634,6 +634,129 @@ mod tests {
             .is_some_and(|c| !c.delegated));
     }
 
+    /// The roles are ordered read < submit < operate < manage, and a token is admitted to a
+    /// route exactly when its role is the route's or above: `operate` changes the membership
+    /// but may not make tokens, `manage` does both. The table is written out, not derived
+    /// from the order, so swapping two roles (or admitting a role just below the one needed)
+    /// fails it.
+    #[test]
+    fn each_role_allows_what_the_roles_below_it_do_and_no_more() {
+        assert_eq!(
+            Role::ALL,
+            [Role::Read, Role::Submit, Role::Operate, Role::Manage]
+        );
+        assert!(Role::Read < Role::Submit && Role::Submit < Role::Operate);
+        assert!(Role::Operate < Role::Manage, "operate is below manage");
+        let auth = Auth::new(key(), vec![]);
+        // (method, path, admitted for read, submit, operate, manage)
+        let table: &[(Method, &str, [bool; 4])] = &[
+            (Method::GET, "/tasks", [true; 4]),
+            (Method::POST, "/acl/delegate", [true; 4]),
+            (Method::POST, "/tasks", [false, true, true, true]),
+            (Method::DELETE, "/tasks/a-1", [false, true, true, true]),
+            (Method::POST, "/members", [false, false, true, true]),
+            (
+                Method::POST,
+                "/members/transfer",
+                [false, false, true, true],
+            ),
+            (Method::POST, "/acl/tokens", [false, false, false, true]),
+            (Method::PUT, "/nosuch", [false, false, false, true]),
+        ];
+        for (method, path, by_role) in table {
+            for (role, admitted) in Role::ALL.into_iter().zip(by_role) {
+                let token = format!("Bearer {}", auth.key().mint(role, "0123456789abcdef"));
+                let h = headers(&[
+                    ("host", "localhost"),
+                    ("content-type", "application/json"),
+                    ("authorization", &token),
+                ]);
+                let got = auth.admit(method, path, &h);
+                let want = if *admitted {
+                    Ok(Some(Caller {
+                        role,
+                        id: "0123456789abcdef".into(),
+                        delegated: false,
+                    }))
+                } else {
+                    Err(HttpRefusal::Role)
+                };
+                assert_eq!(got, want, "{method} {path} with a {role} token");
+            }
+        }
+    }
+
+    /// A token's mac is checked whole: its own tag cut to any shorter length, or padded, is
+    /// refused — a check of only the bytes given would take a 1-byte tag, forged in 256 tries.
+    /// For delegated tokens and plain ones alike.
+    #[test]
+    fn a_token_with_its_tag_cut_short_or_padded_is_refused() {
+        let k = key();
+        let me = "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B";
+        let now = 1_800_000_000;
+        let plain = k.mint(Role::Manage, "0123456789abcdef");
+        let caller = k.check(&plain).unwrap();
+        let delegated = k.delegate(&caller, me, now + DELEGATION_TTL_S).unwrap();
+        assert!(k.check_at(&delegated, me, now).is_some());
+        for (what, token) in [("plain", &plain), ("delegated", &delegated)] {
+            let (head, tag) = token.rsplit_once('_').unwrap();
+            assert_eq!(tag.len(), 2 * MAC_BYTES, "{what}");
+            let mut forms: Vec<String> = (1..MAC_BYTES)
+                .map(|n| format!("{head}_{}", &tag[..2 * n]))
+                .collect();
+            forms.push(format!("{token}00"));
+            forms.push(format!("{head}_"));
+            for cut in &forms {
+                assert!(k.check_at(cut, me, now).is_none(), "{what}: {cut}");
+                assert!(k.check(cut).is_none(), "{what}: {cut}");
+            }
+        }
+    }
+
+    /// `POST /acl/delegate`: a plain token is delegated to the node named; a delegated token
+    /// — one the CLI handed to a peer's advertised address — is refused, whatever its role,
+    /// so a peer that learnt one cannot stretch it to other nodes or past its expiry.
+    #[tokio::test]
+    async fn a_delegated_token_cannot_be_delegated_again() {
+        use axum::body::Bytes;
+        use axum::Extension;
+        let me = "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B";
+        let other = "12D3KooWKdbNffbteB6S1nzaAJLDLc6VJh4BJhNfze12Ld1U8GZa";
+        let auth = Arc::new(Auth::new(key(), vec![]).for_node(me));
+        let body = || Bytes::from(format!(r#"{{"audience":"{other}"}}"#));
+        for role in Role::ALL {
+            let plain = auth.key().mint(role, "0123456789abcdef");
+            let caller = auth.key().check_at(&plain, me, unix_now()).unwrap();
+            let answer = super::super::acl::delegate(
+                Extension(auth.clone()),
+                Some(Extension(caller)),
+                body(),
+            )
+            .await;
+            assert_eq!(answer.status(), StatusCode::OK, "a plain {role} token");
+            let bytes = axum::body::to_bytes(answer.into_body(), 1 << 16)
+                .await
+                .unwrap();
+            let got: super::super::acl::Delegated = serde_json::from_slice(&bytes).unwrap();
+            let again = auth.key().check_at(&got.token, other, unix_now()).unwrap();
+            assert_eq!((again.role, again.delegated), (role, true), "{role}");
+
+            // The delegated token, presented at its node (`other`), asks for another.
+            let at_other = Arc::new(Auth::new(key(), vec![]).for_node(other));
+            let answer = super::super::acl::delegate(
+                Extension(at_other),
+                Some(Extension(again)),
+                Bytes::from(format!(r#"{{"audience":"{me}"}}"#)),
+            )
+            .await;
+            assert_eq!(
+                answer.status(),
+                StatusCode::FORBIDDEN,
+                "a delegated {role} token"
+            );
+        }
+    }
+
     #[test]
     fn keys_round_trip_and_bad_files_say_why() {
         let k = AclKey::generate().unwrap();
