@@ -230,7 +230,8 @@ enum Cmd {
         #[command(subcommand)]
         command: cli::acl::Cmd,
     },
-    /// The Docker sandbox.
+    /// Sandboxes: live ones kept on a node across commands (`create`, `exec`, `cp`, `env`,
+    /// `list`, `close`), and one-shot runs on this host's Docker (`run`, `image`, `reap`).
     Sandbox {
         #[command(subcommand)]
         command: cli::sandbox::Cmd,

@@ -1024,3 +1024,198 @@ fn a_down_submitters_tasks_are_read_and_cancelled_through_another_node() {
         t.ids[admin].as_str()
     );
 }
+
+/// A request to node `i` with `token` (not the harness's management token); (status, body).
+fn as_token(
+    c: &Cluster,
+    i: usize,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, String) {
+    let auth = format!("Bearer {token}");
+    http_exact(
+        c.nodes[i].http_port,
+        method,
+        path,
+        &[
+            ("Host", "127.0.0.1"),
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        body,
+    )
+    .expect("the node answers")
+}
+
+/// A new token of `role`, made with the harness's management token.
+fn token(c: &Cluster, role: &str) -> String {
+    let (code, body) = http_request(
+        c.nodes[0].http_port,
+        "POST",
+        "/acl/tokens",
+        Some(&format!("{{\"role\": \"{role}\"}}")),
+    )
+    .expect("the node answers");
+    assert_eq!(code, 201, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Issue 53, step 2: an agent's loop in one live sandbox through a node's API and the CLI —
+/// create, write a file, a command that reads it, an environment set once and seen by later
+/// commands, output streamed as it comes, a file read back, another token seeing nothing,
+/// close and then 410 with the reason; a node killed with `kill -9` leaves no live sandbox's
+/// container behind.
+#[test]
+fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
+    let mut t = TaskCluster::start();
+    let node = 1;
+    let addr = format!("127.0.0.1:{}", t.c.nodes[node].http_port);
+    let alice = token(&t.c, "submit");
+    let bob = token(&t.c, "submit");
+    // `sandbox SUB --addr ADDR ARGS…` (before any `--`).
+    let cli = |args: &[&str]| {
+        let mut all = args[..2].to_vec();
+        all.extend(["--addr", &addr]);
+        all.extend(&args[2..]);
+        chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
+    };
+    let out = cli(&["sandbox", "create", "--idle", "120", "--key", "agent-1"]);
+    assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(id.starts_with(&t.ids[node]), "the id names its node: {id}");
+    // Retried with its key: the same sandbox, not a second one.
+    let again = cli(&["sandbox", "create", "--key", "agent-1"]);
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), id);
+    let node_id = t.ids[node].clone();
+    // The node's live sandboxes' containers: running ones, or (`all`) in any state.
+    let live_of = move |all: bool| {
+        let label = format!("label=io.chorus.node={node_id}");
+        let mut args = vec![
+            "ps",
+            "-q",
+            "--filter",
+            &label,
+            "--filter",
+            "label=io.chorus.live=true",
+        ];
+        if all {
+            args.push("-a");
+        }
+        let out = std::process::Command::new("docker")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "docker ps: {out:?}");
+        String::from_utf8_lossy(&out.stdout).lines().count()
+    };
+    let live_containers = || live_of(true);
+    assert_eq!(live_containers(), 1);
+
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), "print('hello from a file')\n").unwrap();
+    let to = format!("{id}:/workspace/prog.txt");
+    let out = cli(&["sandbox", "cp", local.path().to_str().unwrap(), &to]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&["sandbox", "exec", &id, "--", "cat", "/workspace/prog.txt"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "print('hello from a file')\n"
+    );
+    let out = cli(&["sandbox", "env", &id, "STAGE=second"]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo $STAGE; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "second\n");
+    // Streamed: a line before the command ends, then its exit.
+    let (code, body) = as_token(
+        &t.c,
+        node,
+        &alice,
+        "POST",
+        &format!("/sandboxes/{id}/exec"),
+        r#"{"shell": "echo one; sleep 1; echo two >&2", "stream": true}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (one, two, exit) = (
+        body.find(r#"{"stdout":"one\n"}"#),
+        body.find(r#"{"stderr":"two\n"}"#),
+        body.find(r#""exit":"#),
+    );
+    assert!(one < two && two < exit && one.is_some(), "{body}");
+    // A file written by a command, read back.
+    let out = cli(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "printf made > /workspace/out.txt",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let back = tempfile::NamedTempFile::new().unwrap();
+    let from = format!("{id}:/workspace/out.txt");
+    let out = cli(&["sandbox", "cp", &from, back.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::read(back.path()).unwrap(), b"made");
+    // Another token sees nothing of it.
+    for (method, path) in [
+        ("GET", format!("/sandboxes/{id}")),
+        ("DELETE", format!("/sandboxes/{id}")),
+    ] {
+        let (code, body) = as_token(&t.c, node, &bob, method, &path, "");
+        assert_eq!(code, 404, "{method} {path}: {body}");
+    }
+    let (_, listed) = as_token(&t.c, node, &bob, "GET", "/sandboxes", "");
+    assert!(!listed.contains(&id), "{listed}");
+    // Closed: every later call says so.
+    let out = cli(&["sandbox", "close", &id]);
+    assert!(out.status.success(), "{out:?}");
+    let (code, body) = as_token(
+        &t.c,
+        node,
+        &alice,
+        "POST",
+        &format!("/sandboxes/{id}/exec"),
+        r#"{"argv": ["true"]}"#,
+    );
+    assert_eq!(code, 410, "{body}");
+    assert!(body.contains("\"reason\":\"closed\""), "{body}");
+    assert_eq!(live_containers(), 0, "closed means removed");
+
+    // A node killed with kill -9 takes its live sandboxes with it (their supervisor ends when
+    // the node's end of its stdin closes), and removes what is left when it starts again.
+    let out = cli(&["sandbox", "create"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(live_of(false), 1);
+    t.c.kill(node);
+    let stopped = wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        (live_of(false) == 0).then_some(())
+    });
+    assert!(
+        stopped.is_some(),
+        "a live sandbox still runs after its node's kill -9"
+    );
+    t.c.start_node(node);
+    let removed = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        (live_containers() == 0).then_some(())
+    });
+    assert!(
+        removed.is_some(),
+        "the restarted node left its old live sandbox behind"
+    );
+}

@@ -201,6 +201,17 @@ pub struct LiveSandboxes<P: SandboxProvider> {
     state: Mutex<State<P::Sandbox>>,
 }
 
+impl<P: SandboxProvider> std::fmt::Debug for LiveSandboxes<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.lock();
+        f.debug_struct("LiveSandboxes")
+            .field("live", &st.live.keys().collect::<Vec<_>>())
+            .field("gone", &st.gone.len())
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
 impl<P: SandboxProvider> LiveSandboxes<P> {
     /// An empty registry over `provider`.
     pub fn new(provider: P, limits: LiveLimits) -> Self {
@@ -230,8 +241,12 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
     }
 
     /// Makes a live sandbox for `caller` (rules 2 and 3): started, armed to end at its
-    /// lifetime.
-    pub async fn create(&self, caller: &Caller, req: CreateLive) -> Result<LiveInfo, LiveError> {
+    /// lifetime. With whether it is new (`false`: the one its idempotency key made before).
+    pub async fn create(
+        &self,
+        caller: &Caller,
+        req: CreateLive,
+    ) -> Result<(LiveInfo, bool), LiveError> {
         let idle = req.idle.unwrap_or(self.limits.max_idle);
         let lifetime = req.lifetime.unwrap_or(self.limits.max_lifetime);
         {
@@ -243,7 +258,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                     .iter()
                     .find(|(_, l)| l.owner == caller.owner && l.key.as_ref() == Some(key))
                 {
-                    return Ok(info(id, live, now));
+                    return Ok((info(id, live, now), false));
                 }
                 if let Some(e) = st
                     .gone
@@ -291,9 +306,12 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             // Checked again once the sandbox runs: of two creates that raced past these
             // bounds, the second is removed.
         }
+        // The main process ends at the absolute end too, and a reap honours it.
+        let mut spec = req.spec.clone();
+        spec.lifetime = lifetime;
         let sandbox = self
             .provider
-            .create(&req.spec, &req.policy)
+            .create(&spec, &req.policy)
             .await
             .map_err(LiveError::Sandbox)?;
         let started = async {
@@ -335,13 +353,13 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 let out = info(&req.id, &live, now);
                 st.live.insert(req.id, live);
                 st.counters.created += 1;
-                return Ok(out);
+                return Ok((out, true));
             }
             (live.sandbox, raced)
         };
         let _ = extra.remove().await;
         match raced {
-            Some(info) => Ok(info),
+            Some(info) => Ok((info, false)),
             None => Err(refuse(
                 &mut self.lock(),
                 "worker_full",
@@ -653,8 +671,8 @@ mod tests {
         let (provider, reg) = registry(LiveLimits::default());
         let alice = Caller::owner("alice");
         let bob = Caller::owner("bob");
-        let made = reg.create(&alice, create("s1", None)).await.unwrap();
-        assert_eq!(made.owner, "alice");
+        let (made, new) = reg.create(&alice, create("s1", None)).await.unwrap();
+        assert_eq!((made.owner.as_str(), new), ("alice", true));
         reg.write_file(&alice, "s1", "/workspace/a.txt", b"hi", 0o644)
             .await
             .unwrap();
@@ -715,12 +733,12 @@ mod tests {
     async fn a_create_repeated_with_its_key_gives_the_same_sandbox_once() {
         let (provider, reg) = registry(LiveLimits::default());
         let alice = Caller::owner("alice");
-        let first = reg.create(&alice, create("s1", Some("k"))).await.unwrap();
-        let again = reg.create(&alice, create("s2", Some("k"))).await.unwrap();
-        assert_eq!(first.id, again.id);
+        let (first, new) = reg.create(&alice, create("s1", Some("k"))).await.unwrap();
+        let (again, again_new) = reg.create(&alice, create("s2", Some("k"))).await.unwrap();
+        assert_eq!((first.id.as_str(), new), (again.id.as_str(), !again_new));
         assert_eq!(provider.sandboxes().len(), 1);
         // Another owner's key is another key.
-        let other = reg
+        let (other, _) = reg
             .create(&Caller::owner("bob"), create("s3", Some("k")))
             .await
             .unwrap();

@@ -472,6 +472,12 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         return None;
     }
     let tasks = path == "/tasks" || path.starts_with("/tasks/");
+    // Live sandboxes: every call runs or reads what a token made (`api/sandboxes.rs`); the
+    // handler keeps each to its owner, and lets `operate` list and close any.
+    let sandboxes = path == "/sandboxes" || path.starts_with("/sandboxes/");
+    if sandboxes {
+        return Some(Role::Submit);
+    }
     Some(match (method, path) {
         (&Method::POST, "/members") | (&Method::POST, "/members/transfer") => Role::Operate,
         // Any token may ask for a delegated copy of itself (the handler refuses a delegated

@@ -2,7 +2,8 @@
 //! `/readyz`, `/status`, `/metrics`), `history` (`/status/history`, what this node saw lately),
 //! `cluster` (this node's view of every node it knows, with their HTTP addresses),
 //! `cluster_status` (`/cluster/status`, each node's own view, asked of it), `members`, `tasks`,
-//! `logs` (a run's output, at its worker), `acl` (tokens) and `ui` (the web console, pages
+//! `logs` (a run's output, at its worker), `sandboxes` (live sandboxes, kept across calls),
+//! `acl` (tokens) and `ui` (the web console, pages
 //! that read the other routes from the browser).
 //! Handlers read the daemon's
 //! shared state and hand operator requests to its runtime loop; they never call the
@@ -15,6 +16,7 @@ pub mod cluster_status;
 pub mod history;
 pub mod logs;
 pub mod members;
+pub mod sandboxes;
 pub mod status;
 pub mod tasks;
 pub mod tls;
@@ -90,6 +92,17 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
             get(tasks::get_task).delete(tasks::cancel_task),
         )
         .route("/tasks/{id}/logs", get(logs::task_logs))
+        .route("/sandboxes", get(sandboxes::list).post(sandboxes::create))
+        .route(
+            "/sandboxes/{id}",
+            get(sandboxes::get).delete(sandboxes::close),
+        )
+        .route("/sandboxes/{id}/exec", post(sandboxes::exec))
+        .route("/sandboxes/{id}/env", post(sandboxes::set_env))
+        .route(
+            "/sandboxes/{id}/files",
+            get(sandboxes::read_file).put(sandboxes::write_file),
+        )
         .route("/acl/tokens", post(acl::create_token))
         .route("/acl/delegate", post(acl::delegate))
         .layer(Extension(auth.clone()))

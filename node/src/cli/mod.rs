@@ -1,6 +1,6 @@
 //! The command-line tools that are not the daemon: `http` is the one HTTP client every command
 //! talks to a node's API with; then one file per command — `status`, `members`, `task` (and `logs`, its output), `acl`,
-//! `sandbox` (the Docker sandbox by hand), and the offline ones on a stopped node's data
+//! `sandbox` (the Docker sandbox by hand, and `live`: live sandboxes through a node), and the offline ones on a stopped node's data
 //! directory, `replay` and `recover`. They read the API's documents from [`crate::wire`] and
 //! never import the server.
 
@@ -8,6 +8,7 @@ pub mod acl;
 pub mod across;
 pub mod config;
 pub mod http;
+pub mod live;
 pub mod logs;
 pub mod members;
 pub mod psk;

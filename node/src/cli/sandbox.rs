@@ -67,6 +67,103 @@ pub enum Cmd {
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
+    /// Make a live sandbox on a node: kept across commands (`exec`, `cp`, `env`) until it is
+    /// closed, idle for --idle seconds, or --lifetime seconds old. Prints its id.
+    ///
+    /// A live sandbox belongs to the token that made it (others see "no such sandbox"; an
+    /// `operate` token may list and close any). Ask the node that holds it (its id begins
+    /// with that node's id); once it ended, every call says why (closed, idle, expired, lost).
+    Create {
+        /// The HTTP API of a node that runs Docker sandboxes.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// The image [default: the node's sandbox image, `chorus/sandbox:latest`].
+        #[arg(long)]
+        image: Option<String>,
+        /// An environment variable for every command (repeat it).
+        #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::live::key_value)]
+        env: Vec<(String, String)>,
+        /// End it after this many seconds without a call [default: 600, the most].
+        #[arg(long, value_name = "S")]
+        idle: Option<u64>,
+        /// End it this many seconds after it was made, whatever it does [default: 14400, the most].
+        #[arg(long, value_name = "S")]
+        lifetime: Option<u64>,
+        /// An idempotency key: a create retried with it answers the same sandbox, once.
+        #[arg(long)]
+        key: Option<String>,
+        /// Memory limit, MiB [default: the node's].
+        #[arg(long, value_name = "MIB", default_value_t = 0)]
+        memory_mb: u32,
+        /// CPU limit, millicores [default: the node's].
+        #[arg(long, value_name = "MILLIS", default_value_t = 0)]
+        cpu_millis: u32,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a live sandbox; prints its output and exits with its exit code (124
+    /// timed out, 137 out of memory, 1 the sandbox is gone or the node refused).
+    Exec {
+        /// The live sandbox's id.
+        id: String,
+        /// The HTTP API of the node that holds it.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// The working directory inside the sandbox [default: /workspace].
+        #[arg(long)]
+        cwd: Option<String>,
+        /// An environment variable for this command only (repeat it).
+        #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::live::key_value)]
+        env: Vec<(String, String)>,
+        /// Kill the command after this many seconds [default: 600].
+        #[arg(long, value_name = "S")]
+        timeout: Option<u64>,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Copy one file into (`cp FILE ID:/path`) or out of (`cp ID:/path FILE`) a live sandbox.
+    Cp {
+        /// From: a local file, or ID:/path.
+        src: String,
+        /// To: ID:/path, or a local file.
+        dst: String,
+        /// The HTTP API of the node that holds the sandbox.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
+    /// Set environment variables for every later command in a live sandbox.
+    Env {
+        /// The live sandbox's id.
+        id: String,
+        /// NAME=VALUE (repeat it).
+        #[arg(required = true, value_parser = super::live::key_value)]
+        vars: Vec<(String, String)>,
+        /// The HTTP API of the node that holds it.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
+    /// List your live sandboxes on a node (an `operate` token: every one).
+    List {
+        /// The node's HTTP API.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Close a live sandbox (it is removed at once).
+    Close {
+        /// The live sandbox's id.
+        id: String,
+        /// The HTTP API of the node that holds it.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
     /// Image management.
     Image {
         #[command(subcommand)]
@@ -140,6 +237,47 @@ pub fn ending(e: &anyhow::Error) -> Option<(u8, String)> {
 const NO_ENGINE: &str = "cannot reach the Docker Engine";
 
 async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    use super::live;
+    // Live sandboxes go through a node's API: no Docker Engine here.
+    let cmd = match cmd {
+        Cmd::Create {
+            addr,
+            image,
+            env,
+            idle,
+            lifetime,
+            key,
+            memory_mb,
+            cpu_millis,
+            json,
+        } => {
+            let opts = live::CreateOpts {
+                image,
+                env,
+                idle_s: idle,
+                lifetime_s: lifetime,
+                key,
+                memory_mb,
+                cpu_millis,
+                json,
+            };
+            return live::create(&addr, opts).await;
+        }
+        Cmd::Exec {
+            id,
+            addr,
+            cwd,
+            env,
+            timeout,
+            json,
+            command,
+        } => return live::exec(&addr, &id, command, cwd, env, timeout, json).await,
+        Cmd::Cp { src, dst, addr } => return live::cp(&addr, &src, &dst).await,
+        Cmd::Env { id, vars, addr } => return live::env(&addr, &id, vars).await,
+        Cmd::List { addr, json } => return live::list(&addr, json).await,
+        Cmd::Close { id, addr } => return live::close(&addr, &id).await,
+        local => local,
+    };
     let provider = DockerProvider::connect().await.context(NO_ENGINE)?;
     match cmd {
         Cmd::Image {
@@ -157,6 +295,12 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
             println!("removed {n} orphaned or expired sandbox(es)");
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Create { .. }
+        | Cmd::Exec { .. }
+        | Cmd::Cp { .. }
+        | Cmd::Env { .. }
+        | Cmd::List { .. }
+        | Cmd::Close { .. } => Ok(ExitCode::from(crate::exit::EXIT_REFUSED)),
         Cmd::Run {
             image,
             repo,

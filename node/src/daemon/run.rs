@@ -16,6 +16,8 @@ use chorus_core::{Core, Event, NodeId, PeerInfo, Resources, ADMIN_ELECTION};
 use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
 use chorus_io::log_fields::list;
 use chorus_io::runtime::{NoSandboxes, Runtime, RuntimeConfig, TokioClock};
+use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::live::{LiveLimits, LiveSandboxes};
 use chorus_io::transport::libp2p::node_id as peer_node_id;
 use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
 use libp2p::identity::Keypair;
@@ -120,6 +122,26 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     shared.lock().ceilings = ceilings;
     shared.lock().secret_key = secret_key;
     shared.lock().logs = logs;
+    // Live sandboxes (`/sandboxes`) on a node that runs Docker sandboxes; ended by a reaper
+    // every second, and all removed when the node stops.
+    let live = if slots > 0 {
+        let provider = DockerProvider::connect()
+            .await
+            .context("live sandboxes run in Docker, but the Docker Engine does not answer")?;
+        let live = Arc::new(LiveSandboxes::new(provider, LiveLimits::default()));
+        let reaper = live.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                reaper.reap().await;
+            }
+        });
+        Some(live)
+    } else {
+        None
+    };
+    shared.lock().live = live.clone();
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()).for_node(node_id.as_str()));
     let tls = http_tls
         .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))
@@ -204,6 +226,9 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let result = runtime
         .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
         .await;
+    if let Some(live) = &live {
+        live.shutdown("the node stopping").await;
+    }
     if let Some(pools) = &pools {
         // The runs still going are stopped (their sandboxes removed) and the warm sandboxes
         // go with the node; what a stop could not remove is reaped at the next start.

@@ -49,6 +49,8 @@ pub struct Shared {
     pub logs: Option<Arc<chorus_io::sandbox::tasks::LogStore>>,
     /// What this node saw lately, for the console's timeline (`GET /status/history`).
     pub timeline: super::timeline::Timeline,
+    /// The live sandboxes this node holds (`/sandboxes`), when it runs Docker sandboxes.
+    pub live: Option<Arc<crate::api::sandboxes::Live>>,
 }
 
 /// Most peers whose last contact is remembered.

@@ -1,0 +1,622 @@
+//! `/sandboxes`: live sandboxes — kept across many calls — on this node (issue 53, step 2;
+//! docs/design.md §4.8). The registry and its rules are `chorus_io::sandbox::live`; this file
+//! is the HTTP face of it:
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /sandboxes` | create: `{image?, env?, memory_mb?, cpu_millis?, pids?, idle_timeout_ms?, lifetime_ms?, key?}` → 201 (200 for a known key) |
+//! | `GET /sandboxes` | the caller's (an `operate` token: every one) |
+//! | `GET /sandboxes/{id}` | one, with the time left |
+//! | `DELETE /sandboxes/{id}` | close |
+//! | `POST /sandboxes/{id}/exec` | `{argv` or `shell, cwd?, env?, stdin?, timeout_ms?, stream?}` → the exit, or with `stream` NDJSON lines as output comes |
+//! | `POST /sandboxes/{id}/env` | `{env: {K: V}}`, kept for every later command |
+//! | `PUT /sandboxes/{id}/files` | `{path, content` or `content_b64, mode?}` |
+//! | `GET /sandboxes/{id}/files?path=P` | the file's bytes |
+//!
+//! Every route needs a `submit` token; a sandbox is its token's, and any other token gets 404
+//! (an `operate` token may list and close any). A sandbox that ended answers **410** with why
+//! and how long ago. A node without Docker task slots makes none (503, saying how to start one
+//! that does); calls reach the node that holds the sandbox (its id names it) — forwarding from
+//! any node is the next step of issue 53.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use base64::Engine;
+use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::image::SANDBOX_IMAGE;
+use chorus_io::sandbox::live::{self, CreateLive, GoneWhy, LiveError, LiveInfo, LiveSandboxes};
+use chorus_io::sandbox::tasks::TaskShape;
+use chorus_io::sandbox::{ErrorCategory, ExecOutput, ExecRequest, SandboxPolicy, SandboxSpec};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::auth::{Caller, Role};
+use crate::daemon::shared::SharedState;
+
+/// The live sandboxes of a node with Docker task slots.
+pub type Live = LiveSandboxes<DockerProvider>;
+
+/// The longest a command may run when the request names no timeout.
+const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+
+/// The longest timeout a command may ask for.
+const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+
+/// Output chunks a streaming exec holds for a slow reader before the command waits.
+const STREAM_BUFFER: usize = 64;
+
+/// The body of `POST /sandboxes`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    image: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    memory_mb: u32,
+    #[serde(default)]
+    cpu_millis: u32,
+    #[serde(default)]
+    pids: u32,
+    idle_timeout_ms: Option<u64>,
+    lifetime_ms: Option<u64>,
+    key: Option<String>,
+}
+
+/// The body of `POST /sandboxes/{id}/exec`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecBody {
+    argv: Option<Vec<String>>,
+    shell: Option<String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    stdin: Option<String>,
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    stream: bool,
+}
+
+/// The body of `PUT /sandboxes/{id}/files`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileBody {
+    path: String,
+    content: Option<String>,
+    content_b64: Option<String>,
+    mode: Option<u32>,
+}
+
+/// The body of `POST /sandboxes/{id}/env`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EnvBody {
+    env: BTreeMap<String, String>,
+}
+
+type ApiState = State<(SharedState, SocketAddr)>;
+
+/// A request refused before it reached the registry: the status and the reason.
+struct Refused(u16, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        answer(self.0, json!({ "error": self.1 }))
+    }
+}
+
+/// This node's registry, or the 503 that says how to get one.
+fn registry(shared: &SharedState) -> Result<(Arc<Live>, String), Refused> {
+    let s = shared.lock();
+    match &s.live {
+        Some(live) => Ok((live.clone(), s.node_id.clone())),
+        None => Err(Refused(
+            503,
+            "this node runs no sandboxes: start it with --docker and task slots (`[tasks] \
+             slots`), or ask a node that does"
+                .into(),
+        )),
+    }
+}
+
+fn live_caller(caller: &Caller) -> live::Caller {
+    live::Caller {
+        owner: caller.id.clone(),
+        any: caller.role >= Role::Operate,
+    }
+}
+
+fn answer(code: u16, body: Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (code, Json(body)).into_response()
+}
+
+fn bad(error: impl std::fmt::Display) -> Response {
+    answer(400, json!({ "error": error.to_string() }))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refused> {
+    serde_json::from_slice(body)
+        .map_err(|e| Refused(400, format!("the body is not what this route takes: {e}")))
+}
+
+fn info_json(info: &LiveInfo, worker: &str) -> Value {
+    json!({
+        "id": info.id,
+        "worker": worker,
+        "sandbox": info.sandbox,
+        "idle_left_ms": info.idle_left.as_millis() as u64,
+        "lifetime_left_ms": info.lifetime_left.as_millis() as u64,
+    })
+}
+
+/// A refusal or failure as the HTTP answer a client acts on.
+fn error_answer(e: &LiveError) -> Response {
+    match e {
+        LiveError::NotFound => answer(404, json!({ "error": "no such sandbox" })),
+        LiveError::Gone { why, ago } => {
+            let kind = match why {
+                GoneWhy::Closed { .. } => "closed",
+                GoneWhy::Idle => "idle",
+                GoneWhy::Expired => "expired",
+                GoneWhy::Lost { .. } => "lost",
+            };
+            answer(
+                410,
+                json!({
+                    "error": format!("the sandbox is gone: {why}"),
+                    "gone": { "reason": kind, "detail": why.to_string(),
+                              "ago_ms": ago.as_millis() as u64 },
+                }),
+            )
+        }
+        LiveError::Refused { reason, detail } => {
+            let code = if matches!(*reason, "per_owner" | "worker_full") {
+                429
+            } else {
+                400
+            };
+            answer(code, json!({ "error": detail, "reason": reason }))
+        }
+        LiveError::Sandbox(s) => {
+            let code = match s.category {
+                ErrorCategory::PolicyViolation | ErrorCategory::Exec => 400,
+                ErrorCategory::Io => 422,
+                ErrorCategory::Timeout => 504,
+                _ => 502,
+            };
+            answer(
+                code,
+                json!({ "error": s.to_string(), "category": s.category }),
+            )
+        }
+    }
+}
+
+/// `POST /sandboxes`.
+pub(super) async fn create(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Response {
+    let (live, node) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let req: CreateBody = match parse(&body) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    if req
+        .key
+        .as_ref()
+        .is_some_and(|k| k.is_empty() || k.len() > 128)
+    {
+        return bad("key: 1 to 128 bytes");
+    }
+    if let Some(bad_name) = req.env.keys().find(|k| !valid_env_name(k)) {
+        return bad(format!(
+            "env: {:?} is not a variable name",
+            bad_name.escape_debug().to_string()
+        ));
+    }
+    let ceilings = shared.lock().ceilings;
+    let shape = TaskShape {
+        image: req
+            .image
+            .clone()
+            .unwrap_or_else(|| SANDBOX_IMAGE.to_string()),
+        memory_mb: req.memory_mb,
+        cpu_millis: req.cpu_millis,
+        pids: req.pids,
+        network: false,
+    };
+    // The worker's ceilings, as for a task (a live sandbox's command timeouts are its own).
+    let asked = chorus_core::TaskSpec {
+        memory_mb: req.memory_mb,
+        cpu_millis: req.cpu_millis,
+        pids: req.pids,
+        ..chorus_core::TaskSpec::default()
+    };
+    if let Err(why) = ceilings.check(&asked) {
+        return bad(why.replace("the task asks", "the sandbox asks"));
+    }
+    let id = format!("{node}.{}", random_hex());
+    let mut spec = SandboxSpec::new(&node, &id, &shape.image);
+    spec.env = req.env;
+    spec.labels.insert("live".into(), "true".into());
+    let made = live
+        .create(
+            &live_caller(&caller),
+            CreateLive {
+                id,
+                idempotency_key: req.key.clone(),
+                spec,
+                policy: shape.policy(&SandboxPolicy::default()),
+                idle: req.idle_timeout_ms.map(Duration::from_millis),
+                lifetime: req.lifetime_ms.map(Duration::from_millis),
+            },
+        )
+        .await;
+    match made {
+        Ok((info, new)) => answer(if new { 201 } else { 200 }, info_json(&info, &node)),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `GET /sandboxes`.
+pub(super) async fn list(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    let (live, node) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let all: Vec<Value> = live
+        .list(&live_caller(&caller))
+        .iter()
+        .map(|i| info_json(i, &node))
+        .collect();
+    answer(200, json!({ "sandboxes": all }))
+}
+
+/// `GET /sandboxes/{id}`.
+pub(super) async fn get(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let (live, node) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    match live.get(&live_caller(&caller), &id) {
+        Ok(info) => answer(200, info_json(&info, &node)),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `DELETE /sandboxes/{id}`.
+pub(super) async fn close(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Response {
+    let (live, _) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    match live.close(&live_caller(&caller), &id).await {
+        Ok(()) => answer(200, json!({ "id": id, "closed": true })),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `POST /sandboxes/{id}/env`.
+pub(super) async fn set_env(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (live, _) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let req: EnvBody = match parse(&body) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
+        return bad(format!(
+            "env: {:?} is not a variable name",
+            name.escape_debug().to_string()
+        ));
+    }
+    let who = live_caller(&caller);
+    for (k, v) in &req.env {
+        if let Err(e) = live.set_env(&who, &id, k, v) {
+            return error_answer(&e);
+        }
+    }
+    answer(
+        200,
+        json!({ "id": id, "set": req.env.keys().collect::<Vec<_>>() }),
+    )
+}
+
+/// `PUT /sandboxes/{id}/files`.
+pub(super) async fn write_file(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (live, _) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let req: FileBody = match parse(&body) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let data = match (req.content, req.content_b64) {
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
+            Ok(d) => d,
+            Err(e) => return bad(format!("content_b64: {e}")),
+        },
+        _ => return bad("give one of content (text) and content_b64"),
+    };
+    let path = match sandbox_path(&req.path) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let mode = req.mode.unwrap_or(0o644);
+    if mode > 0o777 {
+        return bad("mode: permission bits only (at most 0o777)");
+    }
+    let size = data.len();
+    match live
+        .write_file(&live_caller(&caller), &id, &path, &data, mode)
+        .await
+    {
+        Ok(()) => answer(200, json!({ "path": path, "size": size })),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `GET /sandboxes/{id}/files?path=P`.
+pub(super) async fn read_file(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let (live, _) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let Some(path) = query.get("path") else {
+        return bad("give ?path=/absolute/path");
+    };
+    let path = match sandbox_path(path) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    match live.read_file(&live_caller(&caller), &id, &path).await {
+        Ok(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `POST /sandboxes/{id}/exec`.
+pub(super) async fn exec(
+    State((shared, _)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Response {
+    let (live, _) = match registry(&shared) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let req: ExecBody = match parse(&body) {
+        Ok(r) => r,
+        Err(r) => return r.into_response(),
+    };
+    let argv = match (req.argv, req.shell) {
+        (Some(argv), None) if !argv.is_empty() => argv,
+        (None, Some(script)) => vec!["sh".into(), "-c".into(), script],
+        _ => return bad("give one of argv (a non-empty list) and shell (a script)"),
+    };
+    if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
+        return bad(format!(
+            "env: {:?} is not a variable name",
+            name.escape_debug().to_string()
+        ));
+    }
+    let timeout = req
+        .timeout_ms
+        .map_or(DEFAULT_EXEC_TIMEOUT, Duration::from_millis);
+    if timeout.is_zero() || timeout > MAX_EXEC_TIMEOUT {
+        return bad(format!("timeout_ms: 1 to {}", MAX_EXEC_TIMEOUT.as_millis()));
+    }
+    let mut request = ExecRequest {
+        argv,
+        env: req.env,
+        stdin: req.stdin.map(String::into_bytes),
+        timeout: Some(timeout),
+        ..ExecRequest::default()
+    };
+    if let Some(cwd) = req.cwd {
+        match sandbox_path(&cwd) {
+            Ok(p) => request.working_dir = Some(p),
+            Err(r) => return r.into_response(),
+        }
+    }
+    let who = live_caller(&caller);
+    if !req.stream {
+        let (sink, _) = mpsc::channel(1);
+        let out = live.exec(&who, &id, request, sink).await;
+        return match exit_json(out) {
+            Ok(v) => answer(200, v),
+            Err(e) => error_answer(&e),
+        };
+    }
+    // Streaming: output lines as they come, then the exit; an error before any output is an
+    // ordinary error answer, one after it the last line.
+    let (chunks_tx, mut chunks_rx) = mpsc::channel(STREAM_BUFFER);
+    let (lines_tx, lines_rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
+    tokio::spawn(async move {
+        let running = live.exec(&who, &id, request, chunks_tx);
+        tokio::pin!(running);
+        let out = loop {
+            tokio::select! {
+                out = &mut running => break out,
+                Some(chunk) = chunks_rx.recv() => {
+                    let line = json!({ chunk.stream.name(): String::from_utf8_lossy(&chunk.data) });
+                    // A client that left does not stop the command (it runs to its end or
+                    // timeout, as a detached one would).
+                    let _ = lines_tx.send(ndjson(&line)).await;
+                }
+            }
+        };
+        while let Ok(chunk) = chunks_rx.try_recv() {
+            let line = json!({ chunk.stream.name(): String::from_utf8_lossy(&chunk.data) });
+            let _ = lines_tx.send(ndjson(&line)).await;
+        }
+        let last = match exit_json(out) {
+            Ok(mut v) => {
+                // The output went as it came: the end carries the exit only.
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("stdout");
+                    o.remove("stderr");
+                }
+                json!({ "exit": v })
+            }
+            Err(e) => {
+                let resp = error_answer(&e);
+                json!({ "error": e.to_string(), "status": resp.status().as_u16() })
+            }
+        };
+        let _ = lines_tx.send(ndjson(&last)).await;
+    });
+    let stream = futures_util::stream::unfold(lines_rx, |mut rx| async move {
+        rx.recv().await.map(|line| (Ok::<_, Infallible>(line), rx))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+fn ndjson(v: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(v).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// A finished command as JSON; a timeout or an OOM kill is an ending like an exit.
+fn exit_json(out: Result<ExecOutput, LiveError>) -> Result<Value, LiveError> {
+    match out {
+        Ok(o) => Ok(json!({
+            "exit_code": o.exit_code,
+            "stdout": String::from_utf8_lossy(&o.stdout),
+            "stderr": String::from_utf8_lossy(&o.stderr),
+            "stdout_truncated": o.stdout_truncated,
+            "stderr_truncated": o.stderr_truncated,
+            "duration_ms": o.duration.as_millis() as u64,
+        })),
+        Err(LiveError::Sandbox(e)) if e.category == ErrorCategory::Timeout => {
+            Ok(json!({ "exit_code": null, "signal": 9, "timed_out": true, "error": e.to_string() }))
+        }
+        Err(LiveError::Sandbox(e)) if e.category == ErrorCategory::ResourceLimit => {
+            Ok(json!({ "exit_code": 137, "signal": 9, "oom": true, "error": e.to_string() }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A path inside the sandbox as given: absolute, no NUL, no `..` (resolved in the sandbox,
+/// never on the host).
+fn sandbox_path(path: &str) -> Result<String, Refused> {
+    if !path.starts_with('/')
+        || path.contains('\0')
+        || path.split('/').any(|c| c == "..")
+        || path.len() > 4096
+    {
+        return Err(Refused(
+            400,
+            "path: an absolute path inside the sandbox, without `..`".into(),
+        ));
+    }
+    Ok(path.to_string())
+}
+
+fn valid_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn random_hex() -> String {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source");
+    hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_names_are_checked_before_anything_runs() {
+        for ok in ["/workspace/a.txt", "/tmp", "/"] {
+            assert!(sandbox_path(ok).is_ok(), "{ok}");
+        }
+        for refused in ["workspace/a", "/a/../etc", "/a\0b", ""] {
+            assert!(sandbox_path(refused).is_err(), "{refused:?}");
+        }
+        for ok in ["PATH", "_x", "A1"] {
+            assert!(valid_env_name(ok), "{ok}");
+        }
+        for refused in ["", "1A", "A-B", "A=B", "A\nB"] {
+            assert!(!valid_env_name(refused), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_gone_sandbox_answers_410_with_its_reason() {
+        let gone = LiveError::Gone {
+            why: GoneWhy::Lost {
+                why: "exited".into(),
+            },
+            ago: Duration::from_millis(1500),
+        };
+        assert_eq!(error_answer(&gone).status(), StatusCode::GONE);
+        assert_eq!(
+            error_answer(&LiveError::NotFound).status(),
+            StatusCode::NOT_FOUND
+        );
+        let full = LiveError::Refused {
+            reason: "per_owner",
+            detail: "8 of 8".into(),
+        };
+        assert_eq!(error_answer(&full).status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+}

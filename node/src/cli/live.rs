@@ -1,0 +1,256 @@
+//! `chorus sandbox create|exec|cp|env|list|close`: live sandboxes through a node's HTTP API
+//! (`/sandboxes`, `node/src/api/sandboxes.rs`). A live sandbox is kept across commands until
+//! it is closed, idles out or reaches its lifetime; `exec` exits with the command's code, and
+//! the other endings have the codes of `chorus task submit --wait` (`crate::exit`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::http::request_bytes;
+use crate::exit::{EXIT_ERROR, EXIT_OUT_OF_MEMORY, EXIT_REFUSED, EXIT_TIMED_OUT};
+
+/// Where a `cp` copies from or to: a local file, or `ID:/path` in a live sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    Local(PathBuf),
+    Sandbox { id: String, path: String },
+}
+
+impl Place {
+    /// `ID:/abs/path` is in a sandbox (ids hold no `:`); anything else is a local path.
+    pub fn parse(s: &str) -> Place {
+        match s.split_once(':') {
+            Some((id, path)) if !id.is_empty() && !id.contains('/') && path.starts_with('/') => {
+                Place::Sandbox {
+                    id: id.to_string(),
+                    path: path.to_string(),
+                }
+            }
+            _ => Place::Local(PathBuf::from(s)),
+        }
+    }
+}
+
+/// What `create` asks for.
+#[derive(Debug, Default)]
+pub struct CreateOpts {
+    pub image: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub idle_s: Option<u64>,
+    pub lifetime_s: Option<u64>,
+    pub key: Option<String>,
+    pub memory_mb: u32,
+    pub cpu_millis: u32,
+    pub json: bool,
+}
+
+/// One call; a non-2xx answer is an error naming the node's reason (a gone sandbox says why).
+async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> anyhow::Result<Vec<u8>> {
+    let text = body.map(Value::to_string);
+    let answer = request_bytes(addr, method, path, text.as_deref())
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    if (200..300).contains(&answer.code) {
+        return Ok(answer.body);
+    }
+    let why = serde_json::from_slice::<Value>(&answer.body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_string());
+    bail!("{addr} answered {}: {why}", answer.code)
+}
+
+fn id_path(id: &str) -> anyhow::Result<String> {
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+    {
+        bail!("{id:?} is not a sandbox id");
+    }
+    Ok(format!("/sandboxes/{id}"))
+}
+
+/// `create`: prints the id (or the JSON).
+pub async fn create(addr: &str, o: CreateOpts) -> anyhow::Result<ExitCode> {
+    let body = json!({
+        "image": o.image,
+        "env": o.env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "idle_timeout_ms": o.idle_s.map(|s| s.saturating_mul(1000)),
+        "lifetime_ms": o.lifetime_s.map(|s| s.saturating_mul(1000)),
+        "key": o.key,
+        "memory_mb": o.memory_mb,
+        "cpu_millis": o.cpu_millis,
+    });
+    let out: Value = serde_json::from_slice(&call(addr, "POST", "/sandboxes", Some(&body)).await?)?;
+    if o.json {
+        println!("{out}");
+    } else {
+        println!("{}", out["id"].as_str().unwrap_or_default());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `exec`: the command's output on stdout and stderr, then its exit code.
+pub async fn exec(
+    addr: &str,
+    id: &str,
+    argv: Vec<String>,
+    cwd: Option<String>,
+    env: Vec<(String, String)>,
+    timeout_s: Option<u64>,
+    json_out: bool,
+) -> anyhow::Result<ExitCode> {
+    let body = json!({
+        "argv": argv,
+        "cwd": cwd,
+        "env": env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "timeout_ms": timeout_s.map(|s| s.saturating_mul(1000)),
+    });
+    let path = format!("{}/exec", id_path(id)?);
+    let out: Value = serde_json::from_slice(&call(addr, "POST", &path, Some(&body)).await?)?;
+    if json_out {
+        println!("{out}");
+    } else {
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(out["stdout"].as_str().unwrap_or_default().as_bytes());
+        let _ = std::io::stderr().write_all(out["stderr"].as_str().unwrap_or_default().as_bytes());
+    }
+    Ok(exit_of(&out))
+}
+
+/// The exit code for an exec's answer (the codes of `task submit --wait`).
+pub fn exit_of(out: &Value) -> ExitCode {
+    if out["timed_out"].as_bool() == Some(true) {
+        eprintln!("chorus: the command timed out: it ran past its timeout and was killed");
+        return ExitCode::from(EXIT_TIMED_OUT);
+    }
+    if out["oom"].as_bool() == Some(true) {
+        eprintln!("chorus: the command ran out of memory: the kernel killed it at its limit");
+        return ExitCode::from(EXIT_OUT_OF_MEMORY);
+    }
+    match out["exit_code"].as_i64() {
+        Some(code) => ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(EXIT_ERROR)),
+        None => ExitCode::from(EXIT_ERROR),
+    }
+}
+
+/// `cp SRC DST`: one file into or out of a live sandbox.
+pub async fn cp(addr: &str, src: &str, dst: &str) -> anyhow::Result<ExitCode> {
+    match (Place::parse(src), Place::parse(dst)) {
+        (Place::Local(from), Place::Sandbox { id, path }) => {
+            let data =
+                std::fs::read(&from).with_context(|| format!("cannot read {}", from.display()))?;
+            let body = json!({
+                "path": path,
+                "content_b64": base64::engine::general_purpose::STANDARD.encode(&data),
+            });
+            call(
+                addr,
+                "PUT",
+                &format!("{}/files", id_path(&id)?),
+                Some(&body),
+            )
+            .await?;
+        }
+        (Place::Sandbox { id, path }, Place::Local(to)) => {
+            let query = format!("{}/files?path={}", id_path(&id)?, percent_encode(&path));
+            let data = call(addr, "GET", &query, None).await?;
+            std::fs::write(&to, data).with_context(|| format!("cannot write {}", to.display()))?;
+        }
+        _ => {
+            eprintln!("chorus: one side must be ID:/path in a sandbox, the other a local file");
+            return Ok(ExitCode::from(EXIT_REFUSED));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `env ID K=V…`: kept for every later command.
+pub async fn env(addr: &str, id: &str, vars: Vec<(String, String)>) -> anyhow::Result<ExitCode> {
+    let body = json!({ "env": vars.into_iter().collect::<std::collections::BTreeMap<_, _>>() });
+    call(addr, "POST", &format!("{}/env", id_path(id)?), Some(&body)).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `list`: one line a sandbox (or the JSON).
+pub async fn list(addr: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let out: Value = serde_json::from_slice(&call(addr, "GET", "/sandboxes", None).await?)?;
+    if json_out {
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<40} {:>10} {:>12}", "ID", "IDLE LEFT", "LIFETIME LEFT");
+    for s in out["sandboxes"].as_array().into_iter().flatten() {
+        let secs = |k: &str| s[k].as_u64().unwrap_or(0) / 1000;
+        println!(
+            "{:<40} {:>9}s {:>11}s",
+            s["id"].as_str().unwrap_or_default(),
+            secs("idle_left_ms"),
+            secs("lifetime_left_ms")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `close ID`.
+pub async fn close(addr: &str, id: &str) -> anyhow::Result<ExitCode> {
+    call(addr, "DELETE", &id_path(id)?, None).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every byte outside unreserved characters and `/` as `%XX`.
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// `K=V` as given on the command line.
+pub fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: expected NAME=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_in_a_sandbox_are_id_colon_absolute_path() {
+        assert_eq!(
+            Place::parse("n1.ab12:/workspace/a.txt"),
+            Place::Sandbox {
+                id: "n1.ab12".into(),
+                path: "/workspace/a.txt".into()
+            }
+        );
+        for local in ["a.txt", "./x:/y", "C:relative", "/abs/file"] {
+            assert_eq!(
+                Place::parse(local),
+                Place::Local(PathBuf::from(local)),
+                "{local}"
+            );
+        }
+        assert_eq!(percent_encode("/a b/ü?"), "/a%20b/%C3%BC%3F");
+        assert!(id_path("../acl").is_err());
+        assert_eq!(key_value("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert!(key_value("=x").is_err());
+    }
+}
