@@ -1049,6 +1049,29 @@ fn as_token(
     .expect("the node answers")
 }
 
+/// How many containers of node `node`'s live sandboxes there are: running ones, or (`all`) in
+/// any state (warm pools' and tasks' sandboxes are not counted).
+fn live_containers_of(node: &str, all: bool) -> usize {
+    let label = format!("label=io.chorus.node={node}");
+    let mut args = vec![
+        "ps",
+        "-q",
+        "--filter",
+        &label,
+        "--filter",
+        "label=io.chorus.live=true",
+    ];
+    if all {
+        args.push("-a");
+    }
+    let out = std::process::Command::new("docker")
+        .args(&args)
+        .output()
+        .expect("docker ps runs");
+    assert!(out.status.success(), "docker ps: {out:?}");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
 /// A new token of `role`, made with the harness's management token.
 fn token(c: &Cluster, role: &str) -> String {
     let (code, body) = http_request(
@@ -1092,27 +1115,7 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     let again = cli(&["sandbox", "create", "--key", "agent-1"]);
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), id);
     let node_id = t.ids[node].clone();
-    // The node's live sandboxes' containers: running ones, or (`all`) in any state.
-    let live_of = move |all: bool| {
-        let label = format!("label=io.chorus.node={node_id}");
-        let mut args = vec![
-            "ps",
-            "-q",
-            "--filter",
-            &label,
-            "--filter",
-            "label=io.chorus.live=true",
-        ];
-        if all {
-            args.push("-a");
-        }
-        let out = std::process::Command::new("docker")
-            .args(&args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "docker ps: {out:?}");
-        String::from_utf8_lossy(&out.stdout).lines().count()
-    };
+    let live_of = move |all: bool| live_containers_of(&node_id, all);
     let live_containers = || live_of(true);
     assert_eq!(live_containers(), 1);
 
@@ -1217,5 +1220,121 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     assert!(
         removed.is_some(),
         "the restarted node left its old live sandbox behind"
+    );
+}
+
+/// Issue 53, step 3: a live sandbox on one worker is used, start to end, through the API of a
+/// node that is neither the admin nor the worker (forwarded with a delegated token); another
+/// token sees nothing of it through any node; once closed, every node says so (410). A worker
+/// killed with `kill -9` is named at the next call through another node (410 lost when its
+/// API refuses the connection, 503 while it is merely not connected), and once it is back its
+/// old sandboxes are 410 lost and no container of them is left.
+#[test]
+fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
+    let mut t = TaskCluster::start();
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let worker = (admin + 1) % 3;
+    let via = (admin + 2) % 3;
+    let alice = token(&t.c, "submit");
+    let bob = token(&t.c, "submit");
+    let (code, made) = as_token(&t.c, worker, &alice, "POST", "/sandboxes", "{}");
+    assert_eq!(code, 201, "{made}");
+    let id = serde_json::from_str::<Value>(&made).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let base = format!("/sandboxes/{id}");
+    let steps: [(&str, String, &str, u16, &str); 6] = [
+        (
+            "PUT",
+            format!("{base}/files"),
+            r#"{"path": "/workspace/a.py", "content": "print(41 + 1)\n"}"#,
+            200,
+            "\"size\":14",
+        ),
+        (
+            "POST",
+            format!("{base}/exec"),
+            r#"{"argv": ["cat", "/workspace/a.py"]}"#,
+            200,
+            "print(41 + 1)",
+        ),
+        (
+            "POST",
+            format!("{base}/env"),
+            r#"{"env": {"STAGE": "via"}}"#,
+            200,
+            "STAGE",
+        ),
+        (
+            "POST",
+            format!("{base}/exec"),
+            r#"{"shell": "echo $STAGE > /workspace/out"}"#,
+            200,
+            "\"exit_code\":0",
+        ),
+        (
+            "GET",
+            format!("{base}/files?path=/workspace/out"),
+            "",
+            200,
+            "via\n",
+        ),
+        ("GET", base.clone(), "", 200, &id),
+    ];
+    for (method, path, body, want, holds) in &steps {
+        let (code, answer) = as_token(&t.c, via, &alice, method, path, body);
+        assert_eq!(code, *want, "{method} {path} through node {via}: {answer}");
+        assert!(answer.contains(holds), "{method} {path}: {answer}");
+    }
+    for i in 0..3 {
+        let (code, answer) = as_token(&t.c, i, &bob, "GET", &base, "");
+        assert_eq!(code, 404, "bob through node {i}: {answer}");
+    }
+    let (code, answer) = as_token(&t.c, via, &alice, "DELETE", &base, "");
+    assert_eq!(code, 200, "{answer}");
+    for i in [admin, via, worker] {
+        let (code, answer) = as_token(
+            &t.c,
+            i,
+            &alice,
+            "POST",
+            &format!("{base}/exec"),
+            r#"{"argv": ["true"]}"#,
+        );
+        assert_eq!(code, 410, "through node {i}: {answer}");
+        assert!(answer.contains("closed"), "{answer}");
+    }
+
+    // The worker killed while its sandbox is in use.
+    let (code, made) = as_token(&t.c, worker, &alice, "POST", "/sandboxes", "{}");
+    assert_eq!(code, 201, "{made}");
+    let lost = serde_json::from_str::<Value>(&made).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let exec = format!("/sandboxes/{lost}/exec");
+    let (code, _) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+    assert_eq!(code, 200);
+    t.c.kill(worker);
+    let (code, answer) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+    assert!(
+        (code == 410 && answer.contains("lost"))
+            || (code == 503 && answer.contains(&t.ids[worker])),
+        "{code} {answer}"
+    );
+    t.c.start_node(worker);
+    let back = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        let (code, answer) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+        (code == 410).then_some(answer)
+    })
+    .expect("the restarted worker's old sandbox is said lost through another node");
+    assert!(back.contains("restarted"), "{back}");
+    let leftover = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        (live_containers_of(&t.ids[worker], true) == 0).then_some(())
+    });
+    assert!(
+        leftover.is_some(),
+        "a live sandbox's container of the killed worker is left"
     );
 }

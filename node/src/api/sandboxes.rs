@@ -15,9 +15,24 @@
 //!
 //! Every route needs a `submit` token; a sandbox is its token's, and any other token gets 404
 //! (an `operate` token may list and close any). A sandbox that ended answers **410** with why
-//! and how long ago. A node without Docker task slots makes none (503, saying how to start one
-//! that does); calls reach the node that holds the sandbox (its id names it) — forwarding from
-//! any node is the next step of issue 53.
+//! and how long ago.
+//!
+//! **Any node answers.** A sandbox's id is `NODE.BOOT-RANDOM`: the node that holds it and that
+//! node's process (a random tag drawn at its start). A call for another node's sandbox is
+//! forwarded to that node's advertised API (pinned by its certificate's fingerprint, at the IP
+//! its connection comes from) with a token delegated to that node alone, for the caller's role
+//! and id (`api::auth`); a forwarded call is never forwarded again. A create at a node that runs
+//! no sandboxes goes to a connected worker (most task slots first, ties by id). What the
+//! caller sees when the worker is not there:
+//! - the worker's API refuses the connection (its process is down: its sandboxes ended with
+//!   it, their supervisor ends when its end of their stdin closes) → **410** `lost`;
+//! - an id of this node's earlier process → **410** `lost` (the restart removed it);
+//! - the worker is not connected to this node, or does not answer in time → **503**, naming
+//!   it: it may be cut off from this node only, and nothing is decided for it here (the
+//!   cluster-wide verdict, placed by the admin in the core, is the next step of issue 53).
+//!
+//! A forwarded streaming exec reaches the caller whole at its end (the node-to-node client
+//! reads whole answers).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -27,7 +42,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
@@ -40,8 +55,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::auth::{Caller, Role};
+use super::auth::{unix_now, Auth, Caller, Role, DELEGATION_TTL_S};
+use super::cluster::Member;
 use crate::daemon::shared::SharedState;
+use crate::http1::{self, Endpoint};
 
 /// The live sandboxes of a node with Docker task slots.
 pub type Live = LiveSandboxes<DockerProvider>;
@@ -130,11 +147,203 @@ fn registry(shared: &SharedState) -> Result<(Arc<Live>, String), Refused> {
     }
 }
 
+/// This process's tag in the ids it gives (a restarted node knows its old ids for lost).
+fn boot() -> &'static str {
+    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BOOT.get_or_init(|| random_hex()[..8].to_string())
+}
+
+/// The most a forwarded answer may carry: a file of the registry's bound, in base64 and JSON.
+const MAX_FORWARDED_BYTES: u64 = 96 << 20;
+
+/// How long a forwarded call may take besides the command's own timeout.
+const FORWARD_MARGIN: Duration = Duration::from_secs(30);
+
+/// Where a call for sandbox `id` goes.
+enum Located {
+    Here(Arc<Live>, String),
+    There(Member),
+}
+
+/// Finds the node that holds `id`: this one, or a connected peer with an API to ask.
+fn locate(shared: &SharedState, bound: SocketAddr, id: &str) -> Result<Located, Refused> {
+    let valid = !id.is_empty()
+        && id.len() <= 256
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
+    let Some((node, tag)) = id.rsplit_once('.').filter(|_| valid) else {
+        return Err(Refused(404, "no such sandbox".into()));
+    };
+    let s = shared.lock();
+    if node == s.node_id {
+        let this_boot = tag.split_once('-').is_some_and(|(b, _)| b == boot());
+        return match &s.live {
+            Some(live) if this_boot => Ok(Located::Here(live.clone(), s.node_id.clone())),
+            _ => Err(Refused(
+                410,
+                "the sandbox is gone: lost, its node restarted since it was made".into(),
+            )),
+        };
+    }
+    let view = s.cluster(&bound.to_string());
+    match view.and_then(|v| v.members.into_iter().find(|m| m.node_id == node)) {
+        Some(m) if m.connected && m.http.is_some() => Ok(Located::There(m)),
+        Some(m) if m.connected => Err(Refused(
+            503,
+            format!("the sandbox's node {node} advertised no API this node may ask"),
+        )),
+        _ => Err(Refused(
+            503,
+            format!(
+                "the sandbox's node {node} is not connected to this node: down, or cut off \
+                 from this node"
+            ),
+        )),
+    }
+}
+
+/// A connected worker to make a sandbox on, for a node that runs none: the most task slots,
+/// ties by id.
+fn pick_worker(shared: &SharedState, bound: SocketAddr) -> Option<Member> {
+    let s = shared.lock();
+    let core = s.core.as_ref()?;
+    let slots: BTreeMap<String, u32> = core
+        .peers()
+        .iter()
+        .map(|(id, p)| (id.to_string(), p.resources().task_slots))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let view = s.cluster(&bound.to_string())?;
+    view.members
+        .into_iter()
+        .filter(|m| m.connected && m.http.is_some() && slots.contains_key(&m.node_id))
+        .max_by(|a, b| {
+            slots[&a.node_id]
+                .cmp(&slots[&b.node_id])
+                .then_with(|| b.node_id.cmp(&a.node_id))
+        })
+}
+
+/// The caller's request, sent on to the node that holds the sandbox with a token delegated to
+/// that node alone; its answer as it came. `wait` bounds it (beside [`FORWARD_MARGIN`]).
+async fn forward(
+    auth: &Auth,
+    caller: &Caller,
+    to: &Member,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    wait: Duration,
+) -> Response {
+    if caller.delegated {
+        // A forwarded call stops at the node it was sent to: no chains, no loops.
+        return Refused(
+            503,
+            format!(
+                "a forwarded call is not forwarded again (to {})",
+                to.node_id
+            ),
+        )
+        .into_response();
+    }
+    let body = match body.map(std::str::from_utf8).transpose() {
+        Ok(b) => b,
+        Err(_) => return bad("the body is not UTF-8 JSON"),
+    };
+    let Some(token) = auth
+        .key()
+        .delegate(caller, &to.node_id, unix_now() + DELEGATION_TTL_S)
+    else {
+        return Refused(
+            502,
+            format!("{} is not a node id to delegate to", to.node_id),
+        )
+        .into_response();
+    };
+    let http = to.http.as_deref().unwrap_or_default();
+    let endpoint = match Endpoint::parse(http) {
+        Ok(e) => e,
+        Err(_) => {
+            return Refused(502, format!("{} advertised no usable API", to.node_id)).into_response()
+        }
+    };
+    let tls = match (&endpoint.tls, &endpoint.pin) {
+        (false, _) => None,
+        (true, Some(pin)) => match http1::pinned(pin.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => return Refused(502, e.to_string()).into_response(),
+        },
+        (true, None) => {
+            return Refused(502, format!("{}'s API pins no certificate", to.node_id))
+                .into_response()
+        }
+    };
+    let sent = http1::send(
+        &endpoint,
+        tls,
+        method,
+        path,
+        body,
+        Some(&token),
+        MAX_FORWARDED_BYTES,
+    );
+    let answer = match tokio::time::timeout(wait + FORWARD_MARGIN, sent).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => {
+            let refused = e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+            });
+            if refused {
+                // Its process is down, and its sandboxes ended with it.
+                return answer(
+                    410,
+                    json!({
+                        "error": format!("the sandbox is gone: lost, its node {} is down ({e})", to.node_id),
+                        "gone": { "reason": "lost", "detail": format!("node {} is down", to.node_id) },
+                    }),
+                );
+            }
+            return Refused(
+                503,
+                format!("the sandbox's node {} did not answer: {e}", to.node_id),
+            )
+            .into_response();
+        }
+        Err(_) => {
+            return Refused(
+                503,
+                format!(
+                    "the sandbox's node {} did not answer within {:?}",
+                    to.node_id,
+                    wait + FORWARD_MARGIN
+                ),
+            )
+            .into_response()
+        }
+    };
+    let code = StatusCode::from_u16(answer.code).unwrap_or(StatusCode::BAD_GATEWAY);
+    let kind = answer
+        .header("content-type")
+        .unwrap_or("application/json")
+        .to_string();
+    (code, [(header::CONTENT_TYPE, kind)], answer.body).into_response()
+}
+
 fn live_caller(caller: &Caller) -> live::Caller {
     live::Caller {
         owner: caller.id.clone(),
         any: caller.role >= Role::Operate,
     }
+}
+
+/// How long a forwarded call other than an exec may take at its node.
+const CALL_WAIT: Duration = Duration::from_secs(30);
+
+/// The request's path and query, to send on as they came.
+fn path_of(uri: &Uri) -> &str {
+    uri.path_and_query().map_or(uri.path(), |p| p.as_str())
 }
 
 fn answer(code: u16, body: Value) -> Response {
@@ -204,15 +413,33 @@ fn error_answer(e: &LiveError) -> Response {
     }
 }
 
-/// `POST /sandboxes`.
+/// `POST /sandboxes`: made here when this node runs sandboxes, else at a connected worker.
 pub(super) async fn create(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
     body: Bytes,
 ) -> Response {
     let (live, node) = match registry(&shared) {
         Ok(r) => r,
-        Err(r) => return r.into_response(),
+        Err(r) => {
+            return match pick_worker(&shared, bound) {
+                Some(worker) => {
+                    forward(
+                        &auth,
+                        &caller,
+                        &worker,
+                        "POST",
+                        "/sandboxes",
+                        Some(&body),
+                        CALL_WAIT,
+                    )
+                    .await
+                }
+                None => Refused(503, format!("{}; no connected node runs them either", r.1))
+                    .into_response(),
+            }
+        }
     };
     let req: CreateBody = match parse(&body) {
         Ok(r) => r,
@@ -252,7 +479,7 @@ pub(super) async fn create(
     if let Err(why) = ceilings.check(&asked) {
         return bad(why.replace("the task asks", "the sandbox asks"));
     }
-    let id = format!("{node}.{}", random_hex());
+    let id = format!("{node}.{}-{}", boot(), random_hex());
     let mut spec = SandboxSpec::new(&node, &id, &shape.image);
     spec.env = req.env;
     spec.labels.insert("live".into(), "true".into());
@@ -275,14 +502,15 @@ pub(super) async fn create(
     }
 }
 
-/// `GET /sandboxes`.
+/// `GET /sandboxes`: the ones this node holds (a cluster-wide list comes with placement in
+/// the core).
 pub(super) async fn list(
     State((shared, _)): ApiState,
     Extension(caller): Extension<Caller>,
 ) -> Response {
-    let (live, node) = match registry(&shared) {
-        Ok(r) => r,
-        Err(r) => return r.into_response(),
+    let Ok((live, node)) = registry(&shared) else {
+        let note = "this node holds no sandboxes: list them at the nodes that run them";
+        return answer(200, json!({ "sandboxes": [], "note": note }));
     };
     let all: Vec<Value> = live
         .list(&live_caller(&caller))
@@ -294,12 +522,17 @@ pub(super) async fn list(
 
 /// `GET /sandboxes/{id}`.
 pub(super) async fn get(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> Response {
-    let (live, node) = match registry(&shared) {
-        Ok(r) => r,
+    let (live, node) = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, node)) => (live, node),
+        Ok(Located::There(m)) => {
+            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
+        }
         Err(r) => return r.into_response(),
     };
     match live.get(&live_caller(&caller), &id) {
@@ -310,12 +543,17 @@ pub(super) async fn get(
 
 /// `DELETE /sandboxes/{id}`.
 pub(super) async fn close(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
 ) -> Response {
-    let (live, _) = match registry(&shared) {
-        Ok(r) => r,
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(&auth, &caller, &m, "DELETE", path_of(&uri), None, CALL_WAIT).await
+        }
         Err(r) => return r.into_response(),
     };
     match live.close(&live_caller(&caller), &id).await {
@@ -326,13 +564,27 @@ pub(super) async fn close(
 
 /// `POST /sandboxes/{id}/env`.
 pub(super) async fn set_env(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let (live, _) = match registry(&shared) {
-        Ok(r) => r,
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(
+                &auth,
+                &caller,
+                &m,
+                "POST",
+                path_of(&uri),
+                Some(&body),
+                CALL_WAIT,
+            )
+            .await
+        }
         Err(r) => return r.into_response(),
     };
     let req: EnvBody = match parse(&body) {
@@ -359,13 +611,27 @@ pub(super) async fn set_env(
 
 /// `PUT /sandboxes/{id}/files`.
 pub(super) async fn write_file(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let (live, _) = match registry(&shared) {
-        Ok(r) => r,
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(
+                &auth,
+                &caller,
+                &m,
+                "PUT",
+                path_of(&uri),
+                Some(&body),
+                CALL_WAIT,
+            )
+            .await
+        }
         Err(r) => return r.into_response(),
     };
     let req: FileBody = match parse(&body) {
@@ -400,13 +666,18 @@ pub(super) async fn write_file(
 
 /// `GET /sandboxes/{id}/files?path=P`.
 pub(super) async fn read_file(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let (live, _) = match registry(&shared) {
-        Ok(r) => r,
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
+        }
         Err(r) => return r.into_response(),
     };
     let Some(path) = query.get("path") else {
@@ -424,13 +695,27 @@ pub(super) async fn read_file(
 
 /// `POST /sandboxes/{id}/exec`.
 pub(super) async fn exec(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Response {
-    let (live, _) = match registry(&shared) {
-        Ok(r) => r,
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(
+                &auth,
+                &caller,
+                &m,
+                "POST",
+                path_of(&uri),
+                Some(&body),
+                MAX_EXEC_TIMEOUT,
+            )
+            .await
+        }
         Err(r) => return r.into_response(),
     };
     let req: ExecBody = match parse(&body) {
