@@ -13,17 +13,16 @@ pub mod acl;
 pub mod auth;
 pub mod cluster;
 pub mod cluster_status;
+pub mod connections;
 pub mod history;
 pub mod logs;
 pub mod members;
 pub mod sandboxes;
 pub mod status;
 pub mod tasks;
-pub mod tls;
 pub mod transfer;
 pub mod ui;
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -35,7 +34,8 @@ use crate::daemon::shared::SharedState;
 
 /// Binds `addr` (failing early, with the address in the error) and returns the server future.
 /// `auth` decides who may call what; with `tls` every connection speaks TLS; with `ui` the
-/// web console is served at `/ui` and a browser asking for `/` is sent there.
+/// web console is served at `/ui` and a browser asking for `/` is sent there. Connections are
+/// bounded in time and number per peer (`connections`).
 pub async fn serve(
     addr: SocketAddr,
     shared: SharedState,
@@ -48,19 +48,8 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("cannot bind the HTTP API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     let app = router(shared, auth, bound, ui);
-    let server: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
-        match tls {
-            Some(config) => {
-                Box::pin(axum::serve(tls::TlsListener::new(listener, config)?, app).into_future())
-            }
-            None => Box::pin(axum::serve(listener, app).into_future()),
-        };
-    let server = async move {
-        if let Err(e) = server.await {
-            tracing::error!(error = %e, "HTTP API stopped");
-        }
-    };
-    Ok((bound, server))
+    let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+    Ok((bound, connections::serve(listener, tls, app)))
 }
 
 /// Every route, behind the gatekeeper; `bound` is the address the API listens on.
