@@ -10,6 +10,13 @@
 //!   a space, as a command's words) with `%`: `addrs = %list(&addrs)`. A person reads
 //!   `a, b` (or `["sh", "-c"]`); the JSON format writes an array of strings.
 //!
+//! - **A value from outside the node** — from a request, a peer, a task's author — is recorded
+//!   through [`outside`]: `name = %outside(&name)`, `from = %outside(from)`. Its control
+//!   characters (newline, carriage return, ESC, the C1 set) are written as escapes by
+//!   [`escape_controls`], the one escaping function for such text: no value can end a log line
+//!   and forge the next, or send a terminal commands. A message that quotes such a value
+//!   takes it through [`outside`] as well.
+//!
 //! How the JSON format tells a list from other text: it formats each value through
 //! [`json_of`], which raises a flag of this thread while it formats; a [`List`] that sees the
 //! flag writes its items as a JSON array and counts the bytes it wrote. Only when one list
@@ -81,6 +88,48 @@ impl fmt::Debug for List {
     }
 }
 
+/// `text` with every control character shown as an escape (`\x0a`, `\x1b`, `\u{9b}`): what came
+/// from outside reaches a log line or a terminal as text, never as a line break or a command.
+/// With `keep_lines`, newline and tab stay as they are (a task's output shown on a terminal,
+/// line by line); in a log line nothing stays. The one escaping function of the project: the
+/// CLI's `escape_controls` and [`outside`] are this.
+pub fn escape_controls(text: &str, keep_lines: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' if keep_lines => out.push(c),
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A value from outside the node, for a log field or message. See the [module docs](self).
+pub fn outside<T: fmt::Display>(value: T) -> Outside<T> {
+    Outside(value)
+}
+
+/// A value from outside, written through [`escape_controls`]; see [`outside`].
+#[derive(Clone, Copy)]
+pub struct Outside<T>(T);
+
+impl<T: fmt::Display> fmt::Display for Outside<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&escape_controls(&self.0.to_string(), false))
+    }
+}
+
+/// The same as its `Display`: `?outside(…)` and `%outside(…)` record the same.
+impl<T: fmt::Display> fmt::Debug for Outside<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
 /// Lowers the flag when formatting ends, a panic included.
 struct Wanted {
     before: bool,
@@ -126,6 +175,24 @@ mod tests {
     use super::*;
     use serde_json::json;
     use tracing::field::display;
+
+    #[test]
+    fn a_value_from_outside_cannot_break_a_line_or_reach_a_terminal() {
+        let forged = "PATH\n2099-01-01T00:00:00Z  WARN forged\r\x1b[31mred\u{9b}2J\tx\0";
+        let written = outside(forged).to_string();
+        assert_eq!(
+            written,
+            "PATH\\x0a2099-01-01T00:00:00Z  WARN forged\\x0d\\x1b[31mred\\u{9b}2J\\x09x\\x00"
+        );
+        assert!(!written.chars().any(char::is_control), "{written}");
+        assert_eq!(format!("{:?}", outside(forged)), written);
+        // Text without control characters is as it was, UTF-8 included.
+        assert_eq!(outside("n1 — ok").to_string(), "n1 — ok");
+        // On a terminal, a task's lines stay lines.
+        assert_eq!(escape_controls("a\tb\nc\x1b", true), "a\tb\nc\\x1b");
+        // A JSON line carries the escaped text as a string.
+        assert_eq!(json_of(&outside("a\nb")), json!("a\\x0ab"));
+    }
 
     #[test]
     fn a_person_reads_a_list_as_text() {

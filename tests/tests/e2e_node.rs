@@ -343,3 +343,114 @@ fn the_systemd_unit_verifies_against_this_build() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
+
+/// Issue 51, finding 5: text with control characters, fed to every refusal of the API — a
+/// task's env name and secret env name, a task id in a path, a member change, a transfer, a
+/// token's role and audience, a live sandbox's id — is refused, and reaches the node's log
+/// (where it does at all) escaped: no line break, carriage return or terminal escape of its
+/// own, so no forged log line. The env name's refusal is logged (the task_refused notice):
+/// the test sees it there, escaped.
+#[test]
+fn control_characters_in_refused_requests_reach_the_log_escaped() {
+    use chorus_tests::{http_request, read, wait_until};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("n0");
+    let log = dir.path().join("n0.log");
+    let (_guard, ports) = spawn_reported(Path::new(BIN), &run_args(&data), &[], &log);
+    let port = ports.http;
+    wait_admin(port, Duration::from_secs(15), &log);
+
+    // JSON escapes: a line break, then what a forged line would say, a carriage return, ESC
+    // and a C1 CSI (a terminal's clear-screen), and a NUL.
+    let forged =
+        r"X\u000a2099-01-01T00:00:00.000000Z  WARN chorus: FORGED\u000d\u001b[2J\u009b0m\u0000";
+    // The same in a path, percent-encoded.
+    let in_path = "X%0A2099-01-01T00:00:00.000000Z%20%20WARN%20chorus:%20FORGED%0D%1B%5B2J%C2%9B0m";
+    let task = |env: &str| format!(r#"{{"image": "alpine:3.20", "command": ["true"], {env}}}"#);
+    let requests: Vec<(&str, String, Option<String>)> = vec![
+        (
+            "POST",
+            "/tasks".into(),
+            Some(task(&format!(r#""env": {{"{forged}": "v"}}"#))),
+        ),
+        (
+            "POST",
+            "/tasks".into(),
+            Some(task(&format!(r#""env": {{"A": "{forged}"}}"#))),
+        ),
+        (
+            "POST",
+            "/tasks".into(),
+            Some(task(&format!(r#""secret_env": {{"{forged}": "v"}}"#))),
+        ),
+        (
+            "POST",
+            "/tasks".into(),
+            Some(task(&format!(r#""name": "{forged}""#))),
+        ),
+        ("GET", format!("/tasks/{in_path}"), None),
+        ("DELETE", format!("/tasks/{in_path}"), None),
+        ("GET", format!("/tasks/{in_path}/logs"), None),
+        (
+            "POST",
+            "/members".into(),
+            Some(format!(r#"{{"op": "add", "node": "{forged}"}}"#)),
+        ),
+        (
+            "POST",
+            "/members".into(),
+            Some(format!(r#"{{"op": "{forged}"}}"#)),
+        ),
+        (
+            "POST",
+            "/members/transfer".into(),
+            Some(format!(r#"{{"to": "{forged}"}}"#)),
+        ),
+        (
+            "POST",
+            "/acl/tokens".into(),
+            Some(format!(r#"{{"role": "{forged}"}}"#)),
+        ),
+        (
+            "POST",
+            "/acl/delegate".into(),
+            Some(format!(r#"{{"audience": "{forged}"}}"#)),
+        ),
+        ("GET", format!("/sandboxes/{in_path}"), None),
+        (
+            "POST",
+            format!("/sandboxes/{in_path}/exec"),
+            Some(r#"{"command": ["true"]}"#.into()),
+        ),
+    ];
+    for (method, path, body) in &requests {
+        let (code, answer) = http_request(port, method, path, body.as_deref())
+            .unwrap_or_else(|| panic!("{method} {path}: no answer\n{}", read(&log)));
+        assert!(
+            (400..500).contains(&code),
+            "{method} {path} {body:?}: {code} {answer}"
+        );
+    }
+
+    // The env name's refusal is logged; by then the earlier requests' lines are written too.
+    wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        read(&log).contains("FORGED").then_some(())
+    })
+    .unwrap_or_else(|| panic!("the refusal is not in the log:\n{}", read(&log)));
+    std::thread::sleep(Duration::from_millis(300));
+    let text = read(&log).replace("\r\n", "\n");
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.chars().any(char::is_control) || (l.contains("FORGED") && !l.contains(r"X\x0a2099"))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "log lines with raw control characters or forged from a request: {bad:?}\n{text}"
+    );
+    assert!(
+        text.contains(r"FORGED\x0d\x1b[2J\u{9b}0m"),
+        "the refusal, escaped:\n{text}"
+    );
+}

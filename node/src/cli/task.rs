@@ -659,20 +659,10 @@ async fn wait_result(
 }
 
 /// `text` with every control character but newline and tab shown as an escape (`\x1b`,
-/// `\u{9b}`): what a task wrote reaches an operator's terminal as text, never as commands.
+/// `\u{9b}`): what a task wrote reaches an operator's terminal as text, never as commands
+/// (the project's one escaping function, [`chorus_io::log_fields::escape_controls`]).
 pub fn escape_controls(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\n' | '\t' => out.push(c),
-            c if c.is_control() && (c as u32) < 0x80 => {
-                out.push_str(&format!("\\x{:02x}", c as u32))
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+    chorus_io::log_fields::escape_controls(text, true)
 }
 
 /// A task for people (every text from the task or its author escaped: [`escape_controls`]).

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use chorus_core::{Command, Core, Event, NodeId, Notice, Refusal, Role};
 use chorus_io::eventlog::{NoticeRecorder, RecordedNotice};
+use chorus_io::log_fields::outside;
 use chorus_io::runtime::{Observer, StepInfo};
 
 use super::metrics::record_latency;
@@ -164,9 +165,11 @@ impl Observer for NodeObserver {
                 0
             };
             if reason.is_benign() || !seen.is_power_of_two() {
-                tracing::debug!(now_ms, %from, %message, %reason, "message refused");
+                tracing::debug!(now_ms, from = %outside(from), message = %outside(message),
+                    %reason, "message refused");
             } else {
-                tracing::warn!(now_ms, %from, %message, %reason, refusals = seen, "message refused");
+                tracing::warn!(now_ms, from = %outside(from), message = %outside(message),
+                    %reason, refusals = seen, "message refused");
             }
             *self
                 .shared
@@ -178,8 +181,9 @@ impl Observer for NodeObserver {
             return;
         }
         let kind = notice.kind();
-        // In words, as `chorus replay` says it (never Rust's debug text).
-        let words = crate::history::replay::notice_words(notice);
+        // In words, as `chorus replay` says it (never Rust's debug text); names, reasons and
+        // task fields in it come from peers and requests (a refused task's env name).
+        let words = outside(crate::history::replay::notice_words(notice));
         match notice {
             Notice::LeaseRenewed { .. } => tracing::debug!(now_ms, notice = %words, "{kind}"),
             _ => tracing::info!(now_ms, notice = %words, "{kind}"),
@@ -300,5 +304,72 @@ mod tests {
             log.notices().unwrap().is_empty(),
             "refusals are not recorded"
         );
+    }
+
+    /// Issue 51, finding 5: what a peer or a request put into a notice (a sender's id, a
+    /// message's kind, a refused task's env name) reaches the log with its control characters
+    /// escaped — one line per event, no forged line, nothing for a terminal.
+    #[test]
+    fn text_from_peers_and_requests_is_logged_escaped() {
+        #[derive(Clone, Default)]
+        struct Kept(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Kept {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let meta = LogMeta::new("a".into(), Default::default(), vec![], 1);
+        let log = SledLog::open(dir.path(), meta, SledLogOptions::default()).unwrap();
+        let mut observer = NodeObserver::new(
+            SharedState::default(),
+            log.notice_recorder(),
+            1,
+            HostClockOrigin::now(),
+        );
+        let forged = "x\n2099-01-01T00:00:00.000000Z  WARN FORGED\r\x1b[2J\u{9b}0m";
+        let notices = [
+            Notice::Refused {
+                from: NodeId::new(forged),
+                message: forged.to_owned().into(),
+                reason: Refusal::NotMember,
+            },
+            Notice::TaskRefused {
+                request: 1,
+                reason: format!("environment variable `{forged}` is not NAME=VALUE"),
+            },
+            Notice::Voted {
+                term: 2,
+                candidate: NodeId::new(forged),
+            },
+            Notice::AdminKnown {
+                admin: NodeId::new(forged),
+                term: 2,
+            },
+        ];
+        let kept = Kept::default();
+        let out = kept.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || out.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            for notice in &notices {
+                observer.on_notice(5, notice);
+            }
+        });
+        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), notices.len(), "one line per notice:\n{text}");
+        for line in lines {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+            assert!(line.contains("x\\x0a2099"), "{line:?}");
+            assert!(line.contains("FORGED\\x0d\\x1b[2J\\u{9b}0m"), "{line:?}");
+        }
     }
 }

@@ -27,7 +27,7 @@ use super::frame::Frame;
 use super::link::Links;
 use super::peers::{self, PeerBook};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
-use crate::log_fields::list;
+use crate::log_fields::{list, outside};
 use crate::runtime::TransportEvent;
 
 /// Direct messages held per connected peer until its identify arrives.
@@ -827,7 +827,7 @@ impl Driver {
                         self.on_bytes(peer, &bytes).await
                     }
                     Frame::Refused(e) => {
-                        tracing::debug!(%peer, error = %e, "direct frame refused");
+                        tracing::debug!(%peer, error = %outside(&e), "direct frame refused");
                         self.reject(Some(peer), e.kind()).await;
                     }
                 }
@@ -865,7 +865,7 @@ impl Driver {
                 self.on_bytes(peer, &bytes).await;
             }
             Frame::Refused(e) => {
-                tracing::debug!(%peer, error = %e, "link frame refused; link closed");
+                tracing::debug!(%peer, error = %outside(&e), "link frame refused; link closed");
                 self.reject(Some(peer), e.kind()).await;
             }
         }
@@ -902,7 +902,7 @@ impl Driver {
                 self.on_identified(peer_id, info).await;
             }
             identify::Event::Error { peer_id, error, .. } => {
-                tracing::debug!(peer = %peer_id, %error, "identify failed");
+                tracing::debug!(peer = %peer_id, error = %outside(&error), "identify failed");
             }
             identify::Event::Sent { .. } | identify::Event::Pushed { .. } => {}
         }
@@ -963,14 +963,14 @@ impl Driver {
                 if self.first_warning(format!("cluster {peer}")) {
                     tracing::warn!(
                         %peer,
-                        addrs = %list(&info.listen_addrs),
-                        "a peer of another cluster ({:?}; this node's is {:?}) connected: \
+                        addrs = %list(info.listen_addrs.iter().map(outside)),
+                        "a peer of another cluster (\"{}\"; this node's is {:?}) connected: \
                          disconnecting. Check --cluster-id / protocol.cluster_id on both nodes",
-                        ad.cluster,
+                        outside(&ad.cluster),
                         self.cluster_id
                     );
                 } else {
-                    tracing::debug!(%peer, cluster = %ad.cluster, "peer of another cluster; disconnecting");
+                    tracing::debug!(%peer, cluster = %outside(&ad.cluster), "peer of another cluster; disconnecting");
                 }
                 self.exclude(peer, "wrong_cluster").await;
                 return;
@@ -978,8 +978,8 @@ impl Driver {
             None => {
                 tracing::debug!(
                     %peer,
-                    protocol = %info.protocol_version,
-                    agent = %info.agent_version,
+                    protocol = %outside(&info.protocol_version),
+                    agent = %outside(&info.agent_version),
                     "peer does not identify as a CHORUS node; disconnecting"
                 );
                 self.exclude(peer, "identify").await;
@@ -1043,7 +1043,7 @@ impl Driver {
             // A part of a larger message; the rest is still to come.
             Ok(None) => return,
             Err(e) => {
-                tracing::debug!(peer = %from, error = %e, "undecodable message");
+                tracing::debug!(peer = %from, error = %outside(&e), "undecodable message");
                 self.reject(Some(from), e.kind()).await;
                 return;
             }
@@ -1092,6 +1092,8 @@ impl Driver {
     /// Logs a failed connection: the first handshake failure per address at WARN with its
     /// likely cause, everything else at DEBUG (unreachable peers are normal while they start).
     fn warn_failure(&mut self, whom: String, reason: &'static str, error: &str) {
+        // An address and an error a peer may have had a hand in.
+        let (whom, error) = (outside(whom), outside(error));
         let suspicious = reason == "handshake" || reason == "timeout";
         if suspicious && self.first_warning(format!("failed {whom}")) {
             let cause = if self.has_psk {
