@@ -1287,6 +1287,56 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         assert_eq!(code, *want, "{method} {path} through node {via}: {answer}");
         assert!(answer.contains(holds), "{method} {path}: {answer}");
     }
+    // A background process: started, followed through its log, listed, killed.
+    let (code, answer) = as_token(
+        &t.c,
+        via,
+        &alice,
+        "POST",
+        &format!("{base}/exec"),
+        r#"{"shell": "while :; do echo tick; sleep 0.1; done", "background": true}"#,
+    );
+    assert_eq!(code, 200, "{answer}");
+    let started: Value = serde_json::from_str(&answer).unwrap();
+    let (pid, log) = (
+        started["pid"].as_u64().unwrap(),
+        started["log"].as_str().unwrap().to_owned(),
+    );
+    let ticks = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        let (code, text) = as_token(
+            &t.c,
+            via,
+            &alice,
+            "GET",
+            &format!("{base}/files?path={log}"),
+            "",
+        );
+        (code == 200 && text.matches("tick").count() >= 3).then_some(text)
+    });
+    assert!(ticks.is_some(), "the background process's log did not grow");
+    let listed = |t: &TaskCluster| {
+        let (code, text) = as_token(&t.c, via, &alice, "GET", &format!("{base}/processes"), "");
+        assert_eq!(code, 200, "{text}");
+        serde_json::from_str::<Value>(&text).unwrap()["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"].as_u64() == Some(pid))
+    };
+    assert!(listed(&t), "the background process is listed");
+    let (code, answer) = as_token(
+        &t.c,
+        via,
+        &alice,
+        "DELETE",
+        &format!("{base}/processes/{pid}"),
+        "",
+    );
+    assert_eq!(code, 200, "{answer}");
+    let gone = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        (!listed(&t)).then_some(())
+    });
+    assert!(gone.is_some(), "the killed process is still listed");
     for i in 0..3 {
         let (code, answer) = as_token(&t.c, i, &bob, "GET", &base, "");
         assert_eq!(code, 404, "bob through node {i}: {answer}");

@@ -425,6 +425,8 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         req.output_limit_bytes = Some(req.output_limit_bytes.map_or(cap, |n| n.min(cap)));
         req.last_in_sandbox = false;
         req.after_reset = false;
+        // The owner's sandbox for many commands: what one starts in the background stays.
+        req.keep_processes = true;
         let out = busy.sandbox.exec_streaming(req, sink).await;
         self.judge(busy, out).await
     }

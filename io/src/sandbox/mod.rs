@@ -230,6 +230,10 @@ pub struct ExecRequest {
     /// before. When the reset cannot vouch, nothing of the request runs and the error is
     /// [`ErrorCategory::NotClean`].
     pub after_reset: bool,
+    /// What the command leaves running stays running (a live sandbox's server started in the
+    /// background): no post-exec clean-up, which also saves that exec. Only for a sandbox
+    /// that is its owner's for many commands (`live.rs`); a task's sandbox is cleaned.
+    pub keep_processes: bool,
 }
 
 impl ExecRequest {

@@ -88,6 +88,11 @@ fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: boo
         )
         .route("/sandboxes/{id}/exec", post(sandboxes::exec))
         .route("/sandboxes/{id}/env", post(sandboxes::set_env))
+        .route("/sandboxes/{id}/processes", get(sandboxes::processes))
+        .route(
+            "/sandboxes/{id}/processes/{pid}",
+            axum::routing::delete(sandboxes::kill_process),
+        )
         .route(
             "/sandboxes/{id}/files",
             get(sandboxes::read_file).put(sandboxes::write_file),

@@ -9,6 +9,9 @@
 //! | `GET /sandboxes/{id}` | one, with the time left |
 //! | `DELETE /sandboxes/{id}` | close |
 //! | `POST /sandboxes/{id}/exec` | `{argv` or `shell, cwd?, env?, stdin?, timeout_ms?, stream?}` → the exit, or with `stream` NDJSON lines as output comes |
+//! | `POST /sandboxes/{id}/exec` with `background: true` | starts it in its own session, output to a log file: `{pid, log}` |
+//! | `GET /sandboxes/{id}/processes` | what runs in it: `{processes: [{pid, pgid, seconds, command}]}` |
+//! | `DELETE /sandboxes/{id}/processes/{pid}` | kills that process's group |
 //! | `POST /sandboxes/{id}/env` | `{env: {K: V}}`, kept for every later command |
 //! | `PUT /sandboxes/{id}/files` | `{path, content` or `content_b64, mode?}` |
 //! | `GET /sandboxes/{id}/files?path=P` | the file's bytes |
@@ -103,7 +106,18 @@ struct ExecBody {
     timeout_ms: Option<u64>,
     #[serde(default)]
     stream: bool,
+    #[serde(default)]
+    background: bool,
 }
+
+/// Starts `"$@"` in a session of its own with its output in `/tmp/.chorus-bg/PID.log` (the
+/// log is renamed once the pid is known; the process keeps writing to it), and prints the pid.
+const BACKGROUND_SCRIPT: &str = r#"d=/tmp/.chorus-bg; mkdir -p "$d" || exit 125
+setsid "$@" > "$d/start.$$" 2>&1 < /dev/null &
+p=$!; mv "$d/start.$$" "$d/$p.log" && echo "$p""#;
+
+/// Lists the sandbox's processes, one a line: pid, process group, seconds running, command.
+const PROCESSES_SCRIPT: &str = "ps -eo pid=,pgid=,etimes=,args=";
 
 /// The body of `PUT /sandboxes/{id}/files`.
 #[derive(Debug, Default, Deserialize)]
@@ -178,12 +192,15 @@ fn locate(shared: &SharedState, bound: SocketAddr, id: &str) -> Result<Located, 
     let s = shared.lock();
     if node == s.node_id {
         let this_boot = tag.split_once('-').is_some_and(|(b, _)| b == boot());
+        // An id of this node's earlier process cannot be told from one never made: both are
+        // gone for whoever asks, and the earlier process's sandboxes ended with it.
         return match &s.live {
             Some(live) if this_boot => Ok(Located::Here(live.clone(), s.node_id.clone())),
-            _ => Err(Refused(
+            Some(_) => Err(Refused(
                 410,
                 "the sandbox is gone: lost, its node restarted since it was made".into(),
             )),
+            None => Err(Refused(404, "no such sandbox".into())),
         };
     }
     let view = s.cluster(&bound.to_string());
@@ -722,11 +739,18 @@ pub(super) async fn exec(
         Ok(r) => r,
         Err(r) => return r.into_response(),
     };
-    let argv = match (req.argv, req.shell) {
+    let mut argv = match (req.argv, req.shell) {
         (Some(argv), None) if !argv.is_empty() => argv,
         (None, Some(script)) => vec!["sh".into(), "-c".into(), script],
         _ => return bad("give one of argv (a non-empty list) and shell (a script)"),
     };
+    if req.background {
+        if req.stream {
+            return bad("a background command's output goes to its log: no stream");
+        }
+        let wrapper = ["sh", "-c", BACKGROUND_SCRIPT, "chorus-bg"].map(String::from);
+        argv.splice(0..0, wrapper);
+    }
     if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
         return bad(format!(
             "env: {:?} is not a variable name",
@@ -753,6 +777,24 @@ pub(super) async fn exec(
         }
     }
     let who = live_caller(&caller);
+    if req.background {
+        let (sink, _) = mpsc::channel(1);
+        return match live.exec(&who, &id, request, sink).await {
+            Ok(out) => match String::from_utf8_lossy(&out.stdout).trim().parse::<u32>() {
+                Ok(pid) if out.exit_code == 0 => answer(
+                    200,
+                    json!({ "pid": pid, "log": format!("/tmp/.chorus-bg/{pid}.log") }),
+                ),
+                _ => answer(
+                    422,
+                    json!({ "error": "the command did not start in the background",
+                            "exit_code": out.exit_code,
+                            "stderr": String::from_utf8_lossy(&out.stderr) }),
+                ),
+            },
+            Err(e) => error_answer(&e),
+        };
+    }
     if !req.stream {
         let (sink, _) = mpsc::channel(1);
         let out = live.exec(&who, &id, request, sink).await;
@@ -807,6 +849,75 @@ pub(super) async fn exec(
         Body::from_stream(stream),
     )
         .into_response()
+}
+
+/// `GET /sandboxes/{id}/processes`.
+pub(super) async fn processes(
+    State((shared, bound)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
+    Path(id): Path<String>,
+) -> Response {
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
+        }
+        Err(r) => return r.into_response(),
+    };
+    let request = ExecRequest::shell(PROCESSES_SCRIPT).timeout(CALL_WAIT);
+    let (sink, _) = mpsc::channel(1);
+    match live.exec(&live_caller(&caller), &id, request, sink).await {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let list: Vec<Value> = text
+                .lines()
+                .filter_map(|line| {
+                    let mut f = line.split_whitespace();
+                    let pid: u32 = f.next()?.parse().ok()?;
+                    let pgid: u32 = f.next()?.parse().ok()?;
+                    let seconds: u64 = f.next()?.parse().ok()?;
+                    let command = f.collect::<Vec<_>>().join(" ");
+                    // The sandbox's own: its supervisor (1) and this listing.
+                    (pid != 1 && !command.starts_with("ps -eo ") && !command.contains(PROCESSES_SCRIPT))
+                        .then(|| json!({ "pid": pid, "pgid": pgid, "seconds": seconds, "command": command }))
+                })
+                .collect();
+            answer(200, json!({ "processes": list }))
+        }
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `DELETE /sandboxes/{id}/processes/{pid}`: SIGKILL to its process group (a background
+/// command is its group's leader), or to it alone when it leads none.
+pub(super) async fn kill_process(
+    State((shared, bound)): ApiState,
+    Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    uri: Uri,
+    Path((id, pid)): Path<(String, String)>,
+) -> Response {
+    let pid: u32 = match pid.parse() {
+        Ok(p) if p > 1 => p,
+        _ => return bad("pid: a process id above 1"),
+    };
+    let live = match locate(&shared, bound, &id) {
+        Ok(Located::Here(live, _)) => live,
+        Ok(Located::There(m)) => {
+            return forward(&auth, &caller, &m, "DELETE", path_of(&uri), None, CALL_WAIT).await
+        }
+        Err(r) => return r.into_response(),
+    };
+    let script = format!("kill -KILL -- -{pid} 2>/dev/null || kill -KILL {pid}");
+    let request = ExecRequest::shell(script).timeout(CALL_WAIT);
+    let (sink, _) = mpsc::channel(1);
+    match live.exec(&live_caller(&caller), &id, request, sink).await {
+        Ok(out) if out.exit_code == 0 => answer(200, json!({ "pid": pid, "killed": true })),
+        Ok(_) => answer(404, json!({ "error": format!("no process {pid} to kill") })),
+        Err(e) => error_answer(&e),
+    }
 }
 
 fn ndjson(v: &Value) -> Bytes {

@@ -1,4 +1,4 @@
-//! `chorus sandbox create|exec|cp|env|list|close`: live sandboxes through a node's HTTP API
+//! `chorus sandbox create|exec|ps|kill|cp|env|list|close`: live sandboxes through a node's HTTP API
 //! (`/sandboxes`, `node/src/api/sandboxes.rs`). A live sandbox is kept across commands until
 //! it is closed, idles out or reaches its lifetime; `exec` exits with the command's code, and
 //! the other endings have the codes of `chorus task submit --wait` (`crate::exit`).
@@ -100,32 +100,72 @@ pub async fn create(addr: &str, o: CreateOpts) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `exec`: the command's output on stdout and stderr, then its exit code.
-pub async fn exec(
-    addr: &str,
-    id: &str,
-    argv: Vec<String>,
-    cwd: Option<String>,
-    env: Vec<(String, String)>,
-    timeout_s: Option<u64>,
-    json_out: bool,
-) -> anyhow::Result<ExitCode> {
+/// A command for `exec`.
+#[derive(Debug, Default)]
+pub struct Run {
+    pub argv: Vec<String>,
+    pub cwd: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub timeout_s: Option<u64>,
+    pub background: bool,
+}
+
+/// `exec`: the command's output on stdout and stderr, then its exit code; a background one's
+/// pid and log.
+pub async fn exec(addr: &str, id: &str, run: Run, json_out: bool) -> anyhow::Result<ExitCode> {
     let body = json!({
-        "argv": argv,
-        "cwd": cwd,
-        "env": env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-        "timeout_ms": timeout_s.map(|s| s.saturating_mul(1000)),
+        "argv": run.argv,
+        "cwd": run.cwd,
+        "env": run.env.into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "timeout_ms": run.timeout_s.map(|s| s.saturating_mul(1000)),
+        "background": run.background,
     });
     let path = format!("{}/exec", id_path(id)?);
     let out: Value = serde_json::from_slice(&call(addr, "POST", &path, Some(&body)).await?)?;
     if json_out {
         println!("{out}");
+    } else if run.background {
+        println!("{} {}", out["pid"], out["log"].as_str().unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
     } else {
         use std::io::Write;
         let _ = std::io::stdout().write_all(out["stdout"].as_str().unwrap_or_default().as_bytes());
         let _ = std::io::stderr().write_all(out["stderr"].as_str().unwrap_or_default().as_bytes());
     }
     Ok(exit_of(&out))
+}
+
+/// `ps ID`: one line a process.
+pub async fn ps(addr: &str, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let path = format!("{}/processes", id_path(id)?);
+    let out: Value = serde_json::from_slice(&call(addr, "GET", &path, None).await?)?;
+    if json_out {
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>7} {:>7} {:>8}  COMMAND", "PID", "PGID", "SECONDS");
+    for p in out["processes"].as_array().into_iter().flatten() {
+        println!(
+            "{:>7} {:>7} {:>8}  {}",
+            p["pid"],
+            p["pgid"],
+            p["seconds"],
+            super::task::escape_controls(p["command"].as_str().unwrap_or_default())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kill ID PID`.
+pub async fn kill(addr: &str, id: &str, pid: u32) -> anyhow::Result<ExitCode> {
+    call(
+        addr,
+        "DELETE",
+        &format!("{}/processes/{pid}", id_path(id)?),
+        None,
+    )
+    .await?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The exit code for an exec's answer (the codes of `task submit --wait`).

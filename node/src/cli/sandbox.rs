@@ -103,7 +103,8 @@ pub enum Cmd {
         json: bool,
     },
     /// Run a command in a live sandbox; prints its output and exits with its exit code (124
-    /// timed out, 137 out of memory, 1 the sandbox is gone or the node refused).
+    /// timed out, 137 out of memory, 1 the sandbox is gone or the node refused). What it
+    /// leaves running stays; start servers with --background.
     Exec {
         /// The live sandbox's id.
         id: String,
@@ -122,9 +123,34 @@ pub enum Cmd {
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
+        /// Start it in the background, in a session of its own, its output in a log file in
+        /// the sandbox; prints its pid and the log's path (`ps`, `kill`, and `cp` the log).
+        #[arg(long)]
+        background: bool,
         /// The command and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// List the processes running in a live sandbox (pid, process group, seconds, command).
+    Ps {
+        /// The live sandbox's id.
+        id: String,
+        /// The HTTP API of any node.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Kill a process of a live sandbox, with its process group (a background command's).
+    Kill {
+        /// The live sandbox's id.
+        id: String,
+        /// The process id (`ps` lists them).
+        pid: u32,
+        /// The HTTP API of any node.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
     },
     /// Copy one file into (`cp FILE ID:/path`) or out of (`cp ID:/path FILE`) a live sandbox.
     Cp {
@@ -270,8 +296,20 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
             env,
             timeout,
             json,
+            background,
             command,
-        } => return live::exec(&addr, &id, command, cwd, env, timeout, json).await,
+        } => {
+            let run = live::Run {
+                argv: command,
+                cwd,
+                env,
+                timeout_s: timeout,
+                background,
+            };
+            return live::exec(&addr, &id, run, json).await;
+        }
+        Cmd::Ps { id, addr, json } => return live::ps(&addr, &id, json).await,
+        Cmd::Kill { id, pid, addr } => return live::kill(&addr, &id, pid).await,
         Cmd::Cp { src, dst, addr } => return live::cp(&addr, &src, &dst).await,
         Cmd::Env { id, vars, addr } => return live::env(&addr, &id, vars).await,
         Cmd::List { addr, json } => return live::list(&addr, json).await,
@@ -297,6 +335,8 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::Create { .. }
         | Cmd::Exec { .. }
+        | Cmd::Ps { .. }
+        | Cmd::Kill { .. }
         | Cmd::Cp { .. }
         | Cmd::Env { .. }
         | Cmd::List { .. }

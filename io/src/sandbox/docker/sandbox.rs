@@ -170,7 +170,8 @@ impl ExecutionSandbox for DockerSandbox {
 
     async fn exec(&self, request: ExecRequest) -> SandboxResult<ExecOutput> {
         let reset = self.reset_for(&request).await?;
-        self.container.run(request, None, true, reset).await
+        let clean_up = !request.keep_processes;
+        self.container.run(request, None, clean_up, reset).await
     }
 
     async fn exec_streaming(
@@ -179,7 +180,8 @@ impl ExecutionSandbox for DockerSandbox {
         sink: mpsc::Sender<OutputChunk>,
     ) -> SandboxResult<ExecOutput> {
         let reset = self.reset_for(&request).await?;
-        self.container.run(request, Some(&sink), true, reset).await
+        let clean_up = !request.keep_processes;
+        self.container.run(request, Some(&sink), clean_up, reset).await
     }
 
     async fn write_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
