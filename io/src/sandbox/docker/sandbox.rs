@@ -181,7 +181,9 @@ impl ExecutionSandbox for DockerSandbox {
     ) -> SandboxResult<ExecOutput> {
         let reset = self.reset_for(&request).await?;
         let clean_up = !request.keep_processes;
-        self.container.run(request, Some(&sink), clean_up, reset).await
+        self.container
+            .run(request, Some(&sink), clean_up, reset)
+            .await
     }
 
     async fn write_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
