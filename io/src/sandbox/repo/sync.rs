@@ -679,6 +679,35 @@ mod tests {
         assert_eq!(report.refused, [".git/info/attributes"]);
     }
 
+    /// Issue 52, class 6: a `.git` in another letter case is a `.git` (git on a
+    /// case-insensitive file system takes `.GIT/config` for `.git/config`): never written.
+    #[test]
+    fn a_dot_git_in_another_letter_case_is_not_synced_back() {
+        let (repo, _) = git_repo();
+        let before = read(repo.path().join(".git/config"));
+        let tree = tree([
+            (
+                ".GIT/config",
+                b"[core]\n\tfsmonitor = \"touch /x\"\n",
+                0o644,
+            ),
+            ("sub/.Git/hooks/post-checkout", b"#!/bin/sh\n", 0o755),
+            ("lib/.gIT", b"gitdir: /tmp/evil\n", 0o644),
+            ("README.md", b"changed\n", 0o644),
+        ]);
+        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        assert_eq!(
+            report.refused,
+            [".GIT/config", "lib/.gIT", "sub/.Git/hooks/post-checkout"]
+        );
+        assert_eq!(report.written, 1, "{report:?}");
+        assert_eq!(read(repo.path().join(".git/config")), before);
+        for planted in [".GIT", "sub/.Git", "lib/.gIT"] {
+            let p = repo.path().join(planted);
+            assert!(!p.exists(), "{planted} reached the host");
+        }
+    }
+
     /// A task deleting `.git` files (say `rm .git/index`, or `git gc` pruning objects) does
     /// not delete them on the host; it is reported.
     #[test]
