@@ -30,7 +30,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use chorus_core::certificate::simulated_signature;
+use chorus_core::certificate::{simulated_signature, verify};
 use chorus_core::rng::below;
 use chorus_core::{
     Electorate, Link, Message, NodeId, Resources, Signature, TaskId, TaskResult, TaskStatus,
@@ -64,6 +64,87 @@ pub struct Liar {
     askers: VecDeque<(usize, u64)>,
     /// Task lies (issue 52), on a stream of their own: the other lies stay as they were.
     tasks: TaskLies,
+    /// Link lies (issue 52), on a stream of their own too.
+    links: LinkLies,
+    /// Lies of this burst still to send, in order (a heartbeat, then the chain it provokes a
+    /// question for; a reshaped answer, then the forged one).
+    queued: VecDeque<(usize, Message)>,
+}
+
+/// The shapes a liar reshapes genuine links into (issue 52), each refused by one rule of
+/// [`Link::check`] alone: every other check passes, the signatures are members' own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LinkShape {
+    /// One signer twice, side by side after sorting, making up a majority's count (the rest
+    /// distinct members, each signature good).
+    RepeatedSigner,
+    /// Half the members of an even-sized predecessor (two of four), each signature good.
+    HalfOfEven,
+    /// The electorate under another proposing term, with the genuine signatures: the same
+    /// members under another term are another statement.
+    OtherTerm,
+    /// The electorate of another genesis, with the genuine signatures.
+    OtherGenesis,
+    /// A genuine link two versions ahead of the electorate it is handed to, signed by a
+    /// majority of that electorate (so only the version rule refuses it).
+    SkippedVersion,
+}
+
+/// Every [`LinkShape`].
+pub const LINK_SHAPES: [LinkShape; 5] = [
+    LinkShape::RepeatedSigner,
+    LinkShape::HalfOfEven,
+    LinkShape::OtherTerm,
+    LinkShape::OtherGenesis,
+    LinkShape::SkippedVersion,
+];
+
+/// Which reshaping `link` is, judged against `genuine`, the certified links by version (for
+/// tests: a liar's answer tells nothing of its shape). A genuine link handed on is a skipped
+/// version only where the receiver's anchor makes it one: [`LinkShape::SkippedVersion`] here
+/// means "genuine", for the caller to judge by what the receiver did.
+pub fn link_shape(link: &Link, genuine: &BTreeMap<u64, Arc<Link>>) -> Option<LinkShape> {
+    let g = genuine.get(&link.electorate.version)?;
+    let (e, ge) = (&link.electorate, &g.electorate);
+    let same_members = e.members() == ge.members() && e.version == ge.version;
+    if *link == **g {
+        return Some(LinkShape::SkippedVersion);
+    }
+    if !same_members {
+        return None;
+    }
+    if e.term != ge.term && e.genesis == ge.genesis && link.signers == g.signers {
+        return Some(LinkShape::OtherTerm);
+    }
+    if e.genesis != ge.genesis && e.term == ge.term && link.signers == g.signers {
+        return Some(LinkShape::OtherGenesis);
+    }
+    if e != ge {
+        return None;
+    }
+    if link.signers.windows(2).any(|w| w[0].0 == w[1].0) {
+        return Some(LinkShape::RepeatedSigner);
+    }
+    let prev = genuine.get(&(e.version - 1)).map(|l| l.electorate.len());
+    let subset = link.signers.iter().all(|s| g.signers.contains(s));
+    let half = |n: usize| n % 2 == 0 && link.signers.len() * 2 == n;
+    (subset && prev.is_none_or(half)).then_some(LinkShape::HalfOfEven)
+}
+
+/// What a liar knows for its link lies.
+struct LinkLies {
+    rng: ChaCha8Rng,
+    /// The certified links it heard, checked, by version (the most signers kept).
+    links: BTreeMap<u64, Arc<Link>>,
+    /// The electorates those links certify, and the one before the first of them.
+    electorates: BTreeMap<u64, Arc<Electorate>>,
+    /// Electorates heard of (discovery replies), to check a first link against.
+    heard: VecDeque<Arc<Electorate>>,
+    /// Bursts since it learned its newest link: while that is fresh, nodes are still catching
+    /// up to it, and its lies go to every node.
+    fresh: u32,
+    /// This burst's link lies are out.
+    lied: bool,
 }
 
 /// What a liar knows for its task lies.
@@ -101,12 +182,22 @@ impl Liar {
                 admin: None,
                 lied: false,
             },
+            links: LinkLies {
+                rng: ChaCha8Rng::seed_from_u64(stream ^ 0x11a4_0000_0000_0052),
+                links: BTreeMap::new(),
+                electorates: BTreeMap::new(),
+                heard: VecDeque::new(),
+                fresh: 0,
+                lied: false,
+            },
+            queued: VecDeque::new(),
         }
     }
 
     /// Takes note of a message delivered to the hostile node by node `from`.
     pub fn hear(&mut self, from: usize, msg: &Message) {
         self.tasks.hear(from, msg);
+        self.links.hear(msg);
         match msg {
             Message::ChainRequest { after } if self.askers.len() < HEARD => {
                 self.askers.push_back((from, *after));
@@ -188,16 +279,55 @@ impl Liar {
         Arc::new(Electorate::new(version, members))
     }
 
-    /// A forged answer to a node that asked this liar for links, if one asked; then, once a
-    /// burst, a task lie aimed at whom it could fool ([`Liar::task_lie`]); then `None`.
+    /// The next answer of this burst, `None` at its end: to each node that asked this liar for
+    /// links, a reshaped genuine link ([`LinkShape`]) when it holds one to reshape, then a
+    /// forged one; then, once a burst, the link lies ([`LinkLies::lies`]: a question for the
+    /// newest links, and a heartbeat announcing newer ones followed at once by a reshaped link,
+    /// so that the node it provokes into asking has the lie in hand before the honest core's
+    /// answer); then a task lie aimed at whom it could fool ([`Liar::task_lie`]).
     pub fn answer(&mut self, me: &NodeId, nodes: usize) -> Option<(usize, Message)> {
+        let next = self.next_answer(me, nodes);
+        if next.is_none() {
+            self.links.lied = false;
+        }
+        next
+    }
+
+    fn next_answer(&mut self, me: &NodeId, nodes: usize) -> Option<(usize, Message)> {
+        if let Some(next) = self.queued.pop_front() {
+            return Some(next);
+        }
         let Some((to, after)) = self.askers.pop_front() else {
+            if !std::mem::replace(&mut self.links.lied, true) {
+                let (term, beat) = (self.term, self.beat);
+                let lies = self
+                    .links
+                    .lies(me, nodes, (self.genesis, term, beat), self.tasks.admin);
+                self.queued.extend(lies);
+                if let Some(next) = self.queued.pop_front() {
+                    return Some(next);
+                }
+            }
             if std::mem::take(&mut self.tasks.lied) {
                 return None;
             }
             self.tasks.lied = true;
             return self.task_lie(me, nodes);
         };
+        let forged = self.forged_links(me, nodes, after);
+        match self.links.reshaped(after) {
+            Some(link) => {
+                self.queued.push_back((to, forged));
+                let links = vec![link];
+                Some((to, Message::Chain { links }))
+            }
+            None => Some((to, forged)),
+        }
+    }
+
+    /// A forged answer to a node that asked for the links after `after`: made-up electorates
+    /// signed by the liar, or a genuine link heard with a member swapped in.
+    fn forged_links(&mut self, me: &NodeId, nodes: usize, after: u64) -> Message {
         let mut links = Vec::new();
         let heard = self.heard.iter().find_map(|m| match m {
             Message::Chain { links } => links.first().cloned(),
@@ -245,7 +375,7 @@ impl Liar {
                 }));
             }
         }
-        Some((to, Message::Chain { links }))
+        Message::Chain { links }
     }
 
     /// A lie about a task `me` never ran, and the node it is aimed at: a forged result to the
@@ -419,6 +549,226 @@ impl Liar {
                 }
             },
         }
+    }
+}
+
+/// For this many bursts after it learned a new link, a liar sends its link lies to every node.
+const FRESH_BURSTS: u32 = 4;
+
+/// The most links a liar keeps.
+const LINKS_KEPT: usize = 64;
+
+/// Node `id`'s index, if it is one of the `nodes` (`nJ`).
+fn index_of(id: &NodeId, nodes: usize) -> Option<usize> {
+    id.as_str()
+        .strip_prefix('n')
+        .and_then(|i| i.parse::<usize>().ok())
+        .filter(|i| *i < nodes)
+}
+
+impl LinkLies {
+    fn hear(&mut self, msg: &Message) {
+        match msg {
+            // Discovery replies carry electorates: the one a chain starts from is among them.
+            Message::WhoamiReply {
+                electorate: Some(e),
+                ..
+            } if !self.electorates.contains_key(&e.version) => {
+                if self.heard.len() == HEARD {
+                    self.heard.pop_front();
+                }
+                self.heard.push_back(e.clone());
+            }
+            Message::Chain { links } => {
+                for link in links.iter().take(LINKS_KEPT) {
+                    self.keep(link);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Keeps `link` if it checks against the electorate before it (a kept link's, or one heard
+    /// of that version and genesis) and has more signers than the one kept of its version.
+    fn keep(&mut self, link: &Arc<Link>) {
+        let e = &link.electorate;
+        let v = e.version;
+        if !(2..=MAX_WIRE_INT).contains(&v)
+            || self
+                .links
+                .get(&v)
+                .is_some_and(|k| k.signers.len() >= link.signers.len())
+        {
+            return;
+        }
+        let checks = |prev: &Electorate| link.check(prev, verify).is_ok();
+        let prev = match self.electorates.get(&(v - 1)) {
+            Some(prev) => checks(prev).then(|| prev.clone()),
+            None => self
+                .heard
+                .iter()
+                .find(|c| c.version == v - 1 && c.genesis == e.genesis && checks(c))
+                .cloned(),
+        };
+        let Some(prev) = prev else { return };
+        self.electorates.insert(v - 1, prev);
+        self.electorates.insert(v, e.clone());
+        if self.newest().is_none_or(|n| v > n) {
+            self.fresh = 0;
+        }
+        self.links.insert(v, link.clone());
+        while self.links.len() > LINKS_KEPT {
+            self.links.pop_first();
+        }
+        while self.electorates.len() > LINKS_KEPT + 1 {
+            self.electorates.pop_first();
+        }
+    }
+
+    /// The newest version it holds a link of.
+    fn newest(&self) -> Option<u64> {
+        self.links.last_key_value().map(|(v, _)| *v)
+    }
+
+    /// A reshaped link for a node whose anchor is version `after`: a random shape, or the
+    /// next that can be made from the links kept; `None` when none can.
+    fn reshaped(&mut self, after: u64) -> Option<Arc<Link>> {
+        let first = below(&mut self.rng, LINK_SHAPES.len() as u64) as usize;
+        (0..LINK_SHAPES.len())
+            .find_map(|i| self.shape(LINK_SHAPES[(first + i) % LINK_SHAPES.len()], after))
+    }
+
+    /// `shape` made from the genuine links kept, for a node anchored at version `p`: refused
+    /// there by the shape's rule alone.
+    fn shape(&mut self, shape: LinkShape, p: u64) -> Option<Arc<Link>> {
+        let prev = self.electorates.get(&p)?.clone();
+        if shape == LinkShape::SkippedVersion {
+            let link = self.links.get(&p.checked_add(2)?)?;
+            let members = link.signers.iter().all(|(id, _)| prev.contains(id));
+            return (members && link.signers.len() >= prev.quorum()).then(|| link.clone());
+        }
+        let link = self.links.get(&p.checked_add(1)?)?.clone();
+        let e = &link.electorate;
+        let (electorate, signers) = match shape {
+            LinkShape::RepeatedSigner => {
+                // A majority's count, one of them twice: q - 1 distinct members.
+                let q = prev.quorum();
+                if q < 2 || link.signers.len() < q - 1 {
+                    return None;
+                }
+                let mut signers = link.signers[..q - 1].to_vec();
+                signers.insert(1, signers[0].clone());
+                (e.clone(), signers)
+            }
+            LinkShape::HalfOfEven => {
+                let n = prev.len();
+                if n == 0 || n % 2 != 0 || link.signers.len() < n / 2 {
+                    return None;
+                }
+                (e.clone(), link.signers[..n / 2].to_vec())
+            }
+            LinkShape::OtherTerm => {
+                let term = e.term + 1 + below(&mut self.rng, 3);
+                let members = e.members().to_vec();
+                let mut other = Electorate::new(p, members.clone()).successor(term, members);
+                other.genesis = e.genesis;
+                (Arc::new(other), link.signers.clone())
+            }
+            LinkShape::OtherGenesis => {
+                let mut other = Electorate::clone(e);
+                other.genesis = e.genesis.wrapping_add(1 + below(&mut self.rng, 1_000));
+                (Arc::new(other), link.signers.clone())
+            }
+            LinkShape::SkippedVersion => unreachable!("returned above"),
+        };
+        Some(Arc::new(Link {
+            electorate,
+            signers,
+        }))
+    }
+
+    /// This burst's link lies, once it heard the cluster's genesis: a question for the links
+    /// after the newest it holds, to the admin or anyone (answers reach it before its honest
+    /// core, which asks only when a heartbeat names a newer version); then, to other nodes, a
+    /// heartbeat of the live term announcing newer links than it holds — refused as
+    /// `not_member`, it makes the node ask this liar — followed at once by a reshaped link for
+    /// a node one version behind the newest (two, for a skipped version): in hand before the
+    /// honest core's answer, and checked if the node is that far behind. To every node for a
+    /// few bursts after it learned a new link (nodes are catching up to it), else to one.
+    fn lies(
+        &mut self,
+        me: &NodeId,
+        nodes: usize,
+        (genesis, term, beat): (u64, u64, u64),
+        admin: Option<usize>,
+    ) -> Vec<(usize, Message)> {
+        let mut out = Vec::new();
+        if genesis == 0 || nodes < 2 {
+            return out;
+        }
+        let mine = index_of(me, nodes).unwrap_or(nodes);
+        let rng = &mut self.rng;
+        let other = |rng: &mut ChaCha8Rng| {
+            let j = below(rng, nodes as u64 - u64::from(mine < nodes)) as usize;
+            if j >= mine {
+                j + 1
+            } else {
+                j
+            }
+        };
+        let asked = match admin.filter(|a| *a != mine) {
+            Some(a) if below(rng, 2) == 0 => a,
+            _ => other(rng),
+        };
+        let newest = self.newest();
+        let after = newest.unwrap_or(1);
+        out.push((asked, Message::ChainRequest { after }));
+        let Some(newest) = newest else {
+            return out;
+        };
+        self.fresh = self.fresh.saturating_add(1);
+        let targets: Vec<usize> = if self.fresh <= FRESH_BURSTS {
+            (0..nodes).filter(|j| *j != mine).collect()
+        } else {
+            vec![other(&mut self.rng)]
+        };
+        for to in targets {
+            let first = below(&mut self.rng, LINK_SHAPES.len() as u64) as usize;
+            let lie = (0..LINK_SHAPES.len()).find_map(|i| {
+                let shape = LINK_SHAPES[(first + i) % LINK_SHAPES.len()];
+                let behind = if shape == LinkShape::SkippedVersion {
+                    2
+                } else {
+                    1
+                };
+                self.shape(shape, newest.checked_sub(behind)?)
+            });
+            let Some(lie) = lie else { break };
+            out.extend(self.provoke(to, lie, newest, (genesis, term, beat)));
+        }
+        out
+    }
+
+    /// A heartbeat of the live term announcing newer links than `newest`, refused as
+    /// `not_member` and so making `to` ask this liar, then `lie` right behind it.
+    fn provoke(
+        &mut self,
+        to: usize,
+        lie: Arc<Link>,
+        newest: u64,
+        (genesis, term, beat): (u64, u64, u64),
+    ) -> [(usize, Message); 2] {
+        let certified = newest + 1 + below(&mut self.rng, 8);
+        let heartbeat = Message::Heartbeat {
+            term,
+            beat,
+            membership_version: 0,
+            genesis,
+            electorate: None,
+            membership_term: 0,
+            certified,
+        };
+        [(to, heartbeat), (to, Message::Chain { links: vec![lie] })]
     }
 }
 
