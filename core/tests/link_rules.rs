@@ -433,3 +433,64 @@ fn a_stranger_holding_the_slot_does_not_pace_the_admin() {
     let out = c.step_vec(12, from("a", heartbeat(2, 5, v1.genesis)));
     assert!(asked(&out, "a"), "{out:?}");
 }
+
+/// A node keeps the newest 1,024 links to hand on (`MAX_LINKS_KEPT`), and answers only with
+/// links that start right after the version asked: after catching up over 1,025 changes it
+/// serves from version 3 (the newest 1,024: 3..=1026) to a node at 2, and nothing to a node at
+/// 1 (version 2 was dropped: a chain with a gap would not check) or at 0 (no link 1 exists).
+///
+/// Fails on `Chain::keep` keeping one fewer (`links.len() > MAX_LINKS_KEPT` → `==` or `>=`:
+/// version 3 dropped too) and on `Chain::links_after` answering whatever it holds after the
+/// version asked (its guard `version == after + 1` → `true`). Found by cargo-mutants.
+#[test]
+fn the_newest_1024_links_are_kept_and_served_only_without_a_gap() {
+    let mut c = voter("c", &["a", "b", "c"]);
+    let v1 = c.electorate().unwrap().clone();
+    let mut links = Vec::new();
+    let mut prev = v1.clone();
+    for k in 2..=1026u64 {
+        let members: &[&str] = if k % 2 == 0 {
+            &["a", "b", "c", "d"]
+        } else {
+            &["a", "b", "c"]
+        };
+        let next = prev.successor(k, ids(members));
+        links.push(Arc::new(signed(&next, &["a", "b", "c"])));
+        prev = next;
+    }
+    // d announces version 1026 and answers c's questions, 64 links at a time.
+    let mut t = 0;
+    let mut after = 1;
+    while after < 1026 {
+        t += 60_000;
+        let out = c.step_vec(t, from("d", heartbeat(5_000, 1026, v1.genesis)));
+        assert_eq!(
+            sent_to(&out, "d"),
+            [&Message::ChainRequest { after }],
+            "at {after}"
+        );
+        let chunk: Vec<_> = links[(after - 1) as usize..]
+            .iter()
+            .take(64)
+            .cloned()
+            .collect();
+        let out = c.step_vec(t + 1, from("d", Message::Chain { links: chunk }));
+        assert_eq!(refused(&out), [], "at {after}");
+        after = (after + 64).min(1026);
+    }
+    let served = |c: &mut Core, t: u64, after: u64| {
+        let out = c.step_vec(t, from("z", Message::ChainRequest { after }));
+        match sent_to(&out, "z").as_slice() {
+            [] => Vec::new(),
+            [Message::Chain { links }] => links.iter().map(|l| l.electorate.version).collect(),
+            other => panic!("one chain expected, got {other:?}"),
+        }
+    };
+    assert_eq!(served(&mut c, t + 2, 2), (3..=66).collect::<Vec<u64>>());
+    assert_eq!(served(&mut c, t + 3, 1), Vec::<u64>::new());
+    assert_eq!(served(&mut c, t + 4, 0), Vec::<u64>::new());
+    assert_eq!(
+        served(&mut c, t + 5, 1000),
+        (1001..=1026).collect::<Vec<u64>>()
+    );
+}
