@@ -453,15 +453,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         data: &[u8],
         mode: u32,
     ) -> Result<(), LiveError> {
-        if data.len() > self.limits.max_file_bytes {
-            let mut st = self.lock();
-            let detail = format!(
-                "{} bytes, at most {}",
-                data.len(),
-                self.limits.max_file_bytes
-            );
-            return Err(refuse(&mut st, "file_size", detail));
-        }
+        self.within_file_bound(data.len())?;
         let busy = self.take(caller, id)?;
         let out = busy.sandbox.write_file(path, data, mode).await;
         self.judge(busy, out).await
@@ -477,16 +469,17 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         let busy = self.take(caller, id)?;
         let out = busy.sandbox.read_file(path).await;
         let data = self.judge(busy, out).await?;
-        if data.len() > self.limits.max_file_bytes {
-            let mut st = self.lock();
-            let detail = format!(
-                "{} bytes, at most {}",
-                data.len(),
-                self.limits.max_file_bytes
-            );
-            return Err(refuse(&mut st, "file_size", detail));
-        }
+        self.within_file_bound(data.len())?;
         Ok(data)
+    }
+
+    /// Refuses (counted) a file of `len` bytes past [`LiveLimits::max_file_bytes`].
+    fn within_file_bound(&self, len: usize) -> Result<(), LiveError> {
+        if len <= self.limits.max_file_bytes {
+            return Ok(());
+        }
+        let detail = format!("{len} bytes, at most {}", self.limits.max_file_bytes);
+        Err(refuse(&mut self.lock(), "file_size", detail))
     }
 
     /// A call's answer; a sandbox found not running (or gone from under us) ends as lost, and

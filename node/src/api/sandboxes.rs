@@ -44,8 +44,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::FromRequestParts;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode, Uri};
+use axum::http::request::Parts;
+use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
@@ -348,6 +350,66 @@ async fn forward(
     (code, [(header::CONTENT_TYPE, kind)], answer.body).into_response()
 }
 
+/// What every call for one sandbox needs: the node's state, who asks, and what they asked.
+pub(super) struct Asked {
+    shared: SharedState,
+    bound: SocketAddr,
+    auth: Arc<Auth>,
+    caller: Caller,
+    method: Method,
+    uri: Uri,
+}
+
+impl FromRequestParts<(SharedState, SocketAddr)> for Asked {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &(SharedState, SocketAddr),
+    ) -> Result<Self, Response> {
+        // The gatekeeper put both there for every route that needs a token.
+        let (Some(caller), Some(auth)) = (
+            parts.extensions.get::<Caller>().cloned(),
+            parts.extensions.get::<Arc<Auth>>().cloned(),
+        ) else {
+            return Err(answer(401, json!({ "error": "a token is needed" })));
+        };
+        Ok(Asked {
+            shared: state.0.clone(),
+            bound: state.1,
+            auth,
+            caller,
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+        })
+    }
+}
+
+/// Where a call for one sandbox is answered.
+enum Route {
+    /// Here: this node holds it.
+    Here(Arc<Live>, String),
+    /// Already: sent on to the node that holds it, or refused.
+    Answered(Response),
+}
+
+impl Asked {
+    /// The registry holding sandbox `id`, or the answer of the node that holds it (the
+    /// request sent on as it came, with `body`, given `wait` there), or the refusal.
+    async fn route(&self, id: &str, body: Option<&[u8]>, wait: Duration) -> Route {
+        match locate(&self.shared, self.bound, id) {
+            Ok(Located::Here(live, node)) => Route::Here(live, node),
+            Ok(Located::There(to)) => {
+                let path = path_of(&self.uri);
+                let method = self.method.as_str();
+                let answer = forward(&self.auth, &self.caller, &to, method, path, body, wait);
+                Route::Answered(answer.await)
+            }
+            Err(r) => Route::Answered(r.into_response()),
+        }
+    }
+}
+
 fn live_caller(caller: &Caller) -> live::Caller {
     live::Caller {
         owner: caller.id.clone(),
@@ -538,71 +600,34 @@ pub(super) async fn list(
 }
 
 /// `GET /sandboxes/{id}`.
-pub(super) async fn get(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-) -> Response {
-    let (live, node) = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, node)) => (live, node),
-        Ok(Located::There(m)) => {
-            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn get(asked: Asked, Path(id): Path<String>) -> Response {
+    let (live, node) = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, node) => (live, node),
+        Route::Answered(r) => return r,
     };
-    match live.get(&live_caller(&caller), &id) {
+    match live.get(&live_caller(&asked.caller), &id) {
         Ok(info) => answer(200, info_json(&info, &node)),
         Err(e) => error_answer(&e),
     }
 }
 
 /// `DELETE /sandboxes/{id}`.
-pub(super) async fn close(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(&auth, &caller, &m, "DELETE", path_of(&uri), None, CALL_WAIT).await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
-    match live.close(&live_caller(&caller), &id).await {
+    match live.close(&live_caller(&asked.caller), &id).await {
         Ok(()) => answer(200, json!({ "id": id, "closed": true })),
         Err(e) => error_answer(&e),
     }
 }
 
 /// `POST /sandboxes/{id}/env`.
-pub(super) async fn set_env(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(
-                &auth,
-                &caller,
-                &m,
-                "POST",
-                path_of(&uri),
-                Some(&body),
-                CALL_WAIT,
-            )
-            .await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let req: EnvBody = match parse(&body) {
         Ok(r) => r,
@@ -614,7 +639,7 @@ pub(super) async fn set_env(
             name.escape_debug().to_string()
         ));
     }
-    let who = live_caller(&caller);
+    let who = live_caller(&asked.caller);
     for (k, v) in &req.env {
         if let Err(e) = live.set_env(&who, &id, k, v) {
             return error_answer(&e);
@@ -627,29 +652,10 @@ pub(super) async fn set_env(
 }
 
 /// `PUT /sandboxes/{id}/files`.
-pub(super) async fn write_file(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(
-                &auth,
-                &caller,
-                &m,
-                "PUT",
-                path_of(&uri),
-                Some(&body),
-                CALL_WAIT,
-            )
-            .await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn write_file(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let req: FileBody = match parse(&body) {
         Ok(r) => r,
@@ -673,7 +679,7 @@ pub(super) async fn write_file(
     }
     let size = data.len();
     match live
-        .write_file(&live_caller(&caller), &id, &path, &data, mode)
+        .write_file(&live_caller(&asked.caller), &id, &path, &data, mode)
         .await
     {
         Ok(()) => answer(200, json!({ "path": path, "size": size })),
@@ -683,19 +689,13 @@ pub(super) async fn write_file(
 
 /// `GET /sandboxes/{id}/files?path=P`.
 pub(super) async fn read_file(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
+    asked: Asked,
     Path(id): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
-        }
-        Err(r) => return r.into_response(),
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let Some(path) = query.get("path") else {
         return bad("give ?path=/absolute/path");
@@ -704,36 +704,20 @@ pub(super) async fn read_file(
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    match live.read_file(&live_caller(&caller), &id, &path).await {
+    match live
+        .read_file(&live_caller(&asked.caller), &id, &path)
+        .await
+    {
         Ok(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
         Err(e) => error_answer(&e),
     }
 }
 
 /// `POST /sandboxes/{id}/exec`.
-pub(super) async fn exec(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(
-                &auth,
-                &caller,
-                &m,
-                "POST",
-                path_of(&uri),
-                Some(&body),
-                MAX_EXEC_TIMEOUT,
-            )
-            .await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn exec(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+    let live = match asked.route(&id, Some(&body), MAX_EXEC_TIMEOUT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let req: ExecBody = match parse(&body) {
         Ok(r) => r,
@@ -776,7 +760,7 @@ pub(super) async fn exec(
             Err(r) => return r.into_response(),
         }
     }
-    let who = live_caller(&caller);
+    let who = live_caller(&asked.caller);
     if req.background {
         let (sink, _) = mpsc::channel(1);
         return match live.exec(&who, &id, request, sink).await {
@@ -852,23 +836,17 @@ pub(super) async fn exec(
 }
 
 /// `GET /sandboxes/{id}/processes`.
-pub(super) async fn processes(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
-    Path(id): Path<String>,
-) -> Response {
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(&auth, &caller, &m, "GET", path_of(&uri), None, CALL_WAIT).await
-        }
-        Err(r) => return r.into_response(),
+pub(super) async fn processes(asked: Asked, Path(id): Path<String>) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let request = ExecRequest::shell(PROCESSES_SCRIPT).timeout(CALL_WAIT);
     let (sink, _) = mpsc::channel(1);
-    match live.exec(&live_caller(&caller), &id, request, sink).await {
+    match live
+        .exec(&live_caller(&asked.caller), &id, request, sink)
+        .await
+    {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
             let list: Vec<Value> = text
@@ -893,27 +871,24 @@ pub(super) async fn processes(
 /// `DELETE /sandboxes/{id}/processes/{pid}`: SIGKILL to its process group (a background
 /// command is its group's leader), or to it alone when it leads none.
 pub(super) async fn kill_process(
-    State((shared, bound)): ApiState,
-    Extension(caller): Extension<Caller>,
-    Extension(auth): Extension<Arc<Auth>>,
-    uri: Uri,
+    asked: Asked,
     Path((id, pid)): Path<(String, String)>,
 ) -> Response {
     let pid: u32 = match pid.parse() {
         Ok(p) if p > 1 => p,
         _ => return bad("pid: a process id above 1"),
     };
-    let live = match locate(&shared, bound, &id) {
-        Ok(Located::Here(live, _)) => live,
-        Ok(Located::There(m)) => {
-            return forward(&auth, &caller, &m, "DELETE", path_of(&uri), None, CALL_WAIT).await
-        }
-        Err(r) => return r.into_response(),
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
     };
     let script = format!("kill -KILL -- -{pid} 2>/dev/null || kill -KILL {pid}");
     let request = ExecRequest::shell(script).timeout(CALL_WAIT);
     let (sink, _) = mpsc::channel(1);
-    match live.exec(&live_caller(&caller), &id, request, sink).await {
+    match live
+        .exec(&live_caller(&asked.caller), &id, request, sink)
+        .await
+    {
         Ok(out) if out.exit_code == 0 => answer(200, json!({ "pid": pid, "killed": true })),
         Ok(_) => answer(404, json!({ "error": format!("no process {pid} to kill") })),
         Err(e) => error_answer(&e),
