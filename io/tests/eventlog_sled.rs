@@ -31,17 +31,26 @@ fn events() -> Vec<(u64, Event)> {
     ]
 }
 
-/// The log's sled database opened directly, to damage it. sled releases its file lock from a
-/// background thread a moment after the log is dropped: retry while the lock is still held.
+/// The log's sled database opened directly, to damage it.
 fn raw_db(dir: &std::path::Path) -> sled::Db {
+    when_unlocked(dir, || sled::open(dir))
+}
+
+/// `open`'s answer once the database at `dir` is free: sled releases its file lock from a
+/// background thread a moment after the log is dropped (and a runtime's last flush can hold it
+/// a moment after `run` returns), so retry, bounded, while the lock is still held.
+fn when_unlocked<T, E: std::fmt::Debug>(
+    dir: &std::path::Path,
+    mut open: impl FnMut() -> Result<T, E>,
+) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match sled::open(dir) {
+        match open() {
             Ok(db) => return db,
-            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("lock") => {
+            Err(e) if std::time::Instant::now() < deadline && format!("{e:?}").contains("lock") => {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
-            Err(e) => panic!("cannot open {}: {e}", dir.display()),
+            Err(e) => panic!("cannot open {}: {e:?}", dir.display()),
         }
     }
 }
@@ -336,7 +345,10 @@ async fn runtime_over_sled_recovers_term_and_vote() {
     .await
     .unwrap();
     assert_eq!(core.term(), 1);
-    let log = SledLog::open(dir.path(), m.clone(), SledLogOptions::default()).unwrap();
+    // CI on a loaded machine found the lock still held here.
+    let log = when_unlocked(dir.path(), || {
+        SledLog::open(dir.path(), m.clone(), SledLogOptions::default())
+    });
     let core = Runtime::new(m.fresh_core().unwrap(), Silent, log, TokioClock::new(), ())
         .run(async {})
         .await
