@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use chorus_core::certificate::{simulated_signature, verify};
-use chorus_core::{Command, Core, Electorate, Link, Message, NodeId, Notice, Refusal};
+use chorus_core::{Command, Core, Electorate, Event, Link, Message, NodeId, Notice, Refusal};
 
 mod one_core;
 use one_core::{from, sent_to};
@@ -493,4 +493,90 @@ fn the_newest_1024_links_are_kept_and_served_only_without_a_gap() {
         served(&mut c, t + 5, 1000),
         (1001..=1026).collect::<Vec<u64>>()
     );
+}
+
+// ---- Endorsements: who is sent a late one -------------------------------------------------------
+
+/// A late endorsement (the signature arriving after the heartbeat was acknowledged) goes, with a
+/// second acknowledgement of that beat, only to an admin the node follows in the term it holds
+/// the electorate in: a real term (above 0) and its stamp. A heartbeat claiming term 0 (no
+/// election ever ran: no admin) makes its sender known but not followed in a term, and a
+/// heartbeat of term 2 naming another electorate than the one held (stamp 0) is no
+/// confirmation; neither is sent the signature. Term 1 over the electorate held, for contrast,
+/// is.
+///
+/// Fails on `following`'s conjunctions in `on_signed` loosened (either `&&` → `||`: the term-0
+/// sender is sent it), on `self.term > 0` → `>=`, and on the admin filter's `following && *a !=
+/// self.id` → `||` (both the term-0 and the term-2 sender are sent it). Found by cargo-mutants.
+#[test]
+fn a_late_endorsement_goes_only_to_an_admin_followed_in_a_real_term() {
+    let probe = voter("c", &["a", "b", "c"]);
+    let v1 = probe.electorate().unwrap().clone();
+    let statement = v1.statement();
+    let signature = simulated_signature(&"c".into(), &statement);
+    let signed = Event::Signed {
+        digest: statement,
+        signature: signature.clone(),
+    };
+    let beat = |term: u64, version: u64| Message::Heartbeat {
+        term,
+        beat: 1,
+        membership_version: version,
+        membership_term: 0,
+        genesis: v1.genesis,
+        electorate: None,
+        certified: 1,
+    };
+    // (heartbeat, whether c then sends its endorsement)
+    let cases = [(beat(0, 1), false), (beat(1, 1), true), (beat(2, 2), false)];
+    for (hb, sends) in cases {
+        let mut c = probe.clone();
+        let out = c.step_vec(10, from("a", hb.clone()));
+        assert_eq!(refused(&out), [], "{hb:?}");
+        assert_eq!(c.admin().map(NodeId::as_str), Some("a"), "{hb:?}");
+        let out = c.step_vec(11, signed.clone());
+        let expected = Message::HeartbeatAck {
+            term: c.term(),
+            beat: 1,
+            promise_ms: 0,
+            holds: true,
+            endorsement: Some(signature.clone()),
+            certified: 1,
+        };
+        let sent = sent_to(&out, "a");
+        if sends {
+            assert_eq!(sent, [&expected], "{hb:?}");
+        } else {
+            assert_eq!(sent, Vec::<&Message>::new(), "{hb:?}: term {}", c.term());
+        }
+    }
+}
+
+/// A chain answer moves the node's position only when it certified something new: after an
+/// operator's forced recovery (the anchor is then the forced electorate, proposed in a new
+/// term the node has not confirmed it in: its stamp is still 0), an answer to a question asked
+/// before it that brings nothing newer leaves the stamp where it was, and so does one whose
+/// first link is refused.
+///
+/// Fails on `self.certified() > before` → `>=` in `on_chain` (the anchor taken as a later
+/// position, stamped with its term, on an answer that certified nothing). Found by
+/// cargo-mutants.
+#[test]
+fn a_chain_answer_that_certifies_nothing_moves_no_position() {
+    let probe = voter("c", &["a", "b", "c"]);
+    let v1 = probe.electorate().unwrap().clone();
+    let bad = Arc::new(signed(&v1.successor(6, ids(&["c", "w"])), &["w"]));
+    for links in [Vec::new(), vec![bad]] {
+        let mut c = probe.clone();
+        // w, a stranger announcing version 5, is asked; then the operator forces {c}.
+        let out = c.step_vec(10, from("w", heartbeat(6, 5, v1.genesis)));
+        assert_eq!(sent_to(&out, "w"), [&Message::ChainRequest { after: 1 }]);
+        c.step_vec(11, Event::ForceNewElectorate);
+        let forced = c.electorate().unwrap().clone();
+        assert_eq!((forced.version, forced.term), (2, 1));
+        assert_eq!(c.stamp(), 0);
+        c.step_vec(12, from("w", Message::Chain { links }));
+        assert_eq!(c.electorate(), Some(&forced));
+        assert_eq!(c.stamp(), 0, "stamped with the forced electorate's term");
+    }
 }
