@@ -655,6 +655,14 @@ mod tests {
         }
     }
 
+    /// The counted reason of a refusal, `None` for any other error.
+    fn refused_for(err: &LiveError) -> Option<&'static str> {
+        match err {
+            LiveError::Refused { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
     fn sink() -> mpsc::Sender<OutputChunk> {
         mpsc::channel(16).0
     }
@@ -759,16 +767,7 @@ mod tests {
         reg.create(&alice, create("a1", None)).await.unwrap();
         reg.create(&alice, create("a2", None)).await.unwrap();
         let err = reg.create(&alice, create("a3", None)).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LiveError::Refused {
-                    reason: "per_owner",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused_for(&err), Some("per_owner"), "{err}");
         reg.create(&Caller::owner("bob"), create("b1", None))
             .await
             .unwrap();
@@ -776,43 +775,16 @@ mod tests {
             .create(&Caller::owner("carol"), create("c1", None))
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LiveError::Refused {
-                    reason: "worker_full",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused_for(&err), Some("worker_full"), "{err}");
         let mut too_long = create("c2", None);
         too_long.lifetime = Some(Duration::from_secs(24 * 3600));
         let err = reg
             .create(&Caller::owner("carol"), too_long)
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LiveError::Refused {
-                    reason: "lifetime",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused_for(&err), Some("lifetime"), "{err}");
         let err = reg.create(&alice, create("a1", None)).await.unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LiveError::Refused {
-                    reason: "duplicate_id",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused_for(&err), Some("duplicate_id"), "{err}");
         let c = reg.counters();
         assert_eq!(
             c.refused,
@@ -829,16 +801,7 @@ mod tests {
             .write_file(&alice, "a1", "/workspace/big", &big, 0o644)
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                LiveError::Refused {
-                    reason: "file_size",
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_eq!(refused_for(&err), Some("file_size"), "{err}");
     }
 
     /// Rules 4 and 5: idle ones end after their idle timeout unless a call is under way;

@@ -531,11 +531,8 @@ pub(super) async fn create(
     {
         return bad("key: 1 to 128 bytes");
     }
-    if let Some(bad_name) = req.env.keys().find(|k| !valid_env_name(k)) {
-        return bad(format!(
-            "env: {:?} is not a variable name",
-            bad_name.escape_debug().to_string()
-        ));
+    if let Err(r) = check_env(&req.env) {
+        return r.into_response();
     }
     let ceilings = shared.lock().ceilings;
     let shape = TaskShape {
@@ -633,11 +630,8 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
         Ok(r) => r,
         Err(r) => return r.into_response(),
     };
-    if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
-        return bad(format!(
-            "env: {:?} is not a variable name",
-            name.escape_debug().to_string()
-        ));
+    if let Err(r) = check_env(&req.env) {
+        return r.into_response();
     }
     let who = live_caller(&asked.caller);
     for (k, v) in &req.env {
@@ -735,11 +729,8 @@ pub(super) async fn exec(asked: Asked, Path(id): Path<String>, body: Bytes) -> R
         let wrapper = ["sh", "-c", BACKGROUND_SCRIPT, "chorus-bg"].map(String::from);
         argv.splice(0..0, wrapper);
     }
-    if let Some(name) = req.env.keys().find(|k| !valid_env_name(k)) {
-        return bad(format!(
-            "env: {:?} is not a variable name",
-            name.escape_debug().to_string()
-        ));
+    if let Err(r) = check_env(&req.env) {
+        return r.into_response();
     }
     let timeout = req
         .timeout_ms
@@ -936,6 +927,17 @@ fn sandbox_path(path: &str) -> Result<String, Refused> {
         ));
     }
     Ok(path.to_string())
+}
+
+/// Every name of `env` a variable name; the first that is not, refused (quoted and escaped).
+fn check_env(env: &BTreeMap<String, String>) -> Result<(), Refused> {
+    match env.keys().find(|k| !valid_env_name(k)) {
+        Some(name) => Err(Refused(
+            400,
+            format!("env: {name:?} is not a variable name"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn valid_env_name(name: &str) -> bool {
