@@ -20,6 +20,7 @@ pub mod browser;
 pub mod delay;
 pub mod netns;
 pub mod soak;
+pub mod task_cluster;
 
 /// The ACL key of every node the tests start (a constant: test clusters hold nothing secret),
 /// so one token, [`test_token`], works on all of them.

@@ -8,61 +8,13 @@
 
 use std::time::Duration;
 
+use chorus_tests::task_cluster::{as_token, live_containers_of, token, TaskCluster, IMAGE};
 use chorus_tests::{containers_of, http_exact, http_request, wait_until, Cluster, Timings, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
-const IMAGE: &str = "chorus/sandbox:latest";
 
 /// A liveness bound for a result on two loaded cores (not a performance figure).
 const RESULT_BOUND: Duration = Duration::from_secs(120);
-
-/// A three-node cluster whose nodes run tasks in Docker; on drop the nodes are killed and
-/// every container they made is removed.
-struct TaskCluster {
-    c: Cluster,
-    ids: Vec<String>,
-}
-
-impl TaskCluster {
-    fn start() -> TaskCluster {
-        TaskCluster::start_n(3)
-    }
-
-    fn start_n(n: usize) -> TaskCluster {
-        let out = chorus_tests::run_chorus(BIN.as_ref(), &["sandbox", "image", "build"]);
-        assert!(
-            out.status.success(),
-            "the test image builds (this test needs Docker): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let c = Cluster::start_with(BIN, n, Timings::FAST, &["--docker", "--warm-image", IMAGE]);
-        c.wait_agreed(Duration::from_secs(60));
-        let ids = (0..n).map(|i| id(&c, i)).collect();
-        TaskCluster { c, ids }
-    }
-
-    fn index_of(&self, node: &str) -> usize {
-        self.ids
-            .iter()
-            .position(|n| n == node)
-            .unwrap_or_else(|| panic!("{node} is not a node of this cluster"))
-    }
-}
-
-impl Drop for TaskCluster {
-    fn drop(&mut self) {
-        for i in 0..self.c.nodes.len() {
-            self.c.kill(i);
-        }
-        for node in &self.ids {
-            for container in containers_of(node) {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f", &container])
-                    .output();
-            }
-        }
-    }
-}
 
 fn id(c: &Cluster, i: usize) -> String {
     c.status(i).expect("status")["node_id"]
@@ -121,7 +73,7 @@ fn placed(c: &Cluster, i: usize, id: &str) -> String {
 
 #[test]
 fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
-    let t = TaskCluster::start();
+    let t = TaskCluster::start(BIN);
     let c = &t.c;
     let submitted: Vec<(usize, usize, String)> = (0..20)
         .map(|n| {
@@ -265,7 +217,7 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
 
 #[test]
 fn oom_timeout_and_cancel_are_reported_as_such() {
-    let t = TaskCluster::start();
+    let t = TaskCluster::start(BIN);
     let c = &t.c;
     let mut hog = spec("dd if=/dev/zero of=/dev/null bs=200M count=1");
     hog["memory_mb"] = 32.into();
@@ -315,7 +267,7 @@ fn oom_timeout_and_cancel_are_reported_as_such() {
 
 #[test]
 fn a_task_whose_worker_is_killed_completes_on_another_node() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
     // Three long tasks from the admin spread over the three least-loaded workers; one runs on
     // a node that is neither the submitter nor the admin.
@@ -348,7 +300,7 @@ fn a_task_whose_worker_is_killed_completes_on_another_node() {
 
 #[test]
 fn every_queued_task_completes_after_the_admin_is_killed() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
     let at = (admin + 1) % 3;
     // Twelve tasks for six slots: half of them wait in the admin's queue.
@@ -415,7 +367,7 @@ fn every_queued_task_completes_after_the_admin_is_killed() {
 
 #[test]
 fn a_worker_restarted_mid_task_leaves_no_container_and_the_task_completes() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
     let ids: Vec<String> = (0..3)
         .map(|n| submit(&t.c, admin, &spec(&format!("sleep 4; echo r-{n}"))).1)
@@ -451,7 +403,7 @@ fn a_worker_restarted_mid_task_leaves_no_container_and_the_task_completes() {
 /// it must advertise and use it (the snapshot's capabilities are the old ones).
 #[test]
 fn a_repository_added_across_a_clean_restart_is_used() {
-    let mut t = TaskCluster::start_n(1);
+    let mut t = TaskCluster::start_n(BIN, 1);
     let repo = t.c.root().join("src");
     std::fs::create_dir_all(&repo).unwrap();
     std::fs::write(repo.join("README"), "from the repo\n").unwrap();
@@ -749,7 +701,7 @@ fn tasks_are_read_listed_and_cancelled_through_any_node() {
 /// there. When the node is back, the result reaches it as usual (delivered once).
 #[test]
 fn a_down_submitters_result_is_read_at_its_worker_and_delivered_when_it_returns() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     // Long enough that the submitter is surely killed before the run ends, on a loaded machine.
     let spec = format!(r#"{{"image":"{IMAGE}","command":["sh","-c","sleep 8; echo done"]}}"#);
     // A task placed off its submitter: the least loaded worker gets each task (ties by node
@@ -811,7 +763,7 @@ fn a_down_submitters_result_is_read_at_its_worker_and_delivered_when_it_returns(
 fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
     use std::io::BufRead;
     use std::time::Instant;
-    let t = TaskCluster::start();
+    let t = TaskCluster::start(BIN);
     let c = &t.c;
     let (code, id) = submit(
         c,
@@ -927,7 +879,7 @@ fn task_logs_follow_prints_lines_while_the_task_runs_through_another_node() {
 /// never runs. Once the submitter is back, both end `cancelled`, once each.
 #[test]
 fn a_down_submitters_tasks_are_read_and_cancelled_through_another_node() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
     let submitter = (admin + 1) % 3;
     let (worker, running) = (0..3)
@@ -1025,69 +977,6 @@ fn a_down_submitters_tasks_are_read_and_cancelled_through_another_node() {
     );
 }
 
-/// A request to node `i` with `token` (not the harness's management token); (status, body).
-fn as_token(
-    c: &Cluster,
-    i: usize,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: &str,
-) -> (u16, String) {
-    let auth = format!("Bearer {token}");
-    http_exact(
-        c.nodes[i].http_port,
-        method,
-        path,
-        &[
-            ("Host", "127.0.0.1"),
-            ("Authorization", &auth),
-            ("Content-Type", "application/json"),
-        ],
-        body,
-    )
-    .expect("the node answers")
-}
-
-/// How many containers of node `node`'s live sandboxes there are: running ones, or (`all`) in
-/// any state (warm pools' and tasks' sandboxes are not counted).
-fn live_containers_of(node: &str, all: bool) -> usize {
-    let label = format!("label=io.chorus.node={node}");
-    let mut args = vec![
-        "ps",
-        "-q",
-        "--filter",
-        &label,
-        "--filter",
-        "label=io.chorus.live=true",
-    ];
-    if all {
-        args.push("-a");
-    }
-    let out = std::process::Command::new("docker")
-        .args(&args)
-        .output()
-        .expect("docker ps runs");
-    assert!(out.status.success(), "docker ps: {out:?}");
-    String::from_utf8_lossy(&out.stdout).lines().count()
-}
-
-/// A new token of `role`, made with the harness's management token.
-fn token(c: &Cluster, role: &str) -> String {
-    let (code, body) = http_request(
-        c.nodes[0].http_port,
-        "POST",
-        "/acl/tokens",
-        Some(&format!("{{\"role\": \"{role}\"}}")),
-    )
-    .expect("the node answers");
-    assert_eq!(code, 201, "{body}");
-    serde_json::from_str::<Value>(&body).unwrap()["token"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Issue 53, step 2: an agent's loop in one live sandbox through a node's API and the CLI —
 /// create, write a file, a command that reads it, an environment set once and seen by later
 /// commands, output streamed as it comes, a file read back, another token seeing nothing,
@@ -1095,7 +984,7 @@ fn token(c: &Cluster, role: &str) -> String {
 /// container behind.
 #[test]
 fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let node = 1;
     let addr = format!("127.0.0.1:{}", t.c.nodes[node].http_port);
     let alice = token(&t.c, "submit");
@@ -1231,7 +1120,7 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
 /// old sandboxes are 410 lost and no container of them is left.
 #[test]
 fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
-    let mut t = TaskCluster::start();
+    let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
     let worker = (admin + 1) % 3;
     let via = (admin + 2) % 3;

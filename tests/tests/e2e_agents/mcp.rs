@@ -1,0 +1,1 @@
+//! `chorus mcp` through an MCP client (issue 55).
