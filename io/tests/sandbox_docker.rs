@@ -83,6 +83,104 @@ async fn runs_a_command_with_output_exit_code_env_and_stdin() -> TestResult {
     Ok(())
 }
 
+/// A live sandbox's command (`keep_processes`), as the live registry runs it.
+fn live(request: ExecRequest) -> ExecRequest {
+    let mut request = request;
+    request.keep_processes = true;
+    request
+}
+
+/// Issue 53: a live sandbox runs its commands through its `chorus-agent` (one exec for all of
+/// them), and they behave as through the Engine: the environment in layers, stdin, exit codes,
+/// the working directory (and a missing one said as such), output caps, a missing program as
+/// 127, a timeout that kills the process group, a background process that stays; a command
+/// that kills the agent fails, and the next one starts another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_sandboxs_commands_go_through_its_agent_as_through_the_engine() -> TestResult {
+    let (_p, sb, _c) = started("agent", SandboxPolicy::default(), |spec| {
+        spec.env.insert("FROM_SPEC".into(), "spec".into());
+    })
+    .await;
+    sb.set_env("FROM_SANDBOX", "sandbox");
+    let out = sb
+        .exec(live(
+            ExecRequest::shell(
+                "echo \"$FROM_SPEC $FROM_SANDBOX $FROM_REQUEST\"; cat; echo oops >&2; pwd; \
+                 cat /proc/$PPID/comm; exit 3",
+            )
+            .env("FROM_REQUEST", "request")
+            .stdin("piped-in\n"),
+        ))
+        .await?;
+    assert_eq!(out.exit_code, 3);
+    assert_eq!(
+        out.stdout_text(),
+        "spec sandbox request\npiped-in\n/workspace\nchorus-agent\n",
+        "the command's parent is the agent"
+    );
+    assert_eq!(out.stderr_text(), "oops\n");
+    let id = sb
+        .exec(live(ExecRequest::new(["id", "-u"]).working_dir("/tmp")))
+        .await?;
+    assert_eq!(id.stdout_text(), "65534\n");
+
+    let out = sb
+        .exec(live(
+            ExecRequest::shell("head -c 100000 /dev/zero; echo done >&2").output_limit(1000),
+        ))
+        .await?;
+    assert_eq!((out.stdout.len(), out.stdout_truncated), (1000, true));
+    assert_eq!(out.stderr_text(), "done\n");
+
+    let out = sb.exec(live(ExecRequest::new(["no-such-program"]))).await?;
+    assert_eq!(out.exit_code, 127);
+    assert!(out.stderr_text().contains("no-such-program"), "{out:?}");
+    let err = sb
+        .exec(live(ExecRequest::new(["true"]).working_dir("/no/such/dir")))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("does not exist"), "{err}");
+
+    // A timeout kills the command's process group; what it started in the background before
+    // (a live sandbox keeps those) is not its group's.
+    let out = sb
+        .exec(live(ExecRequest::shell(
+            "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo started",
+        )))
+        .await?;
+    assert_eq!(out.stdout_text(), "started\n");
+    let err = sb
+        .exec(live(
+            ExecRequest::shell("sleep 60 & sleep 61").timeout(Duration::from_secs(1)),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.category, ErrorCategory::Timeout, "{err}");
+    assert!(err.message.contains("process group killed"), "{err}");
+    let ps = sb
+        .exec(live(ExecRequest::new(["ps", "-o", "args"])))
+        .await?;
+    let ps = ps.stdout_text();
+    assert!(!ps.contains("sleep 60") && !ps.contains("sleep 61"), "{ps}");
+    assert!(
+        ps.contains("sleep 300"),
+        "the background process stays: {ps}"
+    );
+
+    // A command that kills the agent fails as such; the next one runs in a new agent.
+    let err = sb
+        .exec(live(ExecRequest::shell("kill -9 $PPID; sleep 5")))
+        .await
+        .unwrap_err();
+    assert!(err.message.contains("agent ended"), "{err}");
+    let out = sb
+        .exec(live(ExecRequest::shell("cat /proc/$PPID/comm")))
+        .await?;
+    assert_eq!(out.stdout_text(), "chorus-agent\n");
+    sb.remove().await?;
+    Ok(())
+}
+
 // Streaming is a contract test (`sandbox_contract.rs`: `streams_output_while_the_command_runs`),
 // written so that an implementation buffering output until the end fails it.
 

@@ -47,6 +47,8 @@ pub(super) struct Container {
     pub(super) supervised: bool,
     /// The supervisor's stdin and stdout once attached; the sandbox ends when this goes.
     pub(super) supervisor: tokio::sync::Mutex<Option<Supervisor>>,
+    /// The command agent of a live sandbox (`agent.rs`), started at its first command.
+    pub(super) agent: tokio::sync::Mutex<super::agent::AgentSlot>,
 }
 
 /// The node's end of the supervisor's stdin and stdout (see `end.rs`).
@@ -108,6 +110,7 @@ impl Container {
             removed: AtomicBool::new(false),
             supervised,
             supervisor: tokio::sync::Mutex::new(None),
+            agent: tokio::sync::Mutex::default(),
         }
     }
 

@@ -27,7 +27,7 @@ use crate::sandbox::{
 
 /// How long a timed-out command gets to finish after its process group was killed before the
 /// whole container is killed.
-const KILL_GRACE: Duration = Duration::from_secs(2);
+pub(super) const KILL_GRACE: Duration = Duration::from_secs(2);
 /// Time limit for the sandbox's own helper commands (kill, OOM check).
 const HELPER_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -79,7 +79,7 @@ const NOT_STARTED: i64 = 126;
 
 /// What the post-exec cleanup found.
 #[derive(Debug, Clone, Copy, Default)]
-struct Cleanup {
+pub(super) struct Cleanup {
     killed: u32,
     /// New kills on the in-sandbox OOM counter; `None` when the cleanup could not read it (it
     /// did not run, or was killed itself: a full container has no room for it).
@@ -88,7 +88,7 @@ struct Cleanup {
 
 /// What is known of the OOM kills during one command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Oom {
+pub(super) enum Oom {
     /// `kills` new kills, as `from` says.
     Known { kills: u64, from: &'static str },
     /// No way of telling answered.
@@ -116,9 +116,9 @@ struct Attached {
 }
 
 /// Collects a command's output under the caps, and takes the wrapper's pid line off stdout.
-struct OutputCollector {
-    stdout: CappedBuffer,
-    stderr: CappedBuffer,
+pub(super) struct OutputCollector {
+    pub(super) stdout: CappedBuffer,
+    pub(super) stderr: CappedBuffer,
     /// The wrapper's first stdout line (its pid) while it is still being read; `None` once
     /// read, or when the command is not wrapped.
     pid_line: Option<Vec<u8>>,
@@ -129,7 +129,7 @@ struct OutputCollector {
 }
 
 impl OutputCollector {
-    fn new(cap: usize, wrapped: bool) -> Self {
+    pub(super) fn new(cap: usize, wrapped: bool) -> Self {
         OutputCollector {
             stdout: CappedBuffer::new(cap),
             stderr: CappedBuffer::new(cap),
@@ -140,7 +140,7 @@ impl OutputCollector {
     }
 
     /// Takes one item of output; returns what the caller should see of it, if anything.
-    fn push(&mut self, item: LogOutput) -> Option<OutputChunk> {
+    pub(super) fn push(&mut self, item: LogOutput) -> Option<OutputChunk> {
         match item {
             LogOutput::StdOut { message } | LogOutput::Console { message } => {
                 let bytes = self.strip_pid_line(&message)?;
@@ -232,11 +232,15 @@ impl Container {
         if request.argv.is_empty() {
             return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
         }
+        // A live sandbox's command goes through its agent when it has one (`agent.rs`).
+        if request.keep_processes && !clean_up && reset.is_none() {
+            if let Some(out) = self.run_by_agent(&request, sink).await? {
+                return Ok(out);
+            }
+        }
         let gate = self.exec_gate.read().await;
-        let marker = format!(
-            "{EXEC_ID_ENV}={}",
-            self.exec_counter.fetch_add(1, Ordering::Relaxed)
-        );
+        let (key, value) = self.next_marker();
+        let marker = format!("{key}={value}");
         let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
         let cap = request
             .output_limit_bytes
@@ -355,8 +359,14 @@ impl Container {
         )
     }
 
+    /// This exec's marker, `CHORUS_EXEC_ID` and a number no other exec here had.
+    pub(super) fn next_marker(&self) -> (String, String) {
+        let n = self.exec_counter.fetch_add(1, Ordering::Relaxed);
+        (EXEC_ID_ENV.to_owned(), n.to_string())
+    }
+
     /// The request's working directory, else the workspace.
-    fn working_dir_of(&self, request: &ExecRequest) -> String {
+    pub(super) fn working_dir_of(&self, request: &ExecRequest) -> String {
         request
             .working_dir
             .clone()
@@ -438,7 +448,7 @@ impl Container {
     /// kill set it, and is set only for the main process on Docker 20.10, so it can confirm a
     /// kill but never deny one). The sandbox's own file commands (no cleanup) are judged only
     /// when killed, as before: a command running beside them may be what was killed.
-    async fn oom_verdict(
+    pub(super) async fn oom_verdict(
         &self,
         exit_code: i64,
         cleanup: Option<Cleanup>,
@@ -519,7 +529,7 @@ impl Container {
     /// main process ending, or that was killed by SIGKILL when nothing could tell whether the
     /// OOM killer did it (that is said, never taken for "no OOM"). A command that exited by
     /// itself while the OOM state is unknown keeps its result, with a warning in the log.
-    async fn check_oom_and_main_process(
+    pub(super) async fn check_oom_and_main_process(
         &self,
         request: &ExecRequest,
         exit_code: i64,
@@ -767,7 +777,7 @@ fn parse_totals(text: &str) -> Option<UsageTotals> {
 }
 
 /// The error for a command that ran past its timeout.
-fn timeout_error(
+pub(super) fn timeout_error(
     request: &ExecRequest,
     timeout: Duration,
     how: &str,

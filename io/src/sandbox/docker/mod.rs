@@ -37,6 +37,7 @@
 //!   20.10 sets it only when the *main* process is killed); when none answers the result says
 //!   the OOM state is unknown, never "no OOM".
 
+mod agent;
 mod cgroup;
 mod container;
 mod end;

@@ -12,7 +12,9 @@
 //!   copied from the host with the shared libraries and ELF interpreter `ldd` lists for it (see
 //!   [`rootfs`]);
 //! - a small `nc` (`nc.c` here, busybox's flags) compiled with the host's gcc, for network
-//!   probes — hosts have no netcat by default; without gcc the image is built without it;
+//!   probes — hosts have no netcat by default — and `chorus-agent` (`agent.c`), which runs a
+//!   live sandbox's commands without an Engine call each; without gcc the image is built
+//!   without them (and live sandboxes run commands through the Engine);
 //! - a two-line `/etc/passwd` and `/etc/group` (so `id` and git can name uid 65534), an
 //!   `/etc/nsswitch.conf`, `/tmp` and `/workspace` mount points.
 //!
@@ -122,6 +124,13 @@ pub const TOOL_COMMANDS: &[&str] = &[
 /// The source of the image's `nc`.
 pub const NC_SOURCE: &str = include_str!("nc.c");
 
+/// The source of the image's `chorus-agent`, which runs a live sandbox's commands
+/// (`docker/agent.rs`).
+pub const AGENT_SOURCE: &str = include_str!("agent.c");
+
+/// The programs compiled with the host's gcc for the image: name, source.
+const COMPILED: &[(&str, &str)] = &[("nc", NC_SOURCE), ("chorus-agent", AGENT_SOURCE)];
+
 /// The Dockerfile of the build context.
 const DOCKERFILE: &str = "FROM scratch\n\
                           COPY rootfs/ /\n\
@@ -199,8 +208,9 @@ fn host_rootfs() -> SandboxResult<Rootfs> {
     Rootfs::from_host_commands(REQUIRED_COMMANDS, TOOL_COMMANDS)
 }
 
-/// The fingerprint of `rootfs` and the recipe: this file's constants, the `nc` source and the
-/// host's gcc (which compiles it, and without which it is left out).
+/// The fingerprint of `rootfs` and the recipe: this file's constants, the sources of the
+/// compiled programs and the host's gcc (which compiles them, and without which they are left
+/// out).
 fn fingerprint_of(rootfs: &Rootfs) -> String {
     let gcc = find_program("gcc").map(|p| gcc_identity(&p));
     let etc: Vec<u8> = ETC_FILES
@@ -212,6 +222,7 @@ fn fingerprint_of(rootfs: &Rootfs) -> String {
         DOCKERFILE.as_bytes(),
         &etc,
         NC_SOURCE.as_bytes(),
+        AGENT_SOURCE.as_bytes(),
         gcc.as_deref().unwrap_or("no gcc").as_bytes(),
     ])
 }
@@ -227,12 +238,13 @@ fn gcc_identity(gcc: &Path) -> String {
 fn build_context() -> SandboxResult<(Vec<u8>, String, String)> {
     let mut rootfs = host_rootfs()?;
     let scratch = tempfile::tempdir().map_err(|e| SandboxError::io("making a temp dir", e))?;
-    // The fingerprint covers the host's programs, not the compiled nc (a new file every time):
-    // nc is covered by its source and the compiler.
-    let nc = compile_nc(scratch.path());
+    // The fingerprint covers the host's programs, not the compiled ones (new files every
+    // time): those are covered by their sources and the compiler.
     let mut with_nc = rootfs.clone();
-    if let Some(nc) = &nc {
-        with_nc.add_program("nc", nc.clone());
+    for (name, source) in COMPILED {
+        if let Some(program) = compile(scratch.path(), name, source) {
+            with_nc.add_program(name, program);
+        }
     }
     with_nc.add_libraries_from_ldd()?;
     rootfs.libraries = with_nc.libraries.clone();
@@ -254,26 +266,26 @@ fn build_context() -> SandboxResult<(Vec<u8>, String, String)> {
     Ok((context, fingerprint, libraries))
 }
 
-/// Compiles [`NC_SOURCE`] with the host's gcc into `dir`; `None` (with a warning) without gcc
-/// or when it fails.
-fn compile_nc(dir: &Path) -> Option<std::path::PathBuf> {
-    let source = dir.join("nc.c");
-    let program = dir.join("nc");
-    std::fs::write(&source, NC_SOURCE).ok()?;
+/// Compiles `source` with the host's gcc into `dir` as `name`; `None` (with a warning) without
+/// gcc or when it fails.
+fn compile(dir: &Path, name: &str, source: &str) -> Option<std::path::PathBuf> {
+    let source_file = dir.join(format!("{name}.c"));
+    let program = dir.join(name);
+    std::fs::write(&source_file, source).ok()?;
     let out = std::process::Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(&program)
-        .arg(&source)
+        .arg(&source_file)
         .output();
     match out {
         Ok(out) if out.status.success() => Some(program),
         Ok(out) => {
             let stderr = String::from_utf8_lossy(&out.stderr);
-            tracing::warn!(%stderr, "cannot compile the image's nc; building without it");
+            tracing::warn!(name, %stderr, "cannot compile a program of the image; building without it");
             None
         }
         Err(e) => {
-            tracing::warn!(error = %e, "no gcc to compile the image's nc; building without it");
+            tracing::warn!(name, error = %e, "no gcc to compile a program of the image; building without it");
             None
         }
     }
@@ -466,9 +478,35 @@ mod tests {
     #[test]
     fn nc_compiles_with_the_hosts_gcc() {
         let dir = tempfile::tempdir().unwrap();
-        let nc = compile_nc(dir.path()).expect("gcc compiles nc.c");
+        let nc = compile(dir.path(), "nc", NC_SOURCE).expect("gcc compiles nc.c");
         let out = std::process::Command::new(&nc).output().unwrap();
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage: nc"));
+    }
+
+    /// The agent compiles without a warning, and says HELLO (version 1) on its stdout at once,
+    /// then ends when its stdin does.
+    #[test]
+    fn the_agent_compiles_cleanly_and_says_hello() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("agent.c");
+        std::fs::write(&source, AGENT_SOURCE).unwrap();
+        let out = std::process::Command::new("gcc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(dir.path().join("agent"))
+            .arg(&source)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = std::process::Command::new(dir.path().join("agent"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, [9, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
     }
 }

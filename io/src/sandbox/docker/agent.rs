@@ -1,0 +1,615 @@
+//! The node's end of `chorus-agent` (`image/agent.c`): one long-lived exec per live sandbox that
+//! runs its commands, so a command costs a frame each way on an open stream instead of three
+//! Engine calls (create, start and inspect an exec). The frames are said in `agent.c`.
+//!
+//! Who is trusted for what: the agent runs as the commands' user, so a command may kill it, or
+//! take its place (same uid) and say anything on its stdout. What it says is checked like any
+//! other sandbox output: a frame longer than [`MAX_FRAME`], an unknown type or a short payload
+//! ends the agent (its callers fail; the next command starts another); an id nobody waits for
+//! is dropped; output is capped by the caller as any command's is.
+//! It is a speed path, never a boundary: an image without it runs commands through the Engine.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bollard::container::LogOutput;
+use bollard::exec::{StartExecOptions, StartExecResults};
+use bollard::models::ExecConfig;
+use futures_util::StreamExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::container::Container;
+use super::exec::{timeout_error, Cleanup, OutputCollector, KILL_GRACE};
+use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
+use crate::sandbox::{ExecOutput, ExecRequest, OutputChunk, OutputStream, SandboxState};
+
+/// Where the sandbox image has the agent (`image/mod.rs` puts it there).
+pub const AGENT_PATH: &str = "/usr/bin/chorus-agent";
+
+/// The agent's protocol version (its HELLO).
+const VERSION: u32 = 1;
+
+/// The longest frame the agent may send: its output comes in reads of 64 KiB.
+const MAX_FRAME: usize = 1 << 20;
+
+/// How long a new agent has to say HELLO before the sandbox runs commands through the Engine.
+const HELLO_WAIT: Duration = Duration::from_secs(5);
+
+/// Stdin goes to the agent in frames of at most this.
+const STDIN_CHUNK: usize = 64 * 1024;
+
+/// What the agent says of one command.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Event {
+    Started {
+        pid: u32,
+    },
+    Output(OutputStream, Vec<u8>),
+    /// `code` is the exit code, or 128 + the signal that killed it.
+    Exit {
+        code: i64,
+        signaled: bool,
+    },
+    /// It did not start: `stage` 1 its working directory, 3 no room (errno `errno`).
+    Failed {
+        stage: u8,
+        errno: u32,
+    },
+}
+
+/// One command's request.
+pub(super) struct Run<'a> {
+    pub argv: &'a [String],
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: &'a str,
+    pub stdin: Option<&'a [u8]>,
+}
+
+type Waiting = Arc<Mutex<BTreeMap<u32, mpsc::UnboundedSender<Event>>>>;
+
+/// A running agent.
+pub(super) struct Agent {
+    input: tokio::sync::Mutex<Pin<Box<dyn AsyncWrite + Send>>>,
+    waiting: Waiting,
+    next_id: AtomicU32,
+    alive: Arc<AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// A command running in the agent: its events, and its id for stdin and signals.
+pub(super) struct Running {
+    pub id: u32,
+    pub events: mpsc::UnboundedReceiver<Event>,
+    waiting: Waiting,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        lock(&self.waiting).remove(&self.id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Agent {
+    /// Starts the agent in `container` as the commands' user; `None` when it does not say
+    /// HELLO in time (an image without it, a sandbox that will not run it).
+    pub(super) async fn start(container: &Container) -> Option<Agent> {
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            cmd: Some(vec![AGENT_PATH.to_owned()]),
+            user: container.policy.user.clone(),
+            working_dir: Some("/".to_owned()),
+            ..Default::default()
+        };
+        let exec = container
+            .docker
+            .create_exec(&container.name, config)
+            .await
+            .ok()?;
+        let started = container
+            .docker
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: false,
+                    output_capacity: Some(256 * 1024),
+                }),
+            )
+            .await
+            .ok()?;
+        let StartExecResults::Attached { mut output, input } = started else {
+            return None;
+        };
+        let mut frames = Frames::default();
+        let hello = tokio::time::timeout(HELLO_WAIT, async {
+            while let Some(Ok(item)) = output.next().await {
+                if let LogOutput::StdOut { message } = item {
+                    frames.push(&message);
+                    return frames.next();
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        match hello {
+            Some(Ok((0, 0, body))) if body == VERSION.to_le_bytes() => {}
+            other => {
+                tracing::debug!(sandbox = %container.name, ?other,
+                    "no command agent in this sandbox; commands go through the Engine");
+                return None;
+            }
+        }
+        let waiting: Waiting = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let reader = tokio::spawn(read_events(
+            container.name.clone(),
+            output,
+            frames,
+            waiting.clone(),
+            alive.clone(),
+        ));
+        Some(Agent {
+            input: tokio::sync::Mutex::new(input),
+            waiting,
+            next_id: AtomicU32::new(1),
+            alive,
+            reader,
+        })
+    }
+
+    pub(super) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Starts `run`; its events follow on the answer's receiver, which ends (without an exit)
+    /// if the agent does.
+    pub(super) async fn run(&self, run: Run<'_>) -> Option<Running> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, events) = mpsc::unbounded_channel();
+        lock(&self.waiting).insert(id, tx);
+        let running = Running {
+            id,
+            events,
+            waiting: self.waiting.clone(),
+        };
+        let mut body = Vec::new();
+        strings(&mut body, run.argv.iter().map(String::as_bytes));
+        let env: Vec<String> = run.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        strings(&mut body, env.iter().map(String::as_bytes));
+        strings_one(&mut body, run.cwd.as_bytes());
+        body.push(u8::from(run.stdin.is_some()));
+        let mut input = self.input.lock().await;
+        let mut sent = write_frame(&mut input, 1, id, &body).await;
+        if let Some(data) = run.stdin {
+            for part in data.chunks(STDIN_CHUNK) {
+                sent = sent && write_frame(&mut input, 2, id, part).await;
+            }
+            sent = sent && write_frame(&mut input, 2, id, &[]).await;
+        }
+        sent.then_some(running)
+    }
+
+    /// Sends `signal` to the process group of command `id`.
+    pub(super) async fn kill(&self, id: u32, signal: u32) -> bool {
+        let mut input = self.input.lock().await;
+        write_frame(&mut input, 3, id, &signal.to_le_bytes()).await
+    }
+}
+
+/// The sandbox's agent as far as its container knows it.
+#[derive(Default)]
+pub(super) enum AgentSlot {
+    /// Not started yet, or ended: the next command starts one.
+    #[default]
+    Untried,
+    Running(Arc<Agent>),
+    /// This sandbox has none (its image lacks it, or it would not start): commands go through
+    /// the Engine.
+    Unavailable,
+}
+
+impl std::fmt::Debug for AgentSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AgentSlot::Untried => "Untried",
+            AgentSlot::Running(_) => "Running",
+            AgentSlot::Unavailable => "Unavailable",
+        })
+    }
+}
+
+/// The signal a timed-out command's process group gets.
+const SIGKILL: u32 = 9;
+
+impl Container {
+    /// The sandbox's agent, started at its first command (and again after one ended); `None`
+    /// when this sandbox has none.
+    async fn agent(&self) -> Option<Arc<Agent>> {
+        let mut slot = self.agent.lock().await;
+        match &*slot {
+            AgentSlot::Running(agent) if agent.is_alive() => return Some(agent.clone()),
+            AgentSlot::Unavailable => return None,
+            AgentSlot::Running(_) | AgentSlot::Untried => {}
+        }
+        match Agent::start(self).await {
+            Some(agent) => {
+                let agent = Arc::new(agent);
+                *slot = AgentSlot::Running(agent.clone());
+                Some(agent)
+            }
+            None => {
+                *slot = AgentSlot::Unavailable;
+                None
+            }
+        }
+    }
+
+    /// Runs a live sandbox's command through its agent, as [`Container::run`] would through
+    /// the Engine (same environment, working directory, output caps, timeout and OOM verdict;
+    /// nothing it leaves running is cleaned up). `Ok(None)` when the agent took nothing (this
+    /// sandbox has none, or it ended before the command was sent): the caller runs it through
+    /// the Engine.
+    pub(super) async fn run_by_agent(
+        &self,
+        request: &ExecRequest,
+        sink: Option<&mpsc::Sender<OutputChunk>>,
+    ) -> SandboxResult<Option<ExecOutput>> {
+        let Some(agent) = self.agent().await else {
+            return Ok(None);
+        };
+        let gate = self.exec_gate.read().await;
+        let (marker_key, marker_value) = self.next_marker();
+        let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
+        let cap = request
+            .output_limit_bytes
+            .unwrap_or(self.policy.output_limit_bytes);
+        let mut env = self.lock_env().clone();
+        env.extend(request.env.clone());
+        env.insert(marker_key, marker_value);
+        let cwd = self.working_dir_of(request);
+        let host_oom_before = self.host_oom_kills();
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + timeout;
+        let run = Run {
+            argv: &request.argv,
+            env: &env,
+            cwd: &cwd,
+            stdin: request.stdin.as_deref(),
+        };
+        let Some(mut running) = agent.run(run).await else {
+            return Ok(None);
+        };
+        let mut collected = OutputCollector::new(cap, false);
+        let mut sink = sink;
+        let exit = loop {
+            let Ok(event) = tokio::time::timeout_at(deadline, running.events.recv()).await else {
+                agent.kill(running.id, SIGKILL).await;
+                let ended = tokio::time::timeout(KILL_GRACE, async {
+                    while let Some(event) = running.events.recv().await {
+                        if matches!(event, Event::Exit { .. }) {
+                            return true;
+                        }
+                    }
+                    false
+                })
+                .await
+                .unwrap_or(false);
+                let how = if ended {
+                    "process group killed"
+                } else {
+                    "process group signalled; it had not ended after the grace"
+                };
+                return Err(timeout_error(
+                    request,
+                    timeout,
+                    how,
+                    Cleanup::default(),
+                    &collected,
+                ));
+            };
+            match event {
+                None => break None,
+                Some(Event::Started { .. }) => {}
+                Some(Event::Output(stream, data)) => {
+                    let message = data.into();
+                    let item = match stream {
+                        OutputStream::Stdout => LogOutput::StdOut { message },
+                        OutputStream::Stderr => LogOutput::StdErr { message },
+                    };
+                    let (Some(chunk), Some(tx)) = (collected.push(item), sink) else {
+                        continue;
+                    };
+                    if tx.send(chunk).await.is_err() {
+                        sink = None; // receiver gone; keep collecting
+                    }
+                }
+                Some(Event::Exit { code, .. }) => break Some(code),
+                Some(Event::Failed { stage, errno }) => {
+                    return Err(not_started(request, &cwd, stage, errno));
+                }
+            }
+        };
+        drop(gate);
+        let Some(exit_code) = exit else {
+            if let Ok(SandboxState::Exited {
+                exit_code,
+                oom_killed,
+            }) = self.state().await
+            {
+                return Err(self.exited_error(exit_code, oom_killed));
+            }
+            return Err(SandboxError::new(
+                ErrorCategory::Exec,
+                format!(
+                    "command {:?}: the sandbox's command agent ended before the command did \
+                     (a command may have killed it; the next command starts another)",
+                    request.argv
+                ),
+            ));
+        };
+        let duration = started.elapsed();
+        let host_oom_kills = host_oom_before
+            .zip(self.host_oom_kills())
+            .map(|(before, after)| after.saturating_sub(before));
+        let oom = self.oom_verdict(exit_code, None, host_oom_kills).await;
+        self.check_oom_and_main_process(request, exit_code, oom)
+            .await?;
+        Ok(Some(ExecOutput {
+            exit_code,
+            stdout: collected.stdout.data,
+            stderr: collected.stderr.data,
+            stdout_truncated: collected.stdout.truncated,
+            stderr_truncated: collected.stderr.truncated,
+            duration,
+            stray_processes_killed: 0,
+            after_output: Duration::ZERO,
+        }))
+    }
+}
+
+/// The error for a command the agent could not start: its working directory (`stage` 1, said
+/// as the Engine path's check says it), or no room (3).
+fn not_started(request: &ExecRequest, cwd: &str, stage: u8, errno: u32) -> SandboxError {
+    const ENOENT: u32 = 2;
+    const EACCES: u32 = 13;
+    const ENOTDIR: u32 = 20;
+    const EAGAIN: u32 = 11;
+    let why = match (stage, errno) {
+        (1, ENOENT) => format!(
+            "workdir {} does not exist in the sandbox",
+            cwd.escape_debug()
+        ),
+        (1, ENOTDIR) => format!(
+            "workdir {} is not a directory in the sandbox",
+            cwd.escape_debug()
+        ),
+        (1, EACCES) => format!(
+            "workdir {} cannot be entered by the commands' user in the sandbox",
+            cwd.escape_debug()
+        ),
+        (1, e) => format!(
+            "workdir {} cannot be entered (errno {e})",
+            cwd.escape_debug()
+        ),
+        (_, EAGAIN) => format!(
+            "command {:?} not started: 64 commands already run at once in this sandbox",
+            request.argv
+        ),
+        (_, e) => format!("command {:?} not started (errno {e})", request.argv),
+    };
+    SandboxError::new(ErrorCategory::Exec, why)
+}
+
+async fn write_frame(
+    input: &mut Pin<Box<dyn AsyncWrite + Send>>,
+    kind: u8,
+    id: u32,
+    body: &[u8],
+) -> bool {
+    let Ok(len) = u32::try_from(5 + body.len()) else {
+        return false;
+    };
+    let mut frame = Vec::with_capacity(9 + body.len());
+    frame.extend_from_slice(&len.to_le_bytes());
+    frame.push(kind);
+    frame.extend_from_slice(&id.to_le_bytes());
+    frame.extend_from_slice(body);
+    input.write_all(&frame).await.is_ok() && input.flush().await.is_ok()
+}
+
+fn strings_one(out: &mut Vec<u8>, s: &[u8]) {
+    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+    out.extend_from_slice(s);
+}
+
+fn strings<'a>(out: &mut Vec<u8>, items: impl ExactSizeIterator<Item = &'a [u8]>) {
+    out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+    for s in items {
+        strings_one(out, s);
+    }
+}
+
+/// Reads the agent's frames until its output ends or it breaks the protocol, passing each
+/// command's events to whoever waits for them; then every waiter's receiver ends.
+async fn read_events(
+    sandbox: String,
+    mut output: Pin<
+        Box<dyn futures_util::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+    >,
+    mut frames: Frames,
+    waiting: Waiting,
+    alive: Arc<AtomicBool>,
+) {
+    'read: loop {
+        loop {
+            match frames.next() {
+                None => break,
+                Some(Ok((kind, id, body))) => {
+                    let Some(event) = decode(kind, &body) else {
+                        tracing::warn!(%sandbox, kind, "the command agent broke its protocol");
+                        break 'read;
+                    };
+                    let to = lock(&waiting).get(&id).cloned();
+                    let ended = matches!(event, Event::Exit { .. } | Event::Failed { .. });
+                    if let Some(to) = to {
+                        let _ = to.send(event);
+                    }
+                    if ended {
+                        lock(&waiting).remove(&id);
+                    }
+                }
+                Some(Err(len)) => {
+                    tracing::warn!(%sandbox, len, "the command agent sent an oversized frame");
+                    break 'read;
+                }
+            }
+        }
+        match output.next().await {
+            Some(Ok(LogOutput::StdOut { message })) => frames.push(&message),
+            Some(Ok(LogOutput::StdErr { message })) => {
+                tracing::debug!(%sandbox, said = %String::from_utf8_lossy(&message),
+                    "the command agent");
+            }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => break,
+        }
+    }
+    alive.store(false, Ordering::Relaxed);
+    lock(&waiting).clear();
+}
+
+/// An event from a frame's type and payload; `None` for one the protocol does not allow.
+fn decode(kind: u8, body: &[u8]) -> Option<Event> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(body.get(at..at + 4)?.try_into().ok()?))
+    };
+    match kind {
+        1 if body.len() == 4 => Some(Event::Started { pid: u32_at(0)? }),
+        2 => {
+            let stream = match body.first()? {
+                1 => OutputStream::Stdout,
+                2 => OutputStream::Stderr,
+                _ => return None,
+            };
+            Some(Event::Output(stream, body[1..].to_vec()))
+        }
+        3 if body.len() == 5 => Some(Event::Exit {
+            code: i64::from(u32_at(0)? as i32),
+            signaled: body[4] == 1,
+        }),
+        4 if body.len() == 5 => Some(Event::Failed {
+            stage: body[0],
+            errno: u32_at(1)?,
+        }),
+        _ => None,
+    }
+}
+
+/// Frames from the agent's stdout as it comes (a chunk may end anywhere in a frame).
+#[derive(Default)]
+struct Frames {
+    buf: Vec<u8>,
+}
+
+impl Frames {
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole frame (type, id, payload); `Err(len)` for one longer than allowed.
+    fn next(&mut self) -> Option<Result<(u8, u32, Vec<u8>), usize>> {
+        let len = u32::from_le_bytes(self.buf.get(..4)?.try_into().ok()?) as usize;
+        if !(5..=MAX_FRAME).contains(&len) {
+            return Some(Err(len));
+        }
+        if self.buf.len() < 4 + len {
+            return None;
+        }
+        let kind = self.buf[4];
+        let id = u32::from_le_bytes(self.buf[5..9].try_into().ok()?);
+        let body = self.buf[9..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Some(Ok((kind, id, body)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, id: u32, body: &[u8]) -> Vec<u8> {
+        let mut f = ((5 + body.len()) as u32).to_le_bytes().to_vec();
+        f.push(kind);
+        f.extend_from_slice(&id.to_le_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    #[test]
+    fn frames_split_anywhere_come_out_whole_and_in_order() {
+        let mut all = frame(2, 7, b"\x01hello");
+        all.extend(frame(3, 7, &[0, 0, 0, 0, 0]));
+        for cut in 0..all.len() {
+            let mut f = Frames::default();
+            f.push(&all[..cut]);
+            let mut got = Vec::new();
+            while let Some(x) = f.next() {
+                got.push(x.unwrap());
+            }
+            f.push(&all[cut..]);
+            while let Some(x) = f.next() {
+                got.push(x.unwrap());
+            }
+            assert_eq!(
+                got,
+                vec![(2, 7, b"\x01hello".to_vec()), (3, 7, vec![0, 0, 0, 0, 0])],
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_oversized_or_short_frame_and_malformed_events_are_refused() {
+        let mut f = Frames::default();
+        f.push(&((MAX_FRAME + 1) as u32).to_le_bytes());
+        assert_eq!(f.next(), Some(Err(MAX_FRAME + 1)));
+        let mut f = Frames::default();
+        f.push(&3u32.to_le_bytes());
+        assert_eq!(f.next(), Some(Err(3)));
+        assert_eq!(decode(1, &[1, 2, 3]), None, "a short pid");
+        assert_eq!(decode(2, &[9, b'x']), None, "an unknown stream");
+        assert_eq!(decode(2, &[]), None, "no stream");
+        assert_eq!(decode(3, &[0; 4]), None, "a short exit");
+        assert_eq!(decode(9, &[]), None, "an unknown type");
+        assert_eq!(
+            decode(3, &[137, 0, 0, 0, 1]),
+            Some(Event::Exit {
+                code: 137,
+                signaled: true
+            })
+        );
+        assert_eq!(
+            decode(2, b"\x02oops"),
+            Some(Event::Output(OutputStream::Stderr, b"oops".to_vec()))
+        );
+    }
+}
