@@ -91,13 +91,15 @@ pub fn as_token(
     .expect("the node answers")
 }
 
-/// How many containers of node `node`'s live sandboxes there are: running ones, or (`all`) in
-/// any state (warm pools' and tasks' sandboxes are not counted).
-pub fn live_containers_of(node: &str, all: bool) -> usize {
+/// The names of node `node`'s live sandboxes' containers — its warm ones included, which
+/// carry the same labels — running ones, or (`all`) in any state (tasks' sandboxes are not
+/// listed).
+pub fn live_containers_of(node: &str, all: bool) -> Vec<String> {
     let label = format!("label=io.chorus.node={node}");
     let mut args = vec![
         "ps",
-        "-q",
+        "--format",
+        "{{.Names}}",
         "--filter",
         &label,
         "--filter",
@@ -111,7 +113,18 @@ pub fn live_containers_of(node: &str, all: bool) -> usize {
         .output()
         .expect("docker ps runs");
     assert!(out.status.success(), "docker ps: {out:?}");
-    String::from_utf8_lossy(&out.stdout).lines().count()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A metric of node `i`'s `/metrics` (a line `NAME VALUE`), if it has it.
+pub fn metric(c: &Cluster, i: usize, name: &str) -> Option<u64> {
+    let (code, body) = http_request(c.nodes[i].http_port, "GET", "/metrics", None)?;
+    (code == 200).then_some(())?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 /// A new token of `role`, made with the harness's management token.

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use chorus_tests::task_cluster::{as_token, live_containers_of, token, TaskCluster, IMAGE};
+use chorus_tests::task_cluster::{as_token, live_containers_of, metric, token, TaskCluster, IMAGE};
 use chorus_tests::{containers_of, http_exact, http_request, wait_until, Cluster, Timings, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
@@ -996,17 +996,29 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
         all.extend(&args[2..]);
         chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
     };
+    // The node keeps warm live sandboxes: a create takes one.
+    let warm = wait_until(Duration::from_secs(60), Duration::from_millis(100), || {
+        metric(&t.c, node, "chorus_live_warm").filter(|n| *n > 0)
+    });
+    assert!(warm.is_some(), "no warm live sandbox within 60 s");
     let out = cli(&["sandbox", "create", "--idle", "120", "--key", "agent-1"]);
     assert!(out.status.success(), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     assert!(id.starts_with(&t.ids[node]), "the id names its node: {id}");
+    assert_eq!(metric(&t.c, node, "chorus_live_from_pool_total"), Some(1));
     // Retried with its key: the same sandbox, not a second one.
     let again = cli(&["sandbox", "create", "--key", "agent-1"]);
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), id);
+    assert_eq!(metric(&t.c, node, "chorus_live_created_total"), Some(1));
     let node_id = t.ids[node].clone();
     let live_of = move |all: bool| live_containers_of(&node_id, all);
-    let live_containers = || live_of(true);
-    assert_eq!(live_containers(), 1);
+    let (code, body) = as_token(&t.c, node, &alice, "GET", &format!("/sandboxes/{id}"), "");
+    assert_eq!(code, 200, "{body}");
+    let container = serde_json::from_str::<Value>(&body).unwrap()["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(live_of(false).contains(&container), "{container} runs");
 
     let local = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(local.path(), "print('hello from a file')\n").unwrap();
@@ -1087,16 +1099,21 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     );
     assert_eq!(code, 410, "{body}");
     assert!(body.contains("\"reason\":\"closed\""), "{body}");
-    assert_eq!(live_containers(), 0, "closed means removed");
+    assert!(!live_of(true).contains(&container), "closed means removed");
 
-    // A node killed with kill -9 takes its live sandboxes with it (their supervisor ends when
-    // the node's end of its stdin closes), and removes what is left when it starts again.
+    // A node killed with kill -9 takes its live sandboxes (and its warm ones) with it (their
+    // supervisor ends when the node's end of its stdin closes), and removes what is left when
+    // it starts again.
     let out = cli(&["sandbox", "create"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(live_of(false), 1);
+    let before = live_of(true);
+    assert!(!before.is_empty());
     t.c.kill(node);
     let stopped = wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
-        (live_of(false) == 0).then_some(())
+        live_of(false)
+            .iter()
+            .all(|c| !before.contains(c))
+            .then_some(())
     });
     assert!(
         stopped.is_some(),
@@ -1104,7 +1121,8 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     );
     t.c.start_node(node);
     let removed = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        (live_containers() == 0).then_some(())
+        let now = live_of(true);
+        before.iter().all(|c| !now.contains(c)).then_some(())
     });
     assert!(
         removed.is_some(),
@@ -1255,6 +1273,7 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
     let exec = format!("/sandboxes/{lost}/exec");
     let (code, _) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
     assert_eq!(code, 200);
+    let before = live_containers_of(&t.ids[worker], true);
     t.c.kill(worker);
     let (code, answer) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
     assert!(
@@ -1270,7 +1289,8 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
     .expect("the restarted worker's old sandbox is said lost through another node");
     assert!(back.contains("restarted"), "{back}");
     let leftover = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        (live_containers_of(&t.ids[worker], true) == 0).then_some(())
+        let now = live_containers_of(&t.ids[worker], true);
+        before.iter().all(|c| !now.contains(c)).then_some(())
     });
     assert!(
         leftover.is_some(),

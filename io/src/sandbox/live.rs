@@ -19,6 +19,11 @@
 //!    with `kill -9` leaves nothing running past it). Every later call answers
 //!    [`LiveError::Gone`] with the reason and when, for the last [`GONE_KEPT`] ended.
 //! 5. **A call under way keeps it from idling out**, never from its absolute end.
+//! 6. **A warm pool.** Given a shape ([`LiveSandboxes::keep_warm`]), the registry keeps up to
+//!    [`LiveLimits::warm`] sandboxes of it started (their command agent too), made one at a
+//!    time by [`LiveSandboxes::reap`]'s tick and replaced after [`WARM_MAX_AGE`]; a create of
+//!    that shape takes one (its environment set, its absolute end armed) instead of starting a
+//!    container on the caller's time. They are no one's and count in no bound until taken.
 //!
 //! Time is the tokio clock ([`tokio::time::Instant`]), so tests run on paused time.
 
@@ -37,6 +42,13 @@ use super::{
 /// How many ended sandboxes the registry remembers, to answer "gone, and why".
 pub const GONE_KEPT: usize = 4096;
 
+/// A warm sandbox older than this is replaced (rule 6): one that waited long may have missed
+/// a change of the image, and its main process's own deadline runs from its start.
+pub const WARM_MAX_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// After a warm sandbox could not be made, the next try waits this long.
+pub const WARM_RETRY: Duration = Duration::from_secs(30);
+
 /// The registry's bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveLimits {
@@ -52,6 +64,8 @@ pub struct LiveLimits {
     pub max_output_bytes: usize,
     /// Bytes one file read or write may move.
     pub max_file_bytes: usize,
+    /// Started sandboxes kept ready for creates (rule 6; 0: none).
+    pub warm: usize,
 }
 
 impl Default for LiveLimits {
@@ -63,6 +77,7 @@ impl Default for LiveLimits {
             max_lifetime: Duration::from_secs(4 * 60 * 60),
             max_output_bytes: 4 * 1024 * 1024,
             max_file_bytes: 64 * 1024 * 1024,
+            warm: 2,
         }
     }
 }
@@ -164,6 +179,8 @@ pub enum LiveError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LiveCounters {
     pub created: u64,
+    /// Creates served from the warm pool (rule 6).
+    pub from_pool: u64,
     pub ended: BTreeMap<&'static str, u64>,
     pub refused: BTreeMap<&'static str, u64>,
 }
@@ -187,8 +204,22 @@ struct Ended {
     at: Instant,
 }
 
+/// The warm pool (rule 6).
+struct Pool<S> {
+    /// The spec and policy a create must have (but for its id, environment and lifetime) to
+    /// be served from the pool; `None`: no pool.
+    shape: Option<(SandboxSpec, SandboxPolicy)>,
+    /// Started sandboxes, oldest first, with when each was made.
+    ready: VecDeque<(S, Instant)>,
+    /// One is being made.
+    filling: bool,
+    /// After a failed make, none is tried before this (a missing image fails every time).
+    retry_at: Option<Instant>,
+}
+
 struct State<S> {
     live: BTreeMap<String, Live<S>>,
+    pool: Pool<S>,
     /// Oldest first (rule 4).
     gone: VecDeque<Ended>,
     counters: LiveCounters,
@@ -220,6 +251,12 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             limits,
             state: Mutex::new(State {
                 live: BTreeMap::new(),
+                pool: Pool {
+                    shape: None,
+                    ready: VecDeque::new(),
+                    filling: false,
+                    retry_at: None,
+                },
                 gone: VecDeque::new(),
                 counters: LiveCounters::default(),
             }),
@@ -306,26 +343,18 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             // Checked again once the sandbox runs: of two creates that raced past these
             // bounds, the second is removed.
         }
-        // The main process ends at the absolute end too, and a reap honours it.
-        let mut spec = req.spec.clone();
-        spec.lifetime = lifetime;
-        let sandbox = self
-            .provider
-            .create(&spec, &req.policy)
-            .await
-            .map_err(LiveError::Sandbox)?;
-        let started = async {
-            sandbox.start().await?;
-            match sandbox.end_after(lifetime).await {
-                Err(e) if e.category == super::ErrorCategory::Unsupported => Ok(()),
-                other => other,
-            }
-        }
-        .await;
-        if let Err(e) = started {
-            let _ = sandbox.remove().await;
-            return Err(LiveError::Sandbox(e));
-        }
+        let sandbox = match self.take_warm(&req) {
+            // A warm one that cannot be armed (it died waiting) gives way to a fresh one.
+            Some(warm) => match self.arm(&warm, &req, lifetime).await {
+                Ok(()) => warm,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a warm live sandbox failed; starting another");
+                    let _ = warm.remove().await;
+                    self.start_fresh(&req, lifetime).await?
+                }
+            },
+            None => self.start_fresh(&req, lifetime).await?,
+        };
         let now = Instant::now();
         let live = Live {
             owner: caller.owner.clone(),
@@ -365,6 +394,124 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 "worker_full",
                 "filled while this one started".into(),
             )),
+        }
+    }
+
+    /// A new sandbox for `req`, started and armed to end after `lifetime`.
+    async fn start_fresh(
+        &self,
+        req: &CreateLive,
+        lifetime: Duration,
+    ) -> Result<P::Sandbox, LiveError> {
+        // The main process ends at the absolute end too, and a reap honours it.
+        let mut spec = req.spec.clone();
+        spec.lifetime = lifetime;
+        let sandbox = self
+            .provider
+            .create(&spec, &req.policy)
+            .await
+            .map_err(LiveError::Sandbox)?;
+        let started = async {
+            sandbox.start().await?;
+            self.arm(&sandbox, req, lifetime).await
+        }
+        .await;
+        if let Err(e) = started {
+            let _ = sandbox.remove().await;
+            return Err(LiveError::Sandbox(e));
+        }
+        Ok(sandbox)
+    }
+
+    /// Gives a started sandbox `req`'s environment and arms its end after `lifetime`.
+    async fn arm(
+        &self,
+        sandbox: &P::Sandbox,
+        req: &CreateLive,
+        lifetime: Duration,
+    ) -> Result<(), SandboxError> {
+        for (k, v) in &req.spec.env {
+            sandbox.set_env(k, v);
+        }
+        match sandbox.end_after(lifetime).await {
+            Err(e) if e.category == super::ErrorCategory::Unsupported => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Live sandboxes held, and warm ones ready (rule 6).
+    pub fn gauges(&self) -> (usize, usize) {
+        let st = self.lock();
+        (st.live.len(), st.pool.ready.len())
+    }
+
+    /// Keeps up to [`LiveLimits::warm`] sandboxes of this shape started (rule 6): `spec` and
+    /// `policy` as a create of the default shape would give them (its id, environment and
+    /// lifetime do not matter).
+    pub fn keep_warm(&self, spec: SandboxSpec, policy: SandboxPolicy) {
+        self.lock().pool.shape = Some((spec, policy));
+    }
+
+    /// A warm sandbox for `req` if it has the pool's shape and one is ready.
+    fn take_warm(&self, req: &CreateLive) -> Option<P::Sandbox> {
+        let mut st = self.lock();
+        let (spec, policy) = st.pool.shape.as_ref()?;
+        if !same_shape(spec, &req.spec) || policy != &req.policy {
+            return None;
+        }
+        let (sandbox, _) = st.pool.ready.pop_front()?;
+        st.counters.from_pool += 1;
+        Some(sandbox)
+    }
+
+    /// Makes one warm sandbox if the pool is short, after removing one past [`WARM_MAX_AGE`]
+    /// (rule 6); one at a time, on the reaper's tick.
+    async fn fill(&self) {
+        let now = Instant::now();
+        let (stale, shape) = {
+            let mut st = self.lock();
+            let stale = match st.pool.ready.front() {
+                Some((_, made)) if now >= *made + WARM_MAX_AGE => st.pool.ready.pop_front(),
+                _ => None,
+            };
+            let short = st.pool.ready.len() < self.limits.warm
+                && !st.pool.filling
+                && st.pool.retry_at.is_none_or(|at| now >= at);
+            let shape = st.pool.shape.clone().filter(|_| short);
+            if shape.is_some() {
+                st.pool.filling = true;
+            }
+            (stale, shape)
+        };
+        if let Some((sandbox, _)) = stale {
+            let _ = sandbox.remove().await;
+        }
+        let Some((mut spec, policy)) = shape else {
+            return;
+        };
+        // Its own deadline is the longest a live one may have; a create arms the real end.
+        spec.lifetime = self.limits.max_lifetime;
+        let made = async {
+            let sandbox = self.provider.create(&spec, &policy).await?;
+            if let Err(e) = sandbox.start().await {
+                let _ = sandbox.remove().await;
+                return Err(e);
+            }
+            // The command agent starts at a live command: start it now, off the caller's time.
+            let mut warm_up = ExecRequest::new(["true"]);
+            warm_up.keep_processes = true;
+            let _ = sandbox.exec(warm_up).await;
+            Ok(sandbox)
+        }
+        .await;
+        let mut st = self.lock();
+        st.pool.filling = false;
+        match made {
+            Ok(sandbox) => st.pool.ready.push_back((sandbox, Instant::now())),
+            Err(e) => {
+                st.pool.retry_at = Some(Instant::now() + WARM_RETRY);
+                tracing::warn!(error = %e, retry_in = ?WARM_RETRY, "cannot make a warm live sandbox");
+            }
         }
     }
 
@@ -547,6 +694,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 ended.push(id);
             }
         }
+        self.fill().await;
         ended
     }
 
@@ -556,6 +704,14 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         let ids: Vec<String> = self.lock().live.keys().cloned().collect();
         for id in ids {
             self.end(&id, GoneWhy::Closed { by: by.to_string() }).await;
+        }
+        let warm: Vec<P::Sandbox> = {
+            let mut st = self.lock();
+            st.pool.shape = None;
+            st.pool.ready.drain(..).map(|(s, _)| s).collect()
+        };
+        for sandbox in warm {
+            let _ = sandbox.remove().await;
         }
     }
 
@@ -619,6 +775,18 @@ fn info<S: ExecutionSandbox>(id: &str, live: &Live<S>, now: Instant) -> LiveInfo
         idle_left: (live.last_used + live.idle).saturating_duration_since(now),
         lifetime_left: live.ends.saturating_duration_since(now),
     }
+}
+
+/// Whether a create of `asked` may take a warm sandbox made from `pool`: the same but for the
+/// id, the environment (set on the sandbox when taken) and the lifetime (armed when taken).
+fn same_shape(pool: &SandboxSpec, asked: &SandboxSpec) -> bool {
+    let bare = |s: &SandboxSpec| SandboxSpec {
+        task_id: String::new(),
+        env: BTreeMap::new(),
+        lifetime: Duration::ZERO,
+        ..s.clone()
+    };
+    bare(pool) == bare(asked)
 }
 
 fn gone(e: &Ended, now: Instant) -> LiveError {
@@ -729,6 +897,106 @@ mod tests {
 
     fn sb_env(sb: &crate::sandbox::double::ScriptedSandbox, key: &str) -> Option<String> {
         sb.env().get(key).cloned()
+    }
+
+    /// Rule 6: a create of the pool's shape takes a warm sandbox (no container made on its
+    /// time; its environment set), one of another shape starts its own, the reaper's tick
+    /// refills the pool one at a time, replaces one past its age, and a warm one that died
+    /// gives way to a fresh one; a shutdown removes the pool.
+    #[tokio::test(start_paused = true)]
+    async fn a_create_of_the_pools_shape_takes_a_warm_sandbox_and_the_tick_refills_it() {
+        let (provider, reg) = registry(LiveLimits {
+            warm: 2,
+            ..LiveLimits::default()
+        });
+        let alice = Caller::owner("alice");
+        let shape = create("warm", None);
+        reg.keep_warm(shape.spec.clone(), shape.policy.clone());
+        reg.reap().await;
+        assert_eq!(provider.sandboxes().len(), 1, "one at a time");
+        reg.reap().await;
+        reg.reap().await;
+        assert_eq!(provider.sandboxes().len(), 2, "up to the pool's size");
+        let warm_ids: Vec<String> = provider
+            .sandboxes()
+            .iter()
+            .map(|s| s.id().to_string())
+            .collect();
+
+        let mut asked = create("s1", None);
+        asked.spec.env.insert("STAGE".into(), "one".into());
+        let (made, _) = reg.create(&alice, asked).await.unwrap();
+        assert_eq!(
+            provider.sandboxes().len(),
+            2,
+            "nothing made on the caller's time"
+        );
+        assert_eq!(made.sandbox, warm_ids[0], "the oldest warm one");
+        let taken = provider
+            .sandboxes()
+            .into_iter()
+            .find(|s| s.id() == made.sandbox)
+            .unwrap();
+        assert_eq!(sb_env(&taken, "STAGE"), Some("one".into()));
+        assert_eq!(reg.counters().from_pool, 1);
+
+        // Another image: its own sandbox.
+        let mut other = create("s2", None);
+        other.spec.image = "other:image".into();
+        let (made, _) = reg.create(&alice, other).await.unwrap();
+        assert!(!warm_ids.contains(&made.sandbox));
+        assert_eq!(provider.sandboxes().len(), 3);
+        assert_eq!(reg.counters().from_pool, 1);
+
+        reg.reap().await;
+        assert_eq!(provider.sandboxes().len(), 4, "refilled");
+        // Past its age, the oldest warm one is replaced.
+        tokio::time::advance(WARM_MAX_AGE).await;
+        reg.reap().await;
+        let old = provider
+            .sandboxes()
+            .into_iter()
+            .find(|s| s.id() == warm_ids[1])
+            .unwrap();
+        assert_eq!(old.state().await.unwrap(), SandboxState::Removed);
+        assert_eq!(provider.sandboxes().len(), 5);
+
+        // A warm one that cannot be armed is removed, and the create starts a fresh one.
+        let next = provider.sandboxes()[3].clone();
+        next.fail_next(Op::EndAfter, SandboxError::new(ErrorCategory::Exec, "gone"));
+        let (made, _) = reg.create(&alice, create("s3", None)).await.unwrap();
+        assert_eq!(next.state().await.unwrap(), SandboxState::Removed);
+        assert_ne!(made.sandbox, next.id());
+        reg.reap().await;
+        reg.shutdown("test").await;
+        let left: Vec<_> = provider
+            .sandboxes()
+            .into_iter()
+            .map(|s| s.id().to_string())
+            .collect();
+        for sb in provider.sandboxes() {
+            assert_eq!(sb.state().await.unwrap(), SandboxState::Removed, "{left:?}");
+        }
+    }
+
+    /// Rule 6: a warm sandbox that cannot be made (a missing image) is tried again only after
+    /// [`WARM_RETRY`], not at every tick.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_warm_make_waits_before_the_next_try() {
+        let (provider, reg) = registry(LiveLimits {
+            warm: 1,
+            ..LiveLimits::default()
+        });
+        let shape = create("warm", None);
+        reg.keep_warm(shape.spec, shape.policy);
+        provider.fail_next_create(SandboxError::new(ErrorCategory::Create, "no image"));
+        reg.reap().await;
+        tokio::time::advance(WARM_RETRY - Duration::from_secs(1)).await;
+        reg.reap().await;
+        assert_eq!(provider.sandboxes().len(), 0, "not tried again yet");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        reg.reap().await;
+        assert_eq!(provider.sandboxes().len(), 1);
     }
 
     /// Rule 3: the same key gives the same sandbox, once.

@@ -556,9 +556,8 @@ pub(super) async fn create(
         return bad(why.replace("the task asks", "the sandbox asks"));
     }
     let id = format!("{node}.{}-{}", boot(), random_hex());
-    let mut spec = SandboxSpec::new(&node, &id, &shape.image);
+    let mut spec = live_spec(&node, &id, &shape.image);
     spec.env = req.env;
-    spec.labels.insert("live".into(), "true".into());
     let made = live
         .create(
             &live_caller(&caller),
@@ -576,6 +575,27 @@ pub(super) async fn create(
         Ok((info, new)) => answer(if new { 201 } else { 200 }, info_json(&info, &node)),
         Err(e) => error_answer(&e),
     }
+}
+
+/// A live sandbox's spec: `image` on node `node`, labelled live.
+fn live_spec(node: &str, id: &str, image: &str) -> SandboxSpec {
+    let mut spec = SandboxSpec::new(node, id, image);
+    spec.labels.insert("live".into(), "true".into());
+    spec
+}
+
+/// The spec and policy of a create that asks for nothing but defaults (the sandbox image,
+/// default limits), which the node keeps warm sandboxes of.
+pub(crate) fn default_shape(node: &str) -> (SandboxSpec, SandboxPolicy) {
+    let shape = TaskShape {
+        image: SANDBOX_IMAGE.to_string(),
+        memory_mb: 0,
+        cpu_millis: 0,
+        pids: 0,
+        network: false,
+    };
+    let spec = live_spec(node, "live-warm", &shape.image);
+    (spec, shape.policy(&SandboxPolicy::default()))
 }
 
 /// `GET /sandboxes`: the ones this node holds (a cluster-wide list comes with placement in

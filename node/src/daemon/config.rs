@@ -151,6 +151,10 @@ pub struct SandboxConfig {
     /// removes the sandboxes earlier runs of this node left behind (owner gone or deadline
     /// passed). Off by default, so a node needs no Docker unless asked.
     pub docker: bool,
+    /// Live sandboxes (`/sandboxes`) kept created and started for the default shape (the
+    /// sandbox image, default limits), so a create takes one instead of starting a container.
+    /// Default [`DEFAULT_LIVE_WARM`]; 0: none; at most [`MAX_LIVE_WARM`].
+    pub live_warm: Option<u32>,
 }
 
 /// The `[tasks]` table: how many tasks this node runs at once, and its warm sandboxes.
@@ -239,6 +243,12 @@ pub const DEFAULT_TASK_SLOTS: u32 = 2;
 
 /// Warm sandboxes per task shape, unless `[tasks] pool_size` says otherwise.
 pub const DEFAULT_POOL_SIZE: u32 = 2;
+
+/// Warm live sandboxes, unless `[sandbox] live_warm` says otherwise.
+pub const DEFAULT_LIVE_WARM: u32 = 2;
+
+/// The most warm live sandboxes a node keeps.
+pub const MAX_LIVE_WARM: u32 = 16;
 
 /// The most task slots a node may offer (what a worker's report may claim).
 pub const MAX_TASK_SLOTS: u32 = 1_024;
@@ -635,6 +645,12 @@ impl NodeConfig {
         }
         if self.snapshot_every_events == 0 {
             bail!("invalid config `snapshot_every_events`: must be at least 1");
+        }
+        if self.sandbox.live_warm.is_some_and(|n| n > MAX_LIVE_WARM) {
+            return Err(self.invalid(
+                "sandbox.live_warm",
+                &format!("at most {MAX_LIVE_WARM} warm live sandboxes"),
+            ));
         }
         let psk = match &self.psk_file {
             Some(path) => Some(

@@ -24,7 +24,7 @@ use libp2p::identity::Keypair;
 use libp2p::pnet::PreSharedKey;
 use libp2p::Multiaddr;
 
-use super::config::{NodeConfig, Resolved};
+use super::config::{NodeConfig, Resolved, DEFAULT_LIVE_WARM};
 use super::handoff::Handoff;
 use super::observer::NodeObserver;
 use super::operator::{first_request_id, OperatorInputs};
@@ -128,7 +128,13 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         let provider = DockerProvider::connect()
             .await
             .context("live sandboxes run in Docker, but the Docker Engine does not answer")?;
-        let live = Arc::new(LiveSandboxes::new(provider, LiveLimits::default()));
+        let limits = LiveLimits {
+            warm: config.sandbox.live_warm.unwrap_or(DEFAULT_LIVE_WARM) as usize,
+            ..LiveLimits::default()
+        };
+        let live = Arc::new(LiveSandboxes::new(provider, limits));
+        let (spec, policy) = crate::api::sandboxes::default_shape(node_id.as_str());
+        live.keep_warm(spec, policy);
         let reaper = live.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));

@@ -86,6 +86,40 @@ impl Shared {
             self.transport_stats.as_deref(),
             &self.tasks,
         ));
+        if let Some(live) = &self.live {
+            let (held, warm) = live.gauges();
+            let counters = live.counters();
+            for (name, kind, help, value) in [
+                (
+                    "chorus_live_sandboxes",
+                    "gauge",
+                    "Live sandboxes this node holds.",
+                    held as u64,
+                ),
+                (
+                    "chorus_live_warm",
+                    "gauge",
+                    "Warm live sandboxes ready for a create.",
+                    warm as u64,
+                ),
+                (
+                    "chorus_live_created_total",
+                    "counter",
+                    "Live sandboxes created.",
+                    counters.created,
+                ),
+                (
+                    "chorus_live_from_pool_total",
+                    "counter",
+                    "Creates served by a warm live sandbox.",
+                    counters.from_pool,
+                ),
+            ] {
+                text.push_str(&format!(
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
+                ));
+            }
+        }
         text
     }
 }
