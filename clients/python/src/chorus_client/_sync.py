@@ -46,7 +46,7 @@ class _PinnedHTTPSConnection(http.client.HTTPSConnection):
             check_pin(der, self._pin, self._host_port)
         except Exception:
             self.sock.close()
-            self.sock = None  # type: ignore[assignment]
+            self.sock = None
             raise
 
 
