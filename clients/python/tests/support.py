@@ -4,7 +4,8 @@ runner (tests/tests/e2e_agents/python.rs) sets after starting real nodes.
 - CHORUS_TEST_ADDR, CHORUS_TEST_ADDR_2: two nodes of a three-node cluster running Docker
   sandboxes; CHORUS_TEST_TOKEN and CHORUS_TEST_OTHER_TOKEN: two `submit` tokens of it;
 - CHORUS_TEST_TLS_ADDR (https://HOST:PORT, no pin), CHORUS_TEST_TLS_FINGERPRINT,
-  CHORUS_TEST_TLS_TOKEN: a lone node serving its API over TLS.
+  CHORUS_TEST_TLS_TOKEN, CHORUS_TEST_TLS_CERT (its certificate's PEM file): a lone node serving
+  its API over TLS.
 
 Without them the tests that need nodes skip — unless CHORUS_TEST_REQUIRED is set (the runner
 sets it), where a missing one is an error."""

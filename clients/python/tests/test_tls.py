@@ -55,6 +55,18 @@ class Pinning(unittest.TestCase):
         self.assertIn("nothing was sent", str(err))
         self.assertIsInstance(err, ConnectError)
 
+    def test_a_ca_certificate_is_checked_instead_of_a_pin(self) -> None:
+        # The node's own self-signed certificate as the CA: it signed itself, for 127.0.0.1.
+        cert = env("CHORUS_TEST_TLS_CERT")
+        self.assertIn("node_id", Cluster(self.addr, self.token, ca_cert=cert).status())
+        # Other CAs (the system's, where this Python knows them): the handshake fails, and
+        # the system's roots are never taken when no CA is given (the test below).
+        system = ssl.get_default_verify_paths().cafile
+        if system and os.path.exists(system):
+            with self.assertRaises(ConnectError) as e:
+                Cluster(self.addr, self.token, ca_cert=system).status()
+            self.assertIn("CERTIFICATE_VERIFY_FAILED", str(e.exception))
+
     def test_tls_without_a_pin_or_ca_is_refused_saying_how(self) -> None:
         with mock.patch.dict(os.environ, {}, clear=True):
             with self.assertRaises(ValueError) as e:

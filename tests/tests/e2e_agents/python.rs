@@ -161,6 +161,10 @@ fn the_python_client_and_the_example_agent_loop_against_real_nodes() {
             format!("https://127.0.0.1:{}", tls_ports.http),
         ),
         ("CHORUS_TEST_TLS_FINGERPRINT", fp),
+        (
+            "CHORUS_TEST_TLS_CERT",
+            tls_data.join("http-tls/cert.pem").display().to_string(),
+        ),
         ("CHORUS_TEST_TLS_TOKEN", test_token()),
     ];
 
