@@ -56,21 +56,50 @@ pub async fn send(
         .ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {}", endpoint.host_port))
 }
 
-/// Splits a whole HTTP/1.1 answer into status, headers and body.
+/// Splits a whole HTTP/1.1 answer into status, headers and body (a chunked body joined: a
+/// streamed answer, such as a streaming exec's NDJSON, comes chunked).
 fn parse_answer(raw: &[u8]) -> Option<RawAnswer> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
     let code = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked"));
+    let body = match chunked {
+        true => dechunk(&raw[end + 4..])?,
+        false => raw[end + 4..].to_vec(),
+    };
     Some(RawAnswer {
         code,
         headers,
-        body: raw[end + 4..].to_vec(),
+        body,
     })
+}
+
+/// The data of a chunked body (`SIZE[;ext]\r\nDATA\r\n` … `0\r\n\r\n`); `None` when it is
+/// malformed or cut before its last chunk.
+fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let eol = raw.windows(2).position(|w| w == b"\r\n")?;
+        let line = std::str::from_utf8(&raw[..eol]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        raw = &raw[eol + 2..];
+        if size == 0 {
+            // Trailers, if any, are not kept.
+            return Some(body);
+        }
+        if raw.len() < size + 2 || &raw[size..size + 2] != b"\r\n" {
+            return None;
+        }
+        body.extend_from_slice(&raw[..size]);
+        raw = &raw[size + 2..];
+    }
 }
 
 /// Writes the request and reads the whole answer (the server closes: `Connection: close`).
@@ -300,6 +329,27 @@ mod tests {
         assert_eq!((a.code, a.body.as_slice()), (200, &b"\xff\r\n"[..]));
         assert_eq!(a.header("chorus-log-size"), Some("3"));
         assert!(parse_answer(b"HTTP/1.1 200 OK").is_none());
+    }
+
+    /// A streamed answer (a streaming exec forwarded to the node holding the sandbox) comes
+    /// chunked: its body is the chunks' data, not their framing; a cut one is malformed.
+    #[test]
+    fn a_chunked_body_is_joined() {
+        let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: Chunked\r\n\r\n\
+                    5\r\n{\"a\":\r\n9;ext=1\r\n\"x\\r\\n\"}\n\r\n0\r\n\r\n";
+        let a = parse_answer(raw).unwrap();
+        assert_eq!(a.body, b"{\"a\":\"x\\r\\n\"}\n");
+        for cut in [
+            &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab"[..],
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nabcde\r\n",
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        ] {
+            assert!(
+                parse_answer(cut).is_none(),
+                "{}",
+                String::from_utf8_lossy(cut)
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,436 @@
+"""What the sync and async clients share: the results they return, the bodies they send and
+how answers are read — no I/O here."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from .errors import CommandFailed, ProtocolError, error_from_answer
+
+Command = Union[str, Sequence[str]]
+"""A command: a string runs as ``sh -c`` script, a list as argv (no shell)."""
+
+OutputCallback = Callable[[str], Any]
+"""Called with each piece of output as the node streams it (text; a piece need not end a
+line)."""
+
+DEFAULT_IMAGE = "chorus/sandbox:latest"
+"""The image a task runs in when none is named: the project's own, which every worker has."""
+
+DEFAULT_EXEC_TIMEOUT_S = 600.0
+"""The node's timeout of a command that names none."""
+
+MARGIN_S = 30.0
+"""How long a call may take beyond what it waits for at the node."""
+
+LOG_FOLLOW_WAIT_S = 20.0
+"""How long the worker holds a follow read of a task's log with nothing new."""
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A live sandbox as the node describes it."""
+
+    id: str
+    worker: str
+    sandbox: str
+    idle_left_ms: int
+    lifetime_left_ms: int
+
+    @staticmethod
+    def of(v: Mapping[str, Any]) -> "SandboxInfo":
+        return SandboxInfo(
+            id=str(v["id"]),
+            worker=str(v.get("worker", "")),
+            sandbox=str(v.get("sandbox", "")),
+            idle_left_ms=int(v.get("idle_left_ms", 0)),
+            lifetime_left_ms=int(v.get("lifetime_left_ms", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """How a command ended. A timeout or an out-of-memory kill is an ending like an exit, not
+    an exception: ``exit_code`` is then ``None`` (timeout) or 137 (OOM), with ``timed_out`` or
+    ``oom`` set. ``stdout``/``stderr`` are the output (decoded as UTF-8, bad bytes replaced;
+    cut when the node says so)."""
+
+    exit_code: Optional[int]
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: Optional[int] = None
+    timed_out: bool = False
+    oom: bool = False
+    signal: Optional[int] = None
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """The command exited 0."""
+        return self.exit_code == 0
+
+    @staticmethod
+    def of(v: Mapping[str, Any], stdout: str = "", stderr: str = "") -> "CommandResult":
+        code = v.get("exit_code")
+        duration = v.get("duration_ms")
+        signal = v.get("signal")
+        return CommandResult(
+            exit_code=int(code) if code is not None else None,
+            stdout=str(v.get("stdout", stdout)),
+            stderr=str(v.get("stderr", stderr)),
+            stdout_truncated=bool(v.get("stdout_truncated", False)),
+            stderr_truncated=bool(v.get("stderr_truncated", False)),
+            duration_ms=int(duration) if duration is not None else None,
+            timed_out=bool(v.get("timed_out", False)),
+            oom=bool(v.get("oom", False)),
+            signal=int(signal) if signal is not None else None,
+            error=v.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class BackgroundProcess:
+    """A command started in the background: its pid (it leads its own process group) and the
+    log file in the sandbox its output goes to."""
+
+    pid: int
+    log: str
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process running in a sandbox."""
+
+    pid: int
+    pgid: int
+    seconds: int
+    command: str
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a directory in a sandbox. ``type``: ``file``, ``dir``, ``symlink`` or
+    ``other``; ``mode`` the permission bits."""
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A read of one stream of a task's output at its worker."""
+
+    data: bytes
+    offset: int
+    size: int
+    attempt: int
+    finished: bool
+    cut_at: Optional[int] = None
+
+
+def sandbox_path(id: str) -> str:
+    if not id or not all(c.isascii() and (c.isalnum() or c in "._-") for c in id):
+        raise ValueError(f"{id!r} is not a sandbox id")
+    return f"/sandboxes/{id}"
+
+
+def task_path(id: str) -> str:
+    if not id or not all(c.isascii() and (c.isalnum() or c in "._-") for c in id):
+        raise ValueError(f"{id!r} is not a task id")
+    return f"/tasks/{id}"
+
+
+def quote(s: str) -> str:
+    """Every byte but unreserved characters and ``/`` as ``%XX`` (as the CLI does)."""
+    return urllib.parse.quote(s, safe="/-._~")
+
+
+def seconds_ms(s: Optional[float]) -> Optional[int]:
+    if s is None:
+        return None
+    if s <= 0:
+        raise ValueError(f"a duration of {s} s: give a positive number of seconds")
+    return max(1, int(round(s * 1000)))
+
+
+def create_body(
+    image: Optional[str],
+    env: Optional[Mapping[str, str]],
+    memory_mb: int,
+    cpu_millis: int,
+    pids: int,
+    idle_timeout: Optional[float],
+    lifetime: Optional[float],
+    key: Optional[str],
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"env": dict(env or {})}
+    if image is not None:
+        body["image"] = image
+    if memory_mb:
+        body["memory_mb"] = memory_mb
+    if cpu_millis:
+        body["cpu_millis"] = cpu_millis
+    if pids:
+        body["pids"] = pids
+    if idle_timeout is not None:
+        body["idle_timeout_ms"] = seconds_ms(idle_timeout)
+    if lifetime is not None:
+        body["lifetime_ms"] = seconds_ms(lifetime)
+    if key is not None:
+        body["key"] = key
+    return body
+
+
+def exec_body(
+    cmd: Command,
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    stdin: Optional[str],
+    timeout: Optional[float],
+    background: bool,
+    stream: bool,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {}
+    if isinstance(cmd, str):
+        body["shell"] = cmd
+    else:
+        argv = [str(a) for a in cmd]
+        if not argv:
+            raise ValueError("an empty command: give a shell string or a non-empty argv")
+        body["argv"] = argv
+    if cwd is not None:
+        body["cwd"] = cwd
+    if env:
+        body["env"] = dict(env)
+    if stdin is not None:
+        body["stdin"] = stdin
+    if timeout is not None:
+        body["timeout_ms"] = seconds_ms(timeout)
+    if background:
+        if stream:
+            raise ValueError("a background command's output goes to its log: no callbacks")
+        body["background"] = True
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def exec_wait(timeout: Optional[float]) -> float:
+    """How long an exec call may take: the command's timeout and a margin."""
+    return (timeout if timeout is not None else DEFAULT_EXEC_TIMEOUT_S) + MARGIN_S
+
+
+def file_body(path: str, data: Union[bytes, str], mode: Optional[int]) -> dict[str, Any]:
+    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    body: dict[str, Any] = {"path": path, "content_b64": base64.b64encode(raw).decode("ascii")}
+    if mode is not None:
+        body["mode"] = mode
+    return body
+
+
+LIST_FORMAT = "%y\\t%s\\t%m\\t%P\\0"
+"""``find -printf``: type, size, octal mode, name; NUL-ended (names may hold newlines)."""
+
+
+def list_argv(path: str) -> list[str]:
+    """No route lists a directory: ``files.list`` runs ``find`` (in the sandbox image)."""
+    return ["find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", LIST_FORMAT]
+
+
+def parse_listing(path: str, result: CommandResult) -> list[FileEntry]:
+    if result.exit_code != 0:
+        raise CommandFailed(
+            None,
+            "list_failed",
+            f"cannot list {path}: {result.stderr.strip() or f'find exited {result.exit_code}'}",
+        )
+    kinds = {"f": "file", "d": "dir", "l": "symlink"}
+    entries = []
+    for record in result.stdout.split("\0"):
+        if not record:
+            continue
+        kind, size, mode, name = record.split("\t", 3)
+        entries.append(
+            FileEntry(
+                name=name,
+                path=path.rstrip("/") + "/" + name,
+                type=kinds.get(kind, "other"),
+                size=int(size),
+                mode=int(mode, 8),
+            )
+        )
+    return sorted(entries, key=lambda e: e.name)
+
+
+def parse_processes(v: Mapping[str, Any]) -> list[ProcessInfo]:
+    return [
+        ProcessInfo(int(p["pid"]), int(p["pgid"]), int(p["seconds"]), str(p["command"]))
+        for p in v.get("processes", [])
+    ]
+
+
+def submit_body(
+    command: Command,
+    image: Optional[str],
+    env: Optional[Mapping[str, str]],
+    secret_env: Optional[Mapping[str, str]],
+    workdir: Optional[str],
+    timeout: Optional[float],
+    memory_mb: int,
+    cpu_millis: int,
+    pids: int,
+    network: bool,
+    requires: Optional[Sequence[str]],
+    repo: Optional[str],
+    key: Optional[str],
+) -> dict[str, Any]:
+    argv = ["sh", "-c", command] if isinstance(command, str) else [str(a) for a in command]
+    if not argv:
+        raise ValueError("an empty command")
+    body: dict[str, Any] = {"image": image or DEFAULT_IMAGE, "command": argv}
+    if env:
+        body["env"] = dict(env)
+    if secret_env:
+        body["secret_env"] = dict(secret_env)
+    if workdir is not None:
+        body["workdir"] = workdir
+    if timeout is not None:
+        body["timeout_ms"] = seconds_ms(timeout)
+    if memory_mb:
+        body["memory_mb"] = memory_mb
+    if cpu_millis:
+        body["cpu_millis"] = cpu_millis
+    if pids:
+        body["pids"] = pids
+    if network:
+        body["network"] = True
+    if requires:
+        body["requires"] = list(requires)
+    if repo is not None:
+        name, _, access = repo.partition(":")
+        if access not in ("", "ro", "rw") or not name:
+            raise ValueError(f"repo {repo!r}: NAME, NAME:ro or NAME:rw")
+        body["repo"] = {"name": name, "writable": access == "rw"}
+    if key is not None:
+        body["key"] = key
+    return body
+
+
+def run_of(view: Mapping[str, Any]) -> Optional[tuple[str, int]]:
+    """The run whose output a task's view points at: (worker, attempt) of its result, or of the
+    run going; none before it ran (or cancelled before it ran)."""
+    result = view.get("result")
+    if isinstance(result, dict):
+        if result.get("status") == "cancelled" and not result.get("attempt"):
+            return None
+        worker, attempt = result.get("worker"), result.get("attempt")
+        if worker and attempt:
+            return str(worker), int(attempt)
+        return None
+    worker, attempt = view.get("worker"), view.get("attempt")
+    if worker and attempt:
+        return str(worker), int(attempt)
+    return None
+
+
+def log_query(id: str, stream: str, attempt: int, offset: int, follow: bool) -> str:
+    if stream not in ("stdout", "stderr"):
+        raise ValueError(f"stream {stream!r}: stdout or stderr")
+    return (
+        f"{task_path(id)}/logs?stream={stream}&offset={offset}&attempt={attempt}"
+        f"&follow={'true' if follow else 'false'}"
+    )
+
+
+def log_chunk(headers: Mapping[str, str], body: bytes) -> LogChunk:
+    def num(name: str, default: int = 0) -> int:
+        v = headers.get(name)
+        return int(v) if v is not None and v.isdigit() else default
+
+    cut = headers.get("chorus-log-cut-at")
+    return LogChunk(
+        data=body,
+        offset=num("chorus-log-offset"),
+        size=num("chorus-log-size"),
+        attempt=num("chorus-log-attempt"),
+        finished=headers.get("chorus-log-finished") == "true",
+        cut_at=int(cut) if cut is not None and cut.isdigit() else None,
+    )
+
+
+def json_of(status: int, body: bytes, where: str) -> Any:
+    """The JSON of a 2xx answer; the node's error as an exception otherwise."""
+    if not 200 <= status < 300:
+        raise error_from_answer(status, body, where)
+    try:
+        return json.loads(body.decode("utf-8")) if body else None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(status, None, f"{where} answered {status} with no JSON: {e}") from e
+
+
+def parse_stream_line(line: bytes, where: str) -> Optional[tuple[str, Any]]:
+    """One NDJSON line of a streaming exec: ``("stdout", text)``, ``("stderr", text)`` or
+    ``("exit", the exit's JSON)``; ``None`` for a blank line; an error line raises the node's
+    error."""
+    line = line.strip()
+    if not line:
+        return None
+    try:
+        v = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ProtocolError(200, None, f"{where}: a stream line is not JSON: {e}") from e
+    for kind in ("stdout", "stderr", "exit"):
+        if kind in v:
+            return kind, v[kind]
+    if "error" in v:
+        body = json.dumps({"error": v["error"]}).encode()
+        raise error_from_answer(int(v.get("status", 500)), body, where)
+    raise ProtocolError(200, None, f"{where}: an unknown stream line {v!r}")
+
+
+def stream_line(
+    line: bytes,
+    on_stdout: Optional[OutputCallback],
+    on_stderr: Optional[OutputCallback],
+    out: list[str],
+    err: list[str],
+    where: str,
+) -> Optional[CommandResult]:
+    """Takes one line of a streaming exec: output goes to its callback, the exit line makes
+    the result."""
+    parsed = parse_stream_line(line, where)
+    if parsed is None:
+        return None
+    kind, value = parsed
+    if kind == "exit":
+        return CommandResult.of(value, "".join(out), "".join(err))
+    (out if kind == "stdout" else err).append(value)
+    cb = on_stdout if kind == "stdout" else on_stderr
+    if cb is not None:
+        cb(value)
+    return None
+
+
+def whole_stream(
+    lines: list[bytes],
+    on_stdout: Optional[OutputCallback],
+    on_stderr: Optional[OutputCallback],
+    where: str,
+) -> CommandResult:
+    """A streaming exec answered whole (a forwarded one arrives at its end)."""
+    out: list[str] = []
+    err: list[str] = []
+    for line in lines:
+        done = stream_line(line, on_stdout, on_stderr, out, err, where)
+        if done is not None:
+            return done
+    raise ProtocolError(200, None, f"{where}: the stream ended without the command's exit")
