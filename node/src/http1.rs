@@ -94,11 +94,12 @@ fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
             // Trailers, if any, are not kept.
             return Some(body);
         }
-        if raw.len() < size + 2 || &raw[size..size + 2] != b"\r\n" {
+        let end = size.checked_add(2)?;
+        if raw.len() < end || &raw[size..end] != b"\r\n" {
             return None;
         }
         body.extend_from_slice(&raw[..size]);
-        raw = &raw[size + 2..];
+        raw = &raw[end..];
     }
 }
 
@@ -343,6 +344,8 @@ mod tests {
             &b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nab"[..],
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nabcde\r\n",
             b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+            // A size that would overflow.
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nffffffffffffffff\r\nab",
         ] {
             assert!(
                 parse_answer(cut).is_none(),
