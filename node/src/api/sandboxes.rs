@@ -851,8 +851,7 @@ pub(super) async fn read_file(
     request_body = ExecBody,
     responses(
         (status = 200, description = "How it ended; its pid (`background`); or the stream of lines (`stream`)", content(
-            (crate::api::openapi::ExecExit = "application/json"),
-            (crate::api::openapi::BackgroundStarted = "application/json"),
+            (crate::api::openapi::ExecAnswer = "application/json"),
             (crate::api::openapi::ExecLine = "application/x-ndjson"),
         )),
         (status = 400, description = "Not a body this route takes (a bad argv, path, variable name or timeout)", body = crate::api::openapi::SandboxRefusal),
