@@ -20,7 +20,7 @@ pub const VERSION_LINE: &str = concat!(
 );
 
 /// The build, as `/status` shows it.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
 pub struct BuildInfo {
     pub version: &'static str,
     pub git_rev: &'static str,

@@ -5,7 +5,7 @@ use chorus_core::{TaskResult, TaskSpec, TaskStatus};
 use serde::{Deserialize, Serialize};
 
 /// One node in `GET /members`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemberRow {
     /// The node.
     pub node_id: String,
@@ -22,7 +22,7 @@ pub struct MemberRow {
 }
 
 /// The `GET /members` document.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MembersView {
     /// The node answering.
     pub node_id: String,
@@ -38,7 +38,7 @@ pub struct MembersView {
 }
 
 /// A task as `GET /tasks/{id}` shows it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskView {
     /// Its id (`ORIGIN-SEQ`).
     pub task: String,
@@ -67,9 +67,11 @@ pub struct TaskView {
     /// When it was accepted, on this node's clock (ms).
     pub submitted_at_ms: u64,
     /// What it runs.
+    #[schema(value_type = crate::api::openapi::TaskSpecDoc)]
     pub spec: TaskSpec,
     /// The result, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::openapi::TaskResultDoc>)]
     pub result: Option<TaskResult>,
     /// Where its time went, as this node saw it (the worker's part is the result's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -77,7 +79,7 @@ pub struct TaskView {
 }
 
 /// When a task's milestones came, in ms after it was submitted, on its node's clock.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskTimings {
     /// This node heard the admin placed its latest run (absent: not heard; a short run's result
     /// can come first).
@@ -104,7 +106,7 @@ pub fn cancelled_before_it_ran(r: &TaskResult) -> bool {
 }
 
 /// One task in `GET /tasks`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskRow {
     /// Its id.
     pub task: String,
@@ -112,6 +114,7 @@ pub struct TaskRow {
     pub phase: String,
     /// The result's status, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::api::openapi::TaskStatusDoc>)]
     pub status: Option<TaskStatus>,
     /// The exit code, once done (when the command exited).
     #[serde(default, skip_serializing_if = "Option::is_none")]

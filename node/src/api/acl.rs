@@ -15,20 +15,37 @@ use serde::{Deserialize, Serialize};
 use super::auth::{unix_now, Auth, Caller, Role, DELEGATION_TTL_S};
 
 /// The body of `POST /acl/tokens`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateToken {
+    /// The new token's role.
     role: Role,
 }
 
 /// The answer: the token (shown once), its id and role.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NewToken {
     pub token: String,
     pub id: String,
     pub role: Role,
 }
 
+/// `POST /acl/tokens`.
+#[utoipa::path(
+    post,
+    path = "/acl/tokens",
+    tag = "acl",
+    summary = "Make a token",
+    description = "Makes a token of the role asked (what `chorus acl token create` asks). Tokens \
+        are not stored: the answer is the only copy. Any node holding the same ACL key accepts \
+        it; revoking it means changing the key.",
+    request_body = CreateToken,
+    responses(
+        (status = 201, description = "The token", body = NewToken),
+        (status = 400, description = "Not `{\"role\": …}`", body = crate::api::openapi::Refusal),
+        (status = 500, description = "No randomness", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn create_token(Extension(auth): Extension<Arc<Auth>>, body: Bytes) -> Response {
     let ask: CreateToken = match serde_json::from_slice(&body) {
         Ok(a) => a,
@@ -60,20 +77,38 @@ pub(super) async fn create_token(Extension(auth): Extension<Arc<Auth>>, body: By
 }
 
 /// The body of `POST /acl/delegate`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = DelegateRequest)]
 struct Delegate {
     /// The node (its id) the delegated token is for.
     audience: String,
 }
 
 /// The answer: the delegated token and when it expires (Unix seconds).
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delegated {
     pub token: String,
     pub expires_unix: u64,
 }
 
+/// `POST /acl/delegate`.
+#[utoipa::path(
+    post,
+    path = "/acl/delegate",
+    tag = "acl",
+    summary = "Delegate the caller's token to one node",
+    description = "The caller's token, delegated to the node named for 120 s: what a client \
+        sends to a peer's advertised address instead of the token itself (a peer that is not \
+        what it claims learns a token it can spend only on itself, briefly). A delegated token \
+        cannot be delegated again.",
+    request_body = Delegate,
+    responses(
+        (status = 200, description = "The delegated token", body = Delegated),
+        (status = 400, description = "Not `{\"audience\": …}`, or not a node id", body = crate::api::openapi::Refusal),
+        (status = 403, description = "A delegated token cannot be delegated again", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn delegate(
     Extension(auth): Extension<Arc<Auth>>,
     caller: Option<Extension<Caller>>,

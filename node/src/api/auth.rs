@@ -6,7 +6,8 @@
 //!   `/readyz`, `/status`, `/status/history`, `/metrics`, `/cluster`, `/cluster/status` (the
 //!   peers' own public status, asked by this node within bounds) and `GET /members` — what
 //!   Consul's and Nomad's status endpoints show without a token. No task, no environment, no
-//!   output.
+//!   output. So may the API's own description, `/openapi.json` (like `/`, it holds no node
+//!   data).
 //! - **Everything else needs a token** (`Authorization: Bearer chorus_v1_…`), whose role says
 //!   what it may do; roles are ordered, each allows what the ones before it do:
 //!   `read` (list and read tasks, secrets redacted), `submit` (submit tasks, cancel one's own),
@@ -66,7 +67,9 @@ const DELEGATION_SKEW_S: u64 = 300;
 const MAX_AUDIENCE_LEN: usize = 128;
 
 /// What a token may do; each role allows what the roles before it do.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// List and read tasks (secrets redacted).
@@ -463,6 +466,7 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         "/cluster",
         "/cluster/status",
         "/members",
+        "/openapi.json",
     ];
     let read = *method == Method::GET || *method == Method::HEAD;
     // The web console's page, script and style sheet hold no node data and no secret: the
@@ -782,6 +786,7 @@ mod tests {
             "/cluster",
             "/cluster/status",
             "/members",
+            "/openapi.json",
         ] {
             assert_eq!(required_role(&Method::GET, p), None, "{p}");
         }

@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::daemon::shared::{Shared, SharedState};
 
 /// The `/cluster` document: one node's view of every node it knows.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ClusterView {
     /// The node answering.
     pub node_id: String,
@@ -26,7 +26,7 @@ pub struct ClusterView {
 }
 
 /// One node as another sees it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Member {
     pub node_id: String,
     /// The HTTP API it advertised (its own `/status` has its role, term and lease).
@@ -90,6 +90,20 @@ impl Shared {
     }
 }
 
+/// `GET /cluster`.
+#[utoipa::path(
+    get,
+    path = "/cluster",
+    tag = "cluster",
+    summary = "Every node this node knows",
+    description = "This node's view of the cluster: itself, every connected peer and every \
+        member of the electorate, with the HTTP address each advertised and when it was last \
+        heard from.",
+    responses(
+        (status = 200, description = "The view", body = ClusterView),
+        (status = 503, description = "`starting`", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn cluster(State((shared, bound)): State<(SharedState, SocketAddr)>) -> Response {
     match shared.lock().cluster(&bound.to_string()) {
         Some(view) => Json(view).into_response(),

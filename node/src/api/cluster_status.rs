@@ -44,7 +44,7 @@ pub const FRESH: Duration = Duration::from_millis(1_000);
 pub const MAX_ANSWER_BYTES: u64 = 256 << 10;
 
 /// The document: every node the asked node knows, each with its own view or why not.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct ClusterStatus {
     /// The node asked.
     pub node_id: String,
@@ -55,7 +55,7 @@ pub struct ClusterStatus {
 }
 
 /// One node: as the asked node knows it, and as it reports itself.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct NodeStatus {
     #[serde(flatten)]
     pub member: Member,
@@ -66,7 +66,7 @@ pub struct NodeStatus {
 }
 
 /// What a node says of itself: the part of its `/status` the console shows.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct OwnView {
     pub role: String,
     pub term: u64,
@@ -284,6 +284,20 @@ impl Asker {
     }
 }
 
+/// `GET /cluster/status`.
+#[utoipa::path(
+    get,
+    path = "/cluster/status",
+    tag = "cluster",
+    summary = "Every node's own view",
+    description = "Each node's role, term, admin, lease and electorate version as its own \
+        `/status` says it, asked by this node of its connected peers (at most 64, each given \
+        1 s; one gathering a second serves every caller), with why a node could not be asked.",
+    responses(
+        (status = 200, description = "Every node", body = ClusterStatus),
+        (status = 503, description = "`starting`", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn cluster_status(
     State((shared, bound)): State<(SharedState, SocketAddr)>,
     Extension(asker): Extension<Arc<Asker>>,

@@ -17,14 +17,19 @@ use crate::daemon::shared::SharedState;
 use crate::daemon::timeline::{History, Since, WINDOW_MS};
 
 /// The query: both absent for the whole history.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct Ask {
+    /// The history the reader holds (`epoch` of an earlier answer); another one (the node
+    /// restarted) is answered whole.
     epoch: Option<u64>,
+    /// The last change the reader holds (`last_seq` of an earlier answer).
     after: Option<u64>,
 }
 
 /// The answer: the node, its clock now (the changes' times are on it), and the history.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = StatusHistory)]
 pub struct Answer {
     pub node_id: String,
     pub now_ms: u64,
@@ -34,6 +39,21 @@ pub struct Answer {
     pub history: History,
 }
 
+/// `GET /status/history`.
+#[utoipa::path(
+    get,
+    path = "/status/history",
+    tag = "health",
+    params(Ask),
+    summary = "What this node saw lately",
+    description = "Its role and term, the admin it knew, its lease, its peers coming and going, \
+        as a bounded timeline: the whole kept history (`full`), or, asked with `epoch` and \
+        `after`, only the changes since.",
+    responses(
+        (status = 200, description = "The history", body = Answer),
+        (status = 503, description = "`starting`", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn history(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Query(ask): Query<Ask>,

@@ -87,6 +87,40 @@ pub fn parse_query(query: &BTreeMap<String, String>) -> Result<LogQuery, String>
 }
 
 /// `GET /tasks/{id}/logs`.
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}/logs",
+    tag = "tasks",
+    summary = "A run's output",
+    description = "Asked of the worker that ran the task (its id is the result's or the task's \
+        `worker`): the bytes of one stream of the run's output from `offset`, as the command \
+        wrote them, at most 1 MiB an answer. With `follow=true`, an answer with nothing new \
+        waits (at most 20 s) until the run has new output on either stream, or ends. The \
+        headers say where the stream stands: resume at `offset` + the body's length.",
+    params(
+        ("id" = String, Path, description = "The task's id, `ORIGIN-SEQ`"),
+        ("offset" = Option<u64>, Query, description = "Where to start in the stream, bytes (default 0)"),
+        ("stream" = Option<String>, Query, description = "`stdout` (default) or `stderr`"),
+        ("attempt" = Option<u32>, Query, description = "The run (default: the latest)"),
+        ("follow" = Option<bool>, Query, description = "Wait for new output (long poll)"),
+    ),
+    responses(
+        (status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>,
+            headers(
+                ("chorus-log-stream" = String, description = "`stdout` or `stderr`"),
+                ("chorus-log-attempt" = u32, description = "The run"),
+                ("chorus-log-offset" = u64, description = "Where the body starts in the stream"),
+                ("chorus-log-size" = u64, description = "Bytes of the stream kept so far"),
+                ("chorus-log-finished" = bool, description = "`true` once the run ended"),
+                ("chorus-log-cut-at" = u64, description = "When the stream was cut: its length"),
+                ("chorus-log-dropped" = String, description = "When the stream was cut: bytes not kept, or `unknown`"),
+            )
+        ),
+        (status = 400, description = "A bad parameter, task id or offset", body = crate::api::openapi::Refusal),
+        (status = 404, description = "No output of this task (or run) is kept on this node", body = crate::api::openapi::Refusal),
+        (status = 500, description = "The log store failed", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn task_logs(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Path(id): Path<String>,

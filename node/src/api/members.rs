@@ -83,6 +83,19 @@ impl Shared {
     }
 }
 
+/// `GET /members`.
+#[utoipa::path(
+    get,
+    path = "/members",
+    tag = "members",
+    summary = "Voters and standbys",
+    description = "This node's view of the membership: the electorate's voters (first), then the \
+        admin-eligible standbys, each with whether it is reachable and its score.",
+    responses(
+        (status = 200, description = "The membership", body = MembersView),
+        (status = 503, description = "`starting`", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn members(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     match shared.lock().members() {
         Some(view) => Json(view).into_response(),
@@ -92,6 +105,24 @@ pub(super) async fn members(State((shared, _)): State<(SharedState, SocketAddr)>
 
 /// `POST /members?wait_ms=N` with `{"op": "add"|"remove", "node": "<id>"}`: waits until the
 /// change commits (200), is refused (409, with the reason) or `wait_ms` passes (504).
+#[utoipa::path(
+    post,
+    path = "/members",
+    tag = "members",
+    summary = "Add or remove a voter",
+    description = "Any node forwards the change to the admin. Waits until the change commits \
+        (200), is refused (409, with the core's reason) or `wait_ms` passes (504: it may still \
+        commit).",
+    params(("wait_ms" = Option<u64>, Query, description = "How long to wait for the change to settle, ms (default 10000, at most 300000)")),
+    request_body = crate::api::openapi::MemberChangeDoc,
+    responses(
+        (status = 200, description = "Committed", body = ChangeAnswer),
+        (status = 400, description = "Not a change, or not a node id", body = String, content_type = "text/plain"),
+        (status = 409, description = "Refused, with the core's reason", body = ChangeAnswer),
+        (status = 503, description = "The node is not running (starting or stopping)", body = ChangeAnswer),
+        (status = 504, description = "Not settled in time; it may still commit", body = ChangeAnswer),
+    )
+)]
 pub(super) async fn change_members(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Query(query): Query<BTreeMap<String, String>>,
@@ -143,11 +174,12 @@ pub fn parse_node_id(id: &str) -> Result<NodeId, String> {
 }
 
 /// What `POST /members` answers.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChangeAnswer {
     /// `committed`, `refused` or `timed_out`.
     pub result: String,
     /// The change asked for.
+    #[schema(value_type = crate::api::openapi::MemberChangeDoc)]
     pub change: MemberChange,
     /// The committed electorate version.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,7 +4,8 @@
 //! `cluster_status` (`/cluster/status`, each node's own view, asked of it), `members`, `tasks`,
 //! `logs` (a run's output, at its worker), `sandboxes` (live sandboxes, kept across calls),
 //! `acl` (tokens) and `ui` (the web console, pages
-//! that read the other routes from the browser).
+//! that read the other routes from the browser); `openapi`, the OpenAPI document of them all
+//! (`/openapi.json`).
 //! Handlers read the daemon's
 //! shared state and hand operator requests to its runtime loop; they never call the
 //! command-line clients. Every request passes `auth` first: who may do what is decided there.
@@ -17,6 +18,7 @@ pub mod connections;
 pub mod history;
 pub mod logs;
 pub mod members;
+pub mod openapi;
 pub mod sandboxes;
 pub mod status;
 pub mod tasks;
@@ -26,9 +28,12 @@ pub mod ui;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::daemon::shared::SharedState;
 
@@ -52,54 +57,53 @@ pub async fn serve(
     Ok((bound, connections::serve(listener, tls, app)))
 }
 
+/// The state every handler reads: the daemon's shared state and the address the API listens
+/// on.
+type ApiState = (SharedState, SocketAddr);
+
+/// The routes of the API, each registered with its OpenAPI operation (`#[utoipa::path]` next
+/// to its handler): the router and the document (`openapi`) come from this one list. Not here:
+/// `/` and the web console's files (`router`), which `/` documents by hand.
+fn api_routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(status::healthz))
+        .routes(routes!(status::readyz))
+        .routes(routes!(status::status))
+        .routes(routes!(history::history))
+        .routes(routes!(status::metrics))
+        .routes(routes!(cluster::cluster))
+        .routes(routes!(cluster_status::cluster_status))
+        .routes(routes!(members::members, members::change_members))
+        .routes(routes!(transfer::transfer))
+        .routes(routes!(tasks::list_tasks, tasks::submit_task))
+        .routes(routes!(tasks::get_task, tasks::cancel_task))
+        .routes(routes!(logs::task_logs))
+        .routes(routes!(sandboxes::list, sandboxes::create))
+        .routes(routes!(sandboxes::get, sandboxes::close))
+        .routes(routes!(sandboxes::exec))
+        .routes(routes!(sandboxes::set_env))
+        .routes(routes!(sandboxes::processes))
+        .routes(routes!(sandboxes::kill_process))
+        .routes(routes!(sandboxes::read_file, sandboxes::write_file))
+        .routes(routes!(acl::create_token))
+        .routes(routes!(acl::delegate))
+        .routes(routes!(openapi::openapi_json))
+}
+
 /// Every route, behind the gatekeeper; `bound` is the address the API listens on.
 fn router(shared: SharedState, auth: Arc<auth::Auth>, bound: SocketAddr, ui: bool) -> Router {
+    let (api, _) = api_routes().split_for_parts();
+    // `/` (documented in `openapi`) and the console: served outside the document's list, as
+    // they are no API (the coverage test in `openapi` names them).
     let app = if ui {
-        Router::new()
-            .route("/", get(ui::root))
+        api.route("/", get(ui::root))
             .route(ui::PAGE, get(ui::page))
             .route(ui::SCRIPT, get(ui::script))
             .route(ui::STYLE, get(ui::style))
     } else {
-        Router::new().route("/", get(status::index))
+        api.route("/", get(status::index))
     };
-    app.route("/healthz", get(status::healthz))
-        .route("/readyz", get(status::readyz))
-        .route("/status", get(status::status))
-        .route("/status/history", get(history::history))
-        .route("/metrics", get(status::metrics))
-        .route("/cluster", get(cluster::cluster))
-        .route("/cluster/status", get(cluster_status::cluster_status))
-        .route(
-            "/members",
-            get(members::members).post(members::change_members),
-        )
-        .route("/members/transfer", post(transfer::transfer))
-        .route("/tasks", get(tasks::list_tasks).post(tasks::submit_task))
-        .route(
-            "/tasks/{id}",
-            get(tasks::get_task).delete(tasks::cancel_task),
-        )
-        .route("/tasks/{id}/logs", get(logs::task_logs))
-        .route("/sandboxes", get(sandboxes::list).post(sandboxes::create))
-        .route(
-            "/sandboxes/{id}",
-            get(sandboxes::get).delete(sandboxes::close),
-        )
-        .route("/sandboxes/{id}/exec", post(sandboxes::exec))
-        .route("/sandboxes/{id}/env", post(sandboxes::set_env))
-        .route("/sandboxes/{id}/processes", get(sandboxes::processes))
-        .route(
-            "/sandboxes/{id}/processes/{pid}",
-            axum::routing::delete(sandboxes::kill_process),
-        )
-        .route(
-            "/sandboxes/{id}/files",
-            get(sandboxes::read_file).put(sandboxes::write_file),
-        )
-        .route("/acl/tokens", post(acl::create_token))
-        .route("/acl/delegate", post(acl::delegate))
-        .layer(Extension(auth.clone()))
+    app.layer(Extension(auth.clone()))
         .layer(Extension(Arc::new(cluster_status::Asker::default())))
         .layer(axum::middleware::from_fn_with_state(
             (shared.clone(), auth),

@@ -78,10 +78,13 @@ const MAX_EXEC_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 const STREAM_BUFFER: usize = 64;
 
 /// The body of `POST /sandboxes`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateSandbox)]
 struct CreateBody {
+    /// The image (default: the node's sandbox image).
     image: Option<String>,
+    /// Environment variables for every command.
     #[serde(default)]
     env: BTreeMap<String, String>,
     #[serde(default)]
@@ -90,24 +93,33 @@ struct CreateBody {
     cpu_millis: u32,
     #[serde(default)]
     pids: u32,
+    /// Ends after this long without a call, ms (default and ceiling: the node's).
     idle_timeout_ms: Option<u64>,
+    /// Ends this long after it was made, ms (default and ceiling: the node's).
     lifetime_ms: Option<u64>,
+    /// An idempotency key: a retried create with it answers the same sandbox (200).
     key: Option<String>,
 }
 
 /// The body of `POST /sandboxes/{id}/exec`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ExecRequest)]
 struct ExecBody {
+    /// The command and its arguments (or `shell`).
     argv: Option<Vec<String>>,
+    /// A script for `sh -c` (or `argv`).
     shell: Option<String>,
     cwd: Option<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
     stdin: Option<String>,
+    /// Default 600000 (10 min), at most 3600000.
     timeout_ms: Option<u64>,
+    /// Answer NDJSON lines as output comes.
     #[serde(default)]
     stream: bool,
+    /// Start it in a session of its own and answer its pid at once.
     #[serde(default)]
     background: bool,
 }
@@ -122,18 +134,24 @@ p=$!; mv "$d/start.$$" "$d/$p.log" && echo "$p""#;
 const PROCESSES_SCRIPT: &str = "ps -eo pid=,pgid=,etimes=,args=";
 
 /// The body of `PUT /sandboxes/{id}/files`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = WriteFile)]
 struct FileBody {
+    /// An absolute path in the sandbox, without `..`.
     path: String,
+    /// The content as text (or `content_b64`).
     content: Option<String>,
+    /// The content in base64 (or `content`).
     content_b64: Option<String>,
+    /// Permission bits (default 0o644 = 420).
     mode: Option<u32>,
 }
 
 /// The body of `POST /sandboxes/{id}/env`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = SetEnv)]
 struct EnvBody {
     env: BTreeMap<String, String>,
 }
@@ -493,6 +511,24 @@ fn error_answer(e: &LiveError) -> Response {
 }
 
 /// `POST /sandboxes`: made here when this node runs sandboxes, else at a connected worker.
+#[utoipa::path(
+    post,
+    path = "/sandboxes",
+    tag = "sandboxes",
+    summary = "Make a live sandbox",
+    description = "A sandbox kept across calls, the caller's token's own; made here when this \
+        node runs sandboxes, else at a connected worker (most task slots first). Limits above \
+        the worker's ceilings are refused.",
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "Made", body = crate::api::openapi::SandboxInfo),
+        (status = 200, description = "The key names a sandbox made before", body = crate::api::openapi::SandboxInfo),
+        (status = 400, description = "Not a body this route takes, or above a ceiling", body = crate::api::openapi::SandboxRefusal),
+        (status = 429, description = "Too many sandboxes (`per_owner`, `worker_full`)", body = crate::api::openapi::SandboxRefusal),
+        (status = 502, description = "The sandbox could not be made", body = crate::api::openapi::SandboxRefusal),
+        (status = 503, description = "Neither this node nor a connected one runs sandboxes", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn create(
     State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
@@ -600,6 +636,15 @@ pub(crate) fn default_shape(node: &str) -> (SandboxSpec, SandboxPolicy) {
 
 /// `GET /sandboxes`: the ones this node holds (a cluster-wide list comes with placement in
 /// the core).
+#[utoipa::path(
+    get,
+    path = "/sandboxes",
+    tag = "sandboxes",
+    summary = "The caller's sandboxes on this node",
+    description = "The caller's live sandboxes that this node holds (every one, for an \
+        `operate` token); a node that runs none answers an empty list with a note.",
+    responses((status = 200, description = "The sandboxes", body = crate::api::openapi::SandboxList))
+)]
 pub(super) async fn list(
     State((shared, _)): ApiState,
     Extension(caller): Extension<Caller>,
@@ -617,6 +662,21 @@ pub(super) async fn list(
 }
 
 /// `GET /sandboxes/{id}`.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}",
+    tag = "sandboxes",
+    summary = "A sandbox",
+    description = "The sandbox, with the time it has left. Any node answers: a call for another \
+        node's sandbox is forwarded to it.",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    responses(
+        (status = 200, description = "The sandbox", body = crate::api::openapi::SandboxInfo),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn get(asked: Asked, Path(id): Path<String>) -> Response {
     let (live, node) = match asked.route(&id, None, CALL_WAIT).await {
         Route::Here(live, node) => (live, node),
@@ -629,6 +689,20 @@ pub(super) async fn get(asked: Asked, Path(id): Path<String>) -> Response {
 }
 
 /// `DELETE /sandboxes/{id}`.
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}",
+    tag = "sandboxes",
+    summary = "Close a sandbox",
+    description = "Ends the sandbox and everything running in it (an `operate` token closes any).",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    responses(
+        (status = 200, description = "Closed", body = crate::api::openapi::SandboxClosed),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
     let live = match asked.route(&id, None, CALL_WAIT).await {
         Route::Here(live, _) => live,
@@ -641,6 +715,22 @@ pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
 }
 
 /// `POST /sandboxes/{id}/env`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/env",
+    tag = "sandboxes",
+    summary = "Set environment variables",
+    description = "Kept for every later command in the sandbox.",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    request_body = EnvBody,
+    responses(
+        (status = 200, description = "Set", body = crate::api::openapi::EnvSet),
+        (status = 400, description = "Not a body this route takes, or not a variable name", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
     let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
         Route::Here(live, _) => live,
@@ -666,6 +756,24 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
 }
 
 /// `PUT /sandboxes/{id}/files`.
+#[utoipa::path(
+    put,
+    path = "/sandboxes/{id}/files",
+    tag = "sandboxes",
+    summary = "Write a file",
+    description = "Writes the file (text or base64) at an absolute path in the sandbox, making \
+        its folders.",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    request_body = FileBody,
+    responses(
+        (status = 200, description = "Written", body = crate::api::openapi::FileWritten),
+        (status = 400, description = "Not a body this route takes, a bad path or mode", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
 pub(super) async fn write_file(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
     let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
         Route::Here(live, _) => live,
@@ -702,6 +810,25 @@ pub(super) async fn write_file(asked: Asked, Path(id): Path<String>, body: Bytes
 }
 
 /// `GET /sandboxes/{id}/files?path=P`.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/files",
+    tag = "sandboxes",
+    summary = "Read a file",
+    description = "The file's bytes.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "No path, or a bad one", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not read it (missing, a folder, too large)", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
 pub(super) async fn read_file(
     asked: Asked,
     Path(id): Path<String>,
@@ -728,6 +855,33 @@ pub(super) async fn read_file(
 }
 
 /// `POST /sandboxes/{id}/exec`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/exec",
+    tag = "sandboxes",
+    summary = "Run a command",
+    description = "Runs `argv` (or `shell`, a script for `sh -c`) in the sandbox, in `cwd`, \
+        with the sandbox's environment and `env`. Answers how it ended once it did; with \
+        `stream: true`, NDJSON lines as output comes (one `ExecLine` a line: `stdout`/`stderr` \
+        chunks, then `exit` or `error`); with `background: true`, its pid at once, its output \
+        going to a log file in the sandbox. A timeout or an OOM kill is an ending like an exit \
+        (200, `timed_out` or `oom`). A call forwarded to another node reaches the caller whole \
+        at its end, streamed or not.",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    request_body = ExecBody,
+    responses(
+        (status = 200, description = "How it ended; its pid (`background`); or the stream of lines (`stream`)", content(
+            (crate::api::openapi::ExecAnswer = "application/json"),
+            (crate::api::openapi::ExecLine = "application/x-ndjson"),
+        )),
+        (status = 400, description = "Not a body this route takes (a bad argv, path, variable name or timeout)", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "A background command that did not start", body = crate::api::openapi::BackgroundFailed),
+        (status = 504, description = "The sandbox did not answer in time", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
 pub(super) async fn exec(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
     let live = match asked.route(&id, Some(&body), MAX_EXEC_TIMEOUT).await {
         Route::Here(live, _) => live,
@@ -847,6 +1001,19 @@ pub(super) async fn exec(asked: Asked, Path(id): Path<String>, body: Bytes) -> R
 }
 
 /// `GET /sandboxes/{id}/processes`.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/processes",
+    tag = "sandboxes",
+    summary = "What runs in a sandbox",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    responses(
+        (status = 200, description = "Its processes", body = crate::api::openapi::ProcessList),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn processes(asked: Asked, Path(id): Path<String>) -> Response {
     let live = match asked.route(&id, None, CALL_WAIT).await {
         Route::Here(live, _) => live,
@@ -881,6 +1048,25 @@ pub(super) async fn processes(asked: Asked, Path(id): Path<String>) -> Response 
 
 /// `DELETE /sandboxes/{id}/processes/{pid}`: SIGKILL to its process group (a background
 /// command is its group's leader), or to it alone when it leads none.
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}/processes/{pid}",
+    tag = "sandboxes",
+    summary = "Kill a process",
+    description = "SIGKILL to the process's group (a background command leads its own), or to \
+        it alone when it leads none.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("pid" = u32, Path, description = "The process id (above 1)"),
+    ),
+    responses(
+        (status = 200, description = "Killed", body = crate::api::openapi::ProcessKilled),
+        (status = 400, description = "Not a process id above 1", body = crate::api::openapi::Refusal),
+        (status = 404, description = "No such sandbox, or no such process", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn kill_process(
     asked: Asked,
     Path((id, pid)): Path<(String, String)>,

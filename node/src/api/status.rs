@@ -14,7 +14,7 @@ use crate::daemon::metrics::role_name;
 use crate::daemon::shared::{Shared, SharedState};
 
 /// The `/status` document.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Status {
     pub node_id: String,
     /// `admin`, `follower`, `pre_candidate` or `candidate` — the same label as `chorus_role`
@@ -61,7 +61,7 @@ pub struct Status {
 }
 
 /// `connected` of the `others` members of the electorate (this node left out).
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, utoipa::ToSchema)]
 pub struct VotersConnected {
     pub connected: usize,
     pub others: usize,
@@ -112,13 +112,25 @@ impl Shared {
 }
 
 /// `GET /`: what this is and where to go (a browser or `curl` pointed at the port finds out).
+#[utoipa::path(
+    get,
+    path = "/",
+    tag = "health",
+    summary = "What this is",
+    description = "The node's version and its routes, as text for people. With the web console \
+        on (`http_ui`, the default), a browser (`Accept: text/html`) is sent to `/ui` instead.",
+    responses(
+        (status = 200, description = "The list of routes", body = String, content_type = "text/plain"),
+        (status = 303, description = "To the web console at `/ui` (a browser, with the console on)"),
+    )
+)]
 pub(super) async fn index() -> &'static str {
     concat!(
         "CHORUS node ",
         env!("CARGO_PKG_VERSION"),
         ": the HTTP API.\n\n",
         "Public:        GET /healthz /readyz /status /status/history /metrics\n",
-        "               GET /cluster /cluster/status /members\n",
+        "               GET /cluster /cluster/status /members /openapi.json\n",
         "With a token:  GET /tasks /tasks/ID, POST /tasks, DELETE /tasks/ID (submit),\n",
         "               POST /members (operate), POST /acl/tokens (manage)\n",
         "               (Authorization: Bearer TOKEN; `chorus acl token create --help`)\n\n",
@@ -127,11 +139,31 @@ pub(super) async fn index() -> &'static str {
     )
 }
 
+/// `GET /healthz`.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "health",
+    summary = "Liveness",
+    description = "`ok` while the process serves its API.",
+    responses((status = 200, description = "`ok`", body = String, content_type = "text/plain"))
+)]
 pub(super) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// Ready once an admin is known (this node or another).
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    summary = "Readiness",
+    description = "Ready once an admin is known (this node or another).",
+    responses(
+        (status = 200, description = "`ready: admin <id>`", body = String, content_type = "text/plain"),
+        (status = 503, description = "`no admin known`", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn readyz(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     let admin = shared.lock().core.as_ref().and_then(|c| c.admin().cloned());
     match admin {
@@ -140,6 +172,19 @@ pub(super) async fn readyz(State((shared, _)): State<(SharedState, SocketAddr)>)
     }
 }
 
+/// `GET /status`.
+#[utoipa::path(
+    get,
+    path = "/status",
+    tag = "health",
+    summary = "This node's own state",
+    description = "Its role, term, the admin it knows, its lease, peers, electorate, build \
+        (what `chorus status` prints).",
+    responses(
+        (status = 200, description = "The node's state", body = Status),
+        (status = 503, description = "`starting` (before recovery finished)", body = String, content_type = "text/plain"),
+    )
+)]
 pub(super) async fn status(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     match shared.lock().status() {
         Some(status) => Json(status).into_response(),
@@ -147,6 +192,15 @@ pub(super) async fn status(State((shared, _)): State<(SharedState, SocketAddr)>)
     }
 }
 
+/// `GET /metrics`.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    summary = "Prometheus metrics",
+    description = "The node's metrics in the Prometheus text format (version 0.0.4).",
+    responses((status = 200, description = "The metrics", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"))
+)]
 pub(super) async fn metrics(State((shared, _)): State<(SharedState, SocketAddr)>) -> Response {
     let body = shared.lock().metrics_text();
     (

@@ -19,6 +19,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use chorus_core::{Event, OwnedTask, TaskId, TaskPhase, TaskSpec};
+use serde::Serialize;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
@@ -37,7 +38,7 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 600_000;
 const ANSWER_BOUND: Duration = Duration::from_secs(10);
 
 /// The keys of a task spec in JSON: anything else in a submit is a mistake, said as one.
-const SPEC_KEYS: [&str; 12] = [
+pub(super) const SPEC_KEYS: [&str; 12] = [
     "image",
     "command",
     "env",
@@ -52,8 +53,70 @@ const SPEC_KEYS: [&str; 12] = [
     "repo",
 ];
 
+/// The answer to a submit.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct Submitted {
+    /// The task's id (`ORIGIN-SEQ`).
+    pub task: String,
+    /// The idempotency key named a task submitted before (this one).
+    pub existing: bool,
+}
+
+/// The answer of `GET /tasks`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TaskList {
+    /// The node answering (which owns these tasks).
+    pub node_id: String,
+    /// In id order.
+    pub tasks: Vec<TaskRow>,
+}
+
+/// The answer to a cancel (202).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelAsked {
+    pub task: String,
+    /// `requested` (the task is this node's), or `forwarded` (its node is out of reach: this
+    /// node keeps the cancel and gives it to the admin and, once it is back, to its node).
+    pub cancel: &'static str,
+    /// The task's node, when forwarded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// What happens next, when forwarded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A cancel the core refused (409): the task is finished already, or this node holds too many
+/// forwarded cancels.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelRefused {
+    pub task: String,
+    /// The core's reason.
+    pub error: String,
+}
+
 /// `POST /tasks` with a task spec (JSON; `key` or the `Idempotency-Key` header makes a retried
 /// submit name the same task): 201 new, 200 known key, 400 refused (with the reason).
+#[utoipa::path(
+    post,
+    path = "/tasks",
+    tag = "tasks",
+    summary = "Submit a task",
+    description = "Submits a task to run once on a worker the admin picks. Delivery is at least \
+        once (a failover may run it again); the submitter keeps the first result. A key (the \
+        body's `key` or the `Idempotency-Key` header) makes a retried submit name the same \
+        task. The node refuses a spec above its own ceilings (a cluster configured alike would \
+        run it nowhere).",
+    params(("Idempotency-Key" = Option<String>, Header, description = "The idempotency key (instead of the body's `key`)")),
+    request_body = crate::api::openapi::SubmitTaskDoc,
+    responses(
+        (status = 201, description = "Submitted: a new task", body = Submitted),
+        (status = 200, description = "The key names a task submitted before", body = Submitted),
+        (status = 400, description = "Not a task spec, or refused (the reason says why)", body = crate::api::openapi::Refusal),
+        (status = 503, description = "The node is not running, or is busy with other requests", body = crate::api::openapi::Refusal),
+        (status = 504, description = "The node did not answer in time", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn submit_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Extension(caller): Extension<Caller>,
@@ -84,6 +147,22 @@ pub(super) async fn submit_task(
 
 /// `GET /tasks/{id}`: the task as its submitter (this node) knows it; the environment's
 /// values only to the token that submitted it.
+#[utoipa::path(
+    get,
+    path = "/tasks/{id}",
+    tag = "tasks",
+    summary = "A task",
+    description = "The task as the node it was submitted to knows it: phase, worker, spec (the \
+        environment's values only to the token that submitted it), result once done. A task \
+        of another node is answered 404 naming that node and where to ask it.",
+    params(("id" = String, Path, description = "The task's id, `ORIGIN-SEQ`")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 400, description = "Not a task id", body = crate::api::openapi::Refusal),
+        (status = 404, description = "Not held here", body = crate::api::openapi::TaskNotHere),
+        (status = 503, description = "`starting`", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn get_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Extension(caller): Extension<Caller>,
@@ -94,6 +173,19 @@ pub(super) async fn get_task(
 }
 
 /// `GET /tasks?state=S`: the tasks this node owns.
+#[utoipa::path(
+    get,
+    path = "/tasks",
+    tag = "tasks",
+    summary = "The tasks this node owns",
+    description = "The tasks submitted to this node, in id order, filtered by `state`.",
+    params(("state" = Option<String>, Query, description = "`all` (default), `unfinished`, a phase (`submitted`, `queued`, `placed`, `finished`, `done`) or a result's status (`succeeded`, `failed`, `out_of_memory`, `timed_out`, `cancelled`, `error`, `unschedulable`)")),
+    responses(
+        (status = 200, description = "The tasks", body = TaskList),
+        (status = 400, description = "Not a state", body = crate::api::openapi::Refusal),
+        (status = 503, description = "`starting`", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn list_tasks(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Query(query): Query<BTreeMap<String, String>>,
@@ -107,6 +199,26 @@ pub(super) async fn list_tasks(
 /// node cannot reach now is cancelled from here for an `operate` token (202, `"cancel":
 /// "forwarded"`: `chorus_core::task::ask`); a lower token is refused 403, as it cannot be
 /// told whose task it is.
+#[utoipa::path(
+    delete,
+    path = "/tasks/{id}",
+    tag = "tasks",
+    summary = "Cancel a task",
+    description = "Asks for the task to be cancelled (a run is stopped; a result that came \
+        first stays). A token below `operate` cancels only the tasks it submitted. A task of \
+        another node that this node cannot reach now is cancelled from here for an `operate` \
+        token (`\"cancel\": \"forwarded\"`).",
+    params(("id" = String, Path, description = "The task's id, `ORIGIN-SEQ`")),
+    responses(
+        (status = 202, description = "Cancel asked for", body = CancelAsked),
+        (status = 400, description = "Not a task id", body = crate::api::openapi::Refusal),
+        (status = 403, description = "Another caller's task (or an unreachable node's) and a token below `operate`", body = crate::api::openapi::Refusal),
+        (status = 404, description = "Not held here", body = crate::api::openapi::TaskNotHere),
+        (status = 409, description = "Refused by the core: finished already", body = CancelRefused),
+        (status = 503, description = "The node is not running", body = crate::api::openapi::Refusal),
+        (status = 504, description = "The node did not answer in time", body = crate::api::openapi::Refusal),
+    )
+)]
 pub(super) async fn cancel_task(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Extension(caller): Extension<Caller>,
@@ -318,7 +430,10 @@ pub async fn submit(
     match ask(shared, event).await {
         Ok(TaskAnswer::Submitted { task, existing }) => (
             if existing { 200 } else { 201 },
-            json!({ "task": task.to_string(), "existing": existing }),
+            json!(Submitted {
+                task: task.to_string(),
+                existing
+            }),
         ),
         Ok(TaskAnswer::Refused { reason }) => (400, json!({ "error": reason })),
         Ok(TaskAnswer::CancelRequested) => (500, json!({ "error": "unexpected answer" })),
@@ -340,8 +455,22 @@ pub async fn cancel(shared: &SharedState, task: TaskId) -> (u16, Value) {
     }
     let id = task.to_string();
     match ask(shared, |request| Event::CancelTask { task, request }).await {
-        Ok(TaskAnswer::CancelRequested) => (202, json!({ "task": id, "cancel": "requested" })),
-        Ok(TaskAnswer::Refused { reason }) => (409, json!({ "task": id, "error": reason })),
+        Ok(TaskAnswer::CancelRequested) => (
+            202,
+            json!(CancelAsked {
+                task: id,
+                cancel: "requested",
+                owner: None,
+                message: None,
+            }),
+        ),
+        Ok(TaskAnswer::Refused { reason }) => (
+            409,
+            json!(CancelRefused {
+                task: id,
+                error: reason
+            }),
+        ),
         Ok(TaskAnswer::Submitted { .. }) => (500, json!({ "error": "unexpected answer" })),
         Err((code, error)) => (code, json!({ "error": error })),
     }
@@ -357,18 +486,24 @@ pub async fn cancel_elsewhere(shared: &SharedState, task: TaskId) -> (u16, Value
     match ask(shared, |request| Event::CancelTask { task, request }).await {
         Ok(TaskAnswer::CancelRequested) => (
             202,
-            json!({
-                "task": id,
-                "cancel": "forwarded",
-                "owner": owner,
-                "message": format!(
+            json!(CancelAsked {
+                task: id,
+                cancel: "forwarded",
+                message: Some(format!(
                     "its node {owner} is out of reach: this node keeps the cancel, the admin \
                      stops its run, and {owner} ends the task cancelled once it is back (a run \
                      that ended first keeps its result)"
-                ),
+                )),
+                owner: Some(owner),
             }),
         ),
-        Ok(TaskAnswer::Refused { reason }) => (409, json!({ "task": id, "error": reason })),
+        Ok(TaskAnswer::Refused { reason }) => (
+            409,
+            json!(CancelRefused {
+                task: id,
+                error: reason
+            }),
+        ),
         Ok(TaskAnswer::Submitted { .. }) => (500, json!({ "error": "unexpected answer" })),
         Err((code, error)) => (code, json!({ "error": error })),
     }
@@ -556,7 +691,10 @@ pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {
         .collect();
     (
         200,
-        json!({ "node_id": core.id().to_string(), "tasks": rows }),
+        json!(TaskList {
+            node_id: core.id().to_string(),
+            tasks: rows
+        }),
     )
 }
 

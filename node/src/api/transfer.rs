@@ -25,15 +25,17 @@ use crate::daemon::shared::SharedState;
 
 /// The body of `POST /members/transfer`: `{"to": "<id>"}`, or `{}` (or nothing) for the
 /// admin's pick.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = TransferRequest)]
 struct TransferBody {
+    /// The voter to hand over to (absent: the admin's pick).
     #[serde(default)]
     to: Option<String>,
 }
 
 /// What `POST /members/transfer` answers.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TransferAnswer {
     /// `handed_over`, `refused` or `timed_out`.
     pub result: String,
@@ -68,6 +70,25 @@ impl TransferAnswer {
 }
 
 /// `POST /members/transfer?wait_ms=N`.
+#[utoipa::path(
+    post,
+    path = "/members/transfer",
+    tag = "members",
+    summary = "Hand the admin's office to a voter",
+    description = "Asks the admin to hand over to the voter named (or, with `{}` or no body, to \
+        the one it picks), and waits until this node follows the new admin. Only the admin \
+        hands over: any other node refuses with 409 `not_admin`, naming the admin and, when it \
+        knows it, the admin's HTTP address (`admin_http`), where to ask again.",
+    params(("wait_ms" = Option<u64>, Query, description = "How long to wait, ms (default 10000, at most 300000)")),
+    request_body(content = TransferBody, description = "`{\"to\": \"<node id>\"}`, or `{}` (or no body) for the admin's pick"),
+    responses(
+        (status = 200, description = "Handed over: this node follows the new admin", body = TransferAnswer),
+        (status = 400, description = "Not a body this route takes, or not a node id", body = String, content_type = "text/plain"),
+        (status = 409, description = "Refused (`not_admin`, `not_a_voter`, `not_up_to_date`, `no_candidate`)", body = TransferAnswer),
+        (status = 503, description = "The node is not running", body = TransferAnswer),
+        (status = 504, description = "No new admin seen in time", body = TransferAnswer),
+    )
+)]
 pub(super) async fn transfer(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Query(query): Query<BTreeMap<String, String>>,

@@ -23,7 +23,7 @@ pub const WINDOW_MS: u64 = 10 * 60 * 1_000;
 pub const MAX_PEERS: usize = 1_024;
 
 /// The state at one time, as this node saw it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Seen {
     /// This node's role, as `/status` names it.
     pub role: &'static str,
@@ -51,7 +51,7 @@ impl Default for Seen {
 }
 
 /// One change of [`Seen`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Change {
     Role { role: &'static str, term: u64 },
@@ -89,7 +89,7 @@ impl Seen {
 }
 
 /// A kept change: its number (from 1, in order) and the node's clock when it was seen.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Entry {
     pub seq: u64,
     pub t_ms: u64,
@@ -120,7 +120,7 @@ pub struct Since {
 }
 
 /// The answer of `GET /status/history`.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct History {
     pub epoch: u64,
     /// True when `start` and every kept change are here (the reader starts over); false when
