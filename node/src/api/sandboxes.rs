@@ -126,9 +126,12 @@ struct ExecBody {
 
 /// Starts `"$@"` in a session of its own with its output in `/tmp/.chorus-bg/PID.log` (the
 /// log is renamed once the pid is known; the process keeps writing to it), and prints the pid.
-const BACKGROUND_SCRIPT: &str = r#"d=/tmp/.chorus-bg; mkdir -p "$d" || exit 125
-setsid "$@" > "$d/start.$$" 2>&1 < /dev/null &
-p=$!; mv "$d/start.$$" "$d/$p.log" && echo "$p""#;
+/// The log is opened here, before the process starts, and handed to it as a descriptor: a
+/// process that opened it by name itself could do so after the rename (about one start in
+/// ten failed so, renaming a file not made yet).
+const BACKGROUND_SCRIPT: &str = r#"d=/tmp/.chorus-bg; mkdir -p "$d" && exec 3> "$d/start.$$" || exit 125
+setsid "$@" >&3 2>&3 3>&- < /dev/null &
+p=$!; exec 3>&-; mv "$d/start.$$" "$d/$p.log" && echo "$p""#;
 
 /// Lists the sandbox's processes, one a line: pid, process group, seconds running, command.
 const PROCESSES_SCRIPT: &str = "ps -eo pid=,pgid=,etimes=,args=";
