@@ -512,3 +512,47 @@ fn the_same_inputs_give_the_same_fair_placements_and_a_snapshot_keeps_the_turns(
         ]
     );
 }
+
+/// A run the admin adopts from a worker's report (rule 4: it did not place it) counts for its
+/// owner once the submitter's offer names the owner: until then the admin knows only its
+/// origin. With a limit of one, the owner's next task then waits, and another caller of the
+/// same node is placed.
+#[test]
+fn an_adopted_run_counts_for_its_owner_once_its_offer_names_it() {
+    let config = Config {
+        max_running_per_owner: 1,
+        ..Config::default()
+    };
+    let (alice, bob): (Owner, Owner) = (("s", Some("A")), ("s", Some("B")));
+    let mut c = Cluster::new(config, 1, 4, &["s"]);
+    // w0 runs s-1, which this admin never placed: adopted, its owner not known yet.
+    let adopted = TaskId {
+        origin: "s".into(),
+        seq: 1,
+    };
+    c.seqs.insert("s", 1);
+    c.owner.insert(adopted.clone(), alice);
+    c.running.insert("w0".into(), vec![adopted.clone()]);
+    c.report("w0", &[]);
+    assert_eq!(c.a.admin_tasks().unwrap().placed_len(), 1);
+    // Its submitter offers it: it is alice's.
+    let msg = Message::TaskOffer {
+        task: adopted.clone(),
+        spec: spec_of(alice.1),
+        cancel: false,
+        attempt: 1,
+        unplaceable_ms: 0,
+    };
+    let now = c.a.now_ms();
+    let out = c.a.step_vec(now, from("s", msg));
+    assert!(c.took(&out).is_empty(), "placed already");
+    let (next, _) = c.offer(alice);
+    let (theirs, _) = c.offer(bob);
+    assert_eq!(
+        c.placed,
+        [(theirs, "w0".to_owned())],
+        "alice is at her limit"
+    );
+    // The adopted run ends: alice's next task takes a slot.
+    assert_eq!(c.report("w0", &[adopted]), [(next, "w0".to_owned())]);
+}
