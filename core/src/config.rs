@@ -57,6 +57,15 @@ pub struct Config {
     pub min_quorum: u32,
     /// Autopilot promotes standbys while the electorate has fewer voters than this (0: all).
     pub max_voters: u32,
+    /// The admin places at most this many tasks of one owner (an API token at the node that
+    /// accepted them) at once; the owner's next task waits, told why (`task/place.rs`, rule
+    /// 13). 0: no limit but the slots themselves, shared fairly between owners.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub max_running_per_owner: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Default for Config {
@@ -78,6 +87,7 @@ impl Default for Config {
             stabilization_time_ms: 30_000,
             min_quorum: 3,
             max_voters: 5,
+            max_running_per_owner: 0,
         }
     }
 }

@@ -644,9 +644,10 @@ fn a_lost_worker_forgets_its_finished_tasks_and_only_its_own() {
     );
 }
 
-/// Rule 2 and the step bound: a step passes over at most 64 queued tasks that no worker fits
-/// (`MAX_SKIPS_PER_STEP`), and the next step goes on from where it stopped, so a task queued
-/// behind many that nothing can run is still placed — one step later, not never.
+/// Rule 2 and the step bound: a step passes over at most 64 shapes of queued tasks that no
+/// worker fits (`MAX_SKIPS_PER_STEP`), and the next step goes on from where it stopped, so a
+/// task queued behind many that nothing can run is still placed — one step later, not never.
+/// (Tasks of one shape are tried once a step: each of these needs its own capability.)
 ///
 /// Found by the `cargo mutants` run (the skip counter's `+=` → `*=` survived): every step
 /// started again from the head of the queue, so 64 tasks needing a capability no worker had
@@ -654,14 +655,14 @@ fn a_lost_worker_forgets_its_finished_tasks_and_only_its_own() {
 #[test]
 fn tasks_behind_64_that_no_worker_fits_are_placed_a_step_later() {
     let mut a = admin(&["w1", "s"]);
-    let gpu = Arc::new(TaskSpec {
-        requires: vec!["gpu".into()],
-        ..(*spec()).clone()
-    });
     for seq in 1..=70 {
+        let gpu = Arc::new(TaskSpec {
+            requires: vec![format!("gpu{seq}")],
+            ..(*spec()).clone()
+        });
         let msg = Message::TaskOffer {
             task: task("s", seq),
-            spec: gpu.clone(),
+            spec: gpu,
             cancel: false,
             attempt: 0,
             unplaceable_ms: 0,

@@ -766,8 +766,13 @@ pub enum OfferState {
         /// The worker.
         worker: NodeId,
     },
-    /// The queue is full: offer again later.
-    Busy,
+    /// The queue is full, or holds as many of its owner's or its origin's tasks as it takes
+    /// (`place.rs`, rule 13): offer again later.
+    Busy {
+        /// Which bound (absent from an older admin).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// Why a queued task waits, as the admin judged it (`place.rs`, rule 10).
@@ -785,6 +790,22 @@ pub enum Pending {
         /// How long no live worker could run it, ms.
         for_ms: u64,
     },
+    /// A live worker could run it, but its owner has `limit` tasks placed already, the most one
+    /// owner may (`max_running_per_owner`, `place.rs` rule 13): it waits for one of them to end.
+    OwnerLimit {
+        /// The admin's `max_running_per_owner`.
+        limit: u32,
+    },
+}
+
+impl Pending {
+    /// Why a task waits for its owner's turn, in words (the submitter keeps this).
+    pub fn owner_limit_reason(limit: u32) -> String {
+        format!(
+            "its owner has {limit} tasks placed already, the most one owner may at once \
+             (max_running_per_owner)"
+        )
+    }
 }
 
 /// The longest pending reason accepted from the wire.

@@ -7,10 +7,12 @@
 //!    for the task's memory and CPU beside what this admin placed there (a limit of 0 counts as
 //!    the worker's default), within the ceiling of one task; the least loaded first (running /
 //!    slots), ties broken by node id. A worker that says nothing of memory or CPU (an older
-//!    build) is placed on by its slots alone. Queued tasks
-//!    are tried in arrival order; a step passes over at most [`MAX_SKIPS_PER_STEP`] that no
-//!    worker fits, and the next step goes on from there (round the queue), so tasks behind
-//!    many unplaceable ones are still reached.
+//!    build) is placed on by its slots alone. Which queued task goes next is rule 13; tasks
+//!    of one shape (required capabilities, repository, memory and CPU) fit the same workers,
+//!    so a step tries each shape once, and passes over at most [`MAX_SKIPS_PER_STEP`] shapes
+//!    no free worker fits and looks at [`MAX_LOOKED_PER_STEP`] in all; the next step goes on
+//!    from where it stopped (round an owner's shapes), so tasks behind many unplaceable ones
+//!    are still reached.
 //! 3. An offer is answered with where the task stands (queued, placed, finished); an offer of a
 //!    task already placed or finished never queues it again. Only a task's origin may offer it.
 //! 4. Workers' reports are the load table: a new admin starts empty and learns what runs where
@@ -73,6 +75,32 @@
 //!     cancelling or not — is answered with a cancelled result unless it is placed or finished,
 //!     and a run of it a worker reports is adopted cancelled and asked to stop. Only the origin
 //!     takes that result, so the task still ends once.
+//! 13. Slots are shared fairly between owners. A task's owner is its origin and the caller
+//!     (API token) the origin names in its spec (`submitter`; none for a task without one):
+//!     whenever a slot is free, the next task placed is the oldest that fits of the owner with
+//!     the fewest placements (adopted runs included), ties going to the owner placed least
+//!     recently, then to the one whose oldest task came first (never hash order). So with N
+//!     owners queued and running alike, each gets one of the next N placements, an owner with
+//!     fewer runs going first, and the runs of owners with tasks that fit stay within one of
+//!     each other. Why: in arrival order, one caller's early backlog took every slot that
+//!     freed (issue 51: nine long sleeps of one token kept another token's `echo` waiting for
+//!     all of them); now it can keep another's task waiting only behind the runs already
+//!     going, until the first of them ends (a placement is never taken back). With
+//!     `max_running_per_owner` set, an owner with that many placements has none more placed,
+//!     even on a free slot: its next task waits, its submitter told why (`pending`
+//!     `owner_limit`, again when that changes), so slots stay free for others' tasks that come
+//!     later. The queue takes at most
+//!     [`MAX_QUEUED_PER_OWNER`] tasks of one owner and [`MAX_QUEUED_PER_ORIGIN`] of one origin
+//!     (what an honest origin lets one caller, or itself, have unfinished), besides
+//!     [`MAX_QUEUED`] in all; an offer beyond is answered `busy` with the bound it met.
+//!
+//!     The owner is the origin's word: the admin cannot check a caller's token (nor would a
+//!     token id mean the same at another origin under another key), so it trusts the origin
+//!     for it, as it trusts a worker for its slots. A hostile origin can name callers of its
+//!     own at will, but never charge its tasks to another origin's callers, nor queue more
+//!     than its own bound. (The same token submitting at two nodes is two owners.) The turn
+//!     order is kept per owner with a task ready; an owner with nothing queued or placed is
+//!     forgotten, so the state stays as bounded as the queue.
 //!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
@@ -94,7 +122,8 @@ use super::wire::fit_result;
 use super::work::MAX_REPORTED;
 use super::{
     OfferState, Pending, SharedSpec, TaskCapacity, TaskId, TaskResult, TaskSpec, TaskStatus,
-    FRESH_BEATS, JUDGE_AFTER_TICKS, MAX_PENDING_BYTES, REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
+    FRESH_BEATS, JUDGE_AFTER_TICKS, MAX_OWNED_TASKS, MAX_PENDING_BYTES, MAX_TASKS_PER_OWNER,
+    REPO_CAPABILITY_PREFIX, UNSCHEDULABLE_TICKS,
 };
 use crate::{Command, Core, Message, NodeId, Notice, Refusal, Role};
 
@@ -104,8 +133,20 @@ pub const MAX_QUEUED: usize = 100_000;
 /// Finished tasks remembered (their results are on the way to their submitters).
 const MAX_FINISHED: usize = 4_096;
 
-/// Queued tasks passed over per step because no worker fits them (bounds a step's work).
+/// Tasks of one owner queued at once (rule 13): what an honest origin lets one caller have
+/// unfinished there. An offer beyond is answered `busy`.
+pub const MAX_QUEUED_PER_OWNER: usize = MAX_TASKS_PER_OWNER;
+
+/// Tasks of one origin queued at once (rule 13): what an honest origin owns unfinished at
+/// most. An offer beyond is answered `busy`.
+pub const MAX_QUEUED_PER_ORIGIN: usize = MAX_OWNED_TASKS;
+
+/// Shapes of queued tasks tried per step that no free worker fits (bounds a step's work).
 const MAX_SKIPS_PER_STEP: usize = 64;
+
+/// Shapes of queued tasks looked at per step, those already found unfit in the step included
+/// (bounds a step's work over many owners).
+const MAX_LOOKED_PER_STEP: usize = 1_024;
 
 /// Workers examined per task for a capability match.
 const MAX_CANDIDATES: usize = 256;
@@ -119,13 +160,146 @@ pub(crate) const RESEND_TICKS: u64 = 3;
 /// A placement to send again: (task, attempt, placement number, spec).
 type Resend = (TaskId, u32, u64, SharedSpec);
 
+/// A queued task's key: (not before, arrival order).
+type Key = (u64, u64);
+
+/// Whom a task is charged to (rule 13): the node that accepted it and the caller (API token)
+/// that node names in its spec (`None`: no token, or a run adopted before its spec is known).
+pub(crate) type Owner = (NodeId, Option<String>);
+
+fn owner_of(task: &TaskId, spec: Option<&TaskSpec>) -> Owner {
+    (task.origin.clone(), spec.and_then(|s| s.submitter.clone()))
+}
+
+/// What decides which workers can take a task (rule 2): tasks of one shape fit the same
+/// workers, so a step tries one task of each shape an owner has queued.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) struct Shape {
+    requires: Vec<String>,
+    repo: Option<String>,
+    memory_mb: u32,
+    cpu_millis: u32,
+}
+
+impl Shape {
+    fn of(spec: &TaskSpec) -> Shape {
+        Shape {
+            requires: spec.requires.clone(),
+            repo: spec.repo.as_ref().map(|r| r.name.clone()),
+            memory_mb: spec.memory_mb,
+            cpu_millis: spec.cpu_millis,
+        }
+    }
+}
+
+/// An owner's position in the turn order (rule 13): (placements, last turn, its oldest ready
+/// task's key, owner), lowest first.
+type Turn = (u32, u64, Key, Owner);
+
+/// One owner's part of the admin's queue and placements (rule 13). Kept while it has a task
+/// queued or placed, dropped once it has neither.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct OwnerShare {
+    /// Its queued tasks past their backoff, by shape, oldest first.
+    #[serde(with = "pairs")]
+    ready: BTreeMap<Shape, BTreeSet<(Key, TaskId)>>,
+    /// The oldest ready task's key of each shape, with the shape: oldest first.
+    heads: BTreeSet<(Key, Shape)>,
+    /// Its queued tasks, ready or waiting for their backoff.
+    queued: usize,
+    /// Its placements (adopted runs included).
+    running: u32,
+    /// When it last had a task placed (`AdminTasks::last_turn`; 0: none since it is known).
+    turn: u64,
+    /// Where the last step stopped in its shapes at the step's bounds
+    /// ([`MAX_SKIPS_PER_STEP`], [`MAX_LOOKED_PER_STEP`]): the next goes on from there, round
+    /// its shapes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    scan_after: Option<(Key, Shape)>,
+}
+
+impl OwnerShare {
+    fn add_ready(&mut self, shape: Shape, key: Key, task: TaskId) {
+        let set = self.ready.entry(shape.clone()).or_default();
+        let old = set.first().map(|(k, _)| *k);
+        set.insert((key, task));
+        let new = set.first().map(|(k, _)| *k);
+        if old != new {
+            if let Some(k) = old {
+                self.heads.remove(&(k, shape.clone()));
+            }
+            if let Some(k) = new {
+                self.heads.insert((k, shape));
+            }
+        }
+    }
+
+    /// Takes a ready task out; false when it was not ready here.
+    fn remove_ready(&mut self, shape: &Shape, key: Key, task: &TaskId) -> bool {
+        let Some(set) = self.ready.get_mut(shape) else {
+            return false;
+        };
+        let old = set.first().map(|(k, _)| *k);
+        if !set.remove(&(key, task.clone())) {
+            return false;
+        }
+        let new = set.first().map(|(k, _)| *k);
+        if set.is_empty() {
+            self.ready.remove(shape);
+        }
+        if old != new {
+            if let Some(k) = old {
+                self.heads.remove(&(k, shape.clone()));
+            }
+            if let Some(k) = new {
+                self.heads.insert((k, shape.clone()));
+            }
+        }
+        true
+    }
+
+    /// Its place in the turn order, while it has a task ready.
+    fn turn_key(&self, owner: &Owner) -> Option<Turn> {
+        let (oldest, _) = self.heads.first()?;
+        Some((self.running, self.turn, *oldest, owner.clone()))
+    }
+
+    /// The oldest ready task of `shape`.
+    fn head(&self, shape: &Shape) -> Option<&TaskId> {
+        self.ready.get(shape)?.first().map(|(_, t)| t)
+    }
+}
+
+/// A map whose keys are not strings, kept in JSON as a list of pairs.
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<K: Serialize, V: Serialize, S: Serializer>(
+        map: &BTreeMap<K, V>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.iter())
+    }
+
+    pub(super) fn deserialize<'de, K, V, D>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+        D: Deserializer<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
 /// A task waiting for placement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Queued {
     spec: SharedSpec,
     attempt: u32,
     /// Its key in the queue: (not before, arrival order).
-    key: (u64, u64),
+    key: Key,
     /// How long its submitter says earlier admins found no live worker to run it (rule 10).
     #[serde(default, skip_serializing_if = "is_zero")]
     carried_ms: u64,
@@ -147,6 +321,8 @@ enum Verdict {
     /// None can, for `reason`, since `since_ms` (this admin's clock; the count its submitter
     /// carried comes on top).
     Unplaceable { since_ms: u64, reason: String },
+    /// One could, but its owner has `limit` tasks placed already, the most one may (rule 13).
+    OwnerLimit { limit: u32 },
 }
 
 impl Queued {
@@ -154,6 +330,7 @@ impl Queued {
     fn pending(&self, now: u64) -> Option<Pending> {
         self.verdict.as_ref().map(|v| match v {
             Verdict::Room => Pending::Room,
+            Verdict::OwnerLimit { limit } => Pending::OwnerLimit { limit: *limit },
             Verdict::Unplaceable { since_ms, reason } => Pending::Unplaceable {
                 reason: reason.clone(),
                 for_ms: self
@@ -278,8 +455,23 @@ impl WorkerLoad {
 /// The admin's task state (volatile; part of the admin state, gone with the lease).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdminTasks {
-    queue: BTreeSet<((u64, u64), TaskId)>,
     queued: BTreeMap<TaskId, Queued>,
+    /// Queued tasks waiting for their backoff (rule 5), by when they may be placed; then they
+    /// join their owner's ready tasks.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    delayed: BTreeSet<(Key, TaskId)>,
+    /// Each owner with a task queued or placed (rule 13).
+    #[serde(default, with = "pairs", skip_serializing_if = "BTreeMap::is_empty")]
+    owners: BTreeMap<Owner, OwnerShare>,
+    /// The owners with a ready task, in turn order (rule 13).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    turns: BTreeSet<Turn>,
+    /// Queued tasks of each origin (rule 13).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    by_origin: BTreeMap<NodeId, usize>,
+    /// Turns given (rule 13): an owner's `turn` is this count at its latest placement.
+    #[serde(default)]
+    last_turn: u64,
     placed: BTreeMap<TaskId, Placement>,
     /// `placed` by worker, so a report costs what that worker runs, not what all do.
     on_worker: BTreeMap<NodeId, BTreeSet<TaskId>>,
@@ -302,10 +494,6 @@ pub struct AdminTasks {
     asked_cancel: BTreeSet<TaskId>,
     last_seq: u64,
     last_order: u64,
-    /// Where the last step stopped after passing over [`MAX_SKIPS_PER_STEP`] tasks no worker
-    /// fits: the next step goes on from there, so the tasks behind them are reached.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    scan_after: Option<((u64, u64), TaskId)>,
     /// Where the last tick's judgement of the queue stopped (rule 10): the next goes on from
     /// there, round the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,6 +544,7 @@ impl AdminTasks {
 
     fn place(&mut self, task: TaskId, p: Placement) {
         self.unplace(&task);
+        self.with_owner(&owner_of(&task, p.spec.as_deref()), |o| o.running += 1);
         self.on_worker
             .entry(p.worker.clone())
             .or_default()
@@ -372,6 +561,9 @@ impl AdminTasks {
 
     fn unplace(&mut self, task: &TaskId) -> Option<Placement> {
         let p = self.placed.remove(task)?;
+        self.with_owner(&owner_of(task, p.spec.as_deref()), |o| {
+            o.running = o.running.saturating_sub(1);
+        });
         self.unindex(task, &p.worker);
         if let Some(used) = self.used.get_mut(&p.worker) {
             used.charge(p.spec.as_deref(), false);
@@ -413,10 +605,41 @@ impl AdminTasks {
             .unwrap_or_default()
     }
 
-    fn enqueue(&mut self, task: TaskId, spec: SharedSpec, attempt: u32, not_before: u64) {
+    /// Changes `owner`'s share with `f`, keeping the turn order in step (rule 13); an owner
+    /// left with nothing queued or placed is forgotten.
+    fn with_owner<R>(&mut self, owner: &Owner, f: impl FnOnce(&mut OwnerShare) -> R) -> R {
+        let share = self.owners.entry(owner.clone()).or_default();
+        if let Some(turn) = share.turn_key(owner) {
+            self.turns.remove(&turn);
+        }
+        let r = f(share);
+        if let Some(turn) = share.turn_key(owner) {
+            self.turns.insert(turn);
+        }
+        if share.queued == 0 && share.running == 0 {
+            self.owners.remove(owner);
+        }
+        r
+    }
+
+    /// Queues `task` as run `attempt`, to be placed from `not_before` on (`now` is this
+    /// admin's clock).
+    fn enqueue(&mut self, task: TaskId, spec: SharedSpec, attempt: u32, not_before: u64, now: u64) {
         self.last_order += 1;
         let key = (not_before, self.last_order);
-        self.queue.insert((key, task.clone()));
+        let owner = owner_of(&task, Some(&spec));
+        *self.by_origin.entry(task.origin.clone()).or_default() += 1;
+        if not_before > now {
+            self.delayed.insert((key, task.clone()));
+            self.with_owner(&owner, |o| o.queued += 1);
+        } else {
+            let shape = Shape::of(&spec);
+            let t = task.clone();
+            self.with_owner(&owner, |o| {
+                o.queued += 1;
+                o.add_ready(shape, key, t);
+            });
+        }
         let q = Queued {
             spec,
             attempt,
@@ -429,8 +652,57 @@ impl AdminTasks {
 
     fn dequeue(&mut self, task: &TaskId) -> Option<Queued> {
         let q = self.queued.remove(task)?;
-        self.queue.remove(&(q.key, task.clone()));
+        let delayed = self.delayed.remove(&(q.key, task.clone()));
+        let shape = (!delayed).then(|| Shape::of(&q.spec));
+        self.with_owner(&owner_of(task, Some(&q.spec)), |o| {
+            if let Some(shape) = &shape {
+                o.remove_ready(shape, q.key, task);
+            }
+            o.queued = o.queued.saturating_sub(1);
+        });
+        if let Some(n) = self.by_origin.get_mut(&task.origin) {
+            *n -= 1;
+            if *n == 0 {
+                self.by_origin.remove(&task.origin);
+            }
+        }
         Some(q)
+    }
+
+    /// Tasks whose backoff is over join their owners' ready tasks (rule 5).
+    fn wake(&mut self, now: u64) {
+        while let Some((key, task)) = self.delayed.first().cloned() {
+            if key.0 > now {
+                return;
+            }
+            self.delayed.pop_first();
+            let Some(spec) = self.queued.get(&task).map(|q| q.spec.clone()) else {
+                continue;
+            };
+            let shape = Shape::of(&spec);
+            self.with_owner(&owner_of(&task, Some(&spec)), |o| {
+                o.add_ready(shape, key, task)
+            });
+        }
+    }
+
+    /// Whether an offer of a new task of `owner` finds room in the queue (rule 13); `Some`
+    /// says which bound it would pass.
+    fn queue_full(&self, owner: &Owner) -> Option<String> {
+        if self.queued.len() >= MAX_QUEUED {
+            return Some(format!("the admin's queue holds {MAX_QUEUED} tasks"));
+        }
+        if self.owners.get(owner).map_or(0, |o| o.queued) >= MAX_QUEUED_PER_OWNER {
+            return Some(format!(
+                "the admin's queue holds {MAX_QUEUED_PER_OWNER} tasks of this caller at this node"
+            ));
+        }
+        if self.by_origin.get(&owner.0).copied().unwrap_or(0) >= MAX_QUEUED_PER_ORIGIN {
+            return Some(format!(
+                "the admin's queue holds {MAX_QUEUED_PER_ORIGIN} tasks of this node"
+            ));
+        }
+        None
     }
 
     /// Sets a worker's load, keeping the free set in step.
@@ -585,22 +857,30 @@ impl Core {
         let mut cancel_at: Option<(NodeId, TaskId)> = None;
         let mut ended: Option<TaskResult> = None;
         let answer = if let Some(p) = a.placed.get_mut(&task) {
+            let mut owner_known = None;
             if p.spec.is_none() {
-                // An adopted run: its submitter speaks (rule 7), and its limits now count.
+                // An adopted run: its submitter speaks (rule 7), and its limits now count, to
+                // its owner too (rule 13).
                 if let Some(used) = a.used.get_mut(&p.worker) {
                     used.charge(None, false);
                     used.charge(Some(&spec), true);
                 }
+                owner_known = Some((owner_of(&task, None), owner_of(&task, Some(&spec))));
                 p.spec = Some(spec);
             }
             if cancel {
                 p.cancelled = true;
                 cancel_at = Some((p.worker.clone(), task.clone()));
             }
-            Some(OfferState::Placed {
+            let state = OfferState::Placed {
                 worker: p.worker.clone(),
                 attempt: p.attempt,
-            })
+            };
+            if let Some((was, is)) = owner_known.filter(|(was, is)| was != is) {
+                a.with_owner(&was, |o| o.running = o.running.saturating_sub(1));
+                a.with_owner(&is, |o| o.running += 1);
+            }
+            Some(state)
         } else if let Some(w) = a.finished.get(&task) {
             Some(OfferState::Finished { worker: w.clone() })
         } else if let Some(r) = a.unschedulable.get(&task) {
@@ -617,10 +897,12 @@ impl Core {
             Some(OfferState::Queued {
                 pending: q.pending(now),
             })
-        } else if a.queued.len() >= MAX_QUEUED {
-            Some(OfferState::Busy)
+        } else if let Some(reason) = a.queue_full(&owner_of(&task, Some(&spec))) {
+            Some(OfferState::Busy {
+                reason: Some(reason),
+            })
         } else {
-            a.enqueue(task.clone(), spec, next_attempt, now);
+            a.enqueue(task.clone(), spec, next_attempt, now, now);
             if let Some(q) = a.queued.get_mut(&task) {
                 // Rule 10: the count goes on from where earlier admins left it.
                 q.carried_ms = carried_ms;
@@ -705,7 +987,7 @@ impl Core {
             }) = a.unplace(&t)
             {
                 let next = attempt.saturating_add(1);
-                a.enqueue(t, spec, next, now + backoff_ms(tick, next));
+                a.enqueue(t, spec, next, now + backoff_ms(tick, next), now);
             }
         }
         // Placements the worker does not mention though it saw a later one, or a tick has
@@ -815,7 +1097,7 @@ impl Core {
                 ..
             }) = a.unplace(&t)
             {
-                a.enqueue(t, spec, attempt.saturating_add(1), now);
+                a.enqueue(t, spec, attempt.saturating_add(1), now, now);
             }
         }
         a.finished.retain(|_, w| w != peer);
@@ -928,6 +1210,7 @@ impl Core {
             })
             .collect();
         let bound = self.task_tick_ms().saturating_mul(UNSCHEDULABLE_TICKS);
+        let limit = self.config.max_running_per_owner;
         let me = self.id.clone();
         let Some(a) = self.admin_tasks_mut() else {
             return;
@@ -936,17 +1219,29 @@ impl Core {
         let mut tell: Vec<(TaskId, Pending)> = Vec::new();
         let mut end: Vec<(TaskId, TaskResult)> = Vec::new();
         for (t, verdict) in verdicts {
+            // Rule 13: its owner has as many placed as one may.
+            let at_limit = limit > 0
+                && a.queued
+                    .get(&t)
+                    .and_then(|q| a.owners.get(&owner_of(&t, Some(&q.spec))))
+                    .is_some_and(|o| o.running >= limit);
             let Some(q) = a.queued.get_mut(&t) else {
                 continue;
             };
             let Some(reason) = verdict else {
                 // A live worker could run it: the count ends (and its submitter's with it).
-                let was = q.verdict.replace(Verdict::Room);
+                let (now_verdict, pending) = if at_limit {
+                    (Verdict::OwnerLimit { limit }, Pending::OwnerLimit { limit })
+                } else {
+                    (Verdict::Room, Pending::Room)
+                };
+                let was = q.verdict.replace(now_verdict);
                 let counted = matches!(was, Some(Verdict::Unplaceable { .. }))
                     || (was.is_none() && q.carried_ms > 0);
+                let turned = at_limit != matches!(was, Some(Verdict::OwnerLimit { .. }));
                 q.carried_ms = 0;
-                if counted {
-                    tell.push((t, Pending::Room));
+                if counted || turned {
+                    tell.push((t, pending));
                 }
                 continue;
             };
@@ -1113,66 +1408,112 @@ impl Core {
         }
     }
 
-    /// Places what the queue holds and the workers can take (rule 1: only under the lease).
+    /// Places what the queue holds and the workers can take (rule 1: only under the lease),
+    /// going round the owners (rule 13).
     pub(crate) fn place_tasks(&mut self, out: &mut Vec<Command>) {
         let now = self.now_ms;
         if !self.holds_lease(now) {
             return;
         }
         let term = self.term;
-        let mut skipped = 0;
-        let mut cursor = self.admin_tasks_mut().and_then(|a| a.scan_after.take());
-        // A scan that began past the head goes round to it once it reaches the end.
-        let mut from_head = cursor.is_none();
+        let limit = self.config.max_running_per_owner;
+        let Some(a) = self.admin_tasks_mut() else {
+            return;
+        };
+        a.wake(now);
+        // The step's bounds: shapes no free worker fits (tried once a step: the free workers
+        // only fill up as it goes), and shapes looked at.
+        let mut unfit: BTreeSet<Shape> = BTreeSet::new();
+        let (mut skipped, mut looked) = (0, 0);
+        // Owners passed over in this step (none of their shapes fits): always the first ones
+        // in turn order, as an owner placed moves behind them.
+        let mut passed: Option<Turn> = None;
         loop {
             let Some(a) = self.admin_state.as_ref().map(|a| &a.tasks) else {
                 return;
             };
-            if a.free.is_empty() {
+            if a.free.is_empty() || skipped >= MAX_SKIPS_PER_STEP || looked >= MAX_LOOKED_PER_STEP {
                 return;
             }
-            let next = match &cursor {
-                None => a.queue.first(),
-                Some(c) => a
-                    .queue
-                    .range((
-                        std::ops::Bound::Excluded(c.clone()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .next(),
+            // Rule 13: the owner with the fewest placements, below the limit; of those, the one
+            // placed least recently.
+            let after = passed
+                .clone()
+                .map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+            let Some(turn) = a
+                .turns
+                .range((after, std::ops::Bound::Unbounded))
+                .next()
+                .filter(|(running, ..)| limit == 0 || *running < limit)
+                .cloned()
+            else {
+                return;
             };
-            // The end of the queue, or tasks that wait for their backoff (and all after them).
-            let Some(entry) = next.cloned().filter(|e| e.0 .0 <= now) else {
-                if from_head {
-                    return;
+            let owner = turn.3.clone();
+            let share = &a.owners[&owner];
+            // Its shapes, oldest first: from where the last step stopped, round to it.
+            let heads: Box<dyn Iterator<Item = &(Key, Shape)>> = match &share.scan_after {
+                Some(c) => Box::new(
+                    share
+                        .heads
+                        .range((
+                            std::ops::Bound::Excluded(c.clone()),
+                            std::ops::Bound::Unbounded,
+                        ))
+                        .chain(share.heads.range(..=c.clone())),
+                ),
+                None => Box::new(share.heads.iter()),
+            };
+            let mut found: Option<(TaskId, NodeId)> = None;
+            let mut stopped_at: Option<(Key, Shape)> = None;
+            for head in heads {
+                if skipped >= MAX_SKIPS_PER_STEP || looked >= MAX_LOOKED_PER_STEP {
+                    break;
                 }
-                from_head = true;
-                cursor = None;
-                continue;
-            };
-            let task = entry.1.clone();
-            let spec = a.queued[&task].spec.clone();
-            let worker = a
-                .free
-                .iter()
-                .take(MAX_CANDIDATES)
-                .map(|(_, w)| w)
-                .find(|w| self.worker_fits(w, &spec) && a.has_room(w, &spec))
-                .cloned();
-            let Some(worker) = worker else {
-                skipped += 1;
-                if skipped >= MAX_SKIPS_PER_STEP {
-                    if let Some(a) = self.admin_tasks_mut() {
-                        a.scan_after = Some(entry);
+                looked += 1;
+                stopped_at = Some(head.clone());
+                let shape = &head.1;
+                if unfit.contains(shape) {
+                    continue;
+                }
+                let Some(task) = share.head(shape) else {
+                    continue;
+                };
+                let spec = &a.queued[task].spec;
+                let worker = a
+                    .free
+                    .iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|(_, w)| w)
+                    .find(|w| self.worker_fits(w, spec) && a.has_room(w, spec));
+                match worker {
+                    Some(w) => {
+                        found = Some((task.clone(), w.clone()));
+                        break;
                     }
-                    return;
+                    None => {
+                        unfit.insert(shape.clone());
+                        skipped += 1;
+                    }
                 }
-                cursor = Some(entry);
+            }
+            let Some((task, worker)) = found else {
+                let bounded = skipped >= MAX_SKIPS_PER_STEP || looked >= MAX_LOOKED_PER_STEP;
+                if let Some(a) = self.admin_tasks_mut() {
+                    if let Some(o) = a.owners.get_mut(&owner) {
+                        // At a bound, the next step goes on from here; else from its oldest.
+                        o.scan_after = if bounded { stopped_at } else { None };
+                    }
+                }
+                passed = Some(turn);
                 continue;
             };
             let Some(a) = self.admin_tasks_mut() else {
                 return;
             };
+            if let Some(o) = a.owners.get_mut(&owner) {
+                o.scan_after = None;
+            }
             let Some(q) = a.dequeue(&task) else {
                 return;
             };
@@ -1192,6 +1533,10 @@ impl Core {
                     cancelled: false,
                 },
             );
+            // Its turn: behind the owners with as many placements.
+            a.last_turn += 1;
+            let turn = a.last_turn;
+            a.with_owner(&owner, |o| o.turn = turn);
             out.push(Command::Notice(Notice::TaskPlaced {
                 task: task.clone(),
                 worker: worker.clone(),

@@ -25,7 +25,10 @@
 //!    it) and for how long (durable), and offers that along: a new admin counts on from there
 //!    towards ending it `unschedulable` instead of starting again. A placement, or the admin
 //!    saying a worker could run it, clears both. The admin's `unschedulable` result ends the
-//!    task like any other.
+//!    task like any other. When the admin says the task waits for its owner's turn (its owner
+//!    has as many tasks placed as one may: `place.rs`, rule 13), or answers `busy` with a
+//!    reason, the submitter keeps that reason too (the first clears the count: a worker could
+//!    run the task).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -116,7 +119,9 @@ pub struct OwnedTask {
     /// numbers its run after it (rule 6).
     #[serde(default, skip_serializing_if = "is_zero32")]
     pub last_attempt: u32,
-    /// Why it waits, when the admin said no live worker can run it (rule 7): shown by the API.
+    /// Why it waits, when the admin said: no live worker can run it, its owner has as many
+    /// tasks placed as one owner may, or the admin's queue holds as many of its owner's tasks
+    /// as it takes (rule 7): shown by the API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<String>,
     /// For how long no live worker could run it, as the admin last said (ms): offered along,
@@ -397,6 +402,14 @@ impl Core {
                 return self.refuse(from, "task_state", Refusal::OutOfRange, out);
             }
         }
+        if let OfferState::Busy {
+            reason: Some(reason),
+        } = &state
+        {
+            if reason.len() > MAX_PENDING_BYTES {
+                return self.refuse(from, "task_state", Refusal::OutOfRange, out);
+            }
+        }
         let Some(t) = self.tasks.submit.owned.get_mut(&task) else {
             return self.refuse(from, "task_state", Refusal::Unsolicited, out);
         };
@@ -425,6 +438,17 @@ impl Core {
                 t.unplaceable_ms = *for_ms;
             }
             OfferState::Queued {
+                pending: Some(Pending::OwnerLimit { limit }),
+            } => {
+                t.pending = Some(Pending::owner_limit_reason(*limit));
+                t.unplaceable_ms = 0;
+            }
+            OfferState::Busy {
+                reason: Some(reason),
+            } => {
+                t.pending = Some(reason.clone());
+            }
+            OfferState::Queued {
                 pending: Some(Pending::Room),
             }
             | OfferState::Placed { .. }
@@ -432,7 +456,7 @@ impl Core {
                 t.pending = None;
                 t.unplaceable_ms = 0;
             }
-            OfferState::Queued { pending: None } | OfferState::Busy => {}
+            OfferState::Queued { pending: None } | OfferState::Busy { .. } => {}
         }
         t.phase = match state {
             OfferState::Queued { .. } => TaskPhase::Queued,
@@ -451,7 +475,7 @@ impl Core {
                 TaskPhase::Finished { worker }
             }
             // Offered again at the next tick.
-            OfferState::Busy => TaskPhase::Submitted,
+            OfferState::Busy { .. } => TaskPhase::Submitted,
         };
     }
 
