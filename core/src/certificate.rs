@@ -244,7 +244,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 fn from_hex(s: &str, max: usize) -> Result<Vec<u8>, String> {
-    if s.len() % 2 != 0 || s.len() > 2 * max {
+    if !s.len().is_multiple_of(2) || s.len() > 2 * max {
         return Err(format!("expected at most {max} bytes of even-length hex"));
     }
     let nibble = |c: u8| match c {

@@ -247,7 +247,7 @@ pub(super) fn run_of(view: &TaskView) -> Option<Run> {
 pub fn cut_statement(stream: OutputStream, answer: &RawAnswer) -> Option<String> {
     let stream = stream.name();
     let at: u64 = answer.header("chorus-log-cut-at")?.parse().ok()?;
-    let size = if at > 0 && at % (1 << 20) == 0 {
+    let size = if at > 0 && at.is_multiple_of(1 << 20) {
         format!("{} MiB", at >> 20)
     } else {
         format!("{at} bytes")
