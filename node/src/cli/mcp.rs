@@ -983,11 +983,12 @@ pub fn refusal_reason(r: &Refusal) -> String {
             "not found: {why} (one made with another token looks the same: each token sees \
              only its own)"
         ),
-        503 => format!(
-            "unreachable: {why} (the node that holds it may be down or cut off from {}; try \
-             again, or through another node)",
+        503 if why.contains("not connected") || why.contains("did not answer") => format!(
+            "the sandbox's worker is unreachable — {why}. If it is down, the sandbox is lost \
+             with it; if it is only cut off from the node asked ({}), try again later",
             r.addr
         ),
+        503 => format!("unavailable: {why}"),
         429 => match r.body["reason"].as_str() {
             Some(limit) => format!("refused by a limit ({limit}): {why}"),
             None => format!("refused by a limit: {why}"),
@@ -1316,7 +1317,13 @@ mod tests {
             503,
             json!({ "error": "the sandbox's node n2 is not connected" }),
         );
-        assert!(refusal_reason(&cut_off).starts_with("unreachable: the sandbox's node n2"));
+        assert!(refusal_reason(&cut_off)
+            .starts_with("the sandbox's worker is unreachable — the sandbox's node n2"));
+        let none = refused(503, json!({ "error": "this node runs no sandboxes" }));
+        assert_eq!(
+            refusal_reason(&none),
+            "unavailable: this node runs no sandboxes"
+        );
         let nobody = refused(404, json!({ "error": "no such sandbox" }));
         assert!(refusal_reason(&nobody).starts_with("not found: no such sandbox"));
         // A body that is not JSON is the reason as it came.
