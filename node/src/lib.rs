@@ -10,6 +10,7 @@
 //! * `chorus sandbox` — the Docker sandbox from the command line.
 //! * `chorus task` — submit, watch, list and cancel tasks through a node's HTTP API.
 //! * `chorus acl` — API tokens; `chorus psk` — the cluster's pre-shared key.
+//! * `chorus mcp` — an MCP server whose tools are live sandboxes and tasks, for agents' hosts.
 //!
 //! Where each part lives (a server file never imports a client file, nor the other way round):
 //! * [`daemon`] — `chorus run`: settings, the wiring of the runtime loop, the observer and the
@@ -236,6 +237,10 @@ enum Cmd {
         #[command(subcommand)]
         command: cli::sandbox::Cmd,
     },
+    /// An MCP server for AI agents' hosts: live sandboxes, tasks and the cluster's status as
+    /// tools, over stdio (default) or streamable HTTP (`--http 127.0.0.1:PORT`).
+    #[command(long_about = cli::mcp::LONG_ABOUT)]
+    Mcp(cli::mcp::Args),
 }
 
 /// `chorus man`: the top page to stdout, or every page into `out`.
@@ -419,6 +424,11 @@ pub fn main() -> ExitCode {
                 Ok(code) => code,
                 Err(e) => fail(&e),
             }
+        }
+        Cmd::Mcp(args) => {
+            // On stderr: in stdio mode stdout is the protocol.
+            logging::init(LogFormat::Human);
+            report(block_on(cli::mcp::run(args)))
         }
     }
 }

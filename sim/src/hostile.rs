@@ -127,7 +127,7 @@ pub fn link_shape(link: &Link, genuine: &BTreeMap<u64, Arc<Link>>) -> Option<Lin
     }
     let prev = genuine.get(&(e.version - 1)).map(|l| l.electorate.len());
     let subset = link.signers.iter().all(|s| g.signers.contains(s));
-    let half = |n: usize| n % 2 == 0 && link.signers.len() * 2 == n;
+    let half = |n: usize| n.is_multiple_of(2) && link.signers.len() * 2 == n;
     (subset && prev.is_none_or(half)).then_some(LinkShape::HalfOfEven)
 }
 

@@ -597,7 +597,7 @@ fn duration_label(ms: u64) -> String {
         return format!("{ms}ms");
     }
     if ms < 60_000 {
-        return if ms % 1_000 == 0 {
+        return if ms.is_multiple_of(1_000) {
             format!("{}s", ms / 1_000)
         } else {
             format!("{:.1}s", ms as f64 / 1_000.0)

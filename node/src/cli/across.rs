@@ -183,7 +183,7 @@ pub async fn http_of(addr: &str, node: &str) -> Option<Peer> {
 /// The nodes the node at `addr` knows (`/cluster`: itself, its peers, the electorate), each
 /// with where its API is: `addr` for that node itself, else the address it advertised (none
 /// when it advertised none, or the node at `addr` does not reach it now).
-async fn members(addr: &str) -> anyhow::Result<Vec<(String, Option<Peer>)>> {
+pub(super) async fn members(addr: &str) -> anyhow::Result<Vec<(String, Option<Peer>)>> {
     let cluster = ask(addr, "GET", "/cluster").await?;
     if cluster.code != 200 {
         anyhow::bail!("{addr} answered {}: {}", cluster.code, cluster.body.trim());

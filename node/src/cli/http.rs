@@ -45,6 +45,26 @@ pub fn set_token(token: Option<String>, token_file: Option<&Path>) -> anyhow::Re
     Ok(())
 }
 
+/// `text` with every token this process holds — the operator's and those delegated to it —
+/// replaced by `[token]`: for what goes back to someone who must never see them (`chorus mcp`'s
+/// tools' output, whatever a node or a sandbox echoed).
+pub fn redact(text: &str) -> String {
+    let mut secrets: Vec<String> = DELEGATED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .values()
+        .map(|(t, _)| t.clone())
+        .collect();
+    secrets.extend(TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone());
+    let mut out = text.to_owned();
+    for secret in secrets.iter().filter(|s| s.len() >= 8) {
+        if out.contains(secret.as_str()) {
+            out = out.replace(secret.as_str(), "[token]");
+        }
+    }
+    out
+}
+
 /// A minimal HTTP/1.1 GET for `chorus status` and `chorus devcluster` (no client library
 /// needed for one loopback request). Returns (status code, body).
 pub async fn get_text(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {

@@ -48,28 +48,73 @@ pub struct CreateOpts {
     pub json: bool,
 }
 
-/// One call; a non-2xx answer is an error naming the node's reason (a gone sandbox says why).
-async fn call(
+/// A node's answer other than 2xx to a call: who answered, its status and its body (the
+/// reason a client acts on: `error`, and for a gone sandbox `gone.reason`).
+#[derive(Debug)]
+pub struct Refusal {
+    /// The address asked.
+    pub addr: String,
+    pub code: u16,
+    /// The body as JSON (`Null` when it is not).
+    pub body: Value,
+    /// The body as text.
+    pub text: String,
+}
+
+impl Refusal {
+    /// The answer `a` from `addr`.
+    pub fn of(addr: &str, a: &super::http::RawAnswer) -> Refusal {
+        Refusal {
+            addr: addr.to_string(),
+            code: a.code,
+            body: serde_json::from_slice(&a.body).unwrap_or(Value::Null),
+            text: String::from_utf8_lossy(&a.body).trim().to_string(),
+        }
+    }
+
+    /// The node's reason: the body's `error`, else the body.
+    pub fn why(&self) -> &str {
+        self.body["error"].as_str().unwrap_or(&self.text)
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} answered {}: {}", self.addr, self.code, self.why())
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// One call, its 2xx answer whole; another answer is a [`Refusal`] naming the node's reason (a
+/// gone sandbox says why).
+pub(super) async fn answer(
     addr: &str,
     method: &str,
     path: &str,
     body: Option<&Value>,
-) -> anyhow::Result<Vec<u8>> {
+) -> anyhow::Result<super::http::RawAnswer> {
     let text = body.map(Value::to_string);
     let answer = request_bytes(addr, method, path, text.as_deref())
         .await
         .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
     if (200..300).contains(&answer.code) {
-        return Ok(answer.body);
+        return Ok(answer);
     }
-    let why = serde_json::from_slice::<Value>(&answer.body)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(&answer.body).trim().to_string());
-    bail!("{addr} answered {}: {why}", answer.code)
+    Err(Refusal::of(addr, &answer).into())
 }
 
-fn id_path(id: &str) -> anyhow::Result<String> {
+/// [`answer`]'s body.
+pub(super) async fn call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> anyhow::Result<Vec<u8>> {
+    Ok(answer(addr, method, path, body).await?.body)
+}
+
+pub(super) fn id_path(id: &str) -> anyhow::Result<String> {
     if id.is_empty()
         || !id
             .bytes()
@@ -249,7 +294,7 @@ pub async fn close(addr: &str, id: &str) -> anyhow::Result<ExitCode> {
 }
 
 /// Every byte outside unreserved characters and `/` as `%XX`.
-fn percent_encode(s: &str) -> String {
+pub(super) fn percent_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {

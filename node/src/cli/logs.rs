@@ -220,14 +220,14 @@ impl Reading {
 
 /// A run: the worker it is on and its number.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Run {
-    worker: String,
-    attempt: u32,
+pub(super) struct Run {
+    pub(super) worker: String,
+    pub(super) attempt: u32,
 }
 
 /// The run whose output the task's view points at: the one going, or the one that made its
 /// result; none before it ran.
-fn run_of(view: &TaskView) -> Option<Run> {
+pub(super) fn run_of(view: &TaskView) -> Option<Run> {
     if let Some(r) = &view.result {
         return (!cancelled_before_it_ran(r)).then(|| Run {
             worker: r.worker.to_string(),
@@ -399,7 +399,7 @@ fn error_text(a: &RawAnswer) -> String {
 }
 
 /// The task's view from its node.
-async fn view(addr: &str, id: &str) -> anyhow::Result<TaskView> {
+pub(super) async fn view(addr: &str, id: &str) -> anyhow::Result<TaskView> {
     let a = at_owner(addr, "GET", &format!("/tasks/{id}")).await?;
     if a.code != 200 {
         let why = a.value["error"]
@@ -412,7 +412,7 @@ async fn view(addr: &str, id: &str) -> anyhow::Result<TaskView> {
 }
 
 /// One read of `stream` of run `attempt`'s log at its worker, bounded by [`READ_BOUND`].
-async fn read(
+pub(super) async fn read(
     http: &Peer,
     id: &str,
     attempt: u32,
