@@ -524,6 +524,9 @@ fn decode(kind: u8, body: &[u8]) -> Option<Event> {
     }
 }
 
+/// One whole frame: type, id, payload.
+type Frame = (u8, u32, Vec<u8>);
+
 /// Frames from the agent's stdout as it comes (a chunk may end anywhere in a frame).
 #[derive(Default)]
 struct Frames {
@@ -536,7 +539,7 @@ impl Frames {
     }
 
     /// The next whole frame (type, id, payload); `Err(len)` for one longer than allowed.
-    fn next(&mut self) -> Option<Result<(u8, u32, Vec<u8>), usize>> {
+    fn next(&mut self) -> Option<Result<Frame, usize>> {
         let len = u32::from_le_bytes(self.buf.get(..4)?.try_into().ok()?) as usize;
         if !(5..=MAX_FRAME).contains(&len) {
             return Some(Err(len));
