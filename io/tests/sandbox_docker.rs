@@ -167,6 +167,16 @@ async fn a_live_sandboxs_commands_go_through_its_agent_as_through_the_engine() -
         "the background process stays: {ps}"
     );
 
+    // With the agent up, the sandbox's own file commands go through it too: 1 MiB of every
+    // byte value, written and read back whole.
+    let data: Vec<u8> = (0..1024 * 1024).map(|i| (i * 7 % 256) as u8).collect();
+    sb.write_file("/workspace/big.bin", &data, 0o600).await?;
+    assert_eq!(sb.read_file("/workspace/big.bin").await?, data);
+    let out = sb
+        .exec(live(ExecRequest::shell("stat -c %a /workspace/big.bin")))
+        .await?;
+    assert_eq!(out.stdout_text(), "600\n");
+
     // A command that kills the agent fails as such; the next one runs in a new agent.
     let err = sb
         .exec(live(ExecRequest::shell("kill -9 $PPID; sleep 5")))

@@ -230,6 +230,8 @@ pub struct LiveSandboxes<P: SandboxProvider> {
     provider: P,
     limits: LiveLimits,
     state: Mutex<State<P::Sandbox>>,
+    /// Told when a warm sandbox was taken, so the pool refills at once (rule 6).
+    taken: tokio::sync::Notify,
 }
 
 impl<P: SandboxProvider> std::fmt::Debug for LiveSandboxes<P> {
@@ -260,6 +262,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 gone: VecDeque::new(),
                 counters: LiveCounters::default(),
             }),
+            taken: tokio::sync::Notify::new(),
         }
     }
 
@@ -461,12 +464,18 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         }
         let (sandbox, _) = st.pool.ready.pop_front()?;
         st.counters.from_pool += 1;
+        self.taken.notify_one();
         Some(sandbox)
     }
 
+    /// Waits until a create took a warm sandbox; the caller then [`LiveSandboxes::fill`]s.
+    pub async fn taken(&self) {
+        self.taken.notified().await;
+    }
+
     /// Makes one warm sandbox if the pool is short, after removing one past [`WARM_MAX_AGE`]
-    /// (rule 6); one at a time, on the reaper's tick.
-    async fn fill(&self) {
+    /// (rule 6); one at a time, on the reaper's tick and when one was [`LiveSandboxes::taken`].
+    pub async fn fill(&self) {
         let now = Instant::now();
         let (stale, shape) = {
             let mut st = self.lock();

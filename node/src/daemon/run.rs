@@ -139,8 +139,13 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
-                tick.tick().await;
-                reaper.reap().await;
+                tokio::select! {
+                    _ = tick.tick() => {
+                        reaper.reap().await;
+                    }
+                    // A warm sandbox taken: refill now, not at the next second.
+                    () = reaper.taken() => reaper.fill().await,
+                }
             }
         });
         Some(live)

@@ -263,6 +263,11 @@ impl Container {
         }
     }
 
+    /// Whether an agent runs here (a live sandbox's, once started).
+    pub(super) async fn has_agent(&self) -> bool {
+        matches!(&*self.agent.lock().await, AgentSlot::Running(agent) if agent.is_alive())
+    }
+
     /// Runs a live sandbox's command through its agent, as [`Container::run`] would through
     /// the Engine (same environment, working directory, output caps, timeout and OOM verdict;
     /// nothing it leaves running is cleaned up). `Ok(None)` when the agent took nothing (this

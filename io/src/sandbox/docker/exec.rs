@@ -233,7 +233,8 @@ impl Container {
             return Err(SandboxError::new(ErrorCategory::Exec, "empty command"));
         }
         // A live sandbox's command goes through its agent when it has one (`agent.rs`).
-        if request.keep_processes && !clean_up && reset.is_none() {
+        // So do the sandbox's own file commands once it has one running.
+        if !clean_up && reset.is_none() && (request.keep_processes || self.has_agent().await) {
             if let Some(out) = self.run_by_agent(&request, sink).await? {
                 return Ok(out);
             }
