@@ -201,34 +201,51 @@ fn the_python_client_and_the_example_agent_loop_against_real_nodes() {
         suite.output
     );
 
-    // The example agent loop, as a user runs it: the address and token from the environment.
-    let example_env = [("CHORUS_ADDR", addr(2)), ("CHORUS_TOKEN", mine)];
-    let cmd = python(&["examples/agent_loop.py"], &example_env);
-    let example = run_bounded(cmd, dir.path(), "example", EXAMPLE_BOUND);
-    eprintln!(
-        "the example agent loop took {:.1} s\n{}",
-        example.took.as_secs_f64(),
-        example.output
-    );
-    assert!(example.ok, "the agent loop failed:\n{}", example.output);
-    let failed = example.output.find("agent: the tests failed");
-    let fixed = example.output.find("agent: fixing:");
-    let passed = example.output.find("agent: the tests passed after the fix");
-    assert!(
-        matches!((failed, fixed, passed), (Some(a), Some(b), Some(c)) if a < b && b < c),
-        "the loop did not fail, fix, then pass:\n{}",
-        example.output
-    );
-    assert!(
-        example.output.contains("FAIL mean") && example.output.contains("ok   mean"),
-        "{}",
-        example.output
-    );
-    assert!(
-        example.output.contains("agent: closed sandbox"),
-        "{}",
-        example.output
-    );
+    // The example agent loop, as a user runs it (the address and token from the environment),
+    // once through the Python client and once through `chorus mcp` with a stdlib MCP client.
+    for (script, tools) in [
+        ("examples/agent_loop.py", false),
+        ("examples/agent_loop_mcp.py", true),
+    ] {
+        let mut example_env = vec![("CHORUS_ADDR", addr(2)), ("CHORUS_TOKEN", mine.clone())];
+        example_env.push(("CHORUS_BIN", super::BIN.to_owned()));
+        let cmd = python(&[script], &example_env);
+        let example = run_bounded(cmd, dir.path(), "example", EXAMPLE_BOUND);
+        eprintln!(
+            "{script} took {:.1} s\n{}",
+            example.took.as_secs_f64(),
+            example.output
+        );
+        assert!(example.ok, "{script} failed:\n{}", example.output);
+        let failed = example.output.find("agent: the tests failed");
+        let fixed = example.output.find("agent: fixing:");
+        let passed = example.output.find("agent: the tests passed after the fix");
+        assert!(
+            matches!((failed, fixed, passed), (Some(a), Some(b), Some(c)) if a < b && b < c),
+            "{script} did not fail, fix, then pass:\n{}",
+            example.output
+        );
+        assert!(
+            example.output.contains("FAIL mean") && example.output.contains("ok   mean"),
+            "{}",
+            example.output
+        );
+        assert!(
+            example.output.contains("agent: closed sandbox"),
+            "{}",
+            example.output
+        );
+        assert_eq!(
+            example.output.contains("tools: cluster_status"),
+            tools,
+            "{script} lists the MCP tools: {}",
+            example.output
+        );
+        assert!(
+            !example.output.contains(&mine),
+            "{script}: the token in its output"
+        );
+    }
     // Nothing left behind by either: every live sandbox closed (the warm ones are no one's).
     for (i, node) in t.ids.iter().enumerate() {
         wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
