@@ -368,3 +368,115 @@ fn an_agent_uses_the_cluster_through_chorus_mcp() {
         assert!(!log.contains(&submit), "the token in {name}");
     }
 }
+
+/// One HTTP/1.1 exchange on a new connection, read to its close (bounded): the status line and
+/// headers, and the body (chunked framing left in: the test looks for text in it).
+fn exchange(port: u16, session: Option<&str>, body: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("the MCP endpoint");
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let session = session.map_or(String::new(), |s| format!("Mcp-Session-Id: {s}\r\n"));
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{session}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    let _ = conn.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    (head.to_owned(), body.to_owned())
+}
+
+/// `chorus mcp --http`: streamable HTTP on loopback — a session is initialized, its tools
+/// listed, and a tool that cannot reach its node answers a tool error that says so (not a
+/// protocol error); an address other machines may reach is refused unless `--http-public`.
+#[test]
+fn chorus_mcp_serves_streamable_http_on_loopback_only() {
+    let refused = std::process::Command::new(BIN)
+        .args(["mcp", "--http", "0.0.0.0:0", "--addr", "127.0.0.1:1"])
+        .env("CHORUS_TOKEN", "x")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not a loopback address"),
+        "{refused:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let log_path = dir.path().join("mcp-http.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let server = chorus_tests::ChildGuard(Some(
+        std::process::Command::new(BIN)
+            .args(["mcp", "--http", "127.0.0.1:0", "--addr", "127.0.0.1:1"])
+            .env("CHORUS_TOKEN", "chorus_v1_submit_not-a-real-token")
+            .env_remove("CHORUS_ADDR")
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
+    let port: u16 =
+        chorus_tests::wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+            let text = std::fs::read_to_string(&log_path).ok()?;
+            let at = text.split("streamable HTTP at http://127.0.0.1:").nth(1)?;
+            at.split('/').next()?.parse().ok()
+        })
+        .expect("chorus mcp --http says where it listens");
+
+    let (head, body) = exchange(
+        port,
+        None,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}\n{body}");
+    assert!(body.contains(r#""serverInfo":{"name":"chorus""#), "{body}");
+    let session = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_owned())
+        })
+        .expect("a session id");
+    let (head, _) = exchange(
+        port,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    );
+    assert!(head.starts_with("HTTP/1.1 202"), "{head}");
+    let (_, body) = exchange(
+        port,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}"#,
+    );
+    for tool in [
+        "sandbox_create",
+        "sandbox_exec",
+        "task_submit",
+        "cluster_status",
+    ] {
+        assert!(
+            body.contains(&format!(r#""name":"{tool}""#)),
+            "{tool}: {body}"
+        );
+    }
+    let (_, body) = exchange(
+        port,
+        Some(&session),
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_list","arguments":{}}}"#,
+    );
+    assert!(body.contains(r#""isError":true"#), "a tool error: {body}");
+    assert!(
+        !body.contains(r#""error":{"code""#),
+        "not a protocol error: {body}"
+    );
+    assert!(
+        !body.contains("not-a-real-token"),
+        "the token in an answer: {body}"
+    );
+    drop(server);
+}
