@@ -22,8 +22,10 @@ use tracing_subscriber::EnvFilter;
 
 use crate::daemon::config::LogFormat;
 
-/// What is logged unless `RUST_LOG` says otherwise.
-const DEFAULT_FILTER: &str = "info,libp2p=warn,libp2p_gossipsub=error,sled=warn";
+/// What is logged unless `RUST_LOG` says otherwise. Kademlia's warnings are about its own
+/// routing table ("Failed to trigger bootstrap: No known peers" on every cluster's first node,
+/// record replication CHORUS never uses): noise at that level, errors only.
+const DEFAULT_FILTER: &str = "info,libp2p=warn,libp2p_kad=error,libp2p_gossipsub=error,sled=warn";
 
 /// Sets the process's log: `format` on stderr, filtered by `RUST_LOG`.
 pub fn init(format: LogFormat) {
@@ -264,6 +266,24 @@ mod tests {
         );
         let from_a_peer = r#"["not", "a list"]"#;
         tracing::warn!(lease_until_ms = Some(46141u64), reason = %from_a_peer, "refused");
+    }
+
+    /// Issue 54, item 3: the first node of a cluster logs no Kademlia "No known peers"
+    /// warning by default; other libp2p warnings still reach the log.
+    #[test]
+    fn the_default_filter_drops_kademlias_warnings_only() {
+        let kept = Kept::default();
+        let out = kept.clone();
+        let subscriber = json(EnvFilter::new(DEFAULT_FILTER), move || out.clone()).finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::warn!(target: "libp2p_kad::behaviour", "Failed to trigger bootstrap: No known peers.");
+            tracing::error!(target: "libp2p_kad::behaviour", "kademlia broke");
+            tracing::warn!(target: "libp2p_swarm", "a swarm warning");
+        });
+        let text = kept.text();
+        assert!(!text.contains("No known peers"), "{text}");
+        assert!(text.contains("kademlia broke"), "{text}");
+        assert!(text.contains("a swarm warning"), "{text}");
     }
 
     #[test]
