@@ -347,15 +347,21 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             // bounds, the second is removed.
         }
         let sandbox = match self.take_warm(&req) {
-            // A warm one that cannot be armed (it died waiting) gives way to a fresh one.
-            Some(warm) => match self.arm(&warm, &req, lifetime).await {
-                Ok(()) => warm,
-                Err(e) => {
-                    tracing::warn!(error = %e, "a warm live sandbox failed; starting another");
-                    let _ = warm.remove().await;
-                    self.start_fresh(&req, lifetime).await?
+            Some(warm) => {
+                // Made without the create's environment (fresh ones get it in their spec).
+                for (k, v) in &req.spec.env {
+                    warm.set_env(k, v);
                 }
-            },
+                // A warm one that cannot be armed (it died waiting) gives way to a fresh one.
+                match arm_end(&warm, lifetime).await {
+                    Ok(()) => warm,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "a warm live sandbox failed; starting another");
+                        let _ = warm.remove().await;
+                        self.start_fresh(&req, lifetime).await?
+                    }
+                }
+            }
             None => self.start_fresh(&req, lifetime).await?,
         };
         let now = Instant::now();
@@ -416,7 +422,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             .map_err(LiveError::Sandbox)?;
         let started = async {
             sandbox.start().await?;
-            self.arm(&sandbox, req, lifetime).await
+            arm_end(&sandbox, lifetime).await
         }
         .await;
         if let Err(e) = started {
@@ -424,22 +430,6 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             return Err(LiveError::Sandbox(e));
         }
         Ok(sandbox)
-    }
-
-    /// Gives a started sandbox `req`'s environment and arms its end after `lifetime`.
-    async fn arm(
-        &self,
-        sandbox: &P::Sandbox,
-        req: &CreateLive,
-        lifetime: Duration,
-    ) -> Result<(), SandboxError> {
-        for (k, v) in &req.spec.env {
-            sandbox.set_env(k, v);
-        }
-        match sandbox.end_after(lifetime).await {
-            Err(e) if e.category == super::ErrorCategory::Unsupported => Ok(()),
-            other => other,
-        }
     }
 
     /// Live sandboxes held, and warm ones ready (rule 6).
@@ -513,14 +503,25 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             Ok(sandbox)
         }
         .await;
-        let mut st = self.lock();
-        st.pool.filling = false;
-        match made {
-            Ok(sandbox) => st.pool.ready.push_back((sandbox, Instant::now())),
-            Err(e) => {
-                st.pool.retry_at = Some(Instant::now() + WARM_RETRY);
-                tracing::warn!(error = %e, retry_in = ?WARM_RETRY, "cannot make a warm live sandbox");
+        let unwanted = {
+            let mut st = self.lock();
+            st.pool.filling = false;
+            match made {
+                // Made while the worker shut down (the pool gone): removed, not kept.
+                Ok(sandbox) if st.pool.shape.is_none() => Some(sandbox),
+                Ok(sandbox) => {
+                    st.pool.ready.push_back((sandbox, Instant::now()));
+                    None
+                }
+                Err(e) => {
+                    st.pool.retry_at = Some(Instant::now() + WARM_RETRY);
+                    tracing::warn!(error = %e, retry_in = ?WARM_RETRY, "cannot make a warm live sandbox");
+                    None
+                }
             }
+        };
+        if let Some(sandbox) = unwanted {
+            let _ = sandbox.remove().await;
         }
     }
 
@@ -783,6 +784,14 @@ fn info<S: ExecutionSandbox>(id: &str, live: &Live<S>, now: Instant) -> LiveInfo
         sandbox: live.sandbox.id().to_string(),
         idle_left: (live.last_used + live.idle).saturating_duration_since(now),
         lifetime_left: live.ends.saturating_duration_since(now),
+    }
+}
+
+/// Arms a started sandbox to end after `lifetime` (rule 4), where its kind can be armed.
+async fn arm_end<S: ExecutionSandbox>(sandbox: &S, lifetime: Duration) -> Result<(), SandboxError> {
+    match sandbox.end_after(lifetime).await {
+        Err(e) if e.category == super::ErrorCategory::Unsupported => Ok(()),
+        other => other,
     }
 }
 

@@ -39,6 +39,12 @@ const MAX_FRAME: usize = 1 << 20;
 /// How long a new agent has to say HELLO before the sandbox runs commands through the Engine.
 const HELLO_WAIT: Duration = Duration::from_secs(5);
 
+/// Events of one command held for its caller. Past it the reader waits for the caller, and
+/// with it the agent and the sandbox's other commands (their output stays in pipes): a command
+/// whose output outruns its reader (a slow streaming client) holds at most this many frames
+/// of 64 KiB here, never an unbounded queue.
+const EVENTS_BUFFERED: usize = 16;
+
 /// Stdin goes to the agent in frames of at most this.
 const STDIN_CHUNK: usize = 64 * 1024;
 
@@ -69,7 +75,7 @@ pub(super) struct Run<'a> {
     pub stdin: Option<&'a [u8]>,
 }
 
-type Waiting = Arc<Mutex<BTreeMap<u32, mpsc::UnboundedSender<Event>>>>;
+type Waiting = Arc<Mutex<BTreeMap<u32, mpsc::Sender<Event>>>>;
 
 /// A running agent.
 pub(super) struct Agent {
@@ -89,7 +95,7 @@ impl Drop for Agent {
 /// A command running in the agent: its events, and its id for stdin and signals.
 pub(super) struct Running {
     pub id: u32,
-    pub events: mpsc::UnboundedReceiver<Event>,
+    pub events: mpsc::Receiver<Event>,
     waiting: Waiting,
 }
 
@@ -142,7 +148,9 @@ impl Agent {
             while let Some(Ok(item)) = output.next().await {
                 if let LogOutput::StdOut { message } = item {
                     frames.push(&message);
-                    return frames.next();
+                    if let Some(frame) = frames.next() {
+                        return Some(frame);
+                    }
                 }
             }
             None
@@ -184,7 +192,7 @@ impl Agent {
     /// if the agent does.
     pub(super) async fn run(&self, run: Run<'_>) -> Option<Running> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, events) = mpsc::unbounded_channel();
+        let (tx, events) = mpsc::channel(EVENTS_BUFFERED);
         lock(&self.waiting).insert(id, tx);
         let running = Running {
             id,
@@ -282,14 +290,12 @@ impl Container {
             return Ok(None);
         };
         let gate = self.exec_gate.read().await;
-        let (marker_key, marker_value) = self.next_marker();
+        let marker = self.next_marker();
         let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
         let cap = request
             .output_limit_bytes
             .unwrap_or(self.policy.output_limit_bytes);
-        let mut env = self.lock_env().clone();
-        env.extend(request.env.clone());
-        env.insert(marker_key, marker_value);
+        let env = self.command_env(request.env.clone(), &marker);
         let cwd = self.working_dir_of(request);
         let host_oom_before = self.host_oom_kills();
         let started = Instant::now();
@@ -476,7 +482,7 @@ async fn read_events(
                     let to = lock(&waiting).get(&id).cloned();
                     let ended = matches!(event, Event::Exit { .. } | Event::Failed { .. });
                     if let Some(to) = to {
-                        let _ = to.send(event);
+                        let _ = to.send(event).await;
                     }
                     if ended {
                         lock(&waiting).remove(&id);

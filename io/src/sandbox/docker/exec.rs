@@ -240,8 +240,7 @@ impl Container {
             }
         }
         let gate = self.exec_gate.read().await;
-        let (key, value) = self.next_marker();
-        let marker = format!("{key}={value}");
+        let marker = self.next_marker();
         let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
         let cap = request
             .output_limit_bytes
@@ -360,10 +359,25 @@ impl Container {
         )
     }
 
-    /// This exec's marker, `CHORUS_EXEC_ID` and a number no other exec here had.
-    pub(super) fn next_marker(&self) -> (String, String) {
+    /// This exec's marker: `CHORUS_EXEC_ID=` and a number no other exec here had.
+    pub(super) fn next_marker(&self) -> String {
         let n = self.exec_counter.fetch_add(1, Ordering::Relaxed);
-        (EXEC_ID_ENV.to_owned(), n.to_string())
+        format!("{EXEC_ID_ENV}={n}")
+    }
+
+    /// A command's environment: the sandbox's, `env` over it and this exec's `marker` over
+    /// both.
+    pub(super) fn command_env(
+        &self,
+        env: BTreeMap<String, String>,
+        marker: &str,
+    ) -> BTreeMap<String, String> {
+        let mut all = self.lock_env().clone();
+        all.extend(env);
+        if let Some((k, v)) = marker.split_once('=') {
+            all.insert(k.to_string(), v.to_string());
+        }
+        all
     }
 
     /// The request's working directory, else the workspace.
@@ -384,11 +398,7 @@ impl Container {
         working_dir: String,
         stdin: bool,
     ) -> ExecConfig {
-        let mut all = self.lock_env().clone();
-        all.extend(env);
-        if let Some((k, v)) = marker.split_once('=') {
-            all.insert(k.to_string(), v.to_string());
-        }
+        let all = self.command_env(env, marker);
         ExecConfig {
             attach_stdin: Some(stdin),
             attach_stdout: Some(true),

@@ -272,9 +272,6 @@ static void run(uint32_t id, const unsigned char *p, const unsigned char *end, s
     if (got == 5 && why[0] == 1) {
         /* Not started: reaped by the SIGCHLD handling, which finds no slot for it. */
         fail(id, 1, (int)get32(why + 1));
-        close_fd(&o[0]);
-        close_fd(&e[0]);
-        close_fd(&i[1]);
         goto out;
     }
     memset(s, 0, sizeof *s);
@@ -284,6 +281,7 @@ static void run(uint32_t id, const unsigned char *p, const unsigned char *end, s
     s->out = o[0];
     s->err = e[0];
     s->in = i[1];
+    o[0] = e[0] = i[1] = -1; /* the slot's now */
     fcntl(s->out, F_SETFL, O_NONBLOCK);
     fcntl(s->err, F_SETFL, O_NONBLOCK);
     if (s->in >= 0) fcntl(s->in, F_SETFL, O_NONBLOCK);
@@ -298,6 +296,13 @@ static void run(uint32_t id, const unsigned char *p, const unsigned char *end, s
         if (n > 0) send_out(id, 2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
     }
 out:
+    /* Whatever was opened and not handed to a slot (a pipe2 or fork that failed midway). */
+    for (int k = 0; k < 2; k++) {
+        close_fd(&o[k]);
+        close_fd(&e[k]);
+        close_fd(&i[k]);
+        close_fd(&r[k]);
+    }
     free(all);
     free_strings(argv);
     free_strings(env);
