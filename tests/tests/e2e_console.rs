@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use chorus_tests::browser::Browser;
-use chorus_tests::{containers_of, http_exact, http_request, test_token, Cluster, Timings, Value};
+use chorus_tests::task_cluster::{TaskCluster, IMAGE};
+use chorus_tests::{http_exact, http_request, test_token, Timings, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
-const IMAGE: &str = "chorus/sandbox:latest";
 
 /// How long the page may take to show what the node already says: a few of its one-second
 /// polls on two loaded cores.
@@ -40,25 +40,7 @@ fn text_of(id: &str) -> String {
 
 #[test]
 fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
-    let out = chorus_tests::run_chorus(BIN.as_ref(), &["sandbox", "image", "build"]);
-    assert!(
-        out.status.success(),
-        "the test image builds (this test needs Docker): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let t = Timings::FAST;
-    let mut cluster = Sandboxed {
-        c: Cluster::start_with(BIN, 3, t, &["--docker", "--warm-image", IMAGE]),
-        ids: Vec::new(),
-    };
-    cluster.ids = (0..3)
-        .map(|i| {
-            cluster.c.status(i).expect("status")["node_id"]
-                .as_str()
-                .unwrap()
-                .to_owned()
-        })
-        .collect();
+    let mut cluster = TaskCluster::start(BIN);
     let ids = cluster.ids.clone();
     let c = &mut cluster.c;
     let (admin, term, a) = c.wait_agreed(Duration::from_secs(60));
@@ -195,7 +177,7 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
     // kill -9 of the admin: the same page shows the new one within the bound.
     let killed_at = Instant::now();
     c.kill(a);
-    let bound = failover_shown_bound(t);
+    let bound = failover_shown_bound(Timings::FAST);
     let new_admin = b.wait_for(
         &format!(
             "(a => a && a !== '{admin}' && a !== 'none known' && a !== '—' ? a : null)({})",
@@ -291,26 +273,4 @@ fn the_console_shows_the_admin_a_task_output_and_a_failover_live() {
     assert!(png.starts_with(b"\x89PNG"), "a PNG at {}", shot.display());
     eprintln!("console: screenshot {}", shot.display());
     assert!(ids.contains(&new_admin));
-}
-
-/// The cluster and the containers its nodes made: the nodes are killed first, then every
-/// container removed, when the test ends (or fails).
-struct Sandboxed {
-    c: Cluster,
-    ids: Vec<String>,
-}
-
-impl Drop for Sandboxed {
-    fn drop(&mut self) {
-        for i in 0..self.c.nodes.len() {
-            self.c.kill(i);
-        }
-        for node in &self.ids {
-            for container in containers_of(node) {
-                let _ = std::process::Command::new("docker")
-                    .args(["rm", "-f", &container])
-                    .output();
-            }
-        }
-    }
 }
