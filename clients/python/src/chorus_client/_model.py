@@ -162,6 +162,13 @@ def seconds_ms(s: Optional[float]) -> Optional[int]:
     return max(1, int(round(s * 1000)))
 
 
+def limits(memory_mb: int, cpu_millis: int, pids: int) -> dict[str, int]:
+    """The limits a sandbox or task asks for, as the API takes them (0: the worker's default,
+    left out)."""
+    asked = {"memory_mb": memory_mb, "cpu_millis": cpu_millis, "pids": pids}
+    return {k: v for k, v in asked.items() if v}
+
+
 def create_body(
     image: Optional[str],
     env: Optional[Mapping[str, str]],
@@ -175,12 +182,7 @@ def create_body(
     body: dict[str, Any] = {"env": dict(env or {})}
     if image is not None:
         body["image"] = image
-    if memory_mb:
-        body["memory_mb"] = memory_mb
-    if cpu_millis:
-        body["cpu_millis"] = cpu_millis
-    if pids:
-        body["pids"] = pids
+    body.update(limits(memory_mb, cpu_millis, pids))
     if idle_timeout is not None:
         body["idle_timeout_ms"] = seconds_ms(idle_timeout)
     if lifetime is not None:
@@ -305,12 +307,7 @@ def submit_body(
         body["workdir"] = workdir
     if timeout is not None:
         body["timeout_ms"] = seconds_ms(timeout)
-    if memory_mb:
-        body["memory_mb"] = memory_mb
-    if cpu_millis:
-        body["cpu_millis"] = cpu_millis
-    if pids:
-        body["pids"] = pids
+    body.update(limits(memory_mb, cpu_millis, pids))
     if network:
         body["network"] = True
     if requires:
