@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use chorus_core::{Ballot, ChangeOutcome, NodeId, Notice};
 
-use crate::world::{Model, World};
+use crate::node::{self, Node};
 
 /// A broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -156,13 +156,13 @@ impl Ghost {
     /// Judges one notice of node `i`, whose electorate version before the step was `before`.
     pub(crate) fn notice(
         &mut self,
-        w: &World,
+        nodes: &[Arc<Node>],
         i: usize,
         before: Option<u64>,
         notice: &Notice,
     ) -> Result<(), Violation> {
-        let me = Model::id(i);
-        let core = &w.nodes[i].core;
+        let me = node::id(i);
+        let core = &nodes[i].core;
         match notice {
             Notice::BecameAdmin { term, .. } => {
                 if let Some(&other) = self.admins.get(term) {
@@ -171,7 +171,7 @@ impl Ghost {
                             "election",
                             format!(
                                 "{} and {me} both became admin in term {term}",
-                                Model::id(other as usize)
+                                node::id(other as usize)
                             ),
                         ));
                     }
@@ -216,7 +216,7 @@ impl Ghost {
                 self.votes.insert((i as u8, *term), candidate.clone());
             }
             Notice::AdminKnown { admin, term } => {
-                let winner = self.admins.get(term).map(|w| Model::id(*w as usize));
+                let winner = self.admins.get(term).map(|w| node::id(*w as usize));
                 if winner.as_ref() != Some(admin) {
                     return Err(Violation::new(
                         "known",
@@ -298,7 +298,7 @@ impl Ghost {
                 target: Some(t),
                 ..
             } => {
-                self.handed = w.index(t).map(|k| (*term, k as u8));
+                self.handed = node::index(nodes, t).map(|k| (*term, k as u8));
             }
             _ => {}
         }
@@ -307,17 +307,17 @@ impl Ghost {
 
     /// The lease check alone, for the world to call between the steps of one action (the
     /// ghost stays in place: only reads).
-    pub(crate) fn check_leases_now(&self, w: &World) -> Result<(), Violation> {
-        lease_holders(w)
+    pub(crate) fn check_leases_now(&self, nodes: &[Arc<Node>], now: u64) -> Result<(), Violation> {
+        lease_holders(nodes, now)
     }
 
     /// After every transition: leases, and the bootstrap values the acceptors chose.
-    pub(crate) fn check_leases(&mut self, w: &World) -> Result<(), Violation> {
-        lease_holders(w)?;
+    pub(crate) fn check_leases(&mut self, nodes: &[Arc<Node>], now: u64) -> Result<(), Violation> {
+        lease_holders(nodes, now)?;
         // Chosen: accepted on one ballot by as many acceptors as bootstrap needs.
         let mut by_ballot: BTreeMap<(u64, &str), (usize, &[NodeId])> = BTreeMap::new();
         let mut expect = usize::MAX;
-        for n in &w.nodes {
+        for n in nodes {
             expect = expect.min(n.core.config().bootstrap_expect as usize);
             if let Some((ballot, e)) = n.core.bootstrap_accepted() {
                 let slot = by_ballot
@@ -349,11 +349,11 @@ impl Ghost {
         if expect <= 1 {
             return Ok(());
         }
-        for (i, n) in w.nodes.iter().enumerate() {
+        for (i, n) in nodes.iter().enumerate() {
             let Some((ballot, e)) = n.core.bootstrap_accepted() else {
                 continue;
             };
-            let me = Model::id(i);
+            let me = node::id(i);
             let promised = n.core.bootstrap_promised();
             if promised.is_none_or(|p| ballot > p) {
                 return Err(Violation::new(
@@ -431,16 +431,16 @@ impl Ghost {
         let heard: Vec<String> = (self.promises.get(ballot).unwrap_or(&empty).iter())
             .map(|(k, a)| match a {
                 Some((b, v)) => {
-                    format!("{}: {:?} at {}", Model::id(*k as usize), names(v), show(b))
+                    format!("{}: {:?} at {}", node::id(*k as usize), names(v), show(b))
                 }
-                None => format!("{}: none", Model::id(*k as usize)),
+                None => format!("{}: none", node::id(*k as usize)),
             })
             .collect();
         Err(Violation::new(
             "paxos",
             format!(
                 "{} proposes {:?} at ballot {}, but no {expect} of the promises made to it report that value as their highest acceptance (promises: {})",
-                Model::id(i),
+                node::id(i),
                 names(value.members()),
                 show(ballot),
                 heard.join("; ")
@@ -450,14 +450,18 @@ impl Ghost {
 }
 
 /// Node `i`'s bootstrap promise must not go down in a step (`before` is the promise before it).
-pub(crate) fn promise_kept(w: &World, i: usize, before: Option<&Ballot>) -> Result<(), Violation> {
-    let after = w.nodes[i].core.bootstrap_promised();
+pub(crate) fn promise_kept(
+    nodes: &[Arc<Node>],
+    i: usize,
+    before: Option<&Ballot>,
+) -> Result<(), Violation> {
+    let after = nodes[i].core.bootstrap_promised();
     if after < before {
         return Err(Violation::new(
             "paxos",
             format!(
                 "{}'s bootstrap promise went down from {} to {}",
-                Model::id(i),
+                node::id(i),
                 before.map_or("none".into(), show),
                 after.map_or("none".into(), show)
             ),
@@ -471,15 +475,15 @@ fn show(b: &Ballot) -> String {
 }
 
 /// No two running nodes hold an unexpired lease now.
-fn lease_holders(w: &World) -> Result<(), Violation> {
-    let holders: Vec<String> = (w.nodes.iter().enumerate())
-        .filter(|(_, n)| n.up && n.core.holds_lease(w.now))
-        .map(|(i, n)| format!("{} (term {})", Model::id(i), n.core.term()))
+fn lease_holders(nodes: &[Arc<Node>], now: u64) -> Result<(), Violation> {
+    let holders: Vec<String> = (nodes.iter().enumerate())
+        .filter(|(_, n)| n.up && n.core.holds_lease(now))
+        .map(|(i, n)| format!("{} (term {})", node::id(i), n.core.term()))
         .collect();
     if holders.len() > 1 {
         return Err(Violation::new(
             "lease",
-            format!("at t={} {} all hold a lease", w.now, holders.join(" and ")),
+            format!("at t={} {} all hold a lease", now, holders.join(" and ")),
         ));
     }
     Ok(())

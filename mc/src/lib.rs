@@ -18,6 +18,7 @@
 //! genesis electorate.
 
 pub mod check;
+pub mod node;
 pub mod search;
 pub mod walk;
 pub mod world;

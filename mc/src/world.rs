@@ -10,6 +10,8 @@ use chorus_core::{
 };
 
 use crate::check::{Ghost, Violation};
+use crate::node::hash_bytes;
+pub use crate::node::Node;
 
 /// Where a search starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +103,7 @@ impl Model {
 
     /// Node `i`'s id.
     pub fn id(i: usize) -> NodeId {
-        NodeId::from(((b'a' + i as u8) as char).to_string())
+        crate::node::id(i)
     }
 }
 
@@ -131,34 +133,6 @@ impl Packet {
 
     fn key(&self) -> (u8, u8, &[u8]) {
         (self.from, self.to, &self.bytes)
-    }
-}
-
-/// One node: its core and whether it runs (a restart restores the core from its snapshot, so
-/// what the snapshot leaves out is lost).
-#[derive(Clone, Debug)]
-pub struct Node {
-    /// The core.
-    pub core: Core,
-    /// Running (not crashed).
-    pub up: bool,
-    /// A hash of the core's serialized state, recomputed after each of its steps.
-    hash: u64,
-}
-
-impl Node {
-    fn new(core: Core) -> Node {
-        let mut n = Node {
-            core,
-            up: true,
-            hash: 0,
-        };
-        n.rehash();
-        n
-    }
-
-    fn rehash(&mut self) {
-        self.hash = hash_bytes(0, &self.core.snapshot());
     }
 }
 
@@ -452,7 +426,7 @@ impl World {
                         break;
                     }
                     self.deliver(0, false)?;
-                    self.ghost.check_leases_now(self)?;
+                    self.ghost.check_leases_now(&self.nodes, self.now)?;
                 }
             }
             Action::Transfer { at, to } => {
@@ -489,10 +463,7 @@ impl World {
                 self.step(*at, event)?;
             }
         }
-        let mut ghost = std::mem::take(&mut self.ghost);
-        let r = ghost.check_leases(self);
-        self.ghost = ghost;
-        r
+        self.ghost.check_leases(&self.nodes, self.now)
     }
 
     fn deliver(&mut self, k: usize, keep: bool) -> Result<(), Violation> {
@@ -533,7 +504,7 @@ impl World {
         let promised = node.core.bootstrap_promised().cloned();
         node.core = Core::restore(&node.core.snapshot())
             .map_err(|e| Violation::setup(format!("a snapshot does not restore: {e}")))?;
-        crate::check::promise_kept(self, i, promised.as_ref())?;
+        crate::check::promise_kept(&self.nodes, i, promised.as_ref())?;
         self.ghost.reached.0 |= crate::check::Reached::RESTARTED;
         self.step(i, Event::Started)?;
         for j in 0..self.nodes.len() {
@@ -567,7 +538,7 @@ impl World {
         let promised = node.core.bootstrap_promised().cloned();
         let out = node.core.step_vec(now, event);
         node.rehash();
-        crate::check::promise_kept(self, i, promised.as_ref())?;
+        crate::check::promise_kept(&self.nodes, i, promised.as_ref())?;
         let me = Model::id(i);
         for c in out {
             match c {
@@ -585,10 +556,7 @@ impl World {
                     }
                 }
                 Command::Notice(notice) => {
-                    let mut ghost = std::mem::take(&mut self.ghost);
-                    let r = ghost.notice(self, i, before, &notice);
-                    self.ghost = ghost;
-                    r?;
+                    self.ghost.notice(&self.nodes, i, before, &notice)?;
                 }
                 _ => {}
             }
@@ -630,7 +598,7 @@ impl World {
     }
 
     pub(crate) fn index(&self, id: &NodeId) -> Option<usize> {
-        (0..self.nodes.len()).find(|i| Model::id(*i) == *id)
+        crate::node::index(&self.nodes, id)
     }
 
     /// A 128-bit fingerprint of everything that decides the future: equal fingerprints are
@@ -738,12 +706,4 @@ impl World {
         }
         s
     }
-}
-
-/// SipHash of `bytes` under key `k`: fixed keys, so the same state hashes the same in every run.
-fn hash_bytes(k: u8, bytes: &[u8]) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    k.hash(&mut h);
-    bytes.hash(&mut h);
-    h.finish()
 }

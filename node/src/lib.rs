@@ -29,6 +29,7 @@
 //! A new route is a file in `api/` and a line in its router; a new client command is a file in
 //! `cli/` and its variant below.
 
+pub mod access;
 pub mod api;
 pub mod build_info;
 pub mod cli;
@@ -41,6 +42,7 @@ pub mod logging;
 pub mod names;
 pub mod pki;
 pub mod wire;
+pub mod wire_doc;
 
 /// `chorus_node::merge` as it was before the layout by role (the end-to-end tests call it).
 pub use history::merge;

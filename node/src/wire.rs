@@ -67,11 +67,11 @@ pub struct TaskView {
     /// When it was accepted, on this node's clock (ms).
     pub submitted_at_ms: u64,
     /// What it runs.
-    #[schema(value_type = crate::api::openapi::TaskSpecDoc)]
+    #[schema(value_type = crate::wire_doc::TaskSpecDoc)]
     pub spec: TaskSpec,
     /// The result, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::api::openapi::TaskResultDoc>)]
+    #[schema(value_type = Option<crate::wire_doc::TaskResultDoc>)]
     pub result: Option<TaskResult>,
     /// Where its time went, as this node saw it (the worker's part is the result's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -114,7 +114,7 @@ pub struct TaskRow {
     pub phase: String,
     /// The result's status, once done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<crate::api::openapi::TaskStatusDoc>)]
+    #[schema(value_type = Option<crate::wire_doc::TaskStatusDoc>)]
     pub status: Option<TaskStatus>,
     /// The exit code, once done (when the command exited).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,3 +126,21 @@ pub struct TaskRow {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<String>,
 }
+
+/// The states `GET /tasks?state=` takes: a phase, a result's status, `unfinished`, or `all`.
+pub const STATES: [&str; 14] = [
+    "all",
+    "unfinished",
+    "submitted",
+    "queued",
+    "placed",
+    "finished",
+    "done",
+    "succeeded",
+    "failed",
+    "out_of_memory",
+    "timed_out",
+    "cancelled",
+    "error",
+    "unschedulable",
+];

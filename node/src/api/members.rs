@@ -200,7 +200,7 @@ pub async fn submit(
     wait: Duration,
 ) -> (u16, ChangeAnswer) {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queued = crate::daemon::operator::queue(
+    let queued = crate::daemon::shared::queue(
         shared,
         |request| Event::ChangeMembers {
             change: change.clone(),

@@ -51,9 +51,8 @@ use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
-use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::image::SANDBOX_IMAGE;
-use chorus_io::sandbox::live::{self, CreateLive, GoneWhy, LiveError, LiveInfo, LiveSandboxes};
+use chorus_io::sandbox::live::{self, CreateLive, GoneWhy, LiveError, LiveInfo};
 use chorus_io::sandbox::tasks::TaskShape;
 use chorus_io::sandbox::{ErrorCategory, ExecOutput, ExecRequest, SandboxPolicy, SandboxSpec};
 use serde::Deserialize;
@@ -65,8 +64,7 @@ use super::cluster::Member;
 use crate::daemon::shared::SharedState;
 use crate::http1::{self, Endpoint};
 
-/// The live sandboxes of a node with Docker task slots.
-pub type Live = LiveSandboxes<DockerProvider>;
+pub use crate::daemon::sandboxes::Live;
 
 /// The longest a command may run when the request names no timeout.
 const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(10 * 60);

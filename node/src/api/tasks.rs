@@ -8,6 +8,7 @@
 //! holds. Delivery is at least once: a task may run more than once (a failover while it ran,
 //! a worker taken for lost that was not); its submitter keeps the first result.
 
+use crate::wire::STATES;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -391,7 +392,7 @@ async fn ask(
     event: impl FnOnce(u64) -> Event,
 ) -> Result<TaskAnswer, (u16, String)> {
     let (tx, rx) = oneshot::channel();
-    let request = crate::daemon::operator::queue(shared, event, |ops, request| {
+    let request = crate::daemon::shared::queue(shared, event, |ops, request| {
         ops.task_waiters.insert(request, tx);
     })
     .map_err(|why| (503, why.to_owned()))?;
@@ -634,24 +635,6 @@ pub fn get(shared: &Shared, id: &str, reader: Option<&str>) -> (u16, Value) {
         None => (404, not_here(shared, &task)),
     }
 }
-
-/// The states `GET /tasks?state=` takes: a phase, a result's status, `unfinished`, or `all`.
-pub const STATES: [&str; 14] = [
-    "all",
-    "unfinished",
-    "submitted",
-    "queued",
-    "placed",
-    "finished",
-    "done",
-    "succeeded",
-    "failed",
-    "out_of_memory",
-    "timed_out",
-    "cancelled",
-    "error",
-    "unschedulable",
-];
 
 /// `GET /tasks?state=S`: the tasks this node owns in state `S` (default `all`), in id order.
 pub fn list(shared: &Shared, state: Option<&str>) -> (u16, Value) {

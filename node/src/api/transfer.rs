@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::members::{parse_node_id, DEFAULT_WAIT, MAX_WAIT};
-use crate::daemon::operator::{self, HandoverAnswer};
+use crate::daemon::operator::HandoverAnswer;
 use crate::daemon::shared::SharedState;
 
 /// The body of `POST /members/transfer`: `{"to": "<id>"}`, or `{}` (or nothing) for the
@@ -129,7 +129,7 @@ async fn hand_over(
 ) -> (StatusCode, TransferAnswer) {
     let started = tokio::time::Instant::now();
     let (tx, rx) = oneshot::channel();
-    let queued = operator::queue(
+    let queued = crate::daemon::shared::queue(
         shared,
         |request| Event::TransferAdmin { to, request },
         |ops, request| {

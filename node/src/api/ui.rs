@@ -15,8 +15,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 
 use super::status;
-use super::tasks::STATES;
 use crate::daemon::shared::SharedState;
+use crate::wire::STATES;
 
 /// The console's page.
 pub const PAGE: &str = "/ui";

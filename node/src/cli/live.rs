@@ -195,7 +195,7 @@ pub async fn ps(addr: &str, id: &str, json_out: bool) -> anyhow::Result<ExitCode
             p["pid"],
             p["pgid"],
             p["seconds"],
-            super::task::escape_controls(p["command"].as_str().unwrap_or_default())
+            super::outcome::escape_controls(p["command"].as_str().unwrap_or_default())
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -10,7 +10,7 @@
 //! is followed there.
 //!
 //! Output is untrusted: on a terminal, control characters but newline and tab are shown
-//! escaped ([`super::task::escape_controls`]) unless `--raw`; piped, the bytes go out as the
+//! escaped ([`super::outcome::escape_controls`]) unless `--raw`; piped, the bytes go out as the
 //! task wrote them (each stream judged by where it goes). A cut is always stated, naming the
 //! stream, on stderr.
 
@@ -24,7 +24,7 @@ use chorus_io::sandbox::OutputStream;
 
 use super::across::{at_owner, http_of};
 use super::http::{request_peer, Peer, RawAnswer};
-use super::task::{escape_controls, exit_code, plain_words};
+use super::outcome::{escape_controls, exit_code, plain_words};
 use crate::names::short_id;
 use crate::wire::{cancelled_before_it_ran, TaskView};
 

@@ -13,6 +13,7 @@ pub mod live;
 pub mod logs;
 pub mod mcp;
 pub mod members;
+pub mod outcome;
 pub mod psk;
 pub mod recover;
 pub mod replay;

@@ -463,7 +463,7 @@ mod tests {
     /// endings.
     #[test]
     fn sandbox_endings_have_the_task_exit_codes() {
-        use crate::cli::task::exit_code;
+        use crate::cli::outcome::exit_code;
         use chorus_core::{TaskResult, TaskStatus};
         use chorus_io::sandbox::{ErrorCategory, SandboxError};
         let task = |status| {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
-use crate::api::auth::AclKey;
+use crate::access::AclKey;
 use crate::daemon::config::NodeConfig;
 
 /// The key file inside the data directory, when `acl_key_file` is not given.
@@ -99,10 +99,7 @@ mod tests {
         };
         let (key, token) = load_or_create(&config).unwrap();
         let token = token.expect("printed on the first start");
-        assert_eq!(
-            key.check(&token).unwrap().role,
-            crate::api::auth::Role::Manage
-        );
+        assert_eq!(key.check(&token).unwrap().role, crate::access::Role::Manage);
         for f in [KEY_FILE, MANAGEMENT_TOKEN_FILE] {
             let mode = std::fs::metadata(dir.path().join(f))
                 .unwrap()

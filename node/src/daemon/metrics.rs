@@ -376,7 +376,7 @@ pub fn exposition(
             let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {v}");
         }
     };
-    let http_refused: BTreeMap<&'static str, u64> = crate::api::auth::HttpRefusal::ALL
+    let http_refused: BTreeMap<&'static str, u64> = crate::access::HttpRefusal::ALL
         .iter()
         .map(|r| {
             (

@@ -21,7 +21,7 @@ pub mod observer;
 pub mod operator;
 pub mod progress;
 pub mod run;
-mod sandboxes;
+pub mod sandboxes;
 pub mod shared;
 mod signals;
 pub mod timeline;

@@ -132,28 +132,6 @@ impl OperatorInputs {
     }
 }
 
-/// Hands `event(request)` to the runtime loop under a fresh request id, and lets `wait` record
-/// who waits for its answer (only once the event is queued). Refused while the node is not
-/// running, or when the operator queue is full. Every API route that asks the core goes here.
-pub fn queue(
-    shared: &super::shared::SharedState,
-    event: impl FnOnce(u64) -> Event,
-    wait: impl FnOnce(&mut OperatorInputs, u64),
-) -> Result<u64, &'static str> {
-    let mut s = shared.lock();
-    let stopping = s.shutting_down;
-    let Some(ops) = s.operator.as_mut().filter(|_| !stopping) else {
-        return Err("the node is not running (starting or stopping)");
-    };
-    let request = ops.next_request;
-    ops.next_request += 1;
-    if ops.tx.try_send(event(request)).is_err() {
-        return Err("the node is busy with other operator requests; retry");
-    }
-    wait(ops, request);
-    Ok(request)
-}
-
 /// A first request id for this run: the wall clock in microseconds, kept below 2⁵³ so that
 /// any JSON reader holds it exactly.
 pub fn first_request_id() -> u64 {

@@ -10,11 +10,15 @@ use anyhow::Context;
 use chorus_core::{Core, Event, SharedSpec, TaskId};
 use chorus_io::runtime::{NoSandboxes, TaskSandboxes};
 use chorus_io::sandbox::docker::DockerProvider;
+use chorus_io::sandbox::live::LiveSandboxes;
 use chorus_io::sandbox::repo::RepoRoots;
 use chorus_io::sandbox::tasks::{Ceilings, LogStore, TaskRunner, TaskRunnerConfig};
 use chorus_io::sandbox::SandboxProvider;
 
 use super::config::{NodeConfig, DEFAULT_LOGS_KEPT, DEFAULT_LOG_CAP_MB, DEFAULT_POOL_SIZE};
+
+/// The live sandboxes (`/sandboxes`) of a node with Docker task slots.
+pub type Live = LiveSandboxes<DockerProvider>;
 
 /// How long a starting node waits for the Docker Engine to answer.
 const CONNECT_BOUND: Duration = Duration::from_secs(10);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use chorus_core::{Core, Notice};
+use chorus_core::{Core, Event, Notice};
 use chorus_io::transport::Libp2pStats;
 
 use super::metrics::{exposition, Metrics, TaskMetrics};
@@ -50,7 +50,7 @@ pub struct Shared {
     /// What this node saw lately, for the console's timeline (`GET /status/history`).
     pub timeline: super::timeline::Timeline,
     /// The live sandboxes this node holds (`/sandboxes`), when it runs Docker sandboxes.
-    pub live: Option<Arc<crate::api::sandboxes::Live>>,
+    pub live: Option<Arc<super::sandboxes::Live>>,
 }
 
 /// Most peers whose last contact is remembered.
@@ -130,6 +130,28 @@ pub fn deliver(shared: &mut Shared, notice: &Notice) {
     if let Some(ops) = shared.operator.as_mut() {
         ops.deliver(notice);
     }
+}
+
+/// Hands `event(request)` to the runtime loop under a fresh request id, and lets `wait` record
+/// who waits for its answer (only once the event is queued). Refused while the node is not
+/// running, or when the operator queue is full. Every API route that asks the core goes here.
+pub fn queue(
+    shared: &SharedState,
+    event: impl FnOnce(u64) -> Event,
+    wait: impl FnOnce(&mut OperatorInputs, u64),
+) -> Result<u64, &'static str> {
+    let mut s = shared.lock();
+    let stopping = s.shutting_down;
+    let Some(ops) = s.operator.as_mut().filter(|_| !stopping) else {
+        return Err("the node is not running (starting or stopping)");
+    };
+    let request = ops.next_request;
+    ops.next_request += 1;
+    if ops.tx.try_send(event(request)).is_err() {
+        return Err("the node is busy with other operator requests; retry");
+    }
+    wait(ops, request);
+    Ok(request)
 }
 
 #[cfg(test)]
