@@ -3,7 +3,7 @@
 //! (cluster, term), no overlapping leases and one vote per term (`support`); these tests add
 //! what each case must end in.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Command, Config, Core, Notice, Refusal};
 use support::{fast_config, Clocks, Net, Start};

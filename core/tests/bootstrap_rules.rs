@@ -11,7 +11,7 @@ use chorus_core::{
     Ballot, Config, Core, Electorate, Event, Message, NodeId, PeerInfo, Refusal, ADMIN_ELECTION,
 };
 
-mod one_core;
+use crate::one_core;
 use one_core::{from, refusals, sent_to};
 
 fn cfg(expect: u32) -> Config {

@@ -1,7 +1,7 @@
 //! Determinism and event sourcing: the same seed gives the same commands; a node's event log,
 //! replayed from scratch or from a snapshot plus its tail, gives the same state and commands.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Command, Core};
 use support::{fast_config, Net};

@@ -10,7 +10,7 @@
 use chorus_core::{Command, Config, Core, Electorate, Event, Message, NodeId, PeerInfo, Role};
 use chorus_core::{Notice, Refusal, Resources, Timer, ADMIN_ELECTION};
 
-mod one_core;
+use crate::one_core;
 use one_core::{from, refusals, stand, voter, voter_info, voter_with, win};
 
 const MIN: u64 = 30_000;

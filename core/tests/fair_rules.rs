@@ -4,7 +4,7 @@
 //! `task_placed` notices. Each test fails on the arrival-order placement that came before
 //! rule 13 (one owner's early backlog took every slot that freed, and no owner was limited).
 
-mod one_core;
+use crate::one_core;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! network (`support`, which checks one admin per term, no overlapping leases and one vote per
 //! term on every step) shows the handover end to end, under loss, reordering and crashes.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Command, Core, Event, HandoverRefusal, Message, NodeId, Notice, Role};
 use support::{fast_config, Net};

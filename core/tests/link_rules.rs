@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chorus_core::certificate::{simulated_signature, verify};
 use chorus_core::{Command, Core, Electorate, Event, Link, Message, NodeId, Notice, Refusal};
 
-mod one_core;
+use crate::one_core;
 use one_core::{from, sent_to};
 
 fn ids(names: &[&str]) -> Vec<NodeId> {

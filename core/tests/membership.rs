@@ -6,7 +6,7 @@
 //! on the in-test network (`support`), which checks one admin per term, no overlapping leases and
 //! one vote per term on every step.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -21,7 +21,7 @@ use chorus_core::{
     ADMIN_ELECTION,
 };
 
-mod one_core;
+use crate::one_core;
 use one_core::{connect, from, stand, voter_with};
 
 const MIN: u64 = 30_000;

@@ -1,7 +1,7 @@
 //! Rules of the step loop itself (`node.rs`), on one core driven by hand: a stopped node is
 //! inert, and what the runtime samples (slots, capabilities) reaches the admin as it changes.
 
-mod one_core;
+use crate::one_core;
 
 use chorus_core::{
     Command, Config, Core, Event, Message, Resources, ADMIN_ELECTION, MAX_CAPABILITIES,

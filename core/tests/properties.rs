@@ -10,7 +10,7 @@
 //! `core/tests/properties.proptest-regressions` (committed), and every later run replays the
 //! cases listed there before new ones. See docs/testing.md for replaying one case by hand.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Command, Message};
 use proptest::prelude::*;

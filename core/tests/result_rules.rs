@@ -12,7 +12,7 @@
 //! Each test was seen to fail on the weakened rule its doc comment names (issue 52's closing
 //! note has the diffs).
 
-mod one_core;
+use crate::one_core;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! id of 128 control characters, node ids of `MAX_ID_BYTES` control characters, numbers at their
 //! largest — since JSON writes each control character as six bytes (`\u0001`).
 
-mod one_core;
+use crate::one_core;
 
 use std::sync::Arc;
 

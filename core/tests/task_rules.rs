@@ -5,7 +5,7 @@
 //! the narrow ones that the first `cargo mutants` run over `task/` found unchecked, each seen to
 //! fail on the mutant its doc comment names (docs/mutants.md, session 10).
 
-mod one_core;
+use crate::one_core;
 
 use std::sync::Arc;
 

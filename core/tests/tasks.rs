@@ -3,7 +3,7 @@
 //! network checks on every step that a placement happens only under a valid lease and that a
 //! submitter takes one result per task; each test checks invariant 7 at its end.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Event, Message, Notice, Refusal, TaskId, TaskPhase, TaskSpec, TaskStatus};
 use support::{fast_config, Net};

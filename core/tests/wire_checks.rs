@@ -1,7 +1,7 @@
 //! The core test network judges vote safety from the wire: a node that grants two candidates a
 //! vote in one term but reports only one `Voted` notice is caught.
 
-mod support;
+use crate::support;
 
 use chorus_core::{Command, Config, Core, Electorate, Event, Message, NodeId, Notice};
 use support::{fast_config, Net, VoteLedger};

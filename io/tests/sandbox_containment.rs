@@ -7,7 +7,7 @@
 //! Network rule: the only addresses these tests talk to are listeners and containers they
 //! create themselves.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;

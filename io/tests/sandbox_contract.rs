@@ -10,7 +10,7 @@
 //!
 //! Docker tests fail (never skip) when Docker is unreachable.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

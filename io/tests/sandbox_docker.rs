@@ -2,7 +2,7 @@
 //! not skip) when Docker is unreachable. Each test uses its own node id and removes its
 //! containers, so they run in parallel.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! The warm sandbox pool: against the real Docker Engine (these tests fail, never skip, when
 //! Docker is unreachable) and against the scripted double.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@
 //! overlapping leases, no agreed admin — which is what they are for: they reproduce the bugs
 //! the core's bootstrap rewrite must fix.
 
-mod common;
+use crate::common;
 use common::{error_of, parse};
 use std::collections::BTreeMap;
 

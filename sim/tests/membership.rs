@@ -2,7 +2,7 @@
 //! the trace records of electorate changes, and the built-ins `replace`, `replace-manual` and
 //! `change-interrupted` — that they do what they say, and break no invariant on any seed.
 
-mod common;
+use crate::common;
 use chorus_core::{ChangeOutcome, MemberChange};
 use chorus_sim::run::{run_to_bytes, Engine};
 use chorus_sim::scenario::{Scenario, MEMBERSHIP};

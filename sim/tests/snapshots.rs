@@ -1,6 +1,6 @@
 //! Snapshot logs: condensed traces of fixed-seed runs on both engines, kept under the top-level
 //! `snapshots/`. When behaviour drifts these fail; accept a deliberate change with
-//! `cargo insta review` (or `INSTA_UPDATE=always cargo test -p chorus-sim --test snapshots`).
+//! `cargo insta review` (or `INSTA_UPDATE=always cargo test -p chorus-sim --test suite snapshots::`).
 
 use chorus_sim::run::{run_to_bytes, Engine};
 use chorus_sim::scenario::Scenario;

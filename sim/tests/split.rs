@@ -1,7 +1,7 @@
 //! The `split` action (issue 32): the cluster cut into arbitrary groups mid-run, a later split
 //! replacing the earlier one, a heal restoring everything — on both engines.
 
-mod common;
+use crate::common;
 use common::{error_of, parse};
 
 use chorus_sim::run::{run_to_bytes, Engine};

@@ -4,7 +4,7 @@
 //! issue-10 reproducers (`REPRODUCERS`) get more seeds in `tests/bootstrap.rs` and
 //! `tests/membership.rs`.
 
-mod common;
+use crate::common;
 use chorus_sim::scenario::{Scenario, BUILTINS};
 use chorus_sim::sweep::{jobs, EngineChoice};
 use common::assert_clean;

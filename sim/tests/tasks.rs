@@ -3,7 +3,7 @@
 //! mid-run and its task run again elsewhere, hung tasks cancelled — and invariant 7 holds over
 //! a sweep of the scenarios with task workloads.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -3,9 +3,7 @@
 //! sandboxes. These need a running Docker Engine (and, for the Python client, `python3`) and
 //! fail, never skip, without them.
 
-#[path = "e2e_agents/mcp.rs"]
 mod mcp;
-#[path = "e2e_agents/python.rs"]
 mod python;
 
 /// The end-to-end tests' build of the node (`tests/src/bin/chorus-e2e.rs`).

@@ -8,10 +8,9 @@
 //!
 //! The Docker test needs the real Docker Engine and fails (never skips) without it.
 
-// The Docker test helpers of chorus-io's own tests: connecting (failing loudly without Docker),
-// the sandbox image, container checks through the CLI, cleanup on panic.
-#[path = "../../io/tests/common/mod.rs"]
-mod common;
+// The Docker test helpers of chorus-io's own tests (declared in e2e.rs): connecting (failing
+// loudly without Docker), the sandbox image, container checks through the CLI, cleanup on panic.
+use crate::io_common as common;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

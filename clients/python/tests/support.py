@@ -28,7 +28,7 @@ def env(name: str) -> str:
         raise RuntimeError(f"{name} is not set, and CHORUS_TEST_REQUIRED says it must be")
     raise unittest.SkipTest(
         f"{name} is not set: these tests run against real nodes; "
-        "`cargo test -p chorus-tests --test e2e_agents python` starts them and sets it"
+        "`cargo test -p chorus-tests --test e2e e2e_agents::python` starts them and sets it"
     )
 
 
