@@ -72,6 +72,41 @@ fn lone_node_elects_itself_and_replays() {
     assert!(stdout.contains("check     OK"), "{stdout}");
 }
 
+/// Issue 54, item 5: a data directory made for one cluster, started under another
+/// `--cluster-id`, is refused with one line naming both ids, the directory and the ways out
+/// (etcd's "cluster ID mismatch") — not accepted into a node that never finds an admin. The
+/// refusal changes nothing: the node starts again under its own id.
+#[test]
+fn a_data_dir_of_another_cluster_is_refused_naming_both_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    lone_node_until_admin(&data);
+    let mut args = run_args(&data);
+    args.extend(["--cluster-id".to_string(), "other".to_string()]);
+    let out = run_chorus(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("chorus: "))
+        .unwrap_or_else(|| panic!("an error line: {stderr}"));
+    for part in [
+        "cluster ID mismatch",
+        "\"chorus\"",
+        "--cluster-id says \"other\"",
+        &data.display().to_string(),
+        "--cluster-id chorus",
+        "fresh --data-dir",
+    ] {
+        assert!(line.contains(part), "{part:?} missing: {line}");
+    }
+    // Under its own id it starts as before.
+    lone_node_until_admin(&data);
+}
+
 /// A record that does not decode stops the node at start with an error naming the path.
 #[test]
 fn corrupt_log_stops_the_node_with_a_clear_error() {

@@ -308,7 +308,8 @@ pub struct RunFlags {
     /// Admin-eligible nodes to discover before the first election [default: 1].
     #[arg(long, value_name = "N")]
     pub bootstrap_expect: Option<u32>,
-    /// Cluster id [default: chorus].
+    /// Cluster id [default: chorus]. A data directory keeps the id it was made with: a start
+    /// under another is refused (use the old id, or a fresh --data-dir).
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<String>,
     /// Pre-shared network key file (private network).
