@@ -319,6 +319,28 @@ fn completions_man_pages_and_the_config_example_come_from_the_binary() {
     let out = run_chorus(bin, &["config", "validate", example.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    // `-` reads standard input (issue 54, item 9: it was refused as a missing file).
+    for (text, code) in [
+        (&std::fs::read(&example).unwrap()[..], 0),
+        (b"[tasks]\nslotz = 3\n", 2),
+    ] {
+        let mut child = std::process::Command::new(bin)
+            .args(["config", "validate", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{said}");
+        assert!(said.contains("standard input"), "{said}");
+        if code == 2 {
+            assert!(said.contains("slotz") && said.contains("line 2"), "{said}");
+        }
+    }
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[tasks]\nslotz = 3\n").unwrap();
     let out = run_chorus(bin, &["config", "validate", bad.to_str().unwrap()]);
@@ -364,7 +386,24 @@ fn the_systemd_unit_verifies_against_this_build() {
     }
     let here = dir.path().join("chorus.service");
     std::fs::write(&here, unit.replace(program, BIN)).unwrap();
-    let man = dir.path().join("man");
+    // `verify` checks the Documentation= man pages: the unit's install steps put them on the
+    // man path (issue 54, item 9: without them it failed). Done here under a scratch root.
+    let man_dir = unit
+        .lines()
+        .find_map(|l| l.split("chorus man --out ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the install steps write the man pages");
+    let section = Path::new(man_dir);
+    assert!(
+        section.ends_with("man1")
+            && ["/usr/local/share/man", "/usr/share/man"]
+                .iter()
+                .any(|m| section.parent() == Some(Path::new(m))),
+        "{man_dir} is not a section of the default man path"
+    );
+    let man = dir
+        .path()
+        .join(section.parent().unwrap().strip_prefix("/").unwrap());
     let out = run_chorus(
         Path::new(BIN),
         &["man", "--out", man.join("man1").to_str().unwrap()],

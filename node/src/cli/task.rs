@@ -678,7 +678,7 @@ fn render_unescaped(v: &TaskView) -> String {
         let secs = v.pending_ms.unwrap_or(0) / 1_000;
         out.push_str(&format!(
             "  waiting: {why}, for {secs} s (it ends unschedulable if no live worker can run \
-             it for 60 task ticks)\n"
+             it for 60 s, or 60 heartbeats where they come more often than once a second)\n"
         ));
     }
     out.push_str(&format!(
