@@ -418,6 +418,92 @@ fn the_systemd_unit_verifies_against_this_build() {
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
 }
 
+/// Issue 54, item 4: what systemd does with the node under the unit in packaging/. A reload
+/// (each ExecReload, run as systemd runs it, `$MAINPID` the node) leaves the node running or
+/// ends it in a way the unit's `Restart=` restarts — a SIGTERM did neither: the node exits 0,
+/// and `Restart=on-failure` leaves a clean exit stopped. A crash (SIGKILL) is restarted; a bad
+/// setting (exit 2) is not. systemd's rule is modelled from systemd.service(5) (a clean exit is
+/// code 0 or SIGHUP, SIGINT, SIGTERM, SIGPIPE): no systemd runs as PID 1 here.
+#[test]
+fn under_the_systemd_unit_a_reload_never_leaves_the_node_stopped() {
+    use std::os::unix::process::ExitStatusExt;
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/chorus.service"
+    ))
+    .unwrap();
+    let values = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim().to_owned())
+            .collect()
+    };
+    let restart = values("Restart").pop().unwrap_or_else(|| "no".into());
+    let prevent: Vec<i32> = values("RestartPreventExitStatus")
+        .iter()
+        .flat_map(|v| v.split_whitespace().filter_map(|c| c.parse().ok()))
+        .collect();
+    let restarts = |status: std::process::ExitStatus| -> bool {
+        if status.code().is_some_and(|c| prevent.contains(&c)) {
+            return false;
+        }
+        let clean = status.code() == Some(0) || matches!(status.signal(), Some(1 | 2 | 13 | 15));
+        match restart.as_str() {
+            "always" => true,
+            "on-success" => clean,
+            "on-failure" => !clean,
+            "on-abnormal" => !clean && status.signal().is_some(),
+            "on-abort" => status.signal() == Some(6),
+            _ => false,
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    for (i, reload) in values("ExecReload").iter().enumerate() {
+        let log = dir.path().join(format!("reload-{i}.log"));
+        let (mut guard, _) = spawn_reported(Path::new(BIN), &run_args(&data), &[], &log);
+        let pid = guard.0.as_ref().expect("running").id();
+        let command = reload
+            .trim_start_matches(['-', '@', '+', '!', ':'])
+            .replace("$MAINPID", &pid.to_string());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ExecReload={reload}: {out:?}");
+        let ended =
+            chorus_tests::wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+                guard.0.as_mut().and_then(|c| c.try_wait().ok().flatten())
+            });
+        if let Some(status) = ended {
+            assert!(
+                restarts(status),
+                "`systemctl reload` (ExecReload={reload}) ends the node ({status}) and \
+                 Restart={restart} leaves it stopped"
+            );
+        }
+    }
+    let log = dir.path().join("crash.log");
+    let (mut guard, _) = spawn_reported(Path::new(BIN), &run_args(&data), &[], &log);
+    let status = stop(&mut guard, Signal::SIGKILL);
+    assert!(restarts(status), "a crash ({status}) is left stopped");
+    let bad = run_chorus(
+        Path::new(BIN),
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--heartbeat-ms",
+            "0",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        !restarts(bad.status),
+        "a bad setting is restarted in a loop"
+    );
+}
+
 /// Issue 51, finding 5: text with control characters, fed to every refusal of the API — a
 /// task's env name and secret env name, a task id in a path, a member change, a transfer, a
 /// token's role and audience, a live sandbox's id — is refused, and reaches the node's log
