@@ -52,8 +52,22 @@ pub async fn send(
         (true, None) => anyhow::bail!("{} speaks TLS: no way to check it", endpoint.host_port),
         (false, _) => exchange(tcp, endpoint, method, path, body, token, limit).await?,
     };
-    parse_answer(&raw)
-        .ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {}", endpoint.host_port))
+    parse_answer(&raw).ok_or_else(|| {
+        if !endpoint.tls && looks_like_tls(&raw) {
+            anyhow::anyhow!(
+                "{hp} speaks TLS: use https://{hp} (with --tls-fingerprint or --ca-cert)",
+                hp = endpoint.host_port
+            )
+        } else {
+            anyhow::anyhow!("malformed HTTP response from {}", endpoint.host_port)
+        }
+    })
+}
+
+/// Whether an answer to plain HTTP is a TLS record (a server that speaks only TLS answers a
+/// plain request with an alert, or a handshake record): content type 21 or 22, version 3.x.
+fn looks_like_tls(raw: &[u8]) -> bool {
+    matches!(raw, [21 | 22, 3, ..])
 }
 
 /// Splits a whole HTTP/1.1 answer into status, headers and body (a chunked body joined: a

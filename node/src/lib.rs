@@ -50,7 +50,7 @@ pub use history::merge;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{FromArgMatches, Parser, Subcommand};
 
 use crate::daemon::config::{LogFormat, NodeConfig, RunFlags};
 use crate::exit::{block_on, fail, one_line, report};
@@ -245,11 +245,54 @@ enum Cmd {
     Mcp(cli::mcp::Args),
 }
 
+/// The options only a client of a node's HTTP API uses (global, so they go before or after a
+/// subcommand).
+const CLIENT_OPTIONS: [&str; 4] = ["token", "token_file", "tls_fingerprint", "ca_cert"];
+
+/// The subcommands that ask no node's API: the client options are hidden from their help
+/// (still accepted, ignored), where they would only mislead (`chorus run --help`).
+const NOT_CLIENTS: [&str; 9] = [
+    "run",
+    "config",
+    "completions",
+    "man",
+    "version",
+    "replay",
+    "recover",
+    "devcluster",
+    "psk",
+];
+
+/// The command line as parsed, and as `--help`, man pages and completions show it.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn hide_client_options(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| {
+            if CLIENT_OPTIONS.contains(&a.get_id().as_str()) {
+                a.hide(true)
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(hide_client_options)
+    }
+    // Built first: a global option is copied into every subcommand then, and each copy can be
+    // hidden where it does not apply.
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd.mut_subcommands(|sc| {
+        if NOT_CLIENTS.contains(&sc.get_name()) {
+            hide_client_options(sc)
+        } else {
+            sc
+        }
+    })
+}
+
 /// `chorus man`: the top page to stdout, or every page into `out`.
 fn man_pages(out: Option<&std::path::Path>) -> anyhow::Result<()> {
     use anyhow::Context;
-    use clap::CommandFactory;
-    let cmd = Cli::command();
+    let cmd = command();
     match out {
         None => {
             let mut page = Vec::new();
@@ -306,12 +349,13 @@ enum PskCmd {
 enum MembersCmd {
     /// Make an admin-eligible node a voter.
     Add {
-        /// The node's id (its libp2p peer id, as `chorus members` lists it).
+        /// The node's id (its libp2p peer id, as `chorus members` lists it), or its end as the
+        /// other tables print it (the last 8 characters) when no other id ends so.
         id: String,
     },
     /// Make a voter a standby (or forget a voter that is gone for good).
     Remove {
-        /// The node's id.
+        /// The node's id, or its last 8 characters (as for `add`).
         id: String,
     },
     /// Move the admin's office to another voter now (etcd's `move-leader`): the admin steps
@@ -327,7 +371,7 @@ enum MembersCmd {
 
 /// The `chorus` command line: parses the arguments and runs the command.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     if let Err(e) = cli::http::set_token(cli.token, cli.token_file.as_deref()) {
         return fail(&e);
     }
@@ -352,8 +396,7 @@ pub fn main() -> ExitCode {
             }
         },
         Cmd::Completions { shell } => {
-            use clap::CommandFactory;
-            let mut cmd = Cli::command();
+            let mut cmd = command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cmd, "chorus", &mut script);
             to_stdout(&script)
@@ -384,16 +427,24 @@ pub fn main() -> ExitCode {
             change,
         } => {
             let wait = std::time::Duration::from_secs(timeout.clamp(1, 300));
+            // A short id, as the tables print it, names its node.
+            let whole = |id: String| block_on(cli::members::resolve(&addr, id));
             let change = match change {
                 Some(MembersCmd::Transfer { id }) => {
-                    return report(block_on(cli::members::transfer(&addr, id, wait)))
+                    let id = match id.map(whole).transpose() {
+                        Ok(id) => id,
+                        Err(e) => return fail(&e),
+                    };
+                    return report(block_on(cli::members::transfer(&addr, id, wait)));
                 }
-                Some(MembersCmd::Add { id }) => {
-                    Some(chorus_core::MemberChange::Add { node: id.into() })
-                }
-                Some(MembersCmd::Remove { id }) => {
-                    Some(chorus_core::MemberChange::Remove { node: id.into() })
-                }
+                Some(MembersCmd::Add { id }) => match whole(id) {
+                    Ok(id) => Some(chorus_core::MemberChange::Add { node: id.into() }),
+                    Err(e) => return fail(&e),
+                },
+                Some(MembersCmd::Remove { id }) => match whole(id) {
+                    Ok(id) => Some(chorus_core::MemberChange::Remove { node: id.into() }),
+                    Err(e) => return fail(&e),
+                },
                 None => None,
             };
             match change {
@@ -468,5 +519,86 @@ fn run_node(flags: &RunFlags) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         // One plain line on stderr, whatever the log format.
         Err(e) => fail(&e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The long help of the subcommand at `path`, as `chorus … --help` prints it.
+    fn help(path: &[&str]) -> String {
+        let mut cmd = command();
+        let mut at = &mut cmd;
+        for name in path {
+            at = at.find_subcommand_mut(name).expect("a subcommand");
+        }
+        at.render_long_help().to_string()
+    }
+
+    /// Whether the help lists option `flag` (a line of the options that starts with it).
+    fn lists(help: &str, flag: &str) -> bool {
+        help.lines()
+            .any(|l| l.trim_start().starts_with(&format!("{flag} ")))
+    }
+
+    /// Issue 54, item 9: the client's options (token, TLS pin, CA) are in the help of the
+    /// commands that ask a node, and not in that of those that ask none; they are still
+    /// accepted before or after any subcommand.
+    #[test]
+    fn client_options_are_shown_only_where_a_node_is_asked() {
+        let flags = ["--token", "--token-file", "--tls-fingerprint", "--ca-cert"];
+        for path in [
+            &["run"][..],
+            &["version"],
+            &["config", "validate"],
+            &["replay"],
+            &["recover"],
+            &["devcluster"],
+            &["psk", "generate"],
+            &["man"],
+        ] {
+            let h = help(path);
+            for flag in flags {
+                assert!(!lists(&h, flag), "{flag} in `chorus {path:?} --help`:\n{h}");
+            }
+        }
+        for path in [
+            &["status"][..],
+            &["task", "submit"],
+            &["members", "remove"],
+            &["acl", "token", "create"],
+            &["sandbox", "exec"],
+            &["mcp"],
+        ] {
+            let h = help(path);
+            for flag in flags {
+                assert!(
+                    lists(&h, flag),
+                    "{flag} not in `chorus {path:?} --help`:\n{h}"
+                );
+            }
+        }
+        for args in [
+            &["chorus", "--token", "t", "status"][..],
+            &["chorus", "status", "--token", "t"],
+            &["chorus", "run", "--token", "t"],
+        ] {
+            let m = command().try_get_matches_from(args).expect("parsed");
+            let cli = Cli::from_arg_matches(&m).expect("parsed");
+            assert_eq!(cli.token.as_deref(), Some("t"), "{args:?}");
+        }
+    }
+
+    /// Issue 54, item 9: `--bootstrap-expect` says when it is required (no bare `[default:
+    /// 1]`), and `--cluster-seed`, for tests, is not shown to operators.
+    #[test]
+    fn run_help_says_when_bootstrap_expect_is_required_and_hides_the_seed() {
+        let h = help(&["run"]);
+        assert!(!lists(&h, "--cluster-seed"), "{h}");
+        let at = h.find("--bootstrap-expect <N>").expect("listed");
+        let text: String = h[at..].split("\n\n").next().unwrap_or_default().into();
+        assert!(text.contains("Required when"), "{text}");
+        assert!(!text.contains("[default: 1]"), "{text}");
     }
 }

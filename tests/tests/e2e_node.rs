@@ -72,6 +72,41 @@ fn lone_node_elects_itself_and_replays() {
     assert!(stdout.contains("check     OK"), "{stdout}");
 }
 
+/// Issue 54, item 5: a data directory made for one cluster, started under another
+/// `--cluster-id`, is refused with one line naming both ids, the directory and the ways out
+/// (etcd's "cluster ID mismatch") — not accepted into a node that never finds an admin. The
+/// refusal changes nothing: the node starts again under its own id.
+#[test]
+fn a_data_dir_of_another_cluster_is_refused_naming_both_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    lone_node_until_admin(&data);
+    let mut args = run_args(&data);
+    args.extend(["--cluster-id".to_string(), "other".to_string()]);
+    let out = run_chorus(
+        Path::new(BIN),
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("chorus: "))
+        .unwrap_or_else(|| panic!("an error line: {stderr}"));
+    for part in [
+        "cluster ID mismatch",
+        "\"chorus\"",
+        "--cluster-id says \"other\"",
+        &data.display().to_string(),
+        "--cluster-id chorus",
+        "fresh --data-dir",
+    ] {
+        assert!(line.contains(part), "{part:?} missing: {line}");
+    }
+    // Under its own id it starts as before.
+    lone_node_until_admin(&data);
+}
+
 /// A record that does not decode stops the node at start with an error naming the path.
 #[test]
 fn corrupt_log_stops_the_node_with_a_clear_error() {
@@ -284,6 +319,28 @@ fn completions_man_pages_and_the_config_example_come_from_the_binary() {
     let out = run_chorus(bin, &["config", "validate", example.to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("valid"));
+    // `-` reads standard input (issue 54, item 9: it was refused as a missing file).
+    for (text, code) in [
+        (&std::fs::read(&example).unwrap()[..], 0),
+        (b"[tasks]\nslotz = 3\n", 2),
+    ] {
+        let mut child = std::process::Command::new(bin)
+            .args(["config", "validate", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{said}");
+        assert!(said.contains("standard input"), "{said}");
+        if code == 2 {
+            assert!(said.contains("slotz") && said.contains("line 2"), "{said}");
+        }
+    }
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[tasks]\nslotz = 3\n").unwrap();
     let out = run_chorus(bin, &["config", "validate", bad.to_str().unwrap()]);
@@ -329,7 +386,24 @@ fn the_systemd_unit_verifies_against_this_build() {
     }
     let here = dir.path().join("chorus.service");
     std::fs::write(&here, unit.replace(program, BIN)).unwrap();
-    let man = dir.path().join("man");
+    // `verify` checks the Documentation= man pages: the unit's install steps put them on the
+    // man path (issue 54, item 9: without them it failed). Done here under a scratch root.
+    let man_dir = unit
+        .lines()
+        .find_map(|l| l.split("chorus man --out ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the install steps write the man pages");
+    let section = Path::new(man_dir);
+    assert!(
+        section.ends_with("man1")
+            && ["/usr/local/share/man", "/usr/share/man"]
+                .iter()
+                .any(|m| section.parent() == Some(Path::new(m))),
+        "{man_dir} is not a section of the default man path"
+    );
+    let man = dir
+        .path()
+        .join(section.parent().unwrap().strip_prefix("/").unwrap());
     let out = run_chorus(
         Path::new(BIN),
         &["man", "--out", man.join("man1").to_str().unwrap()],
@@ -342,6 +416,92 @@ fn the_systemd_unit_verifies_against_this_build() {
         .expect("systemd-analyze runs (systemd is on this machine)");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && said.trim().is_empty(), "{said}");
+}
+
+/// Issue 54, item 4: what systemd does with the node under the unit in packaging/. A reload
+/// (each ExecReload, run as systemd runs it, `$MAINPID` the node) leaves the node running or
+/// ends it in a way the unit's `Restart=` restarts — a SIGTERM did neither: the node exits 0,
+/// and `Restart=on-failure` leaves a clean exit stopped. A crash (SIGKILL) is restarted; a bad
+/// setting (exit 2) is not. systemd's rule is modelled from systemd.service(5) (a clean exit is
+/// code 0 or SIGHUP, SIGINT, SIGTERM, SIGPIPE): no systemd runs as PID 1 here.
+#[test]
+fn under_the_systemd_unit_a_reload_never_leaves_the_node_stopped() {
+    use std::os::unix::process::ExitStatusExt;
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/chorus.service"
+    ))
+    .unwrap();
+    let values = |key: &str| -> Vec<String> {
+        unit.lines()
+            .filter_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim().to_owned())
+            .collect()
+    };
+    let restart = values("Restart").pop().unwrap_or_else(|| "no".into());
+    let prevent: Vec<i32> = values("RestartPreventExitStatus")
+        .iter()
+        .flat_map(|v| v.split_whitespace().filter_map(|c| c.parse().ok()))
+        .collect();
+    let restarts = |status: std::process::ExitStatus| -> bool {
+        if status.code().is_some_and(|c| prevent.contains(&c)) {
+            return false;
+        }
+        let clean = status.code() == Some(0) || matches!(status.signal(), Some(1 | 2 | 13 | 15));
+        match restart.as_str() {
+            "always" => true,
+            "on-success" => clean,
+            "on-failure" => !clean,
+            "on-abnormal" => !clean && status.signal().is_some(),
+            "on-abort" => status.signal() == Some(6),
+            _ => false,
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("node");
+    for (i, reload) in values("ExecReload").iter().enumerate() {
+        let log = dir.path().join(format!("reload-{i}.log"));
+        let (mut guard, _) = spawn_reported(Path::new(BIN), &run_args(&data), &[], &log);
+        let pid = guard.0.as_ref().expect("running").id();
+        let command = reload
+            .trim_start_matches(['-', '@', '+', '!', ':'])
+            .replace("$MAINPID", &pid.to_string());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &command])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "ExecReload={reload}: {out:?}");
+        let ended =
+            chorus_tests::wait_until(Duration::from_secs(5), Duration::from_millis(50), || {
+                guard.0.as_mut().and_then(|c| c.try_wait().ok().flatten())
+            });
+        if let Some(status) = ended {
+            assert!(
+                restarts(status),
+                "`systemctl reload` (ExecReload={reload}) ends the node ({status}) and \
+                 Restart={restart} leaves it stopped"
+            );
+        }
+    }
+    let log = dir.path().join("crash.log");
+    let (mut guard, _) = spawn_reported(Path::new(BIN), &run_args(&data), &[], &log);
+    let status = stop(&mut guard, Signal::SIGKILL);
+    assert!(restarts(status), "a crash ({status}) is left stopped");
+    let bad = run_chorus(
+        Path::new(BIN),
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--heartbeat-ms",
+            "0",
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    assert!(
+        !restarts(bad.status),
+        "a bad setting is restarted in a loop"
+    );
 }
 
 /// Issue 51, finding 5: text with control characters, fed to every refusal of the API — a

@@ -192,6 +192,41 @@ fn twenty_tasks_complete_with_their_outputs_and_exit_codes() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "from-cli\n");
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("submitted; waiting for its result"), "{said}");
+    // Issue 54, item 7: piped, --wait prints the whole output (as on a terminal), not the
+    // result's last 8 KiB cut mid-line: 3000 lines (~29 KiB) on each stream.
+    let lines = |tag: &str| {
+        (0..3000)
+            .map(|i| format!("{tag}-{i:05}\n"))
+            .collect::<String>()
+    };
+    let out = c.chorus(&[
+        "task",
+        "submit",
+        "--addr",
+        &addr,
+        "--image",
+        IMAGE,
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "i=0; while [ $i -lt 3000 ]; do printf 'out-%05d\\n' $i; printf 'err-%05d\\n' $i >&2; \
+         i=$((i+1)); done",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout == lines("out"),
+        "{} bytes of stdout:\n{stdout}",
+        stdout.len()
+    );
+    assert!(
+        said.contains(&lines("err")),
+        "{} bytes of stderr:\n{said}",
+        said.len()
+    );
+    assert!(!said.contains("cut"), "{said}");
     // --wait-timeout ends the wait (exit 75), not the task, and names it.
     let out = c.chorus(&[
         "task",

@@ -109,6 +109,19 @@ fn the_api_speaks_tls_to_a_client_that_pins_its_certificate() {
         "plain HTTP answered"
     );
 
+    // Issue 54, item 9: the CLI asked for plain HTTP at the TLS port says to use https://,
+    // not "malformed HTTP response".
+    let plain = format!("127.0.0.1:{}", ports.http);
+    for addr in [plain.clone(), format!("http://{plain}")] {
+        let out = chorus(&["status", "--addr", &addr]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!("speaks TLS: use https://{plain}")),
+            "{err}"
+        );
+    }
+
     // A restart keeps the certificate: the same pin still works, and nothing new is printed.
     chorus_tests::stop(&mut guard, nix::sys::signal::Signal::SIGTERM);
     let log2 = dir.path().join("n0-again.log");

@@ -331,11 +331,21 @@ pub async fn follow(
                 http,
                 cursors: [out, err],
             } = r;
-            // Both at once: the worker answers both when either stream grows.
-            let (a, b) = tokio::join!(
-                step(http, id, run.attempt, out),
-                step(http, id, run.attempt, err)
-            );
+            // Both at once: the worker answers both when either stream grows. A long poll
+            // ends at `give_up` too (it may wait 20 s for output that does not come).
+            let both = async {
+                tokio::join!(
+                    step(http, id, run.attempt, out),
+                    step(http, id, run.attempt, err)
+                )
+            };
+            let (a, b) = match give_up {
+                Some(at) => match tokio::time::timeout_at(at, both).await {
+                    Ok(steps) => steps,
+                    Err(_) => return Ok(Followed::GaveUp { phase: view.phase }),
+                },
+                None => both.await,
+            };
             let steps = [a?, b?];
             let missing = steps.iter().find_map(|s| match s {
                 Step::Missing(why) => Some(why.clone()),
@@ -370,6 +380,11 @@ pub async fn follow(
             }
             if steps.contains(&Step::Read) {
                 streamed = true;
+                if view.result.is_none()
+                    && give_up.is_some_and(|at| tokio::time::Instant::now() >= at)
+                {
+                    return Ok(Followed::GaveUp { phase: view.phase });
+                }
                 continue;
             }
         }

@@ -150,3 +150,21 @@ pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow:
     }
     bail!("the admin moved while the request was on its way; run the command again")
 }
+
+/// The whole node id `given` names among the members the node at `addr` lists: a short id as
+/// the tables print it names its node ([`crate::names::resolve_id`]); an id no member's ends
+/// with, or a list that cannot be read, leaves `given` as it is for the node to judge.
+pub async fn resolve(addr: &str, given: String) -> anyhow::Result<String> {
+    let Ok(body) = get_document(addr, "/members").await else {
+        return Ok(given);
+    };
+    let Ok(view) = serde_json::from_str::<MembersView>(&body) else {
+        return Ok(given);
+    };
+    let known = view.members.iter().map(|m| m.node_id.as_str());
+    match crate::names::resolve_id(&given, known) {
+        Ok(Some(id)) => Ok(id.to_owned()),
+        Ok(None) => Ok(given),
+        Err(why) => bail!("{why}"),
+    }
+}

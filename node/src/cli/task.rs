@@ -1,7 +1,7 @@
 //! `chorus task`: submit, watch, list and cancel tasks through any node's HTTP API.
 //!
-//! `submit --wait` prints the task's stdout tail, then its stderr tail (on a terminal: its
-//! whole output as it comes, [`super::logs`]), and exits with the task's exit code; the other
+//! `submit --wait` streams the task's whole output as it comes ([`super::logs`]), on a terminal
+//! and piped alike, and exits with the task's exit code; the other
 //! endings are said in plain words on stderr and have exit codes of their own ([`exit_code`]).
 
 use std::process::ExitCode;
@@ -38,10 +38,10 @@ pub enum Cmd {
     /// override the file's values (`--env K=V` one variable; `--require`, `--secret-env` the
     /// whole list; `--network` can only turn the network on).
     ///
-    /// Prints the task id, or with `--wait` waits for the result, prints its stdout, then its
-    /// stderr (the last 8 KiB of each), and exits with the task's exit code. With stdout on a
-    /// terminal, `--wait` streams the whole output from the worker while the task runs instead
-    /// (as `chorus task logs -f`).
+    /// Prints the task id, or with `--wait` streams the task's whole output from the worker
+    /// while it runs (as `chorus task logs -f`: its stdout on stdout, its stderr on stderr,
+    /// piped or not) and exits with the task's exit code. Where the worker keeps no log, the
+    /// result's last 8 KiB of each stream are printed instead, the cut said.
     ///
     /// Exit codes with `--wait` (the same as `chorus sandbox run`'s for the same endings):
     /// the task's own exit code when it exited; 128+N killed by signal N; 124 timed out;
@@ -166,9 +166,10 @@ pub struct SubmitArgs {
     /// Wait for the result, print its output and exit with the task's exit code.
     #[arg(long)]
     pub wait: bool,
-    /// With --wait: print the output exactly as the task wrote it. By default control
-    /// characters other than newline and tab are shown escaped (`\x1b`), so a task's output
-    /// cannot drive the terminal.
+    /// With --wait: print the output exactly as the task wrote it, on a terminal too. By
+    /// default control characters other than newline and tab are shown escaped (`\x1b`) on a
+    /// terminal, so a task's output cannot drive it; piped, the bytes are as the task wrote
+    /// them.
     #[arg(long, requires = "wait")]
     pub raw: bool,
     /// With --wait: stop waiting after this many seconds (exit 75; the task goes on, and
@@ -413,11 +414,6 @@ fn error_of(value: &Value, body: &str) -> String {
         .map_or_else(|| body.trim().to_owned(), str::to_owned)
 }
 
-/// The task, from the node that holds it (asked through `addr`: see [`at_owner`]).
-async fn fetch(addr: &str, id: &str) -> anyhow::Result<TaskView> {
-    view_of(at_owner(addr, "GET", &format!("/tasks/{id}")).await?)
-}
-
 /// The task document of a `GET /tasks/{id}` answer, or the error it says.
 fn view_of(a: Answer) -> anyhow::Result<TaskView> {
     if a.code != 200 {
@@ -520,43 +516,36 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    use std::io::{IsTerminal, Write};
-    // On a terminal the output is streamed as it comes (from the worker's log, each stream to
-    // its own); piped, the result's tails are printed at the end, as they always were.
-    let followed = if std::io::stdout().is_terminal() {
-        match super::logs::follow(addr, &id, args.raw, give_up).await? {
-            super::logs::Followed::Done { result, streamed } => Some((result, streamed)),
-            super::logs::Followed::GaveUp { phase } => {
-                eprintln!(
-                    "chorus: no result for task {id} within --wait-timeout (it is {phase}); it \
-                     goes on: `chorus task logs {id} -f` follows it"
-                );
-                return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT));
-            }
+    use std::io::Write;
+    // The whole output, streamed as it comes from the worker's log (each stream to its own),
+    // on a terminal and piped alike: a script gets what a person sees (issue 54, item 7; the
+    // result carries only the last 8 KiB of each stream). Only escaping differs, as for
+    // `task logs`: on a terminal unless --raw.
+    let (result, streamed) = match super::logs::follow(addr, &id, args.raw, give_up).await? {
+        super::logs::Followed::Done { result, streamed } => (result, streamed),
+        super::logs::Followed::GaveUp { phase } => {
+            eprintln!(
+                "chorus: no result for task {id} within --wait-timeout (it is {phase}); it \
+                 goes on: `chorus task logs {id} -f` follows it"
+            );
+            return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT));
         }
-    } else {
-        None
-    };
-    let (result, streamed) = match followed {
-        Some(f) => f,
-        None => match wait_result(addr, &id, give_up).await? {
-            Some(r) => (r, false),
-            None => return Ok(ExitCode::from(EXIT_WAIT_TIMEOUT)),
-        },
     };
     let mut err = std::io::stderr().lock();
+    // No log to read (the worker keeps none, or cannot be reached): the result's tails.
     if !streamed {
-        let shown = |text: &str| {
-            if args.raw {
-                text.to_owned()
-            } else {
-                escape_controls(text)
-            }
+        // Escaped as a streamed log would be: for a terminal, unless --raw.
+        use chorus_io::sandbox::OutputStream;
+        let shown = |to: OutputStream, text: &str| {
+            let mut p = super::logs::Printer::for_stream(to, args.raw);
+            let mut bytes = p.shown(text.as_bytes());
+            bytes.extend(p.flush());
+            bytes
         };
         let mut out = std::io::stdout().lock();
-        out.write_all(shown(&result.stdout).as_bytes())?;
+        out.write_all(&shown(OutputStream::Stdout, &result.stdout))?;
         out.flush()?;
-        err.write_all(shown(&result.stderr).as_bytes())?;
+        err.write_all(&shown(OutputStream::Stderr, &result.stderr))?;
         for (name, cut) in [
             ("stdout", result.stdout_truncated_bytes),
             ("stderr", result.stderr_truncated_bytes),
@@ -575,40 +564,6 @@ async fn submit(args: &SubmitArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(exit_code(&result)))
 }
 
-/// Polls the task until its result is in; `None` (said on stderr) when `give_up` came first.
-async fn wait_result(
-    addr: &str,
-    id: &str,
-    give_up: Option<tokio::time::Instant>,
-) -> anyhow::Result<Option<TaskResult>> {
-    let mut pause = Duration::from_millis(20);
-    // Why the task waits, said once each time it changes (the admin's reason).
-    let mut said: Option<String> = None;
-    let result = loop {
-        let view = fetch(addr, id).await?;
-        if let Some(r) = view.result {
-            break Some(r);
-        }
-        if view.pending.is_some() && view.pending != said {
-            let why = view.pending.clone().unwrap_or_default();
-            eprintln!("chorus: task {id} waits: {}", escape_controls(&why));
-            said = view.pending;
-        }
-        if give_up.is_some_and(|at| tokio::time::Instant::now() >= at) {
-            eprintln!(
-                "chorus: no result for task {id} within --wait-timeout (it is {}); it goes on: \
-                 `chorus task get {id}` follows it",
-                view.phase
-            );
-            return Ok(None);
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
-    };
-    Ok(result)
-}
-
-/// A task for people (every text from the task or its author escaped: [`escape_controls`]).
 /// Where a task's time went (`task get --timings`): its node's milestones, the worker's stages,
 /// and what is left of the whole for messages and queues between them.
 pub fn render_timings(v: &TaskView) -> String {
@@ -665,7 +620,7 @@ fn render_unescaped(v: &TaskView) -> String {
         let secs = v.pending_ms.unwrap_or(0) / 1_000;
         out.push_str(&format!(
             "  waiting: {why}, for {secs} s (it ends unschedulable if no live worker can run \
-             it for 60 task ticks)\n"
+             it for 60 s, or 60 heartbeats where they come more often than once a second)\n"
         ));
     }
     out.push_str(&format!(

@@ -305,10 +305,14 @@ pub struct RunFlags {
     /// Bootstrap peer multiaddr (repeatable).
     #[arg(long, value_name = "MULTIADDR")]
     pub bootstrap: Vec<String>,
-    /// Admin-eligible nodes to discover before the first election [default: 1].
+    /// Admin-eligible nodes to discover before the first election: the same N on each voter
+    /// that starts the cluster (3 for three voters). Required when other machines can reach
+    /// the node (listening off loopback, --bootstrap, mDNS); a node only this machine reaches
+    /// may leave it out and founds a one-node cluster.
     #[arg(long, value_name = "N")]
     pub bootstrap_expect: Option<u32>,
-    /// Cluster id [default: chorus].
+    /// Cluster id [default: chorus]. A data directory keeps the id it was made with: a start
+    /// under another is refused (use the old id, or a fresh --data-dir).
     #[arg(long, value_name = "ID")]
     pub cluster_id: Option<String>,
     /// Pre-shared network key file (private network).
@@ -379,8 +383,9 @@ pub struct RunFlags {
     /// Stop gracefully when the parent process exits (used by `chorus devcluster`).
     #[arg(long, hide = true)]
     pub exit_with_parent: bool,
-    /// Cluster seed for the core's RNG [default: 0].
-    #[arg(long, value_name = "N")]
+    /// Cluster seed for the core's RNG [default: 0]: for reproducing a recorded run in tests,
+    /// not for operators (hidden from --help).
+    #[arg(long, value_name = "N", hide = true)]
     pub cluster_seed: Option<u64>,
     /// Tasks this node runs at once (config `tasks.slots`) [default: 2 with --docker, else 0;
     /// 0: it runs none].
@@ -1065,6 +1070,31 @@ mod tests {
         .unwrap();
         let err = c.resolve().unwrap_err().to_string();
         assert!(err.contains("`--psk-file`"), "{err}");
+    }
+
+    /// Issue 54, item 9: a bad key file is said in words, never as libp2p's Rust variant
+    /// (`InvalidKeyFile`).
+    #[test]
+    fn a_bad_psk_file_is_said_in_words() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, words) in [
+            ("hello\n", "three lines"),
+            ("/key/swarm/psk/1.0.0/\n/base16/\nabc\n", "64 hex digits"),
+            ("/key/swarm/psk/1.0.0/\n/base64/\nabc\n", "/base16/"),
+        ] {
+            let file = dir.path().join("swarm.key");
+            std::fs::write(&file, text).unwrap();
+            let c = NodeConfig {
+                psk_file: Some(file),
+                ..NodeConfig::default()
+            };
+            let err = format!("{:#}", c.resolve().unwrap_err());
+            assert!(
+                err.contains(words) && err.contains("chorus psk generate"),
+                "{err}"
+            );
+            assert!(!err.contains("Invalid"), "{err}");
+        }
     }
 
     #[test]

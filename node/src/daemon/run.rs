@@ -331,6 +331,12 @@ fn open_log(
                 e
             }
         })?;
+    check_cluster_id(
+        &log.meta().config.cluster_id,
+        &config.protocol.cluster_id,
+        &config.data_dir,
+        config.from_flags.get("protocol.cluster_id").copied(),
+    )?;
     if log.meta().config != config.protocol {
         tracing::info!(
             "the protocol settings differ from those the data directory was created with; the \
@@ -338,6 +344,29 @@ fn open_log(
         );
     }
     Ok(log)
+}
+
+/// Refuses a data directory made for another cluster (etcd's "cluster ID mismatch"). The id
+/// is in the event log's marker since the log was made, and the core never adopts a changed
+/// one: started anyway, the node would speak the new cluster's protocol with the old one's
+/// state and never find an admin.
+fn check_cluster_id(
+    recorded: &str,
+    configured: &str,
+    data_dir: &Path,
+    flag: Option<&str>,
+) -> anyhow::Result<()> {
+    if recorded == configured {
+        return Ok(());
+    }
+    let setting = flag.unwrap_or("`protocol.cluster_id` (config file or default)");
+    anyhow::bail!(
+        "cluster ID mismatch: the data directory {dir} belongs to cluster {recorded:?}, but \
+         {setting} says {configured:?}. To run this node in its cluster, start it with \
+         --cluster-id {recorded}; to make it a new node of {configured:?}, give it a fresh \
+         --data-dir (or remove {dir}: its identity and event log go with it)",
+        dir = data_dir.display()
+    )
 }
 
 /// Removes the Docker sandboxes earlier runs of this node left behind, and says how many.

@@ -7,7 +7,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use libp2p::identity::Keypair;
-use libp2p::pnet::PreSharedKey;
+use libp2p::pnet::{KeyParseError, PreSharedKey};
 
 use super::TransportError;
 
@@ -76,6 +76,22 @@ pub fn load_psk(path: &Path) -> Result<PreSharedKey, TransportError> {
         )));
     }
     text.parse::<PreSharedKey>().map_err(|e| {
-        TransportError::Config(format!("{}: not a swarm key file: {e}", path.display()))
+        TransportError::Config(format!(
+            "{}: not a swarm key file: {} (one is three lines: /key/swarm/psk/1.0.0/, /base16/, \
+             64 hex digits; `chorus psk generate FILE` writes one)",
+            path.display(),
+            psk_error_words(&e)
+        ))
     })
+}
+
+/// What is wrong with a key file, in words (libp2p's error displays its Rust variant name).
+fn psk_error_words(e: &KeyParseError) -> &'static str {
+    match e {
+        KeyParseError::InvalidKeyFile => "it does not have the three lines of one",
+        KeyParseError::InvalidKeyType => "its first line is not /key/swarm/psk/1.0.0/",
+        KeyParseError::InvalidKeyEncoding => "its second line is not /base16/",
+        KeyParseError::InvalidKeyLength => "its key is not 64 hex digits",
+        KeyParseError::InvalidKeyChar(_) => "its key has a character that is not a hex digit",
+    }
 }
