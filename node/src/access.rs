@@ -15,17 +15,17 @@ use serde::{Deserialize, Serialize};
 pub const MANAGEMENT_ID: &str = "0000000000000000";
 
 /// The length of a token id: 16 lowercase hex digits.
-const ID_LEN: usize = 16;
+pub(crate) const ID_LEN: usize = 16;
 
 /// Bytes of the HMAC kept in a token (128 bits).
-const MAC_BYTES: usize = 16;
+pub(crate) const MAC_BYTES: usize = 16;
 
 /// Life of a delegated token, seconds (the CLI asks for one per node it follows, per command).
 pub const DELEGATION_TTL_S: u64 = 120;
 
 /// How far past a checking node's clock a delegated token's expiry may lie: the issuing node's
 /// clock may run ahead of it. A token that names a later expiry is refused.
-const DELEGATION_SKEW_S: u64 = 300;
+pub(crate) const DELEGATION_SKEW_S: u64 = 300;
 
 /// The longest node id a delegated token may name (base58 peer ids are ~52 characters).
 const MAX_AUDIENCE_LEN: usize = 128;

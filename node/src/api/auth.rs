@@ -235,7 +235,8 @@ fn refusal_text(why: HttpRefusal, method: &Method) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use crate::access::{DELEGATION_SKEW_S, MAC_BYTES};
+    use axum::http::{HeaderValue, StatusCode};
 
     fn key() -> AclKey {
         AclKey::from_hex(&"ab".repeat(32)).unwrap()
