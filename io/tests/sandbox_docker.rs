@@ -977,7 +977,10 @@ async fn reap_removes_what_a_dead_owner_left_and_spares_live_owners() -> TestRes
         .await?;
     assert_eq!(containers_of(&node), 4);
     assert_eq!(provider.reap(&node).await?, 0, "every owner is alive");
-    assert_eq!(provider.reap_stale().await?, 0, "not even across nodes");
+    // The host-wide reap spares them too. It may find others' stale sandboxes (tests beside this
+    // one, other nodes on the host), so what counts is that these four are still there.
+    provider.reap_stale().await?;
+    assert_eq!(containers_of(&node), 4, "not even across nodes");
 
     owner_proc.kill()?;
     owner_proc.wait()?;
