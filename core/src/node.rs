@@ -706,7 +706,11 @@ impl Core {
         // cache misses from overlapping.
         let ask = self.admin.is_none() && self.whoami_sent < self.config.discovery_fanout;
         let asked = ask.then(|| advert.peer().clone());
+        let admin_up = self.admin.as_ref() == Some(advert.peer());
         self.peers.connect(advert, self.now_ms);
+        if admin_up {
+            self.worker_admin_connected();
+        }
         self.maybe_bootstrap(out);
         if let Some(peer) = asked {
             self.send_whoami(peer, out);

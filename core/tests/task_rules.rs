@@ -1917,3 +1917,23 @@ fn a_new_admin_counts_on_from_the_carried_count_after_a_window_of_its_own() {
     // Judged first at the admin's third tick (3 s), then 10 s and 2 s to go.
     assert_eq!(ended, [(2, 5_000), (1, 13_000)]);
 }
+
+/// Worker rule 6 (issue 54): a report sent before the connection to the admin was up may be
+/// lost, and the next was four beats away (60 s at the default 15 s heartbeat) — a joining
+/// worker's slots sat unseen. When a connection to the admin it reported to comes up, the
+/// worker reports again at once, once; another peer's connection changes nothing.
+#[test]
+fn a_worker_reports_again_when_its_connection_to_the_admin_comes_up() {
+    let mut w = worker(2);
+    w.step_vec(150, Event::PeerDown { peer: "b".into() });
+    let out = w.step_vec(160, Event::peer_up("c".into(), PeerInfo::default()));
+    assert_eq!(last_report(&out), None, "c is not the admin");
+    let out = w.step_vec(200, Event::peer_up("b".into(), PeerInfo::default()));
+    assert_eq!(
+        last_report(&out),
+        Some((vec![], vec![], vec![])),
+        "the admin's connection came up"
+    );
+    let out = w.step_vec(210, from("b", heartbeat(1, 2)));
+    assert_eq!(last_report(&out), None, "one report per connection");
+}

@@ -832,3 +832,89 @@ async fn peers_met_through_one_address_connect_and_other_clusters_stay_out() {
         "{after:?}"
     );
 }
+
+/// This machine's address towards the outside (a non-loopback IPv4), from the route a packet
+/// would take; no packet is sent.
+fn outside_ip() -> std::net::Ipv4Addr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("203.0.113.1:9")
+        .expect("this test needs a route off the machine (a non-loopback interface)");
+    match s.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("no non-loopback IPv4 address: {other}"),
+    }
+}
+
+fn tcp_port(addr: &Multiaddr) -> u16 {
+    addr.iter()
+        .find_map(|p| match p {
+            Protocol::Tcp(port) => Some(port),
+            _ => None,
+        })
+        .expect("a TCP address")
+}
+
+/// Issue 54: a node on another machine that listens on `0.0.0.0` advertises `127.0.0.1:PORT`
+/// beside its routable addresses; dialled here, that address leads to whatever listens on
+/// this machine's loopback (often this very node: a handshake failure that read as a key
+/// mismatch). A peer reached at a routable address is never dialled at a loopback one: A
+/// listens on both, B connects to the routable one, A goes away and a bare TCP listener takes
+/// A's loopback port; B's messages to A (dials by peer id) never reach that listener.
+#[tokio::test]
+async fn a_loopback_address_of_a_peer_reached_elsewhere_is_never_dialled() {
+    let ip = outside_ip();
+    let mut ca = config(&[]);
+    ca.listen = vec![
+        format!("/ip4/{ip}/tcp/0").parse().unwrap(),
+        "/ip4/127.0.0.1/tcp/0".parse().unwrap(),
+    ];
+    let (a, addrs) = Libp2pTransport::start(Keypair::generate_ed25519(), ca)
+        .await
+        .expect("transport starts");
+    let ida = a.node_id();
+    let routable = addrs
+        .iter()
+        .find(|a| a.to_string().starts_with(&format!("/ip4/{ip}/")))
+        .expect("the routable address")
+        .clone()
+        .with(Protocol::P2p(a.local_peer_id()));
+    let loopback_port = tcp_port(
+        addrs
+            .iter()
+            .find(|a| a.to_string().starts_with("/ip4/127.0.0.1/"))
+            .expect("the loopback address"),
+    );
+    let mut cb = config(&[]);
+    cb.bootstrap = vec![routable];
+    let (mut b, _) = start(cb).await;
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+    drop(a);
+    expect(
+        &mut b,
+        "B sees A down",
+        |ev| matches!(ev, TransportEvent::PeerDown { peer } if *peer == ida),
+    )
+    .await;
+    let decoy = {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            match std::net::TcpListener::bind(("127.0.0.1", loopback_port)) {
+                Ok(l) => break l,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("A's loopback port stays taken: {e}"),
+            }
+        }
+    };
+    decoy.set_nonblocking(true).unwrap();
+    let deadline = Instant::now() + QUIET;
+    while Instant::now() < deadline {
+        b.send(&ida, &heartbeat(1));
+        // Keeps B's events flowing while it tries.
+        let _ = tokio::time::timeout(Duration::from_millis(200), b.next()).await;
+        if let Ok((_, from)) = decoy.accept() {
+            panic!("B dialled A's loopback address (a connection from {from})");
+        }
+    }
+}

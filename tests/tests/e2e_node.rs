@@ -614,3 +614,70 @@ fn control_characters_in_refused_requests_reach_the_log_escaped() {
         "the refusal, escaped:\n{text}"
     );
 }
+
+/// This machine's address towards the outside (a non-loopback IPv4), from the route a packet
+/// would take; no packet is sent.
+fn outside_ip() -> std::net::Ipv4Addr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("203.0.113.1:9")
+        .expect("this test needs a route off the machine (a non-loopback interface)");
+    match s.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("no non-loopback IPv4 address: {other}"),
+    }
+}
+
+/// Issue 54: with `--listen /ip4/0.0.0.0/…` the start line and `chorus status` named only
+/// 127.0.0.1, yet the docs say to read the join address there. Each lists every interface's
+/// address, the one other machines dial included.
+#[test]
+fn a_node_on_every_interface_lists_each_address_at_start_and_in_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("swarm.key");
+    std::fs::write(
+        &key,
+        format!("/key/swarm/psk/1.0.0/\n/base16/\n{}\n", "cd".repeat(32)),
+    )
+    .unwrap();
+    let data = dir.path().join("d");
+    let mut args = chorus_tests::lone_node_args_on(&data, "127.0.0.1:0", "/ip4/0.0.0.0/tcp/0");
+    args.extend(["--psk-file".into(), key.display().to_string()]);
+    args.extend(["--bootstrap-expect".into(), "1".into()]);
+    let log = dir.path().join("d.log");
+    let (mut guard, ports) = spawn_reported(Path::new(BIN), &args, &[], &log);
+    let outside = format!("/ip4/{}/tcp/{}/p2p/", outside_ip(), ports.p2p);
+    let loopback = format!("/ip4/127.0.0.1/tcp/{}/p2p/", ports.p2p);
+    let text = chorus_tests::read(&log);
+    let started = text
+        .lines()
+        .find(|l| l.contains("chorus node started"))
+        .expect("the start line");
+    assert!(
+        started.contains(&outside) && started.contains(&loopback),
+        "{started}"
+    );
+    let (code, body) = http_get(ports.http, "/status").unwrap();
+    assert_eq!(code, 200, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let listed: Vec<&str> = status["listen_addrs"]
+        .as_array()
+        .expect("listen_addrs")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    for want in [&outside, &loopback] {
+        assert!(
+            listed.iter().any(|a| a.starts_with(want.as_str())),
+            "{want}: {listed:?}"
+        );
+    }
+    let http = format!("127.0.0.1:{}", ports.http);
+    let out = run_chorus(Path::new(BIN), &["status", "--addr", &http]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&outside) && shown.contains(&loopback),
+        "{shown}"
+    );
+    stop(&mut guard, Signal::SIGTERM);
+}

@@ -21,8 +21,10 @@
 //!    build kept may not fit).
 //! 6. The worker reports (slots, runs, finished tasks — unacknowledged results and the latest
 //!    acknowledged ones —, the last placement seen) to its
-//!    admin when the admin or its term changes, when its runs change, and every
-//!    [`REPORT_EVERY_BEATS`] beats.
+//!    admin when the admin or its term changes, when its runs change, when a connection to
+//!    the admin comes up after it reported there (that report may have left before the
+//!    connection and been lost: a joining worker was otherwise unknown to the admin for
+//!    [`REPORT_EVERY_BEATS`] beats, issue 54), and every [`REPORT_EVERY_BEATS`] beats.
 //! 7. A report fits its frame, measured on the encoded bytes: its lists take at most
 //!    [`MAX_REPORT_LISTS_WIRE_BYTES`] together. When they do not fit (up to 1,024 runs, 1,024
 //!    finished tasks and 1,024 released placements: ~70 bytes each with ordinary peer ids,
@@ -517,6 +519,20 @@ impl Core {
                 true,
                 out,
             );
+        }
+    }
+
+    /// A connection to the admin this node follows came up: a report sent to it before (by
+    /// request-response, perhaps to an address it could not dial) may be lost, so the next
+    /// step reports again (rule 6) — once per connection. A node that never reported to
+    /// this admin reports anyway (rule 6), or has nothing to say.
+    pub(crate) fn worker_admin_connected(&mut self) {
+        let w = &mut self.tasks.work;
+        if w.reported
+            .as_ref()
+            .is_some_and(|(a, _, _)| self.admin.as_ref() == Some(a))
+        {
+            w.report_due = true;
         }
     }
 

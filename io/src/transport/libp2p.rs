@@ -35,6 +35,7 @@
 //! peers further away get it from gossipsub's relaying. Broadcasts (heartbeats, step-downs) are
 //! idempotent, so a rare duplicate would be harmless anyway.
 
+mod addresses;
 mod behaviour;
 mod driver;
 mod frame;

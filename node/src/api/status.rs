@@ -68,6 +68,19 @@ pub struct VotersConnected {
 }
 
 impl Shared {
+    /// What this node listens on now, each with `/p2p/<id>`: the transport's live list (a
+    /// listener on `0.0.0.0` has an address per interface, issue 54), else what it reported
+    /// at start.
+    fn listen_addrs_now(&self) -> Vec<String> {
+        match self.transport_stats.as_ref().map(|t| t.listen_addrs()) {
+            Some(now) if !now.is_empty() => now
+                .iter()
+                .map(|a| format!("{a}/p2p/{}", self.node_id))
+                .collect(),
+            _ => self.listen_addrs.clone(),
+        }
+    }
+
     /// The status document, or `None` before recovery finished.
     pub fn status(&self) -> Option<Status> {
         let core = self.core.as_ref()?;
@@ -98,7 +111,7 @@ impl Shared {
                 .get(Refusal::ForeignCluster.as_str())
                 .copied()
                 .unwrap_or(0),
-            listen_addrs: self.listen_addrs.clone(),
+            listen_addrs: self.listen_addrs_now(),
             http_tls_fingerprint: self.http_tls_fingerprint.clone(),
             capabilities: self.capabilities.clone(),
             uptime_s: self

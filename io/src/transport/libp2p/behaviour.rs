@@ -20,6 +20,7 @@ use libp2p::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::addresses::KnownAddresses;
 use super::frame::{FrameCodec, DIRECT_PROTOCOL};
 use super::{Libp2pConfig, TransportError};
 
@@ -60,6 +61,8 @@ pub(super) struct Behaviour {
     pub(super) kad: kad::Behaviour<kad::store::MemoryStore>,
     pub(super) ping: ping::Behaviour,
     pub(super) mdns: Toggle<mdns::tokio::Behaviour>,
+    /// Checked addresses of identified peers, for dials by peer id (`addresses.rs`).
+    pub(super) addresses: KnownAddresses,
 }
 
 /// The JSON a node puts in identify's `agent_version`, from which the receiver builds the
@@ -148,7 +151,10 @@ impl Behaviour {
         .map_err(|e| TransportError::Config(format!("identify advertisement: {e}")))?;
         let identify = identify::Behaviour::new(
             identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), keypair.public())
-                .with_agent_version(agent),
+                .with_agent_version(agent)
+                // Its cache would offer every address a peer advertises, loopback included,
+                // to dials of that peer; `KnownAddresses` keeps only the checked ones.
+                .with_cache_size(0),
         );
 
         // Kademlia only for peer exchange: the driver adds a peer to the table once identify
@@ -196,6 +202,7 @@ impl Behaviour {
             kad,
             ping,
             mdns: mdns.into(),
+            addresses: KnownAddresses::default(),
         })
     }
 }

@@ -40,6 +40,10 @@ const MAX_FOREIGN_PEERS: usize = 1024;
 /// How long `listen` waits for the listeners to report their addresses.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A listener on an unspecified address (`0.0.0.0`, `::`) reports one address per interface,
+/// together: `listen` gathers them until none came for this long.
+const LISTEN_SETTLE: Duration = Duration::from_millis(100);
+
 /// Longest time a stopping driver waits for the acks of the direct messages it sent.
 pub(super) const STOP_LINGER: Duration = Duration::from_secs(1);
 
@@ -257,6 +261,7 @@ impl Driver {
                     address,
                 } => {
                     waiting.retain(|(id, _)| *id != listener_id);
+                    self.stats.listening(&address, true);
                     bound.push(address);
                 }
                 SwarmEvent::ListenerError { listener_id, error }
@@ -281,6 +286,24 @@ impl Driver {
                     });
                 }
                 other => self.on_swarm_event(other).await,
+            }
+        }
+        // Every interface of a wildcard listener, not only the first it reported: the start
+        // line and `chorus status` are where an operator reads the address to join at (issue
+        // 54). Addresses that come later still reach `chorus status` (`Libp2pStats`).
+        if self.listen.iter().any(peers::is_unspecified) {
+            let mut settle = Instant::now() + LISTEN_SETTLE;
+            while let Ok(event) =
+                tokio::time::timeout_at(settle.min(deadline), self.swarm.select_next_some()).await
+            {
+                match event {
+                    SwarmEvent::NewListenAddr { address, .. } => {
+                        self.stats.listening(&address, true);
+                        bound.push(address);
+                        settle = Instant::now() + LISTEN_SETTLE;
+                    }
+                    other => self.on_swarm_event(other).await,
+                }
             }
         }
         Ok(bound)
@@ -580,7 +603,10 @@ impl Driver {
         });
     }
 
-    /// An admitted peer's listen addresses go to the Kademlia table and the known peers.
+    /// An admitted peer's dialable listen addresses go to the known peers, the swarm's
+    /// addresses for dials by peer id (`addresses.rs`) and the Kademlia table — which answers
+    /// other nodes' lookups, so it holds a loopback address only of a peer that has no other:
+    /// a node on another machine must not learn (and dial) `127.0.0.1` (issue 54).
     fn learn_peer(&mut self, peer: PeerId, listen_addrs: &[Multiaddr]) {
         let loopback_ok = self
             .peers
@@ -598,9 +624,12 @@ impl Driver {
                 "peer advertises no dialable address");
             return;
         }
+        for addr in &addrs {
+            self.swarm.add_peer_address(peer, addr.clone());
+        }
         let kad = &mut self.swarm.behaviour_mut().kad;
         let mut in_table = false;
-        for addr in &addrs {
+        for addr in peers::advertisable(&addrs) {
             match kad.add_address(&peer, addr.clone()) {
                 kad::RoutingUpdate::Success | kad::RoutingUpdate::Pending => in_table = true,
                 kad::RoutingUpdate::Failed => {}
@@ -627,6 +656,9 @@ impl Driver {
                 ..
             } => {
                 // The lookup dialled the peers it asked; dial the rest of those it found.
+                // Their addresses come from other nodes' tables: a loopback one names this
+                // machine only when the nodes that answered share it (a local cluster).
+                let loopback_ok = self.has_loopback_peer();
                 let mut dialled = 0;
                 for found in ok.peers {
                     if dialled >= MAX_DISCOVERED_DIALS {
@@ -641,7 +673,7 @@ impl Driver {
                     let addrs: Vec<Multiaddr> = found
                         .addrs
                         .iter()
-                        .filter_map(|a| peers::dialable(a, true))
+                        .filter_map(|a| peers::dialable(a, loopback_ok))
                         .take(peers::MAX_ADDRS_PER_PEER)
                         .collect();
                     if addrs.is_empty() {
@@ -747,7 +779,7 @@ impl Driver {
                         Some(Protocol::Ip6(ip)) => ip.to_string(),
                         _ => send_back_addr.to_string(),
                     };
-                    self.warn_failure(format!("from {from}"), reason, &text);
+                    self.warn_failure(format!("from {from}"), true, reason, &text);
                 }
             },
             SwarmEvent::OutgoingConnectionError {
@@ -777,7 +809,7 @@ impl Driver {
                             let text = error_chain(e);
                             let reason = failure_reason(&text);
                             self.stats.connection_failed(reason);
-                            self.warn_failure(format!("to {addr}"), reason, &text);
+                            self.warn_failure(format!("to {addr}"), false, reason, &text);
                         }
                     }
                     other => {
@@ -790,6 +822,11 @@ impl Driver {
             }
             SwarmEvent::NewListenAddr { address, .. } => {
                 tracing::debug!(%address, "listening");
+                self.stats.listening(&address, true);
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                tracing::debug!(%address, "no longer listening");
+                self.stats.listening(&address, false);
             }
             _ => {}
         }
@@ -805,6 +842,7 @@ impl Driver {
             BehaviourEvent::Ping(_) | BehaviourEvent::Link(()) => {}
             BehaviourEvent::Allow(never) => match never {},
             BehaviourEvent::Limits(never) => match never {},
+            BehaviourEvent::Addresses(never) => match never {},
         }
     }
 
@@ -987,9 +1025,6 @@ impl Driver {
             }
         };
         self.learn_peer(peer, &info.listen_addrs);
-        for addr in info.listen_addrs {
-            self.swarm.add_peer_address(peer, addr);
-        }
         let Some(state) = self.peers.get_mut(&peer) else {
             return;
         };
@@ -1089,19 +1124,18 @@ impl Driver {
         self.warned.insert(key)
     }
 
-    /// Logs a failed connection: the first handshake failure per address at WARN with its
-    /// likely cause, everything else at DEBUG (unreachable peers are normal while they start).
-    fn warn_failure(&mut self, whom: String, reason: &'static str, error: &str) {
+    /// Logs a failed connection: the first handshake failure per address at WARN with what
+    /// its error says of the cause, everything else at DEBUG (unreachable peers are normal
+    /// while they start, and an incoming handshake the other end gave up is most often a dial
+    /// it no longer needed).
+    fn warn_failure(&mut self, whom: String, incoming: bool, reason: &'static str, error: &str) {
+        let cause = match reason {
+            "handshake" | "timeout" => handshake_cause(error, incoming, self.has_psk),
+            _ => None,
+        };
         // An address and an error a peer may have had a hand in.
         let (whom, error) = (outside(whom), outside(error));
-        let suspicious = reason == "handshake" || reason == "timeout";
-        if suspicious && self.first_warning(format!("failed {whom}")) {
-            let cause = if self.has_psk {
-                "most likely the other node has a different pre-shared key (psk_file) or none"
-            } else {
-                "most likely the other node requires a pre-shared key (psk_file) that this one \
-                 lacks, or it is not a CHORUS node"
-            };
+        if let Some(cause) = cause.filter(|_| self.first_warning(format!("failed {whom}"))) {
             tracing::warn!(
                 reason,
                 "connection {whom} failed ({reason}): {cause} (further failures of this \
@@ -1110,6 +1144,13 @@ impl Driver {
         } else {
             tracing::debug!(reason, "connection {whom} failed: {error}");
         }
+    }
+
+    /// Whether a peer is connected over loopback (runs on this machine).
+    fn has_loopback_peer(&self) -> bool {
+        self.peers
+            .values()
+            .any(|s| s.remote.as_ref().is_some_and(peers::is_loopback))
     }
 
     fn publish_peer_counts(&self) {
@@ -1248,6 +1289,48 @@ fn failure_reason(error: &str) -> &'static str {
     }
 }
 
+/// What a failed handshake's error says of its cause, for the WARN line; `None` when it is
+/// no cause for one. A key mismatch turns the bytes each side reads into garbage, which the
+/// protocol negotiation or noise refuses ("invalid message", "invalid data", an impossible
+/// frame length): only that is called a different key. An end that closed the connection
+/// mid-handshake, or a handshake that never finished, may be one too, or something else —
+/// said so; and an incoming handshake the other end closed is most often a dial it gave up
+/// (it reached this node at another address at the same time, or dialled itself): not warned
+/// of, since the other end, if it failed for a key, warns itself.
+fn handshake_cause(error: &str, incoming: bool, has_psk: bool) -> Option<&'static str> {
+    let e = error.to_ascii_lowercase();
+    let garbled = ["invalid message", "invalid data", "frame length", "decrypt"]
+        .iter()
+        .any(|s| e.contains(s));
+    let closed = ["reset by peer", "end of file", "eof", "broken pipe"]
+        .iter()
+        .any(|s| e.contains(s));
+    let timeout = e.contains("timed out") || e.contains("timeout");
+    Some(match (garbled, closed, timeout) {
+        (true, _, _) if has_psk => {
+            "the bytes it sent do not decode under this node's pre-shared key: the other node \
+             has a different one (psk_file) or none"
+        }
+        (true, _, _) => {
+            "the bytes it sent do not decode: the other node most likely requires a \
+             pre-shared key (psk_file) that this one lacks, or it is not a CHORUS node"
+        }
+        (_, true, _) if incoming => return None,
+        (_, true, _) => {
+            "the other end closed the connection during the handshake: it may hold a \
+             different pre-shared key (psk_file), or not be a CHORUS node"
+        }
+        (_, _, true) => {
+            "the handshake did not finish in time: the other node may be overloaded, hold a \
+             different pre-shared key (psk_file), or not be a CHORUS node"
+        }
+        _ => {
+            "the handshake failed: a different pre-shared key (psk_file) or a peer that is not \
+             a CHORUS node can cause this"
+        }
+    })
+}
+
 /// A short label for why a behaviour denied a connection.
 fn denial_reason(cause: &ConnectionDenied) -> &'static str {
     if cause
@@ -1267,7 +1350,41 @@ fn denial_reason(cause: &ConnectionDenied) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::reachable_http;
+    use super::{handshake_cause, reachable_http};
+
+    /// Issue 54: "a different pre-shared key" only where the error shows the bytes did not
+    /// decode; an incoming handshake the other end closed (a dial it gave up, or a node that
+    /// reached itself over loopback) is no warning. The errors are libp2p's, as seen between
+    /// two transports with different keys (`transport_libp2p.rs`).
+    #[test]
+    fn a_different_key_is_named_only_when_the_bytes_did_not_decode() {
+        let garbled = [
+            "Listen error: Failed to negotiate transport protocol(s): Multistream select \
+             failed: Protocol error: Received an invalid message.",
+            "Handshake failed: invalid data",
+            "Handshake failed: Maximum frame length exceeded",
+        ];
+        for e in garbled {
+            for incoming in [true, false] {
+                let cause = handshake_cause(e, incoming, true).unwrap();
+                assert!(cause.contains("has a different one"), "{e}: {cause}");
+                let cause = handshake_cause(e, incoming, false).unwrap();
+                assert!(cause.contains("requires a pre-shared key"), "{e}: {cause}");
+            }
+        }
+        let closed = [
+            "Handshake failed: Connection reset by peer (os error 104)",
+            "Listen error: Failed to negotiate transport protocol(s): Multistream select \
+             failed: Protocol error: I/O error: unexpected end of file",
+        ];
+        for e in closed {
+            assert_eq!(handshake_cause(e, true, true), None, "{e}");
+            let cause = handshake_cause(e, false, true).unwrap();
+            assert!(cause.contains("may hold a different"), "{e}: {cause}");
+        }
+        let cause = handshake_cause("Timeout has been reached", false, true).unwrap();
+        assert!(cause.contains("did not finish in time"), "{cause}");
+    }
 
     #[test]
     fn a_peers_api_is_asked_at_the_ip_its_connection_comes_from_and_nowhere_else() {

@@ -56,6 +56,24 @@ pub(super) fn dialable(addr: &Multiaddr, loopback_ok: bool) -> Option<Multiaddr>
     Some(Multiaddr::empty().with(ip.into()).with(Protocol::Tcp(port)))
 }
 
+/// The addresses of `addrs` (each [`dialable`]) this node may tell others of: all but the
+/// loopback ones, unless loopback is all there is (a local cluster, where whoever asks is on
+/// this machine too).
+pub(super) fn advertisable(addrs: &[Multiaddr]) -> impl Iterator<Item = &Multiaddr> {
+    let routable = addrs.iter().any(|a| !is_loopback(a));
+    addrs.iter().filter(move |a| !routable || !is_loopback(a))
+}
+
+/// Whether `addr` starts with an unspecified IP (`0.0.0.0`, `::`): a listener on every
+/// interface.
+pub(super) fn is_unspecified(addr: &Multiaddr) -> bool {
+    match addr.iter().next() {
+        Some(Protocol::Ip4(ip)) => ip.is_unspecified(),
+        Some(Protocol::Ip6(ip)) => ip.is_unspecified(),
+        _ => false,
+    }
+}
+
 /// Whether `addr` starts with a loopback IP.
 pub(super) fn is_loopback(addr: &Multiaddr) -> bool {
     match addr.iter().next() {
@@ -333,6 +351,20 @@ mod tests {
 
     fn ma(s: &str) -> Multiaddr {
         s.parse().unwrap()
+    }
+
+    /// Issue 54: the Kademlia table answers other machines' lookups, so a peer's loopback
+    /// address goes in only when it has no other (a local cluster).
+    #[test]
+    fn a_loopback_address_is_told_to_others_only_of_a_peer_with_no_other() {
+        let both = [ma("/ip4/127.0.0.1/tcp/7946"), ma("/ip4/10.0.0.2/tcp/7946")];
+        let told: Vec<_> = advertisable(&both).collect();
+        assert_eq!(told, vec![&both[1]]);
+        let local = [ma("/ip4/127.0.0.1/tcp/7946"), ma("/ip6/::1/tcp/7946")];
+        assert_eq!(advertisable(&local).count(), 2);
+        assert!(is_unspecified(&ma("/ip4/0.0.0.0/tcp/7946")));
+        assert!(is_unspecified(&ma("/ip6/::/tcp/7946")));
+        assert!(!is_unspecified(&ma("/ip4/127.0.0.1/tcp/7946")));
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub struct Libp2pStats {
     /// The HTTP API address each connected peer advertised (by base58 peer id); not a counter,
     /// but shared the same way.
     peer_http: Mutex<BTreeMap<String, String>>,
+    /// The addresses the node listens on now, in the order reported (a listener on
+    /// `0.0.0.0` has one per interface, which come and go with the interfaces).
+    listen_addrs: Mutex<Vec<String>>,
 }
 
 /// A copy of [`Libp2pStats`] at one instant.
@@ -129,6 +132,24 @@ impl Libp2pStats {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
+    }
+
+    /// The addresses this node listens on now (without `/p2p/…`): every interface's for a
+    /// listener on an unspecified address.
+    pub fn listen_addrs(&self) -> Vec<String> {
+        self.listen_addrs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(super) fn listening(&self, addr: &libp2p::Multiaddr, up: bool) {
+        let addr = addr.to_string();
+        let mut l = self.listen_addrs.lock().unwrap_or_else(|p| p.into_inner());
+        l.retain(|a| *a != addr);
+        if up {
+            l.push(addr);
+        }
     }
 
     pub(super) fn set_peer_http(&self, peer: String, http: Option<String>) {
