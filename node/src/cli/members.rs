@@ -93,7 +93,8 @@ pub async fn change(addr: &str, change: MemberChange, wait: Duration) -> anyhow:
 /// keeps running.
 pub async fn leave(addr: &str, wait: Duration) -> anyhow::Result<()> {
     let path = format!("/members/leave?wait_ms={}", wait.as_millis());
-    post_and_say(addr, &path, None, wait).await
+    // An empty JSON body: the API takes a POST only as JSON.
+    post_and_say(addr, &path, Some("{}"), wait).await
 }
 
 /// POSTs to `path` at `addr`, where the node waits up to `wait`, and prints the answer's
