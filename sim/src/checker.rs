@@ -44,8 +44,8 @@
 //!    eligible nodes that start), as every simulated scenario does.
 //!
 //! 10. operator intent — once an operator saw its removal of X commit (a `membership_change`
-//!    with a request id), no admin proposes adding X back unless an operator asked to add X
-//!    after asking to remove it: autopilot never undoes an operator's removal, at any admin.
+//!     with a request id), no admin proposes adding X back unless an operator asked to add X
+//!     after asking to remove it: autopilot never undoes an operator's removal, at any admin.
 //!
 //! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
 //!
