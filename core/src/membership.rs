@@ -629,7 +629,10 @@ impl Core {
             return;
         };
         self.observe_term(self.term + 1, out);
-        let new = Arc::new(old.successor(self.term, vec![self.id.clone()]));
+        // A node an operator removed, forced back as the only voter, is retired no more.
+        let retired = old.retired().iter().filter(|r| **r != self.id).cloned();
+        let new = old.successor(self.term, vec![self.id.clone()]);
+        let new = Arc::new(new.with_retired(retired.collect()));
         // The operator vouches for it: no majority of the old electorate endorsed it, so nodes
         // of the old one cannot check it and are added back by hand.
         self.chain.anchor = Some(new.clone());
@@ -781,6 +784,26 @@ mod force_tests {
             fire(&mut a, Timer::Election);
         }
         assert_eq!(a.role(), Role::Admin, "a quorum of one");
+    }
+
+    /// A standby an operator removed, forced as the survivor, is taken off the retired list;
+    /// the other removals stand.
+    #[test]
+    fn a_forced_survivor_is_retired_no_more() {
+        let mut x = node_with(
+            "x",
+            ABC,
+            vec![crate::ADMIN_ELECTION.to_owned()],
+            crate::Config::default(),
+        );
+        let e = crate::Electorate::new(1, ["a", "b", "c"].map(NodeId::from).to_vec());
+        let retired = e.successor(2, ["a", "b", "c"].map(NodeId::from).to_vec());
+        x.set_electorate_for_test(retired.with_retired(vec!["d".into(), "x".into()]));
+        x.step_vec(10, Event::Shutdown);
+        x.step_vec(20, Event::ForceNewElectorate);
+        let e = x.electorate().expect("electorate");
+        assert_eq!(e.members(), &[NodeId::from("x")][..]);
+        assert_eq!(e.retired(), &[NodeId::from("d")][..]);
     }
 
     /// Nothing to force on a node that never joined a cluster or that is a worker; the event
