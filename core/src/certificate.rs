@@ -114,7 +114,8 @@ impl Chain {
 
 impl Electorate {
     /// What members sign: SHA-256 of a domain tag, the genesis, version, proposing term and
-    /// every member (length-prefixed), so no two electorates share a statement.
+    /// every member (length-prefixed), then the operator-removed ids if any, so no two
+    /// electorates share a statement.
     pub fn statement(&self) -> Digest {
         let mut h = sha2::Sha256::new();
         h.update(b"chorus electorate statement v1\0");
@@ -126,6 +127,17 @@ impl Electorate {
             let bytes = m.as_str().as_bytes();
             h.update((bytes.len() as u32).to_be_bytes());
             h.update(bytes);
+        }
+        if !self.retired().is_empty() {
+            // The operator's removals are signed too, so nobody who hands a link over can add
+            // or drop one. Absent when empty: earlier statements are unchanged.
+            h.update(b"retired\0");
+            h.update((self.retired().len() as u64).to_be_bytes());
+            for r in self.retired() {
+                let bytes = r.as_str().as_bytes();
+                h.update((bytes.len() as u32).to_be_bytes());
+                h.update(bytes);
+            }
         }
         Digest(h.finalize().into())
     }
@@ -412,6 +424,18 @@ mod tests {
         swapped.electorate = Arc::new(other);
         assert_eq!(
             swapped.check(&genesis, verify),
+            Err(Refusal::BadCertificate)
+        );
+        // The operator's removals are signed: whoever hands the link over cannot add one
+        // (keeping a node out) or drop one (letting autopilot promote it), nor empty them.
+        let mut retiring = good.clone();
+        retiring.electorate = Arc::new(
+            (*good.electorate)
+                .clone()
+                .with_retired(vec![worker.clone()]),
+        );
+        assert_eq!(
+            retiring.check(&genesis, verify),
             Err(Refusal::BadCertificate)
         );
         // A link that skips a version, or of another cluster: refused.

@@ -25,6 +25,12 @@ pub struct Electorate {
     /// order). Shared: every change is announced with the list, which a node of a 10,000-voter
     /// cluster would otherwise copy (10,000 reference counts) for each notice.
     members: Arc<[NodeId]>,
+    /// Nodes an operator removed (`chorus members remove`, `leave`), oldest first, at most
+    /// [`MAX_RETIRED`]: autopilot never promotes them, and only an operator's `add` takes one
+    /// off. Replicated with the members, so the operator's word survives every admin change.
+    /// Absent from the wire and from digests while empty (older electorates are unchanged).
+    #[serde(skip_serializing_if = "no_ids")]
+    retired: Arc<[NodeId]>,
     /// Cached: every vote request carries it and every voter compares it.
     #[serde(skip_serializing)]
     fingerprint: u64,
@@ -74,6 +80,8 @@ struct RawElectorate {
     #[serde(default)]
     genesis: u64,
     members: Vec<NodeId>,
+    #[serde(default)]
+    retired: Vec<NodeId>,
 }
 
 impl From<RawElectorate> for Electorate {
@@ -82,8 +90,16 @@ impl From<RawElectorate> for Electorate {
         if raw.version != 1 || raw.term != 0 {
             e = e.successor_raw(raw.version, raw.term, raw.genesis);
         }
-        e
+        e.with_retired(raw.retired)
     }
+}
+
+/// Most operator-removed ids an electorate keeps; the oldest is forgotten first (and autopilot
+/// may then promote it again, should it still be around).
+pub const MAX_RETIRED: usize = 256;
+
+fn no_ids(ids: &Arc<[NodeId]>) -> bool {
+    ids.is_empty()
 }
 
 /// How electorates are ordered: by version, then by the term that proposed them. A voter grants
@@ -96,32 +112,57 @@ impl Electorate {
     pub fn new(version: u64, mut members: Vec<NodeId>) -> Self {
         members.sort();
         members.dedup();
-        let fingerprint = digest(version, 0, &members);
+        let fingerprint = digest(version, 0, &members, &[]);
         Electorate {
             version,
             term: 0,
             genesis: fingerprint,
             index: MemberIndex::new(&members),
             members: members.into(),
+            retired: Arc::from([]),
             fingerprint,
         }
     }
 
-    /// The next version with `members`, proposed in `term`, of the same cluster.
+    /// The next version with `members`, proposed in `term`, of the same cluster; the operator's
+    /// removals carry over.
     pub fn successor(&self, term: u64, members: Vec<NodeId>) -> Self {
-        Electorate::new(self.version + 1, members).successor_raw(
-            self.version + 1,
-            term,
-            self.genesis,
-        )
+        Electorate::new(self.version + 1, members)
+            .successor_raw(self.version + 1, term, self.genesis)
+            .with_retired(self.retired.to_vec())
     }
 
     fn successor_raw(mut self, version: u64, term: u64, genesis: u64) -> Self {
         self.version = version;
         self.term = term;
         self.genesis = genesis;
-        self.fingerprint = digest(version, term, &self.members);
+        self.fingerprint = digest(version, term, &self.members, &self.retired);
         self
+    }
+
+    /// The same electorate with `retired` as its operator-removed ids, duplicates dropped (the
+    /// first kept). Not cut to [`MAX_RETIRED`] here: the admin does when it retires a node,
+    /// and an electorate from the wire with more is refused (`trust.rs`).
+    pub fn with_retired(mut self, retired: Vec<NodeId>) -> Self {
+        // A set, not `contains` on the list: a hostile message may carry many thousands.
+        let mut seen = std::collections::BTreeSet::new();
+        let kept: Vec<NodeId> = retired
+            .into_iter()
+            .filter(|id| seen.insert(id.clone()))
+            .collect();
+        self.retired = kept.into();
+        self.fingerprint = digest(self.version, self.term, &self.members, &self.retired);
+        self
+    }
+
+    /// The ids an operator removed, oldest first: autopilot leaves them out.
+    pub fn retired(&self) -> &[NodeId] {
+        &self.retired
+    }
+
+    /// Whether an operator removed `id` (and no operator added it back since).
+    pub fn is_retired(&self, id: &NodeId) -> bool {
+        self.retired.contains(id)
     }
 
     /// The order key: (version, proposing term).
@@ -170,7 +211,7 @@ impl Electorate {
     }
 }
 
-fn digest(version: u64, term: u64, members: &[NodeId]) -> u64 {
+fn digest(version: u64, term: u64, members: &[NodeId], retired: &[NodeId]) -> u64 {
     let mut h = Fnv::new();
     h.write(&version.to_be_bytes());
     if term != 0 {
@@ -180,6 +221,14 @@ fn digest(version: u64, term: u64, members: &[NodeId]) -> u64 {
     for m in members {
         h.write(m.as_str().as_bytes());
         h.write(&[0]);
+    }
+    if !retired.is_empty() {
+        // After the members, behind a byte no id holds: no member list digests the same.
+        h.write(&[0xff]);
+        for r in retired {
+            h.write(r.as_str().as_bytes());
+            h.write(&[0]);
+        }
     }
     h.0
 }
@@ -233,6 +282,30 @@ mod tests {
         assert!(a.contains(&"b".into()) && !a.contains(&"d".into()));
         assert_eq!((a.len(), a.is_empty()), (3, false));
         assert!(Electorate::new(1, vec![]).is_empty());
+    }
+
+    /// The operator-removed ids change the fingerprint and travel with the electorate; an
+    /// electorate without any digests and serializes as it always did (older nodes' snapshots
+    /// and the fixed-seed traces are unchanged).
+    #[test]
+    fn retired_ids_are_part_of_the_electorate() {
+        let e = Electorate::new(1, ids(&["a", "b", "c"])).successor(2, ids(&["a", "b"]));
+        let json = serde_json::to_string(&e).unwrap();
+        assert!(!json.contains("retired"), "{json}");
+        let r = e.clone().with_retired(ids(&["c", "d", "c"]));
+        assert_eq!(r.retired(), &ids(&["c", "d"])[..]);
+        assert!(r.is_retired(&"c".into()) && !r.is_retired(&"a".into()));
+        assert_ne!(r.fingerprint(), e.fingerprint());
+        assert_ne!(r, e);
+        let back: Electorate = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.fingerprint(), r.fingerprint());
+        // Carried to the next version, whoever proposes it.
+        assert_eq!(r.successor(3, ids(&["a", "b", "e"])).retired(), r.retired());
+        // Members and retired ids do not run into each other.
+        let one = Electorate::new(1, ids(&["a", "b"])).with_retired(vec![]);
+        let other = Electorate::new(1, ids(&["a"])).with_retired(ids(&["b"]));
+        assert_ne!(one.fingerprint(), other.fingerprint());
     }
 
     /// Membership through the hash index agrees with the sorted list: ids made apart with the

@@ -54,7 +54,7 @@ pub use audit::VoteLedger;
 pub use certificate::{Digest, Link, Signature};
 pub use command::{Command, Notice, Role, StepDownReason};
 pub use config::{Config, ConfigError, ADMIN_ELECTION, MAX_TIMING_MS};
-pub use electorate::Electorate;
+pub use electorate::{Electorate, MAX_RETIRED};
 pub use event::{Advert, Event, PeerInfo, Resources};
 pub use id::NodeId;
 pub use membership::{ChangeOutcome, ChangeRefusal, MemberChange};

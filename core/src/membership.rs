@@ -115,6 +115,14 @@
 //! the electorate is below `max_voters` (best score first); otherwise a voter not heard from for
 //! `dead_voter_timeout_ms` is removed while at least `min_quorum` voters remain. Both go through
 //! rule 3.
+//!
+//! The operator's word wins over autopilot's: an operator's removal (`chorus members remove`,
+//! or `leave` at the node itself) puts the node in the new electorate's `retired` list, which
+//! every later electorate carries until an operator's `add` takes it off. Autopilot never
+//! promotes a retired node, at this admin or at any later one: the list is part of the
+//! electorate, so it is committed, signed (rule 7) and held by every admin that follows (the
+//! argument above). A dead voter autopilot removed is not retired: it is promoted again when
+//! it comes back. A node started afresh (a new data dir, hence a new id) is a new node.
 
 use std::sync::Arc;
 
@@ -126,6 +134,16 @@ use crate::{Command, Core, Electorate, Message, NodeId, Notice, Role, StepDownRe
 /// At most this many forwarded change requests await their answer at one node (an operator
 /// asks one at a time; the bound only keeps a flood of requests from growing the state).
 pub(crate) const MAX_FORWARDED: usize = 64;
+
+/// Who asked for a change: an operator's removal is kept in the electorate (`retired`), so that
+/// autopilot, at this admin or any later one, never undoes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// `chorus members add|remove|leave`, at this node or forwarded by another.
+    Operator,
+    /// This admin's autopilot.
+    Autopilot,
+}
 
 /// A change of one voter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,6 +303,7 @@ impl Core {
         &mut self,
         change: MemberChange,
         request: u64,
+        origin: Origin,
         out: &mut Vec<Command>,
     ) -> bool {
         if self.role != Role::Admin {
@@ -322,7 +341,7 @@ impl Core {
             return false;
         }
         let requester = (request != 0).then(|| (self.id.clone(), request));
-        self.propose_announced(&change, requester, request, out)
+        self.propose_announced(&change, requester, request, origin, out)
             .is_ok()
     }
 
@@ -334,9 +353,10 @@ impl Core {
         change: &MemberChange,
         requester: Option<(NodeId, u64)>,
         request: u64,
+        origin: Origin,
         out: &mut Vec<Command>,
     ) -> Result<u64, ChangeRefusal> {
-        let result = self.propose(change, requester, out);
+        let result = self.propose(change, requester, origin, out);
         out.push(Command::Notice(Notice::MembershipChange {
             change: change.clone(),
             outcome: outcome_of(result),
@@ -364,7 +384,9 @@ impl Core {
             self.refuse(from, "change_request", crate::Refusal::NotEligible, out);
             return;
         }
-        let result = self.propose_announced(&change, Some((from.clone(), request)), 0, out);
+        // Only an operator's request is forwarded: autopilot runs at the admin alone.
+        let requester = Some((from.clone(), request));
+        let result = self.propose_announced(&change, requester, 0, Origin::Operator, out);
         if let Err(reason) = result {
             out.push(Command::Send {
                 to: from,
@@ -406,6 +428,7 @@ impl Core {
         &mut self,
         change: &MemberChange,
         requested_by: Option<(NodeId, u64)>,
+        origin: Origin,
         out: &mut Vec<Command>,
     ) -> Result<u64, ChangeRefusal> {
         let now = self.now_ms;
@@ -480,7 +503,8 @@ impl Core {
         if following < members.len() / 2 + 1 {
             return Err(ChangeRefusal::NewMajorityNotFollowing);
         }
-        let new = Arc::new(old.successor(self.term, members));
+        let retired = retired_after(&old, change, origin);
+        let new = Arc::new(old.successor(self.term, members).with_retired(retired));
         let version = new.version;
         let from_beat = self.beat + 1;
         if let Some(admin) = &mut self.admin_state {
@@ -605,7 +629,10 @@ impl Core {
             return;
         };
         self.observe_term(self.term + 1, out);
-        let new = Arc::new(old.successor(self.term, vec![self.id.clone()]));
+        // A node an operator removed, forced back as the only voter, is retired no more.
+        let retired = old.retired().iter().filter(|r| **r != self.id).cloned();
+        let new = old.successor(self.term, vec![self.id.clone()]);
+        let new = Arc::new(new.with_retired(retired.collect()));
         // The operator vouches for it: no majority of the old electorate endorsed it, so nodes
         // of the old one cannot check it and are added back by hand.
         self.chain.anchor = Some(new.clone());
@@ -637,7 +664,8 @@ impl Core {
                 .standbys
                 .iter()
                 .filter(|(id, (first, last))| {
-                    !e.contains(id) && first + stab <= now && *last >= recent
+                    // An operator's removal stands until an operator adds the node back.
+                    !e.contains(id) && !e.is_retired(id) && first + stab <= now && *last >= recent
                 })
                 .filter_map(|(id, _)| {
                     let p = self.peers.get(id)?;
@@ -647,7 +675,12 @@ impl Core {
                 .min()
                 .map(|(_, id)| id.clone());
             if let Some(node) = best {
-                return self.on_change_members(MemberChange::Add { node }, 0, out);
+                return self.on_change_members(
+                    MemberChange::Add { node },
+                    0,
+                    Origin::Autopilot,
+                    out,
+                );
             }
         }
         if e.len() > self.config.min_quorum as usize {
@@ -666,11 +699,34 @@ impl Core {
                 .min()
                 .map(|(_, m)| m.clone());
             if let Some(node) = dead {
-                return self.on_change_members(MemberChange::Remove { node }, 0, out);
+                return self.on_change_members(
+                    MemberChange::Remove { node },
+                    0,
+                    Origin::Autopilot,
+                    out,
+                );
             }
         }
         false
     }
+}
+
+/// The operator-removed ids after `change`: an operator's removal adds its node (the oldest
+/// forgotten beyond [`crate::MAX_RETIRED`]); any add, the operator's or autopilot's, takes its
+/// node off (autopilot never adds a retired node, so that is the operator's word again).
+fn retired_after(old: &Electorate, change: &MemberChange, origin: Origin) -> Vec<NodeId> {
+    let mut retired: Vec<NodeId> = old
+        .retired()
+        .iter()
+        .filter(|r| *r != change.node())
+        .cloned()
+        .collect();
+    if let (MemberChange::Remove { node }, Origin::Operator) = (change, origin) {
+        retired.push(node.clone());
+        let over = retired.len().saturating_sub(crate::MAX_RETIRED);
+        retired.drain(..over);
+    }
+    retired
 }
 
 fn outcome_of(result: Result<u64, ChangeRefusal>) -> ChangeOutcome {
@@ -728,6 +784,26 @@ mod force_tests {
             fire(&mut a, Timer::Election);
         }
         assert_eq!(a.role(), Role::Admin, "a quorum of one");
+    }
+
+    /// A standby an operator removed, forced as the survivor, is taken off the retired list;
+    /// the other removals stand.
+    #[test]
+    fn a_forced_survivor_is_retired_no_more() {
+        let mut x = node_with(
+            "x",
+            ABC,
+            vec![crate::ADMIN_ELECTION.to_owned()],
+            crate::Config::default(),
+        );
+        let e = crate::Electorate::new(1, ["a", "b", "c"].map(NodeId::from).to_vec());
+        let retired = e.successor(2, ["a", "b", "c"].map(NodeId::from).to_vec());
+        x.set_electorate_for_test(retired.with_retired(vec!["d".into(), "x".into()]));
+        x.step_vec(10, Event::Shutdown);
+        x.step_vec(20, Event::ForceNewElectorate);
+        let e = x.electorate().expect("electorate");
+        assert_eq!(e.members(), &[NodeId::from("x")][..]);
+        assert_eq!(e.retired(), &[NodeId::from("d")][..]);
     }
 
     /// Nothing to force on a node that never joined a cluster or that is a worker; the event

@@ -380,7 +380,7 @@ impl Core {
                 self.resources = resources;
             }
             Event::ChangeMembers { change, request } => {
-                self.on_change_members(change, request, out);
+                self.on_change_members(change, request, crate::membership::Origin::Operator, out);
             }
             Event::TransferAdmin { to, request } => self.on_transfer_admin(to, request, out),
             Event::SubmitTask {

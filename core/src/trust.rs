@@ -145,20 +145,24 @@ fn check_ballot(b: &crate::Ballot) -> Result<(), Refusal> {
 }
 
 /// An electorate from the wire: a version and proposing term in range, 1 to [`MAX_MEMBERS`]
-/// members, each id at most [`MAX_ID_BYTES`].
+/// members and at most `MAX_RETIRED` removed ids, each id at most [`MAX_ID_BYTES`].
 fn check_electorate(e: &crate::Electorate) -> Result<(), Refusal> {
     if e.version == 0 || e.is_empty() || e.len() > MAX_MEMBERS {
         return Err(Refusal::OutOfRange);
     }
+    if e.retired().len() > crate::MAX_RETIRED {
+        return Err(Refusal::OutOfRange);
+    }
     in_range(e.version)?;
     in_range(e.term)?;
-    e.members().iter().try_for_each(check_id)
+    e.members().iter().try_for_each(check_id)?;
+    e.retired().iter().try_for_each(check_id)
 }
 
 /// A bootstrap proposal is always version 1, proposed in no term.
 fn check_bootstrap_electorate(e: &crate::Electorate) -> Result<(), Refusal> {
     check_electorate(e)?;
-    if e.version != 1 || e.term != 0 {
+    if e.version != 1 || e.term != 0 || !e.retired().is_empty() {
         return Err(Refusal::OutOfRange);
     }
     Ok(())
@@ -1021,6 +1025,54 @@ mod tests {
                 "{outside:?}"
             );
         }
+    }
+
+    /// The operator-removed ids an electorate carries (`retired`): at most `MAX_RETIRED`, each
+    /// id at most `MAX_ID_BYTES`, and none in a bootstrap electorate (version 1 of no term).
+    #[test]
+    fn retired_lists_are_checked_at_their_edge() {
+        let ids =
+            |n: usize| -> Vec<NodeId> { (0..n).map(|i| NodeId::from(format!("r{i}"))).collect() };
+        let abc = vec![NodeId::from("a"), NodeId::from("b"), NodeId::from("c")];
+        let later = |retired: Vec<NodeId>| {
+            Arc::new(
+                Electorate::new(1, abc.clone())
+                    .successor(2, abc.clone())
+                    .with_retired(retired),
+            )
+        };
+        let beat = |e: Arc<Electorate>| Message::Heartbeat {
+            term: 2,
+            beat: 1,
+            membership_version: e.version,
+            membership_term: e.term,
+            genesis: e.genesis,
+            electorate: Some(e),
+            certified: 0,
+        };
+        let long = |n: usize| NodeId::from("x".repeat(n).as_str());
+        let cases = [
+            (
+                later(ids(crate::MAX_RETIRED)),
+                later(ids(crate::MAX_RETIRED + 1)),
+            ),
+            (
+                later(vec![long(MAX_ID_BYTES)]),
+                later(vec![long(MAX_ID_BYTES + 1)]),
+            ),
+        ];
+        for (inside, outside) in cases {
+            assert_eq!(beat(inside).check_bounds(), Ok(()));
+            assert_eq!(beat(outside).check_bounds(), Err(Refusal::OutOfRange));
+        }
+        let genesis = Arc::new(Electorate::new(1, abc.clone()));
+        let retired_genesis = Arc::new(Electorate::new(1, abc.clone()).with_retired(ids(1)));
+        let chosen = |electorate| Message::BootstrapChosen { electorate };
+        assert_eq!(chosen(genesis).check_bounds(), Ok(()));
+        assert_eq!(
+            chosen(retired_genesis).check_bounds(),
+            Err(Refusal::OutOfRange)
+        );
     }
 
     /// Sizes at their bound and one past it: members of an electorate (in every message that

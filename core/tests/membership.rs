@@ -1810,6 +1810,67 @@ fn autopilot_proposes_nothing_without_a_lease() {
     assert_eq!(outcomes(&out), [], "nothing proposed, nothing refused");
 }
 
+/// An operator's removal of a live voter stands (issue 54): `c`, removed while it still runs,
+/// keeps following the admin as a standby for eight heartbeats (four times the stabilization
+/// time) and autopilot never promotes it; the committed electorate names it as retired. An
+/// operator's `add` brings it back and takes it off the list.
+///
+/// Fails on the old `autopilot`, which promoted `c` at the second heartbeat after the removal.
+#[test]
+fn autopilot_never_promotes_a_voter_the_operator_removed_until_an_operator_adds_it() {
+    let mut a = established(ABC);
+    let beat = a.beat();
+    ack(&mut a, "c", beat);
+    let out = ask(&mut a, remove("c"), 1);
+    assert_eq!(outcome(&out), proposed(2));
+    let (beat, carried) = heartbeat(&out);
+    assert_eq!(carried.expect("carried").retired(), [NodeId::from("c")]);
+    let out = ack(&mut a, "b", beat);
+    assert!(committed(&out));
+    assert_eq!(members_of(&a), ["a", "b"]);
+    assert_eq!(a.electorate().unwrap().retired(), [NodeId::from("c")]);
+    for _ in 0..8 {
+        let out = beat_acked_by(&mut a, &["b", "c"]);
+        assert_eq!(outcomes(&out), [], "autopilot left the removed voter out");
+    }
+    assert_eq!(members_of(&a), ["a", "b"]);
+
+    let out = ask(&mut a, add("c"), 2);
+    assert_eq!(outcome(&out), proposed(3));
+    let e = a.electorate().unwrap();
+    assert_eq!((e.len(), e.retired().len()), (3, 0), "{e:?}");
+}
+
+/// Autopilot's own removal of a dead voter retires nobody: the voter, back and following, is
+/// promoted again once stable (the behaviour an operator relies on after an outage). The same
+/// removal asked by an operator would have kept it out (above).
+#[test]
+fn a_dead_voter_autopilot_removed_is_promoted_again_when_it_comes_back() {
+    let mut a = established(ABCD);
+    // `d` falls silent: autopilot removes it after `dead_voter_timeout_ms`.
+    let mut removed = false;
+    for _ in 0..40 {
+        let out = beat_acked_by(&mut a, &["b", "c"]);
+        if outcomes(&out)
+            .iter()
+            .any(|(c, o, r)| *c == remove("d") && *o == proposed(2) && *r == 0)
+        {
+            removed = true;
+            break;
+        }
+    }
+    assert!(removed, "autopilot removed the dead voter");
+    beat_acked_by(&mut a, &["b", "c"]);
+    assert_eq!(members_of(&a), ["a", "b", "c"]);
+    assert!(a.electorate().unwrap().retired().is_empty());
+    let mut promoted = false;
+    for _ in 0..6 {
+        let out = beat_acked_by(&mut a, &["b", "c", "d"]);
+        promoted |= outcomes(&out).contains(&(add("d"), proposed(3), 0));
+    }
+    assert!(promoted, "autopilot promoted it again");
+}
+
 // ---- On the network ------------------------------------------------------------------------------
 
 /// Fast timings, a cluster founded by `founders` voters, autopilot on or off.
@@ -2560,4 +2621,48 @@ fn during_a_change_the_lease_and_check_quorum_need_the_old_majority_too() {
     }
     assert!(stepped_down, "check-quorum counted the new majority alone");
     assert!(a.now_ms() >= started + max_ms, "not before a full timeout");
+}
+
+/// An operator's removal of a live voter survives admin failovers (issue 54): of four founders
+/// the operator removes a live follower; autopilot (promoting anyone stable while below
+/// `max_voters`) leaves it out for ten stabilization times, through a crash of the admin and
+/// the election that follows, and through a restart of the removed node itself. Only the
+/// operator's `add` brings it back.
+///
+/// Fails on the old core: autopilot promoted the removed node within the first wait.
+#[test]
+fn an_operators_removal_survives_admin_failovers_until_an_operators_add() {
+    for seed in 0..20 {
+        let config = Config {
+            dead_voter_timeout_ms: 800,
+            stabilization_time_ms: 200,
+            min_quorum: 3,
+            max_voters: 5,
+            ..settings(4, true)
+        };
+        let mut d = Driver::new(cluster(seed, 4, 0, &config), &config);
+        let admin = d.settle("bootstrap");
+        let gone = (admin + 1 + seed as usize % 3) % 4;
+        d.commit(remove_n(gone));
+        let stays: Vec<usize> = (0..4).filter(|&i| i != gone).collect();
+        d.run(10 * config.stabilization_time_ms);
+        d.all_hold(&stays, "the removed node stays out");
+
+        d.net.crash(admin);
+        let next = d.settle("after the admin crashed");
+        assert!(next != admin && next != gone, "seed {seed}");
+        d.net.crash(gone);
+        d.net.restart(gone);
+        d.run(10 * config.stabilization_time_ms);
+        d.net.restart(admin);
+        d.run(10 * config.stabilization_time_ms);
+        d.settle("everyone back");
+        d.all_hold(&stays, "the removal survived the failover and a restart");
+        let e = d.net.nodes[next].as_ref().unwrap().electorate().unwrap();
+        assert_eq!(e.retired(), [n(gone)], "seed {seed}");
+
+        d.commit(add_n(gone));
+        d.run(config.heartbeat_interval_ms);
+        d.all_hold(&[0, 1, 2, 3], "an operator added it back");
+    }
 }

@@ -147,10 +147,11 @@ enum Cmd {
     /// Without a subcommand: the membership as the node at `--addr` sees it (each node's role,
     /// whether it is reachable from that node, its last contact and score). `add ID` makes an
     /// admin-eligible node (connected to the admin) a voter; `remove ID` makes a voter a
-    /// standby, or forgets it if it is gone for good. Any node forwards the change to the
-    /// admin; the command returns once a majority of the old and of the new electorate hold it,
-    /// or fails with the reason (exit 1). One change at a time. `transfer [ID]` hands the
-    /// admin's office to a voter at once.
+    /// standby, or forgets it if it is gone for good; autopilot never undoes it (only `add`
+    /// does). Any node forwards the change to the admin; the command returns once a majority
+    /// of the old and of the new electorate hold it, or fails with the reason (exit 1). One
+    /// change at a time. `transfer [ID]` hands the admin's office to a voter at once; `leave`
+    /// retires the node at `--addr` and stops it.
     Members {
         /// The HTTP API of any node of the cluster.
         #[arg(
@@ -353,11 +354,19 @@ enum MembersCmd {
         /// other tables print it (the last 8 characters) when no other id ends so.
         id: String,
     },
-    /// Make a voter a standby (or forget a voter that is gone for good).
+    /// Make a voter a standby (or forget a voter that is gone for good). The removal stands:
+    /// autopilot never makes the node a voter again, through any change of admin, until
+    /// `members add ID` (a node started afresh, with a new data dir, is a new node).
     Remove {
         /// The node's id, or its last 8 characters (as for `add`).
         id: String,
     },
+    /// Retire the node at `--addr` gracefully (Consul's `leave`, etcd's removal of oneself):
+    /// it asks the admin to remove it (the admin removes itself and hands over), waits for the
+    /// commit, then stops as on SIGTERM and exits 0. Like `remove`, autopilot never makes it a
+    /// voter again until `members add ID`, restarts included. A standby or worker has nothing
+    /// to remove and just stops. On a refusal or a timeout the node keeps running (exit 1).
+    Leave,
     /// Move the admin's office to another voter now (etcd's `move-leader`): the admin steps
     /// down and asks that voter to stand at once, so the cluster has a new admin within a few
     /// round trips instead of an election timeout. Use it before maintenance on the admin's
@@ -436,6 +445,9 @@ pub fn main() -> ExitCode {
                         Err(e) => return fail(&e),
                     };
                     return report(block_on(cli::members::transfer(&addr, id, wait)));
+                }
+                Some(MembersCmd::Leave) => {
+                    return report(block_on(cli::members::leave(&addr, wait)));
                 }
                 Some(MembersCmd::Add { id }) => match whole(id) {
                     Ok(id) => Some(chorus_core::MemberChange::Add { node: id.into() }),

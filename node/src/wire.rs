@@ -35,6 +35,10 @@ pub struct MembersView {
     pub version_term: u64,
     /// Voters first, then standbys, each in id order.
     pub members: Vec<MemberRow>,
+    /// Nodes an operator removed (`members remove`, `leave`), oldest first: autopilot leaves
+    /// them out until an operator adds them back.
+    #[serde(default)]
+    pub removed: Vec<String>,
 }
 
 /// A task as `GET /tasks/{id}` shows it.

@@ -43,6 +43,10 @@
 //!    hold where the operator kept bootstrap's promise (`bootstrap_expect` more than half the
 //!    eligible nodes that start), as every simulated scenario does.
 //!
+//! 10. operator intent — once an operator saw its removal of X commit (a `membership_change`
+//!     with a request id), no admin proposes adding X back unless an operator asked to add X
+//!     after asking to remove it: autopilot never undoes an operator's removal, at any admin.
+//!
 //! Invariant 6 (determinism) is checked by running twice and comparing bytes (see `run`).
 //!
 //! "The electorate" is the one in force at that moment, learned from the trace: the bootstrap
@@ -85,6 +89,7 @@ impl fmt::Display for Violation {
             6 => "determinism",
             7 => "tasks",
             8 => "genesis",
+            10 => "operator intent",
             _ => "invariant",
         };
         write!(
@@ -190,6 +195,12 @@ pub struct Checker {
     pruned: BTreeMap<String, u64>,
     /// Pruned nodes with no record since that start of whether they hold a lease.
     lease_unknown: BTreeMap<String, u64>,
+    /// Invariant 10: when an operator last asked to remove each node, and to add it.
+    remove_asked: NameMap<u64>,
+    add_asked: NameMap<u64>,
+    /// Invariant 10: nodes whose removal an operator asked for and saw committed, and no
+    /// operator's add committed since.
+    operator_removed: BTreeSet<String>,
     violations: Vec<Violation>,
 }
 
@@ -240,6 +251,9 @@ impl Checker {
             genesis_reported: BTreeSet::new(),
             pruned: header.pruned.clone().unwrap_or_default(),
             lease_unknown: header.pruned.clone().unwrap_or_default(),
+            remove_asked: NameMap::default(),
+            add_asked: NameMap::default(),
+            operator_removed: BTreeSet::new(),
             violations: Vec::new(),
         }
     }
@@ -393,8 +407,14 @@ impl Checker {
                 ballot,
                 members,
             } => self.bootstrap_accepted(node, ballot, members, t, line_no),
-            Record::MembershipChange { node, outcome, .. } => {
+            Record::MembershipChange {
+                node,
+                change,
+                outcome,
+                request,
+            } => {
                 self.membership_change(node, outcome, t);
+                self.operator_intent(node, change, outcome, *request, t, line_no);
             }
             Record::Crash { node } => {
                 self.lease_known(node, t);
@@ -773,6 +793,64 @@ impl Checker {
                 self.set_in_force(vec![now], t);
             }
             _ => {}
+        }
+    }
+
+    /// Invariant 10: an operator's removal stands until an operator adds the node back. A
+    /// record with a request id is the operator's (at the node asked); an admin's proposal
+    /// without one is autopilot's or a request forwarded by another node, which recorded the
+    /// operator's ask first. So once an operator saw the removal of X committed, an admin may
+    /// propose adding X only if an operator asked to add X after asking to remove it.
+    fn operator_intent(
+        &mut self,
+        node: &str,
+        change: &chorus_core::MemberChange,
+        outcome: &ChangeOutcome,
+        request: Option<u64>,
+        t: u64,
+        line_no: usize,
+    ) {
+        use chorus_core::MemberChange;
+        let x = change.node().as_str();
+        let asked = request.is_some();
+        match (change, outcome) {
+            (MemberChange::Remove { .. }, ChangeOutcome::Committed { .. }) if asked => {
+                self.operator_removed.insert(x.to_owned());
+            }
+            (MemberChange::Add { .. }, ChangeOutcome::Committed { .. }) if asked => {
+                self.operator_removed.remove(x);
+            }
+            (MemberChange::Add { .. }, ChangeOutcome::Proposed { .. })
+                if !asked && self.operator_removed.contains(x) =>
+            {
+                let removed_at = self.remove_asked.get(x).copied().unwrap_or(0);
+                let added_since = self.add_asked.get(x).is_some_and(|a| *a >= removed_at);
+                if !added_since {
+                    self.fail(
+                        10,
+                        t,
+                        line_no,
+                        format!(
+                            "{node} proposed adding {x} back, which an operator removed \
+                             (asked at t={removed_at}) and nobody asked to add since"
+                        ),
+                    );
+                }
+            }
+            _ => {}
+        }
+        if asked {
+            let when = match change {
+                MemberChange::Remove { .. } => &mut self.remove_asked,
+                MemberChange::Add { .. } => &mut self.add_asked,
+            };
+            // The ask is the request's record that forwards or proposes it.
+            if matches!(
+                outcome,
+                ChangeOutcome::Forwarded { .. } | ChangeOutcome::Proposed { .. }
+            ) {
+                when.insert(x.to_owned(), t);
+            }
         }
     }
 

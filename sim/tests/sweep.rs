@@ -34,20 +34,20 @@ fn load(name: &str, duration_ms: Option<u64>) -> anyhow::Result<Scenario> {
 }
 
 #[test]
-fn des_850_runs_all_scenarios_no_violations() {
+fn des_900_runs_all_scenarios_no_violations() {
     let all = jobs(&passing(true), 0..50, EngineChoice::Des, |n| load(n, None)).unwrap();
-    assert_eq!(all.len(), 850);
+    assert_eq!(all.len(), 900);
     assert_clean(&all, false);
 }
 
 #[test]
-fn turmoil_96_runs_all_scenarios_no_violations() {
+fn turmoil_102_runs_all_scenarios_no_violations() {
     // Five simulated minutes each: turmoil runs the real runtime loop and codec, so it is slower.
     let all = jobs(&passing(false), 0..6, EngineChoice::Turmoil, |n| {
         load(n, Some(5 * 60 * 1000))
     })
     .unwrap();
-    assert_eq!(all.len(), 96);
+    assert_eq!(all.len(), 102);
     assert_clean(&all, false);
 }
 

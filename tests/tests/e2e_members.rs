@@ -298,3 +298,145 @@ fn members_transfer_moves_the_admin_at_once_and_a_graceful_stop_hands_over() {
         "{graceful:?}"
     );
 }
+
+/// Every running node's electorate as `/status` says: (version, members sorted).
+fn electorates(c: &Cluster) -> Vec<(u64, Vec<String>)> {
+    (0..c.nodes.len())
+        .filter(|i| c.is_up(*i))
+        .filter_map(|i| {
+            let s = c.status(i)?;
+            let mut m: Vec<String> = s["electorate"]
+                .as_array()?
+                .iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect();
+            m.sort();
+            Some((s["electorate_version"].as_u64()?, m))
+        })
+        .collect()
+}
+
+/// Issue 54: an operator's `members remove` of a live voter stands. Autopilot (stabilization
+/// shortened to 600 ms, so it would promote a stable standby within about a second) leaves the
+/// removed node out for ten stabilization times, through a handover to another admin, and
+/// through the admin retiring itself with `members leave` — which commits, answers, and stops
+/// that node with exit 0. Only `members add` brings the removed node back.
+///
+/// Fails on the old code: autopilot made the removed node a voter again (version 3) within the
+/// first wait.
+#[test]
+fn a_removed_live_voter_stays_out_and_leave_retires_the_admin() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("chorus.toml");
+    std::fs::write(
+        &config,
+        "[protocol]\nstabilization_time_ms = 600\ndead_voter_timeout_ms = 120000\n",
+    )
+    .expect("config");
+    let config = config.to_string_lossy().into_owned();
+    let mut c = Cluster::start_with(BIN, 4, Timings::FAST, &["--config", &config]);
+    let (_, _, a) = c.wait_agreed(SETTLE);
+    let ids: Vec<String> = (0..4).map(|i| id(&c, i)).collect();
+    wait_electorate(&c, 1, &ids);
+    let stable = Duration::from_millis(10 * 600);
+
+    // The operator removes a live follower, through another follower.
+    let f = (a + 1) % 4;
+    let via = (a + 2) % 4;
+    let out = c.chorus(&["members", "--addr", &addr(&c, via), "remove", &ids[f]]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("committed"),
+        "{}",
+        text(&out)
+    );
+    let three: Vec<String> = ids.iter().filter(|m| **m != ids[f]).cloned().collect();
+    wait_electorate(&c, 2, &three);
+    std::thread::sleep(stable);
+    let mut sorted = three.clone();
+    sorted.sort();
+    assert!(
+        electorates(&c).iter().all(|e| *e == (2, sorted.clone())),
+        "autopilot undid the operator's removal: {:?}",
+        electorates(&c)
+    );
+    let listed = c.chorus(&["members", "--addr", &addr(&c, a), "--json"]);
+    let v: Value = serde_json::from_slice(&listed.stdout).expect("members JSON");
+    assert_eq!(v["removed"], serde_json::json!([ids[f].clone()]), "{v}");
+    let table = c.chorus(&["members", "--addr", &addr(&c, a)]);
+    let table = String::from_utf8_lossy(&table.stdout).to_string();
+    assert!(
+        table.contains("removed by an operator") && table.contains(&ids[f]),
+        "{table}"
+    );
+
+    // The admin changes: the new one leaves the removed node out too.
+    let next = (a + 3) % 4;
+    let out = c.chorus(&["members", "--addr", &addr(&c, a), "transfer", &ids[next]]);
+    assert!(out.status.success(), "{}", text(&out));
+    let (admin, _, b) = c.wait_agreed(SETTLE);
+    assert_eq!(admin, ids[next]);
+    std::thread::sleep(stable);
+    assert!(
+        electorates(&c).iter().all(|e| *e == (2, sorted.clone())),
+        "the new admin's autopilot undid the removal: {:?}",
+        electorates(&c)
+    );
+
+    // The admin retires itself: the removal commits, the CLI says so, the node exits 0 and the
+    // two voters left elect one of them.
+    let out = c.chorus(&["members", "--addr", &addr(&c, b), "leave"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.contains("left the cluster") && said.contains("stops now"),
+        "{said}"
+    );
+    let status = c.wait_exit(b, SETTLE).expect("the node that left stops");
+    assert!(status.success(), "{status:?}");
+    let two: Vec<String> = three.iter().filter(|m| **m != ids[b]).cloned().collect();
+    wait_electorate(&c, 3, &two);
+    let (admin, _, _) = c.wait_agreed(SETTLE);
+    assert!(two.contains(&admin), "{admin} is no voter left");
+    std::thread::sleep(stable);
+    let mut sorted_two = two.clone();
+    sorted_two.sort();
+    assert!(
+        electorates(&c)
+            .iter()
+            .all(|e| *e == (3, sorted_two.clone())),
+        "autopilot brought back a node an operator removed: {:?}",
+        electorates(&c)
+    );
+
+    // `leave` at a node that is no voter: nothing to remove, it stops all the same.
+    let out = c.chorus(&["members", "--addr", &addr(&c, f), "leave"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("not a voter"),
+        "{}",
+        text(&out)
+    );
+    assert!(c.wait_exit(f, SETTLE).is_some_and(|s| s.success()));
+
+    // Restarted with its data dir, the removed node stays out; the operator's add brings it
+    // back.
+    c.start_node(f);
+    std::thread::sleep(stable);
+    assert!(
+        electorates(&c)
+            .iter()
+            .all(|e| *e == (3, sorted_two.clone())),
+        "a restart undid the operator's removal: {:?}",
+        electorates(&c)
+    );
+    let (_, _, now) = c.wait_agreed(SETTLE);
+    let added = wait_until(SETTLE, Duration::from_millis(200), || {
+        let out = c.chorus(&["members", "--addr", &addr(&c, now), "add", &ids[f]]);
+        out.status.success().then_some(())
+    });
+    assert!(added.is_some(), "the removed node was never added back");
+    let mut back = two.clone();
+    back.push(ids[f].clone());
+    wait_electorate(&c, 4, &back);
+}

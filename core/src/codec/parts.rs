@@ -42,7 +42,8 @@ const MAX_PARTS: u32 = (MAX_ASSEMBLED_BYTES / (MAX_MESSAGE_BYTES / 4)) as u32;
 // Every character of an id escapes to at most two bytes in JSON (`"` and `\`; the core's ids
 // hold no control characters worth more, and a hostile one just makes the message too large).
 const _: () = assert!(
-    crate::MAX_MEMBERS * (2 * crate::MAX_ID_BYTES + 3) + MAX_MESSAGE_BYTES <= MAX_ASSEMBLED_BYTES
+    (crate::MAX_MEMBERS + crate::MAX_RETIRED) * (2 * crate::MAX_ID_BYTES + 3) + MAX_MESSAGE_BYTES
+        <= MAX_ASSEMBLED_BYTES
 );
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

@@ -177,7 +177,7 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         return Some(Role::Submit);
     }
     Some(match (method, path) {
-        (&Method::POST, "/members") | (&Method::POST, "/members/transfer") => Role::Operate,
+        (&Method::POST, "/members" | "/members/transfer" | "/members/leave") => Role::Operate,
         // Any token may ask for a delegated copy of itself (the handler refuses a delegated
         // one).
         (&Method::POST, "/acl/delegate") => Role::Read,
@@ -365,6 +365,7 @@ mod tests {
                 "/members/transfer",
                 [false, false, true, true],
             ),
+            (Method::POST, "/members/leave", [false, false, true, true]),
             (Method::POST, "/acl/tokens", [false, false, false, true]),
             (Method::PUT, "/nosuch", [false, false, false, true]),
         ];

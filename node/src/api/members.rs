@@ -79,6 +79,9 @@ impl Shared {
             version: electorate.map_or(0, |e| e.version),
             version_term: electorate.map_or(0, |e| e.term),
             members,
+            removed: electorate
+                .map(|e| e.retired().iter().map(NodeId::to_string).collect())
+                .unwrap_or_default(),
         })
     }
 }

@@ -16,6 +16,7 @@ pub mod cluster;
 pub mod cluster_status;
 pub mod connections;
 pub mod history;
+pub mod leave;
 pub mod logs;
 pub mod members;
 pub mod openapi;
@@ -75,6 +76,7 @@ fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(cluster_status::cluster_status))
         .routes(routes!(members::members, members::change_members))
         .routes(routes!(transfer::transfer))
+        .routes(routes!(leave::leave))
         .routes(routes!(tasks::list_tasks, tasks::submit_task))
         .routes(routes!(tasks::get_task, tasks::cancel_task))
         .routes(routes!(logs::task_logs))

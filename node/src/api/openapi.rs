@@ -452,6 +452,7 @@ mod tests {
         ("GET", "/members"),
         ("POST", "/members"),
         ("POST", "/members/transfer"),
+        ("POST", "/members/leave"),
         ("GET", "/tasks"),
         ("POST", "/tasks"),
         ("GET", "/tasks/{id}"),
@@ -1031,6 +1032,24 @@ mod tests {
             Some(Operate),
             Some(r#"{"to":"x"}"#),
             StatusCode::BAD_REQUEST
+        );
+        // Leave: a wait that is no number is refused before anything is asked; it needs
+        // `operate`.
+        expect!(
+            "POST",
+            "/members/leave",
+            "/members/leave?wait_ms=soon",
+            Some(Operate),
+            Some("{}"),
+            StatusCode::BAD_REQUEST
+        );
+        expect!(
+            "POST",
+            "/members/leave",
+            "/members/leave",
+            Some(Submit),
+            Some("{}"),
+            StatusCode::FORBIDDEN
         );
 
         // Sandboxes, on a node that runs none.

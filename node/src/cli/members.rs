@@ -1,5 +1,6 @@
 //! `chorus members`: the membership as a node sees it, and `add`/`remove` through any node
-//! (`GET` and `POST /members`), and `transfer` at the admin (`POST /members/transfer`).
+//! (`GET` and `POST /members`), `transfer` at the admin (`POST /members/transfer`), and
+//! `leave` at the node that retires (`POST /members/leave`).
 
 use std::time::Duration;
 
@@ -70,6 +71,12 @@ pub fn render(v: &MembersView) -> String {
         ));
     }
     out.push_str("(* the admin)\n");
+    if !v.removed.is_empty() {
+        out.push_str(&format!(
+            "removed by an operator (autopilot leaves them out until `chorus members add ID`): {}\n",
+            v.removed.join(", ")
+        ));
+    }
     out
 }
 
@@ -78,10 +85,30 @@ pub fn render(v: &MembersView) -> String {
 pub async fn change(addr: &str, change: MemberChange, wait: Duration) -> anyhow::Result<()> {
     let body = serde_json::to_string(&change)?;
     let path = format!("/members?wait_ms={}", wait.as_millis());
+    post_and_say(addr, &path, Some(&body), wait).await
+}
+
+/// `chorus members leave`: the node at `addr` removes itself from the electorate, waits for the
+/// commit and stops (`POST /members/leave`). Errors carry the node's reason; the node then
+/// keeps running.
+pub async fn leave(addr: &str, wait: Duration) -> anyhow::Result<()> {
+    let path = format!("/members/leave?wait_ms={}", wait.as_millis());
+    // An empty JSON body: the API takes a POST only as JSON.
+    post_and_say(addr, &path, Some("{}"), wait).await
+}
+
+/// POSTs to `path` at `addr`, where the node waits up to `wait`, and prints the answer's
+/// message (200) or fails with it.
+async fn post_and_say(
+    addr: &str,
+    path: &str,
+    body: Option<&str>,
+    wait: Duration,
+) -> anyhow::Result<()> {
     // The node waits `wait`; give the connection a little longer than that.
     let reply = tokio::time::timeout(
         wait + Duration::from_secs(5),
-        request(addr, "POST", &path, Some(&body)),
+        request(addr, "POST", path, body),
     )
     .await
     .map_err(|_| anyhow::anyhow!("{addr} did not answer within {} s", wait.as_secs() + 5))?

@@ -234,9 +234,20 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         })
         .with_start_events(start_events(&config, resources, &capabilities))
         .with_operator_inputs(operator_rx);
-    let result = runtime
-        .run(shutdown_signal(signals, shared.clone(), exit_with_parent))
-        .await;
+    let left = shared.lock().leave.clone();
+    let stop = {
+        let shared = shared.clone();
+        async move {
+            tokio::select! {
+                () = shutdown_signal(signals, shared.clone(), exit_with_parent) => {}
+                () = left.notified() => {
+                    tracing::info!("left the cluster (`chorus members leave`): shutting down");
+                    shared.lock().shutting_down = true;
+                }
+            }
+        }
+    };
+    let result = runtime.run(stop).await;
     if let Some(live) = &live {
         live.shutdown("the node stopping").await;
     }

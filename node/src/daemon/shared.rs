@@ -22,6 +22,8 @@ pub struct Shared {
     pub node_id: String,
     pub capabilities: Vec<String>,
     pub shutting_down: bool,
+    /// Notified when the node left the cluster (`POST /members/leave`): it stops as on SIGTERM.
+    pub leave: Arc<tokio::sync::Notify>,
     /// The transport's own counters (wire-level: gossip vs direct, denied connections, …).
     pub transport_stats: Option<Arc<Libp2pStats>>,
     /// When the shadow core last stepped (or was recovered): with its `now_ms`, this gives the

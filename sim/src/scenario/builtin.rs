@@ -28,6 +28,7 @@ pub const BUILTINS: &[&str] = &[
     "replace",
     "replace-manual",
     "change-interrupted",
+    "remove-live",
     "tasks",
 ];
 
@@ -46,11 +47,18 @@ pub const REPRODUCERS: &[&str] = &[
     "replace",
     "replace-manual",
     "change-interrupted",
+    "remove-live",
 ];
 
 /// The built-ins that change the electorate while the cluster runs: a voter lost for good and
-/// replaced by autopilot or by hand, and changes cut short by a crash or a partition.
-pub const MEMBERSHIP: &[&str] = &["replace", "replace-manual", "change-interrupted"];
+/// replaced by autopilot or by hand, changes cut short by a crash or a partition, and a live
+/// voter an operator removed, which autopilot must leave out.
+pub const MEMBERSHIP: &[&str] = &[
+    "replace",
+    "replace-manual",
+    "change-interrupted",
+    "remove-live",
+];
 
 /// Each built-in's file, in [`BUILTINS`] order.
 const FILES: &[(&str, &str)] = &[
@@ -90,6 +98,10 @@ const FILES: &[(&str, &str)] = &[
     (
         "change-interrupted",
         include_str!("../../scenarios/change-interrupted.toml"),
+    ),
+    (
+        "remove-live",
+        include_str!("../../scenarios/remove-live.toml"),
     ),
     ("tasks", include_str!("../../scenarios/tasks.toml")),
 ];
