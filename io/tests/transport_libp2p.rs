@@ -833,18 +833,6 @@ async fn peers_met_through_one_address_connect_and_other_clusters_stay_out() {
     );
 }
 
-/// This machine's address towards the outside (a non-loopback IPv4), from the route a packet
-/// would take; no packet is sent.
-fn outside_ip() -> std::net::Ipv4Addr {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    s.connect("203.0.113.1:9")
-        .expect("this test needs a route off the machine (a non-loopback interface)");
-    match s.local_addr().unwrap().ip() {
-        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
-        other => panic!("no non-loopback IPv4 address: {other}"),
-    }
-}
-
 fn tcp_port(addr: &Multiaddr) -> u16 {
     addr.iter()
         .find_map(|p| match p {
@@ -862,7 +850,7 @@ fn tcp_port(addr: &Multiaddr) -> u16 {
 /// A's loopback port; B's messages to A (dials by peer id) never reach that listener.
 #[tokio::test]
 async fn a_loopback_address_of_a_peer_reached_elsewhere_is_never_dialled() {
-    let ip = outside_ip();
+    let ip = crate::common::outside_ip();
     let mut ca = config(&[]);
     ca.listen = vec![
         format!("/ip4/{ip}/tcp/0").parse().unwrap(),

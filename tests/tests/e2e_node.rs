@@ -615,18 +615,6 @@ fn control_characters_in_refused_requests_reach_the_log_escaped() {
     );
 }
 
-/// This machine's address towards the outside (a non-loopback IPv4), from the route a packet
-/// would take; no packet is sent.
-fn outside_ip() -> std::net::Ipv4Addr {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    s.connect("203.0.113.1:9")
-        .expect("this test needs a route off the machine (a non-loopback interface)");
-    match s.local_addr().unwrap().ip() {
-        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
-        other => panic!("no non-loopback IPv4 address: {other}"),
-    }
-}
-
 /// Issue 54: with `--listen /ip4/0.0.0.0/…` the start line and `chorus status` named only
 /// 127.0.0.1, yet the docs say to read the join address there. Each lists every interface's
 /// address, the one other machines dial included.
@@ -645,7 +633,11 @@ fn a_node_on_every_interface_lists_each_address_at_start_and_in_status() {
     args.extend(["--bootstrap-expect".into(), "1".into()]);
     let log = dir.path().join("d.log");
     let (mut guard, ports) = spawn_reported(Path::new(BIN), &args, &[], &log);
-    let outside = format!("/ip4/{}/tcp/{}/p2p/", outside_ip(), ports.p2p);
+    let outside = format!(
+        "/ip4/{}/tcp/{}/p2p/",
+        crate::io_common::outside_ip(),
+        ports.p2p
+    );
     let loopback = format!("/ip4/127.0.0.1/tcp/{}/p2p/", ports.p2p);
     let text = chorus_tests::read(&log);
     let started = text

@@ -153,3 +153,15 @@ impl Drop for NetworkCleanup {
             .status();
     }
 }
+
+/// This machine's address towards the outside (a non-loopback IPv4), from the route a packet
+/// would take; no packet is sent (203.0.113.1 is a documentation address, TEST-NET-3).
+pub fn outside_ip() -> std::net::Ipv4Addr {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    s.connect("203.0.113.1:9")
+        .expect("this test needs a route off the machine (a non-loopback interface)");
+    match s.local_addr().unwrap().ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() => ip,
+        other => panic!("no non-loopback IPv4 address: {other}"),
+    }
+}

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chorus_core::MemberChange;
 
-use super::members::{submit, ChangeAnswer, DEFAULT_WAIT, MAX_WAIT};
+use super::members::{submit, wait_of, ChangeAnswer};
 use crate::daemon::shared::SharedState;
 
 /// How long after answering the node stops: the answer leaves first.
@@ -46,16 +46,9 @@ pub(super) async fn leave(
     State((shared, _)): State<(SharedState, SocketAddr)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let wait = match query.get("wait_ms").map(|w| w.parse::<u64>()) {
-        None => DEFAULT_WAIT,
-        Some(Ok(ms)) => Duration::from_millis(ms).min(MAX_WAIT),
-        Some(Err(_)) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "wait_ms: not a number of milliseconds\n",
-            )
-                .into_response()
-        }
+    let wait = match wait_of(&query) {
+        Ok(wait) => wait,
+        Err(refused) => return refused,
     };
     let (code, answer) = retire(&shared, wait).await;
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

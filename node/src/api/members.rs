@@ -27,6 +27,21 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// The longest wait a request may ask for.
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
+/// The `wait_ms` of a membership request (`POST /members`, `/members/transfer`,
+/// `/members/leave`): [`DEFAULT_WAIT`] when absent, at most [`MAX_WAIT`]; a 400 when it is not a
+/// number.
+pub(super) fn wait_of(query: &BTreeMap<String, String>) -> Result<Duration, Response> {
+    match query.get("wait_ms").map(|w| w.parse::<u64>()) {
+        None => Ok(DEFAULT_WAIT),
+        Some(Ok(ms)) => Ok(Duration::from_millis(ms).min(MAX_WAIT)),
+        Some(Err(_)) => Err((
+            StatusCode::BAD_REQUEST,
+            "wait_ms: not a number of milliseconds\n",
+        )
+            .into_response()),
+    }
+}
+
 /// The longest node id accepted from an operator (a libp2p PeerId is about 52 characters).
 const MAX_ID_LEN: usize = 128;
 
@@ -135,16 +150,9 @@ pub(super) async fn change_members(
         Ok(c) => c,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    let wait = match query.get("wait_ms").map(|w| w.parse::<u64>()) {
-        None => DEFAULT_WAIT,
-        Some(Ok(ms)) => std::time::Duration::from_millis(ms).min(MAX_WAIT),
-        Some(Err(_)) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "wait_ms: not a number of milliseconds\n",
-            )
-                .into_response()
-        }
+    let wait = match wait_of(&query) {
+        Ok(wait) => wait,
+        Err(refused) => return refused,
     };
     let (code, answer) = submit(&shared, change, wait).await;
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -227,9 +227,15 @@ fn locate(shared: &SharedState, bound: SocketAddr, id: &str) -> Result<Located, 
     let view = s.cluster(&bound.to_string());
     match view.and_then(|v| v.members.into_iter().find(|m| m.node_id == node)) {
         Some(m) if m.connected && m.http.is_some() => Ok(Located::There(m)),
+        // The core still counts the peer (failure detection takes a few beats) but the
+        // transport holds no address for it: its connection just closed — it died or was cut
+        // off — or it never advertised an API. Either way it cannot be asked now.
         Some(m) if m.connected => Err(Refused(
             503,
-            format!("the sandbox's node {node} advertised no API this node may ask"),
+            format!(
+                "the sandbox's node {node} is not connected to this node's API: its connection \
+                 just closed (down, or cut off), or it advertised no API this node may ask"
+            ),
         )),
         _ => Err(Refused(
             503,

@@ -19,7 +19,7 @@ use chorus_core::{Event, HandoverRefusal, NodeId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::members::{parse_node_id, DEFAULT_WAIT, MAX_WAIT};
+use super::members::{parse_node_id, wait_of};
 use crate::daemon::operator::HandoverAnswer;
 use crate::daemon::shared::SharedState;
 
@@ -98,16 +98,9 @@ pub(super) async fn transfer(
         Ok(to) => to,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
     };
-    let wait = match query.get("wait_ms").map(|w| w.parse::<u64>()) {
-        None => DEFAULT_WAIT,
-        Some(Ok(ms)) => Duration::from_millis(ms).min(MAX_WAIT),
-        Some(Err(_)) => {
-            return (
-                StatusCode::BAD_REQUEST,
-                "wait_ms: not a number of milliseconds\n",
-            )
-                .into_response()
-        }
+    let wait = match wait_of(&query) {
+        Ok(wait) => wait,
+        Err(refused) => return refused,
     };
     let (code, answer) = hand_over(&shared, to, wait).await;
     (code, Json(answer)).into_response()
