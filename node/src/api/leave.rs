@@ -48,7 +48,7 @@ pub(super) async fn leave(
 ) -> Response {
     let wait = match wait_of(&query) {
         Ok(wait) => wait,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let (code, answer) = retire(&shared, wait).await;
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -30,15 +30,16 @@ pub const MAX_WAIT: Duration = Duration::from_secs(300);
 /// The `wait_ms` of a membership request (`POST /members`, `/members/transfer`,
 /// `/members/leave`): [`DEFAULT_WAIT`] when absent, at most [`MAX_WAIT`]; a 400 when it is not a
 /// number.
-pub(super) fn wait_of(query: &BTreeMap<String, String>) -> Result<Duration, Response> {
+pub(super) fn wait_of(
+    query: &BTreeMap<String, String>,
+) -> Result<Duration, (StatusCode, &'static str)> {
     match query.get("wait_ms").map(|w| w.parse::<u64>()) {
         None => Ok(DEFAULT_WAIT),
         Some(Ok(ms)) => Ok(Duration::from_millis(ms).min(MAX_WAIT)),
         Some(Err(_)) => Err((
             StatusCode::BAD_REQUEST,
             "wait_ms: not a number of milliseconds\n",
-        )
-            .into_response()),
+        )),
     }
 }
 
@@ -152,7 +153,7 @@ pub(super) async fn change_members(
     };
     let wait = match wait_of(&query) {
         Ok(wait) => wait,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let (code, answer) = submit(&shared, change, wait).await;
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

@@ -100,7 +100,7 @@ pub(super) async fn transfer(
     };
     let wait = match wait_of(&query) {
         Ok(wait) => wait,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let (code, answer) = hand_over(&shared, to, wait).await;
     (code, Json(answer)).into_response()
