@@ -225,6 +225,9 @@ pub enum Notice {
         task: crate::TaskId,
         /// The run.
         attempt: u32,
+        /// A live sandbox (§4.8): the checker holds it to one worker at a time (invariant 9).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     /// A run ended here: with a result (`status`), or given back to the admin to place again
     /// (`status` none: a retryable failure).

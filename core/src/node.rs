@@ -365,7 +365,7 @@ impl Core {
             }
             Event::PeerUp(advert) => self.on_peer_up(advert, out),
             Event::PeerDown { peer } => {
-                self.admin_peer_down(&peer);
+                self.admin_peer_down(&peer, out);
                 self.peers.remove(&peer);
                 self.whoami_pending.remove(&peer);
                 self.electorate_reports.remove(&peer);

@@ -1937,3 +1937,251 @@ fn a_worker_reports_again_when_its_connection_to_the_admin_comes_up() {
     let out = w.step_vec(210, from("b", heartbeat(1, 2)));
     assert_eq!(last_report(&out), None, "one report per connection");
 }
+
+// Live sandboxes (`place.rs` rule 14, `work.rs` rule 8; docs/design.md §4.8).
+
+fn live_spec() -> Arc<TaskSpec> {
+    Arc::new(TaskSpec {
+        image: "img".into(),
+        command: vec![],
+        timeout_ms: 600_000,
+        live: true,
+        ..Default::default()
+    })
+}
+
+fn offer_live(a: &mut Core, t: &TaskId, attempt: u32) -> Vec<Command> {
+    let msg = Message::TaskOffer {
+        task: t.clone(),
+        spec: live_spec(),
+        cancel: false,
+        attempt,
+        unplaceable_ms: 0,
+    };
+    let now = a.now_ms();
+    a.step_vec(now, from(t.origin.as_str(), msg))
+}
+
+/// Steps `a`'s timers until `until` (its own clock), `b` acknowledging every heartbeat so the
+/// lease holds, gathering what it sends.
+fn run_to(a: &mut Core, until: u64) -> Vec<Command> {
+    let mut all = Vec::new();
+    while let Some((at, timer)) = a.next_deadline() {
+        if at > until {
+            break;
+        }
+        let out = a.step_vec(at, Event::TimerFired { timer });
+        let beats = out.iter().filter_map(|c| match c {
+            Command::Broadcast { msg } => Some(msg),
+            Command::Send { to, msg } if to.as_str() == "b" => Some(msg),
+            _ => None,
+        });
+        for m in beats.collect::<Vec<_>>() {
+            if let Message::Heartbeat { term, beat, .. } = m {
+                let ack = Message::HeartbeatAck {
+                    term: *term,
+                    beat: *beat,
+                    promise_ms: a.config().election_timeout_min_ms,
+                    holds: false,
+                    endorsement: None,
+                    certified: 0,
+                };
+                all.extend(a.step_vec(at, from("b", ack)));
+            }
+        }
+        all.extend(out);
+    }
+    if a.now_ms() < until {
+        // Time passes to `until` (a timer not armed fires as nothing).
+        let tick = Event::TimerFired {
+            timer: chorus_core::Timer::Tasks,
+        };
+        all.extend(a.step_vec(until, tick));
+    }
+    all
+}
+
+/// The results `out` sends to `to`, with their status.
+fn results_to(out: &[Command], to: &str) -> Vec<(TaskId, chorus_core::TaskStatus, String)> {
+    out.iter()
+        .filter_map(|c| match c {
+            Command::Send {
+                to: t,
+                msg: Message::TaskResult { task, result },
+            } if t.as_str() == to => Some((task.clone(), result.status, result.worker.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rule 14: a live sandbox whose worker goes down ends `lost`, naming that worker, and is
+/// never placed on another — where a task is placed again at once.
+#[test]
+fn a_live_sandbox_whose_worker_goes_down_is_lost_and_never_placed_again() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    let start = a.now_ms();
+    run_to(&mut a, start + 3_000);
+    report(&mut a, "w1", 2, &[], &[]);
+    let out = offer_live(&mut a, &task("s", 1), 0);
+    assert_eq!(placements(&out), [(task("s", 1), "w1".to_owned())]);
+    let out = offer(&mut a, &task("s", 2));
+    assert_eq!(placements(&out), [(task("s", 2), "w1".to_owned())]);
+    report(&mut a, "w2", 2, &[], &[]);
+    let now = a.now_ms();
+    let out = a.step_vec(now, Event::PeerDown { peer: "w1".into() });
+    assert_eq!(
+        results_to(&out, "s"),
+        [(task("s", 1), chorus_core::TaskStatus::Lost, "w1".to_owned())]
+    );
+    // The task goes to w2; the live sandbox does not, not at an offer, not later.
+    assert_eq!(placements(&out), [(task("s", 2), "w2".to_owned())]);
+    let mut later = offer_live(&mut a, &task("s", 1), 1);
+    later.extend(run_to(&mut a, now + 10_000));
+    assert!(
+        placements(&later).iter().all(|(t, _)| *t != task("s", 1)),
+        "placed again: {later:?}"
+    );
+    assert_eq!(
+        results_to(&later, "s").first().map(|r| r.1),
+        Some(chorus_core::TaskStatus::Lost),
+        "the lost result is sent again to an offer"
+    );
+}
+
+/// Rule 14: a new admin places no live sandbox in its first ticks, so that one the admin
+/// before it placed is adopted from its worker's report instead of made a second time; a
+/// task it places at once.
+#[test]
+fn a_new_admin_waits_for_the_reports_before_placing_a_live_sandbox() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    let start = a.now_ms();
+    report(&mut a, "w1", 2, &[], &[]);
+    report(&mut a, "w2", 2, &[], &[]);
+    let out = offer_live(&mut a, &task("s", 1), 0);
+    assert!(placements(&out).is_empty(), "placed in the first ticks");
+    let out = offer(&mut a, &task("s", 2));
+    assert_eq!(placements(&out).len(), 1, "a task is placed at once");
+    // w2 reports the sandbox an earlier admin placed there: adopted, and never made again.
+    report(&mut a, "w2", 2, &[(task("s", 1), 1)], &[]);
+    let out = run_to(&mut a, start + 10_000);
+    assert!(
+        placements(&out).iter().all(|(t, _)| *t != task("s", 1)),
+        "made a second time: {out:?}"
+    );
+    let out = offer_live(&mut a, &task("s", 1), 0);
+    assert!(out.iter().any(|c| matches!(
+        c,
+        Command::Send { msg: Message::TaskState { state: OfferState::Placed { worker, .. }, .. }, .. }
+            if worker.as_str() == "w2"
+    )));
+    // Unreported, it is placed once the first ticks are over.
+    let out = offer_live(&mut a, &task("s", 3), 0);
+    assert_eq!(placements(&out).len(), 1, "placed after the first ticks");
+}
+
+/// Rule 14: an offer of a live sandbox its origin heard was placed, which no worker reports
+/// to this admin, waits out the first ticks, then ends `lost` — it is never queued.
+#[test]
+fn a_placed_live_sandbox_no_worker_reports_to_a_new_admin_is_lost() {
+    let mut a = admin(&["w1", "s"]);
+    let start = a.now_ms();
+    report(&mut a, "w1", 2, &[], &[]);
+    let out = offer_live(&mut a, &task("s", 1), 1);
+    assert!(placements(&out).is_empty());
+    assert!(
+        results_to(&out, "s").is_empty(),
+        "lost before the reports could come"
+    );
+    let mut out = run_to(&mut a, start + 3_500);
+    out.extend(offer_live(&mut a, &task("s", 1), 1));
+    out.extend(run_to(&mut a, start + 8_000));
+    assert!(placements(&out).is_empty(), "placed again: {out:?}");
+    assert_eq!(
+        results_to(&out, "s").first().map(|r| r.1),
+        Some(chorus_core::TaskStatus::Lost)
+    );
+}
+
+/// Rule 14: a worker that reports running a live sandbox placed on another is asked to stop
+/// it; a task's second run is left to end (delivery is at least once).
+#[test]
+fn a_second_copy_of_a_live_sandbox_is_stopped() {
+    let mut a = admin(&["w1", "w2", "s"]);
+    let start = a.now_ms();
+    run_to(&mut a, start + 3_000);
+    report(&mut a, "w1", 2, &[], &[]);
+    let out = offer_live(&mut a, &task("s", 1), 0);
+    assert_eq!(placements(&out), [(task("s", 1), "w1".to_owned())]);
+    let out = report(&mut a, "w2", 2, &[(task("s", 1), 1)], &[]);
+    assert!(
+        out.iter().any(|c| matches!(
+            c,
+            Command::Send { to, msg: Message::TaskCancel { task: t, .. } }
+                if to.as_str() == "w2" && *t == task("s", 1)
+        )),
+        "not stopped: {out:?}"
+    );
+}
+
+/// `work.rs` rule 8: a live sandbox is never given back once made — a retryable failure ends
+/// it with an error, a restart ends it `lost` — where a task's retryable failure is given back
+/// to be placed again. A live placement refused for want of a slot is still given back.
+#[test]
+fn a_live_sandbox_is_never_given_back_once_made() {
+    let place_live = |w: &mut Core, seq: u64| {
+        let msg = Message::TaskPlace {
+            term: 1,
+            task: task("s", seq),
+            attempt: 1,
+            seq,
+            spec: live_spec(),
+        };
+        let now = w.now_ms();
+        w.step_vec(now, from("b", msg))
+    };
+    for restart in [false, true] {
+        let mut w = worker(1);
+        let out = place_live(&mut w, 1);
+        assert!(out
+            .iter()
+            .any(|c| matches!(c, Command::StartSandbox { spec, .. } if spec.live)));
+        let now = w.now_ms();
+        let out = if restart {
+            w.step_vec(now + 1, Event::Started)
+        } else {
+            let failed = Event::SandboxFailed {
+                task: task("s", 1),
+                attempt: 1,
+                error: "sandbox: the engine hiccuped".into(),
+                retryable: true,
+            };
+            w.step_vec(now + 1, failed)
+        };
+        let want = if restart {
+            chorus_core::TaskStatus::Lost
+        } else {
+            chorus_core::TaskStatus::Error
+        };
+        assert!(
+            (sent_to(&out, "s").iter()).any(|m| matches!(m, Message::TaskResult { result, .. }
+                if result.status == want)),
+            "restart {restart}: the owner is told {want}: {out:?}"
+        );
+        let now = w.now_ms();
+        let out = w.step_vec(now + 1, from("b", heartbeat(1, 2)));
+        if let Some((_, _, released)) = last_report(&out) {
+            assert_eq!(released, Vec::<u64>::new(), "restart {restart}");
+        }
+    }
+    // No slot free: refused before anything was made, and given back.
+    let mut w = worker(1);
+    place(&mut w, 1);
+    let mut out = place_live(&mut w, 2);
+    assert!(!out
+        .iter()
+        .any(|c| matches!(c, Command::StartSandbox { .. })));
+    let now = w.now_ms();
+    out.extend(w.step_vec(now + 1, from("b", heartbeat(1, 2))));
+    let (_, _, released) = last_report(&out).expect("a report");
+    assert_eq!(released, vec![2]);
+}

@@ -42,6 +42,10 @@
 //!    rule keeps, and which a wrong proposal breaks before a second quorum ever forms). These
 //!    hold where the operator kept bootstrap's promise (`bootstrap_expect` more than half the
 //!    eligible nodes that start), as every simulated scenario does.
+//! 9. live sandboxes — a live sandbox (`task_started` with `live`) is on one worker at a time:
+//!    it is never made on a second node while the first still holds it (its run has not ended
+//!    there and that node has not crashed). That it is never silently gone is invariant 7: its
+//!    owner gets a result (closed: `cancelled`, expired: `timed_out`, `lost`) within the bound.
 //!
 //! 10. operator intent — once an operator saw its removal of X commit (a `membership_change`
 //!     with a request id), no admin proposes adding X back unless an operator asked to add X
@@ -89,6 +93,7 @@ impl fmt::Display for Violation {
             6 => "determinism",
             7 => "tasks",
             8 => "genesis",
+            9 => "live sandboxes",
             10 => "operator intent",
             _ => "invariant",
         };
@@ -178,6 +183,8 @@ pub struct Checker {
     unschedulable_bound_ms: Option<u64>,
     /// Accepted tasks by id.
     tasks: BTreeMap<String, TaskRecord>,
+    /// Invariant 9: each live sandbox running now, with its worker and run.
+    live_runs: BTreeMap<String, (String, u32)>,
     /// Since when results are owed (the cluster healed with a majority up), if it is.
     tasks_owed_since: Option<u64>,
     /// Unfinished tasks by the time their result is owed, in this fault-free period.
@@ -244,6 +251,7 @@ impl Checker {
             task_bound_ms: header.task_bound_ms,
             unschedulable_bound_ms: header.unschedulable_bound_ms,
             tasks: BTreeMap::new(),
+            live_runs: BTreeMap::new(),
             tasks_owed_since: None,
             task_deadlines: BTreeSet::new(),
             ballots: BTreeMap::new(),
@@ -319,6 +327,22 @@ impl Checker {
             }
             Record::TaskResult { node, task, .. } => self.task_result(node, task, t, line_no),
             Record::TaskUnplaceable { task, .. } => self.task_unplaceable(task, t),
+            Record::TaskStarted {
+                node,
+                task,
+                attempt,
+                live: true,
+            } => self.live_started(node, task, *attempt, t, line_no),
+            Record::TaskFinished {
+                node,
+                task,
+                attempt,
+                ..
+            } => {
+                if self.live_runs.get(task) == Some(&(node.clone(), *attempt)) {
+                    self.live_runs.remove(task);
+                }
+            }
             _ => {}
         }
         if matches!(
@@ -417,6 +441,8 @@ impl Checker {
                 self.operator_intent(node, change, outcome, *request, t, line_no);
             }
             Record::Crash { node } => {
+                // Invariant 9: a live sandbox dies with its worker's process.
+                self.live_runs.retain(|_, (w, _)| w != node);
                 self.lease_known(node, t);
                 if self.admin_now.as_ref() == Some(node) {
                     self.admin_now = None;
@@ -560,6 +586,22 @@ impl Checker {
             return self.fail(7, t, line_no, msg);
         }
         r.result = true;
+    }
+
+    /// Invariant 9: a live sandbox is on one worker at a time — never made on a second while
+    /// the first still holds it (its run has not ended there and that node has not crashed).
+    fn live_started(&mut self, node: &str, task: &str, attempt: u32, t: u64, line_no: usize) {
+        if let Some((other, run)) = self.live_runs.get(task) {
+            if other != node {
+                let msg = format!(
+                    "live sandbox {task} was made on {node} (run {attempt}) while {other} still \
+                     holds it (run {run})"
+                );
+                return self.fail(9, t, line_no, msg);
+            }
+        }
+        self.live_runs
+            .insert(task.to_owned(), (node.to_owned(), attempt));
     }
 
     /// An admin said no live worker can run `task`: its result is owed within the unschedulable

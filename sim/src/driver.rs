@@ -554,9 +554,20 @@ impl Driver {
         // Drawn only when asked for, so other workloads draw as they did.
         let unplaceable = w.settings.unplaceable_ppm > 0
             && below(&mut w.rng, 1_000_000) < u64::from(w.settings.unplaceable_ppm);
-        let spec = if unplaceable {
+        // Live sandboxes too (drawn only when asked for): three in four are closed by their
+        // owner, the rest expire at their lifetime.
+        let live = w.settings.live_ppm > 0
+            && below(&mut w.rng, 1_000_000) < u64::from(w.settings.live_ppm);
+        let cancel = cancel || (live && below(&mut w.rng, 4) != 0);
+        let spec = if unplaceable || live {
             let mut spec = (*w.spec).clone();
-            spec.requires = vec![crate::sandbox::NOWHERE.to_owned()];
+            if unplaceable {
+                spec.requires = vec![crate::sandbox::NOWHERE.to_owned()];
+            }
+            if live {
+                spec.live = true;
+                spec.command.clear();
+            }
             std::sync::Arc::new(spec)
         } else {
             w.spec.clone()

@@ -60,6 +60,9 @@ impl Options {
 const STREAM: u64 = 0x6e7e_4a7e_5eed_0006;
 
 /// Uniform in `[lo, hi]`.
+/// The stream of the live-sandbox share of a generated workload (apart from `STREAM`).
+const LIVE_STREAM: u64 = 0x11fe_5a4d_b0c5_0009;
+
 fn range(rng: &mut ChaCha8Rng, lo: u64, hi: u64) -> u64 {
     lo + below(rng, hi.saturating_sub(lo) + 1)
 }
@@ -221,6 +224,16 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
         // another node, which keeps them for it (`chorus_core::task::ask`).
         cancel_ppm: range(rng, 0, 500_000) as u32,
         cancel_within: range(rng, 100, 30_000),
+        // Live sandboxes (§4.8, invariant 9) in half the workloads, up to a third of the
+        // submissions: drawn on a stream of their own, so every other draw is as it was.
+        live_ppm: {
+            let live = &mut ChaCha8Rng::seed_from_u64(seed ^ LIVE_STREAM);
+            if chance(live, 1, 2) {
+                range(live, 50_000, 330_000) as u32
+            } else {
+                0
+            }
+        },
         ..TaskWorkload::default()
     });
 

@@ -107,6 +107,13 @@ impl SandboxModel {
         } else {
             (Outcome::Succeeded, duration)
         };
+        // A live sandbox runs no command: it is made (or fails to be) and then lives until it
+        // is closed, or expires at its lifetime.
+        let (outcome, after) = match outcome {
+            Outcome::Retryable | Outcome::Error => (outcome, after),
+            _ if spec.live => (Outcome::TimedOut, timeout),
+            _ => (outcome, after),
+        };
         // Whatever runs longer than the timeout is killed at it.
         let (outcome, after) = match outcome {
             Outcome::Succeeded | Outcome::Failed(_) | Outcome::OutOfMemory if after > timeout => {

@@ -343,6 +343,13 @@ pub struct TaskWorkload {
     /// submitter why they wait, and ends them `unschedulable` after 60 task ticks.
     #[serde(skip_serializing_if = "is_zero_ppm")]
     pub unplaceable_ppm: u32,
+    /// Submissions that are live sandboxes (docs/design.md §4.8) instead of commands: each
+    /// holds a slot on one worker until its owner closes it (three in four, within
+    /// `cancel_within` of its acceptance, as a cancel) or it expires at `timeout` (its
+    /// lifetime); a sandbox failure at its start ends it. Invariant 9 holds each to one
+    /// worker at a time, and invariant 7 owes each a result.
+    #[serde(skip_serializing_if = "is_zero_ppm")]
+    pub live_ppm: u32,
     /// Task slots of each node that runs tasks.
     pub slots: u32,
     /// The nodes that run tasks (default: every node); the others have no slots.
@@ -377,6 +384,7 @@ impl Default for TaskWorkload {
             cancel_ppm: 0,
             cancel_within: 10_000,
             unplaceable_ppm: 0,
+            live_ppm: 0,
             slots: 2,
             workers: Vec::new(),
             result_bound: None,
@@ -415,9 +423,14 @@ impl TaskWorkload {
         self.workers.is_empty() || self.workers.iter().any(|r| r.indices().contains(&i))
     }
 
-    /// The longest a run that ends by itself can take.
+    /// The longest a run that ends by itself can take (a live sandbox not closed lives to its
+    /// lifetime, the timeout).
     pub fn longest_run_ms(&self) -> u64 {
-        self.duration_max.min(self.timeout)
+        if self.live_ppm > 0 {
+            self.timeout
+        } else {
+            self.duration_max.min(self.timeout)
+        }
     }
 
     fn validate(&self, nodes: usize) -> Result<(), String> {
@@ -450,6 +463,7 @@ impl TaskWorkload {
             || self.hang_ppm > 1_000_000
             || self.cancel_ppm > 1_000_000
             || self.unplaceable_ppm > 1_000_000
+            || self.live_ppm > 1_000_000
         {
             return Err(
                 "tasks: the failure mix is in parts per million and sums to at most 1000000".into(),

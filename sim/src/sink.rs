@@ -456,10 +456,15 @@ impl Sink {
                 task: task.to_string(),
                 reason: reason.clone(),
             },
-            Command::Notice(Notice::TaskStarted { task, attempt }) => Record::TaskStarted {
+            Command::Notice(Notice::TaskStarted {
+                task,
+                attempt,
+                live,
+            }) => Record::TaskStarted {
                 node: node.to_owned(),
                 task: task.to_string(),
                 attempt: *attempt,
+                live: *live,
             },
             Command::Notice(Notice::TaskFinished {
                 task,

@@ -240,6 +240,9 @@ pub enum Record {
         task: String,
         /// The run.
         attempt: u32,
+        /// A live sandbox (§4.8; invariant 9 holds it to one worker at a time).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     /// A run ended at a worker: with a result's `status`, or (no status) given back to the
     /// admin to be placed again after a retryable failure.

@@ -89,6 +89,7 @@ fn clean() -> Vec<Line> {
                 node: "n2".into(),
                 task: "n1-1".into(),
                 attempt: 1,
+                live: false,
             },
         ),
         at(
@@ -409,4 +410,53 @@ fn a_pruned_log_is_not_judged_for_what_it_no_longer_holds() {
         found.iter().any(|m| m.contains("without holding a lease")),
         "{found:?}"
     );
+}
+
+/// Invariant 9: a live sandbox made on a second worker while the first still holds it is
+/// reported; made again after the first ended it, or after the first crashed, it is not.
+#[test]
+fn a_live_sandbox_on_two_workers_at_once_breaks_invariant_9() {
+    let started = |n: &str, attempt| Record::TaskStarted {
+        node: n.into(),
+        task: "n1-2".into(),
+        attempt,
+        live: true,
+    };
+    let nine = |lines: &[Line]| -> Vec<String> {
+        check(&header(), lines)
+            .into_iter()
+            .filter(|v| v.invariant == 9)
+            .map(|v| v.message)
+            .collect()
+    };
+    let base = || {
+        let mut v = clean();
+        v.push(at(20_000, submitted("n1", "n1-2")));
+        v.push(at(20_100, started("n2", 1)));
+        v
+    };
+    let mut twice = base();
+    twice.push(at(25_000, started("n0", 1)));
+    let found = nine(&twice);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("while n2 still holds it"), "{found:?}");
+
+    let mut after_end = base();
+    after_end.push(at(
+        24_000,
+        Record::TaskFinished {
+            node: "n2".into(),
+            task: "n1-2".into(),
+            attempt: 1,
+            status: Some(TaskStatus::Error),
+            error: None,
+        },
+    ));
+    after_end.push(at(25_000, started("n0", 2)));
+    assert_eq!(nine(&after_end), Vec::<String>::new());
+
+    let mut after_crash = base();
+    after_crash.push(at(24_000, Record::Crash { node: "n2".into() }));
+    after_crash.push(at(25_000, started("n0", 2)));
+    assert_eq!(nine(&after_crash), Vec::<String>::new());
 }

@@ -86,7 +86,7 @@ fn a_worker_killed_mid_run_has_its_task_run_again_elsewhere() {
     for task in &running_on_n5 {
         let again = lines.iter().any(|l| {
             l.t >= 70_000
-                && matches!(&l.record, Record::TaskStarted { node, task: t, attempt }
+                && matches!(&l.record, Record::TaskStarted { node, task: t, attempt, .. }
                     if t == task && node != "n5" && *attempt >= 2)
         });
         let done = lines

@@ -231,6 +231,12 @@ pub struct TaskSpec {
     /// the same origin and submitter (and shape).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submitter: Option<String>,
+    /// A live sandbox (§4.8), not a command: the worker keeps a sandbox of this shape for its
+    /// owner's calls until it is closed (cancelled), reaches `timeout_ms` (its absolute
+    /// lifetime) or is lost. It has no command, and it is placed at most once: never given
+    /// to a second worker behind its owner's back (`place.rs`, rule 14).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub live: bool,
 }
 
 fn is_zero32(n: &u32) -> bool {
@@ -278,7 +284,10 @@ impl TaskSpec {
     /// Checks every bound; a spec from a user or a peer is used only after this passed.
     pub fn check(&self) -> Result<(), SpecError> {
         check_text("image", &self.image, bounds::IMAGE)?;
-        if self.command.is_empty() || self.command.len() > bounds::ARGS {
+        if self.live && !self.command.is_empty() {
+            return err("a live sandbox has no command: its commands come as calls");
+        }
+        if !self.live && (self.command.is_empty() || self.command.len() > bounds::ARGS) {
             return err(format!("command must have 1 to {} arguments", bounds::ARGS));
         }
         if self.command.iter().map(String::len).sum::<usize>() > bounds::COMMAND_BYTES {
@@ -487,11 +496,15 @@ pub enum TaskStatus {
     /// what every worker offers — for [`UNSCHEDULABLE_TICKS`] ticks: the admin ended it
     /// (`place.rs`, rule 10). Not retried; the result's `error` says why.
     Unschedulable,
+    /// A live sandbox (§4.8) its worker no longer holds for the cluster: the worker went down
+    /// or was cut off from the admin, or restarted. Never placed again; the result's `error`
+    /// says why and `worker` names the worker.
+    Lost,
 }
 
 impl TaskStatus {
     /// Every status, for metrics.
-    pub const ALL: [TaskStatus; 7] = [
+    pub const ALL: [TaskStatus; 8] = [
         TaskStatus::Succeeded,
         TaskStatus::Failed,
         TaskStatus::OutOfMemory,
@@ -499,6 +512,7 @@ impl TaskStatus {
         TaskStatus::Cancelled,
         TaskStatus::Error,
         TaskStatus::Unschedulable,
+        TaskStatus::Lost,
     ];
 
     /// The snake_case name used in the API, metrics and traces.
@@ -511,6 +525,7 @@ impl TaskStatus {
             TaskStatus::Cancelled => "cancelled",
             TaskStatus::Error => "error",
             TaskStatus::Unschedulable => "unschedulable",
+            TaskStatus::Lost => "lost",
         }
     }
 }

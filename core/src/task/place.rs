@@ -102,6 +102,18 @@
 //!     order is kept per owner with a task ready; an owner with nothing queued or placed is
 //!     forgotten, so the state stays as bounded as the queue.
 //!
+//! 14. A live sandbox (`TaskSpec::live`, docs/design.md §4.8) is placed at most once: never
+//!     on a second worker behind its owner's back. Its placement on a worker that goes down
+//!     (or is cut off from this admin) is not queued again but ended `lost`, the result naming
+//!     the worker and when; a worker that gives one back before making it (no free slot) lets
+//!     it be placed elsewhere, as a task. An offer of one its origin heard was placed (it
+//!     carries a run) that no report has shown this admin is not queued: within the first
+//!     [`JUDGE_AFTER_TICKS`] ticks of this admin it waits for the workers' reports to adopt
+//!     it, and after them it ends `lost` (no worker holds it for this admin). A new admin
+//!     places no live sandbox in those first ticks either, so one placed by the admin before
+//!     it is adopted from its worker's report instead of being made twice. A worker that
+//!     reports running one this admin has placed elsewhere is asked to stop it.
+//!
 //! The admin's task state is volatile: it dies with the lease, and the submitters' offers and the
 //! workers' reports rebuild it under the next admin.
 //!
@@ -179,6 +191,9 @@ pub(crate) struct Shape {
     repo: Option<String>,
     memory_mb: u32,
     cpu_millis: u32,
+    /// Live sandboxes wait out a new admin's first ticks (rule 14); tasks do not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    live: bool,
 }
 
 impl Shape {
@@ -188,6 +203,7 @@ impl Shape {
             repo: spec.repo.as_ref().map(|r| r.name.clone()),
             memory_mb: spec.memory_mb,
             cpu_millis: spec.cpu_millis,
+            live: spec.live,
         }
     }
 }
@@ -387,6 +403,12 @@ pub enum AdminView {
     },
     /// This admin ended it `unschedulable`; the result waits for the submitter.
     Unschedulable,
+    /// A live sandbox this admin recorded lost with `worker` (rule 14); the result waits for
+    /// the submitter.
+    Lost {
+        /// The worker that held it.
+        worker: NodeId,
+    },
     /// Another node asked to cancel it (rule 12) before it was placed: it will not run, and
     /// its submitter's next offer is answered `cancelled`.
     Cancelled,
@@ -485,10 +507,15 @@ pub struct AdminTasks {
     /// Workers with a free slot, least loaded first.
     free: BTreeSet<(u64, NodeId)>,
     finished: BTreeMap<TaskId, NodeId>,
-    /// Tasks this admin ended `unschedulable`, with their results (rule 10): sent again to a
-    /// submitter that offers one again (its result was lost).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    unschedulable: BTreeMap<TaskId, TaskResult>,
+    /// Tasks this admin ended itself, with their results: `unschedulable` (rule 10) and live
+    /// sandboxes `lost` (rule 14); sent again to a submitter that offers one again (its result
+    /// was lost). The name on the wire is the older one.
+    #[serde(
+        default,
+        rename = "unschedulable",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    ended: BTreeMap<TaskId, TaskResult>,
     /// Tasks another node asked this admin to cancel (rule 12); when full, the lowest id goes.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     asked_cancel: BTreeSet<TaskId>,
@@ -519,8 +546,13 @@ impl AdminTasks {
         if let Some(w) = self.finished.get(task) {
             return Some(AdminView::Finished { worker: w.clone() });
         }
-        if self.unschedulable.contains_key(task) {
-            return Some(AdminView::Unschedulable);
+        if let Some(r) = self.ended.get(task) {
+            return Some(match r.status {
+                TaskStatus::Lost => AdminView::Lost {
+                    worker: r.worker.clone(),
+                },
+                _ => AdminView::Unschedulable,
+            });
         }
         self.asked_cancel
             .contains(task)
@@ -727,6 +759,14 @@ impl AdminTasks {
         }
     }
 
+    /// Records a result this admin gave itself (rules 10 and 14), bounded.
+    fn end(&mut self, task: TaskId, result: TaskResult) {
+        if self.ended.len() >= MAX_FINISHED {
+            self.ended.pop_first();
+        }
+        self.ended.insert(task, result);
+    }
+
     fn remember_finished(&mut self, task: TaskId, worker: NodeId) {
         if self.finished.len() >= MAX_FINISHED {
             self.finished.pop_first();
@@ -785,7 +825,7 @@ impl Core {
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
-        if a.finished.contains_key(&task) || a.unschedulable.contains_key(&task) {
+        if a.finished.contains_key(&task) || a.ended.contains_key(&task) {
             return; // its result is on the way to its origin
         }
         if !a.asked_cancel.contains(&task) && a.asked_cancel.len() >= MAX_ASKED_AT_ADMIN {
@@ -851,6 +891,8 @@ impl Core {
             .saturating_mul(FRESH_BEATS)
             .min(bound);
         let carried_ms = unplaceable_ms.min(bound - fresh);
+        let in_grace = self.in_admin_grace();
+        let me = self.id.clone();
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
@@ -883,7 +925,7 @@ impl Core {
             Some(state)
         } else if let Some(w) = a.finished.get(&task) {
             Some(OfferState::Finished { worker: w.clone() })
-        } else if let Some(r) = a.unschedulable.get(&task) {
+        } else if let Some(r) = a.ended.get(&task) {
             // Rule 10: ended here; its result was lost on the way.
             ended = Some(r.clone());
             None
@@ -891,6 +933,24 @@ impl Core {
             // Rule 6, and rule 12: another node asked to cancel it while its origin was away.
             a.dequeue(&task);
             None
+        } else if spec.live && last_attempt >= 1 {
+            // Rule 14: placed before this admin, and no report has shown where. Never placed
+            // again: the workers' reports may still adopt it in the first ticks, then it is lost.
+            a.dequeue(&task);
+            if in_grace {
+                Some(OfferState::Queued { pending: None })
+            } else {
+                let mut result = TaskResult::without_run(TaskStatus::Lost, me, last_attempt);
+                result.error = Some(
+                    "admin: it was placed under an earlier admin, and no worker has reported \
+                     holding it to this one"
+                        .into(),
+                );
+                fit_result(&mut result);
+                a.end(task.clone(), result.clone());
+                ended = Some(result);
+                None
+            }
         } else if let Some(q) = a.queued.get_mut(&task) {
             // Rule 9: the submitter heard of a later run than this queue knew of.
             q.attempt = q.attempt.max(next_attempt);
@@ -1026,7 +1086,21 @@ impl Core {
         // Rule 4: adopt runs this admin did not place.
         let mut adopted_cancelled = Vec::new();
         for (t, attempt) in running {
-            if a.placed.contains_key(&t) {
+            if let Some(p) = a.placed.get(&t) {
+                // Rule 14: a live sandbox has one worker; another's copy is stopped.
+                let live = p.spec.as_ref().is_some_and(|s| s.live);
+                if live && p.worker != from {
+                    adopted_cancelled.push(t);
+                }
+                continue;
+            }
+            if a.ended
+                .get(&t)
+                .is_some_and(|r| r.status == TaskStatus::Lost)
+            {
+                // Rule 14: its owner was told it is lost; a worker that still holds it (cut
+                // off, then back) is asked to stop it rather than it being adopted.
+                adopted_cancelled.push(t);
                 continue;
             }
             let spec = a.dequeue(&t).map(|q| q.spec);
@@ -1081,13 +1155,15 @@ impl Core {
         }
     }
 
-    /// The admin loses a worker: its placements are queued again at once, except cancelled ones.
-    pub(crate) fn admin_peer_down(&mut self, peer: &NodeId) {
+    /// The admin loses a worker: its placements are queued again at once, except cancelled
+    /// ones and live sandboxes, which end `lost` (rule 14).
+    pub(crate) fn admin_peer_down(&mut self, peer: &NodeId, out: &mut Vec<Command>) {
         let now = self.now_ms;
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
         a.remove_worker(peer);
+        let mut lost = Vec::new();
         for t in a.placed_on(peer) {
             // A cancelled run went down with its worker: it is not run elsewhere (rule 6).
             if let Some(Placement {
@@ -1097,10 +1173,36 @@ impl Core {
                 ..
             }) = a.unplace(&t)
             {
-                a.enqueue(t, spec, attempt.saturating_add(1), now, now);
+                if spec.live {
+                    let mut result =
+                        TaskResult::without_run(TaskStatus::Lost, peer.clone(), attempt);
+                    result.error = Some(format!(
+                        "admin: its worker {peer} went down or was cut off from the admin at \
+                         {now} ms (the admin's clock)"
+                    ));
+                    fit_result(&mut result);
+                    a.end(t.clone(), result.clone());
+                    lost.push((t, result));
+                } else {
+                    a.enqueue(t, spec, attempt.saturating_add(1), now, now);
+                }
             }
         }
         a.finished.retain(|_, w| w != peer);
+        for (task, result) in lost {
+            let origin = task.origin.clone();
+            let result = Box::new(result);
+            self.deliver(origin, Message::TaskResult { task, result }, out);
+        }
+    }
+
+    /// Whether this admin is in its first [`JUDGE_AFTER_TICKS`] ticks, while the workers that
+    /// heard its first heartbeat report what they run (rules 10 and 14).
+    fn in_admin_grace(&self) -> bool {
+        let grace = self.task_tick_ms().saturating_mul(JUDGE_AFTER_TICKS);
+        self.admin_state
+            .as_ref()
+            .is_some_and(|a| self.now_ms < a.elected_at_ms.saturating_add(grace))
     }
 
     pub(crate) fn admin_has_pending(&self) -> bool {
@@ -1260,10 +1362,7 @@ impl Core {
                     waited / 1_000
                 ));
                 fit_result(&mut result);
-                if a.unschedulable.len() >= MAX_FINISHED {
-                    a.unschedulable.pop_first();
-                }
-                a.unschedulable.insert(t.clone(), result.clone());
+                a.end(t.clone(), result.clone());
                 end.push((t, result));
                 continue;
             }
@@ -1417,6 +1516,7 @@ impl Core {
         }
         let term = self.term;
         let limit = self.config.max_running_per_owner;
+        let in_grace = self.in_admin_grace();
         let Some(a) = self.admin_tasks_mut() else {
             return;
         };
@@ -1474,6 +1574,12 @@ impl Core {
                 stopped_at = Some(head.clone());
                 let shape = &head.1;
                 if unfit.contains(shape) {
+                    continue;
+                }
+                if in_grace && shape.live {
+                    // Rule 14: one placed by the admin before may still be reported.
+                    unfit.insert(shape.clone());
+                    skipped += 1;
                     continue;
                 }
                 let Some(task) = share.head(shape) else {

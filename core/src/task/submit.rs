@@ -29,6 +29,13 @@
 //!    has as many tasks placed as one may: `place.rs`, rule 13), or answers `busy` with a
 //!    reason, the submitter keeps that reason too (the first clears the count: a worker could
 //!    run the task).
+//! 8. A live sandbox (`TaskSpec::live`, docs/design.md §4.8) is placed only by the first
+//!    admin (and term) it was offered to: offered to any later one, it carries run 1 at
+//!    least, as a task that may have been placed — so that admin adopts it from a worker's
+//!    report or ends it `lost`, and never makes a second one (`place.rs` rule 14). The first
+//!    admin may have placed it on a worker now cut off, with word of it lost on the way (the
+//!    simulator found this: seed 1954 of `chorus-sim fuzz`); a create that races a failover
+//!    so ends `lost`, and its caller makes another.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -138,6 +145,9 @@ pub struct OwnedTask {
     /// come before the admin's word).
     #[serde(default, skip_serializing_if = "is_zero64")]
     pub placed_at_ms: u64,
+    /// For a live sandbox: the (admin, term) it was first offered to (rule 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_offered: Option<(NodeId, u64)>,
 }
 
 /// The submitter's part of a node's state.
@@ -276,6 +286,7 @@ impl Core {
                 result: None,
                 done_at_ms: 0,
                 placed_at_ms: 0,
+                first_offered: None,
             },
         );
         s.unfinished += 1;
@@ -313,12 +324,22 @@ impl Core {
             return;
         };
         t.offered_at_ms = self.now_ms.max(1);
+        let mut attempt = t.last_attempt;
+        if t.spec.live {
+            // Rule 8: offered to another admin before, it may have been placed there.
+            let view = (admin.clone(), self.term);
+            match &t.first_offered {
+                None => t.first_offered = Some(view),
+                Some(first) if *first != view => attempt = attempt.max(1),
+                Some(_) => {}
+            }
+        }
         let msg = Message::TaskOffer {
             task: task.clone(),
             spec: t.spec.clone(),
             // A done task is offered only to stop a stray run of it (rule 5).
             cancel: t.cancel || t.phase == TaskPhase::Done,
-            attempt: t.last_attempt,
+            attempt,
             unplaceable_ms: t.unplaceable_ms,
         };
         self.deliver(admin, msg, out);

@@ -34,6 +34,11 @@
 //!    where each list was cut (round each list), and follow-ups go out every tick until every
 //!    entry of the round has been reported once. The admin does not take a placement a
 //!    partial report leaves out for lost.
+//! 8. A live sandbox (`TaskSpec::live`, §4.8) is never given back once its placement was
+//!    taken: a sandbox failure ends it with an error result, and a restart ends it `lost` —
+//!    its owner may have been told where it is, and a second one made behind its back (what
+//!    the admin would do with a run given back) is what §4.8 forbids. A placement refused for
+//!    want of a slot is still given back: no sandbox was made.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -319,12 +324,17 @@ impl Core {
                 stopping: false,
             },
         );
+        let live = spec.live;
         out.push(Command::StartSandbox {
             task: task.clone(),
             attempt,
             spec,
         });
-        out.push(Command::Notice(Notice::TaskStarted { task, attempt }));
+        out.push(Command::Notice(Notice::TaskStarted {
+            task,
+            attempt,
+            live,
+        }));
     }
 
     pub(crate) fn on_task_cancel(
@@ -410,6 +420,9 @@ impl Core {
         let Some(run) = self.take_run(&task, attempt) else {
             return;
         };
+        // A live sandbox is never given back to be made again (rule 8): its owner may have
+        // been told it exists, and a second one behind its back is what §4.8 forbids.
+        let retryable = retryable && !run.spec.live;
         self.run_failed(task, attempt, run.stopping, error, retryable, out);
     }
 
@@ -511,6 +524,16 @@ impl Core {
         w.results.values_mut().for_each(fit_result);
         let runs = std::mem::take(&mut w.running);
         for (task, run) in runs {
+            if run.spec.live && !run.stopping {
+                // Rule 8: the restart removed it; it is lost, not made again.
+                let mut result =
+                    TaskResult::without_run(TaskStatus::Lost, self.id.clone(), run.attempt);
+                result.error =
+                    Some("worker: the node restarted and its live sandboxes with it".into());
+                fit_result(&mut result);
+                self.finish(task, result, out);
+                continue;
+            }
             self.run_failed(
                 task,
                 run.attempt,

@@ -468,7 +468,9 @@ impl Net {
                     self.fail(format!("n{i} took a second result for {task}"));
                 }
             }
-            Notice::TaskStarted { task, attempt } => self.runs.push((task.clone(), *attempt, i)),
+            Notice::TaskStarted { task, attempt, .. } => {
+                self.runs.push((task.clone(), *attempt, i))
+            }
             _ => {}
         }
     }

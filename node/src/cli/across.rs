@@ -161,6 +161,10 @@ pub fn describe_admin_view(admin: &str, view: &Value) -> String {
             s("worker")
         ),
         "unschedulable" => format!("the admin {admin} ended it unschedulable"),
+        "lost" => format!(
+            "the admin {admin} recorded the live sandbox lost with its worker {}",
+            s("worker")
+        ),
         "cancelled" => format!(
             "the admin {admin} holds a cancel for it: it will not run, and ends cancelled when \
              its node is back"
@@ -341,6 +345,10 @@ mod tests {
         );
         assert!(say(AdminView::Cancelled).contains("holds a cancel for it"));
         assert!(say(AdminView::Unschedulable).contains("unschedulable"));
+        let lost = say(AdminView::Lost {
+            worker: "w9".into(),
+        });
+        assert!(lost.contains("lost with its worker w9"), "{lost}");
     }
 
     fn row(task: &str, worker: Option<&str>) -> TaskRow {

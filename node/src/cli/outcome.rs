@@ -22,7 +22,8 @@ pub fn exit_code(result: &TaskResult) -> u8 {
         TaskStatus::TimedOut => EXIT_TIMED_OUT,
         TaskStatus::OutOfMemory => EXIT_OUT_OF_MEMORY,
         TaskStatus::Cancelled => EXIT_CANCELLED,
-        TaskStatus::Error => EXIT_ERROR,
+        // A lost live sandbox is a sandbox error to a script: it must make another.
+        TaskStatus::Error | TaskStatus::Lost => EXIT_ERROR,
         TaskStatus::Unschedulable => EXIT_UNSCHEDULABLE,
     }
 }
@@ -58,6 +59,12 @@ pub fn plain_words(task: &str, r: &TaskResult) -> Option<String> {
         TaskStatus::Unschedulable => Some(format!(
             "task {task} is unschedulable: {}",
             r.error.as_deref().unwrap_or("no live worker could run it")
+        )),
+        TaskStatus::Lost => Some(format!(
+            "live sandbox {task} was lost {on}: {}",
+            r.error
+                .as_deref()
+                .unwrap_or("its worker no longer holds it")
         )),
     }
 }

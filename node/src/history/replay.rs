@@ -570,10 +570,15 @@ fn notice_record(node: &str, n: &Notice) -> Option<Record> {
             task: task.to_string(),
             reason: reason.clone(),
         },
-        Notice::TaskStarted { task, attempt } => Record::TaskStarted {
+        Notice::TaskStarted {
+            task,
+            attempt,
+            live,
+        } => Record::TaskStarted {
             node,
             task: task.to_string(),
             attempt: *attempt,
+            live: *live,
         },
         Notice::TaskFinished {
             task,
@@ -715,8 +720,13 @@ pub fn notice_words(n: &Notice) -> String {
         Notice::TaskUnplaceable { task, reason } => {
             format!("no live worker can run task {task}: {reason}")
         }
-        Notice::TaskStarted { task, attempt } => {
-            format!("started task {task} (attempt {attempt})")
+        Notice::TaskStarted {
+            task,
+            attempt,
+            live: false,
+        } => format!("started task {task} (attempt {attempt})"),
+        Notice::TaskStarted { task, attempt, .. } => {
+            format!("made live sandbox {task} (attempt {attempt})")
         }
         Notice::TaskFinished {
             task,

@@ -184,6 +184,8 @@ pub(crate) enum Record {
         node: String,
         task: String,
         attempt: u32,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        live: bool,
     },
     TaskFinished {
         node: String,

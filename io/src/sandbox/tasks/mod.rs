@@ -404,6 +404,20 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
     }
 
     fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {
+        if spec.live {
+            // The core places live sandboxes (design §4.8), but this runtime still makes them
+            // only through `/sandboxes` on the worker: a live placement from a peer ends at
+            // once, for good, rather than running an empty command.
+            let _ = self.ended_tx.send(Event::SandboxFailed {
+                task: task.clone(),
+                attempt,
+                error: "sandbox: this worker makes live sandboxes only through its own \
+                        /sandboxes API"
+                    .into(),
+                retryable: false,
+            });
+            return;
+        }
         let (stop_tx, stop_rx) = oneshot::channel();
         self.shared
             .lock_runs()
