@@ -868,12 +868,13 @@ fn io_err(what: &str, repo: &Path, rel: &Path, e: std::io::Error) -> SandboxErro
 }
 
 /// The directories leading to `rel` and its name, when `rel` is plainly relative (no `..`,
-/// no root, not empty).
+/// no root, not empty) and holds no NUL (no file has one; a stream that says so is refused
+/// for that path, not failed whole).
 fn split(rel: &Path) -> Option<(Vec<&OsStr>, &OsStr)> {
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
-            Component::Normal(p) => parts.push(p),
+            Component::Normal(p) if !p.as_bytes().contains(&0) => parts.push(p),
             _ => return None,
         }
     }
@@ -1960,6 +1961,7 @@ mod stream_tests {
         names.sort();
         assert_eq!(names, [b"d\xfe".to_vec(), b"orig\xff.txt".to_vec()]);
         assert_eq!(shown(Path::new(OsStr::from_bytes(b"a\xffb"))), "a\\xFFb");
+        assert!(split(Path::new(OsStr::from_bytes(b"a/b\0c"))).is_none());
     }
 
     /// Files larger than the buffer go through a temporary beside their target: a new one is
