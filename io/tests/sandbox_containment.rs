@@ -217,7 +217,7 @@ const SYNC_MEMORY_BOUND_KIB: u64 = 64 * 1024;
 /// under [`SYNC_MEMORY_BOUND_KIB`]. Measured in a process of its own (this test binary again,
 /// running only [`rw_sync_memory_child`]) so that no other test's memory counts.
 #[test]
-fn case7_rw_sync_back_streams_within_a_memory_bound() {
+fn case1_rw_sync_back_streams_within_a_memory_bound() {
     let exe = std::env::current_exe().expect("the test binary");
     let out = std::process::Command::new(exe)
         .args([
@@ -258,10 +258,10 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
 }
 
-/// The measuring half of [`case7_rw_sync_back_streams_within_a_memory_bound`]: prints how much
+/// The measuring half of [`case1_rw_sync_back_streams_within_a_memory_bound`]: prints how much
 /// the sync back grew this process's peak memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "run by case7_rw_sync_back_streams_within_a_memory_bound in a process of its own"]
+#[ignore = "run by case1_rw_sync_back_streams_within_a_memory_bound in a process of its own"]
 async fn rw_sync_memory_child() -> TestResult {
     let repo = readable_dir()?;
     std::fs::write(repo.path().join("README.md"), "hello\n")?;
@@ -269,7 +269,7 @@ async fn rw_sync_memory_child() -> TestResult {
         workspace_size_bytes: 320 * 1024 * 1024,
         ..SandboxPolicy::default()
     };
-    let (_p, sb, _c) = started("c7-rw-memory", policy, |spec| {
+    let (_p, sb, _c) = started("c1-rw-memory", policy, |spec| {
         spec.workspace = Some(RepoMount::read_write(repo.path()));
     })
     .await;
