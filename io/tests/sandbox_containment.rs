@@ -158,6 +158,145 @@ async fn case1_rw_hard_links_come_back_and_repositories_by_contents_do_not() -> 
     Ok(())
 }
 
+/// Issue 51, finding 6: names are bytes end to end. A repository file whose name is not UTF-8
+/// is changed, another made and a third deleted in a `:rw` sandbox; each comes back under its
+/// own bytes, and no decoded twin (`orig\u{FFFD}.txt`) appears. Before the fix the change was
+/// not carried back, the new file never arrived, and the removal reported them as kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn case1_rw_names_that_are_not_utf8_come_back_as_they_are() -> TestResult {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let repo = readable_dir()?;
+    let name = |b: &[u8]| repo.path().join(OsStr::from_bytes(b));
+    std::fs::write(name(b"orig\xff.txt"), "old\n")?;
+    std::fs::write(name(b"keep\xfe.txt"), "keep\n")?;
+    std::fs::write(name(b"gone\xfd.txt"), "gone\n")?;
+    let (_p, sb, _c) = started("c1-rw-bytes", SandboxPolicy::default(), |spec| {
+        spec.workspace = Some(RepoMount::read_write(repo.path()));
+    })
+    .await;
+    let out = sb
+        .exec(ExecRequest::shell(
+            "cat \"$(printf 'orig\\377.txt')\" && \
+             printf 'new\\n' > \"$(printf 'orig\\377.txt')\" && \
+             printf 'made\\n' > \"$(printf 'new\\374.txt')\" && \
+             rm \"$(printf 'gone\\375.txt')\"",
+        ))
+        .await?;
+    assert!(out.success(), "{} {}", out.stdout_text(), out.stderr_text());
+    assert_eq!(out.stdout_text(), "old\n", "the name went in as its bytes");
+    let note = sb.remove_reporting().await?;
+    assert_eq!(note, None, "everything came back");
+    assert_eq!(std::fs::read(name(b"orig\xff.txt"))?, b"new\n");
+    assert_eq!(std::fs::read(name(b"new\xfc.txt"))?, b"made\n");
+    assert_eq!(std::fs::read(name(b"keep\xfe.txt"))?, b"keep\n");
+    let mut names: Vec<Vec<u8>> = std::fs::read_dir(repo.path())?
+        .map(|e| e.map(|e| e.file_name().as_bytes().to_vec()))
+        .collect::<Result<_, _>>()?;
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            b"keep\xfe.txt".to_vec(),
+            b"new\xfc.txt".to_vec(),
+            b"orig\xff.txt".to_vec()
+        ],
+        "a decoded twin or a left-over file"
+    );
+    Ok(())
+}
+
+/// The most the sync back may add to the node's peak memory (`VmHWM`) while it carries a
+/// 200 MiB workspace back: its buffers are a few hundred KiB (`repo/sync.rs`, the module
+/// docs); the rest is slack for the runtime on a loaded machine. The old sync collected the
+/// whole archive and then a copy of every file: over 400 MiB.
+const SYNC_MEMORY_BOUND_KIB: u64 = 64 * 1024;
+
+/// Issue 51, finding 7: the sync back streams the workspace. A task makes 200 MiB of files
+/// (one of 120 MiB, eight of 10 MiB), and the sync's growth of the node's peak memory stays
+/// under [`SYNC_MEMORY_BOUND_KIB`]. Measured in a process of its own (this test binary again,
+/// running only [`rw_sync_memory_child`]) so that no other test's memory counts.
+#[test]
+fn case1_rw_sync_back_streams_within_a_memory_bound() {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "sandbox_containment::rw_sync_memory_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .output()
+        .expect("running the test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the measuring process failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let growth: u64 = stdout
+        .lines()
+        .find_map(|l| l.split("SYNC_PEAK_GROWTH_KIB ").nth(1))
+        .and_then(|n| n.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no measurement in: {stdout}"));
+    eprintln!("the sync back of 200 MiB grew the peak by {growth} KiB");
+    assert!(
+        growth < SYNC_MEMORY_BOUND_KIB,
+        "the sync back of 200 MiB grew the node's peak memory by {growth} KiB \
+         (bound {SYNC_MEMORY_BOUND_KIB} KiB)"
+    );
+}
+
+/// A line of this process's `/proc/self/status`, in KiB.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+/// The measuring half of [`case1_rw_sync_back_streams_within_a_memory_bound`]: prints how much
+/// the sync back grew this process's peak memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by case1_rw_sync_back_streams_within_a_memory_bound in a process of its own"]
+async fn rw_sync_memory_child() -> TestResult {
+    let repo = readable_dir()?;
+    std::fs::write(repo.path().join("README.md"), "hello\n")?;
+    let policy = SandboxPolicy {
+        workspace_size_bytes: 320 * 1024 * 1024,
+        ..SandboxPolicy::default()
+    };
+    let (_p, sb, _c) = started("c1-rw-memory", policy, |spec| {
+        spec.workspace = Some(RepoMount::read_write(repo.path()));
+    })
+    .await;
+    let out = sb
+        .exec(ExecRequest::shell(
+            "head -c 125829120 /dev/zero > big.bin && mkdir -p data && \
+             for i in 1 2 3 4 5 6 7 8; do head -c 10485760 /dev/urandom > data/part$i; done",
+        ))
+        .await?;
+    assert!(out.success(), "{}", out.stderr_text());
+    let before = status_kib("VmHWM:");
+    let note = sb.remove_reporting().await?;
+    let after = status_kib("VmHWM:");
+    assert_eq!(note, None, "everything came back");
+    assert_eq!(
+        std::fs::metadata(repo.path().join("big.bin"))?.len(),
+        125829120
+    );
+    for i in 1..=8 {
+        let part = repo.path().join(format!("data/part{i}"));
+        assert_eq!(std::fs::metadata(part)?.len(), 10485760);
+    }
+    // On a line of its own: the harness has written the test's name on the current one.
+    println!("\nSYNC_PEAK_GROWTH_KIB {}", after.saturating_sub(before));
+    Ok(())
+}
+
 /// Case 1: a read-only repository mount is not recursive, so a mount below it (host `/proc`,
 /// `/dev` in the report) neither shows up nor escapes the read-only flag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,8 @@
 //! Repository sources for sandbox workspaces: which host paths may be mounted at all, and the
 //! staged copy a read-write workspace works on (copied in, synced back). Pure host-side file
 //! logic; how the copy reaches the container is the implementation's business. The sync back
-//! itself, file by file through a directory handle, is [`sync_back`].
+//! itself, a tar stream applied entry by entry through a directory handle, with a bound on the
+//! memory it holds and on what it reads, is [`sync_back`].
 //!
 //! Rules (issues 16 and 33):
 //! - a repository must lie inside one of the configured roots ([`RepoRoots`]);
@@ -35,7 +36,8 @@
 //!   non-recursive bind) skips them: a directory on another mount (another mount id, or another
 //!   device where the kernel gives no mount id) is packed as an empty directory and nothing is
 //!   written or deleted below it, a file on another mount is neither packed nor replaced;
-//! - symlinks, devices, fifos and sockets made in the sandbox are not carried back.
+//! - symlinks, devices, fifos and sockets made in the sandbox are not carried back;
+//! - names are bytes from the tar stream to the host (`OsStr`), never decoded (issue 51).
 //!
 //! The working tree still carries what the task wrote, which the operator should read before
 //! committing: a repository whose own configuration points git at working-tree hooks

@@ -217,7 +217,101 @@ impl OutputCollector {
     }
 }
 
+/// A piece of a streamed command's stdout, or how the command ended.
+#[derive(Debug)]
+pub(super) enum Piece {
+    Data(Vec<u8>),
+    /// The last piece: `Ok` when the command exited 0 having sent everything, else why not.
+    End(Result<(), String>),
+}
+
+/// How much of a streamed command's stderr is kept for its error.
+const STREAM_STDERR_KEPT: usize = 4096;
+
 impl Container {
+    /// Runs one of the sandbox's own commands through the Engine (never through the agent)
+    /// and sends its stdout to `tx` as it comes: at most `tx`'s capacity of pieces (the
+    /// Engine's output frames) are in flight, so the receiver's reading paces the command and
+    /// nothing is collected. The last piece says how it ended. Past `timeout`, or when the
+    /// receiver is gone, the command's process group is killed.
+    pub(super) async fn stream_stdout(
+        &self,
+        argv: Vec<String>,
+        timeout: Duration,
+        tx: mpsc::Sender<Piece>,
+    ) {
+        let end = self.stream_to(argv, timeout, &tx).await;
+        let _ = tx.send(Piece::End(end)).await;
+    }
+
+    async fn stream_to(
+        &self,
+        argv: Vec<String>,
+        timeout: Duration,
+        tx: &mpsc::Sender<Piece>,
+    ) -> Result<(), String> {
+        let request = ExecRequest {
+            argv,
+            working_dir: Some("/".into()),
+            ..ExecRequest::default()
+        };
+        let gate = self.exec_gate.read().await;
+        let marker = self.next_marker();
+        let config = self.exec_config(&request, &marker);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut attached = self.attach(config, None).await.map_err(|e| e.to_string())?;
+        let mut collected = OutputCollector::new(STREAM_STDERR_KEPT, self.policy.exec_wrapper);
+        loop {
+            let item = match tokio::time::timeout_at(deadline, attached.output.next()).await {
+                Err(_) => {
+                    let how = self
+                        .kill_timed_out(collected.pgid, &mut attached.output)
+                        .await;
+                    return Err(format!("timed out after {timeout:?} ({how})"));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(format!("the Engine's stream failed: {e}")),
+                Ok(Some(Ok(item))) => item,
+            };
+            let Some(OutputChunk {
+                stream: OutputStream::Stdout,
+                data,
+            }) = collected.push(item)
+            else {
+                continue;
+            };
+            // The stdout kept for errors is not wanted: it is passed on.
+            collected.stdout.data.clear();
+            match tokio::time::timeout_at(deadline, tx.send(Piece::Data(data))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    self.kill_timed_out(collected.pgid, &mut attached.output)
+                        .await;
+                    return Err("the reader stopped".into());
+                }
+                Err(_) => {
+                    let how = self
+                        .kill_timed_out(collected.pgid, &mut attached.output)
+                        .await;
+                    return Err(format!("timed out after {timeout:?} ({how})"));
+                }
+            }
+        }
+        drop(gate);
+        let code = self
+            .exec_exit_code(&attached.exec_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        if code == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "exit {code}: {}",
+                String::from_utf8_lossy(&collected.stderr.data).trim()
+            ))
+        }
+    }
+
     /// Runs one command. `clean_up`: afterwards kill what it left running and check the OOM
     /// counter (for callers' commands; the sandbox's own file commands skip it). `reset`: the
     /// reset's arguments when it goes first in the same exec (`reset.rs`); the command then

@@ -160,9 +160,9 @@ pub fn tar_to_tree(archive: &[u8]) -> std::io::Result<FileTree> {
 pub struct WorkspaceArchive {
     /// The regular files, hard links resolved to copies of the file they link to.
     pub files: FileTree,
-    /// Everything else (relative path, lossy for a name that is not UTF-8 → what it is): a
-    /// sync back keeps a repository file found here as it is on the host rather than
-    /// deleting it.
+    /// Everything else (relative path, lossy for a name that is not UTF-8 → what it is).
+    /// [`FileTree`] names are strings, so this is for `read_tree`; the read-write sync back
+    /// reads the stream itself, names as bytes (`repo::sync_back`).
     pub others: std::collections::BTreeMap<String, &'static str>,
 }
 

@@ -292,9 +292,10 @@ impl ExecutionSandbox for DockerSandbox {
                     format!("the sandbox was removed, but its workspace was not synced back: {e}"),
                 ))
             }
-            Some(Ok(report)) if !report.refused.is_empty() || !report.kept.is_empty() => {
+            Some(Ok(report)) if report.summary().is_some() => {
                 // A `.git` change, a git directory or a symlinked place a task tried to carry
-                // back, or a file it left as something else: worth a look.
+                // back, a file it left as something else, or a stream that stopped early:
+                // worth a look.
                 tracing::warn!(
                     sandbox = %self.container.name,
                     written = report.written,
@@ -303,6 +304,7 @@ impl ExecutionSandbox for DockerSandbox {
                     first_refused = %crate::log_fields::quoted(report.refused.iter().take(10)),
                     kept = report.kept.len(),
                     first_kept = %crate::log_fields::quoted(report.kept.iter().take(10)),
+                    incomplete = %crate::log_fields::quoted(report.incomplete.iter()),
                     "sync back did not carry everything"
                 );
                 return Ok(report.summary());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::container::Container;
-use super::files::tar_to_workspace;
+use super::exec::Piece;
 use super::host_config::WorkspaceMount;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::policy::SandboxPolicy;
@@ -255,9 +255,16 @@ fn set_owner_and_mode(
     Ok(())
 }
 
+/// How many pieces of the workspace's stream (the Engine's output frames, 32 KiB as Docker
+/// sends them) wait between the Engine and the sync at most.
+const PIECES_IN_FLIGHT: usize = 8;
+
 /// Carries a read-write workspace's changes back to its repository `target` (see
-/// [`crate::sandbox::repo::sync_back`] for what is and is not carried). Errors with
-/// [`ErrorCategory::Unsupported`] without one.
+/// [`crate::sandbox::repo::sync_back`] for what is and is not carried). The workspace comes as
+/// a tar stream from `tar -c` in the sandbox, applied entry by entry as it arrives (issue 51,
+/// finding 7: it was collected whole in the node's memory first); at most the workspace's
+/// size bound and 1 MiB (tar's headers) is read. Errors with [`ErrorCategory::Unsupported`]
+/// without a target.
 pub(super) async fn sync_workspace(
     container: &Container,
     target: Option<&SyncTarget>,
@@ -268,32 +275,70 @@ pub(super) async fn sync_workspace(
             "this sandbox has no read-write repository to sync back",
         ));
     };
-    let cap = usize::try_from(container.policy.workspace_size_bytes)
-        .unwrap_or(usize::MAX)
+    let max_bytes = container
+        .policy
+        .workspace_size_bytes
         .saturating_add(1024 * 1024);
-    let mut req = container.file_request(
-        ["tar", "-c", "-f", "-", "-C", &container.workspace_path, "."]
-            .map(String::from)
-            .to_vec(),
-    );
-    req.output_limit_bytes = Some(cap);
-    let out = container
-        .file_command("reading the workspace back", req)
-        .await?;
-    if out.stdout_truncated {
-        return Err(SandboxError::new(
-            ErrorCategory::Io,
-            "the workspace archive is larger than the workspace size bound",
-        ));
-    }
-    let read = tar_to_workspace(&out.stdout)
-        .map_err(|e| SandboxError::io("parsing the workspace archive", e))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(PIECES_IN_FLIGHT);
     let target = target.clone();
-    tokio::task::spawn_blocking(move || {
-        crate::sandbox::repo::sync_back(&target.repo, &read.files, &read.others, &target.copied_in)
-    })
-    .await
-    .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+    let apply = tokio::task::spawn_blocking(move || {
+        let reader = PieceReader {
+            rx,
+            piece: Vec::new(),
+            at: 0,
+            end: None,
+        };
+        crate::sandbox::repo::sync_back(&target.repo, reader, &target.copied_in, max_bytes)
+    });
+    let argv = ["tar", "-c", "-f", "-", "-C", &container.workspace_path, "."]
+        .map(String::from)
+        .to_vec();
+    container
+        .stream_stdout(argv, container.policy.default_timeout, tx)
+        .await;
+    apply
+        .await
+        .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+}
+
+/// The workspace's stream as the sync reads it (on a blocking thread): the pieces the Engine
+/// sends, then the end the command reached (a failure is a read error, so the sync stops and
+/// deletes nothing).
+struct PieceReader {
+    rx: tokio::sync::mpsc::Receiver<Piece>,
+    piece: Vec<u8>,
+    at: usize,
+    end: Option<Result<(), String>>,
+}
+
+impl std::io::Read for PieceReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            if self.at < self.piece.len() {
+                let n = buf.len().min(self.piece.len() - self.at);
+                buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+                self.at += n;
+                return Ok(n);
+            }
+            match &self.end {
+                Some(Ok(())) => return Ok(0),
+                Some(Err(why)) => {
+                    return Err(std::io::Error::other(format!(
+                        "tar in the sandbox did not finish: {why}"
+                    )))
+                }
+                None => {}
+            }
+            match self.rx.blocking_recv() {
+                Some(Piece::Data(data)) => {
+                    self.piece = data;
+                    self.at = 0;
+                }
+                Some(Piece::End(end)) => self.end = Some(end),
+                None => self.end = Some(Err("its stream ended without an end".into())),
+            }
+        }
+    }
 }
 
 /// Unpacks a read-write repository's archive (taken from `copy_in`) into the workspace, once

@@ -26,6 +26,7 @@
 //!   directory's files are ordinary files and come back.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::is_git_path;
@@ -45,11 +46,39 @@ pub(super) enum HostEntry {
 /// How much of a `HEAD` git reads (`validate_headref`'s buffer).
 pub(super) const HEAD_PREFIX: usize = 255;
 
-/// The names git's test reads, lower-cased.
-const HEAD: &str = "head";
-const COMMONDIR: &str = "commondir";
-const OBJECTS: &str = "objects";
-const REFS: &str = "refs";
+/// The names git's test reads, lower-cased (names are bytes: one that is not UTF-8 is
+/// compared as it is).
+const HEAD: &[u8] = b"head";
+const COMMONDIR: &[u8] = b"commondir";
+const OBJECTS: &[u8] = b"objects";
+const REFS: &[u8] = b"refs";
+
+/// A path component, lower-cased as bytes.
+fn lower(part: &std::ffi::OsStr) -> Vec<u8> {
+    part.as_bytes().to_ascii_lowercase()
+}
+
+/// Whether `rel` could be an ingredient of some directory's git test: its last component is
+/// a `HEAD` or a `commondir`, or one of its components is an `objects` or a `refs` (any letter
+/// case). Only such a path can make a directory a git directory; the streaming sync holds
+/// these back until it has seen the whole change.
+pub(super) fn is_ingredient(rel: &Path) -> bool {
+    let parts: Vec<Vec<u8>> = rel.components().map(|c| lower(c.as_os_str())).collect();
+    let last = parts.len().saturating_sub(1);
+    parts
+        .iter()
+        .enumerate()
+        .any(|(i, p)| p == OBJECTS || p == REFS || (i == last && (p == HEAD || p == COMMONDIR)))
+}
+
+/// Whether `dir` is a git directory on the host as it is (the first case of the module
+/// docs).
+pub(super) fn is_git_dir_on_host<E>(
+    dir: &Path,
+    host: &mut impl FnMut(&Path) -> Result<HostEntry, E>,
+) -> Result<bool, E> {
+    is_git_dir(dir, &Written::default(), host)
+}
 
 /// The git directories a sync must keep out of (module docs), among the directories
 /// (relative to the repository root; `""` is the root) the change reaches.
@@ -72,23 +101,22 @@ impl GitDirs {
             let Ok(inside) = rel.strip_prefix(d) else {
                 return false;
             };
-            let mut parts = inside
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().to_ascii_lowercase());
-            matches!(
-                (parts.next().as_deref(), parts.next()),
-                (Some(HEAD | COMMONDIR), None) | (Some(OBJECTS | REFS), _)
-            )
+            let mut parts = inside.components().map(|c| lower(c.as_os_str()));
+            match (parts.next(), parts.next()) {
+                (Some(first), None) if first == HEAD || first == COMMONDIR => true,
+                (Some(first), _) => first == OBJECTS || first == REFS,
+                _ => false,
+            }
         })
     }
 }
 
-/// The git directories (module docs) among the ancestors of `written` (relative path →
-/// contents, written over the host) and of `deleted`. `host` tells what the host holds at a
+/// The git directories (module docs) among the ancestors of `written` (relative path → its
+/// first bytes, at least [`HEAD_PREFIX`] of a `HEAD`; written over the host) and of `deleted`. `host` tells what the host holds at a
 /// relative path, never following a symlink. Directories under a `.git` are not listed (the
 /// sync refuses them already).
 pub(super) fn git_dirs_after<'a, E>(
-    written: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    written: impl IntoIterator<Item = (&'a Path, &'a [u8])>,
     deleted: impl IntoIterator<Item = &'a Path>,
     mut host: impl FnMut(&Path) -> Result<HostEntry, E>,
 ) -> Result<GitDirs, E> {
@@ -96,15 +124,15 @@ pub(super) fn git_dirs_after<'a, E>(
     // and the contents of the `HEAD` it writes there.
     let mut dirs: BTreeMap<PathBuf, Written<'_>> = BTreeMap::new();
     for (rel, data) in written {
-        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+        let parts: Vec<&std::ffi::OsStr> = rel.components().map(|c| c.as_os_str()).collect();
         let mut dir = PathBuf::new();
         for (i, part) in parts.iter().enumerate() {
             let at = dirs.entry(dir.clone()).or_default();
-            let lower = part.to_ascii_lowercase();
-            if i + 1 == parts.len() && lower == HEAD {
+            let name = lower(part);
+            if i + 1 == parts.len() && name == HEAD {
                 at.head = Some(data);
             }
-            at.names.insert(lower);
+            at.names.insert(name);
             dir.push(part);
         }
     }
@@ -134,7 +162,7 @@ pub(super) fn git_dirs_after<'a, E>(
 #[derive(Default)]
 struct Written<'a> {
     /// Lower-cased names of the files and directories it writes there.
-    names: BTreeSet<String>,
+    names: BTreeSet<Vec<u8>>,
     /// The contents of the `HEAD` it writes there.
     head: Option<&'a [u8]>,
 }
@@ -156,8 +184,9 @@ fn is_git_dir<E>(
     if !head {
         return Ok(false);
     }
-    let mut present = |name: &str| -> Result<bool, E> {
-        Ok(written.names.contains(name) || host(&dir.join(name))? != HostEntry::Absent)
+    let mut present = |name: &[u8]| -> Result<bool, E> {
+        let on_host = dir.join(std::ffi::OsStr::from_bytes(name));
+        Ok(written.names.contains(name) || host(&on_host)? != HostEntry::Absent)
     };
     // A `commondir` may name any directory, the repository's own `.git` among them: its
     // `objects` and `refs` are then taken for granted.
@@ -188,7 +217,8 @@ mod tests {
 
     /// The directories found, existing ones marked `=`.
     fn found(written: &[(&str, &[u8])], host: &[(&str, HostEntry)]) -> Vec<String> {
-        let dirs = git_dirs_after(written.iter().copied(), [], host_of(host)).unwrap();
+        let written = written.iter().map(|(p, d)| (Path::new(*p), *d));
+        let dirs = git_dirs_after(written, [], host_of(host)).unwrap();
         let existing = dirs.existing.iter().map(|p| format!("={}", p.display()));
         let made = dirs.made.iter().map(|p| p.display().to_string());
         existing.chain(made).collect()

@@ -1,21 +1,35 @@
-//! The sync back of a read-write repository: the sandbox's working tree applied to the host
-//! repository through one handle on its root directory, never following a symlink and never
-//! touching a `.git` (the rules are the parent module's).
+//! The sync back of a read-write repository: the sandbox's working tree, read as a tar stream
+//! entry by entry, applied to the host repository through one handle on its root directory,
+//! never following a symlink and never touching a `.git` (the rules are the parent module's).
+//!
+//! Memory (issue 51, finding 7): the stream is never collected. What the sync holds at once is
+//! one buffer of [`SMALL_FILE`] bytes (a file up to that size is read whole and compared with
+//! the host's; a larger one is copied through the buffer into a temporary file beside its
+//! target, then renamed over it), an entry's headers (at most [`HEADER_BUDGET`]: a long name,
+//! pax extensions), and a few words per entry (its name and what became of it, to tell what
+//! is gone at the end). Files that could make a directory a git directory (`gitdir.rs`'s
+//! ingredients: a `HEAD`, a `commondir`, anything under an `objects` or `refs`) wait in an
+//! unnamed spool file on the repository's file system until the whole change is seen. The
+//! stream as a whole may bring back at most the caller's bound; past it, or when the stream
+//! fails, the sync stops, deletes nothing, and says so in its report.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::gitdir::{git_dirs_after, HostEntry, HEAD_PREFIX};
+use super::gitdir::{git_dirs_after, is_git_dir_on_host, is_ingredient, HostEntry, HEAD_PREFIX};
 use super::{is_git_path, Meta, MountId};
 use crate::sandbox::error::{SandboxError, SandboxResult};
-use crate::sandbox::FileTree;
 
 /// The permission bits a synced file may keep: no setuid/setgid/sticky, no group or other
 /// write.
@@ -28,6 +42,14 @@ const DIR_MODE: u32 = 0o755;
 /// means someone is planting names, not bad luck).
 const TEMP_NAME_TRIES: usize = 4;
 
+/// The largest file the sync reads whole into memory (and the buffer larger ones are copied
+/// through): the one buffer a sync holds.
+pub const SMALL_FILE: usize = 64 * 1024;
+
+/// The most one entry's headers may take in the stream (a GNU long name or link, pax
+/// extensions, the previous entry's padding): a Linux path is at most 4 KiB.
+pub const HEADER_BUDGET: u64 = 64 * 1024;
+
 /// What a sync back changed in the repository.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncReport {
@@ -39,12 +61,16 @@ pub struct SyncReport {
     /// changed, made or deleted; a place in the repository that is a symlink, not a
     /// directory where the path needs one, not a regular file where a file is written or
     /// deleted, or on another mount; a path that is not plainly relative; anything in a
-    /// directory git would take for a repository (`gitdir.rs`).
+    /// directory git would take for a repository (`gitdir.rs`). Names as [`shown`] writes
+    /// them.
     pub refused: Vec<String>,
     /// Files of the repository that the sandbox holds as something the sync does not carry
-    /// (a symlink, a directory, a fifo, a name that is not UTF-8), as `path (what)`: left on
-    /// the host as they were, neither replaced nor deleted.
+    /// (a symlink, a directory, a fifo, a hard link to something not carried), as `path
+    /// (what)`: left on the host as they were, neither replaced nor deleted.
     pub kept: Vec<String>,
+    /// Why the sync stopped before the end of the workspace (the stream failed, or passed its
+    /// bound): what came before was applied, nothing was deleted.
+    pub incomplete: Option<String>,
 }
 
 impl SyncReport {
@@ -54,7 +80,7 @@ impl SyncReport {
     /// One line for the task's result when the sync did not carry everything back, `None`
     /// when it did.
     pub fn summary(&self) -> Option<String> {
-        if self.refused.is_empty() && self.kept.is_empty() {
+        if self.refused.is_empty() && self.kept.is_empty() && self.incomplete.is_none() {
             return None;
         }
         let list = |paths: &[String]| {
@@ -70,6 +96,12 @@ impl SyncReport {
             s.join(", ")
         };
         let mut parts = Vec::new();
+        if let Some(why) = &self.incomplete {
+            parts.push(format!(
+                "it stopped early, so nothing was deleted and later files were not carried: \
+                 {why:?}"
+            ));
+        }
         if !self.refused.is_empty() {
             parts.push(format!(
                 "{} refused (a .git or git directory, a symlinked or non-directory place, \
@@ -94,98 +126,755 @@ impl SyncReport {
     }
 }
 
-/// Applies the sandbox's workspace `tree` (regular files only, as read back) to `repo`: new and
-/// changed files are written, files from `copied_in` that are gone are deleted, under the
-/// parent module's rules: nothing under a `.git` or in a directory git would take for a
-/// repository after the sync, nothing through a symlink or onto another mount, files owned by
-/// the repository root's owner with `mode & 0o755`. A file whose contents and permission bits
-/// did not change is left alone. `others` names what the sandbox holds that is not a regular
-/// file (path → what it is): a copied-in file there is kept, not deleted, and reported.
-/// Errors only when the repository cannot be opened or a write or delete fails; refusals are
-/// in the report.
+/// A repository path as the report shows it: bytes that are not UTF-8 as `\xNN` (the name on
+/// the host is the bytes themselves; only the report escapes them).
+pub fn shown(rel: &Path) -> String {
+    let mut s = String::new();
+    for chunk in rel.as_os_str().as_bytes().utf8_chunks() {
+        s.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            s.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    s
+}
+
+/// Applies the sandbox's workspace, read from `archive` (a tar stream of the workspace, as
+/// `tar -c -C <workspace> .` writes it), to `repo`: new and changed files are written, files
+/// from `copied_in` that are gone are deleted, under the parent module's rules: nothing under
+/// a `.git` or in a directory git would take for a repository after the sync, nothing through
+/// a symlink or onto another mount, files owned by the repository root's owner with `mode &
+/// 0o755`. A file whose contents and permission bits did not change is left alone. A hard
+/// link comes back as a file with its target's contents. A copied-in file that the sandbox
+/// holds as something else (a symlink, a directory) is kept, not deleted, and reported. Names
+/// are bytes from the stream to the host, never decoded.
+///
+/// At most `max_bytes` of the stream are read; past them, or when reading the stream fails,
+/// the sync stops: what came before stays applied, nothing is deleted, and
+/// [`SyncReport::incomplete`] says why. Memory: the module docs. Errors only when the
+/// repository cannot be opened or a write or delete on the host fails.
 pub fn sync_back(
     repo: &Path,
-    tree: &FileTree,
-    others: &BTreeMap<String, &'static str>,
+    archive: impl Read,
     copied_in: &BTreeSet<PathBuf>,
+    max_bytes: u64,
 ) -> SandboxResult<SyncReport> {
     let root = RepoDir::open(repo)
         .map_err(|e| SandboxError::io(format!("opening {}", repo.display()), e))?;
-    let mut report = SyncReport::default();
-    let gone: Vec<&Path> = copied_in
-        .iter()
-        .filter(|p| {
-            let key = p.to_string_lossy();
-            !tree.contains_key(key.as_ref()) && !others.contains_key(key.as_ref())
-        })
-        .map(PathBuf::as_path)
-        .collect();
-    let git_dirs = git_dirs_after(
-        tree.iter().map(|(p, e)| (p.as_str(), e.data.as_slice())),
-        gone.iter().copied(),
-        |rel| root.host_entry(rel),
-    )
-    .map_err(|e| SandboxError::io(format!("reading {}", repo.display()), e))?;
-    // Git's orders: a `.git`, a directory git takes for a repository, or what would make one.
-    let in_git = |rel: &Path| is_git_path(rel) || git_dirs.refuses(rel);
-    for (rel, entry) in tree {
-        let rel_path = Path::new(rel);
-        let Some((parents, name)) = split(rel_path) else {
-            report.refused.push(rel.clone());
-            continue;
-        };
-        let outcome = if in_git(rel_path) {
-            // Never written; reported only when the task changed it.
-            match root.holds(&parents, name, &entry.data) {
-                Ok(true) => Outcome::Unchanged,
-                Ok(false) => Outcome::Refused,
-                Err(e) => return Err(io_err("reading", repo, rel, e)),
+    let bound = Rc::new(RefCell::new(Bound {
+        left: max_bytes,
+        max: max_bytes,
+        step: HEADER_BUDGET,
+        failed: None,
+    }));
+    let reader = Bounded {
+        inner: archive,
+        bound: bound.clone(),
+    };
+    let mut apply = Apply {
+        repo,
+        root,
+        report: SyncReport::default(),
+        seen: BTreeMap::new(),
+        host_git_dirs: BTreeMap::new(),
+        deferred: Vec::new(),
+        spool: None,
+        spool_len: 0,
+        buf: Vec::with_capacity(SMALL_FILE),
+    };
+    let mut tar = tar::Archive::new(reader);
+    let stopped = apply.entries(&mut tar, &bound)?;
+    let stopped = match stopped {
+        Some(why) => Some(why),
+        // The rest of the stream after the archive's end: its end says whether the
+        // workspace was read whole (the reading command's exit).
+        None => {
+            bound.borrow_mut().step = u64::MAX;
+            match std::io::copy(&mut tar.into_inner(), &mut std::io::sink()) {
+                Ok(_) => None,
+                Err(e) => Some(stream_failure(&bound, e)),
             }
-        } else {
-            root.write(&parents, name, &entry.data, entry.mode)
-                .map_err(|e| io_err("writing", repo, rel, e))?
-        };
-        match outcome {
-            Outcome::Done => report.written += 1,
-            Outcome::Unchanged => {}
-            Outcome::Refused => report.refused.push(rel.clone()),
         }
-    }
-    for rel in copied_in {
-        let key = rel.to_string_lossy();
-        if let Some(what) = others.get(key.as_ref()) {
-            report.kept.push(format!("{key} ({what})"));
-            continue;
-        }
-        if tree.contains_key(key.as_ref()) {
-            continue;
-        }
-        let outcome = match split(rel) {
-            Some((parents, name)) if !in_git(rel) => root
-                .delete(&parents, name)
-                .map_err(|e| io_err("deleting", repo, &key, e))?,
-            _ => Outcome::Refused,
-        };
-        match outcome {
-            Outcome::Done => report.deleted += 1,
-            Outcome::Unchanged => {}
-            Outcome::Refused => report.refused.push(key.into_owned()),
-        }
-    }
-    Ok(report)
+    };
+    apply.finish(copied_in, stopped)
 }
 
-fn io_err(what: &str, repo: &Path, rel: &str, e: std::io::Error) -> SandboxError {
+/// The reading side of the stream's bounds, shared with the applier.
+struct Bound {
+    /// Bytes the stream may still bring.
+    left: u64,
+    /// The bound on the whole stream.
+    max: u64,
+    /// Bytes the current step (an entry's headers, or its data) may still take.
+    step: u64,
+    /// Why reading failed, once it did.
+    failed: Option<String>,
+}
+
+/// The archive, read under [`Bound`]: fails past the whole stream's bound or the current
+/// step's, and remembers why (and any error of the stream itself).
+struct Bounded<R> {
+    inner: R,
+    bound: Rc<RefCell<Bound>>,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let mut b = self.bound.borrow_mut();
+        if let Some(why) = &b.failed {
+            return Err(std::io::Error::other(why.clone()));
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let room = b.left.min(b.step);
+        let got = if room == 0 {
+            // Out of room: fine when the stream ends here, a failure when it goes on.
+            let mut probe = [0u8; 1];
+            match self.inner.read(&mut probe) {
+                Ok(0) => return Ok(0),
+                Ok(_) if b.left == 0 => Err(format!(
+                    "the workspace is larger than the sync's bound of {} bytes",
+                    b.max
+                )),
+                Ok(_) => Err(format!(
+                    "an entry's headers are longer than {HEADER_BUDGET} bytes"
+                )),
+                Err(e) => Err(format!("reading the workspace: {e}")),
+            }
+        } else {
+            let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+            match self.inner.read(&mut buf[..want]) {
+                Ok(n) => Ok(n),
+                Err(e) => Err(format!("reading the workspace: {e}")),
+            }
+        };
+        match got {
+            Ok(n) => {
+                b.left -= n as u64;
+                b.step -= n as u64;
+                Ok(n)
+            }
+            Err(why) => {
+                b.failed = Some(why.clone());
+                Err(std::io::Error::other(why))
+            }
+        }
+    }
+}
+
+/// Why the stream stopped, from the error reading it gave.
+fn stream_failure(bound: &Rc<RefCell<Bound>>, e: std::io::Error) -> String {
+    bound
+        .borrow()
+        .failed
+        .clone()
+        .unwrap_or_else(|| format!("the workspace archive is malformed: {e}"))
+}
+
+/// What the stream held at a path.
+#[derive(Debug, Clone, Copy)]
+enum Seen {
+    /// A file the host now holds exactly (written, or the same already), with its mode.
+    OnHost(u32),
+    /// A file not carried (refused, or under a `.git` and left as it was).
+    Held,
+    /// A file waiting in the spool (its index in `deferred`).
+    Deferred(usize),
+    /// Something else (what it is).
+    Other(&'static str),
+}
+
+/// A file held back in the spool until the whole change is seen.
+struct Deferred {
+    rel: PathBuf,
+    mode: u32,
+    offset: u64,
+    len: u64,
+    /// Its first [`HEAD_PREFIX`] bytes, for git's test.
+    head: Vec<u8>,
+}
+
+/// Where an entry's contents come from.
+enum Source<'a> {
+    /// The stream itself.
+    Stream(&'a mut dyn Read),
+    /// A file the host holds already (a hard link's target, as written).
+    Host(PathBuf),
+    /// The spool, from this offset (the length is the entry's).
+    Spool(u64),
+}
+
+/// An error applying one entry: of the stream (the sync stops and says so) or of the host
+/// (the sync fails).
+enum Failed {
+    Stream(String),
+    Host(SandboxError),
+}
+
+/// One sync in progress.
+struct Apply<'a> {
+    repo: &'a Path,
+    root: RepoDir,
+    report: SyncReport,
+    seen: BTreeMap<PathBuf, Seen>,
+    /// Directories checked against git's test on the host as it is.
+    host_git_dirs: BTreeMap<PathBuf, bool>,
+    deferred: Vec<Deferred>,
+    /// The unnamed spool file (made at the first deferred file), and how much it holds.
+    spool: Option<File>,
+    spool_len: u64,
+    /// The one buffer: a small file's contents, or a chunk of a larger one.
+    buf: Vec<u8>,
+}
+
+impl Apply<'_> {
+    /// Applies the archive's entries in stream order; `Some(why)` when the stream stopped
+    /// before its end.
+    fn entries<R: Read>(
+        &mut self,
+        tar: &mut tar::Archive<Bounded<R>>,
+        bound: &Rc<RefCell<Bound>>,
+    ) -> SandboxResult<Option<String>> {
+        let mut entries = match tar.entries() {
+            Ok(e) => e,
+            Err(e) => return Ok(Some(stream_failure(bound, e))),
+        };
+        loop {
+            bound.borrow_mut().step = HEADER_BUDGET;
+            let mut entry = match entries.next() {
+                None => return Ok(None),
+                Some(Ok(entry)) => entry,
+                Some(Err(e)) => return Ok(Some(stream_failure(bound, e))),
+            };
+            bound.borrow_mut().step = entry.size();
+            let applied = self.entry(&mut entry);
+            // Whatever the entry's handling left unread (the next header follows it).
+            let drained = std::io::copy(&mut entry, &mut std::io::sink());
+            // A failure of the stream says why in the bound's words when the bound saw it
+            // (an error of the host's stays one).
+            let failed = bound.borrow().failed.clone();
+            match applied {
+                Ok(()) => {}
+                Err(Failed::Stream(why)) => return Ok(Some(failed.unwrap_or(why))),
+                Err(Failed::Host(e)) => {
+                    return match failed {
+                        Some(why) => Ok(Some(why)),
+                        None => Err(e),
+                    }
+                }
+            }
+            if let Err(e) = drained {
+                return Ok(Some(stream_failure(bound, e)));
+            }
+        }
+    }
+
+    /// One entry of the stream.
+    fn entry<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), Failed> {
+        let Some(rel) = entry_path(&entry.path_bytes()) else {
+            return Ok(());
+        };
+        let kind = entry.header().entry_type();
+        let what = match kind {
+            k if k.is_file() => {
+                let mode = entry.header().mode().unwrap_or(0o644);
+                let size = entry.size();
+                return self.file(rel, mode, Source::Stream(entry), size);
+            }
+            tar::EntryType::Link => {
+                let target = entry.link_name_bytes().and_then(|t| entry_path(&t));
+                match target.and_then(|t| self.seen.get(&t).copied().map(|s| (t, s))) {
+                    Some((t, Seen::OnHost(mode))) => {
+                        let size = self.host_size(&t).map_err(Failed::Host)?;
+                        if let Some(size) = size {
+                            return self.file(rel, mode, Source::Host(t), size);
+                        }
+                        "a hard link to something not carried back"
+                    }
+                    Some((_, Seen::Deferred(i))) => {
+                        let d = &self.deferred[i];
+                        let (mode, offset, len) = (d.mode, d.offset, d.len);
+                        return self.file(rel, mode, Source::Spool(offset), len);
+                    }
+                    _ => "a hard link to something not carried back",
+                }
+            }
+            tar::EntryType::Symlink => "a symlink",
+            tar::EntryType::Directory => "a directory",
+            tar::EntryType::Char | tar::EntryType::Block => "a device",
+            tar::EntryType::Fifo => "a fifo",
+            _ => "an entry of another kind",
+        };
+        self.seen.insert(rel, Seen::Other(what));
+        Ok(())
+    }
+
+    /// A regular file of `size` bytes at `rel`, from `source`.
+    fn file(
+        &mut self,
+        rel: PathBuf,
+        mode: u32,
+        mut source: Source<'_>,
+        size: u64,
+    ) -> Result<(), Failed> {
+        let Some((parents, name)) = split(&rel) else {
+            self.report.refused.push(shown(&rel));
+            self.seen.insert(rel, Seen::Held);
+            return Ok(());
+        };
+        let under_git = is_git_path(&rel) || self.under_host_git_dir(&rel).map_err(Failed::Host)?;
+        let seen = if under_git {
+            // Never written; reported only when the task changed it.
+            let same = self.holds(&parents, name, &mut source, size, &rel)?;
+            if !same {
+                self.report.refused.push(shown(&rel));
+            }
+            Seen::Held
+        } else if is_ingredient(&rel) {
+            Seen::Deferred(self.defer(&rel, mode, &mut source, size)?)
+        } else {
+            match self.write(&parents, name, &mut source, size, mode, &rel)? {
+                Outcome::Done => {
+                    self.report.written += 1;
+                    Seen::OnHost(mode)
+                }
+                Outcome::Unchanged => Seen::OnHost(mode),
+                Outcome::Refused => {
+                    self.report.refused.push(shown(&rel));
+                    Seen::Held
+                }
+            }
+        };
+        self.seen.insert(rel, seen);
+        Ok(())
+    }
+
+    /// Whether some directory above `rel` (the root included) is a git directory on the host
+    /// as it is. Each directory is judged once a sync.
+    fn under_host_git_dir(&mut self, rel: &Path) -> SandboxResult<bool> {
+        let mut dir = PathBuf::new();
+        let parts: Vec<&OsStr> = rel.components().map(|c| c.as_os_str()).collect();
+        for i in 0..parts.len() {
+            if i > 0 {
+                dir.push(parts[i - 1]);
+            }
+            let is = match self.host_git_dirs.get(&dir) {
+                Some(is) => *is,
+                None => {
+                    let root = &self.root;
+                    let is = is_git_dir_on_host(&dir, &mut |p| root.host_entry(p))
+                        .map_err(|e| io_err("reading", self.repo, &dir, e))?;
+                    self.host_git_dirs.insert(dir.clone(), is);
+                    is
+                }
+            };
+            if is {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Reads up to `len` bytes of `source` into the buffer (`len` at most [`SMALL_FILE`]).
+    fn read_small(&mut self, source: &mut Source<'_>, len: u64) -> Result<(), Failed> {
+        self.buf.clear();
+        match source {
+            Source::Stream(r) => r
+                .take(len)
+                .read_to_end(&mut self.buf)
+                .map(drop)
+                .map_err(|e| Failed::Stream(format!("reading the workspace: {e}"))),
+            Source::Host(rel) => {
+                let mut file = self.open_host(rel)?;
+                (&mut file)
+                    .take(len)
+                    .read_to_end(&mut self.buf)
+                    .map(drop)
+                    .map_err(|e| Failed::Host(io_err("reading", self.repo, rel, e)))
+            }
+            Source::Spool(offset) => {
+                let repo = self.repo;
+                let at = *offset;
+                self.spool_file()?;
+                let spool = self.spool.as_ref().expect("made above");
+                self.buf
+                    .resize(usize::try_from(len).unwrap_or(SMALL_FILE), 0);
+                spool.read_exact_at(&mut self.buf, at).map_err(|e| {
+                    Failed::Host(io_err("reading the spool in", repo, Path::new(""), e))
+                })
+            }
+        }
+    }
+
+    /// Copies `len` bytes of `source` to `out` through the buffer; `compare`: also whether they
+    /// equal what `compare` holds (read alongside).
+    fn copy(
+        &mut self,
+        source: &mut Source<'_>,
+        len: u64,
+        out: &mut dyn Write,
+        mut compare: Option<&mut File>,
+        rel: &Path,
+    ) -> Result<bool, Failed> {
+        let repo = self.repo;
+        let mut host_src = match source {
+            Source::Host(t) => Some(self.open_host(&t.clone())?),
+            _ => None,
+        };
+        let mut spool_at = match source {
+            Source::Spool(offset) => {
+                self.spool_file()?;
+                *offset
+            }
+            _ => 0,
+        };
+        self.buf.resize(SMALL_FILE, 0);
+        let mut other = vec![0u8; if compare.is_some() { SMALL_FILE } else { 0 }];
+        let mut same = compare.is_some();
+        let mut left = len;
+        while left > 0 {
+            let want = usize::try_from(left.min(SMALL_FILE as u64)).unwrap_or(SMALL_FILE);
+            let chunk = &mut self.buf[..want];
+            let got = match (&mut *source, host_src.as_mut()) {
+                (Source::Stream(r), _) => r
+                    .read(chunk)
+                    .map_err(|e| Failed::Stream(format!("reading the workspace: {e}")))?,
+                (Source::Host(_), Some(f)) => f
+                    .read(chunk)
+                    .map_err(|e| Failed::Host(io_err("reading", repo, rel, e)))?,
+                _ => {
+                    let spool = self.spool.as_ref().expect("made above");
+                    let n = spool.read_at(chunk, spool_at).map_err(|e| {
+                        Failed::Host(io_err("reading the spool in", repo, Path::new(""), e))
+                    })?;
+                    spool_at += n as u64;
+                    n
+                }
+            };
+            if got == 0 {
+                return Err(Failed::Stream(format!(
+                    "the workspace ended inside {}",
+                    shown(rel)
+                )));
+            }
+            out.write_all(&self.buf[..got])
+                .map_err(|e| Failed::Host(io_err("writing", repo, rel, e)))?;
+            if let (true, Some(host)) = (same, compare.as_deref_mut()) {
+                let theirs = &mut other[..got];
+                same = host.read_exact(theirs).is_ok() && *theirs == self.buf[..got];
+            }
+            left -= got as u64;
+        }
+        Ok(same)
+    }
+
+    /// Opens the host's regular file `rel` for reading, as [`read_is`] opens files.
+    fn open_host(&self, rel: &Path) -> Result<File, Failed> {
+        let failed = |e: std::io::Error| Failed::Host(io_err("reading", self.repo, rel, e));
+        let gone = || {
+            Failed::Host(io_err(
+                "reading",
+                self.repo,
+                rel,
+                std::io::Error::other("changed on the host during the sync"),
+            ))
+        };
+        let (parents, name) = split(rel).ok_or_else(gone)?;
+        let Walk::Dir(dir) = self.root.walk(&parents, false).map_err(failed)? else {
+            return Err(gone());
+        };
+        open_regular(&dir, name).map_err(failed)?.ok_or_else(gone)
+    }
+
+    /// The size of the host's regular file `rel` (a hard link's target the sync carried),
+    /// `None` when it is no longer one.
+    fn host_size(&self, rel: &Path) -> SandboxResult<Option<u64>> {
+        let Some((parents, name)) = split(rel) else {
+            return Ok(None);
+        };
+        let dir = match self.root.walk(&parents, false) {
+            Ok(Walk::Dir(dir)) => dir,
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(io_err("reading", self.repo, rel, e)),
+        };
+        match self.root.place(&dir, name) {
+            Ok(Place::File(meta)) => Ok(Some(meta.size)),
+            Ok(_) => Ok(None),
+            Err(e) => Err(io_err("reading", self.repo, rel, e)),
+        }
+    }
+
+    /// The spool, made (unnamed, in the repository's root directory) at first use.
+    fn spool_file(&mut self) -> Result<&mut File, Failed> {
+        if self.spool.is_none() {
+            let repo = self.repo;
+            let made = (|| {
+                let (tmp, fd) = create_temp(&self.root.root, OFlags::RDWR)?;
+                rustix::fs::unlinkat(&self.root.root, &tmp, AtFlags::empty())?;
+                Ok::<_, std::io::Error>(File::from(fd))
+            })();
+            self.spool =
+                Some(made.map_err(|e| {
+                    Failed::Host(io_err("making a spool in", repo, Path::new(""), e))
+                })?);
+        }
+        Ok(self.spool.as_mut().expect("just made"))
+    }
+
+    /// Holds a file back in the spool; returns its index.
+    fn defer(
+        &mut self,
+        rel: &Path,
+        mode: u32,
+        source: &mut Source<'_>,
+        size: u64,
+    ) -> Result<usize, Failed> {
+        let repo = self.repo;
+        let offset = self.spool_len;
+        // Another descriptor of the same spool: written at its end while `copy` may read an
+        // earlier part of it (a hard link to a held-back file), each at its own offset.
+        let file = self
+            .spool_file()?
+            .try_clone()
+            .map_err(|e| Failed::Host(io_err("writing the spool in", repo, Path::new(""), e)))?;
+        let mut out = SpoolWriter { file, at: offset };
+        self.copy(source, size, &mut out, None, rel)?;
+        self.spool_len = out.at;
+        // Its first bytes, for git's test of a `HEAD`.
+        let prefix = size.min(HEAD_PREFIX as u64);
+        self.read_small(&mut Source::Spool(offset), prefix)?;
+        self.deferred.push(Deferred {
+            rel: rel.to_path_buf(),
+            mode,
+            offset,
+            len: size,
+            head: self.buf.clone(),
+        });
+        Ok(self.deferred.len() - 1)
+    }
+
+    /// Whether `parents/name` on the host holds exactly what `source` brings (read whole
+    /// either way); nothing is made.
+    fn holds(
+        &mut self,
+        parents: &[&OsStr],
+        name: &OsStr,
+        source: &mut Source<'_>,
+        size: u64,
+        rel: &Path,
+    ) -> Result<bool, Failed> {
+        let repo = self.repo;
+        let host_err = |e| Failed::Host(io_err("reading", repo, rel, e));
+        let mut host = match self.root.walk(parents, false).map_err(host_err)? {
+            Walk::Dir(dir) => match self.root.place(&dir, name).map_err(host_err)? {
+                Place::File(meta) if meta.size == size => {
+                    open_regular(&dir, name).map_err(host_err)?
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let same = self.copy(source, size, &mut std::io::sink(), host.as_mut(), rel)?;
+        Ok(host.is_some() && same)
+    }
+
+    /// Writes what `source` brings as `parents/name` with permission bits from `mode`
+    /// (masked), unless the file there already has these contents and bits.
+    fn write(
+        &mut self,
+        parents: &[&OsStr],
+        name: &OsStr,
+        source: &mut Source<'_>,
+        size: u64,
+        mode: u32,
+        rel: &Path,
+    ) -> Result<Outcome, Failed> {
+        let repo = self.repo;
+        let host_err = |e| Failed::Host(io_err("writing", repo, rel, e));
+        let Walk::Dir(dir) = self.root.walk(parents, true).map_err(host_err)? else {
+            return Ok(Outcome::Refused);
+        };
+        if size <= SMALL_FILE as u64 {
+            self.read_small(source, size)?;
+            if self.buf.len() as u64 != size {
+                return Err(Failed::Stream(format!(
+                    "the workspace ended inside {}",
+                    shown(rel)
+                )));
+            }
+            return self
+                .root
+                .write_in(&dir, name, &self.buf, mode)
+                .map_err(host_err);
+        }
+        // Larger: copied through the buffer into a temporary beside the target, compared
+        // with the host's file on the way; renamed over it only when they differ.
+        let masked = mode & FILE_MODE_MASK;
+        let mut host = match self.root.place(&dir, name).map_err(host_err)? {
+            Place::Other => return Ok(Outcome::Refused),
+            Place::File(meta) => {
+                let h = meta.mode & 0o777;
+                let same_mode = h == mode & 0o777 || h == masked;
+                if same_mode && meta.size == size {
+                    open_regular(&dir, name).map_err(host_err)?
+                } else {
+                    None
+                }
+            }
+            Place::Absent => None,
+        };
+        let (tmp, fd) = create_temp(&dir, OFlags::WRONLY).map_err(host_err)?;
+        let mut file = File::from(fd);
+        let copied = self.copy(source, size, &mut file, host.as_mut(), rel);
+        let done = match copied {
+            Ok(true) if host.is_some() => Ok(Outcome::Unchanged),
+            Ok(_) => self
+                .root
+                .finish(&dir, &tmp, file, name, masked)
+                .map(|()| Outcome::Done)
+                .map_err(host_err),
+            Err(e) => Err(e),
+        };
+        if !matches!(done, Ok(Outcome::Done)) {
+            let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
+        }
+        done
+    }
+
+    /// After the stream: the held-back files written or refused by git's test over the whole
+    /// change, and (when the stream was read whole) the files that are gone deleted.
+    fn finish(
+        mut self,
+        copied_in: &BTreeSet<PathBuf>,
+        stopped: Option<String>,
+    ) -> SandboxResult<SyncReport> {
+        let gone: Vec<&Path> = match stopped {
+            Some(_) => Vec::new(),
+            None => copied_in
+                .iter()
+                .filter(|p| !self.seen.contains_key(p.as_path()))
+                .map(PathBuf::as_path)
+                .collect(),
+        };
+        let empty: &[u8] = &[];
+        let mut heads: BTreeMap<&Path, &[u8]> = BTreeMap::new();
+        for d in &self.deferred {
+            heads.insert(&d.rel, &d.head);
+        }
+        let written = self.seen.iter().filter_map(|(p, s)| match s {
+            Seen::Other(_) => None,
+            _ => Some((
+                p.as_path(),
+                heads.get(p.as_path()).copied().unwrap_or(empty),
+            )),
+        });
+        let root = &self.root;
+        let git_dirs = git_dirs_after(written, gone.iter().copied(), |rel| root.host_entry(rel))
+            .map_err(|e| SandboxError::io(format!("reading {}", self.repo.display()), e))?;
+        let in_git = |rel: &Path| is_git_path(rel) || git_dirs.refuses(rel);
+        let deferred = std::mem::take(&mut self.deferred);
+        for d in &deferred {
+            let Some((parents, name)) = split(&d.rel) else {
+                continue;
+            };
+            let mut source = Source::Spool(d.offset);
+            let outcome = if in_git(&d.rel) {
+                match self.holds(&parents, name, &mut source, d.len, &d.rel) {
+                    Ok(true) => Outcome::Unchanged,
+                    Ok(false) => Outcome::Refused,
+                    Err(Failed::Host(e)) => return Err(e),
+                    Err(Failed::Stream(why)) => return Err(spool_short(why)),
+                }
+            } else {
+                match self.write(&parents, name, &mut source, d.len, d.mode, &d.rel) {
+                    Ok(o) => o,
+                    Err(Failed::Host(e)) => return Err(e),
+                    Err(Failed::Stream(why)) => return Err(spool_short(why)),
+                }
+            };
+            match outcome {
+                Outcome::Done => self.report.written += 1,
+                Outcome::Unchanged => {}
+                Outcome::Refused => self.report.refused.push(shown(&d.rel)),
+            }
+        }
+        for rel in copied_in {
+            if let Some(Seen::Other(what)) = self.seen.get(rel) {
+                self.report.kept.push(format!("{} ({what})", shown(rel)));
+            }
+        }
+        for rel in gone {
+            let outcome = match split(rel) {
+                Some((parents, name)) if !in_git(rel) => self
+                    .root
+                    .delete(&parents, name)
+                    .map_err(|e| io_err("deleting", self.repo, rel, e))?,
+                _ => Outcome::Refused,
+            };
+            match outcome {
+                Outcome::Done => self.report.deleted += 1,
+                Outcome::Unchanged => {}
+                Outcome::Refused => self.report.refused.push(shown(rel)),
+            }
+        }
+        self.report.refused.sort();
+        self.report.kept.sort();
+        self.report.incomplete = stopped;
+        Ok(self.report)
+    }
+}
+
+/// Writes at its own offset of the spool (`pwrite`).
+struct SpoolWriter {
+    file: File,
+    at: u64,
+}
+
+impl Write for SpoolWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.file.write_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn spool_short(why: String) -> SandboxError {
+    SandboxError::io("reading the sync's spool", std::io::Error::other(why))
+}
+
+/// A path of the stream as a repository path: bytes as they are, without the leading `./` and
+/// a trailing `/`; `None` for the workspace itself.
+fn entry_path(raw: &[u8]) -> Option<PathBuf> {
+    let mut raw = raw;
+    while let Some(rest) = raw.strip_prefix(b"./") {
+        raw = rest;
+    }
+    while let Some(rest) = raw.strip_suffix(b"/") {
+        raw = rest;
+    }
+    if raw.is_empty() || raw == b"." {
+        return None;
+    }
+    Some(PathBuf::from(OsString::from_vec(raw.to_vec())))
+}
+
+fn io_err(what: &str, repo: &Path, rel: &Path, e: std::io::Error) -> SandboxError {
     SandboxError::io(format!("{what} {}", repo.join(rel).display()), e)
 }
 
 /// The directories leading to `rel` and its name, when `rel` is plainly relative (no `..`,
-/// no root, not empty).
+/// no root, not empty) and holds no NUL (no file has one; a stream that says so is refused
+/// for that path, not failed whole).
 fn split(rel: &Path) -> Option<(Vec<&OsStr>, &OsStr)> {
     let mut parts = Vec::new();
     for c in rel.components() {
         match c {
-            Component::Normal(p) => parts.push(p),
+            Component::Normal(p) if !p.as_bytes().contains(&0) => parts.push(p),
             _ => return None,
         }
     }
@@ -304,22 +993,8 @@ impl RepoDir {
         }
     }
 
-    /// Writes `data` as `parents/name` with permission bits from `mode` (masked), unless the
+    /// Writes `data` as `name` in `dir` with permission bits from `mode` (masked), unless the
     /// file there already has these contents and bits.
-    fn write(
-        &self,
-        parents: &[&OsStr],
-        name: &OsStr,
-        data: &[u8],
-        mode: u32,
-    ) -> std::io::Result<Outcome> {
-        let Walk::Dir(dir) = self.walk(parents, true)? else {
-            return Ok(Outcome::Refused);
-        };
-        self.write_in(&dir, name, data, mode)
-    }
-
-    /// [`RepoDir::write`] once the directory is open.
     fn write_in(
         &self,
         dir: &OwnedFd,
@@ -349,21 +1024,33 @@ impl RepoDir {
     /// descriptor, and renames it to `name` (replacing what is there; a hard link to the old
     /// file is left alone).
     fn replace(&self, dir: &OwnedFd, name: &OsStr, data: &[u8], mode: u32) -> std::io::Result<()> {
-        let (tmp, fd) = create_temp(dir)?;
-        let written = (|| {
-            let mut file = File::from(fd);
-            file.write_all(data)?;
-            self.own(&file)?;
-            rustix::fs::fchmod(&file, Mode::from_bits_truncate(mode))?;
-            file.sync_all()?;
-            drop(file);
-            rustix::fs::renameat(dir, &tmp, dir, name)?;
-            Ok(())
-        })();
+        let (tmp, fd) = create_temp(dir, OFlags::WRONLY)?;
+        let mut file = File::from(fd);
+        let written = file
+            .write_all(data)
+            .and_then(|()| self.finish(dir, &tmp, file, name, mode));
         if written.is_err() {
             let _ = rustix::fs::unlinkat(dir, &tmp, AtFlags::empty());
         }
         written
+    }
+
+    /// Owns, modes and syncs the temporary `tmp` in `dir` (written through `file`) and renames
+    /// it to `name`. The caller removes `tmp` when this fails.
+    fn finish(
+        &self,
+        dir: &OwnedFd,
+        tmp: &str,
+        file: File,
+        name: &OsStr,
+        mode: u32,
+    ) -> std::io::Result<()> {
+        self.own(&file)?;
+        rustix::fs::fchmod(&file, Mode::from_bits_truncate(mode))?;
+        file.sync_all()?;
+        drop(file);
+        rustix::fs::renameat(dir, tmp, dir, name)?;
+        Ok(())
     }
 
     /// Deletes `parents/name` when it is a regular file on the root's mount.
@@ -410,18 +1097,6 @@ impl RepoDir {
             Err(e) => Err(e),
         }
     }
-
-    /// Whether `parents/name` is a regular file on the root's mount holding exactly `data`
-    /// (read through the same handles; nothing is made).
-    fn holds(&self, parents: &[&OsStr], name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
-        let Walk::Dir(dir) = self.walk(parents, false)? else {
-            return Ok(false);
-        };
-        match self.place(&dir, name)? {
-            Place::File(meta) if meta.size == data.len() as u64 => read_is(&dir, name, data),
-            _ => Ok(false),
-        }
-    }
 }
 
 fn open_dir(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
@@ -433,9 +1108,9 @@ fn open_dir(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
     )
 }
 
-/// Whether regular file `name` in `dir` holds exactly `data`. Opened without following a
-/// symlink and without blocking (a fifo swapped in meanwhile does not hang the sync).
-fn read_is(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
+/// Regular file `name` in `dir`, opened for reading without following a symlink and without
+/// blocking (a fifo swapped in meanwhile does not hang the sync); `None` when it is not one.
+fn open_regular(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Option<File>> {
     let fd = match rustix::fs::openat(
         dir,
         name,
@@ -443,45 +1118,39 @@ fn read_is(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
         Mode::empty(),
     ) {
         Ok(fd) => fd,
-        Err(Errno::LOOP | Errno::NOENT) => return Ok(false),
+        Err(Errno::LOOP | Errno::NOENT) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
     if rustix::fs::fstat(&fd)?.st_mode & 0o170000 != 0o100000 {
-        return Ok(false);
+        return Ok(None);
     }
+    Ok(Some(File::from(fd)))
+}
+
+/// Whether regular file `name` in `dir` holds exactly `data` ([`open_regular`]).
+fn read_is(dir: &OwnedFd, name: &OsStr, data: &[u8]) -> std::io::Result<bool> {
+    let Some(file) = open_regular(dir, name)? else {
+        return Ok(false);
+    };
     let mut held = Vec::with_capacity(data.len());
-    File::from(fd)
-        .take(data.len() as u64 + 1)
-        .read_to_end(&mut held)?;
+    file.take(data.len() as u64 + 1).read_to_end(&mut held)?;
     Ok(held == data)
 }
 
 /// The first [`HEAD_PREFIX`] bytes of regular file `name` in `dir` (empty when it is no longer
-/// one), opened as [`read_is`] opens it.
+/// one).
 fn read_prefix(dir: &OwnedFd, name: &OsStr) -> std::io::Result<Vec<u8>> {
-    let fd = match rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => fd,
-        Err(Errno::LOOP | Errno::NOENT) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    if rustix::fs::fstat(&fd)?.st_mode & 0o170000 != 0o100000 {
+    let Some(file) = open_regular(dir, name)? else {
         return Ok(Vec::new());
-    }
+    };
     let mut held = Vec::with_capacity(HEAD_PREFIX);
-    File::from(fd)
-        .take(HEAD_PREFIX as u64)
-        .read_to_end(&mut held)?;
+    file.take(HEAD_PREFIX as u64).read_to_end(&mut held)?;
     Ok(held)
 }
 
 /// Creates a new file in `dir` under an unpredictable name, mode 0o600 until it is finished.
 /// `O_EXCL` refuses an existing name, a symlink included, so nothing planted is opened.
-fn create_temp(dir: &OwnedFd) -> std::io::Result<(String, OwnedFd)> {
+fn create_temp(dir: &OwnedFd, access: OFlags) -> std::io::Result<(String, OwnedFd)> {
     let mut last = Errno::EXIST;
     for _ in 0..TEMP_NAME_TRIES {
         let mut random = [0u8; 16];
@@ -494,7 +1163,7 @@ fn create_temp(dir: &OwnedFd) -> std::io::Result<(String, OwnedFd)> {
         match rustix::fs::openat(
             dir,
             name.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            access | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::RUSR | Mode::WUSR,
         ) {
             Ok(fd) => return Ok((name, fd)),
@@ -511,7 +1180,46 @@ mod tests {
 
     use super::*;
     use crate::sandbox::repo::tests::TmpfsGuard;
-    use crate::sandbox::FileEntry;
+    use crate::sandbox::{FileEntry, FileTree};
+
+    /// [`sync_back`] of a workspace holding `tree`'s files and `others` (a symlink or a
+    /// directory each), streamed as a tar archive in name order, under a generous bound.
+    fn sync_tree(
+        repo: &Path,
+        tree: &FileTree,
+        others: &BTreeMap<String, &'static str>,
+        copied_in: &BTreeSet<PathBuf>,
+    ) -> SandboxResult<SyncReport> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut all: Vec<&String> = tree.keys().chain(others.keys()).collect();
+        all.sort();
+        for path in all {
+            let mut header = tar::Header::new_gnu();
+            match (tree.get(path), others.get(path).copied()) {
+                (Some(entry), _) => {
+                    header.set_entry_type(tar::EntryType::Regular);
+                    header.set_mode(entry.mode);
+                    header.set_size(entry.data.len() as u64);
+                    tar.append_data(&mut header, path, entry.data.as_slice())
+                        .unwrap();
+                }
+                (None, Some("a symlink")) => {
+                    header.set_entry_type(tar::EntryType::Symlink);
+                    header.set_size(0);
+                    tar.append_link(&mut header, path, "elsewhere").unwrap();
+                }
+                (None, _) => {
+                    header.set_entry_type(tar::EntryType::Directory);
+                    header.set_mode(0o755);
+                    header.set_size(0);
+                    tar.append_data(&mut header, path, std::io::empty())
+                        .unwrap();
+                }
+            }
+        }
+        let archive = tar.into_inner().unwrap();
+        sync_back(repo, archive.as_slice(), copied_in, 1 << 30)
+    }
 
     fn entry(data: &[u8], mode: u32) -> FileEntry {
         FileEntry {
@@ -574,7 +1282,7 @@ mod tests {
             (".git/hooks/post-checkout", b"evil", 0o755),
             ("out/escape.txt", b"escape", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(report.written, 1);
         assert_eq!(report.deleted, 1);
         assert_eq!(
@@ -607,7 +1315,7 @@ mod tests {
             ("README.md", b"hello\n", 0o644),
             ("sub/.git", b"gitdir: ../.git/modules/sub\n", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(read(repo.path().join(".git/config")), before);
         assert_eq!(
             report,
@@ -634,7 +1342,7 @@ mod tests {
                 0o644,
             ),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(read(repo.path().join(".git/config")), before);
         assert_eq!(
             read(repo.path().join(".git/modules/sub/config")),
@@ -657,7 +1365,7 @@ mod tests {
             ),
             ("sub/.git", b"gitdir: /tmp/evil-gitdir\n", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert!(!repo.path().join(".git/modules/sub/hooks").exists());
         assert_eq!(
             read(repo.path().join("sub/.git")),
@@ -674,7 +1382,7 @@ mod tests {
     fn git_info_attributes_are_not_synced_back() {
         let (repo, _) = git_repo();
         let tree = tree([(".git/info/attributes", b"* filter=evil\n", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert!(!repo.path().join(".git/info/attributes").exists());
         assert_eq!(report.refused, [".git/info/attributes"]);
     }
@@ -695,7 +1403,7 @@ mod tests {
             ("lib/.gIT", b"gitdir: /tmp/evil\n", 0o644),
             ("README.md", b"changed\n", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(
             report.refused,
             [".GIT/config", "lib/.gIT", "sub/.Git/hooks/post-checkout"]
@@ -714,7 +1422,7 @@ mod tests {
     fn git_files_deleted_in_the_sandbox_stay_on_the_host() {
         let (repo, copied_in) = git_repo();
         let tree = tree([("README.md", b"hello\n", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert!(repo.path().join(".git/index").is_file());
         assert!(repo.path().join("sub/.git").is_file());
         assert_eq!(report.deleted, 0);
@@ -742,7 +1450,7 @@ mod tests {
         let planted = repo.path().join(".chorus-sync-README.md");
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         let tree = tree([("README.md", b"changed\n", 0o777)]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(read(&victim), b"precious\n");
         let mode = std::fs::metadata(&victim).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o600, "the outside file was chmod'ed");
@@ -775,7 +1483,7 @@ mod tests {
             ("sub/new.txt", b"x", 0o644),
             ("sub/deep/new.txt", b"x", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(
             report.refused,
             ["sub/deep/new.txt", "sub/new.txt", "sub/old.txt"]
@@ -829,7 +1537,7 @@ mod tests {
             ("bin/run.sh", b"#!/bin/sh\n", 0o6777),
             ("data.txt", b"d", 0o1666),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.written, 2);
         for (path, mode) in [("bin", 0o755), ("bin/run.sh", 0o755), ("data.txt", 0o644)] {
             let m = std::fs::symlink_metadata(repo.path().join(path)).unwrap();
@@ -852,7 +1560,7 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o664)).unwrap();
         }
         let tree = tree([("shared.txt", b"x", 0o664), ("script.sh", b"x", 0o777)]);
-        let report = sync_back(
+        let report = sync_tree(
             repo.path(),
             &tree,
             &BTreeMap::new(),
@@ -877,11 +1585,11 @@ mod tests {
         };
         std::fs::write(sub.join("below.txt"), "below\n").unwrap();
         let tree = tree([("sub/new.txt", b"x", 0o644), ("sub/below.txt", b"y", 0o644)]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.refused, ["sub/below.txt", "sub/new.txt"]);
         assert_eq!(read(sub.join("below.txt")), b"below\n");
         assert!(!sub.join("new.txt").exists());
-        let report = sync_back(
+        let report = sync_tree(
             repo.path(),
             &FileTree::new(),
             &BTreeMap::new(),
@@ -912,7 +1620,7 @@ mod tests {
             ("fifo", b"x", 0o644),
             ("link", b"x", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+        let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
         assert_eq!(report.refused, ["dir", "fifo", "link"]);
         assert!(std::fs::symlink_metadata(repo.path().join("link"))
             .unwrap()
@@ -1050,7 +1758,7 @@ mod tests {
                 .map(|(p, d)| (p.clone(), entry(d, 0o644)))
                 .chain([("lib/code.rs".to_string(), entry(b"fn g() {}\n", 0o644))])
                 .collect();
-            let report = sync_back(root, &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+            let report = sync_tree(root, &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
             assert_eq!(read(root.join("lib/code.rs")), b"fn g() {}\n", "{what}");
             assert!(!report.refused.is_empty(), "{what}: {report:?}");
             let own_git = root.canonicalize().unwrap().join(".git");
@@ -1099,7 +1807,7 @@ mod tests {
             ("fixtures/bare.git/HEAD", b"ref: refs/heads/master\n", 0o644),
         ]);
         let head = read(root.join("fixtures/bare.git/HEAD"));
-        let report = sync_back(&root, &tree, &BTreeMap::new(), &copied_in).unwrap();
+        let report = sync_tree(&root, &tree, &BTreeMap::new(), &copied_in).unwrap();
         assert_eq!(read(root.join("fixtures/bare.git/config")), before);
         assert!(
             root.join("fixtures/bare.git/description").exists(),
@@ -1141,7 +1849,7 @@ mod tests {
             ("README.bak", b"precious\n", 0o644),
             ("made-a-dir/inside", b"x", 0o644),
         ]);
-        let report = sync_back(repo.path(), &tree, &others, &copied_in).unwrap();
+        let report = sync_tree(repo.path(), &tree, &others, &copied_in).unwrap();
         for name in ["README.md", "made-a-dir", "linked", "README.bak"] {
             assert_eq!(read(repo.path().join(name)), b"precious\n", "{name}");
         }
@@ -1162,5 +1870,265 @@ mod tests {
             .summary(),
             None
         );
+    }
+}
+
+/// The streaming sync's own rules (issue 51, findings 6 and 7): names as bytes, files larger
+/// than the buffer, hard links, and a stream that stops early.
+#[cfg(test)]
+mod stream_tests {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    /// What a test's workspace holds at a path.
+    enum Item<'a> {
+        File(&'a [u8], u32),
+        /// A hard link to the named earlier entry.
+        Link(&'a [u8]),
+    }
+
+    fn archive(items: &[(&[u8], Item<'_>)]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, item) in items {
+            let path = Path::new(OsStr::from_bytes(path));
+            let mut header = tar::Header::new_gnu();
+            match item {
+                Item::File(data, mode) => {
+                    header.set_entry_type(tar::EntryType::Regular);
+                    header.set_mode(*mode);
+                    header.set_size(data.len() as u64);
+                    tar.append_data(&mut header, path, *data).unwrap();
+                }
+                Item::Link(target) => {
+                    header.set_entry_type(tar::EntryType::Link);
+                    header.set_mode(0o644);
+                    header.set_size(0);
+                    let target = Path::new(OsStr::from_bytes(target));
+                    tar.append_link(&mut header, path, target).unwrap();
+                }
+            }
+        }
+        tar.into_inner().unwrap()
+    }
+
+    fn bytes_path(root: &Path, rel: &[u8]) -> PathBuf {
+        root.join(OsStr::from_bytes(rel))
+    }
+
+    fn copied<const N: usize>(paths: [&[u8]; N]) -> BTreeSet<PathBuf> {
+        paths
+            .into_iter()
+            .map(|p| PathBuf::from(OsStr::from_bytes(p)))
+            .collect()
+    }
+
+    /// Issue 51, finding 6: a name that is not UTF-8 is written, changed and deleted under its
+    /// own bytes; nothing decoded (`orig\u{FFFD}.txt`) is ever made.
+    #[test]
+    fn names_that_are_not_utf8_are_bytes_end_to_end() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(bytes_path(r, b"orig\xff.txt"), "old\n").unwrap();
+        std::fs::write(bytes_path(r, b"gone\xfd.txt"), "gone\n").unwrap();
+        let tar = archive(&[
+            (b"./orig\xff.txt", Item::File(b"new\n", 0o644)),
+            (b"./d\xfe/new\xfc.txt", Item::File(b"made\n", 0o644)),
+        ]);
+        let copied_in = copied([b"orig\xff.txt", b"gone\xfd.txt"]);
+        let report = sync_back(r, tar.as_slice(), &copied_in, 1 << 20).unwrap();
+        assert_eq!(
+            report,
+            SyncReport {
+                written: 2,
+                deleted: 1,
+                ..SyncReport::default()
+            }
+        );
+        assert_eq!(
+            std::fs::read(bytes_path(r, b"orig\xff.txt")).unwrap(),
+            b"new\n"
+        );
+        assert_eq!(
+            std::fs::read(bytes_path(r, b"d\xfe/new\xfc.txt")).unwrap(),
+            b"made\n"
+        );
+        let mut names: Vec<Vec<u8>> = std::fs::read_dir(r)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().as_bytes().to_vec())
+            .collect();
+        names.sort();
+        assert_eq!(names, [b"d\xfe".to_vec(), b"orig\xff.txt".to_vec()]);
+        assert_eq!(shown(Path::new(OsStr::from_bytes(b"a\xffb"))), "a\\xFFb");
+        assert!(split(Path::new(OsStr::from_bytes(b"a/b\0c"))).is_none());
+    }
+
+    /// Files larger than the buffer go through a temporary beside their target: a new one is
+    /// written, a changed one replaced, an unchanged one left alone (the same inode), and no
+    /// temporary is left.
+    #[test]
+    fn large_files_are_copied_through_the_buffer() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        let big = |seed: u8| -> Vec<u8> {
+            (0..SMALL_FILE * 3 + 17)
+                .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+                .collect()
+        };
+        std::fs::write(r.join("same.bin"), big(1)).unwrap();
+        std::fs::write(r.join("changed.bin"), big(1)).unwrap();
+        let inode = |n: &str| std::fs::metadata(r.join(n)).unwrap().ino();
+        let (same_before, changed_before) = (inode("same.bin"), inode("changed.bin"));
+        let (one, two) = (big(1), big(2));
+        let mut last_byte = big(1);
+        *last_byte.last_mut().unwrap() ^= 1;
+        let tar = archive(&[
+            (b"same.bin", Item::File(&one, 0o644)),
+            (b"changed.bin", Item::File(&last_byte, 0o644)),
+            (b"sub/new.bin", Item::File(&two, 0o755)),
+        ]);
+        let report = sync_back(r, tar.as_slice(), &BTreeSet::new(), 1 << 30).unwrap();
+        assert_eq!(report.written, 2, "{report:?}");
+        assert_eq!(
+            inode("same.bin"),
+            same_before,
+            "an unchanged file was rewritten"
+        );
+        assert_ne!(inode("changed.bin"), changed_before);
+        assert_eq!(std::fs::read(r.join("changed.bin")).unwrap(), last_byte);
+        assert_eq!(std::fs::read(r.join("sub/new.bin")).unwrap(), two);
+        let mode = std::fs::metadata(r.join("sub/new.bin")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        for dir in [r.to_path_buf(), r.join("sub")] {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let name = e.unwrap().file_name();
+                assert!(!name.as_bytes().starts_with(b".chorus-sync-"), "{name:?}");
+            }
+        }
+    }
+
+    /// A hard link comes back as a file with its target's contents, whether the target was
+    /// written (small or large) or held back (a `refs/` file, written at the end); a link to
+    /// a file that was not carried is kept and reported, never a deletion.
+    #[test]
+    fn hard_links_come_back_as_files() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::create_dir(r.join(".git")).unwrap();
+        std::fs::write(r.join("linked-git"), "host\n").unwrap();
+        let large = vec![7u8; SMALL_FILE * 2];
+        let tar = archive(&[
+            (b"README.md", Item::File(b"hello\n", 0o644)),
+            (b"README.bak", Item::Link(b"README.md")),
+            (b"large", Item::File(&large, 0o644)),
+            (b"large.bak", Item::Link(b"large")),
+            (b"docs/refs/a.md", Item::File(b"a ref\n", 0o644)),
+            (b"docs/refs/b.md", Item::Link(b"docs/refs/a.md")),
+            (b"b-of-ref", Item::Link(b"docs/refs/a.md")),
+            (b".git/config", Item::File(b"[core]\n", 0o644)),
+            (b"linked-git", Item::Link(b".git/config")),
+        ]);
+        let copied_in = copied([b"linked-git"]);
+        let report = sync_back(r, tar.as_slice(), &copied_in, 1 << 30).unwrap();
+        for (name, want) in [
+            ("README.bak", &b"hello\n"[..]),
+            ("large.bak", &large[..]),
+            ("docs/refs/b.md", b"a ref\n"),
+            ("b-of-ref", b"a ref\n"),
+            ("linked-git", b"host\n"),
+        ] {
+            assert_eq!(std::fs::read(r.join(name)).unwrap(), want, "{name}");
+        }
+        assert_eq!(report.written, 7, "{report:?}");
+        assert_eq!(report.refused, [".git/config"]);
+        assert_eq!(
+            report.kept,
+            ["linked-git (a hard link to something not carried back)"]
+        );
+    }
+
+    /// Issue 51, finding 7: a stream past the sync's bound stops it: what came before is
+    /// written, nothing is deleted, and the report says why, in the result's line.
+    #[test]
+    fn a_workspace_past_the_bound_stops_the_sync_and_deletes_nothing() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(r.join("old.txt"), "keep me\n").unwrap();
+        let large = vec![1u8; 1 << 20];
+        let tar = archive(&[
+            (b"a.txt", Item::File(b"first\n", 0o644)),
+            (b"large", Item::File(&large, 0o644)),
+            (b"z.txt", Item::File(b"last\n", 0o644)),
+        ]);
+        let copied_in = copied([b"old.txt"]);
+        let report = sync_back(r, tar.as_slice(), &copied_in, 512 * 1024).unwrap();
+        assert_eq!(std::fs::read(r.join("a.txt")).unwrap(), b"first\n");
+        assert!(!r.join("large").exists() && !r.join("z.txt").exists());
+        assert!(
+            r.join("old.txt").exists(),
+            "deleted after an incomplete stream"
+        );
+        assert_eq!((report.written, report.deleted), (1, 0));
+        let why = report.incomplete.clone().expect("stopped");
+        assert!(why.contains("bound of 524288 bytes"), "{why}");
+        let summary = report.summary().unwrap();
+        assert!(summary.contains("stopped early"), "{summary}");
+        let leftovers: Vec<_> = std::fs::read_dir(r)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.as_bytes().starts_with(b".chorus-sync-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// A stream that fails after the archive's end (the reading command did not exit 0:
+    /// `tar` skipped a file it could not read) deletes nothing: a file missing from it may
+    /// only be unreadable. An entry whose headers pass their budget (a long name of 100 KiB)
+    /// stops the sync before anything of it is held.
+    #[test]
+    fn a_failed_or_overlong_stream_deletes_nothing() {
+        struct Fails;
+        impl Read for Fails {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other(
+                    "exit 2: tar: secret: Permission denied",
+                ))
+            }
+        }
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(r.join("secret"), "unreadable in the sandbox\n").unwrap();
+        let tar = archive(&[(b"a.txt", Item::File(b"a\n", 0o644))]);
+        let report = sync_back(
+            r,
+            tar.as_slice().chain(Fails),
+            &copied([b"secret"]),
+            1 << 20,
+        )
+        .unwrap();
+        assert!(r.join("secret").exists());
+        assert_eq!((report.written, report.deleted), (1, 0));
+        assert!(
+            report
+                .incomplete
+                .as_deref()
+                .unwrap_or("")
+                .contains("Permission denied"),
+            "{report:?}"
+        );
+
+        let long = vec![b'x'; 100 * 1024];
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, OsStr::from_bytes(&long), &b"x"[..])
+            .unwrap();
+        let tar = tar.into_inner().unwrap();
+        let report = sync_back(r, tar.as_slice(), &copied([b"secret"]), 1 << 30).unwrap();
+        assert!(r.join("secret").exists());
+        let why = report.incomplete.expect("stopped");
+        assert!(why.contains("headers are longer"), "{why}");
     }
 }
