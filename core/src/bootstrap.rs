@@ -13,7 +13,9 @@
 //!    another is refused (`settings_mismatch`) and reported.
 //! 3. A node that knows of an existing electorate — its own, or one reported by an eligible
 //!    member of it — never proposes and never promises: a late node joins the existing cluster
-//!    (by WHOAMI, `discovery.rs`) and never founds its own.
+//!    (by WHOAMI, `discovery.rs`) and never founds its own. It joins whatever `bootstrap_expect`
+//!    the cluster was founded with: the setting is between founders (rule 2), and an electorate
+//!    a node holds was chosen already, so a cluster founded alone (k = 1) grows by autopilot.
 //! 4. A proposal is chosen once k nodes accepted it; the proposer adopts it and tells its
 //!    eligible peers, who adopt it if it has exactly k members.
 //!

@@ -205,11 +205,13 @@ impl Core {
         if !self.peers.get(&from).is_some_and(|p| p.eligible()) {
             return self.refuse(from, "whoami_reply", Refusal::NotEligible, out);
         }
-        let founder = self.is_eligible();
-        if founder && theirs.version == 1 && theirs.len() != self.config.bootstrap_expect as usize {
-            // A bootstrap electorate of another size: founded with other settings.
-            return self.refuse(from, "whoami_reply", Refusal::SettingsMismatch, out);
-        }
+        // Of any size, whatever this node's `bootstrap_expect`: the replier holds an electorate,
+        // so it was chosen and founded a cluster, and this node joins it as a standby (rule 3
+        // of `bootstrap.rs`). `bootstrap_expect` must match only between nodes that found a
+        // cluster together (rule 2): there it keeps their quorums intersecting. Joining founds
+        // nothing, and autopilot promotes the joiner. (A version-1 electorate of another size
+        // was refused here, so a cluster founded with `bootstrap_expect = 1` could never grow:
+        // issue 51, finding 11.)
         let key = (theirs.version, theirs.fingerprint());
         self.electorate_reports.insert(from, theirs);
         let agreeing = self
@@ -497,6 +499,49 @@ mod tests {
         };
         n.step_vec(1, from("a", msg));
         assert_eq!(n.electorate(), Some(&theirs));
+    }
+
+    /// Issue 51, finding 11: a voter started with any `bootstrap_expect` joins a cluster that
+    /// was founded with another, even while its electorate is still the version-1 one of its
+    /// founding: a cluster founded alone (expect 1) grows. Before, a version-1 electorate of
+    /// another size than the joiner's own expect was refused (`settings_mismatch`) for good.
+    #[test]
+    fn a_bootstrap_electorate_of_any_size_is_joined() {
+        for (expect, founders) in [(3, 1), (2, 1), (5, 3), (3, 5)] {
+            let config = Config {
+                bootstrap_expect: expect,
+                ..Config::default()
+            };
+            let mut n = Core::new("n".into(), config, vec![ADMIN_ELECTION.into()], 1).unwrap();
+            n.step_vec(0, Event::Started);
+            n.step_vec(0, up("a", true));
+            let members = ["a", "b", "c", "d", "e"][..founders]
+                .iter()
+                .map(|m| crate::NodeId::from(*m))
+                .collect();
+            let theirs = crate::Electorate::new(1, members);
+            let msg = Message::WhoamiReply {
+                admin: Some("a".into()),
+                term: 1,
+                membership_version: 1,
+                beat: 0,
+                eligible: true,
+                uptime_s: 0,
+                resources: Default::default(),
+                electorate: Some(theirs.clone().into()),
+                genesis: theirs.genesis,
+                electorate_stamp: 1,
+            };
+            let out = n.step_vec(1, from("a", msg));
+            assert!(
+                !out.iter()
+                    .any(|c| matches!(c, Command::Notice(Notice::Refused { .. }))),
+                "expect {expect}, {founders} founders: {out:?}"
+            );
+            assert_eq!(n.electorate(), Some(&theirs), "expect {expect}");
+            assert!(n.knows_a_cluster());
+            assert_eq!(n.timers.deadline(Timer::Bootstrap), None, "founds nothing");
+        }
     }
 
     #[test]

@@ -207,3 +207,46 @@ fn a_cold_start_elects_as_soon_as_bootstrap_agrees() {
         );
     }
 }
+
+/// Issue 51, finding 11: a cluster founded alone (`bootstrap_expect` 1) grows by autopilot.
+/// Three voters started later, each with another `bootstrap_expect` (3, 2, 5: whatever an
+/// operator gives a node that joins), join it as standbys and are promoted one at a time until
+/// the electorate holds all four — one cluster, one genesis. Before, each joiner refused the
+/// founder's version-1 electorate of one as `settings_mismatch` and stayed out for good.
+#[test]
+fn a_cluster_founded_alone_grows_by_autopilot() {
+    let joiner = |k| Config {
+        stabilization_time_ms: 300,
+        ..expect(k)
+    };
+    for seed in 0..50 {
+        let start = Start {
+            configs: vec![
+                Some(joiner(1)),
+                Some(joiner(3)),
+                Some(joiner(2)),
+                Some(joiner(5)),
+            ],
+            link_spread_ms: 0,
+            late: vec![1, 2, 3],
+        };
+        let mut net = Net::build_with(seed, 4, 0, fast_config(), Clocks::Shared, start);
+        net.run_until(1_000);
+        assert_eq!(net.agreed_admin().map(|a| a.to_string()), Some("n0".into()));
+        for late in 1..4 {
+            net.start(late);
+            net.run_until(net.now + 100);
+        }
+        net.run_until(net.now + 10_000);
+        assert_eq!(
+            refusals(&net, Refusal::SettingsMismatch),
+            0,
+            "seed {seed}: a joiner refused the founder's electorate"
+        );
+        let all = electorates(&net);
+        assert_eq!(all.len(), 1, "seed {seed}: electorates {all:?}");
+        let e = net.live().find_map(Core::electorate).unwrap();
+        assert_eq!(e.len(), 4, "seed {seed}: not grown: {e:?}");
+        assert!(net.agreed_admin().is_some(), "seed {seed}: no agreed admin");
+    }
+}

@@ -9,11 +9,12 @@
 //!    bound an admin holds a lease and every live node knows it; an admin whose own removal
 //!    committed starts the clock again (it steps down on purpose, so the next admin must follow
 //!    within the bound);
-//! 5. term stability — after a heal, if the majority side (the part of the last partition's
-//!    group whose members still reached one another under every cut in force) had a leased
-//!    admin, no term above its term appears until the next fault (a node back from a minority
-//!    raised nothing) or until that admin steps down on purpose — its own removal committed, a
-//!    handover, a graceful stop (the next election then raises the term as designed).
+//! 5. term stability — after a heal, if the majority side had a leased admin (the admin and
+//!    the members of its partition group it exchanged messages with directly, both ways, under
+//!    every cut in force — nothing relays — up and a majority of the electorate), no term above
+//!    its term appears until the next fault (a node back from a minority raised nothing) or
+//!    until that admin steps down on purpose — its own removal committed, a handover, a
+//!    graceful stop (the next election then raises the term as designed).
 //!
 //! 7. tasks — every accepted task (`task_submitted`) gets a result at its submitter or is
 //!    still owned, unfinished, by its submitter: while the cluster is healed with a majority of
@@ -489,10 +490,10 @@ impl Checker {
             }
             Record::Heal => {
                 let last = std::mem::take(&mut self.groups);
-                let groups = self.connected_parts(&last);
+                let sides = self.lease_sides(&last, t);
                 self.cuts.clear();
                 self.topology_changed(t);
-                self.guard_terms_after_heal(&groups, t);
+                self.guard_terms_after_heal(&sides, t);
             }
             Record::Network { .. } => self.topology_changed(t),
             Record::Step { .. }
@@ -1086,66 +1087,48 @@ impl Checker {
         }
     }
 
-    /// The groups of the last partition, each divided into the parts whose members reach one
-    /// another (both ways, through members of the group) under the cuts in force: another fault
-    /// still in force — a flap, a one-way cut, an earlier split — may have cut a group further,
-    /// and a group cut in two is no majority side whose admin its members all heard. Only
-    /// groups with a cut inside are walked.
-    fn connected_parts(&self, groups: &[Vec<String>]) -> Vec<Vec<String>> {
-        let index: BTreeMap<&str, usize> = groups
-            .iter()
-            .enumerate()
-            .flat_map(|(k, g)| g.iter().map(move |n| (n.as_str(), k)))
-            .collect();
-        let mut cut_inside = BTreeSet::new();
-        for (a, b) in &self.cuts {
-            match (index.get(a.as_str()), index.get(b.as_str())) {
-                (Some(x), Some(y)) if x == y => {
-                    cut_inside.insert(*x);
-                }
-                _ => {}
-            }
-        }
-        let apart = |a: &str, b: &str| {
-            let key = |x: &str, y: &str| (x.to_owned(), y.to_owned());
-            self.cuts.contains(&key(a, b)) || self.cuts.contains(&key(b, a))
-        };
+    /// At a heal, each lease holder of the last partition with its side: the members of its
+    /// group that exchange messages with it directly, both ways, under the cuts in force.
+    ///
+    /// What invariant 5 rests on: an admin whose lease runs keeps it while a majority of the
+    /// electorate hears its heartbeats and it hears their acknowledgements, and each of them,
+    /// holding a live promise, refuses every pre-vote — so the nodes outside, a minority,
+    /// cannot raise a term. That needs a direct link to the admin in both directions: the
+    /// simulator (like a real node) relays nothing, so a member that reaches the admin only
+    /// through a third node hears no heartbeat and is as good as in the minority (a one-way cut
+    /// from the admin to one member of its side, the rest linked: that member stood after the
+    /// heal with the returning minority's pre-votes, and the checker of 6c4e8a8, which took
+    /// reachability as transitive, reported invariant 5). Links between two members other than
+    /// the admin do not matter: each follows the admin by itself. Another fault still in force —
+    /// a flap, a one-way cut, an earlier split — may so leave the admin's side smaller than its
+    /// group, and no majority.
+    fn lease_sides(&self, groups: &[Vec<String>], t: u64) -> Vec<(u64, NameSet)> {
+        let cut = |a: &str, b: &str| self.cuts.contains(&(a.to_owned(), b.to_owned()));
         let mut out = Vec::new();
-        for (k, g) in groups.iter().enumerate() {
-            if !cut_inside.contains(&k) {
-                out.push(g.clone());
+        for (admin, &(term, end)) in &self.leases {
+            if end <= t {
                 continue;
             }
-            let mut left: Vec<&String> = g.iter().collect();
-            while let Some(first) = left.pop() {
-                let mut part = vec![first.clone()];
-                let mut next = 0;
-                while next < part.len() {
-                    let a = part[next].clone();
-                    let (near, far): (Vec<&String>, Vec<&String>) =
-                        left.into_iter().partition(|b| !apart(&a, b));
-                    part.extend(near.into_iter().cloned());
-                    left = far;
-                    next += 1;
-                }
-                out.push(part);
-            }
+            let Some(group) = groups.iter().find(|g| g.contains(admin)) else {
+                continue;
+            };
+            let side: NameSet = group
+                .iter()
+                .filter(|m| *m == admin || !(cut(admin, m) || cut(m, admin)))
+                .cloned()
+                .collect();
+            out.push((term, side));
         }
         out
     }
 
-    fn guard_terms_after_heal(&mut self, groups: &[Vec<String>], t: u64) {
-        // A group whose *live* members are a majority: one whose admin lost its majority to a
+    fn guard_terms_after_heal(&mut self, sides: &[(u64, NameSet)], t: u64) {
+        // A side whose *live* members are a majority: an admin that lost its majority to a
         // crash during the partition steps down whatever the heal brings, and the election
         // after it raises the term as designed (`chorus-sim fuzz` seeds 55680 and 86113).
-        let majority = groups
+        let leased = sides
             .iter()
-            .find(|g| self.majority_of_electorate(|n| self.is_up(n) && g.iter().any(|m| m == n)));
-        let Some(majority) = majority else { return };
-        let leased = majority
-            .iter()
-            .filter_map(|n| self.leases.get(n))
-            .filter(|(_, end)| *end > t)
+            .filter(|(_, side)| self.majority_of_electorate(|n| self.is_up(n) && side.contains(n)))
             .map(|(term, _)| *term)
             .max();
         if let Some(term) = leased {

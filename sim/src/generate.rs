@@ -76,9 +76,18 @@ fn node(i: usize) -> NodeRef {
     NodeRef::One(i)
 }
 
+/// The stream of the grow-from-one draws, apart from [`STREAM`] so that every seed that does
+/// not draw that history keeps the scenario it had before there was one.
+const GROW_STREAM: u64 = 0x6e7e_4a7e_5eed_0051;
+
 /// Draws the scenario of `seed`.
 pub fn generate(seed: u64, opts: &Options) -> Scenario {
     let rng = &mut ChaCha8Rng::seed_from_u64(seed ^ STREAM);
+    let grow_rng = &mut ChaCha8Rng::seed_from_u64(seed ^ GROW_STREAM);
+    // A cluster founded alone (`bootstrap_expect` 1) and grown by autopilot: its standbys are
+    // started with other values, as an operator starts a node that joins (issue 51, finding
+    // 11: they refused the founder's electorate for good).
+    let grow = opts.membership && chance(grow_rng, 1, 8);
     let nodes = range(rng, 3, 7) as usize;
     // The first electorate (bootstrap_expect), the standbys beside it (eligible, joining
     // late), and workers for the rest.
@@ -93,6 +102,14 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
     } else {
         0
     };
+    // Growing from one, the promise is kept another way: every standby expects more nodes
+    // than there are standbys, so standbys started while the founder is away found nothing
+    // and wait for it.
+    let (founders, standbys) = if grow {
+        (1, range(grow_rng, 1, (nodes as u64 - 1).min(4)) as usize)
+    } else {
+        (founders, standbys)
+    };
     let eligible = founders + standbys;
 
     // Second-scale timings, so a few simulated minutes hold many faults and elections.
@@ -103,7 +120,7 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
         election_timeout_min_ms: min_ms,
         election_timeout_max_ms: max_ms,
         discovery_timeout_ms: range(rng, 500, 3_000),
-        autopilot: opts.membership && chance(rng, 1, 2),
+        autopilot: opts.membership && chance(rng, 1, 2) || grow,
         dead_voter_timeout_ms: range(rng, 5_000, 30_000),
         stabilization_time_ms: range(rng, 2_000, 10_000),
         ..Config::default()
@@ -147,6 +164,28 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
             .min()
             .unwrap_or(min_ms);
         config.heartbeat_interval_ms = config.heartbeat_interval_ms.min(shortest / 3);
+    }
+
+    let mut bootstrap_expect = founders as u32;
+    if grow {
+        // The standbys' expectation, each above the standbys' count; a few get one of their
+        // own. The founder alone expects itself.
+        let above = |rng: &mut ChaCha8Rng| range(rng, standbys as u64 + 1, standbys as u64 + 3);
+        bootstrap_expect = above(grow_rng) as u32;
+        node_settings.push(NodeSettings {
+            nodes: vec![node(0)],
+            bootstrap_expect: Some(1),
+            ..NodeSettings::default()
+        });
+        for i in 1..=standbys {
+            if chance(grow_rng, 1, 2) {
+                node_settings.push(NodeSettings {
+                    nodes: vec![node(i)],
+                    bootstrap_expect: Some(above(grow_rng) as u32),
+                    ..NodeSettings::default()
+                });
+            }
+        }
     }
 
     let mut network = Network::default();
@@ -250,7 +289,7 @@ pub fn generate(seed: u64, opts: &Options) -> Scenario {
         voters: Some(eligible),
         duration_ms,
         config,
-        bootstrap_expect: Some(founders as u32),
+        bootstrap_expect: Some(bootstrap_expect),
         node_settings,
         network,
         equal_scores: chance(rng, 1, 4),

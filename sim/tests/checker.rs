@@ -535,6 +535,64 @@ fn a_majority_group_cut_in_two_by_another_fault_guards_no_term() {
     assert_eq!(invariants(&t, 3), vec![5]);
 }
 
+/// Five voters n0..=n4, n0 elected in term 1 at t=3000 with a lease to 60 000 and known to all;
+/// at 31 000 the network splits {n0, n1, n2} from {n3, n4}, and at 32 000 the messages from
+/// `from` to `to` are cut one way inside the majority group; healed at 40 000, when n2 stands
+/// in term 2 and n3 and n4, back from the minority, vote for it.
+fn heal_with_a_one_way_cut_inside(from: &str, to: &str) -> Vec<Line> {
+    let all = ["n0", "n1", "n2", "n3", "n4"];
+    let names = |g: &[&str]| g.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let mut t: Vec<Line> = all.iter().map(|n| at(0, restart(n))).collect();
+    for n in all {
+        t.push(at(1_000, electorate(n, 1, 0, &all)));
+    }
+    t.push(at(3_000, admin("n0", 1, 60_000)));
+    for n in all {
+        t.push(at(3_000, known(n, "n0", 1)));
+    }
+    t.push(at(
+        31_000,
+        Record::Partition {
+            groups: vec![names(&["n0", "n1", "n2"]), names(&["n3", "n4"])],
+        },
+    ));
+    t.push(at(
+        32_000,
+        Record::Cut {
+            from: names(&[from]),
+            to: names(&[to]),
+        },
+    ));
+    t.push(at(40_000, Record::Heal));
+    t.push(at(40_100, vote("n2", 2, "n2")));
+    t.push(at(40_150, vote("n3", 2, "n2")));
+    t.push(at(40_150, vote("n4", 2, "n2")));
+    t
+}
+
+/// Issue 51, finding 12: nothing relays, so a member of the majority group that the admin's
+/// messages cannot reach directly is not on the admin's side, whoever else it reaches: with
+/// n0 → n2 cut one way, n0's side is {n0, n1}, no majority of five, and n2 standing after the
+/// heal with the returning minority's votes is the design working. (The checker of 6c4e8a8
+/// took reachability as transitive — n0 ↔ n1 ↔ n2 — and reported invariant 5.) So is a cut
+/// the other way, n2 → n0: n0 never hears n2's acknowledgements.
+#[test]
+fn a_member_the_admin_reaches_only_through_another_is_not_on_its_side() {
+    for (from, to) in [("n0", "n2"), ("n2", "n0")] {
+        let t = heal_with_a_one_way_cut_inside(from, to);
+        assert_eq!(invariants(&t, 5), Vec::<u8>::new(), "{from} -> {to} cut");
+    }
+}
+
+/// The same trace with the one-way cut between two members that both reach the admin directly
+/// (n1 → n2): n0's side is all three, a majority whose members each promised n0, so n2's term
+/// after the heal is a real break of invariant 5 and is still reported.
+#[test]
+fn a_cut_between_two_members_that_each_reach_the_admin_still_guards_the_term() {
+    let t = heal_with_a_one_way_cut_inside("n1", "n2");
+    assert_eq!(invariants(&t, 5), vec![5]);
+}
+
 /// A real cluster's merged trace (`chorus replay` of several data directories): no `spec`, peer
 /// ids as node ids, the eligible ones listed, kinds the simulator does not write. `check_file`
 /// reads it and quotes the line that breaks an invariant.

@@ -328,4 +328,40 @@ fn generated_live_sandboxes_end_every_way_and_keep_invariant_9() {
             "no live sandbox ended {status} in {made} made: {ended:?}"
         );
     }
+
+/// Issue 51, finding 11: the generator draws a grow-from-one history — one voter founding alone
+/// with `bootstrap_expect` 1, standbys started with other values — and those runs are clean
+/// and grow: some electorate after the first holds a standby. (On the core that refused a
+/// version-1 electorate of another size, no standby ever joined and these runs failed
+/// liveness: the standbys never knew the admin.)
+#[test]
+fn generated_clusters_founded_alone_grow_by_autopilot() {
+    use chorus_sim::trace::{read, Record};
+    let (mut runs, mut grown) = (0, 0);
+    for seed in 0..300 {
+        let s = generate(seed, &Options::default());
+        let alone = |n: &chorus_sim::scenario::NodeSettings| {
+            n.bootstrap_expect == Some(1) && n.nodes.iter().any(|r| r.indices().contains(&0))
+        };
+        if !s.node_settings.iter().any(alone) {
+            continue;
+        }
+        assert!(s.config.autopilot && !s.late.is_empty(), "seed {seed}");
+        runs += 1;
+        let (bytes, f) = run_to_bytes(&s, seed, Engine::Des, false).unwrap();
+        assert!(
+            f.violations.is_empty(),
+            "seed {seed}: {:?}\nreproduce: chorus-sim fuzz --seed {seed} --count 1",
+            f.violations
+        );
+        let (_, lines) = read(&String::from_utf8(bytes).unwrap()).unwrap();
+        let grew = lines.iter().any(|l| {
+            matches!(&l.record, Record::ElectorateChanged { version, members, .. }
+                if *version > 1 && members.len() > 1)
+        });
+        grown += usize::from(grew);
+    }
+    eprintln!("{runs} runs founded alone, {grown} grew");
+    assert!(runs >= 20, "{runs} generated runs founded alone");
+    assert!(grown * 10 >= runs * 9, "{grown} of {runs} grew");
 }

@@ -440,3 +440,37 @@ fn a_removed_live_voter_stays_out_and_leave_retires_the_admin() {
     back.push(ids[f].clone());
     wait_electorate(&c, 4, &back);
 }
+
+/// Issue 51, finding 11: a cluster founded alone (`--bootstrap-expect 1`) grows by autopilot.
+/// Voters started later with another `--bootstrap-expect` (3, then 2: an operator's value for
+/// nodes that join) take the founder's electorate, join as standbys and are promoted, one at
+/// a time, by the same admin.
+///
+/// Fails on the old code: the first joiner refused the founder's version-1 electorate of one
+/// as `settings_mismatch`, held none, and version 2 never came.
+#[test]
+fn a_cluster_founded_alone_grows_by_autopilot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("chorus.toml");
+    std::fs::write(&config, "[protocol]\nstabilization_time_ms = 600\n").expect("config");
+    let config = config.to_string_lossy().into_owned();
+    let mut c = Cluster::start_with(BIN, 1, Timings::FAST, &["--config", &config]);
+    let (admin, _, _) = c.wait_agreed(SETTLE);
+    let mut ids = vec![id(&c, 0)];
+    assert_eq!(admin, ids[0]);
+    wait_electorate(&c, 1, &ids);
+
+    // One joiner at a time, each expecting more voters than join with it.
+    for (expect, version) in [(3, 2), (2, 3)] {
+        c.expect = expect;
+        let j = c.add_node();
+        ids.push(id(&c, j));
+        wait_electorate(&c, version, &ids);
+    }
+    let (after, _, _) = c.wait_agreed(SETTLE);
+    assert_eq!(after, admin, "no election was needed");
+    for i in 0..c.nodes.len() {
+        let log = std::fs::read_to_string(&c.nodes[i].log).unwrap_or_default();
+        assert!(!log.contains("settings_mismatch"), "n{i}:\n{log}");
+    }
+}
