@@ -328,6 +328,7 @@ fn generated_live_sandboxes_end_every_way_and_keep_invariant_9() {
             "no live sandbox ended {status} in {made} made: {ended:?}"
         );
     }
+}
 
 /// Issue 51, finding 11: the generator draws a grow-from-one history — one voter founding alone
 /// with `bootstrap_expect` 1, standbys started with other values — and those runs are clean
