@@ -339,10 +339,8 @@ impl Checker {
                 task,
                 attempt,
                 ..
-            } => {
-                if self.live_runs.get(task) == Some(&(node.clone(), *attempt)) {
-                    self.live_runs.remove(task);
-                }
+            } if self.live_runs.get(task) == Some(&(node.clone(), *attempt)) => {
+                self.live_runs.remove(task);
             }
             _ => {}
         }

@@ -1195,6 +1195,8 @@ mod tests {
                 writable: true,
             }),
             submitter: Some("0123456789abcdef".into()),
+            // Not sent by the API yet: `/tasks` refuses it, `/sandboxes` does not use it.
+            live: false,
         };
         let result = TaskResult {
             status: TaskStatus::Error,

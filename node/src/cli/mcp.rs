@@ -777,6 +777,7 @@ impl Chorus {
             requires: p.requires.unwrap_or_default(),
             repo: None,
             submitter: None,
+            live: false,
         };
         let mut body = serde_json::to_value(&spec)?;
         if let Some(k) = p.key {

@@ -263,6 +263,7 @@ impl SubmitArgs {
                 repo,
                 // The node says who submitted it.
                 submitter: None,
+                live: false,
             },
             secret_env: or_file(&self.secret_env, file.secret_env),
             key: self.key.clone().or(file.key),
