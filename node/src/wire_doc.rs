@@ -70,6 +70,7 @@ pub enum TaskStatusDoc {
     Cancelled,
     Error,
     Unschedulable,
+    Lost,
 }
 
 /// What a run used (`chorus_core::Usage`).

@@ -513,7 +513,8 @@ fn statuses_and_spec_errors_print_their_names() {
             "timed_out",
             "cancelled",
             "error",
-            "unschedulable"
+            "unschedulable",
+            "lost"
         ]
     );
     assert_eq!(
