@@ -738,6 +738,14 @@ impl TaskResult {
         Ok(())
     }
 
+    /// A live sandbox `worker` no longer holds (§4.8): `lost`, saying `why`, fitted to a frame.
+    pub(crate) fn lost(worker: NodeId, attempt: u32, why: String) -> TaskResult {
+        let mut result = TaskResult::without_run(TaskStatus::Lost, worker, attempt);
+        result.error = Some(why);
+        wire::fit_result(&mut result);
+        result
+    }
+
     /// A result without a run: cancelled before placement, or an error.
     pub(crate) fn without_run(status: TaskStatus, worker: NodeId, attempt: u32) -> TaskResult {
         TaskResult {

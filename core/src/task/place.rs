@@ -940,13 +940,9 @@ impl Core {
             if in_grace {
                 Some(OfferState::Queued { pending: None })
             } else {
-                let mut result = TaskResult::without_run(TaskStatus::Lost, me, last_attempt);
-                result.error = Some(
-                    "admin: it was placed under an earlier admin, and no worker has reported \
-                     holding it to this one"
-                        .into(),
-                );
-                fit_result(&mut result);
+                let why = "admin: it was placed under an earlier admin, and no worker has \
+                           reported holding it to this one";
+                let result = TaskResult::lost(me, last_attempt, why.into());
                 a.end(task.clone(), result.clone());
                 ended = Some(result);
                 None
@@ -1174,13 +1170,11 @@ impl Core {
             }) = a.unplace(&t)
             {
                 if spec.live {
-                    let mut result =
-                        TaskResult::without_run(TaskStatus::Lost, peer.clone(), attempt);
-                    result.error = Some(format!(
+                    let why = format!(
                         "admin: its worker {peer} went down or was cut off from the admin at \
                          {now} ms (the admin's clock)"
-                    ));
-                    fit_result(&mut result);
+                    );
+                    let result = TaskResult::lost(peer.clone(), attempt, why);
                     a.end(t.clone(), result.clone());
                     lost.push((t, result));
                 } else {
@@ -1248,13 +1242,12 @@ impl Core {
     /// included). Not before [`JUDGE_AFTER_TICKS`] ticks as admin: the workers report first.
     fn judge_queue(&mut self, out: &mut Vec<Command>) {
         let now = self.now_ms;
-        let grace = self.task_tick_ms().saturating_mul(JUDGE_AFTER_TICKS);
+        if self.in_admin_grace() {
+            return;
+        }
         let Some(admin) = self.admin_state.as_ref() else {
             return;
         };
-        if now < admin.elected_at_ms.saturating_add(grace) {
-            return;
-        }
         let a = &admin.tasks;
         let mut batch: Vec<TaskId> = match &a.judge_after {
             Some(t) => a

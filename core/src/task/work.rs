@@ -526,11 +526,8 @@ impl Core {
         for (task, run) in runs {
             if run.spec.live && !run.stopping {
                 // Rule 8: the restart removed it; it is lost, not made again.
-                let mut result =
-                    TaskResult::without_run(TaskStatus::Lost, self.id.clone(), run.attempt);
-                result.error =
-                    Some("worker: the node restarted and its live sandboxes with it".into());
-                fit_result(&mut result);
+                let why = "worker: the node restarted and its live sandboxes with it";
+                let result = TaskResult::lost(self.id.clone(), run.attempt, why.into());
                 self.finish(task, result, out);
                 continue;
             }
