@@ -623,17 +623,34 @@ fn notice_key(seq: u64, index: u32) -> [u8; 12] {
     key
 }
 
+/// How long an open waits for the file lock of a log this process closed a moment ago.
+const RELOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 fn open_db(path: &Path, options: &SledLogOptions) -> Result<sled::Db, LogError> {
-    sled::Config::new()
-        .path(path)
-        .cache_capacity(options.cache_capacity_bytes)
-        .open()
-        .map_err(|e| match e {
-            sled::Error::Corruption { .. } => {
-                LogError::Corrupt(format!("{}: sled reports corruption: {e}", path.display()))
-            }
-            e => storage(path, "open", e),
-        })
+    let open = || {
+        sled::Config::new()
+            .path(path)
+            .cache_capacity(options.cache_capacity_bytes)
+            .open()
+    };
+    // sled lets its file lock go from a background thread after the last handle is dropped, so
+    // a log reopened in the same process right after it was closed (a replay, a test; on a
+    // loaded machine) can find the lock still held for a moment. Another process holding it
+    // is still refused, after the wait.
+    let deadline = std::time::Instant::now() + RELOCK_WAIT;
+    let mut opened = open();
+    while matches!(&opened, Err(sled::Error::Io(e)) if e.to_string().contains("acquire lock"))
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        opened = open();
+    }
+    opened.map_err(|e| match e {
+        sled::Error::Corruption { .. } => {
+            LogError::Corrupt(format!("{}: sled reports corruption: {e}", path.display()))
+        }
+        e => storage(path, "open", e),
+    })
 }
 
 fn write_marker_file(path: &Path, meta: &LogMeta) -> Result<(), LogError> {

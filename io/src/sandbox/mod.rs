@@ -603,6 +603,11 @@ pub trait SandboxProvider: Send + Sync {
     /// periodic reap and `chorus sandbox reap` do. Errors with [`ErrorCategory::Unsupported`]
     /// where the sandboxes carry no owner to judge by.
     fn reap_stale(&self) -> impl Future<Output = SandboxResult<usize>> + Send;
+
+    /// Removes every sandbox of node `node_id` on this host, its own process's included: the
+    /// last step of a node's graceful stop, after its runs and pools are gone, for what they
+    /// could not account for (a node id has one process per host: its data dir's lock).
+    fn reap_all(&self, node_id: &str) -> impl Future<Output = SandboxResult<usize>> + Send;
 }
 
 /// Makes a name unique within this process and across processes started at different times:

@@ -104,6 +104,11 @@ impl SandboxProvider for ProcessProvider {
         Ok(removed)
     }
 
+    async fn reap_all(&self, node_id: &str) -> SandboxResult<usize> {
+        // `reap` removes every one of the node's already: nothing tells whose is stale.
+        self.reap(node_id).await
+    }
+
     async fn reap_stale(&self) -> SandboxResult<usize> {
         // Its directories name a node but no owning process, so nothing tells a live owner's
         // sandbox from a dead one's.

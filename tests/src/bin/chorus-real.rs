@@ -411,8 +411,11 @@ fn main() -> ExitCode {
         for (i, node) in c.nodes.iter().enumerate() {
             let containers = chorus_tests::containers_of(&node.id);
             if !containers.is_empty() {
+                // What each was (task or pool, its owner process, when made) says which path
+                // left it.
+                let what: Vec<String> = containers.iter().map(|c| describe(c)).collect();
                 problems.push(format!(
-                    "n{i} left {} sandbox containers: {containers:?}",
+                    "n{i} left {} sandbox containers: {what:?}",
                     containers.len()
                 ));
             }
@@ -429,5 +432,21 @@ fn main() -> ExitCode {
             println!("VIOLATION {p}");
         }
         ExitCode::FAILURE
+    }
+}
+
+/// One container as `docker inspect` tells it: name, state, creation time and labels.
+fn describe(container: &str) -> String {
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "--format",
+            "{{.Name}} {{.State.Status}} created {{.Created}} labels {{json .Config.Labels}}",
+            container,
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        _ => container.to_owned(),
     }
 }

@@ -139,9 +139,13 @@ impl DockerProvider {
         }
     }
 
-    /// Removes the sandboxes matching `label_filter` that [`is_stale`] says may go: one list
-    /// call (the Engine filters by label), then one removal per stale sandbox.
-    async fn reap_matching(&self, label_filter: String) -> SandboxResult<usize> {
+    /// Removes the sandboxes matching `label_filter` that `may_go` (given their labels and the
+    /// time) lets go: one list call (the Engine filters by label), then one removal each.
+    async fn reap_matching(
+        &self,
+        label_filter: String,
+        may_go: fn(&HashMap<String, String>, u64) -> bool,
+    ) -> SandboxResult<usize> {
         let filters: HashMap<&str, Vec<String>> = [("label", vec![label_filter])].into();
         let options = ListContainersOptionsBuilder::new()
             .all(true)
@@ -159,7 +163,7 @@ impl DockerProvider {
         for c in containers {
             let Some(id) = c.id else { continue };
             let labels = c.labels.unwrap_or_default();
-            if !is_stale(&labels, now_s) {
+            if !may_go(&labels, now_s) {
                 continue;
             }
             // 404, 409: gone already, or being removed by someone else.
@@ -319,11 +323,18 @@ impl SandboxProvider for DockerProvider {
     }
 
     async fn reap(&self, node_id: &str) -> SandboxResult<usize> {
-        self.reap_matching(format!("{LABEL_NODE}={node_id}")).await
+        self.reap_matching(format!("{LABEL_NODE}={node_id}"), is_stale)
+            .await
     }
 
     async fn reap_stale(&self) -> SandboxResult<usize> {
-        self.reap_matching(format!("{LABEL_SANDBOX}=1")).await
+        self.reap_matching(format!("{LABEL_SANDBOX}=1"), is_stale)
+            .await
+    }
+
+    async fn reap_all(&self, node_id: &str) -> SandboxResult<usize> {
+        self.reap_matching(format!("{LABEL_NODE}={node_id}"), |_, _| true)
+            .await
     }
 }
 

@@ -345,8 +345,9 @@ pub struct ShutdownHandle<P: SandboxProvider + Clone + 'static>(Arc<Shared<P>>);
 impl<P: SandboxProvider + Clone + 'static> ShutdownHandle<P> {
     /// Stops the periodic reap, then every run still going — each removes its sandbox, as a
     /// cancellation does (rule 5) — and waits for them (at most [`STOP_RUNS_BOUND`]; what is left then goes to the
-    /// next start's reap), then removes every pooled sandbox and waits for the removals.
-    /// Returns how many pools there were. A run never outlives its node's graceful stop.
+    /// next start's reap), then removes every pooled sandbox and waits for the removals, then
+    /// every other sandbox labelled with this node ([`SandboxProvider::reap_all`]). Returns how
+    /// many pools there were. A run never outlives its node's graceful stop.
     pub async fn shutdown(&self) -> usize {
         if let Some(reaper) = self
             .0
@@ -380,6 +381,24 @@ impl<P: SandboxProvider + Clone + 'static> ShutdownHandle<P> {
             if let Err(e) = pool.shutdown().await {
                 tracing::warn!(error = %e, "removing a warm sandbox pool failed");
             }
+        }
+        // Last, by label, whatever of this node's is left: a run past the bound, a removal
+        // that failed, or a creation an earlier killed process had in flight that landed
+        // after this process's start-up reap (found by the real-fault soak: one container
+        // left after a graceful stop).
+        let node = &self.0.config.node_id;
+        match tokio::time::timeout(STOP_RUNS_BOUND, self.0.provider.reap_all(node)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(removed)) => tracing::info!(
+                removed,
+                "removed {removed} sandbox(es) of this node that no run or pool held"
+            ),
+            Ok(Err(e)) => tracing::warn!(error = %e,
+                "removing this node's last sandboxes failed; the next start's reap will"),
+            Err(_) => tracing::warn!(
+                "removing this node's last sandboxes took longer than {STOP_RUNS_BOUND:?}; the \
+                 next start's reap will"
+            ),
         }
         pools.len()
     }

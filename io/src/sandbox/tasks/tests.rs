@@ -769,6 +769,31 @@ async fn docker_a_graceful_stop_ends_every_run_and_removes_its_sandbox() {
     }
 }
 
+/// A graceful stop removes every sandbox labelled with its node, not only those its runs and
+/// pools hold: here one made behind the runner's back, as a creation a killed earlier process
+/// had in flight lands after the restart's reap (the real-fault soak left one such container).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_graceful_stop_removes_the_nodes_sandboxes_no_run_holds() {
+    let (provider, image) = docker().await;
+    let node = test_node("stray");
+    let runner = TaskRunner::new(provider.clone(), fresh_config(&node));
+    let stray = provider
+        .create(
+            &crate::sandbox::SandboxSpec::new(&node, "stray", &image),
+            &crate::sandbox::SandboxPolicy::default(),
+        )
+        .await
+        .expect("a sandbox outside the runner");
+    stray.start().await.expect("it starts");
+    assert_eq!(containers_of(&provider, &node).await, 1);
+    runner.shutdown_handle().shutdown().await;
+    assert_eq!(
+        containers_of(&provider, &node).await,
+        0,
+        "the stop left a sandbox of its node"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_mounts_a_configured_repository_read_only_or_read_write() {
     let (provider, image) = docker().await;
@@ -1078,6 +1103,29 @@ async fn shutdown_removes_the_warm_pools_sandboxes() {
     for s in provider.sandboxes() {
         assert_eq!(s.state().await.unwrap(), SandboxState::Removed);
     }
+}
+
+#[tokio::test]
+async fn shutdown_removes_the_nodes_sandboxes_no_run_or_pool_holds() {
+    let provider = ScriptedProvider::new();
+    let runner = TaskRunner::new(provider.clone(), TaskRunnerConfig::new("n1"));
+    let spec = crate::sandbox::SandboxSpec::new("n1", "stray", "img");
+    let policy = crate::sandbox::SandboxPolicy::default();
+    let stray = provider.create(&spec, &policy).await.unwrap();
+    let other = provider
+        .create(
+            &crate::sandbox::SandboxSpec::new("n2", "theirs", "img"),
+            &policy,
+        )
+        .await
+        .unwrap();
+    runner.shutdown_handle().shutdown().await;
+    assert_eq!(stray.state().await.unwrap(), SandboxState::Removed);
+    assert_ne!(
+        other.state().await.unwrap(),
+        SandboxState::Removed,
+        "another node's sandbox stays"
+    );
 }
 
 /// Issue 35 (module rule 8): with a log store, a run's output lands in its log as written,
