@@ -41,10 +41,18 @@ impl Core {
         if self.chain.statement != Some(digest) {
             return;
         }
-        self.chain.endorsement = Some(signature.clone());
+        self.chain.endorsement = Some(signature);
         if self.role == Role::Admin {
             return self.check_commit(out); // its own endorsement may be the last one wanted
         }
+        self.acknowledge_again(out);
+    }
+
+    /// A follower that holds its admin's electorate acknowledges the newest beat again, with
+    /// what it has now: its endorsement, signed after the first acknowledgement, or the links
+    /// it just caught up on (a change commits once a majority holds its link). No new promise:
+    /// the first acknowledgement of the beat made it.
+    fn acknowledge_again(&mut self, out: &mut Vec<Command>) {
         let following = self.role == Role::Follower && self.term > 0 && self.stamp == self.term;
         if let Some(admin) = self.admin.clone().filter(|a| following && *a != self.id) {
             out.push(Command::Send {
@@ -52,10 +60,9 @@ impl Core {
                 msg: Message::HeartbeatAck {
                     term: self.term,
                     beat: self.beat,
-                    // No new promise: the first acknowledgement of the beat made it.
                     promise_ms: 0,
                     holds: true,
-                    endorsement: Some(signature),
+                    endorsement: self.own_endorsement(),
                     certified: self.certified(),
                 },
             });
@@ -96,10 +103,31 @@ impl Core {
     /// within a heartbeat interval; the node's admin, or a voter acknowledging it, is asked at
     /// once (heartbeats and acknowledgements pace it), and so a stranger that keeps announcing
     /// newer links can slow a stale node's catch-up but never a follower's.
+    ///
+    /// A question unanswered for a heartbeat interval (an answer clears it) means whoever was
+    /// asked has no links from this node's anchor on: it joined the cluster after them, or lost
+    /// them. Asked again by the same peer, the node walks the peer table instead, one connected
+    /// peer after another, round the table, until one answers: the links check themselves,
+    /// whoever hands them over (found by `chorus-sim fuzz`, seed 243728: workers of the founding
+    /// electorate asked only the admin, which had joined after the first change, and never
+    /// followed it).
     pub(crate) fn ask_chain(&mut self, peer: NodeId, trusted: bool, out: &mut Vec<Command>) {
-        if let Some((_, at)) = &self.chain.asked {
-            if !trusted && self.now_ms < at + self.config.heartbeat_interval_ms {
+        let mut peer = peer;
+        if let Some((last, at)) = &self.chain.asked {
+            let unanswered = self.now_ms >= at + self.config.heartbeat_interval_ms;
+            if !trusted && !unanswered {
                 return;
+            }
+            let from = match &self.chain.walk {
+                Some(walked) => Some(walked),
+                None => Some(last).filter(|l| **l == peer),
+            };
+            if let Some(next) = from
+                .filter(|_| unanswered)
+                .and_then(|f| self.peers.next_after(f))
+            {
+                self.chain.walk = Some(next.clone());
+                peer = next;
             }
         }
         out.push(Command::Send {
@@ -109,6 +137,32 @@ impl Core {
             },
         });
         self.chain.asked = Some((peer, self.now_ms));
+    }
+
+    /// A node that joined through discovery holds its first electorate without its link (the
+    /// proof a majority of the one before held it), and so could never hand a voter one
+    /// version behind it the way on. It asks its admin for it, once per process, when it
+    /// has nothing newer to ask for; the answer's link to its anchor is kept if it is exactly
+    /// the anchor (`on_chain`). Without it, once every node that held that link was retired,
+    /// a node one version behind never caught up (`chorus-sim fuzz`, seed 454363).
+    pub(crate) fn ask_anchor_link(&mut self, admin: NodeId, out: &mut Vec<Command>) {
+        let Some(anchor) = &self.chain.anchor else {
+            return;
+        };
+        let version = anchor.version;
+        if self.chain.anchor_link_asked
+            || version < 2
+            || self.chain.links.contains_key(&version)
+            || self.chain.asked.is_some()
+        {
+            return;
+        }
+        self.chain.anchor_link_asked = true;
+        out.push(Command::Send {
+            to: admin.clone(),
+            msg: Message::ChainRequest { after: version - 1 },
+        });
+        self.chain.asked = Some((admin, self.now_ms));
     }
 
     /// Anyone may ask: the links are public and check themselves. Answered only with links
@@ -132,12 +186,22 @@ impl Core {
             return self.refuse(from, "chain", Refusal::Unsolicited, out);
         }
         self.chain.asked = None;
+        self.chain.walk = None;
         let before = self.certified();
         for link in links {
             let Some(anchor) = self.chain.anchor.clone() else {
                 return;
             };
             if link.electorate.version <= anchor.version {
+                // The anchor's own link, asked for by `ask_anchor_link`: kept to hand on when
+                // it is exactly the anchor (nothing else here can be checked).
+                let version = anchor.version;
+                if link.electorate.version == version
+                    && link.electorate.statement() == anchor.statement()
+                    && !self.chain.links.contains_key(&version)
+                {
+                    self.chain.keep(link);
+                }
                 continue;
             }
             if let Err(reason) = link.check(&anchor, certificate::verify) {
@@ -150,6 +214,9 @@ impl Core {
             if let Some(anchor) = self.chain.anchor.clone() {
                 let stamp = anchor.term;
                 self.take_later_position(anchor, stamp, out);
+            }
+            if self.admin.as_ref() == Some(&from) {
+                self.acknowledge_again(out);
             }
         }
     }

@@ -32,6 +32,12 @@ use crate::{Electorate, NodeId, Refusal};
 /// further behind asks again from where it got to.
 pub const MAX_LINKS_PER_MESSAGE: usize = 64;
 
+/// At most this many bytes (a bound on their encoding) of links travel in one
+/// [`Message::Chain`](crate::Message::Chain), in parts when over a frame: a quarter of what a
+/// message in parts may hold, so a chain of large electorates is cut short, never refused by
+/// the codec. One link always goes (the largest electorate's fits on its own).
+pub const MAX_CHAIN_BYTES: usize = crate::codec::MAX_ASSEMBLED_BYTES / 4;
+
 /// At most this many links a node keeps to hand to others (the newest). A node that missed more
 /// changes than this while every member it knows left cannot catch up by itself; the operator
 /// starts it afresh (its data directory removed) so discovery gives it the current electorate.
@@ -80,6 +86,13 @@ pub(crate) struct Chain {
     /// from strangers cannot make this node ask a flood of questions. Volatile.
     #[serde(default)]
     pub(crate) asked: Option<(NodeId, u64)>,
+    /// The last peer asked in a walk round the peer table, once a question went unanswered
+    /// (`catchup.rs`); ended by an answer. Volatile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) walk: Option<NodeId>,
+    /// This process asked its admin for the link of its anchor (`catchup.rs`): once. Volatile.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) anchor_link_asked: bool,
 }
 
 impl Chain {
@@ -96,13 +109,19 @@ impl Chain {
         }
     }
 
-    /// The links after version `after`, oldest first, at most [`MAX_LINKS_PER_MESSAGE`], if
-    /// they start right after it (a gap would not check).
+    /// The links after version `after`, oldest first, at most [`MAX_LINKS_PER_MESSAGE`] and
+    /// [`MAX_CHAIN_BYTES`], if they start right after it (a gap would not check).
     pub(crate) fn links_after(&self, after: u64) -> Vec<Arc<Link>> {
+        let mut bytes = 0;
         let links: Vec<_> = self
             .links
             .range(after + 1..)
             .take(MAX_LINKS_PER_MESSAGE)
+            .take_while(|(_, l)| {
+                let first = bytes == 0;
+                bytes += l.encoded_bound();
+                first || bytes <= MAX_CHAIN_BYTES
+            })
             .map(|(_, l)| l.clone())
             .collect();
         match links.first() {
@@ -144,6 +163,18 @@ impl Electorate {
 }
 
 impl Link {
+    /// An upper bound on this link's bytes in a message: every id's characters escaped (at
+    /// most two bytes each) and quoted, each signature in hex, and room for the fields.
+    pub fn encoded_bound(&self) -> usize {
+        let id = |n: &NodeId| 2 * n.as_str().len() + 3;
+        let e = &self.electorate;
+        let ids: usize = e.members().iter().chain(e.retired()).map(id).sum();
+        let signers: usize = (self.signers.iter())
+            .map(|(n, _)| id(n) + 2 * MAX_SIGNATURE_BYTES + 6)
+            .sum();
+        256 + ids + signers
+    }
+
     /// Checks this link against `prev`, the electorate before it: the next version of the same
     /// cluster, signed by distinct members of `prev` that make a majority of it, every
     /// signature good. `verify` is [`verify`] outside tests.
@@ -464,5 +495,100 @@ mod tests {
             "uppercase"
         );
         assert!(serde_json::from_str::<Signature>(&format!("\"{}\"", "00".repeat(65))).is_err());
+    }
+
+    /// A chain of `count` links after `genesis`: the last member of `pool` added and removed in
+    /// turn, each link signed by the first `signers(prev)` members of its predecessor with
+    /// `sign_with` (signature of member i over a digest).
+    fn chain_of(
+        genesis: &Electorate,
+        pool: &[NodeId],
+        count: u64,
+        signers: impl Fn(&Electorate) -> usize,
+        sign_with: impl Fn(usize, &NodeId, &Digest) -> Signature,
+    ) -> Chain {
+        let mut chain = Chain {
+            anchor: Some(Arc::new(genesis.clone())),
+            ..Chain::default()
+        };
+        let mut prev = genesis.clone();
+        for v in 2..count + 2 {
+            let mut members = pool[..pool.len() - 1].to_vec();
+            if v % 2 == 0 {
+                members.push(pool[pool.len() - 1].clone());
+            }
+            let next = Arc::new(prev.successor(v, members));
+            let st = next.statement();
+            let mut signed: Vec<_> = (pool.iter().enumerate())
+                .filter(|(_, m)| prev.contains(m))
+                .take(signers(&prev))
+                .map(|(i, m)| (m.clone(), sign_with(i, m, &st)))
+                .collect();
+            signed.sort();
+            chain.keep(Arc::new(Link {
+                electorate: next.clone(),
+                signers: signed,
+            }));
+            prev = (*next).clone();
+        }
+        chain
+    }
+
+    /// Issue 51, finding 10: a voter 100 changes behind in a 5-voter cluster of real peer ids
+    /// and Ed25519 signatures. The answer's 64 links are over a frame; they go in parts, come
+    /// back whole, and every link checks.
+    #[test]
+    fn a_chain_over_a_frame_of_real_links_travels_in_parts() {
+        let keys: Vec<_> = (1..=6).map(key).collect();
+        let pool: Vec<NodeId> = keys.iter().map(|k| k.0.clone()).collect();
+        let genesis = Electorate::new(1, pool[..5].to_vec());
+        let chain = chain_of(&genesis, &pool, 100, Electorate::len, |i, _, d| {
+            sign(&keys[i].1, d)
+        });
+        let links = chain.links_after(1);
+        assert_eq!(links.len(), MAX_LINKS_PER_MESSAGE);
+        let mut prev = genesis;
+        for l in &links {
+            assert_eq!(l.check(&prev, verify), Ok(()));
+            prev = (*l.electorate).clone();
+        }
+        let msg = crate::Message::Chain { links };
+        let frames = crate::codec::encode_parts("c1", &msg).expect("the chain is sent");
+        assert!(frames.len() > 1, "the answer fits a frame: no test");
+        let mut parts = crate::codec::Reassembler::new();
+        let mut whole = None;
+        for f in &frames {
+            assert!(f.len() <= crate::codec::MAX_MESSAGE_BYTES);
+            whole = parts.decode("c1", &"peer", f).expect("each part").or(whole);
+        }
+        assert_eq!(whole, Some(msg));
+    }
+
+    /// Links of large electorates are cut to [`MAX_CHAIN_BYTES`]: 64 links of 3,000 members
+    /// with peer-id-long names would be over the most a message in parts may hold.
+    #[test]
+    fn a_chain_of_large_electorates_is_cut_to_what_one_message_holds() {
+        let pool: Vec<NodeId> = (0..3_000)
+            .map(|i| NodeId::new(format!("12D3KooW{i:0>44}")))
+            .collect();
+        let genesis = Electorate::new(1, pool[..2_999].to_vec());
+        let chain = chain_of(&genesis, &pool, 64, Electorate::quorum, |_, m, d| {
+            simulated_signature(m, d)
+        });
+        let all: usize = chain.links.values().map(|l| l.encoded_bound()).sum();
+        assert!(
+            all > crate::codec::MAX_ASSEMBLED_BYTES,
+            "{all} bytes: no test"
+        );
+        let links = chain.links_after(1);
+        assert!(
+            (1..MAX_LINKS_PER_MESSAGE).contains(&links.len()),
+            "{}",
+            links.len()
+        );
+        let msg = crate::Message::Chain { links };
+        let frames = crate::codec::encode_parts("c1", &msg).expect("the cut chain is sent");
+        let sent: usize = frames.iter().map(Vec::len).sum();
+        assert!(sent <= MAX_CHAIN_BYTES + frames.len() * 512, "{sent} bytes");
     }
 }

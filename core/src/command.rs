@@ -85,13 +85,16 @@ pub enum Notice {
         /// Lease end (node clock).
         lease_until_ms: u64,
     },
-    /// The lease ran out unrenewed: admin duties stop until a renewal, though the node stays
-    /// admin until check-quorum or a higher term removes it.
+    /// The lease ran out unrenewed (or a membership change cut it to now: the new electorate
+    /// promised nothing yet): admin duties stop until a renewal, though the node stays admin
+    /// until check-quorum or a higher term removes it.
     LeaseExpired {
         /// The term.
         term: u64,
     },
-    /// A majority acknowledged a heartbeat; the lease now ends later.
+    /// A majority acknowledged a heartbeat; the lease now ends later. Also sent when a
+    /// membership change cuts the lease to what the electorates in force promised: the end
+    /// is then earlier.
     LeaseRenewed {
         /// The term.
         term: u64,

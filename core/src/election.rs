@@ -444,6 +444,7 @@ impl Core {
                     // acknowledgements that do.
                     holds: None,
                     endorsement: None,
+                    certified: 0,
                 },
             );
         }
@@ -522,6 +523,8 @@ impl Core {
                     promise_ms: own,
                     holds: Some(key),
                     endorsement,
+                    // Its own links are read from its chain (`link_spread`).
+                    certified: 0,
                 },
             );
         }

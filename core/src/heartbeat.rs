@@ -156,6 +156,8 @@ impl Core {
         }
         if certified > self.certified() {
             self.ask_chain(from.clone(), true, out);
+        } else {
+            self.ask_anchor_link(from.clone(), out);
         }
         if membership.0 != 0 && !holds {
             // On another electorate than the admin (another version, or the same version
@@ -223,6 +225,16 @@ impl Core {
             }
             return;
         }
+        // The links a voter holds only grow, so any acknowledgement of this term says at least
+        // that much, late ones too: a follower that caught up on a link acknowledges the beat
+        // again to say so (`catchup.rs`), and the change waiting for it commits.
+        let links_grew = match admin.voters.get_mut(&from) {
+            Some(v) if certified > v.certified => {
+                v.certified = certified;
+                true
+            }
+            _ => false,
+        };
         // A voter's newest ack stands for every beat up to it: it promised on receipt, and
         // every earlier beat was sent no later. A late or duplicated ack never counts twice.
         let previous = admin.voters.get(&from);
@@ -232,6 +244,9 @@ impl Core {
             v.beat == beat && v.holds == holds && v.endorsement.is_none() && endorsement.is_some()
         });
         if previous.is_some_and(|v| v.beat >= beat) && !late_endorsement {
+            if links_grew {
+                self.check_commit(out);
+            }
             return;
         }
         // An endorsement of the electorate this admin holds, checked once per voter and
@@ -258,6 +273,10 @@ impl Core {
             }
             return self.after_acks(out);
         }
+        let certified = admin
+            .voters
+            .get(&from)
+            .map_or(certified, |v| v.certified.max(certified));
         admin.voters.insert(
             from,
             VoterAck {
@@ -266,6 +285,7 @@ impl Core {
                 promise_ms,
                 holds,
                 endorsement,
+                certified,
             },
         );
         self.after_acks(out);

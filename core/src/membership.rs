@@ -25,8 +25,9 @@
 //!    reconfiguration check; the node being added counts). It adopts the new electorate at once
 //!    (version + 1, proposing term T, position (T, v + 1)) and carries it in every heartbeat.
 //! 4. The change commits once a majority of the old electorate *and* a majority of the new one
-//!    hold (T, v + 1). Until then the lease and check-quorum need majorities of both. An admin
-//!    that removed itself steps down once the change commits.
+//!    hold (T, v + 1), and a majority of the new one holds its link (rule 7). Until then the
+//!    lease and check-quorum need majorities of both. An admin that removed itself steps down
+//!    once the change commits.
 //! 5. A follower takes the electorate of the admin of its current term whenever it differs from
 //!    its own — from a heartbeat carrying it, or from that admin's WHOAMI reply — except an
 //!    older version from that same admin (a delayed message: the node's stamp is already this
@@ -50,6 +51,15 @@
 //!    term. A node that refuses a heartbeat as `not_member` asks its sender the same way: so a
 //!    voter that missed any number of changes, while every member it knew was retired, catches
 //!    up from whoever reaches it (`sim/reproducers/stale-voter-rolling.toml`).
+//!    A link made by the admin alone dies with it (a retiring admin stopped right after its own
+//!    removal, a crash within a heartbeat): the admin names a new link in a heartbeat at once,
+//!    its followers fetch it and acknowledge again, and the change counts as committed — to
+//!    the operator, and for the next change — only once a majority of the new electorate holds
+//!    the link. An admin elected on an electorate whose link it does not hold (its proposer died
+//!    between making the link and spreading it) makes it itself from its voters' endorsements,
+//!    checked from its anchor like any link, and proposes nothing until a majority holds it.
+//!    So every committed link is held by a majority of its electorate
+//!    (`sim/reproducers/lost-link-rolling.toml`; issue 51, finding 9).
 //!
 //! Trust (who may tell a node what): members are trusted to tell the truth about positions
 //! (they are trusted with votes anyway). A link needs no trust in whoever hands it over:
@@ -71,9 +81,11 @@
 //!   a peer that lies about a later position can collect votes and be followed. It cannot make
 //!   two honest admins of one term; it can keep a cluster from electing one.
 //! * not kept for ever: a node keeps the newest 1,024 links; a node further behind, whose old
-//!   members are all gone, is started afresh by its operator. A link lives where it was made
-//!   and where followers fetched it; if the admin that committed a change dies before any
-//!   follower fetched the link, a voter behind that version can no longer catch up through it.
+//!   members are all gone, is started afresh by its operator. A link lives at the majority of
+//!   its electorate that held it when it committed, and at every node that fetched it since
+//!   (followers and standbys fetch every link their admin names). A node that joined later
+//!   holds only the links after the electorate it joined with: if every node that holds an
+//!   old link is retired while a voter that needs it is down, that voter is started afresh.
 //!
 //! Why no two admins of one term, whatever the changes (the argument a reviewer should attack;
 //! `chorus-mc` checks it on small clusters):
@@ -128,7 +140,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::PendingChange;
+use crate::node::{PendingChange, VoterAck};
 use crate::{Command, Core, Electorate, Message, NodeId, Notice, Role, StepDownReason};
 
 /// At most this many forwarded change requests await their answer at one node (an operator
@@ -444,7 +456,8 @@ impl Core {
         if !admin.established {
             return Err(ChangeRefusal::NotEstablished);
         }
-        if admin.change.is_some() {
+        if !self.electorate_settled() {
+            // The last change, or its link's spread to a majority, is still under way.
             return Err(ChangeRefusal::ChangePending);
         }
         let Some(old) = self.electorate.clone() else {
@@ -515,7 +528,38 @@ impl Core {
             });
         }
         self.set_electorate(new, out);
+        self.cut_lease_to_promises(out);
         Ok(version)
+    }
+
+    /// A lease stands on the promises of a majority of the electorate it was earned with.
+    /// Once a change is proposed only the promises of the electorates in force count (both,
+    /// until it commits), so the lease is cut to what they support. One change keeps every
+    /// new majority meeting the old promisers, but two do not: a lease the founder of a
+    /// cluster grown from one voter granted itself alone outlived the two changes that made
+    /// {n0, n1, n2}, and n1 and n2 elected another admin while it ran (`chorus-sim fuzz`,
+    /// seed 341872: invariant 2).
+    fn cut_lease_to_promises(&mut self, out: &mut Vec<Command>) {
+        let (now, term) = (self.now_ms, self.term);
+        let supported = self.tally().map_or(now, |t| t.lease_until_ms.max(now));
+        let Some(admin) = &mut self.admin_state else {
+            return;
+        };
+        if supported >= admin.lease_until_ms {
+            return;
+        }
+        admin.lease_until_ms = supported;
+        if supported > now {
+            // Reported as a renewal (its end is what it is now, earlier than before).
+            out.push(Command::Notice(Notice::LeaseRenewed {
+                term,
+                lease_until_ms: supported,
+            }));
+            self.timers.set(crate::Timer::Lease, supported, out);
+        } else {
+            out.push(Command::Notice(Notice::LeaseExpired { term }));
+            self.timers.cancel(crate::Timer::Lease, out);
+        }
     }
 
     /// Rule 4: commits the pending change once majorities of the old and the new electorate
@@ -524,50 +568,35 @@ impl Core {
         let (Some(admin), Some(new)) = (&self.admin_state, &self.electorate) else {
             return;
         };
-        let Some(change) = &admin.change else { return };
-        let key = new.key();
-        let holds = |e: &Electorate| {
-            e.members()
-                .iter()
-                .filter(|m| {
-                    admin
-                        .voters
-                        .get(*m)
-                        .is_some_and(|v| v.beat >= change.from_beat && v.holds == Some(key))
-                })
-                .count()
-                >= e.quorum()
+        let Some(change) = &admin.change else {
+            return self.make_missing_link(out);
         };
-        // The old majority's endorsements are the new electorate's link (rule 7): a voter that
-        // misses this change checks it with them, from whoever hands it over.
-        let signers: Vec<_> = change
-            .old
-            .members()
-            .iter()
-            .filter_map(|m| {
-                if *m == self.id {
-                    // Its own, signed since the heartbeat that recorded it.
-                    return Some((m.clone(), self.own_endorsement()?));
-                }
-                let v = admin.voters.get(m)?;
-                let holding = v.beat >= change.from_beat && v.holds == Some(key);
-                Some((m.clone(), v.endorsement.clone().filter(|_| holding)?))
-            })
-            .collect();
-        if !(holds(new) && signers.len() >= change.old.quorum()) {
+        if self.certified() < new.version {
+            let Some(link) = self.endorsed_link(&change.old, change.from_beat) else {
+                return;
+            };
+            self.certify(Arc::new(link));
+            // Heard at once: the followers ask for the link, and acknowledge again once they
+            // hold it.
+            self.send_heartbeat(out);
+        }
+        // A link held by the admin alone dies with it (a retiring admin stopped right after
+        // its own removal, a crash within a heartbeat): the change counts as committed, to
+        // the operator and for the next change, once a majority of the new electorate holds
+        // it (issue 51, finding 9).
+        let (Some(admin), Some(new)) = (&self.admin_state, &self.electorate) else {
+            return;
+        };
+        let Some(change) = &admin.change else { return };
+        if !self.link_spread(new) {
             return;
         }
-        let link = crate::Link {
-            electorate: new.clone(),
-            signers,
-        };
         let (version, removed_self) = (new.version, !new.contains(&self.id));
         let change_done = diff(&change.old, new);
         let requested_by = change.requested_by.clone();
         if let Some(admin) = &mut self.admin_state {
             admin.change = None;
         }
-        self.certify(Arc::new(link));
         if let Some(change) = change_done {
             let outcome = ChangeOutcome::Committed { version };
             let request = match requested_by {
@@ -601,6 +630,95 @@ impl Core {
                 },
             });
         }
+    }
+
+    /// The link of the electorate this admin holds, from the endorsements of a majority of
+    /// `old` (its predecessor) in acknowledgements of beat `from_beat` or later that hold it,
+    /// if a majority of it holds it too (rule 4); `None` until then.
+    fn endorsed_link(&self, old: &Electorate, from_beat: u64) -> Option<crate::Link> {
+        let (admin, new) = (self.admin_state.as_ref()?, self.electorate.as_ref()?);
+        let key = new.key();
+        let holding = |v: &VoterAck| v.beat >= from_beat && v.holds == Some(key);
+        let holds = new
+            .members()
+            .iter()
+            .filter(|m| admin.voters.get(*m).is_some_and(holding))
+            .count();
+        // The old majority's endorsements are the new electorate's link (rule 7): a voter that
+        // misses this change checks it with them, from whoever hands it over.
+        let signers: Vec<_> = old
+            .members()
+            .iter()
+            .filter_map(|m| {
+                if *m == self.id {
+                    // Its own, signed since the heartbeat that recorded it.
+                    return Some((m.clone(), self.own_endorsement()?));
+                }
+                let v = admin.voters.get(m).filter(|v| holding(v))?;
+                Some((m.clone(), v.endorsement.clone()?))
+            })
+            .collect();
+        (holds >= new.quorum() && signers.len() >= old.quorum()).then(|| crate::Link {
+            electorate: new.clone(),
+            signers,
+        })
+    }
+
+    /// Whether a majority of `e` holds its link (this admin by its chain, the others by their
+    /// acknowledgements): then it outlives any one node.
+    fn link_spread(&self, e: &Electorate) -> bool {
+        let Some(admin) = &self.admin_state else {
+            return false;
+        };
+        let holding = e
+            .members()
+            .iter()
+            .filter(|m| {
+                if **m == self.id {
+                    self.certified() >= e.version
+                } else {
+                    admin
+                        .voters
+                        .get(*m)
+                        .is_some_and(|v| v.certified >= e.version)
+                }
+            })
+            .count();
+        holding >= e.quorum()
+    }
+
+    /// Whether the electorate this admin holds is settled: no change pending, and its link
+    /// (none for the first electorate) held by a majority of it. Only then is the next change
+    /// proposed, so no link is ever held by fewer than a majority of its electorate.
+    pub(crate) fn electorate_settled(&self) -> bool {
+        let (Some(admin), Some(e)) = (&self.admin_state, &self.electorate) else {
+            return false;
+        };
+        admin.change.is_none() && self.certified() >= e.version && self.link_spread(e)
+    }
+
+    /// An established admin whose electorate has no link yet — its proposer certified it and
+    /// died before any follower fetched the link, or never finished — makes the link itself
+    /// from its voters' endorsements, exactly as the proposer would have: the signatures of a
+    /// majority of its anchor (the electorate before, which it can vouch for) over the
+    /// electorate they now hold. Checked as any node checks a link.
+    fn make_missing_link(&mut self, out: &mut Vec<Command>) {
+        let (Some(admin), Some(e), Some(anchor)) =
+            (&self.admin_state, &self.electorate, &self.chain.anchor)
+        else {
+            return;
+        };
+        if !admin.established || anchor.version + 1 != e.version {
+            return;
+        }
+        let Some(link) = self.endorsed_link(anchor, admin.first_beat) else {
+            return;
+        };
+        if link.check(anchor, crate::certificate::verify).is_err() {
+            return;
+        }
+        self.certify(Arc::new(link));
+        self.send_heartbeat(out);
     }
 
     /// Whether [`Event::ForceNewElectorate`](crate::Event::ForceNewElectorate) would act, and
@@ -652,7 +770,7 @@ impl Core {
             return false;
         };
         let now = self.now_ms;
-        if admin.change.is_some() || !admin.established || admin.lease_until_ms <= now {
+        if !admin.established || admin.lease_until_ms <= now || !self.electorate_settled() {
             return false;
         }
         let max = self.config.max_voters as usize;

@@ -410,11 +410,13 @@ impl Message {
     }
 
     /// Whether the message may carry an electorate: only such a message may be larger than a
-    /// frame, and travel in parts (`codec::encode_parts`).
+    /// frame, and travel in parts (`codec::encode_parts`). A chain of links carries one per
+    /// link (a voter 63 changes behind in a 5-voter cluster needs more than a frame).
     pub fn carries_electorate(&self) -> bool {
         matches!(
             self,
             Message::WhoamiReply { .. }
+                | Message::Chain { .. }
                 | Message::Heartbeat { .. }
                 | Message::BootstrapPromise { .. }
                 | Message::BootstrapAccept { .. }

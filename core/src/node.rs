@@ -53,6 +53,11 @@ pub(crate) struct VoterAck {
     /// The voter's signature over the electorate `holds` names, checked (`catchup.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) endorsement: Option<crate::Signature>,
+    /// The newest version the voter said it holds a chain of links up to, in any of its
+    /// acknowledgements of this term (it only grows): a change commits once a majority of the
+    /// new electorate holds its link (rule 7 of `membership.rs`).
+    #[serde(default)]
+    pub(crate) certified: u64,
 }
 
 /// A membership change proposed and not yet committed: `electorate` is already the new one.
@@ -516,6 +521,8 @@ impl Core {
             self.chain.anchor = self.electorate.clone(); // a state from before certificates
         }
         self.chain.asked = None;
+        self.chain.walk = None;
+        self.chain.anchor_link_asked = false;
         self.endorse_electorate(out);
         self.worker_restarted(out);
         self.begin_discovery(out);
@@ -938,6 +945,12 @@ impl Core {
     /// The electorate, once fixed.
     pub fn electorate(&self) -> Option<&Electorate> {
         self.electorate.as_deref()
+    }
+
+    /// The newest electorate version this node holds a chain of links up to (its anchor's):
+    /// what its heartbeats and acknowledgements say (`catchup.rs`).
+    pub fn certified_version(&self) -> u64 {
+        self.certified()
     }
 
     /// Live peers.

@@ -209,6 +209,21 @@ impl PeerTable {
         lowest.into_iter().cloned().collect()
     }
 
+    /// The peer with the next id after `id`, round the table (the lowest after the highest):
+    /// a walk over every peer in turn, without sorting the table.
+    pub(crate) fn next_after(&self, id: &NodeId) -> Option<NodeId> {
+        let (mut next, mut lowest): (Option<&NodeId>, Option<&NodeId>) = (None, None);
+        for (p, _) in self.unordered() {
+            if p > id && next.is_none_or(|n| p < n) {
+                next = Some(p);
+            }
+            if lowest.is_none_or(|l| p < l) {
+                lowest = Some(p);
+            }
+        }
+        next.or(lowest).cloned()
+    }
+
     /// The peers in no particular order: only for counting and other walks whose result does
     /// not depend on order.
     pub(crate) fn unordered(&self) -> impl Iterator<Item = (&NodeId, &Peer)> {

@@ -407,6 +407,112 @@ fn two_strangers_compete_for_the_one_stranger_slot() {
     assert_eq!(c.electorate(), Some(&*good[3].electorate));
 }
 
+/// A stale node whose question goes unanswered for an interval, asked again by the same
+/// announcer, asks it no more: it walks the peer table, one peer per interval and round the
+/// table, until one answers (`chorus-sim fuzz` seed 243728: workers of the founding electorate
+/// asked only the admin, which had joined after the first change and held no link from theirs).
+///
+/// Fails on `ask_chain` asking the announcer every time.
+#[test]
+fn an_unanswered_question_walks_the_peers_until_one_answers() {
+    let mut c = voter("c", &["a", "b", "c"]);
+    let v1 = c.electorate().unwrap().clone();
+    let interval = c.config().heartbeat_interval_ms;
+    let good = history(&v1);
+    let announce = heartbeat(6, 5, v1.genesis);
+    for p in ["d", "w1"] {
+        c.step_vec(1, Event::peer_up(p.into(), one_core::voter_info()));
+    }
+    let asked = |out: &[Command]| -> Vec<String> {
+        out.iter()
+            .filter_map(|c| match c {
+                Command::Send {
+                    to,
+                    msg: Message::ChainRequest { after: 1 },
+                } => Some(to.as_str().to_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut t = 10;
+    assert_eq!(asked(&c.step_vec(t, from("w1", announce.clone()))), ["w1"]);
+    let out = c.step_vec(t + interval - 1, from("w1", announce.clone()));
+    assert_eq!(
+        asked(&out),
+        Vec::<String>::new(),
+        "asked within the interval"
+    );
+    let mut walked = Vec::new();
+    for _ in 0..3 {
+        t += interval;
+        walked.extend(asked(&c.step_vec(t, from("w1", announce.clone()))));
+    }
+    assert_eq!(walked, ["a", "b", "d"], "the walk, in id order after w1");
+    let out = c.step_vec(
+        t + 1,
+        from(
+            "d",
+            Message::Chain {
+                links: good.clone(),
+            },
+        ),
+    );
+    assert_eq!(refused(&out), []);
+    assert_eq!(c.electorate(), Some(&*good[3].electorate));
+    // Answered: the next question goes to whoever announces again.
+    let newer = heartbeat(7, 6, v1.genesis);
+    assert_eq!(
+        asked(&c.step_vec(t + 2, from("w1", newer))),
+        Vec::<String>::new()
+    );
+}
+
+/// A node that joined on version 2 (discovery handed it the electorate, not its link) asks its
+/// admin once for the link of that electorate, keeps it because it is exactly its anchor, and
+/// hands it to a node one version behind; a second heartbeat asks nothing more (`chorus-sim
+/// fuzz` seed 454363: every node that held version 2's link retired, and the rest had joined
+/// on version 2 without it).
+///
+/// Fails on a node that never asks for its anchor's link, or drops it as "not newer".
+#[test]
+fn a_node_that_joined_on_a_later_electorate_fetches_and_hands_on_its_link() {
+    let v1 = Electorate::new(1, ids(&["a", "b", "c"]));
+    let good = history(&v1);
+    let v2 = (*good[0].electorate).clone();
+    let mut c = Core::new("c".into(), chorus_core::Config::default(), vec![], 42).unwrap();
+    c.set_electorate_for_test(v2.clone());
+    c.step_vec(0, Event::Started);
+    one_core::connect(&mut c, 0, &["a", "b", "c", "d"]);
+    let asked =
+        |out: &[Command], after: u64| sent_to(out, "a").contains(&&Message::ChainRequest { after });
+    let beat = heartbeat(1, 2, v1.genesis);
+    let out = c.step_vec(10, from("a", beat.clone()));
+    assert!(asked(&out, 1), "the anchor's link not asked for: {out:?}");
+    let out = c.step_vec(
+        11,
+        from(
+            "a",
+            Message::Chain {
+                links: good.clone(),
+            },
+        ),
+    );
+    assert_eq!(refused(&out), []);
+    assert_eq!(
+        c.electorate(),
+        Some(&*good[3].electorate),
+        "and the rest taken"
+    );
+    let out = c.step_vec(12, from("z", Message::ChainRequest { after: 1 }));
+    let [Message::Chain { links }] = sent_to(&out, "z").as_slice() else {
+        panic!("no chain from version 1 handed on: {out:?}");
+    };
+    assert_eq!(links.first().map(|l| l.electorate.version), Some(2));
+    assert_eq!(links[0].check(&v1, verify), Ok(()));
+    let out = c.step_vec(20, from("a", heartbeat(1, 5, v1.genesis)));
+    assert!(!asked(&out, 1), "asked twice: {out:?}");
+}
+
 /// A node that is a member itself (not behind a stranger) asks its own admin at once, even
 /// while a stranger holds the slot: the stranger's pacing never slows a follower.
 #[test]

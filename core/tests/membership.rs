@@ -128,9 +128,19 @@ fn ack_with(c: &mut Core, peer: &str, beat: u64, endorsement: Option<Signature>)
         promise_ms: 30_000,
         holds: true,
         endorsement,
-        certified: 0,
+        // An honest voter holds every link its admin named (it asks for each one named).
+        certified: c.certified_version(),
     };
     c.step_vec(c.now_ms(), from(peer, msg))
+}
+
+/// The admin made a change's link (a majority of the old electorate endorsed it, a majority of
+/// the new one holds it) and named it in a heartbeat: `voters` fetch it and acknowledge the
+/// newest beat again, holding it. A change commits once a majority of the new electorate
+/// holds its link (rule 7).
+fn spread_link(c: &mut Core, voters: &[&str]) -> Vec<Command> {
+    let beat = c.beat();
+    voters.iter().flat_map(|v| ack(c, v, beat)).collect()
 }
 
 /// `a` of `members` (listed first), elected by the fewest others that make a majority, in list
@@ -514,6 +524,9 @@ fn refused_not_established_until_a_majority_acknowledged_this_term() {
 #[test]
 fn refused_change_pending_until_the_first_change_commits() {
     let mut a = established(ABC);
+    // c has promised too: the lease stands on a majority of {a, b, c, d} once d is proposed.
+    let beat = a.beat();
+    ack(&mut a, "c", beat);
     let out = ask(&mut a, add("d"), 1);
     assert_eq!(outcome(&out), proposed(2));
     let (beat, _) = heartbeat(&out);
@@ -523,8 +536,13 @@ fn refused_change_pending_until_the_first_change_commits() {
 
     ack(&mut a, "b", beat);
     let out = ack(&mut a, "d", beat);
-    assert!(committed(&out), "{out:?}");
+    assert!(!committed(&out), "{out:?}");
+    // The link is made and held by a alone: still pending, for the next change too.
     let out = ask(&mut a, remove("c"), 3);
+    assert_eq!(outcome(&out), refused(ChangeRefusal::ChangePending));
+    let out = spread_link(&mut a, &["b", "d"]);
+    assert!(committed(&out), "{out:?}");
+    let out = ask(&mut a, remove("c"), 4);
     assert_eq!(outcome(&out), proposed(3));
 }
 
@@ -761,8 +779,22 @@ fn an_add_commits_only_with_a_majority_of_the_new_electorate_too() {
     // The next heartbeat still carries it.
     let (_, again) = heartbeat(&next_heartbeat(&mut a));
     assert_eq!(again.as_deref(), Some(&*carried));
-    // d, the new voter, completes the new majority.
+    // d, the new voter, completes the new majority: the admin makes the link and names it at
+    // once in a heartbeat, but the change commits only once a majority of {a, b, c, d} holds
+    // the link (issue 51, finding 9): a with b is not one, a with b and d is.
     let out = ack(&mut a, "d", beat);
+    assert!(
+        !committed(&out),
+        "committed on the admin's link alone: {out:?}"
+    );
+    assert_eq!(a.certified_version(), 2, "the link is made");
+    heartbeat(&out);
+    let out = spread_link(&mut a, &["b"]);
+    assert!(
+        !committed(&out),
+        "committed with the link at 2 of 4: {out:?}"
+    );
+    let out = spread_link(&mut a, &["d"]);
     assert_eq!(
         outcomes(&out),
         [(add("d"), ChangeOutcome::Committed { version: 2 }, 1)]
@@ -786,6 +818,17 @@ fn a_removal_commits_only_with_a_majority_of_the_old_electorate_too() {
         "committed on the new majority alone: {out:?}"
     );
     let out = ack(&mut a, "d", beat);
+    assert!(
+        !committed(&out),
+        "committed before the link spread: {out:?}"
+    );
+    // The removed voter holding the link counts for nothing: {a, b, c} is the electorate.
+    let out = spread_link(&mut a, &["d"]);
+    assert!(
+        !committed(&out),
+        "committed with the link at a and d: {out:?}"
+    );
+    let out = spread_link(&mut a, &["b"]);
     assert_eq!(
         outcomes(&out),
         [(remove("d"), ChangeOutcome::Committed { version: 2 }, 1)]
@@ -848,8 +891,12 @@ fn an_endorsement_that_does_not_check_is_refused_and_commits_nothing() {
             !committed(&out),
             "{name}: committed on a forged endorsement"
         );
-        // b's own endorsement, in a second acknowledgement of the beat: committed.
+        // b's own endorsement, in a second acknowledgement of the beat: the link is made, and
+        // the change commits once b and d hold it too.
         let out = ack(&mut a, "b", beat);
+        assert!(!committed(&out), "{name}: before the link spread");
+        assert_eq!(a.certified_version(), 2, "{name}: the link is made");
+        let out = spread_link(&mut a, &["b", "d"]);
         assert_eq!(
             outcomes(&out),
             [(add("d"), ChangeOutcome::Committed { version: 2 }, 1)],
@@ -984,6 +1031,111 @@ fn a_receiver_adopts_the_carried_electorate_before_it_acknowledges() {
     );
 }
 
+/// A lease stands only on promises of the electorates in force: a voter alone holds a lease on
+/// its own promise, and once it proposes to add `d` (who promised nothing yet) the lease is
+/// cut to now; d's acknowledgement, promising, renews it. Without the cut, a lease granted by
+/// the founder alone outlived two changes and {n1, n2} elected another admin under it
+/// (`chorus-sim fuzz` seed 341872, `sim/reproducers/grown-lease-outlives-changes.toml`).
+#[test]
+fn a_proposal_cuts_the_lease_to_what_the_electorates_in_force_promised() {
+    let mut a = established(&["a"]);
+    assert!(a.holds_lease(a.now_ms()), "alone, on its own promise");
+    let out = ask(&mut a, add("d"), 1);
+    assert_eq!(outcome(&out), proposed(2));
+    assert!(
+        out.contains(&Command::Notice(Notice::LeaseExpired { term: 1 })),
+        "{out:?}"
+    );
+    assert!(!a.holds_lease(a.now_ms()), "d promised nothing yet");
+    let (beat, _) = heartbeat(&out);
+    let out = ack(&mut a, "d", beat);
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::Notice(Notice::LeaseRenewed { .. }))),
+        "{out:?}"
+    );
+    assert!(a.holds_lease(a.now_ms()));
+}
+
+/// Issue 51, finding 9: the admin that made the link of `add d` died before any follower held
+/// it (killed within a heartbeat of the link). b took {a, b, c, d} from its heartbeat and
+/// holds the link of version 1 only; elected next by c and d, it makes version 2's link from
+/// their endorsements, as a would have — it checks from version 1 and b hands it to a stale
+/// voter — and proposes nothing until a majority holds it.
+///
+/// Fails on a new admin that never makes a missing link: its next link jumps the gap, and a
+/// voter anchored at version 1 can never check past it.
+#[test]
+fn a_new_admin_makes_the_link_its_dead_predecessor_took_with_it() {
+    let mut a = established(ABC);
+    let out = ask(&mut a, add("d"), 1);
+    let carried = out
+        .iter()
+        .find_map(|c| match c {
+            Command::Broadcast {
+                msg: m @ Message::Heartbeat { .. },
+            } => Some(m.clone()),
+            _ => None,
+        })
+        .expect("a heartbeat carrying {a, b, c, d}");
+    let mut b = node("b", ABC);
+    b.step_vec(a.now_ms(), from("a", carried));
+    assert_eq!(members_of(&b), ABCD);
+    assert_eq!(b.certified_version(), 1);
+    // a is gone; b stands and c and d elect it.
+    stand(&mut b);
+    let (now, term) = (b.now_ms(), b.term() + 1);
+    for v in ["c", "d"] {
+        b.step_vec(
+            now,
+            from(
+                v,
+                Message::PreVoteReply {
+                    term,
+                    granted: true,
+                },
+            ),
+        );
+    }
+    for v in ["c", "d"] {
+        let granted = Message::VoteReply {
+            term,
+            granted: true,
+            promise_ms: 30_000,
+        };
+        b.step_vec(now, from(v, granted));
+    }
+    assert_eq!(b.role(), Role::Admin);
+    let beat = b.beat();
+    ack(&mut b, "c", beat);
+    assert_eq!(
+        b.certified_version(),
+        1,
+        "one endorsement of {{a, b, c}} is not enough"
+    );
+    let out = ack(&mut b, "d", beat);
+    assert_eq!(
+        b.certified_version(),
+        2,
+        "the missing link is made: {out:?}"
+    );
+    let asked = b.step_vec(b.now_ms(), from("z", Message::ChainRequest { after: 1 }));
+    let [Message::Chain { links }] = sent_to(&asked, "z").as_slice() else {
+        panic!("no chain served: {asked:?}");
+    };
+    let v1 = Electorate::new(1, ids(ABC));
+    assert_eq!(
+        links[0].check(&v1, chorus_core::certificate::verify),
+        Ok(())
+    );
+    // Held by b alone, it is not settled: the next change waits for c and d to hold it.
+    let out = ask(&mut b, remove("a"), 2);
+    assert_eq!(outcome(&out), refused(ChangeRefusal::ChangePending));
+    spread_link(&mut b, &["c", "d"]);
+    let out = ask(&mut b, remove("a"), 3);
+    assert_eq!(outcome(&out), proposed(3));
+}
+
 /// Rule 3, last sentence: an admin that removes itself keeps its duties until the change
 /// commits (with majorities of {a, b, c} and {b, c}), then steps down with `removed` and tells
 /// the cluster.
@@ -1001,6 +1153,20 @@ fn the_removed_admin_steps_down_once_its_removal_commits() {
     assert_eq!(a.role(), Role::Admin, "not before the commit");
     assert!(a.holds_lease(a.now_ms()));
     let out = ack(&mut a, "c", beat);
+    assert!(
+        !committed(&out),
+        "committed on the admin's link alone: {out:?}"
+    );
+    // The link of its own removal is at a alone, which is no member of {b, c}: it stays in
+    // office, naming the link, until both hold it (issue 51, finding 9: a retiring admin
+    // stopped right after the commit took the only copy with it).
+    assert_eq!(a.role(), Role::Admin, "not before the link spread");
+    let out = spread_link(&mut a, &["b"]);
+    assert!(
+        !committed(&out),
+        "committed with the link at 1 of {{b, c}}: {out:?}"
+    );
+    let out = spread_link(&mut a, &["c"]);
     assert!(committed(&out));
     assert!(out.contains(&Command::Notice(Notice::SteppedDown {
         term: 1,
@@ -1825,7 +1991,8 @@ fn autopilot_never_promotes_a_voter_the_operator_removed_until_an_operator_adds_
     assert_eq!(outcome(&out), proposed(2));
     let (beat, carried) = heartbeat(&out);
     assert_eq!(carried.expect("carried").retired(), [NodeId::from("c")]);
-    let out = ack(&mut a, "b", beat);
+    ack(&mut a, "b", beat);
+    let out = spread_link(&mut a, &["b"]);
     assert!(committed(&out));
     assert_eq!(members_of(&a), ["a", "b"]);
     assert_eq!(a.electorate().unwrap().retired(), [NodeId::from("c")]);
@@ -2032,8 +2199,9 @@ impl Driver {
                         self.run(5);
                     }
                 }
+                // Just elected, or the last change's link still on its way to a majority.
                 Some(ChangeOutcome::Refused {
-                    reason: ChangeRefusal::NotEstablished,
+                    reason: ChangeRefusal::NotEstablished | ChangeRefusal::ChangePending,
                 }) => self.run(10),
                 other => panic!("seed {}: {change:?}: {other:?}", self.net.seed),
             }

@@ -207,8 +207,8 @@ pub struct Checker {
     remove_asked: NameMap<u64>,
     add_asked: NameMap<u64>,
     /// Invariant 10: nodes whose removal an operator asked for and saw committed, and no
-    /// operator's add committed since.
-    operator_removed: BTreeSet<String>,
+    /// operator's add committed since, with when that removal was asked.
+    operator_removed: BTreeMap<String, u64>,
     violations: Vec<Violation>,
 }
 
@@ -262,7 +262,7 @@ impl Checker {
             lease_unknown: header.pruned.clone().unwrap_or_default(),
             remove_asked: NameMap::default(),
             add_asked: NameMap::default(),
-            operator_removed: BTreeSet::new(),
+            operator_removed: BTreeMap::new(),
             violations: Vec::new(),
         }
     }
@@ -494,8 +494,13 @@ impl Checker {
                 self.guard_terms_after_heal(&sides, t);
             }
             Record::Network { .. } => self.topology_changed(t),
+            Record::LeaseExpired { node, .. } => {
+                // Its lease ends now (it ran out, or a membership change cut it).
+                if let Some((_, end)) = self.leases.get_mut(node) {
+                    *end = (*end).min(t);
+                }
+            }
             Record::Step { .. }
-            | Record::LeaseExpired { .. }
             | Record::TaskSubmitted { .. }
             | Record::TaskRefused { .. }
             | Record::TaskCancelRequested { .. }
@@ -856,15 +861,19 @@ impl Checker {
         let asked = request.is_some();
         match (change, outcome) {
             (MemberChange::Remove { .. }, ChangeOutcome::Committed { .. }) if asked => {
-                self.operator_removed.insert(x.to_owned());
+                let removed_at = self.remove_asked.get(x).copied().unwrap_or(0);
+                self.operator_removed.insert(x.to_owned(), removed_at);
             }
             (MemberChange::Add { .. }, ChangeOutcome::Committed { .. }) if asked => {
                 self.operator_removed.remove(x);
             }
             (MemberChange::Add { .. }, ChangeOutcome::Proposed { .. })
-                if !asked && self.operator_removed.contains(x) =>
+                if !asked && self.operator_removed.contains_key(x) =>
             {
-                let removed_at = self.remove_asked.get(x).copied().unwrap_or(0);
+                // Measured from the removal the operator saw committed: a later removal still
+                // in flight does not undo an add asked before it (two concurrent asks; the
+                // admin takes them in the order they reach it — `chorus-sim fuzz` seed 400827).
+                let removed_at = self.operator_removed.get(x).copied().unwrap_or(0);
                 let added_since = self.add_asked.get(x).is_some_and(|a| *a >= removed_at);
                 if !added_since {
                     self.fail(

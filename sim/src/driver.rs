@@ -93,6 +93,17 @@ pub trait Cluster {
 /// (a step-down, a `timeout_now`) leave, as `chorus run` flushes them before it exits.
 pub const STOP_GRACE_MS: u64 = 20;
 
+/// How often a script waiting for a commit (`stop_after_commit`) looks, and how many times
+/// before it gives up: 10 ms, for 5 simulated minutes.
+const AFTER_COMMIT_LOOK_MS: u64 = 10;
+const AFTER_COMMIT_LOOKS: u32 = 30_000;
+
+/// What a change's `stop_after_commit` / `crash_after_commit` ask for: (crash, after ms); a
+/// crash when both are given.
+fn after_commit(stop: Option<u64>, crash: Option<u64>) -> Option<(bool, u64)> {
+    crash.map(|ms| (true, ms)).or(stop.map(|ms| (false, ms)))
+}
+
 #[derive(Clone, Debug)]
 enum Pending {
     Act(Action),
@@ -102,6 +113,17 @@ enum Pending {
     CrashNodes(Vec<usize>),
     /// The delayed first start of a node (`start_spread`).
     Start(usize),
+    /// An operator's script waiting for a change it asked `node` for to commit: then, after
+    /// `then.1` ms, it stops (`then.0` false) or crashes that node. Looks every
+    /// [`AFTER_COMMIT_LOOK_MS`], at most [`AFTER_COMMIT_LOOKS`] times.
+    AfterCommit {
+        node: usize,
+        request: u64,
+        then: (bool, u64),
+        looks: u32,
+    },
+    /// A graceful stop of one node (crashed [`STOP_GRACE_MS`] later), if it is up.
+    StopNode(usize),
     /// A task arrives (`[tasks]`); with a rate, the next arrival is drawn when it fires.
     Submit,
     /// A look at a submitted task: cancel it if the workload chose to (`cancel`) or if it
@@ -319,11 +341,15 @@ impl Driver {
         }
     }
 
-    /// Asks each live node `target` names for `change`, each with a request id of its own.
+    /// Asks each live node `target` names for `change`, each with a request id of its own;
+    /// `then`, once that node reports it committed, stops or crashes it (see
+    /// [`after_commit`]).
     fn change_members(
         &mut self,
+        now: u64,
         target: &Target,
         change: chorus_core::MemberChange,
+        then: Option<(bool, u64)>,
         cluster: &mut dyn Cluster,
         sink: &mut Sink,
     ) {
@@ -331,6 +357,15 @@ impl Driver {
             if cluster.is_live(i) {
                 self.request += 1;
                 cluster.change_members(i, change.clone(), self.request, sink);
+                if let Some(then) = then {
+                    let look = Pending::AfterCommit {
+                        node: i,
+                        request: self.request,
+                        then,
+                        looks: 0,
+                    };
+                    self.push(now + AFTER_COMMIT_LOOK_MS, look);
+                }
             }
         }
     }
@@ -499,17 +534,61 @@ impl Driver {
                 });
                 cluster.set_network(loss_ppm, duplicate_ppm, reorder_ppm);
             }
-            Pending::Act(Action::Add { node, target }) => {
+            Pending::Act(Action::Add {
+                node,
+                target,
+                stop_after_commit,
+                crash_after_commit,
+            }) => {
                 let change = chorus_core::MemberChange::Add {
                     node: name(*node.indices().start()).into(),
                 };
-                self.change_members(&target, change, cluster, sink);
+                let then = after_commit(stop_after_commit, crash_after_commit);
+                self.change_members(now, &target, change, then, cluster, sink);
             }
-            Pending::Act(Action::Remove { node, target }) => {
+            Pending::Act(Action::Remove {
+                node,
+                target,
+                stop_after_commit,
+                crash_after_commit,
+            }) => {
                 let change = chorus_core::MemberChange::Remove {
                     node: name(*node.indices().start()).into(),
                 };
-                self.change_members(&target, change, cluster, sink);
+                let then = after_commit(stop_after_commit, crash_after_commit);
+                self.change_members(now, &target, change, then, cluster, sink);
+            }
+            Pending::AfterCommit {
+                node,
+                request,
+                then,
+                looks,
+            } => {
+                if sink.stats.change_committed(&name(node), request) {
+                    let (crash, after) = then;
+                    let act = if crash {
+                        Pending::CrashNodes(vec![node])
+                    } else {
+                        Pending::StopNode(node)
+                    };
+                    self.push(now + after, act);
+                } else if looks < AFTER_COMMIT_LOOKS {
+                    self.push(
+                        now + AFTER_COMMIT_LOOK_MS,
+                        Pending::AfterCommit {
+                            node,
+                            request,
+                            then,
+                            looks: looks + 1,
+                        },
+                    );
+                }
+            }
+            Pending::StopNode(i) => {
+                if cluster.is_live(i) {
+                    cluster.shut_down(i, sink);
+                    self.push(now + STOP_GRACE_MS, Pending::CrashNodes(vec![i]));
+                }
             }
             Pending::Act(Action::Join { count, nodes }) => {
                 let joining: Vec<usize> = if nodes.is_empty() {

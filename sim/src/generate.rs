@@ -349,20 +349,131 @@ fn fault(
         if chance(rng, 1, 2) {
             let node =
                 node(range(rng, founders.min(eligible - 1) as u64, eligible as u64 - 1) as usize);
-            Action::Add { node, target }
+            Action::Add {
+                node,
+                target,
+                stop_after_commit: None,
+                crash_after_commit: None,
+            }
         } else {
             let node = node(below(rng, eligible as u64) as usize);
-            Action::Remove { node, target }
+            Action::Remove {
+                node,
+                target,
+                stop_after_commit: None,
+                crash_after_commit: None,
+            }
         }
     };
-    // Kinds 0–8 are faults, 9–16 membership, 17–18 handovers (numbered after the others so
-    // the kinds older seeds drew keep their numbers).
-    let kinds = if opts.membership { 19 } else { 11 };
+    // An operator's retirement script: `chorus members leave` at a voter, then stop it once
+    // the removal is reported committed (issue 51, finding 9), sometimes after handing the
+    // admin's office to it first (the worst case: the admin removes itself).
+    let retire = |rng: &mut ChaCha8Rng| {
+        let leaving = below(rng, eligible as u64) as usize;
+        let mut out = Vec::new();
+        let mut t = 0;
+        if chance(rng, 1, 2) {
+            out.push((
+                0,
+                Action::Transfer {
+                    to: Some(node(leaving)),
+                    target: Target::Admin,
+                },
+            ));
+            t = range(rng, 1_000, 5_000);
+        }
+        let after = if chance(rng, 1, 2) {
+            range(rng, 0, 200)
+        } else {
+            range(rng, 200, 3_000)
+        };
+        out.push((
+            t,
+            Action::Remove {
+                node: node(leaving),
+                target: Target::Node(leaving),
+                stop_after_commit: Some(after),
+                crash_after_commit: None,
+            },
+        ));
+        out
+    };
+    // Kinds 0–8 are faults, 9–16 membership, 17–18 handovers, 19–21 operators' scripts and a
+    // long absence (numbered after the others so the kinds older seeds drew keep their
+    // numbers).
+    let kinds = if opts.membership { 22 } else { 11 };
     let kind = match below(rng, kinds) {
         k if !opts.membership && k >= 9 => k + 8,
         k => k,
     };
     match kind {
+        19 => retire(rng),
+        20 => {
+            // A change, and the admin that reports it committed killed within a heartbeat
+            // or so, then started again or not.
+            let mut change = change(rng);
+            let after = if chance(rng, 1, 2) {
+                range(rng, 0, 1_000)
+            } else {
+                range(rng, 1_000, 15_000)
+            };
+            match &mut change {
+                Action::Add {
+                    target,
+                    crash_after_commit,
+                    ..
+                }
+                | Action::Remove {
+                    target,
+                    crash_after_commit,
+                    ..
+                } => {
+                    *target = Target::Admin;
+                    *crash_after_commit = Some(after);
+                }
+                _ => {}
+            }
+            let mut out = vec![(0, change)];
+            if chance(rng, 2, 3) {
+                out.push((
+                    after + range(rng, 1_000, 30_000),
+                    Action::Restart {
+                        target: Target::Crashed,
+                    },
+                ));
+            }
+            out
+        }
+        21 => {
+            // A voter down across many changes — retirements and additions — started again
+            // after them: all it knew may be gone by then.
+            let stopped = below(rng, eligible as u64) as usize;
+            let mut out = vec![(
+                0,
+                Action::Crash {
+                    target: Target::Node(stopped),
+                },
+            )];
+            let mut t = 0;
+            for _ in 0..range(rng, 4, 9) {
+                t += range(rng, 2_000, 8_000);
+                if chance(rng, 1, 2) {
+                    for (dt, a) in retire(rng) {
+                        out.push((t + dt, a));
+                    }
+                    t += 5_000;
+                } else {
+                    out.push((t, change(rng)));
+                }
+            }
+            out.push((
+                t + range(rng, 2_000, 20_000),
+                Action::Restart {
+                    target: Target::Node(stopped),
+                },
+            ));
+            out
+        }
         17 => {
             // A graceful stop (the admin, mostly: it hands over), started again later or not.
             let target = if chance(rng, 2, 3) {
@@ -731,7 +842,7 @@ fn without_last_node(s: &Scenario) -> Option<Scenario> {
                 to.as_ref().is_some_and(names) || target_names(target)
             }
             Action::OneWay { from, to } => target_names(from) || target_names(to),
-            Action::Add { node, target } | Action::Remove { node, target } => {
+            Action::Add { node, target, .. } | Action::Remove { node, target, .. } => {
                 names(node) || target_names(target)
             }
             Action::Split { groups } => groups.iter().flatten().any(names),

@@ -639,6 +639,22 @@ pub enum Action {
         /// Where to ask.
         #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
         target: Target,
+        /// Then, once the node asked reports the change committed, stop that node gracefully
+        /// this long after, as an operator's script does (`chorus members leave` at a node,
+        /// then `systemctl stop` there: with `target` the node removed, its retirement).
+        #[serde(
+            default,
+            with = "opt_duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
+        stop_after_commit: Option<u64>,
+        /// Likewise, but crash it (a node killed right after a commit it reported).
+        #[serde(
+            default,
+            with = "opt_duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
+        crash_after_commit: Option<u64>,
     },
     /// Ask for a membership change that removes voter `node` (live or dead), as `add` does.
     Remove {
@@ -647,6 +663,22 @@ pub enum Action {
         /// Where to ask.
         #[serde(default = "admin_target", skip_serializing_if = "is_admin_target")]
         target: Target,
+        /// Then, once the node asked reports the change committed, stop that node gracefully
+        /// this long after, as an operator's script does (`chorus members leave` at a node,
+        /// then `systemctl stop` there: with `target` the node removed, its retirement).
+        #[serde(
+            default,
+            with = "opt_duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
+        stop_after_commit: Option<u64>,
+        /// Likewise, but crash it (a node killed right after a commit it reported).
+        #[serde(
+            default,
+            with = "opt_duration_ms",
+            skip_serializing_if = "Option::is_none"
+        )]
+        crash_after_commit: Option<u64>,
     },
     /// Start late nodes that have not started yet: the named `nodes`, or else the first
     /// `count` of them in index order.

@@ -46,6 +46,9 @@ pub struct Stats {
     tasks: std::collections::BTreeMap<String, (String, Option<u64>, u64, bool)>,
     /// (submitter, request) → task, for the workload's cancels.
     task_by_request: std::collections::BTreeMap<(String, u64), String>,
+    /// Membership changes reported committed: (node asked, request), for the operator's
+    /// scripts that act on a commit (`stop_after_commit`).
+    changes_committed: std::collections::BTreeSet<(String, u64)>,
 }
 
 impl Stats {
@@ -74,6 +77,12 @@ impl Stats {
         let task = self.task_by_request.get(&(node.to_owned(), request))?;
         let done = self.tasks.get(task).is_some_and(|t| t.3);
         Some((task, done))
+    }
+
+    /// Whether `node` reported the membership change it was asked for with `request`
+    /// committed.
+    pub fn change_committed(&self, node: &str, request: u64) -> bool {
+        self.changes_committed.contains(&(node.to_owned(), request))
     }
 
     /// Percentile (0–100) of outage lengths, nearest-rank.
@@ -297,6 +306,14 @@ impl Sink {
                 if let Some(r) = request {
                     s.task_by_request.insert((node.clone(), *r), task.clone());
                 }
+            }
+            Record::MembershipChange {
+                node,
+                outcome: chorus_core::ChangeOutcome::Committed { .. },
+                request: Some(r),
+                ..
+            } => {
+                s.changes_committed.insert((node.clone(), *r));
             }
             Record::TaskResult { task, status, .. } => {
                 *s.task_results.entry(*status).or_default() += 1;

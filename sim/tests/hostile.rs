@@ -379,10 +379,16 @@ fn reshaped_links_are_refused_and_counted() {
         // A skipped version is checked only at a node two versions behind the link, and the
         // liars, who learn a link when the nodes catching up do, never find one here: it is
         // sent, never taken, and pinned by `core/tests/link_rules.rs`.
+        // The others are checked only at a node one version behind the link. Since a change
+        // commits only once a majority holds its link (issue 51, finding 9) the admin names a
+        // new link at once and followers are behind for a round trip, not a heartbeat
+        // interval, so few lies find such a node (20 or more per shape before; 1 to 7 now):
+        // each shape must still be refused somewhere, and `core/tests/link_rules.rs` pins
+        // each one's refusal rule by rule.
         let wanted = if shape == LinkShape::SkippedVersion {
             0
         } else {
-            20
+            1
         };
         assert!(
             delivered > 0 && refused >= wanted,
