@@ -24,7 +24,7 @@ pub mod task_cluster;
 
 /// The ACL key of every node the tests start (a constant: test clusters hold nothing secret),
 /// so one token, [`test_token`], works on all of them.
-const TEST_ACL_KEY: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
+pub const TEST_ACL_KEY: &str = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00";
 
 /// The file holding [`TEST_ACL_KEY`] (mode 0600), made once per machine and shared by every
 /// test process: written under a unique name and renamed, so a reader never sees half of it.

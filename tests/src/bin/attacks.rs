@@ -78,7 +78,7 @@ fn main() {
     };
 
     type Attack = fn(&mut Ctx) -> Outcome;
-    let attacks: [(&str, &str, Attack); 12] = [
+    let attacks: [(&str, &str, Attack); 15] = [
         (
             "1",
             ".git config, hooks and module hooks written by a :rw task",
@@ -122,6 +122,21 @@ fn main() {
             "51.2",
             "a :rw task hard-links a file (ln README.md README.bak)",
             hard_link,
+        ),
+        (
+            "51.3",
+            "one token's 12 long sleeps fill every slot and the queue; another token's echo",
+            starvation,
+        ),
+        (
+            "51.4",
+            "300 silent, half-sent and idle connections from three peers",
+            held_connections,
+        ),
+        (
+            "51.5",
+            "a refused env name of a line break, a forged log line and an ESC",
+            forged_log_line,
         ),
     ];
     let mut broke = 0;
@@ -774,4 +789,193 @@ fn hard_link(cx: &mut Ctx) -> Outcome {
         ),
         (a, b) => Outcome::Broke(format!("README.md {a:?}, README.bak {b:?}")),
     }
+}
+
+/// A request to node 0 with `token` (a caller of its own), as a JSON body.
+fn as_caller(cx: &Ctx, token: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let port = cx.c.nodes[0].http_port;
+    let host = format!("127.0.0.1:{port}");
+    let auth = format!("Bearer {token}");
+    let headers = [
+        ("Host", host.as_str()),
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    match http_exact(port, method, path, &headers, body) {
+        Some((code, text)) => (code, serde_json::from_str(&text).unwrap_or(Value::Null)),
+        None => (0, Value::Null),
+    }
+}
+
+/// Issue 51, finding 3: one token fills every slot (3 nodes × 2) and queues as many again with
+/// 20-second sleeps; another token's `echo`, submitted after, must run when the first slot
+/// frees (it has the fewest runs), not after the whole backlog (about 20 s, not 40).
+fn starvation(cx: &mut Ctx) -> Outcome {
+    // Two callers of their own (a token id is 16 hex digits).
+    let key = chorus_node::access::AclKey::from_hex(chorus_tests::TEST_ACL_KEY).expect("key");
+    let (alice, bob) = (
+        key.mint(chorus_node::access::Role::Submit, "a11ce00000000001"),
+        key.mint(chorus_node::access::Role::Submit, "b0b0000000000002"),
+    );
+    let sleep = serde_json::json!({ "image": IMAGE, "command": ["sleep", "20"],
+        "timeout_ms": 120_000 })
+    .to_string();
+    let mut backlog = Vec::new();
+    for _ in 0..12 {
+        match as_caller(cx, &alice, "POST", "/tasks", &sleep) {
+            (201, v) => backlog.push(v["task"].as_str().unwrap_or_default().to_owned()),
+            (code, v) => return Outcome::Broke(format!("alice's submit answered {code}: {v}")),
+        }
+    }
+    let running = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+        let n = (backlog.iter())
+            .filter(|id| task_at(cx, id).is_some_and(|t| t["phase"] == "placed"))
+            .count();
+        (n >= 6).then_some(n)
+    });
+    if running.is_none() {
+        return Outcome::Broke("alice's sleeps never filled the six slots".into());
+    }
+    let echo = serde_json::json!({ "image": IMAGE, "command": ["echo", "bob"],
+        "timeout_ms": 60_000 })
+    .to_string();
+    let submitted = Instant::now();
+    let id = match as_caller(cx, &bob, "POST", "/tasks", &echo) {
+        (201, v) => v["task"].as_str().unwrap_or_default().to_owned(),
+        (code, v) => return Outcome::Broke(format!("bob's submit answered {code}: {v}")),
+    };
+    let done = result(cx, &id, Duration::from_secs(60));
+    let waited = submitted.elapsed().as_secs_f64();
+    let queued_left = (backlog.iter())
+        .filter(|id| task_at(cx, id).is_some_and(|t| t["phase"] == "queued"))
+        .count();
+    for id in &backlog {
+        as_caller(cx, &alice, "DELETE", &format!("/tasks/{id}"), "");
+    }
+    match done {
+        Some(r) if r["result"]["status"] == "succeeded" && waited < 32.0 => Outcome::Held(format!(
+            "bob's echo ran {waited:.1} s after its submit, behind only the runs already \
+             going; {queued_left} of alice's tasks were still queued then"
+        )),
+        Some(r) => Outcome::Broke(format!(
+            "bob's echo ended {} after {waited:.1} s (the backlog is 40 s)",
+            r["result"]["status"]
+        )),
+        None => Outcome::Broke(format!("bob's echo had no result after {waited:.1} s")),
+    }
+}
+
+/// Issue 51, finding 4: 100 connections from each of three loopback peers (127.0.0.2-4) that
+/// connect and send nothing, send half a request's headers, or send one request and then sit
+/// idle. An authenticated request from 127.0.0.1 is answered within 100 ms meanwhile, and the
+/// node closes the held connections within its bound.
+fn held_connections(cx: &mut Ctx) -> Outcome {
+    use std::io::{Read, Write};
+    let port = cx.c.nodes[0].http_port;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let held: Vec<tokio::net::TcpStream> = rt.block_on(async {
+        let mut held = Vec::new();
+        for (peer, what) in [(2u8, "silent"), (3, "half"), (4, "idle")] {
+            for _ in 0..100 {
+                let Ok(socket) = tokio::net::TcpSocket::new_v4() else {
+                    continue;
+                };
+                if socket.bind(([127, 0, 0, peer], 0).into()).is_err() {
+                    continue;
+                }
+                let Ok(Ok(mut tcp)) = tokio::time::timeout(
+                    Duration::from_secs(2),
+                    socket.connect(([127, 0, 0, 1], port).into()),
+                )
+                .await
+                else {
+                    continue;
+                };
+                use tokio::io::AsyncWriteExt;
+                let sent: &[u8] = match what {
+                    "half" => b"GET /tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: ",
+                    "idle" => b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                    _ => b"",
+                };
+                if tcp.write_all(sent).await.is_ok() {
+                    held.push(tcp);
+                }
+            }
+        }
+        held
+    });
+    let opened = held.len();
+    let mut slowest = Duration::ZERO;
+    let mut failed = Vec::new();
+    for _ in 0..10 {
+        let began = Instant::now();
+        match cx.c.status(0) {
+            Some(_) => slowest = slowest.max(began.elapsed()),
+            None => failed.push(began.elapsed()),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Every held connection is closed by the node within its bound (and a little slack).
+    let bound = chorus_node::api::connections::CLIENT_BOUND + Duration::from_secs(5);
+    let closed = rt.block_on(async {
+        let mut closed = 0;
+        for mut tcp in held {
+            use tokio::io::AsyncReadExt;
+            let mut buf = [0u8; 4096];
+            let end = tokio::time::timeout(bound, async {
+                loop {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            closed += usize::from(end.is_ok());
+        }
+        closed
+    });
+    // A plain request still works afterwards.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    let mut after = String::new();
+    let _ = s.read_to_string(&mut after);
+    if !failed.is_empty() || slowest > Duration::from_millis(100) || closed < opened {
+        return Outcome::Broke(format!(
+            "{opened} held: {} of 10 authenticated requests failed ({failed:?}), the slowest \
+             answered in {slowest:?}; {closed} of {opened} closed by the node within {bound:?}",
+            failed.len()
+        ));
+    }
+    Outcome::Held(format!(
+        "{opened} connections held; 10 authenticated requests answered, the slowest in \
+         {slowest:?}; the node closed all {closed} within {bound:?}; /healthz after: {}",
+        after.lines().next().unwrap_or("")
+    ))
+}
+
+/// Issue 51, finding 5: an env name of a line break, a forged log line and an ESC is refused
+/// (400), and what the node logs of it carries no raw control character: no forged line.
+fn forged_log_line(cx: &mut Ctx) -> Outcome {
+    let forged = "INFO chorus: forged-by-an-attacker";
+    let name = format!("X\n{forged}\r\u{1b}[2J");
+    let spec = serde_json::json!({ "image": IMAGE, "command": ["true"], "env": { name: "1" } });
+    let (code, _) = submit(cx, &spec);
+    std::thread::sleep(Duration::from_millis(500));
+    let log = std::fs::read_to_string(&cx.c.nodes[0].log).unwrap_or_default();
+    let raw_line = log.lines().any(|l| l.trim_start().starts_with(forged));
+    let esc = log.contains('\u{1b}');
+    if code != 400 || raw_line || esc {
+        return Outcome::Broke(format!(
+            "answered {code}; a line of its own in the log: {raw_line}; a raw ESC: {esc}"
+        ));
+    }
+    let seen = log.contains("forged-by-an-attacker");
+    Outcome::Held(format!(
+        "refused with 400; the log {} the name escaped, on the refusal's own line",
+        if seen { "shows" } else { "leaves out" }
+    ))
 }
