@@ -130,11 +130,14 @@ impl Core {
                 peer = next;
             }
         }
+        self.send_chain_request(peer, self.certified(), out);
+    }
+
+    /// Asks `peer` for the links after version `after`: the one question out.
+    fn send_chain_request(&mut self, peer: NodeId, after: u64, out: &mut Vec<Command>) {
         out.push(Command::Send {
             to: peer.clone(),
-            msg: Message::ChainRequest {
-                after: self.certified(),
-            },
+            msg: Message::ChainRequest { after },
         });
         self.chain.asked = Some((peer, self.now_ms));
     }
@@ -158,11 +161,7 @@ impl Core {
             return;
         }
         self.chain.anchor_link_asked = true;
-        out.push(Command::Send {
-            to: admin.clone(),
-            msg: Message::ChainRequest { after: version - 1 },
-        });
-        self.chain.asked = Some((admin, self.now_ms));
+        self.send_chain_request(admin, version - 1, out);
     }
 
     /// Anyone may ask: the links are public and check themselves. Answered only with links
@@ -197,7 +196,7 @@ impl Core {
                 // it is exactly the anchor (nothing else here can be checked).
                 let version = anchor.version;
                 if link.electorate.version == version
-                    && link.electorate.statement() == anchor.statement()
+                    && *link.electorate == *anchor
                     && !self.chain.links.contains_key(&version)
                 {
                     self.chain.keep(link);

@@ -122,8 +122,6 @@ enum Pending {
         then: (bool, u64),
         looks: u32,
     },
-    /// A graceful stop of one node (crashed [`STOP_GRACE_MS`] later), if it is up.
-    StopNode(usize),
     /// A task arrives (`[tasks]`); with a rate, the next arrival is drawn when it fires.
     Submit,
     /// A look at a submitted task: cancel it if the workload chose to (`cancel`) or if it
@@ -569,7 +567,9 @@ impl Driver {
                     let act = if crash {
                         Pending::CrashNodes(vec![node])
                     } else {
-                        Pending::StopNode(node)
+                        Pending::Act(Action::Stop {
+                            target: Target::Node(node),
+                        })
                     };
                     self.push(now + after, act);
                 } else if looks < AFTER_COMMIT_LOOKS {
@@ -582,12 +582,6 @@ impl Driver {
                             looks: looks + 1,
                         },
                     );
-                }
-            }
-            Pending::StopNode(i) => {
-                if cluster.is_live(i) {
-                    cluster.shut_down(i, sink);
-                    self.push(now + STOP_GRACE_MS, Pending::CrashNodes(vec![i]));
                 }
             }
             Pending::Act(Action::Join { count, nodes }) => {

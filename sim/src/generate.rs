@@ -447,32 +447,13 @@ fn fault(
         21 => {
             // A voter down across many changes — retirements and additions — started again
             // after them: all it knew may be gone by then.
-            let stopped = below(rng, eligible as u64) as usize;
-            let mut out = vec![(
-                0,
-                Action::Crash {
-                    target: Target::Node(stopped),
-                },
-            )];
-            let mut t = 0;
-            for _ in 0..range(rng, 4, 9) {
-                t += range(rng, 2_000, 8_000);
+            voter_absent(rng, eligible, (4, 9), |rng| {
                 if chance(rng, 1, 2) {
-                    for (dt, a) in retire(rng) {
-                        out.push((t + dt, a));
-                    }
-                    t += 5_000;
+                    (retire(rng), 5_000)
                 } else {
-                    out.push((t, change(rng)));
+                    (vec![(0, change(rng))], 0)
                 }
-            }
-            out.push((
-                t + range(rng, 2_000, 20_000),
-                Action::Restart {
-                    target: Target::Node(stopped),
-                },
-            ));
-            out
+            })
         }
         17 => {
             // A graceful stop (the admin, mostly: it hands over), started again later or not.
@@ -540,25 +521,7 @@ fn fault(
         14 => {
             // A voter stopped while changes go on, started again later (a rolling replacement
             // that the stopped voter misses).
-            let stopped = below(rng, eligible as u64) as usize;
-            let mut out = vec![(
-                0,
-                Action::Crash {
-                    target: Target::Node(stopped),
-                },
-            )];
-            let mut t = 0;
-            for _ in 0..range(rng, 1, 3) {
-                t += range(rng, 2_000, 8_000);
-                out.push((t, change(rng)));
-            }
-            out.push((
-                t + range(rng, 2_000, 20_000),
-                Action::Restart {
-                    target: Target::Node(stopped),
-                },
-            ));
-            out
+            voter_absent(rng, eligible, (1, 3), |rng| (vec![(0, change(rng))], 0))
         }
         11 | 12 => {
             // A split, and a change asked for just after it (the admin may be on either side).
@@ -644,6 +607,38 @@ fn fault(
         )],
         _ => vec![(0, change(rng))],
     }
+}
+
+/// A voter (one of the first `eligible` nodes) crashed while `changes` (a range) operator
+/// actions go on, 2-8 s apart, and started again 2-20 s after the last. `step` makes each: its
+/// actions (offset from its start) and how much longer it takes.
+fn voter_absent(
+    rng: &mut ChaCha8Rng,
+    eligible: usize,
+    changes: (u64, u64),
+    mut step: impl FnMut(&mut ChaCha8Rng) -> (Vec<(u64, Action)>, u64),
+) -> Vec<(u64, Action)> {
+    let stopped = below(rng, eligible as u64) as usize;
+    let mut out = vec![(
+        0,
+        Action::Crash {
+            target: Target::Node(stopped),
+        },
+    )];
+    let mut t = 0;
+    for _ in 0..range(rng, changes.0, changes.1) {
+        t += range(rng, 2_000, 8_000);
+        let (actions, took) = step(rng);
+        out.extend(actions.into_iter().map(|(dt, a)| (t + dt, a)));
+        t += took;
+    }
+    out.push((
+        t + range(rng, 2_000, 20_000),
+        Action::Restart {
+            target: Target::Node(stopped),
+        },
+    ));
+    out
 }
 
 /// A split into two or three groups of random nodes (some left out), healed later or not.
