@@ -413,6 +413,8 @@ async fn a_sandbox_kept_as_it_is_waits_at_most_max_dirty_keep() -> TestResult {
     let a = pool.acquire_for("t1", Some("n1/alice")).await?;
     let first = a.id().to_string();
     a.give_back("n1/alice".into(), later, None);
+    // What its run left is killed in the background before it is kept.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     // Within the bound: its owner's next run takes it (after the reset in its exec).
     let b = pool.acquire_for("t2", Some("n1/alice")).await?;
     assert_eq!(b.id(), first);
@@ -445,6 +447,69 @@ async fn a_sandbox_kept_as_it_is_waits_at_most_max_dirty_keep() -> TestResult {
     let e = pool.acquire_for("t5", Some("n1/alice")).await?;
     assert_eq!(e.id(), clean);
     drop(e);
+    pool.shutdown().await?;
+    Ok(())
+}
+
+/// Issue 51, finding 8: a sandbox given back to be kept unreset has what its run left running
+/// killed at once (`end_leftovers`, once), before its owner's next acquire takes it — that
+/// acquire waits for it rather than taking another. One whose clearing fails is removed, never
+/// kept, and the owner's next acquire gets another.
+#[tokio::test]
+async fn a_sandbox_kept_unreset_has_its_leftovers_killed_before_it_is_kept() -> TestResult {
+    let later = Instant::now() + Duration::from_secs(60);
+    let provider = ScriptedProvider::new();
+    provider.reset_in_exec();
+    let pool = SandboxPool::new(
+        provider.clone(),
+        SandboxSpec::new("n1", "template", "img"),
+        SandboxPolicy::default(),
+        PoolConfig::with_size(2),
+    );
+    let ops = |id: &str, op: Op| {
+        provider
+            .sandboxes()
+            .iter()
+            .filter(|s| s.id() == id)
+            .flat_map(|s| s.calls())
+            .filter(|c| c.op == op)
+            .count()
+    };
+    let a = pool.acquire_for("t1", Some("n1/alice")).await?;
+    let first = a.id().to_string();
+    assert_eq!(ops(&first, Op::EndLeftovers), 0);
+    a.give_back("n1/alice".into(), later, None);
+    // At once, with no wait: the next acquire is the one that waits.
+    let b = pool.acquire_for("t2", Some("n1/alice")).await?;
+    assert_eq!(b.id(), first, "the owner's own, cleared");
+    assert_eq!(ops(&first, Op::EndLeftovers), 1);
+    assert_eq!(
+        ops(&first, Op::Reset),
+        0,
+        "its reset goes with the next command"
+    );
+    assert!(b.needs_reset());
+    // A clearing that fails: removed, not kept.
+    provider
+        .sandboxes()
+        .into_iter()
+        .find(|s| s.id() == first)
+        .expect("made")
+        .fail_next(
+            Op::EndLeftovers,
+            SandboxError::new(ErrorCategory::Exec, "the helper did not run"),
+        );
+    b.give_back("n1/alice".into(), later, None);
+    let c = pool.acquire_for("t3", Some("n1/alice")).await?;
+    assert_ne!(c.id(), first);
+    eventually(
+        "the uncleared sandbox's removal",
+        Duration::from_secs(5),
+        || ops(&first, Op::Remove) == 1,
+    )
+    .await;
+    assert_eq!(pool.status().failed_resets, 1);
+    drop(c);
     pool.shutdown().await?;
     Ok(())
 }

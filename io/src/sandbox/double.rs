@@ -33,6 +33,8 @@ pub enum Op {
     EndAfter,
     /// [`ExecutionSandbox::reset`].
     Reset,
+    /// [`ExecutionSandbox::end_leftovers`].
+    EndLeftovers,
     /// [`ExecutionSandbox::stop`].
     Stop,
     /// [`ExecutionSandbox::remove`].
@@ -380,6 +382,12 @@ impl ExecutionSandbox for ScriptedSandbox {
         self.require_running()?;
         self.lock().files.clear();
         Ok(())
+    }
+
+    /// Recorded; fails as scripted, or when the double is not running.
+    async fn end_leftovers(&self) -> SandboxResult<()> {
+        self.begin(Op::EndLeftovers, String::new())?;
+        self.require_running()
     }
 
     async fn stop(&self) -> SandboxResult<()> {

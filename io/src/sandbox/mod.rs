@@ -568,6 +568,15 @@ pub trait ExecutionSandbox: Send + Sync {
         false
     }
 
+    /// Kills every process the commands left running, now. A pool that keeps a sandbox for
+    /// its next command's reset ([`resets_in_exec`](Self::resets_in_exec)) calls it when the
+    /// sandbox is given back, so what a finished run left runs on nobody's account for no
+    /// longer than this takes (issue 51, finding 8). An error means it could not: remove the
+    /// sandbox instead. Default: a whole [`reset`](Self::reset).
+    fn end_leftovers(&self) -> impl Future<Output = SandboxResult<()>> + Send {
+        self.reset()
+    }
+
     /// Stops the main process (and with it every command). Idempotent.
     fn stop(&self) -> impl Future<Output = SandboxResult<()>> + Send;
 

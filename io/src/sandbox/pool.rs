@@ -9,12 +9,14 @@
 //!   instead [`give it back`](PooledSandbox::give_back) under an owner key (a submitter and
 //!   shape) to wait for the next [`acquire_for`](SandboxPool::acquire_for) with the same key —
 //!   never for anyone else's. Where the sandbox can reset in its next command's exec
-//!   ([`ExecutionSandbox::resets_in_exec`]) it waits as it is and its next holder must run
-//!   after the reset ([`PooledSandbox::needs_reset`]); else it is
-//!   [`reset`](ExecutionSandbox::reset) in the background and waits only when that vouches.
-//!   At most `size` such sandboxes wait (the oldest goes first), each until its `usable_until`
-//!   or `max_idle_age` after it was first made, whichever comes first — and one kept as it is
-//!   (what its run left still running) at most `max_dirty_keep` after it was given back.
+//!   ([`ExecutionSandbox::resets_in_exec`]) only what its run left running is killed in the
+//!   background ([`ExecutionSandbox::end_leftovers`]: nothing runs in a kept sandbox on
+//!   nobody's account), then it waits and its next holder must run after the reset
+//!   ([`PooledSandbox::needs_reset`]); else it is [`reset`](ExecutionSandbox::reset) in the
+//!   background. Either way it waits only when that vouches (else it is removed). At most
+//!   `size` such sandboxes wait (the oldest goes first), each until its `usable_until` or
+//!   `max_idle_age` after it was first made, whichever comes first — and one kept unreset
+//!   at most `max_dirty_keep` after it was given back.
 //! - **Bounded.** Idle sandboxes plus creations in flight (the background fill and on-demand
 //!   creations by [`acquire`](SandboxPool::acquire)) never exceed `size`. An `acquire` that finds
 //!   the pool empty creates its own sandbox when that bound allows, and otherwise waits for the
@@ -173,7 +175,9 @@ struct Kept<S> {
 struct State<S> {
     idle: VecDeque<Idle<S>>,
     kept: Vec<Kept<S>>,
-    resetting: usize,
+    /// The owner keys of sandboxes given back and being reset or cleared before they are
+    /// kept: that owner's next acquire waits for its own rather than taking another.
+    resetting: Vec<String>,
     reuses: u64,
     failed_resets: u64,
     creating: usize,
@@ -451,7 +455,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             state: Mutex::new(State {
                 idle: VecDeque::new(),
                 kept: Vec::new(),
-                resetting: 0,
+                resetting: Vec::new(),
                 reuses: 0,
                 failed_resets: 0,
                 creating: 0,
@@ -601,6 +605,9 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
                 let mine = owner.and_then(|o| st.kept.iter().position(|k| k.owner == o));
                 if let Some(i) = mine {
                     Next::Reuse(st.kept.remove(i))
+                } else if owner.is_some_and(|o| st.resetting.iter().any(|r| r == o)) {
+                    // Its own is being cleared (a helper exec): sooner than a fresh one.
+                    Next::Wait
                 } else if let Some(idle) = st.idle.pop_front() {
                     Next::Take(idle.sandbox, idle.ready_at)
                 } else if shared.config.size == 0 {
@@ -735,7 +742,7 @@ impl<P: SandboxProvider + 'static> SandboxPool<P> {
             notified.as_mut().enable();
             {
                 let st = shared.lock();
-                if st.creating == 0 && st.removing == 0 && st.resetting == 0 {
+                if st.creating == 0 && st.removing == 0 && st.resetting.is_empty() {
                     return match &st.last_removal_error {
                         Some(e) => Err(e.clone()),
                         None => Ok(()),
@@ -881,24 +888,26 @@ impl<P: SandboxProvider + 'static> PooledSandbox<P> {
             if st.leased.remove(kept.sandbox.id()).is_none() {
                 return;
             }
-            if kept.dirty {
-                shared.keep(&mut st, kept);
-                drop(st);
-                shared.changed.notify_waiters();
-                return;
-            }
-            st.resetting += 1;
+            st.resetting.push(kept.owner.clone());
         }
         let runtime = shared.runtime.clone();
         runtime.spawn(async move {
-            let reset = kept.sandbox.reset().await;
+            // A dirty one's reset goes with its next command, but what its run left running
+            // is killed now: it would run on nobody's account until then (issue 51, finding 8).
+            let reset = if kept.dirty {
+                kept.sandbox.end_leftovers().await
+            } else {
+                kept.sandbox.reset().await
+            };
             let mut st = shared.lock();
-            st.resetting -= 1;
+            if let Some(i) = st.resetting.iter().position(|o| *o == kept.owner) {
+                st.resetting.swap_remove(i);
+            }
             match reset {
                 Ok(()) => shared.keep(&mut st, kept),
                 Err(e) => {
                     tracing::debug!(pool = %shared.pool_id, sandbox = kept.sandbox.id(), error = %e,
-                        "a sandbox given back could not be reset; removing it");
+                        "a sandbox given back could not be reset or cleared; removing it");
                     st.failed_resets += 1;
                     shared.spawn_removal(&mut st, kept.sandbox);
                 }

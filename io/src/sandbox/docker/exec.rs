@@ -830,6 +830,30 @@ impl Container {
         Some(new)
     }
 
+    /// Kills every process of the commands' user, now (a sandbox given back to be kept:
+    /// [`ExecutionSandbox::end_leftovers`](crate::sandbox::ExecutionSandbox::end_leftovers)).
+    /// Fails when the helper cannot run (the sandbox died), so the pool removes it.
+    pub(super) async fn end_leftovers(&self) -> SandboxResult<()> {
+        let out = self
+            .helper(
+                ["sh", "-c", CLEANUP_SCRIPT, "chorus-cleanup", "all", ""]
+                    .map(String::from)
+                    .to_vec(),
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        let killed: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("killed "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        if killed > 0 {
+            tracing::debug!(sandbox = %self.name, killed,
+                "killed what a finished run left running in a kept sandbox");
+        }
+        Ok(())
+    }
+
     /// After a command: kills every process it left (all of the commands' user's processes
     /// when no other exec is in flight, else those carrying its `marker`), and reads the OOM
     /// counter. A cleanup that cannot run (the sandbox died) finds nothing.

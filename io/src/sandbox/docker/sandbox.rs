@@ -248,6 +248,10 @@ impl ExecutionSandbox for DockerSandbox {
                 .is_ok()
     }
 
+    async fn end_leftovers(&self) -> SandboxResult<()> {
+        self.container.end_leftovers().await
+    }
+
     async fn stop(&self) -> SandboxResult<()> {
         let options = StopContainerOptionsBuilder::new().t(1).build();
         // 304: stopped already; 404: gone.

@@ -616,6 +616,57 @@ async fn docker_a_kept_sandbox_runs_the_next_task_after_a_reset_in_the_same_exec
     wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
 }
 
+/// Issue 51, finding 8: what a finished run left running — a CPU spinner in a session of its
+/// own — is killed when its sandbox is kept for its submitter, within a helper exec of the
+/// run's end, not at the next run's reset or the armed end (`max_dirty_keep`, 30 s). Before,
+/// the spinner ran on nobody's account until then. The sandbox is still kept and reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_what_a_finished_run_left_running_is_killed_when_its_sandbox_is_kept() {
+    let (provider, image, node, mut runner) = warm_docker_runner("leftovers", true).await;
+    let shape = TaskShape::default_of(image.clone());
+    let with = |command: &str| {
+        let mut s = (*spec(&image, &["sh", "-c", command])).clone();
+        s.submitter = Some("alice".into());
+        Arc::new(s)
+    };
+    // It says the spinner runs as it ends.
+    let spinner = "setsid sh -c 'while :; do :; done' >/dev/null 2>&1 < /dev/null & \
+                   sleep 0.2; ps -A -o args | grep -c '^sh -c while'";
+    runner.start(&task(1), 1, &with(spinner));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    let ended = std::time::Instant::now();
+    assert_eq!(exit.stdout, "1\n", "{exit:?}");
+    // The kept sandbox and the pool's refill.
+    let ids = container_ids_of(&provider, &node).await;
+    let spinning = || async {
+        for id in &ids {
+            if commands_in(&provider, id)
+                .await
+                .iter()
+                .any(|c| c.contains("while :"))
+            {
+                return true;
+            }
+        }
+        false
+    };
+    wait_until(|| async { !spinning().await }).await;
+    let gone = ended.elapsed();
+    assert!(
+        gone < Duration::from_secs(10),
+        "the spinner ran {gone:?} after its run ended"
+    );
+    // Kept all the same: the submitter's next run takes it, after its reset.
+    runner.start(&task(2), 1, &with("echo again"));
+    let (_, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(exit.stdout, "again\n", "{exit:?}");
+    let status = runner.pool_status(&shape).expect("the pool");
+    assert_eq!((status.reuses, status.failed_resets), (1, 0), "{status:?}");
+    eprintln!("the spinner was gone {gone:?} after its run ended");
+    drop(runner);
+    wait_until(|| async { containers_of(&provider, &node).await == 0 }).await;
+}
+
 /// Issue 33: a workdir that does not exist in the sandbox fails the run saying so, not
 /// retried (it would not exist the next time either), pooled or fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
