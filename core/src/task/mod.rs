@@ -237,6 +237,11 @@ pub struct TaskSpec {
     /// to a second worker behind its owner's back (`place.rs`, rule 14).
     #[serde(default, skip_serializing_if = "is_false")]
     pub live: bool,
+    /// A live sandbox's idle timeout: with no call for this long its worker ends it
+    /// (`timed_out`, like its lifetime). 0: the worker's default. Only for a live sandbox,
+    /// and at most its lifetime (`timeout_ms`).
+    #[serde(default, skip_serializing_if = "is_zero64")]
+    pub idle_ms: u64,
 }
 
 fn is_zero32(n: &u32) -> bool {
@@ -327,6 +332,9 @@ impl TaskSpec {
                 "timeout must be 1 ms to {} s",
                 bounds::TIMEOUT_MS / 1000
             ));
+        }
+        if self.idle_ms > 0 && (!self.live || self.idle_ms > self.timeout_ms) {
+            return err("idle_ms is a live sandbox's, and at most its lifetime (timeout_ms)");
         }
         if self.memory_mb > bounds::MEMORY_MB
             || self.cpu_millis > bounds::CPU_MILLIS

@@ -145,10 +145,36 @@ fn a_spec_within_its_bounds_passes_and_each_bound_is_checked() {
                 ..spec()
             },
         ),
+        (
+            "an idle timeout on a task",
+            TaskSpec {
+                idle_ms: 10,
+                ..spec()
+            },
+        ),
+        (
+            "a live sandbox idle for longer than it lives",
+            TaskSpec {
+                live: true,
+                command: vec![],
+                idle_ms: 1_001,
+                ..spec()
+            },
+        ),
     ];
     for (what, s) in cases {
         assert!(s.check().is_err(), "{what} passed");
     }
+    let live = TaskSpec {
+        live: true,
+        command: vec![],
+        idle_ms: 1_000,
+        ..spec()
+    };
+    assert_eq!(live.check(), Ok(()));
+    let text = serde_json::to_string(&live).unwrap();
+    assert!(text.contains("\"idle_ms\":1000"), "{text}");
+    assert_eq!(serde_json::from_str::<TaskSpec>(&text).unwrap(), live);
 }
 
 #[test]

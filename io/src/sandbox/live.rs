@@ -142,6 +142,21 @@ pub enum GoneWhy {
     Expired,
     /// The sandbox itself died or could not be reached (`why`).
     Lost { why: String },
+    /// It could not be made (`why`): a create the cluster placed here that failed.
+    Failed { why: String },
+}
+
+impl GoneWhy {
+    /// Its one-word name (counters, the `gone.reason` of an answer).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            GoneWhy::Closed { .. } => "closed",
+            GoneWhy::Idle => "idle",
+            GoneWhy::Expired => "expired",
+            GoneWhy::Lost { .. } => "lost",
+            GoneWhy::Failed { .. } => "failed",
+        }
+    }
 }
 
 impl std::fmt::Display for GoneWhy {
@@ -151,6 +166,7 @@ impl std::fmt::Display for GoneWhy {
             GoneWhy::Idle => f.write_str("idle for its whole idle timeout"),
             GoneWhy::Expired => f.write_str("its lifetime ran out"),
             GoneWhy::Lost { why } => write!(f, "lost: {why}"),
+            GoneWhy::Failed { why } => write!(f, "could not be made: {why}"),
         }
     }
 }
@@ -232,6 +248,10 @@ pub struct LiveSandboxes<P: SandboxProvider> {
     state: Mutex<State<P::Sandbox>>,
     /// Told when a warm sandbox was taken, so the pool refills at once (rule 6).
     taken: tokio::sync::Notify,
+    /// Told when a sandbox was made or ended (for [`LiveSandboxes::wait_for`]).
+    changed: tokio::sync::Notify,
+    /// Where each end goes, once someone watches ([`LiveSandboxes::watch_ends`]).
+    ends: Mutex<Option<mpsc::UnboundedSender<(String, GoneWhy)>>>,
 }
 
 impl<P: SandboxProvider> std::fmt::Debug for LiveSandboxes<P> {
@@ -263,7 +283,67 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 counters: LiveCounters::default(),
             }),
             taken: tokio::sync::Notify::new(),
+            changed: tokio::sync::Notify::new(),
+            ends: Mutex::new(None),
         }
+    }
+
+    /// Every end from now on, as (id, why) — the worker's runtime reports those of the
+    /// sandboxes the cluster placed here. A second call takes over from the first.
+    pub fn watch_ends(&self) -> mpsc::UnboundedReceiver<(String, GoneWhy)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.ends.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        rx
+    }
+
+    /// Remembers that `id`, `owner`'s, could not be made (`why`): later calls answer gone
+    /// with it (rule 4), as for any ended sandbox.
+    pub fn remember_failed(&self, id: &str, owner: &str, why: String) {
+        let mut st = self.lock();
+        if st.live.contains_key(id) || st.gone.iter().any(|e| e.id == id) {
+            return;
+        }
+        *st.counters.ended.entry("failed").or_default() += 1;
+        push_gone(
+            &mut st,
+            Ended {
+                id: id.to_string(),
+                owner: owner.to_string(),
+                key: None,
+                why: GoneWhy::Failed { why },
+                at: Instant::now(),
+            },
+        );
+        drop(st);
+        self.changed.notify_waiters();
+    }
+
+    /// What `caller` may see of `id`, waiting until `until` while there is no such sandbox
+    /// yet (the cluster placed it here and it is being made, or its placement is on its way).
+    pub async fn wait_for(
+        &self,
+        caller: &Caller,
+        id: &str,
+        until: Instant,
+    ) -> Result<LiveInfo, LiveError> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.get(caller, id) {
+                Err(LiveError::NotFound) if Instant::now() < until => {}
+                other => return other,
+            }
+            if tokio::time::timeout_at(until, changed).await.is_err() {
+                return self.get(caller, id);
+            }
+        }
+    }
+
+    /// Ends `id` for the cluster (its placement was stopped: closed or lost there), saying
+    /// `why`. Whether it was live.
+    pub async fn end_by(&self, id: &str, why: GoneWhy) -> bool {
+        self.end(id, why).await
     }
 
     fn lock(&self) -> MutexGuard<'_, State<P::Sandbox>> {
@@ -391,6 +471,8 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 let out = info(&req.id, &live, now);
                 st.live.insert(req.id, live);
                 st.counters.created += 1;
+                drop(st);
+                self.changed.notify_waiters();
                 return Ok((out, true));
             }
             (live.sandbox, raced)
@@ -545,6 +627,12 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             id: id.to_string(),
             sandbox: live.sandbox.clone(),
         })
+    }
+
+    /// Whether `id` is here: live, or ended and still remembered.
+    pub fn knows(&self, id: &str) -> bool {
+        let st = self.lock();
+        st.live.contains_key(id) || st.gone.iter().any(|e| e.id == id)
     }
 
     /// What `caller` may see of `id`.
@@ -733,25 +821,24 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             let Some(live) = st.live.remove(id) else {
                 return false;
             };
-            let kind = match &why {
-                GoneWhy::Closed { .. } => "closed",
-                GoneWhy::Idle => "idle",
-                GoneWhy::Expired => "expired",
-                GoneWhy::Lost { .. } => "lost",
-            };
+            let kind = why.kind();
             *st.counters.ended.entry(kind).or_default() += 1;
-            if st.gone.len() >= GONE_KEPT {
-                st.gone.pop_front();
-            }
-            st.gone.push_back(Ended {
-                id: id.to_string(),
-                owner: live.owner,
-                key: live.key,
-                why,
-                at: Instant::now(),
-            });
+            push_gone(
+                &mut st,
+                Ended {
+                    id: id.to_string(),
+                    owner: live.owner,
+                    key: live.key,
+                    why: why.clone(),
+                    at: Instant::now(),
+                },
+            );
             (live.sandbox, kind)
         };
+        self.changed.notify_waiters();
+        if let Some(ends) = self.ends.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            let _ = ends.send((id.to_string(), why));
+        }
         if let Err(e) = sandbox.remove().await {
             tracing::warn!(live = id, sandbox = sandbox.id(), ended = kind, error = %e,
                 "removing an ended live sandbox failed (its armed end still ends it)");
@@ -775,6 +862,14 @@ impl<P: SandboxProvider> Drop for Busy<'_, P> {
             live.last_used = Instant::now();
         }
     }
+}
+
+/// Remembers an end, forgetting the oldest past [`GONE_KEPT`].
+fn push_gone<S>(st: &mut State<S>, ended: Ended) {
+    if st.gone.len() >= GONE_KEPT {
+        st.gone.pop_front();
+    }
+    st.gone.push_back(ended);
 }
 
 fn info<S: ExecutionSandbox>(id: &str, live: &Live<S>, now: Instant) -> LiveInfo {

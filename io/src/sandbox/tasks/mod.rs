@@ -48,6 +48,7 @@
 //!    that cannot be made (a link at its name) is warned about; the run goes on without it.
 
 mod ceilings;
+mod live_placements;
 pub mod logs;
 mod reaper;
 mod run;
@@ -69,6 +70,7 @@ use super::{PoolConfig, SandboxPolicy, SandboxPool, SandboxProvider, SandboxSpec
 use crate::runtime::TaskSandboxes;
 
 pub use ceilings::Ceilings;
+pub use live_placements::{live_base_policy, live_sandbox_spec, BY_THE_CLUSTER};
 pub use logs::{LogStore, LogWriter};
 pub use reaper::REAP_PERIOD;
 pub use secret::SecretKey;
@@ -261,6 +263,8 @@ pub struct TaskRunner<P: SandboxProvider + Clone + 'static> {
     shared: Arc<Shared<P>>,
     ended_tx: mpsc::UnboundedSender<Event>,
     ended_rx: mpsc::UnboundedReceiver<Event>,
+    /// Live sandboxes the cluster places here, when this worker keeps a registry of them.
+    live: Option<live_placements::LivePlacements<P>>,
 }
 
 impl<P: SandboxProvider + Clone + 'static> std::fmt::Debug for TaskRunner<P> {
@@ -288,7 +292,19 @@ impl<P: SandboxProvider + Clone + 'static> TaskRunner<P> {
             }),
             ended_tx,
             ended_rx,
+            live: None,
         }
+    }
+
+    /// Makes the live sandboxes the cluster places here in `registry` (`live_placements`),
+    /// and reports their ends as the runs' ends. Without it a live placement fails at once.
+    /// Call within a Tokio runtime.
+    pub fn with_live(mut self, registry: Arc<super::live::LiveSandboxes<P>>) -> Self {
+        self.live = Some(live_placements::LivePlacements::new(
+            registry,
+            self.ended_tx.clone(),
+        ));
+        self
     }
 
     /// The counters (shared: they keep counting).
@@ -424,17 +440,18 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
 
     fn start(&mut self, task: &TaskId, attempt: u32, spec: &SharedSpec) {
         if spec.live {
-            // The core places live sandboxes (design §4.8), but this runtime still makes them
-            // only through `/sandboxes` on the worker: a live placement from a peer ends at
-            // once, for good, rather than running an empty command.
-            let _ = self.ended_tx.send(Event::SandboxFailed {
-                task: task.clone(),
-                attempt,
-                error: "sandbox: this worker makes live sandboxes only through its own \
-                        /sandboxes API"
-                    .into(),
-                retryable: false,
-            });
+            match &self.live {
+                Some(live) => live.start(&self.shared.config, task, attempt, spec),
+                // A worker without a registry never runs an empty command for one.
+                None => {
+                    let _ = self.ended_tx.send(Event::SandboxFailed {
+                        task: task.clone(),
+                        attempt,
+                        error: "sandbox: this worker keeps no live sandboxes".into(),
+                        retryable: false,
+                    });
+                }
+            }
             return;
         }
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -454,6 +471,9 @@ impl<P: SandboxProvider + Clone + 'static> TaskSandboxes for TaskRunner<P> {
     }
 
     fn stop(&mut self, task: &TaskId, attempt: u32) {
+        if self.live.as_ref().is_some_and(|l| l.stop(task, attempt)) {
+            return;
+        }
         let stop = self.shared.lock_runs().remove(&(task.clone(), attempt));
         if let Some(stop) = stop {
             // The run may have ended a moment ago: its end is on the channel either way.

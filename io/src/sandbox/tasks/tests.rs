@@ -1221,3 +1221,131 @@ async fn a_runs_whole_output_is_in_its_log_finished_before_its_end() {
     assert_eq!(err.data, b"warning\n", "stderr apart, not cut");
     assert!(err.progress.finished && err.progress.cut_at().is_none());
 }
+
+/// A live sandbox spec of `submitter`'s: lifetime `lifetime_ms`, idle timeout `idle_ms`.
+fn live_of(submitter: &str, lifetime_ms: u64, idle_ms: u64) -> SharedSpec {
+    Arc::new(TaskSpec {
+        image: "img".into(),
+        timeout_ms: lifetime_ms,
+        idle_ms,
+        live: true,
+        submitter: Some(submitter.into()),
+        ..TaskSpec::default()
+    })
+}
+
+/// Issue 53: a live placement from the core is made in the worker's registry under the task's
+/// id for its submitter (`live_placements` rule 1), and each way it ends is the run's end
+/// (rule 2): closed by its owner → exit 0 saying so; stopped by the cluster — also while it is
+/// being made — → closed by the cluster (rule 3); expired → a timeout; one that cannot be made
+/// (above the ceilings) → a failure, not retried, and later calls hear why.
+#[tokio::test]
+async fn a_live_placement_lives_in_the_registry_and_its_end_is_the_runs() {
+    use crate::sandbox::live::{Caller, GoneWhy, LiveError, LiveLimits, LiveSandboxes};
+    let provider = ScriptedProvider::new();
+    let registry = Arc::new(LiveSandboxes::new(provider.clone(), LiveLimits::default()));
+    let config = TaskRunnerConfig {
+        ceilings: Ceilings {
+            memory_mb: Some(512),
+            ..Ceilings::default()
+        },
+        ..TaskRunnerConfig::new("n1")
+    };
+    let mut runner = TaskRunner::new(provider.clone(), config).with_live(Arc::clone(&registry));
+    let alice = Caller::owner("alice");
+    let made = |id: String| {
+        let registry = Arc::clone(&registry);
+        let alice = alice.clone();
+        async move {
+            let until = tokio::time::Instant::now() + Duration::from_secs(10);
+            registry.wait_for(&alice, &id, until).await
+        }
+    };
+
+    // Made for alice under the task's id; another owner does not see it.
+    runner.start(&task(1), 1, &live_of("alice", 60_000, 5_000));
+    let info = made(task(1).to_string()).await.expect("made");
+    assert_eq!(info.owner, "alice");
+    assert!(info.idle_left <= Duration::from_secs(5), "{info:?}");
+    assert!(matches!(
+        registry.get(&Caller::owner("bob"), &task(1).to_string()),
+        Err(LiveError::NotFound)
+    ));
+    // Closed by its owner: the run exits 0, saying so.
+    registry.close(&alice, &task(1).to_string()).await.unwrap();
+    let (t, attempt, exit) = exited(end(&mut runner).await);
+    assert_eq!((t, attempt, exit.exit_code), (task(1), 1, Some(0)));
+    assert!(exit.stderr.contains("closed by alice"), "{exit:?}");
+
+    // Stopped by the cluster once made, and stopped while being made.
+    runner.start(&task(2), 1, &live_of("alice", 60_000, 0));
+    made(task(2).to_string()).await.expect("made");
+    runner.stop(&task(2), 1);
+    let (t, _, exit) = exited(end(&mut runner).await);
+    assert_eq!((t, exit.exit_code), (task(2), Some(0)));
+    assert!(exit.stderr.contains(BY_THE_CLUSTER), "{exit:?}");
+    runner.start(&task(3), 1, &live_of("alice", 60_000, 0));
+    runner.stop(&task(3), 1);
+    let (t, _, exit) = exited(end(&mut runner).await);
+    assert_eq!((t, exit.exit_code), (task(3), Some(0)));
+    match made(task(3).to_string()).await {
+        Err(LiveError::Gone {
+            why: GoneWhy::Closed { by },
+            ..
+        }) => assert_eq!(by, BY_THE_CLUSTER),
+        other => panic!("stopped while made: {other:?}"),
+    }
+
+    // Expired at its lifetime: a timeout.
+    runner.start(&task(4), 1, &live_of("alice", 200, 0));
+    made(task(4).to_string()).await.expect("made");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    registry.reap().await;
+    let (t, _, exit) = exited(end(&mut runner).await);
+    assert_eq!(t, task(4));
+    assert!(exit.timed_out, "{exit:?}");
+
+    // Above the worker's ceilings: failed for good, and later calls hear why.
+    let big = Arc::new(TaskSpec {
+        memory_mb: 4096,
+        ..(*live_of("alice", 60_000, 0)).clone()
+    });
+    runner.start(&task(5), 1, &big);
+    match end(&mut runner).await {
+        Event::SandboxFailed {
+            task: t,
+            retryable,
+            error,
+            ..
+        } => {
+            assert_eq!(t, task(5));
+            assert!(!retryable);
+            assert!(error.contains("policy_violation"), "{error}");
+        }
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(matches!(
+        registry.get(&alice, &task(5).to_string()),
+        Err(LiveError::Gone {
+            why: GoneWhy::Failed { .. },
+            ..
+        })
+    ));
+    // Every sandbox made is removed once its placement ended.
+    for s in provider.sandboxes() {
+        assert!(s.calls().iter().any(|c| c.op == Op::Remove), "{:?}", s.id());
+    }
+}
+
+/// Without a registry a live placement fails at once, never running an empty command.
+#[tokio::test]
+async fn a_worker_without_a_registry_fails_a_live_placement() {
+    let provider = ScriptedProvider::new();
+    let mut runner = TaskRunner::new(provider.clone(), TaskRunnerConfig::new("n1"));
+    runner.start(&task(1), 1, &live_of("alice", 60_000, 0));
+    match end(&mut runner).await {
+        Event::SandboxFailed { retryable, .. } => assert!(!retryable),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(provider.sandboxes().is_empty());
+}
