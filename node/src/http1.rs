@@ -64,6 +64,68 @@ pub async fn send(
     })
 }
 
+/// Sends one request to `endpoint` as [`send`] does, and answers once the head of its answer
+/// came: the body is read as the server sends it (a streaming exec's NDJSON, relayed as it
+/// comes). Bounds on the body are the reader's.
+pub async fn open(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
+    match (endpoint.tls, tls) {
+        (true, Some(config)) => {
+            let connector = tokio_rustls::TlsConnector::from(config);
+            let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", endpoint.host_port))?;
+            let stream = connector
+                .connect(name, tcp)
+                .await
+                .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
+            request_on(stream, endpoint, method, path, body, token).await
+        }
+        (true, None) => anyhow::bail!("{} speaks TLS: no way to check it", endpoint.host_port),
+        (false, _) => request_on(tcp, endpoint, method, path, body, token).await,
+    }
+}
+
+/// One request over `stream` with hyper's HTTP/1 client; its answer once its head came.
+async fn request_on<S>(
+    stream: S,
+    endpoint: &Endpoint,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake::<_, axum::body::Body>(io).await?;
+    // Drives the connection until the answer's body was read (or dropped).
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", &endpoint.host_port)
+        .header("connection", "close");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    if body.is_some() {
+        request = request.header("content-type", "application/json");
+    }
+    let request = request.body(axum::body::Body::from(body.unwrap_or_default().to_owned()))?;
+    Ok(sender.send_request(request).await?)
+}
+
 /// Whether an answer to plain HTTP is a TLS record (a server that speaks only TLS answers a
 /// plain request with an alert, or a handshake record): content type 21 or 22, version 3.x.
 fn looks_like_tls(raw: &[u8]) -> bool {

@@ -1035,28 +1035,43 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
         all.extend(&args[2..]);
         chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
     };
-    // The node keeps warm live sandboxes: a create takes one.
+    // Every worker keeps warm live sandboxes: a create takes one wherever it is placed.
     let warm = wait_until(Duration::from_secs(60), Duration::from_millis(100), || {
-        metric(&t.c, node, "chorus_live_warm").filter(|n| *n > 0)
+        (0..3)
+            .all(|i| metric(&t.c, i, "chorus_live_warm").is_some_and(|n| n > 0))
+            .then_some(())
     });
-    assert!(warm.is_some(), "no warm live sandbox within 60 s");
+    assert!(
+        warm.is_some(),
+        "no warm live sandbox at every worker within 60 s"
+    );
     let out = cli(&["sandbox", "create", "--idle", "120", "--key", "agent-1"]);
     assert!(out.status.success(), "{out:?}");
     let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    assert!(id.starts_with(&t.ids[node]), "the id names its node: {id}");
-    assert_eq!(metric(&t.c, node, "chorus_live_from_pool_total"), Some(1));
-    // Retried with its key: the same sandbox, not a second one.
-    let again = cli(&["sandbox", "create", "--key", "agent-1"]);
-    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), id);
-    assert_eq!(metric(&t.c, node, "chorus_live_created_total"), Some(1));
-    let node_id = t.ids[node].clone();
-    let live_of = move |all: bool| live_containers_of(&node_id, all);
+    assert!(
+        id.starts_with(&t.ids[node]),
+        "its live task's id names its node: {id}"
+    );
     let (code, body) = as_token(&t.c, node, &alice, "GET", &format!("/sandboxes/{id}"), "");
     assert_eq!(code, 200, "{body}");
-    let container = serde_json::from_str::<Value>(&body).unwrap()["sandbox"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let info: Value = serde_json::from_str(&body).unwrap();
+    let container = info["sandbox"].as_str().unwrap().to_owned();
+    // The admin placed it: its worker made it from its warm live pool.
+    let worker = t.index_of(info["worker"].as_str().unwrap());
+    assert_eq!(metric(&t.c, worker, "chorus_live_from_pool_total"), Some(1));
+    // Retried as it was (with its key): the same sandbox, not a second one.
+    let again = cli(&["sandbox", "create", "--idle", "120", "--key", "agent-1"]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        id,
+        "{again:?}"
+    );
+    let made: u64 = (0..3)
+        .filter_map(|i| metric(&t.c, i, "chorus_live_created_total"))
+        .sum();
+    assert_eq!(made, 1, "one sandbox made in the whole cluster");
+    let worker_id = t.ids[worker].clone();
+    let live_of = move |all: bool| live_containers_of(&worker_id, all);
     assert!(live_of(false).contains(&container), "{container} runs");
 
     let local = tempfile::NamedTempFile::new().unwrap();
@@ -1140,14 +1155,24 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     assert!(body.contains("\"reason\":\"closed\""), "{body}");
     assert!(!live_of(true).contains(&container), "closed means removed");
 
-    // A node killed with kill -9 takes its live sandboxes (and its warm ones) with it (their
+    // A worker killed with kill -9 takes its live sandboxes (and its warm ones) with it (their
     // supervisor ends when the node's end of its stdin closes), and removes what is left when
     // it starts again.
     let out = cli(&["sandbox", "create"]);
     assert!(out.status.success(), "{out:?}");
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (code, body) = as_token(&t.c, node, &alice, "GET", &format!("/sandboxes/{id}"), "");
+    assert_eq!(code, 200, "{body}");
+    let worker = t.index_of(
+        serde_json::from_str::<Value>(&body).unwrap()["worker"]
+            .as_str()
+            .unwrap(),
+    );
+    let worker_id = t.ids[worker].clone();
+    let live_of = move |all: bool| live_containers_of(&worker_id, all);
     let before = live_of(true);
     assert!(!before.is_empty());
-    t.c.kill(node);
+    t.c.kill(worker);
     let stopped = wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
         live_of(false)
             .iter()
@@ -1158,7 +1183,7 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
         stopped.is_some(),
         "a live sandbox still runs after its node's kill -9"
     );
-    t.c.start_node(node);
+    t.c.start_node(worker);
     let removed = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
         let now = live_of(true);
         before.iter().all(|c| !now.contains(c)).then_some(())
@@ -1169,26 +1194,47 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     );
 }
 
-/// Issue 53, step 3: a live sandbox on one worker is used, start to end, through the API of a
-/// node that is neither the admin nor the worker (forwarded with a delegated token); another
-/// token sees nothing of it through any node; once closed, every node says so (410). A worker
-/// killed with `kill -9` is named at the next call through another node (410 lost when its
-/// API refuses the connection, 503 while it is merely not connected), and once it is back its
-/// old sandboxes are 410 lost and no container of them is left.
+/// A live sandbox of `token`'s made through node `origin` and placed by the admin on a worker
+/// other than `admin`: its id and its worker's index. The admin places on the least loaded
+/// worker, ties by node id, so the sandboxes that land on the admin are kept until one lands
+/// elsewhere, then closed.
+fn sandbox_off_admin(t: &TaskCluster, origin: usize, token: &str, admin: usize) -> (String, usize) {
+    let mut on_admin = Vec::new();
+    for _ in 0..3 {
+        let (code, made) = as_token(&t.c, origin, token, "POST", "/sandboxes", "{}");
+        assert_eq!(code, 201, "{made}");
+        let made: Value = serde_json::from_str(&made).unwrap();
+        let id = made["id"].as_str().unwrap().to_owned();
+        let worker = t.index_of(made["worker"].as_str().unwrap());
+        if worker != admin {
+            for other in on_admin {
+                let path = format!("/sandboxes/{other}");
+                let (code, answer) = as_token(&t.c, origin, token, "DELETE", &path, "");
+                assert_eq!(code, 200, "{answer}");
+            }
+            return (id, worker);
+        }
+        on_admin.push(id);
+    }
+    panic!("3 sandboxes in a row were placed on the admin: {on_admin:?}");
+}
+
+/// Issue 53: a live sandbox is placed by the admin (a live task of the core) and used, start
+/// to end, through the API of a node that is neither the admin nor its worker (forwarded with
+/// a delegated token); another token sees nothing of it through any node; once closed, every
+/// node says so (410). Its worker killed with `kill -9` while the sandbox is in use: the next
+/// call through another node answers 410 lost, never hangs; within a failure-detection
+/// interval the cluster's record says lost too (its task ended `lost`, naming the worker), no
+/// container of it runs, and the restarted worker leaves none behind.
 #[test]
 fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
     let mut t = TaskCluster::start(BIN);
     let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
-    let worker = (admin + 1) % 3;
-    let via = (admin + 2) % 3;
+    let origin = (admin + 1) % 3;
     let alice = token(&t.c, "submit");
     let bob = token(&t.c, "submit");
-    let (code, made) = as_token(&t.c, worker, &alice, "POST", "/sandboxes", "{}");
-    assert_eq!(code, 201, "{made}");
-    let id = serde_json::from_str::<Value>(&made).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
     let base = format!("/sandboxes/{id}");
     let steps: [(&str, String, &str, u16, &str); 6] = [
         (
@@ -1301,32 +1347,54 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         assert_eq!(code, 410, "through node {i}: {answer}");
         assert!(answer.contains("closed"), "{answer}");
     }
+    // Its task ended at its node of record: closed by alice.
+    let closed = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        let (code, view) = as_token(&t.c, origin, &alice, "GET", &format!("/tasks/{id}"), "");
+        (code == 200 && view.contains("\"status\":\"succeeded\"")).then_some(view)
+    });
+    assert!(closed.is_some(), "the sandbox's task did not end");
 
-    // The worker killed while its sandbox is in use.
-    let (code, made) = as_token(&t.c, worker, &alice, "POST", "/sandboxes", "{}");
-    assert_eq!(code, 201, "{made}");
-    let lost = serde_json::from_str::<Value>(&made).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    // The worker killed while its sandbox is in use: made through the admin (its node of
+    // record, which outlives the worker).
+    let origin = admin;
+    let (lost, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
     let exec = format!("/sandboxes/{lost}/exec");
     let (code, _) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
     assert_eq!(code, 200);
     let before = live_containers_of(&t.ids[worker], true);
     t.c.kill(worker);
+    let killed = std::time::Instant::now();
     let (code, answer) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+    assert!(killed.elapsed() < Duration::from_secs(10), "the call hung");
     assert!(
         (code == 410 && answer.contains("lost"))
             || (code == 503 && answer.contains(&t.ids[worker])),
         "{code} {answer}"
     );
-    t.c.start_node(worker);
-    let back = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
-        let (code, answer) = as_token(&t.c, via, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
-        (code == 410).then_some(answer)
+    // The cluster's verdict: its task ended lost, naming the worker, at every node.
+    let verdict = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let (code, view) = as_token(&t.c, origin, &alice, "GET", &format!("/tasks/{lost}"), "");
+        (code == 200 && view.contains("\"status\":\"lost\"")).then_some(view)
     })
-    .expect("the restarted worker's old sandbox is said lost through another node");
-    assert!(back.contains("restarted"), "{back}");
+    .expect("the killed worker's sandbox is recorded lost");
+    let detected = killed.elapsed();
+    assert!(verdict.contains(&t.ids[worker]), "{verdict}");
+    for i in (0..3).filter(|i| *i != worker) {
+        let (code, answer) = as_token(&t.c, i, &alice, "GET", &format!("/sandboxes/{lost}"), "");
+        assert_eq!(code, 410, "through node {i}: {answer}");
+        assert!(answer.contains("\"reason\":\"lost\""), "{answer}");
+    }
+    eprintln!("the killed worker's sandbox was recorded lost {detected:?} after the kill");
+    let stopped = wait_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        let now = live_containers_of(&t.ids[worker], false);
+        before.iter().all(|c| !now.contains(c)).then_some(())
+    });
+    assert!(
+        stopped.is_some(),
+        "a live sandbox of the killed worker still runs"
+    );
+    t.c.start_node(worker);
     let leftover = wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
         let now = live_containers_of(&t.ids[worker], true);
         before.iter().all(|c| !now.contains(c)).then_some(())
@@ -1335,6 +1403,113 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         leftover.is_some(),
         "a live sandbox's container of the killed worker is left"
     );
+    let (code, answer) = as_token(&t.c, worker, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+    assert_eq!(code, 410, "through the restarted worker: {answer}");
+}
+
+/// Issue 53: the admin restarted during a create. Whatever the moment, a create ends in one
+/// sandbox or none — never two: made (201) and usable, or gone (410, lost with the node it was
+/// placed on); a retry with its key names the same sandbox; the cluster's workers hold at most
+/// one. Two rounds: the admin killed just after the create was sent (the old admin may have
+/// placed it, on itself or another: made, or lost and never made again), and just before,
+/// once the create's node let it go (the next admin places it after its first ticks, in which
+/// it places no live sandbox: the create waits through the election and is made, 201).
+#[test]
+fn the_admin_restarted_during_a_create_makes_one_sandbox_or_none() {
+    let mut t = TaskCluster::start(BIN);
+    let alice = token(&t.c, "submit");
+    for (round, kill_first) in [("after", false), ("before", true)] {
+        let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(60));
+        let origin = (admin + 1) % 3;
+        let key = format!("restart-{round}");
+        let body = format!(r#"{{"key": "{key}", "wait_ms": 60000}}"#);
+        let port = t.c.nodes[origin].http_port;
+        let auth = format!("Bearer {alice}");
+        let send = move || {
+            std::thread::spawn(move || {
+                http_exact(
+                    port,
+                    "POST",
+                    "/sandboxes",
+                    &[
+                        ("Host", "127.0.0.1"),
+                        ("Authorization", &auth),
+                        ("Content-Type", "application/json"),
+                    ],
+                    &body,
+                )
+                .expect("the node answers")
+            })
+        };
+        let create = if kill_first {
+            t.c.kill(admin);
+            // Sent once the create's node has let the dead admin go: offered only to the next.
+            let old = t.ids[admin].clone();
+            wait_until(Duration::from_secs(30), Duration::from_millis(20), || {
+                let s = t.c.status(origin)?;
+                (s["admin"].as_str() != Some(old.as_str())).then_some(())
+            })
+            .expect("the create's node lets the dead admin go");
+            send()
+        } else {
+            let create = send();
+            t.c.kill(admin);
+            create
+        };
+        std::thread::sleep(Duration::from_millis(500));
+        t.c.start_node(admin);
+        let (code, made) = create.join().unwrap();
+        assert!(
+            [201, 410].contains(&code),
+            "round {round}: the create answered {code}: {made}"
+        );
+        let id = serde_json::from_str::<Value>(&made).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        // Asked again with its key: the same sandbox (or the same verdict), once.
+        let retry = format!(r#"{{"key": "{key}", "wait_ms": 5000}}"#);
+        let (again_code, again) =
+            wait_until(Duration::from_secs(60), Duration::from_millis(200), || {
+                let (code, body) = as_token(&t.c, origin, &alice, "POST", "/sandboxes", &retry);
+                (code != 202 && code != 503).then_some((code, body))
+            })
+            .expect("the retried create is answered");
+        let again_id = serde_json::from_str::<Value>(&again).unwrap()["id"]
+            .as_str()
+            .map(str::to_owned);
+        assert_eq!(
+            again_id.as_deref(),
+            Some(id.as_str()),
+            "round {round}: {again}"
+        );
+        // The live sandboxes the cluster's workers hold (each round closes its own).
+        let held = || -> u64 {
+            (0..3)
+                .filter_map(|i| metric(&t.c, i, "chorus_live_sandboxes"))
+                .sum()
+        };
+        match (code, again_code) {
+            (201, 200) => {
+                assert_eq!(held(), 1, "round {round}: one live sandbox for {id}");
+                let path = format!("/sandboxes/{id}/exec");
+                let (code, answer) =
+                    as_token(&t.c, origin, &alice, "POST", &path, r#"{"argv": ["true"]}"#);
+                assert_eq!(code, 200, "{answer}");
+                let path = format!("/sandboxes/{id}");
+                let (code, answer) = as_token(&t.c, origin, &alice, "DELETE", &path, "");
+                assert_eq!(code, 200, "{answer}");
+            }
+            // Offered to an admin that may have placed it before it died: lost, never made a
+            // second time (design §4.8).
+            (410, 410) if !kill_first => {
+                assert!(again.contains("lost"), "round {round}: {again}");
+                assert_eq!(held(), 0, "round {round}: a lost sandbox is held somewhere");
+            }
+            other => panic!("round {round}: answered {other:?}: {made} then {again}"),
+        }
+        eprintln!("round {round}: the create answered {code}, its retry {again_code}");
+    }
 }
 
 /// Issue 54, item 2: a worker that joins through a node that is not the admin learns of the

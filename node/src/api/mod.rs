@@ -20,6 +20,7 @@ pub mod leave;
 pub mod logs;
 pub mod members;
 pub mod openapi;
+mod sandbox_place;
 pub mod sandboxes;
 pub mod status;
 pub mod tasks;

@@ -218,9 +218,10 @@ pub use crate::wire_doc::{
 /// A live sandbox.
 #[derive(ToSchema)]
 pub struct SandboxInfo {
-    /// Its id, `NODE.BOOT-RANDOM`: the node that holds it, and that node's process.
+    /// Its id: the id of its live task, `ORIGIN-SEQ` (the node it was made through, and that
+    /// node's number for it).
     pub id: String,
-    /// The node that holds it.
+    /// The worker that holds it.
     pub worker: String,
     /// The sandbox's own id (the container's name).
     pub sandbox: String,
@@ -230,14 +231,41 @@ pub struct SandboxInfo {
     pub lifetime_left_ms: u64,
 }
 
+/// A create still waiting for a worker (202).
+#[derive(ToSchema)]
+pub struct SandboxWaiting {
+    /// Its id: call it later (`GET /sandboxes/{id}`) once placed.
+    pub id: String,
+    /// `waiting`.
+    pub state: String,
+    /// Why it waits, as the admin said.
+    pub why: String,
+}
+
 /// `GET /sandboxes`.
 #[derive(ToSchema)]
 pub struct SandboxList {
-    /// The caller's sandboxes on this node (every one, for an `operate` token).
-    pub sandboxes: Vec<SandboxInfo>,
-    /// Said by a node that runs no sandboxes.
+    /// The caller's sandboxes this node holds (every one, for an `operate` token), then those
+    /// made through this node that another worker holds or that wait for one.
+    pub sandboxes: Vec<SandboxListed>,
+}
+
+/// A sandbox in a list: one this node holds has every field; one held elsewhere its id, its
+/// worker and its state; one waiting for a worker its id and state.
+#[derive(ToSchema)]
+pub struct SandboxListed {
+    pub id: String,
+    /// `live` (held here), `placed` (held by `worker`) or `waiting` (for a worker).
+    pub state: String,
+    /// Its worker, once placed.
     #[schema(required = false)]
-    pub note: Option<String>,
+    pub worker: String,
+    #[schema(required = false)]
+    pub sandbox: String,
+    #[schema(required = false)]
+    pub idle_left_ms: u64,
+    #[schema(required = false)]
+    pub lifetime_left_ms: u64,
 }
 
 /// `DELETE /sandboxes/{id}`.
@@ -391,8 +419,6 @@ pub struct SandboxRefusal {
 #[derive(ToSchema)]
 pub struct SandboxGone {
     pub error: String,
-    /// Absent when the id is of an earlier process of its node (lost with it).
-    #[schema(required = false)]
     pub gone: GoneDetail,
 }
 
@@ -402,13 +428,17 @@ pub struct GoneDetail {
     pub reason: GoneReason,
     /// A sentence for people.
     pub detail: String,
-    /// How long ago, ms (absent when its node is down).
+    /// How long ago, ms (absent when told from its task's record, not its worker).
     #[schema(required = false)]
     pub ago_ms: u64,
+    /// Its worker (when told from its task's record).
+    #[schema(required = false)]
+    pub worker: String,
 }
 
-/// `closed` (by its owner or an operator), `idle` (no call for its idle timeout), `expired`
-/// (its lifetime ran out) or `lost` (it died, or its node did).
+/// `closed` (by its owner, an operator or the cluster), `idle` (no call for its idle
+/// timeout), `expired` (its lifetime ran out), `lost` (it died, or its worker did) or `failed`
+/// (it could not be made).
 #[derive(ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[allow(dead_code)]
@@ -417,6 +447,7 @@ pub enum GoneReason {
     Idle,
     Expired,
     Lost,
+    Failed,
 }
 
 #[cfg(test)]
@@ -1062,7 +1093,7 @@ mod tests {
             Some("{}"),
             StatusCode::SERVICE_UNAVAILABLE
         );
-        let id = format!("{ME}.abcdef12-0123456789abcdef");
+        let id = format!("{ME}-12");
         expect!(
             "GET",
             "/sandboxes/{id}",
@@ -1074,7 +1105,7 @@ mod tests {
         expect!(
             "DELETE",
             "/sandboxes/{id}",
-            format!("/sandboxes/{OTHER}.abcdef12-0"),
+            format!("/sandboxes/{OTHER}-3"),
             Some(Submit),
             None,
             StatusCode::SERVICE_UNAVAILABLE
@@ -1197,6 +1228,7 @@ mod tests {
             submitter: Some("0123456789abcdef".into()),
             // Not sent by the API yet: `/tasks` refuses it, `/sandboxes` does not use it.
             live: false,
+            idle_ms: 0,
         };
         let result = TaskResult {
             status: TaskStatus::Error,
@@ -1291,33 +1323,56 @@ mod tests {
             }
             a
         };
-        let earlier = format!("/sandboxes/{ME}.00000000-0123456789abcdef");
+        // An id no live task of this node has: not found, wherever asked.
+        let never = format!("/sandboxes/{ME}-77");
         for (method, template, path) in [
-            ("GET", "/sandboxes/{id}", earlier.clone()),
-            ("DELETE", "/sandboxes/{id}", earlier.clone()),
+            ("GET", "/sandboxes/{id}", never.clone()),
+            ("DELETE", "/sandboxes/{id}", never.clone()),
             (
                 "GET",
                 "/sandboxes/{id}/processes",
-                format!("{earlier}/processes"),
+                format!("{never}/processes"),
             ),
         ] {
             let a = run(method, template, &path, None).await;
-            assert_eq!(a.status, StatusCode::GONE, "{method} {path}");
+            assert_eq!(a.status, StatusCode::NOT_FOUND, "{method} {path}");
         }
+        // A create goes through the core; no worker places it here (202 once its wait is over,
+        // or 503 where the node takes no requests), as documented. The sandbox is made as its
+        // placement would make it (`live_placements`), under a task id.
         let made = run(
             "POST",
             "/sandboxes",
             "/sandboxes",
-            Some(r#"{"env":{"A":"1"}}"#),
+            Some(r#"{"env":{"A":"1"},"wait_ms":50}"#),
         )
         .await;
-        assert_eq!(
-            made.status,
-            StatusCode::CREATED,
+        assert!(
+            [StatusCode::ACCEPTED, StatusCode::SERVICE_UNAVAILABLE].contains(&made.status),
             "{}",
             String::from_utf8_lossy(&made.body)
         );
-        let id = made.json()["id"].as_str().unwrap().to_owned();
+        let id = format!("{ME}-1");
+        let registry = shared.lock().live.clone().unwrap();
+        let (spec, policy) = crate::api::sandboxes::default_shape(ME);
+        registry
+            .create(
+                &chorus_io::sandbox::live::Caller::owner("0123456789abcdef"),
+                chorus_io::sandbox::live::CreateLive {
+                    id: id.clone(),
+                    idempotency_key: None,
+                    spec: chorus_io::sandbox::SandboxSpec {
+                        task_id: id.clone(),
+                        env: [("A".to_string(), "1".to_string())].into(),
+                        ..spec
+                    },
+                    policy,
+                    idle: None,
+                    lifetime: None,
+                },
+            )
+            .await
+            .expect("made");
         let at = format!("/sandboxes/{id}");
         let steps: &[(&str, &str, String, Option<&str>)] = &[
             ("GET", "/sandboxes", "/sandboxes".into(), None),

@@ -1,12 +1,13 @@
-//! `/sandboxes`: live sandboxes — kept across many calls — on this node (issue 53, step 2;
-//! docs/design.md §4.8). The registry and its rules are `chorus_io::sandbox::live`; this file
-//! is the HTTP face of it:
+//! `/sandboxes`: live sandboxes — kept across many calls — anywhere in the cluster (issue 53;
+//! docs/design.md §4.8). A sandbox is a live task of the core: placed by the admin, made at its
+//! worker (`chorus_io::sandbox::tasks` `live_placements`) in the worker's registry
+//! (`chorus_io::sandbox::live`, whose rules it keeps), ended there. This file is the HTTP face:
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /sandboxes` | create: `{image?, env?, memory_mb?, cpu_millis?, pids?, idle_timeout_ms?, lifetime_ms?, key?}` → 201 (200 for a known key) |
-//! | `GET /sandboxes` | the caller's (an `operate` token: every one) |
-//! | `GET /sandboxes/{id}` | one, with the time left |
+//! | `POST /sandboxes` | create: `{image?, env?, memory_mb?, cpu_millis?, pids?, idle_timeout_ms?, lifetime_ms?, key?, wait_ms?}` → 201 once made (200 for a known key), 202 while it waits for a worker |
+//! | `GET /sandboxes` | the caller's held here, and those made through here held elsewhere (an `operate` token: every one) |
+//! | `GET /sandboxes/{id}` | one, with the time left (`?wait_ms=` waits for one being made) |
 //! | `DELETE /sandboxes/{id}` | close |
 //! | `POST /sandboxes/{id}/exec` | `{argv` or `shell, cwd?, env?, stdin?, timeout_ms?, stream?}` → the exit, or with `stream` NDJSON lines as output comes |
 //! | `POST /sandboxes/{id}/exec` with `background: true` | starts it in its own session, output to a log file: `{pid, log}` |
@@ -17,22 +18,22 @@
 //! | `GET /sandboxes/{id}/files?path=P` | the file's bytes |
 //!
 //! Every route needs a `submit` token; a sandbox is its token's, and any other token gets 404
-//! (an `operate` token may list and close any). A sandbox that ended answers **410** with why
-//! and how long ago.
+//! (an `operate` token may list and close any). A sandbox that ended answers **410** with why.
 //!
-//! **Any node answers.** A sandbox's id is `NODE.BOOT-RANDOM`: the node that holds it and that
-//! node's process (a random tag drawn at its start). A call for another node's sandbox is
-//! forwarded to that node's advertised API (pinned by its certificate's fingerprint, at the IP
-//! its connection comes from) with a token delegated to that node alone, for the caller's role
-//! and id (`api::auth`); a forwarded call is never forwarded again. A create at a node that runs
-//! no sandboxes goes to a connected worker (most task slots first, ties by id). What the
-//! caller sees when the worker is not there:
+//! **Any node answers.** A sandbox's id is its live task's id (`ORIGIN-SEQ`); `sandbox_place`
+//! finds its worker from its task's record. A call for a sandbox another worker holds is
+//! forwarded to that worker's advertised API (pinned by its certificate's fingerprint, at the
+//! IP its connection comes from) with a token delegated to that worker alone, for the caller's
+//! role and id (`api::auth`); a forwarded call is never forwarded again, and ends at once
+//! (503) when the worker's connection goes during it. What the caller sees when the worker is
+//! not there:
 //! - the worker's API refuses the connection (its process is down: its sandboxes ended with
 //!   it, their supervisor ends when its end of their stdin closes) → **410** `lost`;
-//! - an id of this node's earlier process → **410** `lost` (the restart removed it);
+//! - the admin declared its worker down (one failure-detection interval), or a restarted
+//!   worker reported it gone → its task ended `lost` → **410** `lost`, naming the worker;
 //! - the worker is not connected to this node, or does not answer in time → **503**, naming
-//!   it: it may be cut off from this node only, and nothing is decided for it here (the
-//!   cluster-wide verdict, placed by the admin in the core, is the next step of issue 53).
+//!   it: it may be cut off from this node only; a close at the sandbox's node of record then
+//!   cancels its task, and the cluster ends it (**202**).
 //!
 //! A forwarded streaming exec reaches the caller whole at its end (the node-to-node client
 //! reads whole answers).
@@ -52,8 +53,8 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use base64::Engine;
 use chorus_io::sandbox::image::SANDBOX_IMAGE;
-use chorus_io::sandbox::live::{self, CreateLive, GoneWhy, LiveError, LiveInfo};
-use chorus_io::sandbox::tasks::TaskShape;
+use chorus_io::sandbox::live::{self, LiveError, LiveInfo};
+use chorus_io::sandbox::tasks::{live_base_policy, live_sandbox_spec, TaskShape};
 use chorus_io::sandbox::{ErrorCategory, ExecOutput, ExecRequest, SandboxPolicy, SandboxSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -61,6 +62,7 @@ use tokio::sync::mpsc;
 
 use super::auth::{unix_now, Auth, Caller, Role, DELEGATION_TTL_S};
 use super::cluster::Member;
+use super::sandbox_place::{self, Found};
 use crate::daemon::shared::SharedState;
 use crate::http1::{self, Endpoint};
 
@@ -97,6 +99,9 @@ struct CreateBody {
     lifetime_ms: Option<u64>,
     /// An idempotency key: a retried create with it answers the same sandbox (200).
     key: Option<String>,
+    /// How long to wait for the sandbox to be made, ms (default 30000, at most 120000); one
+    /// still waiting for a worker then is answered 202.
+    wait_ms: Option<u64>,
 }
 
 /// The body of `POST /sandboxes/{id}/exec`.
@@ -168,110 +173,103 @@ impl IntoResponse for Refused {
     }
 }
 
-/// This node's registry, or the 503 that says how to get one.
-fn registry(shared: &SharedState) -> Result<(Arc<Live>, String), Refused> {
-    let s = shared.lock();
-    match &s.live {
-        Some(live) => Ok((live.clone(), s.node_id.clone())),
-        None => Err(Refused(
-            503,
-            "this node runs no sandboxes: start it with --docker and task slots (`[tasks] \
-             slots`), or ask a node that does"
-                .into(),
-        )),
-    }
-}
-
-/// This process's tag in the ids it gives (a restarted node knows its old ids for lost).
-fn boot() -> &'static str {
-    static BOOT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BOOT.get_or_init(|| random_hex()[..8].to_string())
-}
-
 /// The most a forwarded answer may carry: a file of the registry's bound, in base64 and JSON.
 const MAX_FORWARDED_BYTES: u64 = 96 << 20;
 
 /// How long a forwarded call may take besides the command's own timeout.
 const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 
-/// Where a call for sandbox `id` goes.
-enum Located {
-    Here(Arc<Live>, String),
-    There(Member),
-}
-
-/// Finds the node that holds `id`: this one, or a connected peer with an API to ask.
-fn locate(shared: &SharedState, bound: SocketAddr, id: &str) -> Result<Located, Refused> {
-    let valid = !id.is_empty()
-        && id.len() <= 256
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
-    let Some((node, tag)) = id.rsplit_once('.').filter(|_| valid) else {
-        return Err(Refused(404, "no such sandbox".into()));
+/// How a request reaches node `to` on the caller's behalf: its endpoint, the TLS that pins its
+/// certificate, and a token delegated to it alone; or the answer to give when it cannot.
+fn reach(
+    auth: &Auth,
+    caller: &Caller,
+    to: &Member,
+) -> Result<(Endpoint, Option<Arc<rustls::ClientConfig>>, String), Refused> {
+    if caller.delegated {
+        // A forwarded call stops at the node it was sent to: no chains, no loops.
+        return Err(Refused(
+            503,
+            format!(
+                "a forwarded call is not forwarded again (to {})",
+                to.node_id
+            ),
+        ));
+    }
+    let Some(token) = auth
+        .key()
+        .delegate(caller, &to.node_id, unix_now() + DELEGATION_TTL_S)
+    else {
+        return Err(Refused(
+            502,
+            format!("{} is not a node id to delegate to", to.node_id),
+        ));
     };
-    let s = shared.lock();
-    if node == s.node_id {
-        let this_boot = tag.split_once('-').is_some_and(|(b, _)| b == boot());
-        // An id of this node's earlier process cannot be told from one never made: both are
-        // gone for whoever asks, and the earlier process's sandboxes ended with it.
-        return match &s.live {
-            Some(live) if this_boot => Ok(Located::Here(live.clone(), s.node_id.clone())),
-            Some(_) => Err(Refused(
-                410,
-                "the sandbox is gone: lost, its node restarted since it was made".into(),
-            )),
-            None => Err(Refused(404, "no such sandbox".into())),
-        };
-    }
-    let view = s.cluster(&bound.to_string());
-    match view.and_then(|v| v.members.into_iter().find(|m| m.node_id == node)) {
-        Some(m) if m.connected && m.http.is_some() => Ok(Located::There(m)),
-        // The core still counts the peer (failure detection takes a few beats) but the
-        // transport holds no address for it: its connection just closed — it died or was cut
-        // off — or it never advertised an API. Either way it cannot be asked now.
-        Some(m) if m.connected => Err(Refused(
-            503,
-            format!(
-                "the sandbox's node {node} is not connected to this node's API: its connection \
-                 just closed (down, or cut off), or it advertised no API this node may ask"
-            ),
-        )),
-        _ => Err(Refused(
-            503,
-            format!(
-                "the sandbox's node {node} is not connected to this node: down, or cut off \
-                 from this node"
-            ),
-        )),
-    }
+    let http = to.http.as_deref().unwrap_or_default();
+    let endpoint = match Endpoint::parse(http) {
+        Ok(e) => e,
+        Err(_) => {
+            return Err(Refused(
+                502,
+                format!("{} advertised no usable API", to.node_id),
+            ))
+        }
+    };
+    let tls = match (&endpoint.tls, &endpoint.pin) {
+        (false, _) => None,
+        (true, Some(pin)) => match http1::pinned(pin.clone()) {
+            Ok(t) => Some(t),
+            Err(e) => return Err(Refused(502, e.to_string())),
+        },
+        (true, None) => {
+            return Err(Refused(
+                502,
+                format!("{}'s API pins no certificate", to.node_id),
+            ))
+        }
+    };
+    Ok((endpoint, tls, token))
 }
 
-/// A connected worker to make a sandbox on, for a node that runs none: the most task slots,
-/// ties by id.
-fn pick_worker(shared: &SharedState, bound: SocketAddr) -> Option<Member> {
-    let s = shared.lock();
-    let core = s.core.as_ref()?;
-    let slots: BTreeMap<String, u32> = core
-        .peers()
-        .iter()
-        .map(|(id, p)| (id.to_string(), p.resources().task_slots))
-        .filter(|(_, n)| *n > 0)
-        .collect();
-    let view = s.cluster(&bound.to_string())?;
-    view.members
-        .into_iter()
-        .filter(|m| m.connected && m.http.is_some() && slots.contains_key(&m.node_id))
-        .max_by(|a, b| {
-            slots[&a.node_id]
-                .cmp(&slots[&b.node_id])
-                .then_with(|| b.node_id.cmp(&a.node_id))
-        })
+/// What a request to `to` that failed answers: a refused connection is a node whose process
+/// is down, its sandboxes ended with it (410 lost); anything else 503.
+fn unanswered(to: &Member, e: &anyhow::Error) -> Response {
+    let refused = e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    });
+    if refused {
+        return answer(
+            410,
+            json!({
+                "error": format!("the sandbox is gone: lost, its node {} is down ({e})", to.node_id),
+                "gone": { "reason": "lost", "detail": format!("node {} is down", to.node_id) },
+            }),
+        );
+    }
+    Refused(
+        503,
+        format!("the sandbox's node {} did not answer: {e}", to.node_id),
+    )
+    .into_response()
 }
 
-/// The caller's request, sent on to the node that holds the sandbox with a token delegated to
-/// that node alone; its answer as it came. `wait` bounds it (beside [`FORWARD_MARGIN`]).
-async fn forward(
+/// The 503 of a request to `to` that took longer than `bound`.
+fn too_slow(to: &Member, bound: Duration) -> Response {
+    Refused(
+        503,
+        format!(
+            "the sandbox's node {} did not answer within {bound:?}",
+            to.node_id
+        ),
+    )
+    .into_response()
+}
+
+/// A request sent to node `to` on the caller's behalf ([`reach`]) and its whole answer; or the
+/// answer to give when it could not be sent or answered. `wait` bounds it (beside
+/// [`FORWARD_MARGIN`]).
+pub(super) async fn send_to(
     auth: &Auth,
     caller: &Caller,
     to: &Member,
@@ -279,49 +277,11 @@ async fn forward(
     path: &str,
     body: Option<&[u8]>,
     wait: Duration,
-) -> Response {
-    if caller.delegated {
-        // A forwarded call stops at the node it was sent to: no chains, no loops.
-        return Refused(
-            503,
-            format!(
-                "a forwarded call is not forwarded again (to {})",
-                to.node_id
-            ),
-        )
-        .into_response();
-    }
+) -> Result<http1::RawAnswer, Response> {
+    let (endpoint, tls, token) = reach(auth, caller, to).map_err(IntoResponse::into_response)?;
     let body = match body.map(std::str::from_utf8).transpose() {
         Ok(b) => b,
-        Err(_) => return bad("the body is not UTF-8 JSON"),
-    };
-    let Some(token) = auth
-        .key()
-        .delegate(caller, &to.node_id, unix_now() + DELEGATION_TTL_S)
-    else {
-        return Refused(
-            502,
-            format!("{} is not a node id to delegate to", to.node_id),
-        )
-        .into_response();
-    };
-    let http = to.http.as_deref().unwrap_or_default();
-    let endpoint = match Endpoint::parse(http) {
-        Ok(e) => e,
-        Err(_) => {
-            return Refused(502, format!("{} advertised no usable API", to.node_id)).into_response()
-        }
-    };
-    let tls = match (&endpoint.tls, &endpoint.pin) {
-        (false, _) => None,
-        (true, Some(pin)) => match http1::pinned(pin.clone()) {
-            Ok(t) => Some(t),
-            Err(e) => return Refused(502, e.to_string()).into_response(),
-        },
-        (true, None) => {
-            return Refused(502, format!("{}'s API pins no certificate", to.node_id))
-                .into_response()
-        }
+        Err(_) => return Err(bad("the body is not UTF-8 JSON")),
     };
     let sent = http1::send(
         &endpoint,
@@ -332,41 +292,137 @@ async fn forward(
         Some(&token),
         MAX_FORWARDED_BYTES,
     );
-    let answer = match tokio::time::timeout(wait + FORWARD_MARGIN, sent).await {
-        Ok(Ok(a)) => a,
-        Ok(Err(e)) => {
-            let refused = e.chain().any(|c| {
-                c.downcast_ref::<std::io::Error>()
-                    .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-            });
-            if refused {
-                // Its process is down, and its sandboxes ended with it.
-                return answer(
-                    410,
-                    json!({
-                        "error": format!("the sandbox is gone: lost, its node {} is down ({e})", to.node_id),
-                        "gone": { "reason": "lost", "detail": format!("node {} is down", to.node_id) },
-                    }),
-                );
-            }
-            return Refused(
-                503,
-                format!("the sandbox's node {} did not answer: {e}", to.node_id),
-            )
-            .into_response();
-        }
-        Err(_) => {
-            return Refused(
-                503,
-                format!(
-                    "the sandbox's node {} did not answer within {:?}",
-                    to.node_id,
-                    wait + FORWARD_MARGIN
-                ),
-            )
-            .into_response()
-        }
+    match tokio::time::timeout(wait + FORWARD_MARGIN, sent).await {
+        Ok(Ok(a)) => Ok(a),
+        Ok(Err(e)) => Err(unanswered(to, &e)),
+        Err(_) => Err(too_slow(to, wait + FORWARD_MARGIN)),
+    }
+}
+
+/// The caller's request sent on to `to` ([`reach`]); its answer relayed as it comes — a
+/// streaming exec's lines as the worker sends them — at most [`MAX_FORWARDED_BYTES`], and cut
+/// (an NDJSON answer with a last line saying why) when `to`'s connection to this node goes or
+/// `wait` (beside [`FORWARD_MARGIN`]) runs out.
+async fn forward(
+    asked: &Asked,
+    to: &Member,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    wait: Duration,
+) -> Response {
+    let shared = &asked.shared;
+    let (endpoint, tls, token) = match reach(&asked.auth, &asked.caller, to) {
+        Ok(r) => r,
+        Err(refused) => return refused.into_response(),
     };
+    let body = match body.map(std::str::from_utf8).transpose() {
+        Ok(b) => b,
+        Err(_) => return bad("the body is not UTF-8 JSON"),
+    };
+    let bound = wait + FORWARD_MARGIN;
+    let deadline = tokio::time::Instant::now() + bound;
+    let opened = http1::open(&endpoint, tls, method, path, body, Some(&token));
+    let answer = match tokio::time::timeout_at(deadline, opened).await {
+        Ok(Ok(a)) => a,
+        Ok(Err(e)) => return unanswered(to, &e),
+        Err(_) => return too_slow(to, bound),
+    };
+    let code = answer.status();
+    let kind = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
+    let lines = kind.starts_with("application/x-ndjson");
+    let mut data = Body::new(answer.into_body()).into_data_stream();
+    if !lines {
+        // A whole answer (JSON, a file's bytes): read, bounded, and sent on with its length.
+        use futures_util::StreamExt;
+        let mut whole = Vec::new();
+        let gone = vanished(shared, &to.node_id);
+        tokio::pin!(gone);
+        loop {
+            let next = tokio::select! {
+                next = data.next() => next,
+                () = &mut gone => return Refused(503, format!(
+                    "the sandbox's worker {} went away during the call (its connection closed: \
+                     down, or cut off)", to.node_id)).into_response(),
+                () = tokio::time::sleep_until(deadline) => return too_slow(to, bound),
+            };
+            match next {
+                None => break,
+                Some(Ok(piece)) => {
+                    if (whole.len() + piece.len()) as u64 > MAX_FORWARDED_BYTES {
+                        return Refused(
+                            502,
+                            format!(
+                                "the answer of {} is over {MAX_FORWARDED_BYTES} bytes",
+                                to.node_id
+                            ),
+                        )
+                        .into_response();
+                    }
+                    whole.extend_from_slice(&piece);
+                }
+                Some(Err(e)) => return unanswered(to, &anyhow::anyhow!(e)),
+            }
+        }
+        return (code, [(header::CONTENT_TYPE, kind)], whole).into_response();
+    }
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
+    let (shared, node) = (shared.clone(), to.node_id.clone());
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let gone = vanished(&shared, &node);
+        tokio::pin!(gone);
+        let mut relayed: u64 = 0;
+        let cut = loop {
+            let next = tokio::select! {
+                next = data.next() => next,
+                () = &mut gone => break Some(format!(
+                    "the sandbox's worker {node} went away during the call (its connection \
+                     closed: down, or cut off)")),
+                () = tokio::time::sleep_until(deadline) => break Some(format!(
+                    "the sandbox's worker {node} did not finish within {bound:?}")),
+            };
+            match next {
+                None => break None,
+                Some(Ok(piece)) => {
+                    relayed += piece.len() as u64;
+                    if relayed > MAX_FORWARDED_BYTES {
+                        break Some(format!(
+                            "the answer of {node} is over {MAX_FORWARDED_BYTES} bytes"
+                        ));
+                    }
+                    if tx.send(Ok(piece)).await.is_err() {
+                        // The caller left.
+                        break None;
+                    }
+                }
+                Some(Err(e)) => break Some(format!("the answer of {node} broke off: {e}")),
+            }
+        };
+        if let Some(why) = cut {
+            let _ = tx
+                .send(Ok(ndjson(&json!({ "error": why, "status": 503 }))))
+                .await;
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    });
+    (
+        code,
+        [(header::CONTENT_TYPE, kind)],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// A node's whole answer, passed on as it came.
+fn relay(answer: http1::RawAnswer) -> Response {
     let code = StatusCode::from_u16(answer.code).unwrap_or(StatusCode::BAD_GATEWAY);
     let kind = answer
         .header("content-type")
@@ -374,6 +430,25 @@ async fn forward(
         .to_string();
     (code, [(header::CONTENT_TYPE, kind)], answer.body).into_response()
 }
+
+/// Resolves once `node` is no longer connected to this node (checked every
+/// [`VANISHED_CHECK`]): a call forwarded to it then ends at once, not at its timeout.
+async fn vanished(shared: &SharedState, node: &str) {
+    loop {
+        tokio::time::sleep(VANISHED_CHECK).await;
+        let connected = shared
+            .lock()
+            .core
+            .as_ref()
+            .is_some_and(|c| c.peers().ids().any(|p| p.as_str() == node));
+        if !connected {
+            return;
+        }
+    }
+}
+
+/// How often a forwarded call checks that its worker is still connected.
+const VANISHED_CHECK: Duration = Duration::from_millis(250);
 
 /// What every call for one sandbox needs: the node's state, who asks, and what they asked.
 pub(super) struct Asked {
@@ -419,18 +494,35 @@ enum Route {
 }
 
 impl Asked {
-    /// The registry holding sandbox `id`, or the answer of the node that holds it (the
-    /// request sent on as it came, with `body`, given `wait` there), or the refusal.
+    /// The registry holding sandbox `id`, or the answer of the worker that holds it (the
+    /// request sent on as it came, with `body`, given `wait` there; ended at once when that
+    /// worker's connection goes during the call), or what its task's record says
+    /// (`sandbox_place`).
     async fn route(&self, id: &str, body: Option<&[u8]>, wait: Duration) -> Route {
-        match locate(&self.shared, self.bound, id) {
-            Ok(Located::Here(live, node)) => Route::Here(live, node),
-            Ok(Located::There(to)) => {
+        let bound = self.bound.to_string();
+        match sandbox_place::find(&self.shared, &bound, &self.auth, &self.caller, id).await {
+            Found::Here(live, node) => Route::Here(live, node),
+            Found::At(to) => {
                 let path = path_of(&self.uri);
                 let method = self.method.as_str();
-                let answer = forward(&self.auth, &self.caller, &to, method, path, body, wait);
-                Route::Answered(answer.await)
+                let sent = forward(self, &to, method, path, body, wait);
+                let answer = tokio::select! {
+                    answer = sent => answer,
+                    () = vanished(&self.shared, &to.node_id) => Refused(
+                        503,
+                        format!(
+                            "the sandbox's worker {} went away during the call (its connection \
+                             closed: down, or cut off); if it is down the sandbox is declared \
+                             lost within a failure detection interval",
+                            to.node_id
+                        ),
+                    )
+                    .into_response(),
+                };
+                Route::Answered(answer)
             }
-            Err(r) => Route::Answered(r.into_response()),
+            Found::Told(code, body) => Route::Answered(answer(code, body)),
+            Found::Sent(response) => Route::Answered(response),
         }
     }
 }
@@ -479,12 +571,7 @@ fn error_answer(e: &LiveError) -> Response {
     match e {
         LiveError::NotFound => answer(404, json!({ "error": "no such sandbox" })),
         LiveError::Gone { why, ago } => {
-            let kind = match why {
-                GoneWhy::Closed { .. } => "closed",
-                GoneWhy::Idle => "idle",
-                GoneWhy::Expired => "expired",
-                GoneWhy::Lost { .. } => "lost",
-            };
+            let kind = why.kind();
             answer(
                 410,
                 json!({
@@ -517,23 +604,28 @@ fn error_answer(e: &LiveError) -> Response {
     }
 }
 
-/// `POST /sandboxes`: made here when this node runs sandboxes, else at a connected worker.
+/// `POST /sandboxes`: a live task submitted here, placed by the admin, made at its worker
+/// (`sandbox_place`); answered once it is made, or 202 while it waits for a worker.
 #[utoipa::path(
     post,
     path = "/sandboxes",
     tag = "sandboxes",
     summary = "Make a live sandbox",
-    description = "A sandbox kept across calls, the caller's token's own; made here when this \
-        node runs sandboxes, else at a connected worker (most task slots first). Limits above \
-        the worker's ceilings are refused.",
+    description = "A sandbox kept across calls, the caller's token's own. It is a live task: \
+        submitted at this node, placed by the admin on a worker with a free task slot (it holds \
+        the slot while it lives), and made there. The answer comes once it is made (within \
+        `wait_ms`, default 30 s) and names its worker; a sandbox still waiting for a worker \
+        then is answered 202 with why. Limits above this node's ceilings are refused. A \
+        retried create with the same `key` answers the same sandbox (200).",
     request_body = CreateBody,
     responses(
         (status = 201, description = "Made", body = crate::api::openapi::SandboxInfo),
         (status = 200, description = "The key names a sandbox made before", body = crate::api::openapi::SandboxInfo),
+        (status = 202, description = "Submitted, still waiting for a worker: `{id, state: \"waiting\", why}`", body = crate::api::openapi::SandboxWaiting),
         (status = 400, description = "Not a body this route takes, or above a ceiling", body = crate::api::openapi::SandboxRefusal),
-        (status = 429, description = "Too many sandboxes (`per_owner`, `worker_full`)", body = crate::api::openapi::SandboxRefusal),
+        (status = 410, description = "It ended before it was made (why)", body = crate::api::openapi::SandboxGone),
         (status = 502, description = "The sandbox could not be made", body = crate::api::openapi::SandboxRefusal),
-        (status = 503, description = "Neither this node nor a connected one runs sandboxes", body = crate::api::openapi::Refusal),
+        (status = 503, description = "The node is not running, or the sandbox's worker cannot be reached from here", body = crate::api::openapi::Refusal),
     )
 )]
 pub(super) async fn create(
@@ -542,129 +634,272 @@ pub(super) async fn create(
     Extension(auth): Extension<Arc<Auth>>,
     body: Bytes,
 ) -> Response {
-    let (live, node) = match registry(&shared) {
-        Ok(r) => r,
-        Err(r) => {
-            return match pick_worker(&shared, bound) {
-                Some(worker) => {
-                    forward(
-                        &auth,
-                        &caller,
-                        &worker,
-                        "POST",
-                        "/sandboxes",
-                        Some(&body),
-                        CALL_WAIT,
-                    )
-                    .await
-                }
-                None => Refused(503, format!("{}; no connected node runs them either", r.1))
-                    .into_response(),
-            }
-        }
-    };
     let req: CreateBody = match parse(&body) {
         Ok(r) => r,
         Err(r) => return r.into_response(),
     };
+    let (spec, wait) = match live_task(&shared, &req) {
+        Ok(made) => made,
+        Err(r) => return r.into_response(),
+    };
+    if let Some(why) = no_worker(&shared) {
+        return Refused(503, why).into_response();
+    }
+    let (code, submitted) =
+        super::tasks::submit(&shared, spec, req.key.clone(), Some(caller.id.clone())).await;
+    if code != 200 && code != 201 {
+        return answer(code, submitted);
+    }
+    let Some(id) = submitted["task"].as_str().map(str::to_string) else {
+        return Refused(500, "the core answered no task id".into()).into_response();
+    };
+    let made = if code == 201 { 201 } else { 200 };
+    let until = tokio::time::Instant::now() + wait;
+    let worker = match placement(&shared, &id, &caller, until).await {
+        Ok(w) => w,
+        Err(response) => return response,
+    };
+    let (live, node) = {
+        let s = shared.lock();
+        (s.live.clone(), s.node_id.clone())
+    };
+    if worker == node {
+        let Some(live) = live else {
+            return Refused(
+                503,
+                "placed on this node, which keeps no live sandboxes".into(),
+            )
+            .into_response();
+        };
+        return match live.wait_for(&live_caller(&caller), &id, until).await {
+            Ok(info) => answer(made, info_json(&info, &node)),
+            Err(e) => error_answer(&e),
+        };
+    }
+    let Some(to) = sandbox_place::member(&shared, &bound.to_string(), &worker) else {
+        return Refused(
+            503,
+            format!(
+                "sandbox {id} is placed on {worker}, which is not connected to this node now: \
+                 ask again (with the same key) or at another node"
+            ),
+        )
+        .into_response();
+    };
+    let left = until.saturating_duration_since(tokio::time::Instant::now());
+    let path = format!("/sandboxes/{id}?wait_ms={}", left.as_millis());
+    match send_to(&auth, &caller, &to, "GET", &path, None, left).await {
+        Ok(a) if a.code == 200 => {
+            let body: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+            answer(made, body)
+        }
+        Ok(a) => relay(a),
+        Err(response) => response,
+    }
+}
+
+/// The live task spec of a create, and how long the create waits for its sandbox; or why it
+/// is refused (its bounds are the registry's defaults, which every worker keeps, and this
+/// node's ceilings).
+fn live_task(
+    shared: &SharedState,
+    req: &CreateBody,
+) -> Result<(chorus_core::TaskSpec, Duration), Refused> {
     if req
         .key
         .as_ref()
         .is_some_and(|k| k.is_empty() || k.len() > 128)
     {
-        return bad("key: 1 to 128 bytes");
+        return Err(Refused(400, "key: 1 to 128 bytes".into()));
     }
-    if let Err(r) = check_env(&req.env) {
-        return r.into_response();
+    check_env(&req.env)?;
+    let limits = live::LiveLimits::default();
+    let lifetime = req
+        .lifetime_ms
+        .unwrap_or(limits.max_lifetime.as_millis() as u64);
+    if lifetime == 0 || lifetime > limits.max_lifetime.as_millis() as u64 {
+        return Err(Refused(
+            400,
+            format!("lifetime_ms: 1 to {}", limits.max_lifetime.as_millis()),
+        ));
     }
-    let ceilings = shared.lock().ceilings;
-    let shape = TaskShape {
+    let idle = req.idle_timeout_ms.unwrap_or(0);
+    if req.idle_timeout_ms == Some(0) || idle > (limits.max_idle.as_millis() as u64).min(lifetime) {
+        return Err(Refused(
+            400,
+            format!(
+                "idle_timeout_ms: 1 to {} and at most lifetime_ms",
+                limits.max_idle.as_millis()
+            ),
+        ));
+    }
+    let wait = Duration::from_millis(req.wait_ms.unwrap_or(CREATE_WAIT.as_millis() as u64));
+    if wait > MAX_CREATE_WAIT {
+        return Err(Refused(
+            400,
+            format!("wait_ms: at most {}", MAX_CREATE_WAIT.as_millis()),
+        ));
+    }
+    let spec = chorus_core::TaskSpec {
         image: req
             .image
             .clone()
             .unwrap_or_else(|| SANDBOX_IMAGE.to_string()),
+        env: req.env.clone(),
         memory_mb: req.memory_mb,
         cpu_millis: req.cpu_millis,
         pids: req.pids,
-        network: false,
-    };
-    // The worker's ceilings, as for a task (a live sandbox's command timeouts are its own).
-    let asked = chorus_core::TaskSpec {
-        memory_mb: req.memory_mb,
-        cpu_millis: req.cpu_millis,
-        pids: req.pids,
+        timeout_ms: lifetime,
+        idle_ms: idle,
+        live: true,
         ..chorus_core::TaskSpec::default()
     };
+    if let Err(why) = spec.check() {
+        return Err(Refused(400, why.to_string()));
+    }
+    // The worker's ceilings, as for a task (a live sandbox's command timeouts are its own).
+    let ceilings = shared.lock().ceilings;
+    let asked = chorus_core::TaskSpec {
+        timeout_ms: 1,
+        ..spec.clone()
+    };
     if let Err(why) = ceilings.check(&asked) {
-        return bad(why.replace("the task asks", "the sandbox asks"));
+        return Err(Refused(
+            400,
+            why.replace("the task asks", "the sandbox asks"),
+        ));
     }
-    let id = format!("{node}.{}-{}", boot(), random_hex());
-    let mut spec = live_spec(&node, &id, &shape.image);
-    spec.env = req.env;
-    let made = live
-        .create(
-            &live_caller(&caller),
-            CreateLive {
-                id,
-                idempotency_key: req.key.clone(),
-                spec,
-                policy: shape.policy(&SandboxPolicy::default()),
-                idle: req.idle_timeout_ms.map(Duration::from_millis),
-                lifetime: req.lifetime_ms.map(Duration::from_millis),
-            },
-        )
-        .await;
-    match made {
-        Ok((info, new)) => answer(if new { 201 } else { 200 }, info_json(&info, &node)),
-        Err(e) => error_answer(&e),
-    }
+    Ok((spec, wait))
 }
 
-/// A live sandbox's spec: `image` on node `node`, labelled live.
-fn live_spec(node: &str, id: &str, image: &str) -> SandboxSpec {
-    let mut spec = SandboxSpec::new(node, id, image);
-    spec.labels.insert("live".into(), "true".into());
-    spec
+/// Why no sandbox can be made now, where neither this node nor any connected one runs them
+/// (no task slots): nothing is submitted then, rather than a task queued for nothing.
+fn no_worker(shared: &SharedState) -> Option<String> {
+    let s = shared.lock();
+    if s.live.is_some() {
+        return None;
+    }
+    let core = s.core.as_ref()?;
+    let any = core
+        .peers()
+        .iter()
+        .any(|(_, p)| p.resources().task_slots > 0);
+    (!any).then(|| {
+        "neither this node nor any node connected to it runs sandboxes: start a worker with \
+         --docker and task slots (`[tasks] slots`)"
+            .to_string()
+    })
+}
+
+/// How long a create waits for its sandbox when it names no `wait_ms`.
+const CREATE_WAIT: Duration = Duration::from_secs(30);
+
+/// The longest `wait_ms` a create may name.
+const MAX_CREATE_WAIT: Duration = Duration::from_secs(120);
+
+/// The worker sandbox `id` (a task this node holds) is placed on, waited for until `until`
+/// step by step of the core; or the answer: 202 while it still waits for a worker then, 410
+/// when it ended first.
+async fn placement(
+    shared: &SharedState,
+    id: &str,
+    caller: &Caller,
+    until: tokio::time::Instant,
+) -> Result<String, Response> {
+    let stepped = shared.lock().stepped.clone();
+    loop {
+        let next = stepped.notified();
+        tokio::pin!(next);
+        next.as_mut().enable();
+        let (code, view) = super::tasks::get(&shared.lock(), id, Some(&caller.id));
+        if code != 200 {
+            return Err(answer(code, view));
+        }
+        match sandbox_place::record_of(&view, caller) {
+            sandbox_place::Record::Placed(worker) => return Ok(worker),
+            sandbox_place::Record::Ended(mut body) => {
+                body["id"] = json!(id);
+                return Err(answer(410, body));
+            }
+            sandbox_place::Record::Unknown => {
+                return Err(Refused(500, format!("task {id} is not a live sandbox")).into_response())
+            }
+            sandbox_place::Record::Waiting(why) => {
+                if tokio::time::timeout_at(until, next).await.is_err() {
+                    return Err(answer(
+                        202,
+                        json!({ "id": id, "state": "waiting", "why": why }),
+                    ));
+                }
+            }
+        }
+    }
 }
 
 /// The spec and policy of a create that asks for nothing but defaults (the sandbox image,
-/// default limits), which the node keeps warm sandboxes of.
+/// default limits), which the node keeps warm sandboxes of: what `live_placements` makes for
+/// such a placement.
 pub(crate) fn default_shape(node: &str) -> (SandboxSpec, SandboxPolicy) {
-    let shape = TaskShape {
-        image: SANDBOX_IMAGE.to_string(),
-        memory_mb: 0,
-        cpu_millis: 0,
-        pids: 0,
-        network: false,
-    };
-    let spec = live_spec(node, "live-warm", &shape.image);
-    (spec, shape.policy(&SandboxPolicy::default()))
+    let shape = TaskShape::default_of(SANDBOX_IMAGE);
+    let spec = live_sandbox_spec(node, "live-warm", &shape.image);
+    (spec, shape.policy(&live_base_policy()))
 }
 
-/// `GET /sandboxes`: the ones this node holds (a cluster-wide list comes with placement in
-/// the core).
+/// `GET /sandboxes`: the caller's sandboxes this node holds, and those made through this node
+/// that another worker holds or that wait for one.
 #[utoipa::path(
     get,
     path = "/sandboxes",
     tag = "sandboxes",
-    summary = "The caller's sandboxes on this node",
-    description = "The caller's live sandboxes that this node holds (every one, for an \
-        `operate` token); a node that runs none answers an empty list with a note.",
+    summary = "The caller's sandboxes here",
+    description = "The caller's live sandboxes that this node holds (`state: live`, with the \
+        time each has left; every one, for an `operate` token), then those made through this \
+        node that another worker holds (`placed`, naming it) or that still wait for one \
+        (`waiting`).",
     responses((status = 200, description = "The sandboxes", body = crate::api::openapi::SandboxList))
 )]
 pub(super) async fn list(
     State((shared, _)): ApiState,
     Extension(caller): Extension<Caller>,
 ) -> Response {
-    let Ok((live, node)) = registry(&shared) else {
-        let note = "this node holds no sandboxes: list them at the nodes that run them";
-        return answer(200, json!({ "sandboxes": [], "note": note }));
+    let (live, node) = {
+        let s = shared.lock();
+        (s.live.clone(), s.node_id.clone())
     };
-    let all: Vec<Value> = live
-        .list(&live_caller(&caller))
-        .iter()
-        .map(|i| info_json(i, &node))
-        .collect();
+    let mut all: Vec<Value> = live
+        .as_ref()
+        .map(|l| {
+            l.list(&live_caller(&caller))
+                .iter()
+                .map(|i| {
+                    let mut v = info_json(i, &node);
+                    v["state"] = json!("live");
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let elsewhere: Vec<Value> = {
+        let s = shared.lock();
+        let Some(core) = s.core.as_ref() else {
+            return Refused(503, "starting".into()).into_response();
+        };
+        core.owned_tasks()
+            .iter()
+            .filter(|(_, t)| t.spec.live && t.result.is_none())
+            .filter(|(_, t)| {
+                caller.role >= Role::Operate || t.owner.as_deref() == Some(caller.id.as_str())
+            })
+            .filter(|(id, _)| !live.as_ref().is_some_and(|l| l.knows(&id.to_string())))
+            .map(|(id, t)| match &t.phase {
+                chorus_core::TaskPhase::Placed { worker, .. } => {
+                    json!({ "id": id.to_string(), "worker": worker.to_string(), "state": "placed" })
+                }
+                _ => json!({ "id": id.to_string(), "state": "waiting" }),
+            })
+            .collect()
+    };
+    all.extend(elsewhere);
     answer(200, json!({ "sandboxes": all }))
 }
 
@@ -674,22 +909,37 @@ pub(super) async fn list(
     path = "/sandboxes/{id}",
     tag = "sandboxes",
     summary = "A sandbox",
-    description = "The sandbox, with the time it has left. Any node answers: a call for another \
-        node's sandbox is forwarded to it.",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    description = "The sandbox, with the time it has left. Any node answers: a call for a \
+        sandbox another worker holds is forwarded to it. With `wait_ms`, a sandbox placed on \
+        this node and still being made is waited for that long.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
+        ("wait_ms" = Option<u64>, Query, description = "Wait this long (at most 120000) for a sandbox being made"),
+    ),
     responses(
         (status = 200, description = "The sandbox", body = crate::api::openapi::SandboxInfo),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 409, description = "Not made yet: waiting for a worker (why)", body = crate::api::openapi::Refusal),
         (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
-        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 503, description = "The sandbox's worker (or its node of record) is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
     )
 )]
-pub(super) async fn get(asked: Asked, Path(id): Path<String>) -> Response {
-    let (live, node) = match asked.route(&id, None, CALL_WAIT).await {
+pub(super) async fn get(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let wait = match query.get("wait_ms").map(|w| w.parse::<u64>()) {
+        None => Duration::ZERO,
+        Some(Ok(ms)) if ms <= MAX_CREATE_WAIT.as_millis() as u64 => Duration::from_millis(ms),
+        Some(_) => return bad(format!("wait_ms: 0 to {}", MAX_CREATE_WAIT.as_millis())),
+    };
+    let (live, node) = match asked.route(&id, None, CALL_WAIT + wait).await {
         Route::Here(live, node) => (live, node),
         Route::Answered(r) => return r,
     };
-    match live.get(&live_caller(&asked.caller), &id) {
+    let until = tokio::time::Instant::now() + wait;
+    match live.wait_for(&live_caller(&asked.caller), &id, until).await {
         Ok(info) => answer(200, info_json(&info, &node)),
         Err(e) => error_answer(&e),
     }
@@ -701,24 +951,58 @@ pub(super) async fn get(asked: Asked, Path(id): Path<String>) -> Response {
     path = "/sandboxes/{id}",
     tag = "sandboxes",
     summary = "Close a sandbox",
-    description = "Ends the sandbox and everything running in it (an `operate` token closes any).",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    description = "Ends the sandbox and everything running in it (an `operate` token closes \
+        any), at its worker. When its worker cannot be reached from here and this node is its \
+        node of record, its live task is cancelled instead: the cluster ends it (202).",
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
     responses(
         (status = 200, description = "Closed", body = crate::api::openapi::SandboxClosed),
+        (status = 202, description = "Its worker is out of reach: its task is cancelled, and the cluster ends it", body = crate::api::openapi::SandboxClosed),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
         (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
-        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 503, description = "The sandbox's worker is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
     )
 )]
 pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
     let live = match asked.route(&id, None, CALL_WAIT).await {
         Route::Here(live, _) => live,
+        Route::Answered(r) if r.status() == StatusCode::SERVICE_UNAVAILABLE => {
+            return cancel_instead(&asked, &id).await.unwrap_or(r)
+        }
         Route::Answered(r) => return r,
     };
     match live.close(&live_caller(&asked.caller), &id).await {
         Ok(()) => answer(200, json!({ "id": id, "closed": true })),
         Err(e) => error_answer(&e),
     }
+}
+
+/// A close whose worker is out of reach, at the sandbox's node of record: its live task is
+/// cancelled (the admin stops the placement; the worker ends it once it hears). `None` where
+/// this node is not its node of record, or the caller may not close it.
+async fn cancel_instead(asked: &Asked, id: &str) -> Option<Response> {
+    let task: chorus_core::TaskId = id.parse().ok()?;
+    {
+        let s = asked.shared.lock();
+        let core = s.core.as_ref()?;
+        if task.origin.as_str() != s.node_id {
+            return None;
+        }
+        let t = core.owned_tasks().get(&task)?;
+        let mine = t.owner.as_deref() == Some(asked.caller.id.as_str());
+        if !t.spec.live || !(mine || asked.caller.role >= Role::Operate) {
+            return None;
+        }
+    }
+    let (code, body) = super::tasks::cancel(&asked.shared, task).await;
+    Some(if code == 202 {
+        answer(
+            202,
+            json!({ "id": id, "closed": true, "note": "its worker is out of reach from here: its task is cancelled, and the cluster ends it" }),
+        )
+    } else {
+        answer(code, body)
+    })
 }
 
 /// `POST /sandboxes/{id}/env`.
@@ -1160,15 +1444,10 @@ fn valid_env_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
-fn random_hex() -> String {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("the OS random source");
-    hex::encode(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chorus_io::sandbox::live::GoneWhy;
 
     #[test]
     fn paths_and_names_are_checked_before_anything_runs() {

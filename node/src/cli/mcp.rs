@@ -718,12 +718,18 @@ impl Chorus {
                     let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
                     for s in v["sandboxes"].as_array().into_iter().flatten() {
                         let id = s["id"].as_str().unwrap_or_default().to_owned();
-                        let left = |k: &str| s[k].as_u64().unwrap_or(0) / 1000;
+                        // Its worker's entry (times left) over its node of record's (where).
+                        let held = s["state"].as_str().is_none_or(|st| st == "live");
+                        if !held && seen.contains_key(&id) {
+                            continue;
+                        }
+                        let left = |k: &str| s[k].as_u64().map(|ms| ms / 1000);
                         seen.insert(
                             id.clone(),
                             json!({
                                 "id": id,
                                 "worker": s["worker"],
+                                "state": s["state"],
                                 "idle_timeout_left_s": left("idle_left_ms"),
                                 "lifetime_left_s": left("lifetime_left_ms"),
                             }),
@@ -778,6 +784,7 @@ impl Chorus {
             repo: None,
             submitter: None,
             live: false,
+            idle_ms: 0,
         };
         let mut body = serde_json::to_value(&spec)?;
         if let Some(k) = p.key {
@@ -977,6 +984,9 @@ pub fn refusal_reason(r: &Refusal) -> String {
                 "expired" => "the sandbox expired: it reached the end of its lifetime; create \
                               a new sandbox"
                     .to_owned(),
+                "failed" => {
+                    format!("the sandbox could not be made ({detail}); create a new sandbox")
+                }
                 _ => format!("gone: {why}"),
             }
         }

@@ -264,6 +264,7 @@ impl SubmitArgs {
                 // The node says who submitted it.
                 submitter: None,
                 live: false,
+                idle_ms: 0,
             },
             secret_env: or_file(&self.secret_env, file.secret_env),
             key: self.key.clone().or(file.key),

@@ -104,6 +104,7 @@ impl Observer for NodeObserver {
             }
         }
         s.stepped_at = Some(Instant::now());
+        s.stepped.notify_waiters();
         let contact = match step.event {
             Event::Message { from, .. } => Some(from),
             Event::PeerUp(advert) => Some(advert.peer()),

@@ -86,43 +86,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     // Secret environment values are sealed and opened under the cluster's pre-shared key.
     let secret_key = psk.map(|k| chorus_io::sandbox::tasks::SecretKey::from_psk(&k.to_key_file()));
     let logs = if slots > 0 { task_logs(&config)? } else { None };
-    let sandboxes = if slots > 0 {
-        NodeSandboxes::Docker(Box::new(
-            task_runner(
-                &config,
-                node_id.as_str(),
-                ceilings,
-                secret_key.clone(),
-                logs.clone(),
-            )
-            .await?,
-        ))
-    } else {
-        NodeSandboxes::Off(NoSandboxes::default())
-    };
-    let pools = match &sandboxes {
-        NodeSandboxes::Docker(runner) => Some(runner.shutdown_handle()),
-        NodeSandboxes::Off(_) => None,
-    };
-
-    let loopback_only = listen.iter().all(is_loopback);
-    let mut resources = sample_resources();
-    resources.task_slots = slots;
-    if slots > 0 {
-        // What the admin counts this node's tasks against (issue 33): its ceilings, and the
-        // base policy's limits for a task that names none (the runner's base policy).
-        let base = chorus_io::sandbox::tasks::TaskRunnerConfig::new(node_id.as_str()).base_policy;
-        resources.task_capacity = ceilings.capacity(&base);
-    }
-    let mut transport_config =
-        transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
-    transport_config.allowlist = allowlist;
-    // The HTTP API first: its bound address is advertised to peers.
-    let shared = SharedState::default();
-    shared.lock().ceilings = ceilings;
-    shared.lock().secret_key = secret_key;
-    shared.lock().logs = logs;
-    // Live sandboxes (`/sandboxes`) on a node that runs Docker sandboxes; ended by a reaper
+    // Live sandboxes (`/sandboxes`) on a node that runs Docker sandboxes, placed by the
+    // cluster as live tasks; ended by a reaper
     // every second, and all removed when the node stops.
     let live = if slots > 0 {
         let provider = DockerProvider::connect()
@@ -152,6 +117,45 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     } else {
         None
     };
+    let sandboxes = if slots > 0 {
+        let mut runner = task_runner(
+            &config,
+            node_id.as_str(),
+            ceilings,
+            secret_key.clone(),
+            logs.clone(),
+        )
+        .await?;
+        if let Some(live) = &live {
+            // The live sandboxes the cluster places here are made in the registry.
+            runner = runner.with_live(Arc::clone(live));
+        }
+        NodeSandboxes::Docker(Box::new(runner))
+    } else {
+        NodeSandboxes::Off(NoSandboxes::default())
+    };
+    let pools = match &sandboxes {
+        NodeSandboxes::Docker(runner) => Some(runner.shutdown_handle()),
+        NodeSandboxes::Off(_) => None,
+    };
+
+    let loopback_only = listen.iter().all(is_loopback);
+    let mut resources = sample_resources();
+    resources.task_slots = slots;
+    if slots > 0 {
+        // What the admin counts this node's tasks against (issue 33): its ceilings, and the
+        // base policy's limits for a task that names none (the runner's base policy).
+        let base = chorus_io::sandbox::tasks::TaskRunnerConfig::new(node_id.as_str()).base_policy;
+        resources.task_capacity = ceilings.capacity(&base);
+    }
+    let mut transport_config =
+        transport_config(&config, listen, bootstrap, psk, &capabilities, resources);
+    transport_config.allowlist = allowlist;
+    // The HTTP API first: its bound address is advertised to peers.
+    let shared = SharedState::default();
+    shared.lock().ceilings = ceilings;
+    shared.lock().secret_key = secret_key;
+    shared.lock().logs = logs;
     shared.lock().live = live.clone();
     let auth = Arc::new(Auth::new(acl_key, config.http_names.clone()).for_node(node_id.as_str()));
     let tls = http_tls

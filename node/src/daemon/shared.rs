@@ -53,6 +53,11 @@ pub struct Shared {
     pub timeline: super::timeline::Timeline,
     /// The live sandboxes this node holds (`/sandboxes`), when it runs Docker sandboxes.
     pub live: Option<Arc<super::sandboxes::Live>>,
+    /// Notified after every step of the shadow core (a create waits on it for its placement).
+    pub stepped: Arc<tokio::sync::Notify>,
+    /// The workers of live sandboxes other nodes hold the tasks of, as learnt from those
+    /// nodes (`/sandboxes` routing); at most [`MAX_CONTACTS`] entries.
+    pub sandbox_workers: BTreeMap<String, String>,
 }
 
 /// Most peers whose last contact is remembered.

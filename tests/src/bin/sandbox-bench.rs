@@ -111,7 +111,8 @@ fn main() {
     // Node 0 runs sandboxes; nodes 1 and 2 none (a create there goes to node 0).
     let mut c = Cluster::start_with(&bin, 0, Timings::FAST, &[]);
     c.expect = 3;
-    c.extra_args = vec!["--docker".into()];
+    // A live sandbox holds a task slot while it lives: room for measure 5's idle ones.
+    c.extra_args = vec!["--docker".into(), "--task-slots".into(), "80".into()];
     c.add_node();
     c.extra_args.clear();
     c.add_node();
