@@ -37,21 +37,8 @@ pub async fn send(
     token: Option<&str>,
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
-    let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
-    let raw = match (endpoint.tls, tls) {
-        (true, Some(config)) => {
-            let connector = tokio_rustls::TlsConnector::from(config);
-            let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", endpoint.host_port))?;
-            let stream = connector
-                .connect(name, tcp)
-                .await
-                .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
-            exchange(stream, endpoint, method, path, body, token, limit).await?
-        }
-        (true, None) => anyhow::bail!("{} speaks TLS: no way to check it", endpoint.host_port),
-        (false, _) => exchange(tcp, endpoint, method, path, body, token, limit).await?,
-    };
+    let stream = connect(endpoint, tls).await?;
+    let raw = exchange(stream, endpoint, method, path, body, token, limit).await?;
     parse_answer(&raw).ok_or_else(|| {
         if !endpoint.tls && looks_like_tls(&raw) {
             anyhow::anyhow!(
@@ -75,6 +62,20 @@ pub async fn open(
     body: Option<&str>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let stream = connect(endpoint, tls).await?;
+    request_on(stream, endpoint, method, path, body, token).await
+}
+
+/// A connection to `endpoint`'s host: plain, or TLS checked by `tls`.
+trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for S {}
+
+/// Connects to `endpoint`: over TLS with `tls` when the endpoint speaks it.
+async fn connect(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> anyhow::Result<Box<dyn Connection>> {
     let tcp = tokio::net::TcpStream::connect(&endpoint.host_port).await?;
     match (endpoint.tls, tls) {
         (true, Some(config)) => {
@@ -85,10 +86,10 @@ pub async fn open(
                 .connect(name, tcp)
                 .await
                 .map_err(|e| anyhow::anyhow!("TLS with {}: {e}", endpoint.host_port))?;
-            request_on(stream, endpoint, method, path, body, token).await
+            Ok(Box::new(stream))
         }
         (true, None) => anyhow::bail!("{} speaks TLS: no way to check it", endpoint.host_port),
-        (false, _) => request_on(tcp, endpoint, method, path, body, token).await,
+        (false, _) => Ok(Box::new(tcp)),
     }
 }
 

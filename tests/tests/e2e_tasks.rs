@@ -1403,8 +1403,14 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         leftover.is_some(),
         "a live sandbox's container of the killed worker is left"
     );
-    let (code, answer) = as_token(&t.c, worker, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+    // The restarted worker answers from the record once it is connected again (503 before).
+    let said = wait_until(Duration::from_secs(30), Duration::from_millis(100), || {
+        let (code, answer) = as_token(&t.c, worker, &alice, "POST", &exec, r#"{"argv": ["true"]}"#);
+        (code != 503).then_some((code, answer))
+    });
+    let (code, answer) = said.expect("the restarted worker answers within 30 s");
     assert_eq!(code, 410, "through the restarted worker: {answer}");
+    assert!(answer.contains("lost"), "{answer}");
 }
 
 /// Issue 53: the admin restarted during a create. Whatever the moment, a create ends in one
