@@ -180,13 +180,17 @@ pub(super) async fn find(
     if let Some(live) = live.as_ref().filter(|l| caller.delegated || l.knows(id)) {
         return Found::Here(Arc::clone(live), node);
     }
-    let here = task.origin.as_str() == node;
+    // Whether the record is its node of record's own word (here, or asked just now).
+    let mut recorded = task.origin.as_str() == node;
     let record = match local_record(shared, &task, caller) {
         Some(r) => r,
-        None => match ask_record(shared, bound, auth, caller, &task).await {
-            Ok(r) => r,
-            Err(told) => return told,
-        },
+        None => {
+            recorded = true;
+            match ask_record(shared, bound, auth, caller, &task).await {
+                Ok(r) => r,
+                Err(told) => return told,
+            }
+        }
     };
     let worker = match record {
         Record::Placed(w) => w,
@@ -212,7 +216,7 @@ pub(super) async fn find(
     }
     // A worker learnt before, or the admin's placement, may be out of date: the node of
     // record's word on a sandbox whose worker is gone (ended: 410).
-    if !here {
+    if !recorded {
         shared.lock().sandbox_workers.remove(id);
         if let Ok(Record::Ended(body)) = ask_record(shared, bound, auth, caller, &task).await {
             return Found::Told(410, body);
