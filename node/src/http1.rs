@@ -51,6 +51,24 @@ pub async fn send(
     })
 }
 
+/// A request's body and its media type.
+#[derive(Clone, Copy, Debug)]
+pub struct Payload<'a> {
+    /// The `Content-Type`.
+    pub kind: &'a str,
+    pub bytes: &'a [u8],
+}
+
+impl<'a> Payload<'a> {
+    /// A JSON body.
+    pub fn json(text: &'a str) -> Self {
+        Payload {
+            kind: "application/json",
+            bytes: text.as_bytes(),
+        }
+    }
+}
+
 /// Sends one request to `endpoint` as [`send`] does, and answers once the head of its answer
 /// came: the body is read as the server sends it (a streaming exec's NDJSON, relayed as it
 /// comes). Bounds on the body are the reader's.
@@ -59,7 +77,7 @@ pub async fn open(
     tls: Option<Arc<rustls::ClientConfig>>,
     method: &str,
     path: &str,
-    body: Option<&str>,
+    body: Option<Payload<'_>>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
     let stream = connect(endpoint, tls).await?;
@@ -99,7 +117,7 @@ async fn request_on<S>(
     endpoint: &Endpoint,
     method: &str,
     path: &str,
-    body: Option<&str>,
+    body: Option<Payload<'_>>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>>
 where
@@ -120,10 +138,11 @@ where
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    if body.is_some() {
-        request = request.header("content-type", "application/json");
+    if let Some(body) = body {
+        request = request.header("content-type", body.kind);
     }
-    let request = request.body(axum::body::Body::from(body.unwrap_or_default().to_owned()))?;
+    let bytes = body.map_or_else(Vec::new, |b| b.bytes.to_vec());
+    let request = request.body(axum::body::Body::from(bytes))?;
     Ok(sender.send_request(request).await?)
 }
 

@@ -17,7 +17,10 @@
 //!    under way, none begun) for its idle timeout, or at its absolute end, whatever it is
 //!    doing; the sandbox itself is armed to end at that absolute end too (so a worker killed
 //!    with `kill -9` leaves nothing running past it). Every later call answers
-//!    [`LiveError::Gone`] with the reason and when, for the last [`GONE_KEPT`] ended.
+//!    [`LiveError::Gone`] with the reason and when, for the last [`GONE_KEPT`] ended. The end
+//!    is recorded (and answered) at once; its container is removed by a task of its own, so a
+//!    close costs its caller no Engine round trip, and [`LiveSandboxes::shutdown`] waits for
+//!    every removal under way.
 //! 5. **A call under way keeps it from idling out**, never from its absolute end.
 //! 6. **A warm pool.** Given a shape ([`LiveSandboxes::keep_warm`]), the registry keeps up to
 //!    [`LiveLimits::warm`] sandboxes of it started (their command agent too), made one at a
@@ -252,6 +255,8 @@ pub struct LiveSandboxes<P: SandboxProvider> {
     changed: tokio::sync::Notify,
     /// Where each end goes, once someone watches ([`LiveSandboxes::watch_ends`]).
     ends: Mutex<Option<mpsc::UnboundedSender<(String, GoneWhy)>>>,
+    /// Removals of ended sandboxes under way (rule 4).
+    removing: Mutex<tokio::task::JoinSet<()>>,
 }
 
 impl<P: SandboxProvider> std::fmt::Debug for LiveSandboxes<P> {
@@ -285,6 +290,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             taken: tokio::sync::Notify::new(),
             changed: tokio::sync::Notify::new(),
             ends: Mutex::new(None),
+            removing: Mutex::new(tokio::task::JoinSet::new()),
         }
     }
 
@@ -511,6 +517,8 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             let _ = sandbox.remove().await;
             return Err(LiveError::Sandbox(e));
         }
+        // Ready means ready: its first command costs what every later one does.
+        start_agent(&sandbox).await;
         Ok(sandbox)
     }
 
@@ -578,10 +586,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
                 let _ = sandbox.remove().await;
                 return Err(e);
             }
-            // The command agent starts at a live command: start it now, off the caller's time.
-            let mut warm_up = ExecRequest::new(["true"]);
-            warm_up.keep_processes = true;
-            let _ = sandbox.exec(warm_up).await;
+            start_agent(&sandbox).await;
             Ok(sandbox)
         }
         .await;
@@ -811,10 +816,18 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         for sandbox in warm {
             let _ = sandbox.remove().await;
         }
+        self.removed().await;
     }
 
-    /// Takes `id` out of the registry, remembers why, and removes its sandbox. Whether it
-    /// was live.
+    /// Waits until every removal under way has finished.
+    pub async fn removed(&self) {
+        let mut under_way =
+            std::mem::take(&mut *self.removing.lock().unwrap_or_else(|p| p.into_inner()));
+        while under_way.join_next().await.is_some() {}
+    }
+
+    /// Takes `id` out of the registry, remembers why, and starts removing its sandbox (a task
+    /// of its own: the end holds for every caller from here on). Whether it was live.
     async fn end(&self, id: &str, why: GoneWhy) -> bool {
         let (sandbox, kind) = {
             let mut st = self.lock();
@@ -839,12 +852,26 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         if let Some(ends) = self.ends.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             let _ = ends.send((id.to_string(), why));
         }
-        if let Err(e) = sandbox.remove().await {
-            tracing::warn!(live = id, sandbox = sandbox.id(), ended = kind, error = %e,
-                "removing an ended live sandbox failed (its armed end still ends it)");
-        }
+        let id = id.to_string();
+        let mut removing = self.removing.lock().unwrap_or_else(|p| p.into_inner());
+        while removing.try_join_next().is_some() {}
+        removing.spawn(async move {
+            if let Err(e) = sandbox.remove().await {
+                tracing::warn!(live = id, sandbox = sandbox.id(), ended = kind, error = %e,
+                    "removing an ended live sandbox failed (its armed end still ends it)");
+            }
+        });
         true
     }
+}
+
+/// Starts `sandbox`'s command agent, which otherwise starts at its first live command (a
+/// Docker exec, tens of ms): a command that keeps its processes (`true`), whose failure says
+/// nothing the first real command would not say again.
+async fn start_agent<S: ExecutionSandbox>(sandbox: &S) {
+    let mut warm_up = ExecRequest::new(["true"]);
+    warm_up.keep_processes = true;
+    let _ = sandbox.exec(warm_up).await;
 }
 
 /// A sandbox taken for one call.
@@ -1005,6 +1032,8 @@ mod tests {
             matches!(reg.get(&bob, "s1"), Err(LiveError::NotFound)),
             "bob learns nothing"
         );
+        // The close answered before its container went; the removal follows on its own.
+        reg.removed().await;
         assert_eq!(sb.calls().last().unwrap().op, Op::Remove);
     }
 

@@ -593,8 +593,8 @@ pub trait ExecutionSandbox: Send + Sync {
 
 /// Makes sandboxes: the part of a sandbox implementation a runtime loop holds on to.
 pub trait SandboxProvider: Send + Sync {
-    /// The sandboxes it makes.
-    type Sandbox: ExecutionSandbox;
+    /// The sandboxes it makes (owned: an ended one is removed by a task of its own).
+    type Sandbox: ExecutionSandbox + 'static;
 
     /// Creates (but does not start) a sandbox for `spec`, confined by `policy`.
     fn create(

@@ -15,8 +15,9 @@
 //! - **A web page in an operator's browser** can make it send requests it did not mean to: a
 //!   request whose `Host` is a name this node does not answer to (DNS rebinding) is refused, so
 //!   is one whose `Origin` is not this node's; a request that changes anything must say
-//!   `Content-Type: application/json`, which a page can only send after a CORS preflight, and no
-//!   route answers preflights. A page never holds a token (none is kept in a cookie).
+//!   `Content-Type: application/json` (or `application/octet-stream`, a file's raw bytes, to
+//!   `PUT /sandboxes/{id}/files` alone), which a page can only send after a CORS preflight, and
+//!   no route answers preflights. A page never holds a token (none is kept in a cookie).
 //!
 //! A token is `chorus_v1_<role>_<id>_<mac>`: the mac is HMAC-SHA256 of the role and id under the
 //! node's ACL key (`acl.key` in the data directory, or the shared `acl_key_file` that makes
@@ -113,12 +114,16 @@ impl Auth {
             return Ok(None);
         };
         if matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
-            let json = text(header::CONTENT_TYPE).is_some_and(|ct| {
-                ct.split(';')
-                    .next()
-                    .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json"))
-            });
-            if !json {
+            let kind = text(header::CONTENT_TYPE)
+                .and_then(|ct| ct.split(';').next())
+                .map(str::trim);
+            let is = |want: &str| kind.is_some_and(|k| k.eq_ignore_ascii_case(want));
+            // Neither is a type a page may send without a preflight.
+            let allowed = is("application/json")
+                || (*method == Method::PUT
+                    && is("application/octet-stream")
+                    && is_sandbox_files(path));
+            if !allowed {
                 return Err(HttpRefusal::ContentType);
             }
         }
@@ -216,6 +221,13 @@ pub async fn guard(
     }
 }
 
+/// Whether `path` is `/sandboxes/{id}/files`, the one route that takes a raw body.
+fn is_sandbox_files(path: &str) -> bool {
+    path.strip_prefix("/sandboxes/")
+        .and_then(|rest| rest.strip_suffix("/files"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'))
+}
+
 /// What a refused caller is told.
 fn refusal_text(why: HttpRefusal, method: &Method) -> String {
     match why {
@@ -223,7 +235,10 @@ fn refusal_text(why: HttpRefusal, method: &Method) -> String {
                                  `http_names` to answer to a DNS name)"
             .into(),
         HttpRefusal::CrossOrigin => "cross-origin requests are refused".into(),
-        HttpRefusal::ContentType => format!("{method} needs Content-Type: application/json"),
+        HttpRefusal::ContentType => format!(
+            "{method} needs Content-Type: application/json (a file's raw bytes to PUT \
+             /sandboxes/ID/files: application/octet-stream)"
+        ),
         HttpRefusal::NoToken => "this route needs a token: Authorization: Bearer <token> (the \
                                  CLI reads --token, CHORUS_TOKEN or --token-file)"
             .into(),
@@ -554,6 +569,25 @@ mod tests {
             admit(Method::POST, "/tasks", &text),
             Err(HttpRefusal::ContentType)
         );
+        // Raw bytes: only a file's, to the one route that takes them.
+        let mut raw = h.clone();
+        raw[1] = ("content-type", "application/octet-stream");
+        assert!(admit(Method::PUT, "/sandboxes/n-1/files", &raw)
+            .unwrap()
+            .is_some());
+        for (method, path) in [
+            (Method::POST, "/tasks"),
+            (Method::POST, "/sandboxes/n-1/files"),
+            (Method::PUT, "/sandboxes/n-1/files/x"),
+            (Method::PUT, "/sandboxes//files"),
+            (Method::POST, "/sandboxes"),
+        ] {
+            assert_eq!(
+                admit(method.clone(), path, &raw),
+                Err(HttpRefusal::ContentType),
+                "{method} {path}"
+            );
+        }
         let mut page = h.clone();
         page.push(("origin", "https://evil.example"));
         assert_eq!(

@@ -73,10 +73,17 @@ pub(super) fn record_of(view: &Value, caller: &Caller) -> Record {
         (Some("placed"), Some(worker)) => Record::Placed(worker.to_string()),
         (phase, _) => Record::Waiting(view["pending"].as_str().map(str::to_string).unwrap_or_else(
             || {
-                format!(
-                    "{}: waiting for the admin to place it",
-                    phase.unwrap_or("submitted")
-                )
+                match phase {
+                    // The admin has it and gave no other reason (core: `Pending::Room`).
+                    Some("queued") => "queued at the admin: a worker can run it, and it waits for \
+                                   room there (a free task slot, and memory and CPU beside what \
+                                   is placed: `[tasks] slots`, `max_memory_mb`, `max_cpu_millis`)"
+                        .to_string(),
+                    phase => format!(
+                        "{}: waiting for the admin to take it",
+                        phase.unwrap_or("submitted")
+                    ),
+                }
             },
         )),
     }

@@ -14,7 +14,7 @@
 //! | `GET /sandboxes/{id}/processes` | what runs in it: `{processes: [{pid, pgid, seconds, command}]}` |
 //! | `DELETE /sandboxes/{id}/processes/{pid}` | kills that process's group |
 //! | `POST /sandboxes/{id}/env` | `{env: {K: V}}`, kept for every later command |
-//! | `PUT /sandboxes/{id}/files` | `{path, content` or `content_b64, mode?}` |
+//! | `PUT /sandboxes/{id}/files` | `{path, content` or `content_b64, mode?}`, or raw bytes with `?path=P&mode=644` |
 //! | `GET /sandboxes/{id}/files?path=P` | the file's bytes |
 //!
 //! Every route needs a `submit` token; a sandbox is its token's, and any other token gets 404
@@ -316,10 +316,12 @@ async fn forward(
         Ok(r) => r,
         Err(refused) => return refused.into_response(),
     };
-    let body = match body.map(std::str::from_utf8).transpose() {
-        Ok(b) => b,
-        Err(_) => return bad("the body is not UTF-8 JSON"),
-    };
+    // Sent on as it came, with its media type (JSON, or a file's raw bytes); the worker
+    // judges it.
+    let body = body.map(|bytes| http1::Payload {
+        kind: asked.content_type.as_deref().unwrap_or("application/json"),
+        bytes,
+    });
     let bound = wait + FORWARD_MARGIN;
     let deadline = tokio::time::Instant::now() + bound;
     let opened = http1::open(&endpoint, tls, method, path, body, Some(&token));
@@ -458,6 +460,8 @@ pub(super) struct Asked {
     caller: Caller,
     method: Method,
     uri: Uri,
+    /// The request's `Content-Type`, if it said one.
+    content_type: Option<String>,
 }
 
 impl FromRequestParts<(SharedState, SocketAddr)> for Asked {
@@ -481,6 +485,11 @@ impl FromRequestParts<(SharedState, SocketAddr)> for Asked {
             caller,
             method: parts.method.clone(),
             uri: parts.uri.clone(),
+            content_type: parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
         })
     }
 }
@@ -1052,10 +1061,19 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
     path = "/sandboxes/{id}/files",
     tag = "sandboxes",
     summary = "Write a file",
-    description = "Writes the file (text or base64) at an absolute path in the sandbox, making \
-        its folders.",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
-    request_body = FileBody,
+    description = "Writes the file at an absolute path in the sandbox, making its folders: a JSON \
+        body (`path`, text `content` or `content_b64`, `mode`), or the file's raw bytes \
+        (`Content-Type: application/octet-stream`) with `?path=` and an optional octal \
+        `&mode=644`.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = Option<String>, Query, description = "With a raw body: an absolute path in the sandbox, without `..`"),
+        ("mode" = Option<String>, Query, description = "With a raw body: permission bits in octal (default 644)"),
+    ),
+    request_body(content(
+        (FileBody = "application/json"),
+        (Vec<u8> = "application/octet-stream"),
+    )),
     responses(
         (status = 200, description = "Written", body = crate::api::openapi::FileWritten),
         (status = 400, description = "Not a body this route takes, a bad path or mode", body = crate::api::openapi::SandboxRefusal),
@@ -1065,28 +1083,51 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
         (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
     )
 )]
-pub(super) async fn write_file(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+pub(super) async fn write_file(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    body: Bytes,
+) -> Response {
     let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
         Route::Here(live, _) => live,
         Route::Answered(r) => return r,
     };
-    let req: FileBody = match parse(&body) {
-        Ok(r) => r,
-        Err(r) => return r.into_response(),
+    let raw = asked
+        .content_type
+        .as_deref()
+        .is_some_and(|k| k.starts_with("application/octet-stream"));
+    let (path, data, mode) = if raw {
+        // The bytes as they came; where and how in the query (no copy, no base64).
+        let Some(path) = query.get("path") else {
+            return bad("give ?path=/absolute/path (a raw body says only the file's bytes)");
+        };
+        let mode = match query.get("mode").map(|m| u32::from_str_radix(m, 8)) {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(_)) => return bad("mode: octal permission bits, as chmod takes them (644)"),
+        };
+        (path.clone(), body.to_vec(), mode)
+    } else {
+        let req: FileBody = match parse(&body) {
+            Ok(r) => r,
+            Err(r) => return r.into_response(),
+        };
+        let data = match (req.content, req.content_b64) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
+                Ok(d) => d,
+                Err(e) => return bad(format!("content_b64: {e}")),
+            },
+            _ => return bad("give one of content (text) and content_b64"),
+        };
+        (req.path, data, req.mode)
     };
-    let data = match (req.content, req.content_b64) {
-        (Some(text), None) => text.into_bytes(),
-        (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
-            Ok(d) => d,
-            Err(e) => return bad(format!("content_b64: {e}")),
-        },
-        _ => return bad("give one of content (text) and content_b64"),
-    };
-    let path = match sandbox_path(&req.path) {
+    let path = match sandbox_path(&path) {
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    let mode = req.mode.unwrap_or(0o644);
+    let mode = mode.unwrap_or(0o644);
     if mode > 0o777 {
         return bad("mode: permission bits only (at most 0o777)");
     }

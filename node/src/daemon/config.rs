@@ -155,6 +155,13 @@ pub struct SandboxConfig {
     /// sandbox image, default limits), so a create takes one instead of starting a container.
     /// Default [`DEFAULT_LIVE_WARM`]; 0: none; at most [`MAX_LIVE_WARM`].
     pub live_warm: Option<u32>,
+    /// Live sandboxes this worker holds at once (default [`DEFAULT_LIVE_MAX`], at most
+    /// [`MAX_LIVE_MAX`]); a create past it is refused (429). Each also holds a task slot and
+    /// counts its memory and CPU against `[tasks] max_memory_mb` / `max_cpu_millis`.
+    pub live_max: Option<u32>,
+    /// Live sandboxes one token holds on this worker at once (default
+    /// [`DEFAULT_LIVE_PER_OWNER`], at most `live_max`).
+    pub live_per_owner: Option<u32>,
 }
 
 /// The `[tasks]` table: how many tasks this node runs at once, and its warm sandboxes.
@@ -249,6 +256,27 @@ pub const DEFAULT_LIVE_WARM: u32 = 2;
 
 /// The most warm live sandboxes a node keeps.
 pub const MAX_LIVE_WARM: u32 = 16;
+
+/// Live sandboxes a worker holds, unless `[sandbox] live_max` says otherwise.
+pub const DEFAULT_LIVE_MAX: u32 = 64;
+
+/// The most `[sandbox] live_max` may say (as many as task slots may be).
+pub const MAX_LIVE_MAX: u32 = MAX_TASK_SLOTS;
+
+/// Live sandboxes one token holds on a worker, unless `[sandbox] live_per_owner` says otherwise.
+pub const DEFAULT_LIVE_PER_OWNER: u32 = 8;
+
+impl SandboxConfig {
+    /// The live-sandbox bounds these settings give.
+    pub fn live_limits(&self) -> chorus_io::sandbox::live::LiveLimits {
+        chorus_io::sandbox::live::LiveLimits {
+            warm: self.live_warm.unwrap_or(DEFAULT_LIVE_WARM) as usize,
+            total: self.live_max.unwrap_or(DEFAULT_LIVE_MAX) as usize,
+            per_owner: self.live_per_owner.unwrap_or(DEFAULT_LIVE_PER_OWNER) as usize,
+            ..chorus_io::sandbox::live::LiveLimits::default()
+        }
+    }
+}
 
 /// The most task slots a node may offer (what a worker's report may claim).
 pub const MAX_TASK_SLOTS: u32 = 1_024;
@@ -657,6 +685,23 @@ impl NodeConfig {
                 &format!("at most {MAX_LIVE_WARM} warm live sandboxes"),
             ));
         }
+        let live_max = self.sandbox.live_max.unwrap_or(DEFAULT_LIVE_MAX);
+        if !(1..=MAX_LIVE_MAX).contains(&live_max) {
+            return Err(self.invalid(
+                "sandbox.live_max",
+                &format!("1 to {MAX_LIVE_MAX} live sandboxes"),
+            ));
+        }
+        let per_owner = self
+            .sandbox
+            .live_per_owner
+            .unwrap_or(DEFAULT_LIVE_PER_OWNER);
+        if per_owner == 0 || per_owner > live_max {
+            return Err(self.invalid(
+                "sandbox.live_per_owner",
+                &format!("1 to live_max ({live_max}) live sandboxes"),
+            ));
+        }
         let psk = match &self.psk_file {
             Some(path) => Some(
                 chorus_io::transport::load_psk(path)
@@ -994,6 +1039,16 @@ mod tests {
         for (toml, key) in [
             ("[tasks]\nlog_cap_mb = 5000\n", "`tasks.log_cap_mb`"),
             ("[tasks]\nlogs_kept = 0\n", "`tasks.logs_kept`"),
+            ("[sandbox]\nlive_max = 0\n", "`sandbox.live_max`"),
+            ("[sandbox]\nlive_max = 1025\n", "`sandbox.live_max`"),
+            (
+                "[sandbox]\nlive_per_owner = 0\n",
+                "`sandbox.live_per_owner`",
+            ),
+            (
+                "[sandbox]\nlive_max = 4\nlive_per_owner = 5\n",
+                "`sandbox.live_per_owner`",
+            ),
         ] {
             let text = NodeConfig::from_toml(toml)
                 .unwrap()
@@ -1004,6 +1059,13 @@ mod tests {
         }
         let ok = NodeConfig::from_toml("[tasks]\nlog_cap_mb = 0\nlogs_kept = 1\n").unwrap();
         assert!(ok.resolve().is_ok(), "0 turns the logs off");
+        let live =
+            NodeConfig::from_toml("[sandbox]\nlive_max = 100\nlive_per_owner = 100\n").unwrap();
+        assert!(live.clone().resolve().is_ok());
+        let limits = live.sandbox.live_limits();
+        assert_eq!((limits.total, limits.per_owner), (100, 100));
+        let default = NodeConfig::default().sandbox.live_limits();
+        assert_eq!((default.total, default.per_owner, default.warm), (64, 8, 2));
     }
 
     /// Issue 37: the web console is on unless `http_ui = false` or `--no-http-ui`.

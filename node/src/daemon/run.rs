@@ -17,14 +17,14 @@ use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
 use chorus_io::log_fields::list;
 use chorus_io::runtime::{NoSandboxes, Runtime, RuntimeConfig, TokioClock};
 use chorus_io::sandbox::docker::DockerProvider;
-use chorus_io::sandbox::live::{LiveLimits, LiveSandboxes};
+use chorus_io::sandbox::live::LiveSandboxes;
 use chorus_io::transport::libp2p::node_id as peer_node_id;
 use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
 use libp2p::identity::Keypair;
 use libp2p::pnet::PreSharedKey;
 use libp2p::Multiaddr;
 
-use super::config::{NodeConfig, Resolved, DEFAULT_LIVE_WARM};
+use super::config::{NodeConfig, Resolved};
 use super::handoff::Handoff;
 use super::observer::NodeObserver;
 use super::operator::{first_request_id, OperatorInputs};
@@ -93,11 +93,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         let provider = DockerProvider::connect()
             .await
             .context("live sandboxes run in Docker, but the Docker Engine does not answer")?;
-        let limits = LiveLimits {
-            warm: config.sandbox.live_warm.unwrap_or(DEFAULT_LIVE_WARM) as usize,
-            ..LiveLimits::default()
-        };
-        let live = Arc::new(LiveSandboxes::new(provider, limits));
+        let live = Arc::new(LiveSandboxes::new(provider, config.sandbox.live_limits()));
         let (spec, policy) = crate::api::sandboxes::default_shape(node_id.as_str());
         live.keep_warm(spec, policy);
         let reaper = live.clone();
