@@ -37,6 +37,20 @@ pub async fn send(
     token: Option<&str>,
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
+    let body = body.map(Payload::json);
+    send_payload(endpoint, tls, method, path, body, token, limit).await
+}
+
+/// [`send`] with a body of any media type.
+pub async fn send_payload(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    method: &str,
+    path: &str,
+    body: Option<Payload<'_>>,
+    token: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<RawAnswer> {
     let stream = connect(endpoint, tls).await?;
     let raw = exchange(stream, endpoint, method, path, body, token, limit).await?;
     parse_answer(&raw).ok_or_else(|| {
@@ -205,7 +219,7 @@ async fn exchange<S>(
     endpoint: &Endpoint,
     method: &str,
     path: &str,
-    body: Option<&str>,
+    body: Option<Payload<'_>>,
     token: Option<&str>,
     limit: u64,
 ) -> anyhow::Result<Vec<u8>>
@@ -222,13 +236,16 @@ where
     }
     if let Some(body) = body {
         request.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
+            "Content-Type: {}\r\nContent-Length: {}\r\n",
+            body.kind,
+            body.bytes.len()
         ));
     }
     request.push_str("\r\n");
-    request.push_str(body.unwrap_or_default());
     stream.write_all(request.as_bytes()).await?;
+    if let Some(body) = body {
+        stream.write_all(body.bytes).await?;
+    }
     stream.flush().await?;
     let mut raw = Vec::new();
     // Bounded: whatever the server sends, at most `limit` bytes are kept.

@@ -234,8 +234,9 @@ enum Cmd {
         #[command(subcommand)]
         command: cli::acl::Cmd,
     },
-    /// Sandboxes: live ones kept on a node across commands (`create`, `exec`, `cp`, `env`,
-    /// `list`, `close`), and one-shot runs on this host's Docker (`run`, `image`, `reap`).
+    /// Sandboxes: live ones kept on a node across commands (`create`, `exec`, `ps`, `kill`, `cp`,
+    /// `ls`, `rm`, `env`, `keepalive`, `list`, `close`), and one-shot runs on this host's Docker
+    /// (`run`, `image`, `reap`).
     Sandbox {
         #[command(subcommand)]
         command: cli::sandbox::Cmd,

@@ -1130,6 +1130,57 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     let out = cli(&["sandbox", "cp", &from, back.path().to_str().unwrap()]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(std::fs::read(back.path()).unwrap(), b"made");
+    // A folder in (its regular files, a link left out and said), listed, out as tar, a part
+    // of it removed; kept alive.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("a.txt"), "A").unwrap();
+    std::fs::write(dir.path().join("sub/b.txt"), "B").unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link")).unwrap();
+    let to = format!("{id}:/workspace/proj");
+    let out = cli(&["sandbox", "cp", dir.path().to_str().unwrap(), &to]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("left out"),
+        "the link is said: {out:?}"
+    );
+    let out = cli(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "cat",
+        "/workspace/proj/sub/b.txt",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "B", "{out:?}");
+    let out = cli(&["sandbox", "ls", &to]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        listed.contains("a.txt") && listed.contains("sub") && !listed.contains("link"),
+        "{listed}"
+    );
+    let archive = dir.path().join("out.tar");
+    let out = cli(&["sandbox", "cp", "--tar", &to, archive.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let tar = std::fs::read(&archive).unwrap();
+    let names = String::from_utf8_lossy(&tar);
+    assert!(
+        names.contains("sub/b.txt") && names.contains("a.txt"),
+        "{names}"
+    );
+    let out = cli(&["sandbox", "rm", &format!("{to}/sub")]);
+    assert!(out.status.success(), "{out:?}");
+    let out = cli(&["sandbox", "ls", &to]);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("sub"),
+        "{out:?}"
+    );
+    let out = cli(&["sandbox", "keepalive", &id]);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("idle left"),
+        "{out:?}"
+    );
     // Another token sees nothing of it.
     for (method, path) in [
         ("GET", format!("/sandboxes/{id}")),
@@ -1153,7 +1204,11 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
     );
     assert_eq!(code, 410, "{body}");
     assert!(body.contains("\"reason\":\"closed\""), "{body}");
-    assert!(!live_of(true).contains(&container), "closed means removed");
+    // Its container is removed after the close answered (off the caller's time).
+    let removed = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        (!live_of(true).contains(&container)).then_some(())
+    });
+    assert!(removed.is_some(), "closed means removed");
 
     // A worker killed with kill -9 takes its live sandboxes (and its warm ones) with it (their
     // supervisor ends when the node's end of its stdin closes), and removes what is left when
@@ -1236,7 +1291,7 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
     let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
     let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
     let base = format!("/sandboxes/{id}");
-    let steps: [(&str, String, &str, u16, &str); 6] = [
+    let steps: [(&str, String, &str, u16, &str); 7] = [
         (
             "PUT",
             format!("{base}/files"),
@@ -1272,6 +1327,14 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
             200,
             "via\n",
         ),
+        // The tree downloaded: the files written above, in a tar archive.
+        (
+            "GET",
+            format!("{base}/tree?path=/workspace"),
+            "",
+            200,
+            "a.py",
+        ),
         ("GET", base.clone(), "", 200, &id),
     ];
     for (method, path, body, want, holds) in &steps {
@@ -1279,6 +1342,31 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         assert_eq!(code, *want, "{method} {path} through node {via}: {answer}");
         assert!(answer.contains(holds), "{method} {path}: {answer}");
     }
+    // A file's raw bytes, forwarded as they came (their media type too), mode and all.
+    let auth = format!("Bearer {alice}");
+    let (code, answer) = chorus_tests::http_exact(
+        t.c.nodes[via].http_port,
+        "PUT",
+        &format!("{base}/files?path=/workspace/raw.txt&mode=600"),
+        &[
+            ("Host", "127.0.0.1"),
+            ("Authorization", &auth),
+            ("Content-Type", "application/octet-stream"),
+        ],
+        "raw {\"not\": json}",
+    )
+    .expect("the node answers");
+    assert_eq!(code, 200, "{answer}");
+    let (code, answer) = as_token(
+        &t.c,
+        via,
+        &alice,
+        "POST",
+        &format!("{base}/exec"),
+        r#"{"shell": "stat -c %a /workspace/raw.txt; cat /workspace/raw.txt"}"#,
+    );
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains(r#"600\nraw {\"not\": json}"#), "{answer}");
     // A background process: started, followed through its log, listed, killed.
     let (code, answer) = as_token(
         &t.c,

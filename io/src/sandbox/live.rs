@@ -38,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::{
-    ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, SandboxError, SandboxPolicy,
+    ExecOutput, ExecRequest, ExecutionSandbox, FileTree, OutputChunk, SandboxError, SandboxPolicy,
     SandboxProvider, SandboxSpec,
 };
 
@@ -723,6 +723,43 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         Ok(data)
     }
 
+    /// Writes `tree` under the folder `dir` of `id`, making it (its files' bytes together at
+    /// most [`LiveLimits::max_file_bytes`]).
+    pub async fn write_tree(
+        &self,
+        caller: &Caller,
+        id: &str,
+        dir: &str,
+        tree: &FileTree,
+    ) -> Result<(), LiveError> {
+        self.within_file_bound(tree.values().map(|f| f.data.len()).sum())?;
+        let busy = self.take(caller, id)?;
+        let out = busy.sandbox.write_tree(dir, tree).await;
+        self.judge(busy, out).await
+    }
+
+    /// The regular files under the folder `dir` of `id` (refused past
+    /// [`LiveLimits::max_file_bytes`] together).
+    pub async fn read_tree(
+        &self,
+        caller: &Caller,
+        id: &str,
+        dir: &str,
+    ) -> Result<FileTree, LiveError> {
+        let busy = self.take(caller, id)?;
+        let out = busy.sandbox.read_tree(dir).await;
+        let tree = self.judge(busy, out).await?;
+        self.within_file_bound(tree.values().map(|f| f.data.len()).sum())?;
+        Ok(tree)
+    }
+
+    /// Keeps `id` from idling out: its idle clock starts again now (its absolute end stays).
+    pub fn keep_alive(&self, caller: &Caller, id: &str) -> Result<LiveInfo, LiveError> {
+        // A call begun and ended now is what resets the idle clock (rule 5).
+        drop(self.take(caller, id)?);
+        self.get(caller, id)
+    }
+
     /// Refuses (counted) a file of `len` bytes past [`LiveLimits::max_file_bytes`].
     fn within_file_bound(&self, len: usize) -> Result<(), LiveError> {
         if len <= self.limits.max_file_bytes {
@@ -1248,6 +1285,53 @@ mod tests {
         ));
         let ended = reg.counters().ended;
         assert_eq!(ended, BTreeMap::from([("expired", 1), ("idle", 1)]));
+    }
+
+    /// A keep-alive starts the idle clock again, never past the absolute end; a tree counts
+    /// its files' bytes together against the file bound (refused, counted, nothing written).
+    #[tokio::test(start_paused = true)]
+    async fn a_keep_alive_holds_off_the_idle_end_only_and_trees_are_bounded() {
+        let limits = LiveLimits {
+            max_file_bytes: 10,
+            ..LiveLimits::default()
+        };
+        let (provider, reg) = registry(limits);
+        let alice = Caller::owner("alice");
+        reg.create(&alice, create("kept", None)).await.unwrap();
+        for _ in 0..3 {
+            tokio::time::advance(Duration::from_secs(50)).await;
+            let info = reg.keep_alive(&alice, "kept").unwrap();
+            assert_eq!(info.idle_left, Duration::from_secs(60));
+            assert!(reg.reap().await.is_empty());
+        }
+        assert!(matches!(
+            reg.keep_alive(&Caller::owner("bob"), "kept"),
+            Err(LiveError::NotFound)
+        ));
+        let file = |n: usize| crate::sandbox::FileEntry {
+            data: vec![b'x'; n],
+            mode: 0o644,
+        };
+        let small = FileTree::from([("a".to_string(), file(5)), ("b/c".to_string(), file(5))]);
+        reg.write_tree(&alice, "kept", "/workspace", &small)
+            .await
+            .unwrap();
+        let big = FileTree::from([("a".to_string(), file(6)), ("b".to_string(), file(5))]);
+        let writes = provider.sandboxes()[0].calls().len();
+        let err = reg
+            .write_tree(&alice, "kept", "/workspace", &big)
+            .await
+            .unwrap_err();
+        assert_eq!(refused_for(&err), Some("file_size"), "{err}");
+        assert_eq!(
+            provider.sandboxes()[0].calls().len(),
+            writes,
+            "nothing written"
+        );
+        assert_eq!(reg.counters().refused.get("file_size"), Some(&1));
+        // Its absolute end holds whatever keeps it alive.
+        tokio::time::advance(Duration::from_secs(600)).await;
+        assert_eq!(reg.reap().await, ["kept"]);
     }
 
     /// A sandbox whose main process died is lost: the call and every later one say so.

@@ -15,9 +15,9 @@
 //! - **A web page in an operator's browser** can make it send requests it did not mean to: a
 //!   request whose `Host` is a name this node does not answer to (DNS rebinding) is refused, so
 //!   is one whose `Origin` is not this node's; a request that changes anything must say
-//!   `Content-Type: application/json` (or `application/octet-stream`, a file's raw bytes, to
-//!   `PUT /sandboxes/{id}/files` alone), which a page can only send after a CORS preflight, and
-//!   no route answers preflights. A page never holds a token (none is kept in a cookie).
+//!   `Content-Type: application/json` (or raw bytes, `application/octet-stream` or
+//!   `application/x-tar`, to `PUT /sandboxes/{id}/files` and `/tree` alone), which a page can
+//!   only send after a CORS preflight, and no route answers preflights. A page never holds a token (none is kept in a cookie).
 //!
 //! A token is `chorus_v1_<role>_<id>_<mac>`: the mac is HMAC-SHA256 of the role and id under the
 //! node's ACL key (`acl.key` in the data directory, or the shared `acl_key_file` that makes
@@ -121,8 +121,8 @@ impl Auth {
             // Neither is a type a page may send without a preflight.
             let allowed = is("application/json")
                 || (*method == Method::PUT
-                    && is("application/octet-stream")
-                    && is_sandbox_files(path));
+                    && (is("application/octet-stream") || is("application/x-tar"))
+                    && takes_raw_bytes(path));
             if !allowed {
                 return Err(HttpRefusal::ContentType);
             }
@@ -221,10 +221,14 @@ pub async fn guard(
     }
 }
 
-/// Whether `path` is `/sandboxes/{id}/files`, the one route that takes a raw body.
-fn is_sandbox_files(path: &str) -> bool {
+/// Whether `path` is `/sandboxes/{id}/files` or `/sandboxes/{id}/tree`, the routes that take
+/// a raw body (a file's bytes, a tar archive).
+fn takes_raw_bytes(path: &str) -> bool {
     path.strip_prefix("/sandboxes/")
-        .and_then(|rest| rest.strip_suffix("/files"))
+        .and_then(|rest| {
+            rest.strip_suffix("/files")
+                .or_else(|| rest.strip_suffix("/tree"))
+        })
         .is_some_and(|id| !id.is_empty() && !id.contains('/'))
 }
 
@@ -236,8 +240,8 @@ fn refusal_text(why: HttpRefusal, method: &Method) -> String {
             .into(),
         HttpRefusal::CrossOrigin => "cross-origin requests are refused".into(),
         HttpRefusal::ContentType => format!(
-            "{method} needs Content-Type: application/json (a file's raw bytes to PUT \
-             /sandboxes/ID/files: application/octet-stream)"
+            "{method} needs Content-Type: application/json (raw bytes to PUT \
+             /sandboxes/ID/files or /tree: application/octet-stream or application/x-tar)"
         ),
         HttpRefusal::NoToken => "this route needs a token: Authorization: Bearer <token> (the \
                                  CLI reads --token, CHORUS_TOKEN or --token-file)"
@@ -575,6 +579,15 @@ mod tests {
         assert!(admit(Method::PUT, "/sandboxes/n-1/files", &raw)
             .unwrap()
             .is_some());
+        let mut tar = h.clone();
+        tar[1] = ("content-type", "application/x-tar");
+        assert!(admit(Method::PUT, "/sandboxes/n-1/tree", &tar)
+            .unwrap()
+            .is_some());
+        assert_eq!(
+            admit(Method::POST, "/tasks", &tar),
+            Err(HttpRefusal::ContentType)
+        );
         for (method, path) in [
             (Method::POST, "/tasks"),
             (Method::POST, "/sandboxes/n-1/files"),

@@ -20,6 +20,7 @@ pub mod leave;
 pub mod logs;
 pub mod members;
 pub mod openapi;
+mod sandbox_files;
 mod sandbox_place;
 pub mod sandboxes;
 pub mod status;
@@ -87,7 +88,14 @@ fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(sandboxes::set_env))
         .routes(routes!(sandboxes::processes))
         .routes(routes!(sandboxes::kill_process))
-        .routes(routes!(sandboxes::read_file, sandboxes::write_file))
+        .routes(routes!(sandboxes::keep_alive))
+        .routes(routes!(
+            sandbox_files::read_file,
+            sandbox_files::write_file,
+            sandbox_files::remove_file
+        ))
+        .routes(routes!(sandbox_files::list_dir))
+        .routes(routes!(sandbox_files::read_tree, sandbox_files::write_tree))
         .routes(routes!(acl::create_token))
         .routes(routes!(acl::delegate))
         .routes(routes!(openapi::openapi_json))

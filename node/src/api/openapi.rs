@@ -402,6 +402,64 @@ pub struct FileWritten {
     pub size: u64,
 }
 
+/// `DELETE /sandboxes/{id}/files`.
+#[derive(ToSchema)]
+pub struct FileRemoved {
+    pub path: String,
+    pub removed: bool,
+}
+
+/// One entry of `GET /sandboxes/{id}/ls`.
+#[derive(ToSchema)]
+pub struct ListedEntry {
+    /// Its name in the folder (lossy where it is not UTF-8).
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Bytes.
+    pub size: u64,
+    /// Permission bits (0o644 = 420).
+    pub mode: u32,
+    /// Last modified, seconds since the Unix epoch.
+    pub modified_unix: Option<i64>,
+    /// Where a symlink points.
+    #[schema(required = false)]
+    pub target: String,
+}
+
+/// `GET /sandboxes/{id}/ls`: the path itself and, for a folder, its entries.
+#[derive(ToSchema)]
+pub struct Listing {
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    pub size: u64,
+    pub mode: u32,
+    pub modified_unix: Option<i64>,
+    /// Where a symlink points.
+    #[schema(required = false)]
+    pub target: String,
+    /// A folder's entries one level down, by name.
+    #[schema(required = false)]
+    pub entries: Vec<ListedEntry>,
+    /// Entries were left out (past 10,000).
+    #[schema(required = false)]
+    pub truncated: bool,
+}
+
+/// `PUT /sandboxes/{id}/tree`.
+#[derive(ToSchema)]
+pub struct TreeWritten {
+    /// The folder written under.
+    pub path: String,
+    /// Regular files written.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Entries not written (a link, a device, a name that is not UTF-8) → what each was.
+    pub skipped: std::collections::BTreeMap<String, String>,
+}
+
 /// A refused sandbox call: `reason` for a refusal by a ceiling (`per_owner`, `worker_full`, …),
 /// `category` for a failure of the sandbox itself.
 #[derive(ToSchema)]
@@ -499,6 +557,11 @@ mod tests {
         ("DELETE", "/sandboxes/{id}/processes/{pid}"),
         ("GET", "/sandboxes/{id}/files"),
         ("PUT", "/sandboxes/{id}/files"),
+        ("DELETE", "/sandboxes/{id}/files"),
+        ("GET", "/sandboxes/{id}/ls"),
+        ("GET", "/sandboxes/{id}/tree"),
+        ("PUT", "/sandboxes/{id}/tree"),
+        ("POST", "/sandboxes/{id}/keepalive"),
         ("POST", "/acl/tokens"),
         ("POST", "/acl/delegate"),
         ("GET", "/openapi.json"),
@@ -544,6 +607,18 @@ mod tests {
         token: Option<Role>,
         body: Option<&str>,
     ) -> Answer {
+        let body = body.map(|b| ("application/json", b.as_bytes()));
+        call_as(app, method, path, token, body).await
+    }
+
+    /// [`call`] with a body of another media type (`(content type, bytes)`).
+    async fn call_as(
+        app: &Router,
+        method: &str,
+        path: &str,
+        token: Option<Role>,
+        body: Option<(&str, &[u8])>,
+    ) -> Answer {
         let mut request = Request::builder()
             .method(method)
             .uri(path)
@@ -552,10 +627,10 @@ mod tests {
             let token = key().mint(role, "0123456789abcdef");
             request = request.header("authorization", format!("Bearer {token}"));
         }
-        if body.is_some() {
-            request = request.header("content-type", "application/json");
+        if let Some((kind, _)) = body {
+            request = request.header("content-type", kind);
         }
-        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_owned()));
+        let body = body.map_or_else(Body::empty, |(_, b)| Body::from(b.to_vec()));
         let r = app
             .clone()
             .oneshot(request.body(body).unwrap())
@@ -1453,6 +1528,147 @@ mod tests {
         });
         let path = format!("{at}/processes/{pid}");
         run("DELETE", "/sandboxes/{id}/processes/{pid}", &path, None).await;
+        // (Checked apart: `run` holds `failures`.)
+        let mut raw_failures = Vec::new();
+        // Files beyond one: raw bytes in, a folder listed, downloaded and uploaded as tar (a
+        // link in it left out), a folder removed (never /); the idle clock started again.
+        let raw = call_as(
+            &app,
+            "PUT",
+            &format!("{at}/files?path=/tmp/t/raw.bin&mode=600"),
+            Some(Role::Submit),
+            Some(("application/octet-stream", b"\x00\x01raw")),
+        )
+        .await;
+        if let Err(e) = check(&doc, "PUT", "/sandboxes/{id}/files", &raw) {
+            raw_failures.push(format!("PUT raw ({}): {e}", raw.status));
+        }
+        assert_eq!(raw.status, StatusCode::OK, "{}", raw.json());
+        let listed = run(
+            "GET",
+            "/sandboxes/{id}/ls",
+            &format!("{at}/ls?path=/tmp/t"),
+            None,
+        )
+        .await;
+        let dir = listed.json();
+        assert_eq!(
+            (dir["kind"].as_str(), dir["path"].as_str()),
+            (Some("dir"), Some("/tmp/t")),
+            "{dir}"
+        );
+        let entry = &dir["entries"][0];
+        assert_eq!(
+            (
+                entry["name"].as_str(),
+                entry["kind"].as_str(),
+                entry["size"].as_u64(),
+                entry["mode"].as_u64()
+            ),
+            (Some("raw.bin"), Some("file"), Some(5), Some(0o600)),
+            "{dir}"
+        );
+        let one = run(
+            "GET",
+            "/sandboxes/{id}/ls",
+            &format!("{at}/ls?path=/tmp/t/raw.bin"),
+            None,
+        )
+        .await;
+        assert_eq!(one.json()["kind"], "file", "{}", one.json());
+        assert!(one.json().get("entries").is_none(), "a file has no entries");
+        let missing = run(
+            "GET",
+            "/sandboxes/{id}/ls",
+            &format!("{at}/ls?path=/nosuch"),
+            None,
+        )
+        .await;
+        assert_eq!(missing.status, StatusCode::UNPROCESSABLE_ENTITY);
+        let tree = run(
+            "GET",
+            "/sandboxes/{id}/tree",
+            &format!("{at}/tree?path=/tmp/t"),
+            None,
+        )
+        .await;
+        assert_eq!(tree.content_type, "application/x-tar");
+        let files = chorus_io::sandbox::docker::tar_to_tree(&tree.body).expect("a tar archive");
+        assert_eq!(files["raw.bin"].data, b"\x00\x01raw");
+        assert_eq!(files["raw.bin"].mode & 0o777, 0o600);
+        let mut archive = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(1);
+        header.set_mode(0o640);
+        archive
+            .append_data(&mut header, "up/a.txt", &b"A"[..])
+            .unwrap();
+        let mut link = tar::Header::new_gnu();
+        link.set_entry_type(tar::EntryType::Symlink);
+        link.set_size(0);
+        archive
+            .append_link(&mut link, "up/l", "/etc/passwd")
+            .unwrap();
+        let archive = archive.into_inner().unwrap();
+        let up = call_as(
+            &app,
+            "PUT",
+            &format!("{at}/tree?path=/tmp/u"),
+            Some(Role::Submit),
+            Some(("application/x-tar", &archive)),
+        )
+        .await;
+        if let Err(e) = check(&doc, "PUT", "/sandboxes/{id}/tree", &up) {
+            raw_failures.push(format!("PUT tree ({}): {e}", up.status));
+        }
+        let written = up.json();
+        assert_eq!(written["files"], 1, "{written}");
+        assert_eq!(written["skipped"]["up/l"], "a symlink", "{written}");
+        let back = run(
+            "GET",
+            "/sandboxes/{id}/files",
+            &format!("{at}/files?path=/tmp/u/up/a.txt"),
+            None,
+        )
+        .await;
+        assert_eq!(back.body, b"A");
+        let removed = run(
+            "DELETE",
+            "/sandboxes/{id}/files",
+            &format!("{at}/files?path=/tmp/u"),
+            None,
+        )
+        .await;
+        assert_eq!(removed.status, StatusCode::OK);
+        let after = run(
+            "GET",
+            "/sandboxes/{id}/ls",
+            &format!("{at}/ls?path=/tmp/u"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            after.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "removed: {}",
+            after.json()
+        );
+        let root = run(
+            "DELETE",
+            "/sandboxes/{id}/files",
+            &format!("{at}/files?path=/"),
+            None,
+        )
+        .await;
+        assert_eq!(root.status, StatusCode::BAD_REQUEST);
+        let kept = run(
+            "POST",
+            "/sandboxes/{id}/keepalive",
+            &format!("{at}/keepalive"),
+            Some("{}"),
+        )
+        .await;
+        assert_eq!(kept.status, StatusCode::OK, "{}", kept.json());
         let closed = run("DELETE", "/sandboxes/{id}", &at, None).await;
         assert_eq!(closed.status, StatusCode::OK);
         let gone = run("GET", "/sandboxes/{id}", &at, None).await;
@@ -1463,6 +1679,7 @@ mod tests {
             "a sandbox's life: {statuses:?}; background: {}",
             String::from_utf8_lossy(&answers[10].body)
         );
+        failures.extend(raw_failures);
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
 

@@ -16,6 +16,12 @@
 //! | `POST /sandboxes/{id}/env` | `{env: {K: V}}`, kept for every later command |
 //! | `PUT /sandboxes/{id}/files` | `{path, content` or `content_b64, mode?}`, or raw bytes with `?path=P&mode=644` |
 //! | `GET /sandboxes/{id}/files?path=P` | the file's bytes |
+//! | `DELETE /sandboxes/{id}/files?path=P` | `rm -rf` of it |
+//! | `GET /sandboxes/{id}/ls?path=P` | the path and, for a folder, its entries |
+//! | `GET`/`PUT /sandboxes/{id}/tree?path=DIR` | a folder's regular files as a tar archive, out or in |
+//! | `POST /sandboxes/{id}/keepalive` | its idle clock starts again (its lifetime stays) |
+//!
+//! The file routes are in `sandbox_files.rs`.
 //!
 //! Every route needs a `submit` token; a sandbox is its token's, and any other token gets 404
 //! (an `operate` token may list and close any). A sandbox that ended answers **410** with why.
@@ -51,7 +57,6 @@ use axum::http::request::Parts;
 use axum::http::{header, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use base64::Engine;
 use chorus_io::sandbox::image::SANDBOX_IMAGE;
 use chorus_io::sandbox::live::{self, LiveError, LiveInfo};
 use chorus_io::sandbox::tasks::{live_base_policy, live_sandbox_spec, TaskShape};
@@ -139,21 +144,6 @@ p=$!; exec 3>&-; mv "$d/start.$$" "$d/$p.log" && echo "$p""#;
 /// Lists the sandbox's processes, one a line: pid, process group, seconds running, command.
 const PROCESSES_SCRIPT: &str = "ps -eo pid=,pgid=,etimes=,args=";
 
-/// The body of `PUT /sandboxes/{id}/files`.
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-#[schema(as = WriteFile)]
-struct FileBody {
-    /// An absolute path in the sandbox, without `..`.
-    path: String,
-    /// The content as text (or `content_b64`).
-    content: Option<String>,
-    /// The content in base64 (or `content`).
-    content_b64: Option<String>,
-    /// Permission bits (default 0o644 = 420).
-    mode: Option<u32>,
-}
-
 /// The body of `POST /sandboxes/{id}/env`.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -165,7 +155,7 @@ struct EnvBody {
 type ApiState = State<(SharedState, SocketAddr)>;
 
 /// A request refused before it reached the registry: the status and the reason.
-struct Refused(u16, String);
+pub(super) struct Refused(pub(super) u16, pub(super) String);
 
 impl IntoResponse for Refused {
     fn into_response(self) -> Response {
@@ -457,11 +447,11 @@ pub(super) struct Asked {
     shared: SharedState,
     bound: SocketAddr,
     auth: Arc<Auth>,
-    caller: Caller,
+    pub(super) caller: Caller,
     method: Method,
     uri: Uri,
     /// The request's `Content-Type`, if it said one.
-    content_type: Option<String>,
+    pub(super) content_type: Option<String>,
 }
 
 impl FromRequestParts<(SharedState, SocketAddr)> for Asked {
@@ -495,7 +485,7 @@ impl FromRequestParts<(SharedState, SocketAddr)> for Asked {
 }
 
 /// Where a call for one sandbox is answered.
-enum Route {
+pub(super) enum Route {
     /// Here: this node holds it.
     Here(Arc<Live>, String),
     /// Already: sent on to the node that holds it, or refused.
@@ -507,7 +497,7 @@ impl Asked {
     /// request sent on as it came, with `body`, given `wait` there; ended at once when that
     /// worker's connection goes during the call), or what its task's record says
     /// (`sandbox_place`).
-    async fn route(&self, id: &str, body: Option<&[u8]>, wait: Duration) -> Route {
+    pub(super) async fn route(&self, id: &str, body: Option<&[u8]>, wait: Duration) -> Route {
         let bound = self.bound.to_string();
         match sandbox_place::find(&self.shared, &bound, &self.auth, &self.caller, id).await {
             Found::Here(live, node) => Route::Here(live, node),
@@ -536,7 +526,7 @@ impl Asked {
     }
 }
 
-fn live_caller(caller: &Caller) -> live::Caller {
+pub(super) fn live_caller(caller: &Caller) -> live::Caller {
     live::Caller {
         owner: caller.id.clone(),
         any: caller.role >= Role::Operate,
@@ -544,23 +534,23 @@ fn live_caller(caller: &Caller) -> live::Caller {
 }
 
 /// How long a forwarded call other than an exec may take at its node.
-const CALL_WAIT: Duration = Duration::from_secs(30);
+pub(super) const CALL_WAIT: Duration = Duration::from_secs(30);
 
 /// The request's path and query, to send on as they came.
 fn path_of(uri: &Uri) -> &str {
     uri.path_and_query().map_or(uri.path(), |p| p.as_str())
 }
 
-fn answer(code: u16, body: Value) -> Response {
+pub(super) fn answer(code: u16, body: Value) -> Response {
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (code, Json(body)).into_response()
 }
 
-fn bad(error: impl std::fmt::Display) -> Response {
+pub(super) fn bad(error: impl std::fmt::Display) -> Response {
     answer(400, json!({ "error": error.to_string() }))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refused> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refused> {
     serde_json::from_slice(body)
         .map_err(|e| Refused(400, format!("the body is not what this route takes: {e}")))
 }
@@ -576,7 +566,7 @@ fn info_json(info: &LiveInfo, worker: &str) -> Value {
 }
 
 /// A refusal or failure as the HTTP answer a client acts on.
-fn error_answer(e: &LiveError) -> Response {
+pub(super) fn error_answer(e: &LiveError) -> Response {
     match e {
         LiveError::NotFound => answer(404, json!({ "error": "no such sandbox" })),
         LiveError::Gone { why, ago } => {
@@ -1014,6 +1004,34 @@ async fn cancel_instead(asked: &Asked, id: &str) -> Option<Response> {
     })
 }
 
+/// `POST /sandboxes/{id}/keepalive`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/keepalive",
+    tag = "sandboxes",
+    summary = "Keep a sandbox from idling out",
+    description = "Its idle clock starts again now (as any call does); its absolute end stays. \
+        Answers the sandbox with the time left.",
+    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    responses(
+        (status = 200, description = "Kept", body = crate::api::openapi::SandboxInfo),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
+pub(super) async fn keep_alive(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+    // Its body (none is needed) goes on with it: the worker's gatekeeper asks for its type.
+    let (live, node) = match asked.route(&id, Some(&body), CALL_WAIT).await {
+        Route::Here(live, node) => (live, node),
+        Route::Answered(r) => return r,
+    };
+    match live.keep_alive(&live_caller(&asked.caller), &id) {
+        Ok(info) => answer(200, info_json(&info, &node)),
+        Err(e) => error_answer(&e),
+    }
+}
+
 /// `POST /sandboxes/{id}/env`.
 #[utoipa::path(
     post,
@@ -1053,137 +1071,6 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
         200,
         json!({ "id": id, "set": req.env.keys().collect::<Vec<_>>() }),
     )
-}
-
-/// `PUT /sandboxes/{id}/files`.
-#[utoipa::path(
-    put,
-    path = "/sandboxes/{id}/files",
-    tag = "sandboxes",
-    summary = "Write a file",
-    description = "Writes the file at an absolute path in the sandbox, making its folders: a JSON \
-        body (`path`, text `content` or `content_b64`, `mode`), or the file's raw bytes \
-        (`Content-Type: application/octet-stream`) with `?path=` and an optional octal \
-        `&mode=644`.",
-    params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
-        ("path" = Option<String>, Query, description = "With a raw body: an absolute path in the sandbox, without `..`"),
-        ("mode" = Option<String>, Query, description = "With a raw body: permission bits in octal (default 644)"),
-    ),
-    request_body(content(
-        (FileBody = "application/json"),
-        (Vec<u8> = "application/octet-stream"),
-    )),
-    responses(
-        (status = 200, description = "Written", body = crate::api::openapi::FileWritten),
-        (status = 400, description = "Not a body this route takes, a bad path or mode", body = crate::api::openapi::SandboxRefusal),
-        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
-        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
-        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
-        (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
-    )
-)]
-pub(super) async fn write_file(
-    asked: Asked,
-    Path(id): Path<String>,
-    Query(query): Query<BTreeMap<String, String>>,
-    body: Bytes,
-) -> Response {
-    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
-    let raw = asked
-        .content_type
-        .as_deref()
-        .is_some_and(|k| k.starts_with("application/octet-stream"));
-    let (path, data, mode) = if raw {
-        // The bytes as they came; where and how in the query (no copy, no base64).
-        let Some(path) = query.get("path") else {
-            return bad("give ?path=/absolute/path (a raw body says only the file's bytes)");
-        };
-        let mode = match query.get("mode").map(|m| u32::from_str_radix(m, 8)) {
-            None => None,
-            Some(Ok(m)) => Some(m),
-            Some(Err(_)) => return bad("mode: octal permission bits, as chmod takes them (644)"),
-        };
-        (path.clone(), body.to_vec(), mode)
-    } else {
-        let req: FileBody = match parse(&body) {
-            Ok(r) => r,
-            Err(r) => return r.into_response(),
-        };
-        let data = match (req.content, req.content_b64) {
-            (Some(text), None) => text.into_bytes(),
-            (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
-                Ok(d) => d,
-                Err(e) => return bad(format!("content_b64: {e}")),
-            },
-            _ => return bad("give one of content (text) and content_b64"),
-        };
-        (req.path, data, req.mode)
-    };
-    let path = match sandbox_path(&path) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
-    let mode = mode.unwrap_or(0o644);
-    if mode > 0o777 {
-        return bad("mode: permission bits only (at most 0o777)");
-    }
-    let size = data.len();
-    match live
-        .write_file(&live_caller(&asked.caller), &id, &path, &data, mode)
-        .await
-    {
-        Ok(()) => answer(200, json!({ "path": path, "size": size })),
-        Err(e) => error_answer(&e),
-    }
-}
-
-/// `GET /sandboxes/{id}/files?path=P`.
-#[utoipa::path(
-    get,
-    path = "/sandboxes/{id}/files",
-    tag = "sandboxes",
-    summary = "Read a file",
-    description = "The file's bytes.",
-    params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
-        ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
-    ),
-    responses(
-        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, description = "No path, or a bad one", body = crate::api::openapi::SandboxRefusal),
-        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
-        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
-        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
-        (status = 422, description = "The sandbox could not read it (missing, a folder, too large)", body = crate::api::openapi::SandboxRefusal),
-    )
-)]
-pub(super) async fn read_file(
-    asked: Asked,
-    Path(id): Path<String>,
-    Query(query): Query<BTreeMap<String, String>>,
-) -> Response {
-    let live = match asked.route(&id, None, CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
-    let Some(path) = query.get("path") else {
-        return bad("give ?path=/absolute/path");
-    };
-    let path = match sandbox_path(path) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
-    };
-    match live
-        .read_file(&live_caller(&asked.caller), &id, &path)
-        .await
-    {
-        Ok(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
-        Err(e) => error_answer(&e),
-    }
 }
 
 /// `POST /sandboxes/{id}/exec`.
@@ -1453,7 +1340,7 @@ fn exit_json(out: Result<ExecOutput, LiveError>) -> Result<Value, LiveError> {
 
 /// A path inside the sandbox as given: absolute, no NUL, no `..` (resolved in the sandbox,
 /// never on the host).
-fn sandbox_path(path: &str) -> Result<String, Refused> {
+pub(super) fn sandbox_path(path: &str) -> Result<String, Refused> {
     if !path.starts_with('/')
         || path.contains('\0')
         || path.split('/').any(|c| c == "..")

@@ -187,6 +187,24 @@ async fn delegated_token(via: &str, node: &str) -> anyhow::Result<Option<String>
     Ok(Some(token.to_owned()))
 }
 
+/// A request with a body of any media type (a file's bytes, a tar archive), its answer kept up
+/// to `limit` bytes: files and folders are larger than the answers [`request_bytes`] expects.
+pub async fn request_payload(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<http1::Payload<'_>>,
+    limit: u64,
+) -> anyhow::Result<RawAnswer> {
+    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let endpoint = Endpoint::parse(addr)?;
+    let tls = match endpoint.tls {
+        true => Some(client_config(&endpoint)?),
+        false => None,
+    };
+    http1::send_payload(&endpoint, tls, method, path, body, token.as_deref(), limit).await
+}
+
 /// [`request_bytes`] with `token` (or none) as the bearer.
 async fn request_bytes_with(
     addr: &str,

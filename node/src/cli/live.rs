@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use base64::Engine;
 use serde_json::{json, Value};
 
 use super::http::request_bytes;
@@ -229,34 +228,219 @@ pub fn exit_of(out: &Value) -> ExitCode {
     }
 }
 
-/// `cp SRC DST`: one file into or out of a live sandbox.
-pub async fn cp(addr: &str, src: &str, dst: &str) -> anyhow::Result<ExitCode> {
+/// The most a file or folder call brings back: the node's bound on one call's body (96 MiB),
+/// with room for the answer's head.
+const MAX_FILE_ANSWER: u64 = 97 << 20;
+
+/// The most bytes of regular files a local folder sent in may hold (a worker's per-call bound).
+const MAX_TREE_BYTES: u64 = 64 << 20;
+
+/// A file or folder call with a raw body (`(media type, bytes)`); its 2xx body, or the node's
+/// refusal.
+async fn payload_call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+) -> anyhow::Result<Vec<u8>> {
+    let body = body.map(|(kind, bytes)| crate::http1::Payload { kind, bytes });
+    let answer = super::http::request_payload(addr, method, path, body, MAX_FILE_ANSWER)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    if (200..300).contains(&answer.code) {
+        return Ok(answer.body);
+    }
+    Err(Refusal::of(addr, &answer).into())
+}
+
+/// `cp SRC DST`: a file into or out of a live sandbox (its bytes as they are; into it with its
+/// permission bits), a local folder into one (its regular files, as a tar archive), or with
+/// `tar` a folder of the sandbox out as a tar archive (`-` for stdout) or an archive in.
+pub async fn cp(addr: &str, src: &str, dst: &str, tar: bool) -> anyhow::Result<ExitCode> {
     match (Place::parse(src), Place::parse(dst)) {
         (Place::Local(from), Place::Sandbox { id, path }) => {
-            let data =
-                std::fs::read(&from).with_context(|| format!("cannot read {}", from.display()))?;
-            let body = json!({
-                "path": path,
-                "content_b64": base64::engine::general_purpose::STANDARD.encode(&data),
-            });
-            call(
-                addr,
-                "PUT",
-                &format!("{}/files", id_path(&id)?),
-                Some(&body),
-            )
-            .await?;
+            let meta = std::fs::metadata(&from)
+                .with_context(|| format!("cannot read {}", from.display()))?;
+            let at = |route: &str| -> anyhow::Result<String> {
+                Ok(format!(
+                    "{}/{route}?path={}",
+                    id_path(&id)?,
+                    percent_encode(&path)
+                ))
+            };
+            if meta.is_dir() || tar {
+                let archive = if meta.is_dir() {
+                    local_tree(&from)?
+                } else {
+                    std::fs::read(&from)
+                        .with_context(|| format!("cannot read {}", from.display()))?
+                };
+                let out = payload_call(
+                    addr,
+                    "PUT",
+                    &at("tree")?,
+                    Some(("application/x-tar", &archive)),
+                )
+                .await?;
+                let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
+                for (name, what) in v["skipped"].as_object().into_iter().flatten() {
+                    eprintln!("chorus: left out {name}: {}", what.as_str().unwrap_or("?"));
+                }
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let data = std::fs::read(&from)
+                    .with_context(|| format!("cannot read {}", from.display()))?;
+                let mode = meta.permissions().mode() & 0o777;
+                let path = format!("{}&mode={mode:o}", at("files")?);
+                payload_call(
+                    addr,
+                    "PUT",
+                    &path,
+                    Some(("application/octet-stream", &data)),
+                )
+                .await?;
+            }
         }
         (Place::Sandbox { id, path }, Place::Local(to)) => {
-            let query = format!("{}/files?path={}", id_path(&id)?, percent_encode(&path));
-            let data = call(addr, "GET", &query, None).await?;
-            std::fs::write(&to, data).with_context(|| format!("cannot write {}", to.display()))?;
+            let route = if tar { "tree" } else { "files" };
+            let query = format!("{}/{route}?path={}", id_path(&id)?, percent_encode(&path));
+            let data = payload_call(addr, "GET", &query, None).await?;
+            if to.as_os_str() == "-" {
+                use std::io::Write;
+                std::io::stdout().write_all(&data)?;
+            } else {
+                std::fs::write(&to, data)
+                    .with_context(|| format!("cannot write {}", to.display()))?;
+            }
         }
         _ => {
-            eprintln!("chorus: one side must be ID:/path in a sandbox, the other a local file");
+            eprintln!(
+                "chorus: one side must be ID:/path in a sandbox, the other a local file or folder"
+            );
             return Ok(ExitCode::from(EXIT_REFUSED));
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A local folder's regular files (with their permission bits) as a tar archive, names
+/// relative to it; links are not followed (said, and left out), nor anything but files and
+/// folders.
+fn local_tree(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut tree = chorus_io::sandbox::FileTree::new();
+    let mut total: u64 = 0;
+    let mut todo = vec![(root.to_path_buf(), String::new())];
+    while let Some((dir, rel)) = todo.pop() {
+        let entries =
+            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        for entry in entries {
+            let entry = entry?;
+            let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+                eprintln!(
+                    "chorus: left out {}: a name that is not UTF-8",
+                    entry.path().display()
+                );
+                continue;
+            };
+            let name = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let meta = entry.metadata()?; // the entry itself: a link is not followed
+            if meta.is_dir() {
+                todo.push((entry.path(), name));
+            } else if meta.is_file() {
+                total += meta.len();
+                if total > MAX_TREE_BYTES {
+                    bail!(
+                        "{} holds more than {} MiB of files, the most one call moves",
+                        root.display(),
+                        MAX_TREE_BYTES >> 20
+                    );
+                }
+                let data = std::fs::read(entry.path())
+                    .with_context(|| format!("cannot read {}", entry.path().display()))?;
+                let mode = meta.permissions().mode() & 0o777;
+                tree.insert(name, chorus_io::sandbox::FileEntry { data, mode });
+            } else {
+                eprintln!(
+                    "chorus: left out {}: not a file or a folder",
+                    entry.path().display()
+                );
+            }
+        }
+    }
+    chorus_io::sandbox::docker::tree_to_tar(&tree).context("packing the folder")
+}
+
+/// `ls ID:/path`: the path and, for a folder, its entries (or the JSON).
+pub async fn ls(addr: &str, target: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let Place::Sandbox { id, path } = Place::parse(target) else {
+        eprintln!("chorus: name a path in a sandbox: ID:/path");
+        return Ok(ExitCode::from(EXIT_REFUSED));
+    };
+    let query = format!("{}/ls?path={}", id_path(&id)?, percent_encode(&path));
+    let out: Value = serde_json::from_slice(&call(addr, "GET", &query, None).await?)?;
+    if json_out {
+        println!("{out}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let line = |e: &Value, name: &str| {
+        let target = e["target"]
+            .as_str()
+            .map(|t| format!(" -> {t}"))
+            .unwrap_or_default();
+        println!(
+            "{:<7} {:>4o} {:>12} {name}{target}",
+            e["kind"].as_str().unwrap_or("?"),
+            e["mode"].as_u64().unwrap_or(0),
+            e["size"].as_u64().unwrap_or(0),
+        );
+    };
+    match out["entries"].as_array() {
+        Some(entries) => {
+            for e in entries {
+                line(e, e["name"].as_str().unwrap_or("?"));
+            }
+            if out["truncated"] == true {
+                eprintln!("chorus: more entries than one listing holds (10,000): listed the first");
+            }
+        }
+        None => line(&out, &path),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rm ID:/path`: a file or a folder with what is under it.
+pub async fn rm(addr: &str, target: &str) -> anyhow::Result<ExitCode> {
+    let Place::Sandbox { id, path } = Place::parse(target) else {
+        eprintln!("chorus: name a path in a sandbox: ID:/path");
+        return Ok(ExitCode::from(EXIT_REFUSED));
+    };
+    let query = format!("{}/files?path={}", id_path(&id)?, percent_encode(&path));
+    call(addr, "DELETE", &query, None).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `keepalive ID`: its idle clock starts again; prints the time left.
+pub async fn keep_alive(addr: &str, id: &str) -> anyhow::Result<ExitCode> {
+    let out: Value = serde_json::from_slice(
+        &call(
+            addr,
+            "POST",
+            &format!("{}/keepalive", id_path(id)?),
+            Some(&json!({})),
+        )
+        .await?,
+    )?;
+    let secs = |k: &str| out[k].as_u64().unwrap_or(0) / 1000;
+    println!(
+        "idle left {}s, lifetime left {}s",
+        secs("idle_left_ms"),
+        secs("lifetime_left_ms")
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -152,13 +152,47 @@ pub enum Cmd {
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
     },
-    /// Copy one file into (`cp FILE ID:/path`) or out of (`cp ID:/path FILE`) a live sandbox.
+    /// Copy a file into (`cp FILE ID:/path`, with its permission bits) or out of (`cp ID:/path
+    /// FILE`) a live sandbox; a local folder into one (`cp DIR ID:/dir`: its regular files); with
+    /// --tar, a folder of the sandbox out as a tar archive (`cp --tar ID:/dir out.tar`, `-` for
+    /// stdout) or an archive unpacked into one (`cp --tar in.tar ID:/dir`).
     Cp {
-        /// From: a local file, or ID:/path.
+        /// From: a local file or folder, or ID:/path.
         src: String,
         /// To: ID:/path, or a local file.
         dst: String,
+        /// Move a folder as a tar archive (its regular files; links left out).
+        #[arg(long)]
+        tar: bool,
         /// The HTTP API of the node that holds the sandbox.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
+    /// List a folder of a live sandbox (`ls ID:/path`: kind, mode, size, name), or show one
+    /// file.
+    Ls {
+        /// ID:/path.
+        target: String,
+        /// The HTTP API of any node.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a file or a folder (with what is under it) in a live sandbox (`rm ID:/path`).
+    Rm {
+        /// ID:/path.
+        target: String,
+        /// The HTTP API of any node.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+    },
+    /// Keep a live sandbox from idling out: its idle clock starts again (its lifetime stays).
+    Keepalive {
+        /// The live sandbox's id.
+        id: String,
+        /// The HTTP API of any node.
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
     },
@@ -310,7 +344,15 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
         Cmd::Ps { id, addr, json } => return live::ps(&addr, &id, json).await,
         Cmd::Kill { id, pid, addr } => return live::kill(&addr, &id, pid).await,
-        Cmd::Cp { src, dst, addr } => return live::cp(&addr, &src, &dst).await,
+        Cmd::Cp {
+            src,
+            dst,
+            addr,
+            tar,
+        } => return live::cp(&addr, &src, &dst, tar).await,
+        Cmd::Ls { target, addr, json } => return live::ls(&addr, &target, json).await,
+        Cmd::Rm { target, addr } => return live::rm(&addr, &target).await,
+        Cmd::Keepalive { id, addr } => return live::keep_alive(&addr, &id).await,
         Cmd::Env { id, vars, addr } => return live::env(&addr, &id, vars).await,
         Cmd::List { addr, json } => return live::list(&addr, json).await,
         Cmd::Close { id, addr } => return live::close(&addr, &id).await,
@@ -338,6 +380,9 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
         | Cmd::Ps { .. }
         | Cmd::Kill { .. }
         | Cmd::Cp { .. }
+        | Cmd::Ls { .. }
+        | Cmd::Rm { .. }
+        | Cmd::Keepalive { .. }
         | Cmd::Env { .. }
         | Cmd::List { .. }
         | Cmd::Close { .. } => Ok(ExitCode::from(crate::exit::EXIT_REFUSED)),

@@ -1,0 +1,499 @@
+//! `/sandboxes/{id}/files`, `/ls` and `/tree` (issue 53): a live sandbox's files, read,
+//! written, listed and removed one at a time, and whole folders moved as tar archives.
+//!
+//! Every path is the caller's, checked by [`sandbox_path`] (absolute, no `..`) and resolved in
+//! the sandbox by its own commands — never on the host. A file or a tree moves at most the
+//! worker's `max_file_bytes` (64 MiB) per call, and a request body at most
+//! [`MAX_FILE_BODY`] (a file's base64 in JSON is a third larger). A tree sent in keeps its
+//! regular files and folders only: links, devices and names that are not UTF-8 are left out,
+//! and the answer lists them. A tree read back is re-packed from the sandbox's regular files,
+//! so the archive a caller gets holds no link either.
+
+use std::collections::BTreeMap;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use chorus_io::sandbox::docker::{tar_to_workspace, tree_to_tar};
+use chorus_io::sandbox::ExecRequest;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::sandboxes::{
+    answer, bad, error_answer, live_caller, parse, sandbox_path, Asked, Refused, Route, CALL_WAIT,
+};
+
+/// The largest request body a file or tree route takes: a 64 MiB file as base64 in JSON.
+pub(super) const MAX_FILE_BODY: usize = 96 << 20;
+
+/// Entries `ls` lists at most; past it the answer says `truncated`.
+const MAX_LISTED: usize = 10_000;
+
+/// A request body read whole, at most [`MAX_FILE_BODY`] bytes (413 past it).
+async fn bounded(body: Body) -> Result<Bytes, Refused> {
+    axum::body::to_bytes(body, MAX_FILE_BODY)
+        .await
+        .map_err(|_| {
+            let most = MAX_FILE_BODY >> 20;
+            Refused(
+                413,
+                format!(
+                    "the body is over {most} MiB, the most one call moves: write a larger file in \
+                 parts (or fetch it from inside the sandbox)"
+                ),
+            )
+        })
+}
+
+/// Whether the body is raw bytes (a file's, or a tar archive), not JSON.
+fn is_raw(asked: &Asked) -> bool {
+    asked.content_type.as_deref().is_some_and(|k| {
+        let k = k.split(';').next().unwrap_or_default().trim();
+        k.eq_ignore_ascii_case("application/octet-stream")
+            || k.eq_ignore_ascii_case("application/x-tar")
+    })
+}
+
+/// `?path=` checked, or the 400 that says what is wrong.
+fn path_in(query: &BTreeMap<String, String>) -> Result<String, Refused> {
+    let Some(path) = query.get("path") else {
+        return Err(Refused(400, "give ?path=/absolute/path".into()));
+    };
+    sandbox_path(path)
+}
+
+/// The body of `PUT /sandboxes/{id}/files`.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = WriteFile)]
+struct FileBody {
+    /// An absolute path in the sandbox, without `..`.
+    path: String,
+    /// The content as text (or `content_b64`).
+    content: Option<String>,
+    /// The content in base64 (or `content`).
+    content_b64: Option<String>,
+    /// Permission bits (default 0o644 = 420).
+    mode: Option<u32>,
+}
+
+/// `PUT /sandboxes/{id}/files`.
+#[utoipa::path(
+    put,
+    path = "/sandboxes/{id}/files",
+    tag = "sandboxes",
+    summary = "Write a file",
+    description = "Writes the file at an absolute path in the sandbox, making its folders: a JSON \
+        body (`path`, text `content` or `content_b64`, `mode`), or the file's raw bytes \
+        (`Content-Type: application/octet-stream`) with `?path=` and an optional octal \
+        `&mode=644`.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = Option<String>, Query, description = "With a raw body: an absolute path in the sandbox, without `..`"),
+        ("mode" = Option<String>, Query, description = "With a raw body: permission bits in octal (default 644)"),
+    ),
+    request_body(content(
+        (FileBody = "application/json"),
+        (Vec<u8> = "application/octet-stream"),
+    )),
+    responses(
+        (status = 200, description = "Written", body = crate::api::openapi::FileWritten),
+        (status = 400, description = "Not a body this route takes, a bad path or mode", body = crate::api::openapi::SandboxRefusal),
+        (status = 413, description = "A body over 96 MiB", body = crate::api::openapi::Refusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn write_file(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    body: Body,
+) -> Response {
+    let body = match bounded(body).await {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    let raw = is_raw(&asked);
+    let (path, data, mode) = if raw {
+        // The bytes as they came; where and how in the query (no copy, no base64).
+        let Some(path) = query.get("path") else {
+            return bad("give ?path=/absolute/path (a raw body says only the file's bytes)");
+        };
+        let mode = match query.get("mode").map(|m| u32::from_str_radix(m, 8)) {
+            None => None,
+            Some(Ok(m)) => Some(m),
+            Some(Err(_)) => return bad("mode: octal permission bits, as chmod takes them (644)"),
+        };
+        (path.clone(), body.to_vec(), mode)
+    } else {
+        let req: FileBody = match parse(&body) {
+            Ok(r) => r,
+            Err(r) => return r.into_response(),
+        };
+        let data = match (req.content, req.content_b64) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
+                Ok(d) => d,
+                Err(e) => return bad(format!("content_b64: {e}")),
+            },
+            _ => return bad("give one of content (text) and content_b64"),
+        };
+        (req.path, data, req.mode)
+    };
+    let path = match sandbox_path(&path) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let mode = mode.unwrap_or(0o644);
+    if mode > 0o777 {
+        return bad("mode: permission bits only (at most 0o777)");
+    }
+    let size = data.len();
+    match live
+        .write_file(&live_caller(&asked.caller), &id, &path, &data, mode)
+        .await
+    {
+        Ok(()) => answer(200, json!({ "path": path, "size": size })),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `GET /sandboxes/{id}/files?path=P`.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/files",
+    tag = "sandboxes",
+    summary = "Read a file",
+    description = "The file's bytes.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes", content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 400, description = "No path, or a bad one", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not read it (missing, a folder, too large)", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn read_file(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    let Some(path) = query.get("path") else {
+        return bad("give ?path=/absolute/path");
+    };
+    let path = match sandbox_path(path) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    match live
+        .read_file(&live_caller(&asked.caller), &id, &path)
+        .await
+    {
+        Ok(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// `DELETE /sandboxes/{id}/files?path=P`: `rm -rf` of a file or a folder.
+#[utoipa::path(
+    delete,
+    path = "/sandboxes/{id}/files",
+    tag = "sandboxes",
+    summary = "Remove a file or a folder",
+    description = "Removes the path and, for a folder, everything under it (`rm -rf`, in the \
+        sandbox). A path that does not exist is removed already (200). `/` is refused.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
+    ),
+    responses(
+        (status = 200, description = "Removed", body = crate::api::openapi::FileRemoved),
+        (status = 400, description = "No path, a bad one, or `/`", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not remove it", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn remove_file(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    let path = match path_in(&query) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    if path.trim_end_matches('/').is_empty() {
+        return bad("path: not / (remove what is under it by name)");
+    }
+    let request = ExecRequest::new(["rm", "-rf", "--", path.as_str()]).timeout(CALL_WAIT);
+    let (sink, _) = mpsc::channel(1);
+    match live
+        .exec(&live_caller(&asked.caller), &id, request, sink)
+        .await
+    {
+        Ok(out) if out.exit_code == 0 => answer(200, json!({ "path": path, "removed": true })),
+        Ok(out) => answer(
+            422,
+            json!({
+                "error": format!("rm -rf {path} failed (exit {}): {}", out.exit_code,
+                    String::from_utf8_lossy(&out.stderr).trim()),
+                "reason": "sandbox",
+            }),
+        ),
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// One entry as `find -printf` says it, six fields each ended by NUL (`\0` is find's escape
+/// for it): kind, size, mode, modified (seconds), link target, name.
+const LS_FORMAT: &str = "%y\\0%s\\0%m\\0%T@\\0%l\\0%P\\0";
+
+/// `GET /sandboxes/{id}/ls?path=P`: a folder's entries, or one file's.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/ls",
+    tag = "sandboxes",
+    summary = "List a folder, or stat a file",
+    description = "The path itself (`kind` `file`, `dir`, `symlink`, `other`; its size, \
+        permission bits and modification time) and, for a folder, its entries one level down, \
+        by name (at most 10,000: `truncated` past it). A symlink is listed, not followed.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
+    ),
+    responses(
+        (status = 200, description = "The path and its entries", body = crate::api::openapi::Listing),
+        (status = 400, description = "No path, or a bad one", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "No such path in the sandbox, or it could not be read", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn list_dir(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    let path = match path_in(&query) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let request = ExecRequest::new([
+        "find",
+        path.as_str(),
+        "-maxdepth",
+        "1",
+        "-printf",
+        LS_FORMAT,
+    ])
+    .timeout(CALL_WAIT);
+    let (sink, _) = mpsc::channel(1);
+    let out = match live
+        .exec(&live_caller(&asked.caller), &id, request, sink)
+        .await
+    {
+        Ok(out) => out,
+        Err(e) => return error_answer(&e),
+    };
+    let mut entries = parse_listing(&out.stdout);
+    if entries.is_empty() {
+        return answer(
+            422,
+            json!({
+                "error": format!("{path}: {}", String::from_utf8_lossy(&out.stderr).trim()),
+                "reason": "sandbox",
+            }),
+        );
+    }
+    let mut itself = entries.remove(0);
+    let truncated = out.stdout_truncated || entries.len() > MAX_LISTED;
+    entries.truncate(MAX_LISTED);
+    entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    itself["path"] = json!(path);
+    if let Some(o) = itself.as_object_mut() {
+        o.remove("name");
+    }
+    if itself["kind"] == "dir" {
+        itself["entries"] = json!(entries);
+        itself["truncated"] = json!(truncated);
+    }
+    answer(200, itself)
+}
+
+/// `find -printf LS_FORMAT`'s output as entries, the path itself first; a last entry cut short
+/// (the output cap) is dropped.
+fn parse_listing(raw: &[u8]) -> Vec<Value> {
+    let fields: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
+    fields
+        .chunks_exact(6)
+        .map(|f| {
+            let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            let kind = match f[0] {
+                b"f" => "file",
+                b"d" => "dir",
+                b"l" => "symlink",
+                _ => "other",
+            };
+            let mut entry = json!({
+                "name": text(f[5]),
+                "kind": kind,
+                "size": text(f[1]).parse::<u64>().unwrap_or(0),
+                "mode": u32::from_str_radix(&text(f[2]), 8).unwrap_or(0),
+                "modified_unix": text(f[3]).split('.').next().and_then(|s| s.parse::<i64>().ok()),
+            });
+            if kind == "symlink" {
+                entry["target"] = json!(text(f[4]));
+            }
+            entry
+        })
+        .collect()
+}
+
+/// `GET /sandboxes/{id}/tree?path=DIR`: a folder's regular files as a tar archive.
+#[utoipa::path(
+    get,
+    path = "/sandboxes/{id}/tree",
+    tag = "sandboxes",
+    summary = "Download a folder (tar)",
+    description = "The regular files under the folder, with their permission bits, as a tar \
+        archive (paths relative to it). Links, devices and the like are left out. At most the \
+        worker's file bound (64 MiB) in all.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
+    ),
+    responses(
+        (status = 200, description = "The archive", content_type = "application/x-tar", body = Vec<u8>),
+        (status = 400, description = "No path, or a bad one", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not read it (missing, not a folder, too large)", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn read_tree(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let live = match asked.route(&id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    let path = match path_in(&query) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let tree = match live
+        .read_tree(&live_caller(&asked.caller), &id, &path)
+        .await
+    {
+        Ok(t) => t,
+        Err(e) => return error_answer(&e),
+    };
+    match tree_to_tar(&tree) {
+        Ok(archive) => ([(header::CONTENT_TYPE, "application/x-tar")], archive).into_response(),
+        Err(e) => Refused(422, format!("packing {path}: {e}")).into_response(),
+    }
+}
+
+/// `PUT /sandboxes/{id}/tree?path=DIR`: a tar archive unpacked under a folder.
+#[utoipa::path(
+    put,
+    path = "/sandboxes/{id}/tree",
+    tag = "sandboxes",
+    summary = "Upload a folder (tar)",
+    description = "Unpacks the archive's regular files (with their permission bits) under the \
+        folder, making it and the folders they name; files already there are replaced, others \
+        kept. Links, devices and names that are not UTF-8 are left out and listed in `skipped`. \
+        The body is the archive (`Content-Type: application/x-tar` or \
+        `application/octet-stream`), at most the worker's file bound (64 MiB) of file bytes.",
+    params(
+        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
+    ),
+    request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    responses(
+        (status = 200, description = "Written", body = crate::api::openapi::TreeWritten),
+        (status = 400, description = "No path, a bad one, or not a tar archive", body = crate::api::openapi::SandboxRefusal),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 413, description = "A body over 96 MiB", body = crate::api::openapi::Refusal),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+        (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
+    )
+)]
+pub(super) async fn write_tree(
+    asked: Asked,
+    Path(id): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    body: Body,
+) -> Response {
+    let body = match bounded(body).await {
+        Ok(b) => b,
+        Err(r) => return r.into_response(),
+    };
+    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    if !is_raw(&asked) {
+        return bad("the body is a tar archive: Content-Type: application/x-tar");
+    }
+    let path = match path_in(&query) {
+        Ok(p) => p,
+        Err(r) => return r.into_response(),
+    };
+    let archive = match tar_to_workspace(&body) {
+        Ok(a) => a,
+        Err(e) => return bad(format!("not a tar archive: {e}")),
+    };
+    // Folders are made by the files in them; what else it held is not written.
+    let skipped: BTreeMap<&String, &str> = archive
+        .others
+        .iter()
+        .filter(|(_, what)| **what != "a directory")
+        .map(|(name, what)| (name, *what))
+        .collect();
+    let bytes: usize = archive.files.values().map(|f| f.data.len()).sum();
+    match live
+        .write_tree(&live_caller(&asked.caller), &id, &path, &archive.files)
+        .await
+    {
+        Ok(()) => answer(
+            200,
+            json!({ "path": path, "files": archive.files.len(), "bytes": bytes, "skipped": skipped }),
+        ),
+        Err(e) => error_answer(&e),
+    }
+}
