@@ -92,13 +92,18 @@ class Answers(unittest.TestCase):
         with self.assertRaises(SandboxGone):
             m.whole_stream([b'{"error":"gone","status":410}\n'], None, None, "here")
 
-    def test_a_listing_is_read_from_find(self) -> None:
-        out = "f\t3\t644\tb.txt\0d\t4096\t755\tdir\0l\t1\t777\tline\nbreak\0"
-        entries = m.parse_listing("/w/", CommandResult(exit_code=0, stdout=out))
+    def test_a_listing_is_read_from_its_answer(self) -> None:
+        answer = {"path": "/w/", "kind": "dir", "entries": [
+            {"name": "line\nbreak", "kind": "symlink", "size": 1, "mode": 0o777, "target": "x"},
+            {"name": "b.txt", "kind": "file", "size": 3, "mode": 0o644},
+            {"name": "dir", "kind": "dir", "size": 4096, "mode": 0o755},
+        ]}
+        entries = m.listing_of("/w/", answer)
         self.assertEqual([(e.name, e.type, e.size, e.mode) for e in entries],
                          [("b.txt", "file", 3, 0o644), ("dir", "dir", 4096, 0o755),
                           ("line\nbreak", "symlink", 1, 0o777)])
         self.assertEqual(entries[0].path, "/w/b.txt")
+        self.assertEqual(m.listing_of("/w/f", {"path": "/w/f", "kind": "file"}), [])
 
     def test_bodies(self) -> None:
         self.assertEqual(m.exec_body("ls", None, None, None, 1.5, False, True),
@@ -107,8 +112,11 @@ class Answers(unittest.TestCase):
                          {"argv": ["ls", "-l"], "cwd": "/tmp", "env": {"A": "1"}, "background": True})
         with self.assertRaises(ValueError):
             m.exec_body("ls", None, None, None, None, True, True)
-        self.assertEqual(m.file_body("/a", b"\xff", 0o600),
-                         {"path": "/a", "content_b64": "/w==", "mode": 0o600})
+        self.assertEqual(m.file_write("/a b", b"\xff", 0o600), ("?path=/a%20b&mode=600", m.Raw(b"\xff")))
+        self.assertEqual(m.file_write("/a", "é", None), ("?path=/a", m.Raw("é".encode())))
+        self.assertEqual(m.encode_body(m.Raw(b"t", "application/x-tar")), (b"t", "application/x-tar"))
+        self.assertEqual(m.encode_body({"a": 1}), (b'{"a": 1}', "application/json"))
+        self.assertIsNone(m.encode_body(None))
         self.assertEqual(m.submit_body("echo", None, None, None, None, 2, 0, 0, 0, False, None, "r:rw", "k"),
                          {"image": "chorus/sandbox:latest", "command": ["sh", "-c", "echo"],
                           "timeout_ms": 2000, "repo": {"name": "r", "writable": True}, "key": "k"})

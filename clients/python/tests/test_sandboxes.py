@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
 import unittest
 
@@ -96,6 +98,35 @@ class Sandboxes(unittest.TestCase):
             self.sbx.files.read("/workspace/none")
         self.assertEqual(e.exception.status, 422, e.exception)
         self.assertIn("/workspace/none", e.exception.message)
+
+    def test_a_folder_goes_out_and_in_as_tar_and_is_removed(self) -> None:
+        self.sbx.files.write("/workspace/t/a.txt", "A")
+        self.sbx.files.write("/workspace/t/sub/b.sh", "echo b\n", mode=0o755)
+        self.sbx.run("ln -s /etc/passwd /workspace/t/link")
+        archive = self.sbx.files.download("/workspace/t")
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            members = {t.name.lstrip("./"): t for t in tar.getmembers() if t.isfile()}
+            names = sorted(t.name.lstrip("./") for t in tar.getmembers())
+        self.assertEqual(sorted(members), ["a.txt", "sub/b.sh"], names)
+        self.assertNotIn("link", names, "a link never leaves the sandbox")
+        self.assertEqual(members["sub/b.sh"].mode & 0o777, 0o755)
+        written = self.sbx.files.upload("/workspace/copy", archive)
+        self.assertEqual(written["files"], 2, written)
+        self.assertEqual(self.sbx.run("sh /workspace/copy/sub/b.sh").stdout, "b\n")
+        self.sbx.files.remove("/workspace/copy")
+        with self.assertRaises(CommandFailed):
+            self.sbx.files.list("/workspace/copy")
+        with self.assertRaises(BadRequest):
+            self.sbx.files.remove("/")
+        self.assertEqual(self.sbx.files.list("/workspace/t/a.txt"), [], "a file has no entries")
+
+    def test_a_keep_alive_starts_the_idle_clock_again(self) -> None:
+        before = self.sbx.info()
+        time.sleep(1.1)
+        kept = self.sbx.keep_alive()
+        self.assertEqual(kept.id, self.sbx.id)
+        self.assertLessEqual(kept.lifetime_left_ms, before.lifetime_left_ms - 1000)
+        self.assertGreaterEqual(kept.idle_left_ms, before.idle_left_ms - 200)
 
     def test_a_background_process_is_listed_and_killed(self) -> None:
         bg = self.sbx.run("sleep 300", background=True)

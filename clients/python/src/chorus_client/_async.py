@@ -35,7 +35,15 @@ from ._model import (
     ProcessInfo,
     SandboxInfo,
 )
-from .errors import ChorusError, ConnectError, NotFound, ProtocolError, SandboxGone
+from .errors import (
+    ChorusError,
+    CommandFailed,
+    ConnectError,
+    NotFound,
+    ProtocolError,
+    Refused,
+    SandboxGone,
+)
 
 AsyncOutputCallback = Callable[[str], Union[Any, Awaitable[Any]]]
 """Called with each piece of output as it comes; a coroutine function is awaited."""
@@ -175,13 +183,14 @@ class _AsyncTransport:
             except ChorusError:
                 writer.close()
                 raise
-        data = b"" if body is None else json.dumps(body).encode("utf-8")
+        encoded = m.encode_body(body)
+        data = b"" if encoded is None else encoded[0]
         head = f"{method} {path} HTTP/1.1\r\nHost: {ep.host_port}\r\nConnection: close\r\n"
         bearer = self.token if token is _UNSET else token
         if bearer:
             head += f"Authorization: Bearer {bearer}\r\n"
-        if body is not None:
-            head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+        if encoded is not None:
+            head += f"Content-Type: {encoded[1]}\r\nContent-Length: {len(data)}\r\n"
         try:
             writer.write(head.encode("latin-1") + b"\r\n" + data)
             await asyncio.wait_for(writer.drain(), wait)
@@ -424,6 +433,9 @@ class AsyncSandbox:
     async def kill(self, pid: int) -> None:
         await self.cluster.request("DELETE", f"{self._path}/processes/{int(pid)}")
 
+    async def keep_alive(self) -> SandboxInfo:
+        return SandboxInfo.of(await self.cluster.request("POST", f"{self._path}/keepalive", {}))
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -448,12 +460,33 @@ class AsyncFiles:
         return (await self.read(path)).decode(encoding)
 
     async def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> int:
-        body = m.file_body(path, data, mode)
-        v = await self._s.cluster.request("PUT", f"{self._s._path}/files", body)
+        query, raw = m.file_write(path, data, mode)
+        v = await self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
         return int(v.get("size", 0))
 
     async def list(self, path: str = "/workspace") -> list[FileEntry]:
-        return m.parse_listing(path, await self._s.run(m.list_argv(path)))
+        try:
+            v = await self._s.cluster.request("GET", f"{self._s._path}/ls?path={m.quote(path)}")
+        except Refused as e:
+            if e.status != 422:
+                raise
+            raise CommandFailed(None, "list_failed", f"cannot list {path}: {e.message}") from e
+        return m.listing_of(path, v)
+
+    async def remove(self, path: str) -> None:
+        await self._s.cluster.request("DELETE", f"{self._s._path}/files?path={m.quote(path)}")
+
+    async def download(self, path: str) -> bytes:
+        c = self._s.cluster
+        status, _, data = await c._t.call("GET", f"{self._s._path}/tree?path={m.quote(path)}")
+        if not 200 <= status < 300:
+            m.json_of(status, data, c.addr)
+        return data
+
+    async def upload(self, path: str, archive: bytes) -> dict[str, Any]:
+        body = m.Raw(bytes(archive), "application/x-tar")
+        path_q = f"{self._s._path}/tree?path={m.quote(path)}"
+        return dict(await self._s.cluster.request("PUT", path_q, body))
 
 
 class AsyncTasks:

@@ -3,13 +3,12 @@ how answers are read — no I/O here."""
 
 from __future__ import annotations
 
-import base64
 import json
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from .errors import CommandFailed, ProtocolError, error_from_answer
+from .errors import ProtocolError, error_from_answer
 
 Command = Union[str, Sequence[str]]
 """A command: a string runs as ``sh -c`` script, a list as argv (no shell)."""
@@ -231,46 +230,47 @@ def exec_wait(timeout: Optional[float]) -> float:
     return (timeout if timeout is not None else DEFAULT_EXEC_TIMEOUT_S) + MARGIN_S
 
 
-def file_body(path: str, data: Union[bytes, str], mode: Optional[int]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Raw:
+    """A request body sent as it is, with its media type: a file's bytes, a tar archive."""
+
+    data: bytes
+    kind: str = "application/octet-stream"
+
+
+def encode_body(body: Any) -> Optional[tuple[bytes, str]]:
+    """A request body's bytes and ``Content-Type``: :class:`Raw` as it is, anything else JSON."""
+    if body is None:
+        return None
+    if isinstance(body, Raw):
+        return body.data, body.kind
+    return json.dumps(body).encode("utf-8"), "application/json"
+
+
+def file_write(path: str, data: Union[bytes, str], mode: Optional[int]) -> tuple[str, Raw]:
+    """``PUT /sandboxes/{id}/files``' query and raw body: the bytes as they are, no base64."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    body: dict[str, Any] = {"path": path, "content_b64": base64.b64encode(raw).decode("ascii")}
-    if mode is not None:
-        body["mode"] = mode
-    return body
+    query = f"?path={quote(path)}" + ("" if mode is None else f"&mode={mode:o}")
+    return query, Raw(raw)
 
 
-LIST_FORMAT = "%y\\t%s\\t%m\\t%P\\0"
-"""``find -printf``: type, size, octal mode, name; NUL-ended (names may hold newlines)."""
-
-
-def list_argv(path: str) -> list[str]:
-    """No route lists a directory: ``files.list`` runs ``find`` (in the sandbox image)."""
-    return ["find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", LIST_FORMAT]
-
-
-def parse_listing(path: str, result: CommandResult) -> list[FileEntry]:
-    if result.exit_code != 0:
-        raise CommandFailed(
-            None,
-            "list_failed",
-            f"cannot list {path}: {result.stderr.strip() or f'find exited {result.exit_code}'}",
-        )
-    kinds = {"f": "file", "d": "dir", "l": "symlink"}
-    entries = []
-    for record in result.stdout.split("\0"):
-        if not record:
-            continue
-        kind, size, mode, name = record.split("\t", 3)
-        entries.append(
+def listing_of(path: str, v: Mapping[str, Any]) -> list[FileEntry]:
+    """``GET /sandboxes/{id}/ls``' answer as entries by name (none for a file)."""
+    return sorted(
+        (
             FileEntry(
-                name=name,
-                path=path.rstrip("/") + "/" + name,
-                type=kinds.get(kind, "other"),
-                size=int(size),
-                mode=int(mode, 8),
+                name=str(e.get("name", "")),
+                path=path.rstrip("/") + "/" + str(e.get("name", "")),
+                type=str(e.get("kind", "other")),
+                size=int(e.get("size", 0)),
+                mode=int(e.get("mode", 0)),
             )
-        )
-    return sorted(entries, key=lambda e: e.name)
+            for e in v.get("entries") or []
+        ),
+        key=lambda e: e.name,
+    )
+
+
 
 
 def parse_processes(v: Mapping[str, Any]) -> list[ProcessInfo]:

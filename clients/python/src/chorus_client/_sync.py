@@ -25,7 +25,15 @@ from ._model import (
     ProcessInfo,
     SandboxInfo,
 )
-from .errors import ChorusError, ConnectError, NotFound, ProtocolError, SandboxGone
+from .errors import (
+    ChorusError,
+    CommandFailed,
+    ConnectError,
+    NotFound,
+    ProtocolError,
+    Refused,
+    SandboxGone,
+)
 
 _UNSET: Any = object()
 
@@ -121,9 +129,9 @@ class _Transport:
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
         data: Optional[bytes] = None
-        if body is not None:
-            data = json.dumps(body).encode("utf-8")
-            headers["Content-Type"] = "application/json"
+        encoded = m.encode_body(body)
+        if encoded is not None:
+            data, headers["Content-Type"] = encoded
         try:
             conn.connect()  # the pin is checked here, before the request below
             conn.request(method, path, body=data, headers=headers)
@@ -397,6 +405,10 @@ class Sandbox:
         """SIGKILL to ``pid``'s process group (a background command leads its own)."""
         self.cluster.request("DELETE", f"{self._path}/processes/{int(pid)}")
 
+    def keep_alive(self) -> SandboxInfo:
+        """Starts its idle clock again (its lifetime stays); the sandbox with the time left."""
+        return SandboxInfo.of(self.cluster.request("POST", f"{self._path}/keepalive", {}))
+
     def close(self) -> None:
         """Closes the sandbox (its container goes); later calls raise :class:`SandboxGone`
         with reason ``closed``. Closing twice from this object is one close."""
@@ -424,14 +436,40 @@ class Files:
         return self.read(path).decode(encoding)
 
     def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> int:
-        """Writes the file whole (text as UTF-8), making its directories; returns its size."""
-        v = self._s.cluster.request("PUT", f"{self._s._path}/files", m.file_body(path, data, mode))
+        """Writes the file whole (text as UTF-8; the bytes as they are, no base64), making its
+        directories; returns its size."""
+        query, raw = m.file_write(path, data, mode)
+        v = self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
         return int(v.get("size", 0))
 
     def list(self, path: str = "/workspace") -> list[FileEntry]:
-        """The entries of directory ``path``, by name (``find`` in the sandbox: no route lists
-        a directory)."""
-        return m.parse_listing(path, self._s.run(m.list_argv(path)))
+        """The entries of directory ``path``, by name (none for a file). A path that is not
+        there raises :class:`CommandFailed`."""
+        try:
+            v = self._s.cluster.request("GET", f"{self._s._path}/ls?path={m.quote(path)}")
+        except Refused as e:
+            if e.status != 422:
+                raise
+            raise CommandFailed(None, "list_failed", f"cannot list {path}: {e.message}") from e
+        return m.listing_of(path, v)
+
+    def remove(self, path: str) -> None:
+        """Removes a file, or a directory with everything under it (``/`` is refused)."""
+        self._s.cluster.request("DELETE", f"{self._s._path}/files?path={m.quote(path)}")
+
+    def download(self, path: str) -> bytes:
+        """Directory ``path``'s regular files as a tar archive (names relative to it)."""
+        c = self._s.cluster
+        status, _, data = c._t.call("GET", f"{self._s._path}/tree?path={m.quote(path)}")
+        if not 200 <= status < 300:
+            m.json_of(status, data, c.addr)
+        return data
+
+    def upload(self, path: str, archive: bytes) -> dict[str, Any]:
+        """Unpacks a tar archive's regular files under directory ``path``; the answer says how
+        many and what was ``skipped`` (links, devices)."""
+        body = m.Raw(bytes(archive), "application/x-tar")
+        return dict(self._s.cluster.request("PUT", f"{self._s._path}/tree?path={m.quote(path)}", body))
 
 
 class Tasks:
