@@ -213,6 +213,26 @@ async fn files_and_trees_round_trip() -> TestResult {
         ]))
         .await?;
     assert_eq!(out.stdout_text().trim(), "640 65534");
+    // A file written again takes the bits asked, whatever it had; a folder is never written
+    // over (nor into: the path is the file's).
+    sb.write_file("/workspace/dir/data.bin", b"again", 0o755)
+        .await?;
+    let out = sb
+        .exec(ExecRequest::new([
+            "stat",
+            "-c",
+            "%a %s",
+            "/workspace/dir/data.bin",
+        ]))
+        .await?;
+    assert_eq!(out.stdout_text().trim(), "755 5");
+    assert!(sb.write_file("/workspace/dir", b"x", 0o644).await.is_err());
+    let out = sb.exec(ExecRequest::new(["ls", "/workspace/dir"])).await?;
+    assert_eq!(
+        out.stdout_text().trim(),
+        "data.bin",
+        "nothing written into the folder"
+    );
 
     let mut tree = FileTree::new();
     tree.insert(

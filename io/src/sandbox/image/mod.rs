@@ -60,6 +60,8 @@ pub const LIBRARIES_LABEL: &str = "io.chorus.image-libraries";
 /// cannot build the image.
 pub const REQUIRED_COMMANDS: &[&str] = &[
     "sh", "cat", "mkdir", "chmod", "dirname", "tar", "timeout", "sleep", "tr", "grep",
+    // A file write is one `install` (docker/files.rs).
+    "install",
 ];
 
 /// Everyday commands for tasks, tests and the docs' examples, included when the host has them.
