@@ -1176,6 +1176,14 @@ fn a_live_sandbox_serves_many_steps_and_says_why_it_is_gone() {
         !String::from_utf8_lossy(&out.stdout).contains("sub"),
         "{out:?}"
     );
+    let out = cli(&["sandbox", "list", "--cluster"]);
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{out:?}");
+    let line = listed.lines().find(|l| l.starts_with(&id));
+    assert!(
+        line.is_some_and(|l| l.contains(" live ") && l.contains(&t.ids[worker])),
+        "{listed}"
+    );
     let out = cli(&["sandbox", "keepalive", &id]);
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("idle left"),
@@ -1342,6 +1350,25 @@ fn a_live_sandbox_is_used_through_a_node_that_is_neither_admin_nor_worker() {
         assert_eq!(code, *want, "{method} {path} through node {via}: {answer}");
         assert!(answer.contains(holds), "{method} {path}: {answer}");
     }
+    // The admin neither made nor holds it: its own list leaves it out, the cluster's has it,
+    // as its worker says; another token sees it in neither.
+    let (code, mine) = as_token(&t.c, admin, &alice, "GET", "/sandboxes", "");
+    assert_eq!(code, 200, "{mine}");
+    assert!(!mine.contains(&id), "{mine}");
+    let (code, all) = as_token(&t.c, admin, &alice, "GET", "/sandboxes?cluster=true", "");
+    assert_eq!(code, 200, "{all}");
+    let all: Value = serde_json::from_str(&all).unwrap();
+    let entry = all["sandboxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id.as_str())
+        .unwrap_or_else(|| panic!("the cluster's list has it: {all}"));
+    assert_eq!(entry["state"], "live", "{all}");
+    assert_eq!(entry["worker"], t.ids[worker].as_str(), "{all}");
+    assert_eq!(all["unreached"], serde_json::json!([]), "{all}");
+    let (_, theirs) = as_token(&t.c, admin, &bob, "GET", "/sandboxes?cluster=true", "");
+    assert!(!theirs.contains(&id), "{theirs}");
     // A file's raw bytes, forwarded as they came (their media type too), mode and all.
     let auth = format!("Bearer {alice}");
     let (code, answer) = chorus_tests::http_exact(

@@ -248,6 +248,16 @@ pub struct SandboxList {
     /// The caller's sandboxes this node holds (every one, for an `operate` token), then those
     /// made through this node that another worker holds or that wait for one.
     pub sandboxes: Vec<SandboxListed>,
+    /// With `cluster=true`: the connected nodes that did not answer, and how.
+    #[schema(required = false)]
+    pub unreached: Vec<ListUnreached>,
+}
+
+/// A node `GET /sandboxes?cluster=true` could not ask.
+#[derive(ToSchema)]
+pub struct ListUnreached {
+    pub node: String,
+    pub error: String,
 }
 
 /// A sandbox in a list: one this node holds has every field; one held elsewhere its id, its

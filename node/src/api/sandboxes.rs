@@ -836,22 +836,95 @@ pub(crate) fn default_shape(node: &str) -> (SandboxSpec, SandboxPolicy) {
 }
 
 /// `GET /sandboxes`: the caller's sandboxes this node holds, and those made through this node
-/// that another worker holds or that wait for one.
+/// that another worker holds or that wait for one; with `?cluster=true`, every connected
+/// node's such list too, merged.
 #[utoipa::path(
     get,
     path = "/sandboxes",
     tag = "sandboxes",
-    summary = "The caller's sandboxes here",
+    summary = "The caller's sandboxes",
     description = "The caller's live sandboxes that this node holds (`state: live`, with the \
         time each has left; every one, for an `operate` token), then those made through this \
         node that another worker holds (`placed`, naming it) or that still wait for one \
-        (`waiting`).",
+        (`waiting`). With `cluster=true`, every node connected to this one is asked for its \
+        own list too (with a token delegated to it alone), and one entry is kept per sandbox, \
+        its worker's when it answered; the nodes that did not answer are in `unreached`.",
+    params(("cluster" = Option<bool>, Query, description = "Ask every connected node too")),
     responses((status = 200, description = "The sandboxes", body = crate::api::openapi::SandboxList))
 )]
 pub(super) async fn list(
-    State((shared, _)): ApiState,
+    State((shared, bound)): ApiState,
     Extension(caller): Extension<Caller>,
+    Extension(auth): Extension<Arc<Auth>>,
+    Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
+    let here = match listed_here(&shared, &caller) {
+        Ok(h) => h,
+        Err(r) => return r.into_response(),
+    };
+    if query.get("cluster").map(String::as_str) != Some("true") {
+        return answer(200, json!({ "sandboxes": here }));
+    }
+    let others: Vec<Member> = {
+        let s = shared.lock();
+        let me = s.node_id.clone();
+        s.cluster(&bound.to_string())
+            .map(|v| v.members)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.node_id != me && m.connected && m.http.is_some())
+            .collect()
+    };
+    let asked = futures_util::future::join_all(
+        others
+            .iter()
+            .map(|m| send_to(&auth, &caller, m, "GET", "/sandboxes", None, LIST_WAIT)),
+    )
+    .await;
+    let mut lists = vec![here];
+    let mut unreached = Vec::new();
+    for (m, a) in others.iter().zip(asked) {
+        match a {
+            Ok(a) if a.code == 200 => {
+                let v: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+                lists.push(v["sandboxes"].as_array().cloned().unwrap_or_default());
+            }
+            Ok(a) => unreached
+                .push(json!({ "node": m.node_id, "error": format!("answered {}", a.code) })),
+            Err(r) => unreached
+                .push(json!({ "node": m.node_id, "error": format!("answered {}", r.status()) })),
+        }
+    }
+    answer(
+        200,
+        json!({ "sandboxes": merge_lists(lists), "unreached": unreached }),
+    )
+}
+
+/// How long `GET /sandboxes?cluster=true` waits for each node's list.
+const LIST_WAIT: Duration = Duration::from_secs(5);
+
+/// One entry per sandbox, by id: the one its worker gave (`live`, with its times) over what a
+/// node of record knows (`placed`, `waiting`).
+fn merge_lists(lists: Vec<Vec<Value>>) -> Vec<Value> {
+    let mut by_id: BTreeMap<String, Value> = BTreeMap::new();
+    for entry in lists.into_iter().flatten() {
+        let Some(id) = entry["id"].as_str().map(str::to_string) else {
+            continue;
+        };
+        let held = entry["state"] == "live";
+        match by_id.get(&id) {
+            Some(kept) if kept["state"] == "live" || !held => {}
+            _ => {
+                by_id.insert(id, entry);
+            }
+        }
+    }
+    by_id.into_values().collect()
+}
+
+/// This node's part of `GET /sandboxes` for `caller`.
+fn listed_here(shared: &SharedState, caller: &Caller) -> Result<Vec<Value>, Refused> {
     let (live, node) = {
         let s = shared.lock();
         (s.live.clone(), s.node_id.clone())
@@ -859,7 +932,7 @@ pub(super) async fn list(
     let mut all: Vec<Value> = live
         .as_ref()
         .map(|l| {
-            l.list(&live_caller(&caller))
+            l.list(&live_caller(caller))
                 .iter()
                 .map(|i| {
                     let mut v = info_json(i, &node);
@@ -872,7 +945,7 @@ pub(super) async fn list(
     let elsewhere: Vec<Value> = {
         let s = shared.lock();
         let Some(core) = s.core.as_ref() else {
-            return Refused(503, "starting".into()).into_response();
+            return Err(Refused(503, "starting".into()));
         };
         core.owned_tasks()
             .iter()
@@ -890,7 +963,7 @@ pub(super) async fn list(
             .collect()
     };
     all.extend(elsewhere);
-    answer(200, json!({ "sandboxes": all }))
+    Ok(all)
 }
 
 /// `GET /sandboxes/{id}`.
@@ -1382,6 +1455,23 @@ mod tests {
         for refused in ["", "1A", "A-B", "A=B", "A\nB"] {
             assert!(!valid_env_name(refused), "{refused:?}");
         }
+    }
+
+    #[test]
+    fn a_cluster_list_keeps_one_entry_per_sandbox_its_worker_s_first() {
+        let placed = json!({ "id": "a-1", "worker": "w", "state": "placed" });
+        let held = json!({ "id": "a-1", "worker": "w", "state": "live", "idle_left_ms": 5 });
+        let waiting = json!({ "id": "a-2", "state": "waiting" });
+        for lists in [
+            vec![vec![placed.clone(), waiting.clone()], vec![held.clone()]],
+            vec![vec![held.clone()], vec![placed.clone(), waiting.clone()]],
+        ] {
+            assert_eq!(merge_lists(lists), vec![held.clone(), waiting.clone()]);
+        }
+        assert_eq!(
+            merge_lists(vec![vec![json!({ "state": "live" })]]),
+            Vec::<Value>::new()
+        );
     }
 
     #[test]

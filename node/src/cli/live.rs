@@ -452,20 +452,40 @@ pub async fn env(addr: &str, id: &str, vars: Vec<(String, String)>) -> anyhow::R
 }
 
 /// `list`: one line a sandbox (or the JSON).
-pub async fn list(addr: &str, json_out: bool) -> anyhow::Result<ExitCode> {
-    let out: Value = serde_json::from_slice(&call(addr, "GET", "/sandboxes", None).await?)?;
+pub async fn list(addr: &str, cluster: bool, json_out: bool) -> anyhow::Result<ExitCode> {
+    let path = if cluster {
+        "/sandboxes?cluster=true"
+    } else {
+        "/sandboxes"
+    };
+    let out: Value = serde_json::from_slice(&call(addr, "GET", path, None).await?)?;
     if json_out {
         println!("{out}");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<40} {:>10} {:>12}", "ID", "IDLE LEFT", "LIFETIME LEFT");
+    println!(
+        "{:<56} {:<8} {:>10} {:>14}  WORKER",
+        "ID", "STATE", "IDLE LEFT", "LIFETIME LEFT"
+    );
     for s in out["sandboxes"].as_array().into_iter().flatten() {
-        let secs = |k: &str| s[k].as_u64().unwrap_or(0) / 1000;
+        let secs = |k: &str| {
+            s[k].as_u64()
+                .map_or_else(|| "-".to_string(), |ms| format!("{}s", ms / 1000))
+        };
         println!(
-            "{:<40} {:>9}s {:>11}s",
+            "{:<56} {:<8} {:>10} {:>14}  {}",
             s["id"].as_str().unwrap_or_default(),
+            s["state"].as_str().unwrap_or("?"),
             secs("idle_left_ms"),
-            secs("lifetime_left_ms")
+            secs("lifetime_left_ms"),
+            s["worker"].as_str().unwrap_or("-"),
+        );
+    }
+    for u in out["unreached"].as_array().into_iter().flatten() {
+        eprintln!(
+            "chorus: {} did not answer ({}): its sandboxes are not listed",
+            u["node"].as_str().unwrap_or("?"),
+            u["error"].as_str().unwrap_or("?")
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -207,11 +207,15 @@ pub enum Cmd {
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
     },
-    /// List your live sandboxes on a node (an `operate` token: every one).
+    /// List your live sandboxes (an `operate` token: every one): those the node holds and
+    /// those made through it; with --cluster, every connected node's too.
     List {
         /// The node's HTTP API.
         #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
         addr: String,
+        /// Ask every node connected to it too (a node that does not answer is named).
+        #[arg(long)]
+        cluster: bool,
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
@@ -354,7 +358,11 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
         Cmd::Rm { target, addr } => return live::rm(&addr, &target).await,
         Cmd::Keepalive { id, addr } => return live::keep_alive(&addr, &id).await,
         Cmd::Env { id, vars, addr } => return live::env(&addr, &id, vars).await,
-        Cmd::List { addr, json } => return live::list(&addr, json).await,
+        Cmd::List {
+            addr,
+            cluster,
+            json,
+        } => return live::list(&addr, cluster, json).await,
         Cmd::Close { id, addr } => return live::close(&addr, &id).await,
         local => local,
     };
