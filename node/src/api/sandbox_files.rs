@@ -57,6 +57,21 @@ fn is_raw(asked: &Asked) -> bool {
     })
 }
 
+/// The registry holding sandbox `id` here and its checked `?path=`; or the answer already
+/// given (forwarded to its worker, or refused).
+async fn at_path(
+    asked: &Asked,
+    id: &str,
+    query: &BTreeMap<String, String>,
+) -> Result<(std::sync::Arc<crate::daemon::sandboxes::Live>, String), Response> {
+    let live = match asked.route(id, None, CALL_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return Err(r),
+    };
+    let path = path_in(query).map_err(IntoResponse::into_response)?;
+    Ok((live, path))
+}
+
 /// `?path=` checked, or the 400 that says what is wrong.
 fn path_in(query: &BTreeMap<String, String>) -> Result<String, Refused> {
     let Some(path) = query.get("path") else {
@@ -91,7 +106,7 @@ struct FileBody {
         (`Content-Type: application/octet-stream`) with `?path=` and an optional octal \
         `&mode=644`.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = Option<String>, Query, description = "With a raw body: an absolute path in the sandbox, without `..`"),
         ("mode" = Option<String>, Query, description = "With a raw body: permission bits in octal (default 644)"),
     ),
@@ -176,7 +191,7 @@ pub(super) async fn write_file(
     summary = "Read a file",
     description = "The file's bytes.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
     ),
     responses(
@@ -222,7 +237,7 @@ pub(super) async fn read_file(
     description = "Removes the path and, for a folder, everything under it (`rm -rf`, in the \
         sandbox). A path that does not exist is removed already (200). `/` is refused.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
     ),
     responses(
@@ -239,13 +254,9 @@ pub(super) async fn remove_file(
     Path(id): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let live = match asked.route(&id, None, CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
-    let path = match path_in(&query) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
+    let (live, path) = match at_path(&asked, &id, &query).await {
+        Ok(at) => at,
+        Err(r) => return r,
     };
     if path.trim_end_matches('/').is_empty() {
         return bad("path: not / (remove what is under it by name)");
@@ -283,7 +294,7 @@ const LS_FORMAT: &str = "%y\\0%s\\0%m\\0%T@\\0%l\\0%P\\0";
         permission bits and modification time) and, for a folder, its entries one level down, \
         by name (at most 10,000: `truncated` past it). A symlink is listed, not followed.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
     ),
     responses(
@@ -300,13 +311,9 @@ pub(super) async fn list_dir(
     Path(id): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let live = match asked.route(&id, None, CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
-    let path = match path_in(&query) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
+    let (live, path) = match at_path(&asked, &id, &query).await {
+        Ok(at) => at,
+        Err(r) => return r,
     };
     let request = ExecRequest::new([
         "find",
@@ -389,7 +396,7 @@ fn parse_listing(raw: &[u8]) -> Vec<Value> {
         archive (paths relative to it). Links, devices and the like are left out. At most the \
         worker's file bound (64 MiB) in all.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
     ),
     responses(
@@ -406,13 +413,9 @@ pub(super) async fn read_tree(
     Path(id): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    let live = match asked.route(&id, None, CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
-    let path = match path_in(&query) {
-        Ok(p) => p,
-        Err(r) => return r.into_response(),
+    let (live, path) = match at_path(&asked, &id, &query).await {
+        Ok(at) => at,
+        Err(r) => return r,
     };
     let tree = match live
         .read_tree(&live_caller(&asked.caller), &id, &path)
@@ -439,7 +442,7 @@ pub(super) async fn read_tree(
         The body is the archive (`Content-Type: application/x-tar` or \
         `application/octet-stream`), at most the worker's file bound (64 MiB) of file bytes.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
     ),
     request_body(content = Vec<u8>, content_type = "application/x-tar"),

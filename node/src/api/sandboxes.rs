@@ -1076,7 +1076,7 @@ async fn cancel_instead(asked: &Asked, id: &str) -> Option<Response> {
     summary = "Keep a sandbox from idling out",
     description = "Its idle clock starts again now (as any call does); its absolute end stays. \
         Answers the sandbox with the time left.",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
     responses(
         (status = 200, description = "Kept", body = crate::api::openapi::SandboxInfo),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
@@ -1103,7 +1103,7 @@ pub(super) async fn keep_alive(asked: Asked, Path(id): Path<String>, body: Bytes
     tag = "sandboxes",
     summary = "Set environment variables",
     description = "Kept for every later command in the sandbox.",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
     request_body = EnvBody,
     responses(
         (status = 200, description = "Set", body = crate::api::openapi::EnvSet),
@@ -1150,7 +1150,7 @@ pub(super) async fn set_env(asked: Asked, Path(id): Path<String>, body: Bytes) -
         going to a log file in the sandbox. A timeout or an OOM kill is an ending like an exit \
         (200, `timed_out` or `oom`). A call forwarded to another node reaches the caller whole \
         at its end, streamed or not.",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
     request_body = ExecBody,
     responses(
         (status = 200, description = "How it ended; its pid (`background`); or the stream of lines (`stream`)", content(
@@ -1289,7 +1289,7 @@ pub(super) async fn exec(asked: Asked, Path(id): Path<String>, body: Bytes) -> R
     path = "/sandboxes/{id}/processes",
     tag = "sandboxes",
     summary = "What runs in a sandbox",
-    params(("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`")),
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
     responses(
         (status = 200, description = "Its processes", body = crate::api::openapi::ProcessList),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
@@ -1339,7 +1339,7 @@ pub(super) async fn processes(asked: Asked, Path(id): Path<String>) -> Response 
     description = "SIGKILL to the process's group (a background command leads its own), or to \
         it alone when it leads none.",
     params(
-        ("id" = String, Path, description = "The sandbox's id, `NODE.BOOT-RANDOM`"),
+        ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("pid" = u32, Path, description = "The process id (above 1)"),
     ),
     responses(
