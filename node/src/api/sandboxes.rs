@@ -98,6 +98,13 @@ struct CreateBody {
     cpu_millis: u32,
     #[serde(default)]
     pids: u32,
+    /// Network access (default none: only loopback), as a task's: the worker's egress rules
+    /// hold (no host, no cluster, no private ranges).
+    #[serde(default)]
+    network: bool,
+    /// Capabilities its worker must offer (`gpu`, `repo:NAME`, …), as a task's `requires`.
+    #[serde(default)]
+    requires: Vec<String>,
     /// Ends after this long without a call, ms (default and ceiling: the node's).
     idle_timeout_ms: Option<u64>,
     /// Ends this long after it was made, ms (default and ceiling: the node's).
@@ -155,6 +162,7 @@ struct EnvBody {
 type ApiState = State<(SharedState, SocketAddr)>;
 
 /// A request refused before it reached the registry: the status and the reason.
+#[derive(Debug)]
 pub(super) struct Refused(pub(super) u16, pub(super) String);
 
 impl IntoResponse for Refused {
@@ -730,20 +738,7 @@ fn live_task(
             format!("wait_ms: at most {}", MAX_CREATE_WAIT.as_millis()),
         ));
     }
-    let spec = chorus_core::TaskSpec {
-        image: req
-            .image
-            .clone()
-            .unwrap_or_else(|| SANDBOX_IMAGE.to_string()),
-        env: req.env.clone(),
-        memory_mb: req.memory_mb,
-        cpu_millis: req.cpu_millis,
-        pids: req.pids,
-        timeout_ms: lifetime,
-        idle_ms: idle,
-        live: true,
-        ..chorus_core::TaskSpec::default()
-    };
+    let spec = live_spec(req, lifetime, idle);
     if let Err(why) = spec.check() {
         return Err(Refused(400, why.to_string()));
     }
@@ -760,6 +755,27 @@ fn live_task(
         ));
     }
     Ok((spec, wait))
+}
+
+/// The live task a create asks for: a sandbox of its image, limits, network and capabilities,
+/// for `lifetime_ms`, idling out after `idle_ms`.
+fn live_spec(req: &CreateBody, lifetime_ms: u64, idle_ms: u64) -> chorus_core::TaskSpec {
+    chorus_core::TaskSpec {
+        image: req
+            .image
+            .clone()
+            .unwrap_or_else(|| SANDBOX_IMAGE.to_string()),
+        env: req.env.clone(),
+        memory_mb: req.memory_mb,
+        cpu_millis: req.cpu_millis,
+        pids: req.pids,
+        network: req.network,
+        requires: req.requires.clone(),
+        timeout_ms: lifetime_ms,
+        idle_ms,
+        live: true,
+        ..chorus_core::TaskSpec::default()
+    }
 }
 
 /// Why no sandbox can be made now, where neither this node nor any connected one runs them
@@ -1440,6 +1456,31 @@ fn valid_env_name(name: &str) -> bool {
 mod tests {
     use super::*;
     use chorus_io::sandbox::live::GoneWhy;
+
+    /// A create's network and capabilities reach its live task (the worker's shape and the
+    /// admin's placement read them there), and nothing else turns network on.
+    #[test]
+    fn a_create_asks_its_live_task_for_network_and_capabilities() {
+        let req: CreateBody =
+            parse(br#"{"network": true, "requires": ["gpu"], "memory_mb": 256}"#).unwrap();
+        let spec = live_spec(&req, 60_000, 1_000);
+        assert!(spec.live && spec.network, "{spec:?}");
+        assert_eq!(spec.requires, ["gpu"]);
+        assert_eq!(
+            (spec.memory_mb, spec.timeout_ms, spec.idle_ms),
+            (256, 60_000, 1_000)
+        );
+        assert!(spec.command.is_empty());
+        let plain = live_spec(&parse(b"{}").unwrap(), 60_000, 0);
+        assert!(!plain.network && plain.requires.is_empty());
+        assert_eq!(plain.image, SANDBOX_IMAGE);
+        let shape = TaskShape::of(&spec).policy(&live_base_policy());
+        assert!(
+            shape.network.enabled,
+            "the worker's sandbox gets the network"
+        );
+        assert!(parse::<CreateBody>(br#"{"network": "yes"}"#).is_err());
+    }
 
     #[test]
     fn paths_and_names_are_checked_before_anything_runs() {

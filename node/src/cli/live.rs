@@ -44,6 +44,8 @@ pub struct CreateOpts {
     pub key: Option<String>,
     pub memory_mb: u32,
     pub cpu_millis: u32,
+    pub network: bool,
+    pub requires: Vec<String>,
     pub json: bool,
 }
 
@@ -134,6 +136,8 @@ pub async fn create(addr: &str, o: CreateOpts) -> anyhow::Result<ExitCode> {
         "key": o.key,
         "memory_mb": o.memory_mb,
         "cpu_millis": o.cpu_millis,
+        "network": o.network,
+        "requires": o.requires,
     });
     let out: Value = serde_json::from_slice(&call(addr, "POST", "/sandboxes", Some(&body)).await?)?;
     if o.json {

@@ -193,6 +193,9 @@ pub struct CreateParams {
     pub cpus: Option<f64>,
     /// Process limit (default: the worker's, 256).
     pub pids: Option<u32>,
+    /// Network access, e.g. to install packages (default: none, only loopback). The worker's
+    /// egress rules hold: no host, no cluster, no private addresses.
+    pub network: Option<bool>,
 }
 
 /// `sandbox_exec`'s arguments.
@@ -558,6 +561,7 @@ impl Chorus {
             "memory_mb": p.memory_mb.unwrap_or(0),
             "cpu_millis": cpu_millis,
             "pids": p.pids.unwrap_or(0),
+            "network": p.network.unwrap_or(false),
         });
         let answer = self
             .call("POST", "/sandboxes", Some(&body), CALL_WAIT)

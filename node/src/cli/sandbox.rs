@@ -98,6 +98,13 @@ pub enum Cmd {
         /// CPU limit, millicores [default: the node's].
         #[arg(long, value_name = "MILLIS", default_value_t = 0)]
         cpu_millis: u32,
+        /// Give it network access (to install packages), within the worker's egress rules: no
+        /// host, no cluster, no private ranges [default: none, only loopback].
+        #[arg(long)]
+        network: bool,
+        /// A capability its worker must offer (`gpu`, `repo:NAME`, …; repeat it).
+        #[arg(long = "require", value_name = "CAP")]
+        requires: Vec<String>,
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
@@ -313,6 +320,8 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
             key,
             memory_mb,
             cpu_millis,
+            network,
+            requires,
             json,
         } => {
             let opts = live::CreateOpts {
@@ -323,6 +332,8 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 key,
                 memory_mb,
                 cpu_millis,
+                network,
+                requires,
                 json,
             };
             return live::create(&addr, opts).await;
