@@ -154,7 +154,10 @@ fn the_dockerfile_builds_the_node_from_source_into_an_image_three_nodes_elect_fr
     let size: u64 = ok(&["image", "inspect", "-f", "{{.Size}}", &tag])
         .parse()
         .unwrap();
-    assert!(size < 64 << 20, "image is {size} bytes");
+    // The test's build is unoptimised (the image-test profile, for time), stripped: 61.4 MiB on
+    // 2026-11-30, where the release image users build is ~29 MB. The bound catches a layer or a
+    // debug build slipping in, with room for the code to grow.
+    assert!(size < 80 << 20, "image is {size} bytes");
     let version = ok(&["run", "--rm", &tag, "version"]);
     assert!(
         version.contains(&format!("git revision {rev}")),
