@@ -20,10 +20,10 @@ use chorus_io::sandbox::docker::{tar_to_workspace, tree_to_tar};
 use chorus_io::sandbox::ExecRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
 use super::sandboxes::{
-    answer, bad, error_answer, live_caller, parse, sandbox_path, Asked, Refused, Route, CALL_WAIT,
+    answer, bad, error_answer, live_caller, parse, run_helper, sandbox_path, Asked, Refused, Route,
+    CALL_WAIT,
 };
 
 /// The largest request body a file or tree route takes: a 64 MiB file as base64 in JSON.
@@ -261,12 +261,8 @@ pub(super) async fn remove_file(
     if path.trim_end_matches('/').is_empty() {
         return bad("path: not / (remove what is under it by name)");
     }
-    let request = ExecRequest::new(["rm", "-rf", "--", path.as_str()]).timeout(CALL_WAIT);
-    let (sink, _) = mpsc::channel(1);
-    match live
-        .exec(&live_caller(&asked.caller), &id, request, sink)
-        .await
-    {
+    let request = ExecRequest::new(["rm", "-rf", "--", path.as_str()]);
+    match run_helper(&live, &asked, &id, request).await {
         Ok(out) if out.exit_code == 0 => answer(200, json!({ "path": path, "removed": true })),
         Ok(out) => answer(
             422,
@@ -322,13 +318,8 @@ pub(super) async fn list_dir(
         "1",
         "-printf",
         LS_FORMAT,
-    ])
-    .timeout(CALL_WAIT);
-    let (sink, _) = mpsc::channel(1);
-    let out = match live
-        .exec(&live_caller(&asked.caller), &id, request, sink)
-        .await
-    {
+    ]);
+    let out = match run_helper(&live, &asked, &id, request).await {
         Ok(out) => out,
         Err(e) => return error_answer(&e),
     };

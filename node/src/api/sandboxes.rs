@@ -525,6 +525,20 @@ impl Asked {
     }
 }
 
+/// Runs one of the node's own commands (a listing, a kill, `rm`) in sandbox `id` for the
+/// caller: its output whole, nothing streamed, within [`CALL_WAIT`].
+pub(super) async fn run_helper(
+    live: &Live,
+    asked: &Asked,
+    id: &str,
+    request: ExecRequest,
+) -> Result<ExecOutput, LiveError> {
+    let (sink, _) = mpsc::channel(1);
+    let request = request.timeout(CALL_WAIT);
+    live.exec(&live_caller(&asked.caller), id, request, sink)
+        .await
+}
+
 pub(super) fn live_caller(caller: &Caller) -> live::Caller {
     live::Caller {
         owner: caller.id.clone(),
@@ -1318,12 +1332,7 @@ pub(super) async fn processes(asked: Asked, Path(id): Path<String>) -> Response 
         Route::Here(live, _) => live,
         Route::Answered(r) => return r,
     };
-    let request = ExecRequest::shell(PROCESSES_SCRIPT).timeout(CALL_WAIT);
-    let (sink, _) = mpsc::channel(1);
-    match live
-        .exec(&live_caller(&asked.caller), &id, request, sink)
-        .await
-    {
+    match run_helper(&live, &asked, &id, ExecRequest::shell(PROCESSES_SCRIPT)).await {
         Ok(out) => {
             let text = String::from_utf8_lossy(&out.stdout);
             let list: Vec<Value> = text
@@ -1379,12 +1388,7 @@ pub(super) async fn kill_process(
         Route::Answered(r) => return r,
     };
     let script = format!("kill -KILL -- -{pid} 2>/dev/null || kill -KILL {pid}");
-    let request = ExecRequest::shell(script).timeout(CALL_WAIT);
-    let (sink, _) = mpsc::channel(1);
-    match live
-        .exec(&live_caller(&asked.caller), &id, request, sink)
-        .await
-    {
+    match run_helper(&live, &asked, &id, ExecRequest::shell(script)).await {
         Ok(out) if out.exit_code == 0 => answer(200, json!({ "pid": pid, "killed": true })),
         Ok(_) => answer(404, json!({ "error": format!("no process {pid} to kill") })),
         Err(e) => error_answer(&e),

@@ -197,12 +197,7 @@ pub async fn request_payload(
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
     let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    let endpoint = Endpoint::parse(addr)?;
-    let tls = match endpoint.tls {
-        true => Some(client_config(&endpoint)?),
-        false => None,
-    };
-    http1::send_payload(&endpoint, tls, method, path, body, token.as_deref(), limit).await
+    send_with(addr, method, path, body, token.as_deref(), limit).await
 }
 
 /// [`request_bytes`] with `token` (or none) as the bearer.
@@ -213,12 +208,26 @@ async fn request_bytes_with(
     body: Option<&str>,
     token: Option<&str>,
 ) -> anyhow::Result<RawAnswer> {
+    let body = body.map(http1::Payload::json);
+    send_with(addr, method, path, body, token, MAX_ANSWER_BYTES).await
+}
+
+/// One request to the API at `addr`, checked by this process's TLS settings where it speaks
+/// TLS, its answer kept up to `limit` bytes.
+async fn send_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<http1::Payload<'_>>,
+    token: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<RawAnswer> {
     let endpoint = Endpoint::parse(addr)?;
     let tls = match endpoint.tls {
         true => Some(client_config(&endpoint)?),
         false => None,
     };
-    http1::send(&endpoint, tls, method, path, body, token, MAX_ANSWER_BYTES).await
+    http1::send_payload(&endpoint, tls, method, path, body, token, limit).await
 }
 
 /// The most of an answer the CLI keeps (status documents and task output tails are far

@@ -96,9 +96,18 @@ pub(super) async fn answer(
     body: Option<&Value>,
 ) -> anyhow::Result<super::http::RawAnswer> {
     let text = body.map(Value::to_string);
-    let answer = request_bytes(addr, method, path, text.as_deref())
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    accepted(
+        addr,
+        request_bytes(addr, method, path, text.as_deref()).await,
+    )
+}
+
+/// A 2xx answer from `addr`; any other is a [`Refusal`], and none at all says where it went.
+fn accepted(
+    addr: &str,
+    sent: anyhow::Result<super::http::RawAnswer>,
+) -> anyhow::Result<super::http::RawAnswer> {
+    let answer = sent.with_context(|| format!("cannot reach a chorus node at {addr}"))?;
     if (200..300).contains(&answer.code) {
         return Ok(answer);
     }
@@ -248,13 +257,8 @@ async fn payload_call(
     body: Option<(&str, &[u8])>,
 ) -> anyhow::Result<Vec<u8>> {
     let body = body.map(|(kind, bytes)| crate::http1::Payload { kind, bytes });
-    let answer = super::http::request_payload(addr, method, path, body, MAX_FILE_ANSWER)
-        .await
-        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
-    if (200..300).contains(&answer.code) {
-        return Ok(answer.body);
-    }
-    Err(Refusal::of(addr, &answer).into())
+    let sent = super::http::request_payload(addr, method, path, body, MAX_FILE_ANSWER).await;
+    Ok(accepted(addr, sent)?.body)
 }
 
 /// `cp SRC DST`: a file into or out of a live sandbox (its bytes as they are; into it with its

@@ -450,8 +450,11 @@ class AsyncFiles:
         self._s = sandbox
 
     async def read(self, path: str) -> bytes:
+        return await self._bytes("files", path)
+
+    async def _bytes(self, route: str, path: str) -> bytes:
         c = self._s.cluster
-        status, _, data = await c._t.call("GET", f"{self._s._path}/files?path={m.quote(path)}")
+        status, _, data = await c._t.call("GET", f"{self._s._path}/{route}?path={m.quote(path)}")
         if not 200 <= status < 300:
             m.json_of(status, data, c.addr)
         return data
@@ -477,11 +480,7 @@ class AsyncFiles:
         await self._s.cluster.request("DELETE", f"{self._s._path}/files?path={m.quote(path)}")
 
     async def download(self, path: str) -> bytes:
-        c = self._s.cluster
-        status, _, data = await c._t.call("GET", f"{self._s._path}/tree?path={m.quote(path)}")
-        if not 200 <= status < 300:
-            m.json_of(status, data, c.addr)
-        return data
+        return await self._bytes("tree", path)
 
     async def upload(self, path: str, archive: bytes) -> dict[str, Any]:
         body = m.Raw(bytes(archive), "application/x-tar")

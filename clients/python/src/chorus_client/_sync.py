@@ -426,8 +426,12 @@ class Files:
 
     def read(self, path: str) -> bytes:
         """The file's bytes."""
+        return self._bytes("files", path)
+
+    def _bytes(self, route: str, path: str) -> bytes:
+        """``GET /sandboxes/{id}/ROUTE?path=``'s body as it came (an error raised as any)."""
         c = self._s.cluster
-        status, _, data = c._t.call("GET", f"{self._s._path}/files?path={m.quote(path)}")
+        status, _, data = c._t.call("GET", f"{self._s._path}/{route}?path={m.quote(path)}")
         if not 200 <= status < 300:
             m.json_of(status, data, c.addr)
         return data
@@ -459,11 +463,7 @@ class Files:
 
     def download(self, path: str) -> bytes:
         """Directory ``path``'s regular files as a tar archive (names relative to it)."""
-        c = self._s.cluster
-        status, _, data = c._t.call("GET", f"{self._s._path}/tree?path={m.quote(path)}")
-        if not 200 <= status < 300:
-            m.json_of(status, data, c.addr)
-        return data
+        return self._bytes("tree", path)
 
     def upload(self, path: str, archive: bytes) -> dict[str, Any]:
         """Unpacks a tar archive's regular files under directory ``path``; the answer says how
