@@ -1701,3 +1701,79 @@ fn id_of(c: &Cluster, i: usize) -> String {
     })
     .expect("the worker answers")
 }
+
+/// Issue 53: a live sandbox with a read-write repository, used through a node that lacks the
+/// repository. The admin places it on the worker whose `[repos]` has it (`repo:NAME`); a sync
+/// through the other node carries the sandbox's change back (and refuses its `.git` change);
+/// its close, through the other node too, syncs the last change before it answers, and says
+/// what it carried.
+#[test]
+fn a_live_sandbox_with_a_read_write_repository_is_synced_back_through_any_node() {
+    let mut t = TaskCluster::start_n(BIN, 2);
+    let repo = t.c.root().join("src");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(repo.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(repo.join("README"), "from the repo\n").unwrap();
+    assert!(
+        t.c.terminate(1).is_some_and(|s| s.success()),
+        "a clean stop"
+    );
+    t.c.extra_args
+        .extend(["--repo".to_owned(), format!("src={}", repo.display())]);
+    t.c.start_node(1);
+    t.c.wait_agreed(Duration::from_secs(60));
+    let alice = token(&t.c, "submit");
+    // Node 0 has no repository: the create waits until the admin places it on node 1.
+    let create = r#"{"repo": {"name": "src", "writable": true}, "wait_ms": 60000}"#;
+    let (code, made) = as_token(&t.c, 0, &alice, "POST", "/sandboxes", create);
+    assert_eq!(code, 201, "{made}");
+    let made: Value = serde_json::from_str(&made).unwrap();
+    assert_eq!(made["worker"], t.ids[1].as_str(), "{made}");
+    let base = format!("/sandboxes/{}", made["id"].as_str().unwrap());
+    let exec = r#"{"shell": "cd /workspace && cat README && echo fixed > README && echo new > added && echo '[x]' > .git/config"}"#;
+    let (code, out) = as_token(&t.c, 0, &alice, "POST", &format!("{base}/exec"), exec);
+    assert_eq!(code, 200, "{out}");
+    let out: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["stdout"], "from the repo\n", "{out}");
+    assert_eq!(out["exit_code"], 0, "{out}");
+
+    let (code, synced) = as_token(&t.c, 0, &alice, "POST", &format!("{base}/sync"), "{}");
+    assert_eq!(code, 200, "{synced}");
+    let synced: Value = serde_json::from_str(&synced).unwrap();
+    assert_eq!(synced["written"], 2, "{synced}");
+    assert_eq!(
+        synced["refused"],
+        serde_json::json!([".git/config"]),
+        "{synced}"
+    );
+    assert_eq!(synced["complete"], false, "{synced}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "fixed\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("added")).unwrap(),
+        "new\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+
+    let exec = r#"{"shell": "cd /workspace && rm added && echo last > README"}"#;
+    let (code, out) = as_token(&t.c, 0, &alice, "POST", &format!("{base}/exec"), exec);
+    assert_eq!(code, 200, "{out}");
+    let (code, closed) = as_token(&t.c, 0, &alice, "DELETE", &base, "");
+    assert_eq!(code, 200, "{closed}");
+    let closed: Value = serde_json::from_str(&closed).unwrap();
+    assert_eq!(closed["sync"]["written"], 1, "{closed}");
+    assert_eq!(closed["sync"]["deleted"], 1, "{closed}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "last\n"
+    );
+    assert!(
+        !repo.join("added").exists(),
+        "deleted in the sandbox, so on the host"
+    );
+}

@@ -8,6 +8,7 @@ from unittest import mock
 
 from chorus_client import (
     BadRequest,
+    ChorusError,
     CommandResult,
     Endpoint,
     LimitReached,
@@ -105,6 +106,16 @@ class Answers(unittest.TestCase):
         self.assertEqual(entries[0].path, "/w/b.txt")
         self.assertEqual(m.listing_of("/w/f", {"path": "/w/f", "kind": "file"}), [])
 
+    def test_a_close_says_what_its_sync_carried(self) -> None:
+        self.assertIsNone(m.closed_sync({"id": "a-1", "closed": True}))
+        synced = m.closed_sync({"id": "a-1", "closed": True, "sync": {
+            "written": 2, "deleted": 1, "refused": [".git/config"], "kept": [],
+            "incomplete": None, "complete": False}})
+        self.assertEqual(synced, m.SyncResult(2, 1, [".git/config"], [], None, False))
+        with self.assertRaises(ChorusError) as failed:
+            m.closed_sync({"id": "a-1", "closed": True, "sync_error": "disk full"})
+        self.assertIn("disk full", str(failed.exception))
+
     def test_bodies(self) -> None:
         self.assertEqual(m.exec_body("ls", None, None, None, 1.5, False, True),
                          {"shell": "ls", "timeout_ms": 1500, "stream": True})
@@ -120,6 +131,13 @@ class Answers(unittest.TestCase):
         self.assertEqual(m.submit_body("echo", None, None, None, None, 2, 0, 0, 0, False, None, "r:rw", "k"),
                          {"image": "chorus/sandbox:latest", "command": ["sh", "-c", "echo"],
                           "timeout_ms": 2000, "repo": {"name": "r", "writable": True}, "key": "k"})
+        self.assertEqual(m.create_body(None, None, 0, 0, 0, None, None, None, True, ["gpu"], "src:rw"),
+                         {"env": {}, "network": True, "requires": ["gpu"],
+                          "repo": {"name": "src", "writable": True}})
+        self.assertEqual(m.create_body("i", None, 0, 0, 0, 60, None, None),
+                         {"env": {}, "image": "i", "idle_timeout_ms": 60000})
+        with self.assertRaises(ValueError):
+            m.create_body(None, None, 0, 0, 0, None, None, None, False, None, "src:wr")
         with self.assertRaises(ValueError):
             m.sandbox_path("../acl")
         self.assertEqual(m.quote("/a b/ü?"), "/a%20b/%C3%BC%3F")

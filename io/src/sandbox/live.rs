@@ -37,6 +37,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::repo::SyncReport;
 use super::{
     ExecOutput, ExecRequest, ExecutionSandbox, FileTree, OutputChunk, SandboxError, SandboxPolicy,
     SandboxProvider, SandboxSpec,
@@ -213,6 +214,9 @@ struct Live<S> {
     last_used: Instant,
     /// Calls under way (rule 5).
     busy: usize,
+    /// Its workspace is a read-write repository's copy: a close carries it back before
+    /// answering.
+    syncs: bool,
 }
 
 struct Ended {
@@ -459,6 +463,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             ends: now + lifetime,
             last_used: now,
             busy: 0,
+            syncs: req.spec.workspace.as_ref().is_some_and(|w| !w.read_only),
         };
         // Two creates of one key raced: the first to finish keeps its sandbox (rule 3); two
         // creates that raced past the bounds: the second is removed.
@@ -795,9 +800,40 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         }
     }
 
-    /// Closes `id` for `caller` (the owner, or [`Caller::any`]).
-    pub async fn close(&self, caller: &Caller, id: &str) -> Result<(), LiveError> {
-        drop(self.take(caller, id)?);
+    /// Carries `id`'s read-write repository back to the host now (what a close does too);
+    /// refused as unsupported for a sandbox without one.
+    pub async fn sync(&self, caller: &Caller, id: &str) -> Result<SyncReport, LiveError> {
+        let busy = self.take(caller, id)?;
+        let out = busy.sandbox.sync_workspace().await;
+        self.judge(busy, out).await
+    }
+
+    /// Closes `id` for `caller` (the owner, or [`Caller::any`]). A sandbox with a read-write
+    /// repository is synced back before the answer, which carries what the sync did (or why
+    /// it failed): a caller that closes and then reads the repository on the host finds the
+    /// sandbox's work there. Any other is removed after the answer.
+    pub async fn close(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<Option<Result<SyncReport, String>>, LiveError> {
+        let syncs = {
+            let busy = self.take(caller, id)?;
+            let st = self.lock();
+            st.live.get(&busy.id).is_some_and(|l| l.syncs)
+        };
+        let synced = if syncs {
+            let busy = self.take(caller, id)?;
+            let out = busy.sandbox.sync_workspace().await;
+            match self.judge(busy, out).await {
+                Ok(report) => Some(Ok(report)),
+                // It died under the sync: the caller hears that it is gone, and why.
+                Err(e @ (LiveError::Gone { .. } | LiveError::NotFound)) => return Err(e),
+                Err(e) => Some(Err(e.to_string())),
+            }
+        } else {
+            None
+        };
         self.end(
             id,
             GoneWhy::Closed {
@@ -805,7 +841,7 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             },
         )
         .await;
-        Ok(())
+        Ok(synced)
     }
 
     /// Ends what is due at `now` (rule 4): idle ones with no call under way, and every one past

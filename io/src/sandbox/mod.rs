@@ -577,6 +577,17 @@ pub trait ExecutionSandbox: Send + Sync {
         self.reset()
     }
 
+    /// Carries a read-write workspace's changes back to its repository now (see
+    /// [`repo::sync_back`] for what is and is not carried), as a removal does first; later
+    /// syncs start from what this one left on the host. Default, and for a sandbox without
+    /// a read-write repository: [`ErrorCategory::Unsupported`].
+    fn sync_workspace(&self) -> impl Future<Output = SandboxResult<repo::SyncReport>> + Send {
+        std::future::ready(Err(SandboxError::new(
+            ErrorCategory::Unsupported,
+            "this sandbox has no read-write repository to sync back",
+        )))
+    }
+
     /// Stops the main process (and with it every command). Idempotent.
     fn stop(&self) -> impl Future<Output = SandboxResult<()>> + Send;
 

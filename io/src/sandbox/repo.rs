@@ -54,7 +54,7 @@ use rustix::fs::{AtFlags, FileType, StatxFlags};
 
 use super::error::{ErrorCategory, SandboxError, SandboxResult};
 
-pub use sync::{sync_back, SyncReport};
+pub use sync::{sync_back, sync_back_tracked, SyncReport};
 
 /// The directories repositories may come from. Empty: no repository may be mounted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -89,6 +89,7 @@ fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(sandboxes::processes))
         .routes(routes!(sandboxes::kill_process))
         .routes(routes!(sandboxes::keep_alive))
+        .routes(routes!(sandboxes::sync))
         .routes(routes!(
             sandbox_files::read_file,
             sandbox_files::write_file,

@@ -283,6 +283,46 @@ pub struct SandboxListed {
 pub struct SandboxClosed {
     pub id: String,
     pub closed: bool,
+    /// A sandbox with a read-write repository: what the sync back at its close did.
+    #[schema(required = false)]
+    pub sync: Option<SyncDone>,
+    /// A sandbox with a read-write repository whose sync back failed: why.
+    #[schema(required = false)]
+    pub sync_error: Option<String>,
+    /// A close by cancelling its live task (202): why.
+    #[schema(required = false)]
+    pub note: Option<String>,
+}
+
+/// What a sync back of a read-write repository did.
+#[derive(ToSchema)]
+pub struct SyncDone {
+    /// Files written on the host (new or changed).
+    pub written: u64,
+    /// Files deleted on the host (gone from the sandbox).
+    pub deleted: u64,
+    /// Paths not carried: anything under a `.git`, a symlinked or non-directory place, another
+    /// mount.
+    pub refused: Vec<String>,
+    /// Files the sandbox holds as something not carried (a symlink, a folder, …): left on the
+    /// host as they were.
+    pub kept: Vec<String>,
+    /// Why it stopped early (nothing was deleted then).
+    pub incomplete: Option<String>,
+    /// Everything was carried.
+    pub complete: bool,
+}
+
+/// `POST /sandboxes/{id}/sync`.
+#[derive(ToSchema)]
+pub struct SandboxSynced {
+    pub id: String,
+    pub written: u64,
+    pub deleted: u64,
+    pub refused: Vec<String>,
+    pub kept: Vec<String>,
+    pub incomplete: Option<String>,
+    pub complete: bool,
 }
 
 /// `POST /sandboxes/{id}/env`.
@@ -572,6 +612,7 @@ mod tests {
         ("GET", "/sandboxes/{id}/tree"),
         ("PUT", "/sandboxes/{id}/tree"),
         ("POST", "/sandboxes/{id}/keepalive"),
+        ("POST", "/sandboxes/{id}/sync"),
         ("POST", "/acl/tokens"),
         ("POST", "/acl/delegate"),
         ("GET", "/openapi.json"),
@@ -1671,6 +1712,15 @@ mod tests {
         )
         .await;
         assert_eq!(root.status, StatusCode::BAD_REQUEST);
+        // Its workspace is its own tmpfs: nothing to carry back (409, as documented).
+        let synced = run(
+            "POST",
+            "/sandboxes/{id}/sync",
+            &format!("{at}/sync"),
+            Some("{}"),
+        )
+        .await;
+        assert_eq!(synced.status, StatusCode::CONFLICT, "{}", synced.json());
         let kept = run(
             "POST",
             "/sandboxes/{id}/keepalive",

@@ -5,7 +5,7 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /sandboxes` | create: `{image?, env?, memory_mb?, cpu_millis?, pids?, idle_timeout_ms?, lifetime_ms?, key?, wait_ms?}` → 201 once made (200 for a known key), 202 while it waits for a worker |
+//! | `POST /sandboxes` | create: `{image?, env?, memory_mb?, cpu_millis?, pids?, network?, requires?, repo?, idle_timeout_ms?, lifetime_ms?, key?, wait_ms?}` → 201 once made (200 for a known key), 202 while it waits for a worker |
 //! | `GET /sandboxes` | the caller's held here, and those made through here held elsewhere (an `operate` token: every one) |
 //! | `GET /sandboxes/{id}` | one, with the time left (`?wait_ms=` waits for one being made) |
 //! | `DELETE /sandboxes/{id}` | close |
@@ -20,6 +20,7 @@
 //! | `GET /sandboxes/{id}/ls?path=P` | the path and, for a folder, its entries |
 //! | `GET`/`PUT /sandboxes/{id}/tree?path=DIR` | a folder's regular files as a tar archive, out or in |
 //! | `POST /sandboxes/{id}/keepalive` | its idle clock starts again (its lifetime stays) |
+//! | `POST /sandboxes/{id}/sync` | a read-write repository (`repo: {name, writable: true}` at create) carried back now; a close does it too |
 //!
 //! The file routes are in `sandbox_files.rs`.
 //!
@@ -105,6 +106,11 @@ struct CreateBody {
     /// Capabilities its worker must offer (`gpu`, `repo:NAME`, …), as a task's `requires`.
     #[serde(default)]
     requires: Vec<String>,
+    /// A repository of its worker's `[repos]` at the workspace, as a task's (the admin places
+    /// it on a worker offering `repo:NAME`): read-only, or with `writable` a copy that
+    /// `POST /sandboxes/{id}/sync` and the close carry back (never its `.git`).
+    #[schema(value_type = Option<crate::wire_doc::RepoMountDoc>)]
+    repo: Option<chorus_core::task::RepoMount>,
     /// Ends after this long without a call, ms (default and ceiling: the node's).
     idle_timeout_ms: Option<u64>,
     /// Ends this long after it was made, ms (default and ceiling: the node's).
@@ -606,6 +612,7 @@ pub(super) fn error_answer(e: &LiveError) -> Response {
                 ErrorCategory::PolicyViolation | ErrorCategory::Exec => 400,
                 ErrorCategory::Io => 422,
                 ErrorCategory::Timeout => 504,
+                ErrorCategory::Unsupported => 409,
                 _ => 502,
             };
             answer(
@@ -785,6 +792,7 @@ fn live_spec(req: &CreateBody, lifetime_ms: u64, idle_ms: u64) -> chorus_core::T
         pids: req.pids,
         network: req.network,
         requires: req.requires.clone(),
+        repo: req.repo.clone(),
         timeout_ms: lifetime_ms,
         idle_ms,
         live: true,
@@ -1057,7 +1065,7 @@ pub(super) async fn get(
     )
 )]
 pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
-    let live = match asked.route(&id, None, CALL_WAIT).await {
+    let live = match asked.route(&id, None, SYNC_WAIT).await {
         Route::Here(live, _) => live,
         Route::Answered(r) if r.status() == StatusCode::SERVICE_UNAVAILABLE => {
             return cancel_instead(&asked, &id).await.unwrap_or(r)
@@ -1065,7 +1073,12 @@ pub(super) async fn close(asked: Asked, Path(id): Path<String>) -> Response {
         Route::Answered(r) => return r,
     };
     match live.close(&live_caller(&asked.caller), &id).await {
-        Ok(()) => answer(200, json!({ "id": id, "closed": true })),
+        Ok(None) => answer(200, json!({ "id": id, "closed": true })),
+        Ok(Some(Ok(report))) => answer(
+            200,
+            json!({ "id": id, "closed": true, "sync": sync_json(&report) }),
+        ),
+        Ok(Some(Err(why))) => answer(200, json!({ "id": id, "closed": true, "sync_error": why })),
         Err(e) => error_answer(&e),
     }
 }
@@ -1097,6 +1110,56 @@ async fn cancel_instead(asked: &Asked, id: &str) -> Option<Response> {
         answer(code, body)
     })
 }
+
+/// What a sync back did, as JSON.
+fn sync_json(r: &chorus_io::sandbox::repo::SyncReport) -> Value {
+    json!({
+        "written": r.written,
+        "deleted": r.deleted,
+        "refused": r.refused,
+        "kept": r.kept,
+        "incomplete": r.incomplete,
+        "complete": r.summary().is_none(),
+    })
+}
+
+/// `POST /sandboxes/{id}/sync`.
+#[utoipa::path(
+    post,
+    path = "/sandboxes/{id}/sync",
+    tag = "sandboxes",
+    summary = "Carry a read-write repository back",
+    description = "Applies the sandbox's working tree to its read-write repository on its \
+        worker now (as its close does): changed and new files written, files gone from the \
+        sandbox deleted, nothing under a `.git` carried, no symlink followed. Later syncs \
+        start from what this one left. 409 for a sandbox without a read-write repository.",
+    params(("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)")),
+    responses(
+        (status = 200, description = "Synced: what was carried and what was not", body = crate::api::openapi::SandboxSynced),
+        (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
+        (status = 409, description = "It has no read-write repository", body = crate::api::openapi::SandboxRefusal),
+        (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
+        (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
+    )
+)]
+pub(super) async fn sync(asked: Asked, Path(id): Path<String>, body: Bytes) -> Response {
+    let live = match asked.route(&id, Some(&body), SYNC_WAIT).await {
+        Route::Here(live, _) => live,
+        Route::Answered(r) => return r,
+    };
+    match live.sync(&live_caller(&asked.caller), &id).await {
+        Ok(report) => {
+            let mut body = sync_json(&report);
+            body["id"] = json!(id);
+            answer(200, body)
+        }
+        Err(e) => error_answer(&e),
+    }
+}
+
+/// The longest a forwarded sync (or a close, which syncs) waits for its worker: a workspace
+/// of its size bound (256 MiB by default) read back at a slow 4 MB/s.
+const SYNC_WAIT: Duration = Duration::from_secs(120);
 
 /// `POST /sandboxes/{id}/keepalive`.
 #[utoipa::path(

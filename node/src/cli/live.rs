@@ -46,6 +46,7 @@ pub struct CreateOpts {
     pub cpu_millis: u32,
     pub network: bool,
     pub requires: Vec<String>,
+    pub repo: Option<chorus_core::task::RepoMount>,
     pub json: bool,
 }
 
@@ -147,6 +148,7 @@ pub async fn create(addr: &str, o: CreateOpts) -> anyhow::Result<ExitCode> {
         "cpu_millis": o.cpu_millis,
         "network": o.network,
         "requires": o.requires,
+        "repo": o.repo,
     });
     let out: Value = serde_json::from_slice(&call(addr, "POST", "/sandboxes", Some(&body)).await?)?;
     if o.json {
@@ -501,8 +503,56 @@ pub async fn list(addr: &str, cluster: bool, json_out: bool) -> anyhow::Result<E
 
 /// `close ID`.
 pub async fn close(addr: &str, id: &str) -> anyhow::Result<ExitCode> {
-    call(addr, "DELETE", &id_path(id)?, None).await?;
+    let out: Value = serde_json::from_slice(&call(addr, "DELETE", &id_path(id)?, None).await?)?;
+    if let Some(why) = out["sync_error"].as_str() {
+        eprintln!("closed, but its repository was not synced back: {why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    if out["sync"].is_object() {
+        return Ok(print_sync(&out["sync"]));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `sync ID`: what came back to the repository, and what did not.
+pub async fn sync(addr: &str, id: &str, json_out: bool) -> anyhow::Result<ExitCode> {
+    let out: Value = serde_json::from_slice(
+        &call(
+            addr,
+            "POST",
+            &format!("{}/sync", id_path(id)?),
+            Some(&json!({})),
+        )
+        .await?,
+    )?;
+    if json_out {
+        println!("{out}");
+        return Ok(if out["complete"] == true {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    Ok(print_sync(&out))
+}
+
+/// A sync's report on stdout (what was not carried on stderr); failure when something was not.
+fn print_sync(r: &Value) -> ExitCode {
+    let n = |k: &str| r[k].as_u64().unwrap_or(0);
+    println!("synced: {} written, {} deleted", n("written"), n("deleted"));
+    for (key, what) in [("refused", "refused"), ("kept", "kept as on the host")] {
+        for path in r[key].as_array().into_iter().flatten() {
+            eprintln!("  {what}: {}", path.as_str().unwrap_or_default());
+        }
+    }
+    if let Some(why) = r["incomplete"].as_str() {
+        eprintln!("  stopped early (nothing deleted): {why}");
+    }
+    if r["complete"] == true {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 /// Every byte outside unreserved characters and `/` as `%XX`.

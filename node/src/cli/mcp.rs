@@ -84,6 +84,10 @@ pub const MAX_OUTPUT_LIMIT: usize = 1 << 20;
 /// How long a call other than a command may take (a node gives a forwarded call 30 s).
 const CALL_WAIT: Duration = Duration::from_secs(90);
 
+/// How long a sync (or a close, which syncs a read-write repository) may take: a workspace
+/// read back whole (a node waits up to 2 min for its worker).
+const SYNC_WAIT: Duration = Duration::from_secs(150);
+
 /// How long a command may take beyond its own timeout (forwarding, the sandbox's exec).
 const EXEC_MARGIN: Duration = Duration::from_secs(60);
 
@@ -196,6 +200,10 @@ pub struct CreateParams {
     /// Network access, e.g. to install packages (default: none, only loopback). The worker's
     /// egress rules hold: no host, no cluster, no private addresses.
     pub network: Option<bool>,
+    /// A repository from the workers' configuration at /workspace: "NAME:ro" (read-only) or
+    /// "NAME:rw" (a copy; sandbox_sync and sandbox_close carry the changed files back, never
+    /// .git). The sandbox goes to a worker that has it.
+    pub repo: Option<String>,
 }
 
 /// `sandbox_exec`'s arguments.
@@ -416,8 +424,9 @@ impl Chorus {
     }
 
     #[tool(
-        description = "Close a live sandbox: its container and files are removed at once. \
-        Closing frees one of the token's 8 sandboxes.",
+        description = "Close a live sandbox: its container and files are removed at once (a \
+        read-write repository is synced back first: `sync` says what came back). Closing frees \
+        one of the token's 8 sandboxes.",
         annotations(
             read_only_hint = false,
             destructive_hint = true,
@@ -426,6 +435,22 @@ impl Chorus {
     )]
     async fn sandbox_close(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
         self.answer("sandbox_close", self.close(p)).await
+    }
+
+    #[tool(
+        description = "Carry the files of a sandbox made with repo \"NAME:rw\" back to the \
+        repository on its worker now: changed and new files written, deleted ones deleted, \
+        nothing under .git (commits stay in the sandbox). Returns how many were written and \
+        deleted and the paths not carried (refused, kept); complete is true when everything \
+        came back. sandbox_close does the same before it closes.",
+        annotations(
+            read_only_hint = false,
+            destructive_hint = true,
+            idempotent_hint = true
+        )
+    )]
+    async fn sandbox_sync(&self, Parameters(p): Parameters<IdParams>) -> CallToolResult {
+        self.answer("sandbox_sync", self.sync(p)).await
     }
 
     #[tool(
@@ -562,6 +587,12 @@ impl Chorus {
             "cpu_millis": cpu_millis,
             "pids": p.pids.unwrap_or(0),
             "network": p.network.unwrap_or(false),
+            "repo": p
+                .repo
+                .as_deref()
+                .map(super::taskfile::parse_repo)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("repo: {e}"))?,
         });
         let answer = self
             .call("POST", "/sandboxes", Some(&body), CALL_WAIT)
@@ -702,7 +733,13 @@ impl Chorus {
 
     async fn close(&self, p: IdParams) -> anyhow::Result<Value> {
         let path = live::id_path(&p.id)?;
-        self.call_json("DELETE", &path, None, CALL_WAIT).await
+        self.call_json("DELETE", &path, None, SYNC_WAIT).await
+    }
+
+    async fn sync(&self, p: IdParams) -> anyhow::Result<Value> {
+        let path = format!("{}/sync", live::id_path(&p.id)?);
+        self.call_json("POST", &path, Some(&json!({})), SYNC_WAIT)
+            .await
     }
 
     async fn list(&self) -> anyhow::Result<Value> {
@@ -1383,6 +1420,7 @@ mod tests {
                 "sandbox_list",
                 "sandbox_list_files",
                 "sandbox_read_file",
+                "sandbox_sync",
                 "sandbox_write_file",
                 "task_get",
                 "task_logs",

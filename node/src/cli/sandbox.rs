@@ -105,6 +105,11 @@ pub enum Cmd {
         /// A capability its worker must offer (`gpu`, `repo:NAME`, …; repeat it).
         #[arg(long = "require", value_name = "CAP")]
         requires: Vec<String>,
+        /// A repository from the worker's `[repos]` at /workspace, `NAME:ro` (bind-mounted
+        /// read-only) or `NAME:rw` (a copy that `sandbox sync` and the close carry back,
+        /// never its `.git`); the admin places it on a worker that has it.
+        #[arg(long, value_name = "NAME[:ro|:rw]", value_parser = super::taskfile::parse_repo)]
+        repo: Option<chorus_core::task::RepoMount>,
         /// Print the node's JSON answer.
         #[arg(long)]
         json: bool,
@@ -227,7 +232,21 @@ pub enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Close a live sandbox (it is removed at once).
+    /// Carry a live sandbox's read-write repository (`create --repo NAME:rw`) back to its
+    /// worker's copy of it now: changed and new files written, deleted ones deleted, nothing
+    /// under `.git`. Exits 1 when something was not carried (listed).
+    Sync {
+        /// The live sandbox's id.
+        id: String,
+        /// The HTTP API of any node.
+        #[arg(long, env = "CHORUS_ADDR", default_value = "127.0.0.1:7070")]
+        addr: String,
+        /// Print the node's JSON answer.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Close a live sandbox (it is removed at once; a read-write repository is synced back
+    /// first, and what was not carried is listed).
     Close {
         /// The live sandbox's id.
         id: String,
@@ -322,6 +341,7 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
             cpu_millis,
             network,
             requires,
+            repo,
             json,
         } => {
             let opts = live::CreateOpts {
@@ -334,6 +354,7 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 cpu_millis,
                 network,
                 requires,
+                repo,
                 json,
             };
             return live::create(&addr, opts).await;
@@ -374,6 +395,7 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
             cluster,
             json,
         } => return live::list(&addr, cluster, json).await,
+        Cmd::Sync { id, addr, json } => return live::sync(&addr, &id, json).await,
         Cmd::Close { id, addr } => return live::close(&addr, &id).await,
         local => local,
     };
@@ -404,6 +426,7 @@ async fn run_cmd(cmd: Cmd) -> anyhow::Result<ExitCode> {
         | Cmd::Keepalive { .. }
         | Cmd::Env { .. }
         | Cmd::List { .. }
+        | Cmd::Sync { .. }
         | Cmd::Close { .. } => Ok(ExitCode::from(crate::exit::EXIT_REFUSED)),
         Cmd::Run {
             image,
@@ -597,6 +620,29 @@ mod tests {
             panic!("not run")
         };
         assert!(!repo_mount(&repo.unwrap(), rw).unwrap().read_only);
+    }
+
+    /// A live sandbox's `--repo` names a `[repos]` entry with its access (`ro` unless `:rw`);
+    /// another mode is refused at the command line.
+    #[test]
+    fn a_live_sandbox_repo_is_a_name_and_its_access() {
+        let create = |repo: &str| Cli::try_parse_from(["x", "create", "--repo", repo]);
+        for (arg, writable) in [("src", false), ("src:ro", false), ("src:rw", true)] {
+            let Cmd::Create { repo, .. } = create(arg).unwrap().cmd else {
+                panic!("not create")
+            };
+            let repo = repo.unwrap();
+            assert_eq!(
+                (repo.name.as_str(), repo.writable),
+                ("src", writable),
+                "{arg}"
+            );
+        }
+        let Err(err) = create("src:wr") else {
+            panic!("src:wr taken")
+        };
+        let err = err.to_string();
+        assert!(err.contains("ro or rw"), "{err}");
     }
 
     /// Issue 16 case 6, on the real Docker Engine: output over the cap is flagged in the result

@@ -90,9 +90,13 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     // cluster as live tasks; ended by a reaper
     // every second, and all removed when the node stops.
     let live = if slots > 0 {
+        // The same repositories as tasks: `[repos]` is the only place a mount may come from.
+        let roots = chorus_io::sandbox::repo::RepoRoots::new(config.repos.values())
+            .context("a repository of `[repos]` cannot be used")?;
         let provider = DockerProvider::connect()
             .await
-            .context("live sandboxes run in Docker, but the Docker Engine does not answer")?;
+            .context("live sandboxes run in Docker, but the Docker Engine does not answer")?
+            .with_repo_roots(roots);
         let live = Arc::new(LiveSandboxes::new(provider, config.sandbox.live_limits()));
         let (spec, policy) = crate::api::sandboxes::default_shape(node_id.as_str());
         live.keep_warm(spec, policy);

@@ -125,6 +125,7 @@ fn an_agent_uses_the_cluster_through_chorus_mcp() {
                 "sandbox_list",
                 "sandbox_list_files",
                 "sandbox_read_file",
+                "sandbox_sync",
                 "sandbox_write_file",
                 "task_get",
                 "task_logs",
@@ -278,6 +279,10 @@ fn an_agent_uses_the_cluster_through_chorus_mcp() {
             )
             .await;
         assert!(!why.is_empty());
+
+        // No repository in it: nothing to carry back, and the tool error says so.
+        let why = a.call_error("sandbox_sync", json!({ "id": id })).await;
+        assert!(why.contains("no read-write repository"), "{why}");
 
         let mine = a.call("sandbox_list", json!({})).await;
         assert!(mine.to_string().contains(&id), "{mine}");

@@ -19,6 +19,7 @@ from ._model import (
     LogChunk,
     ProcessInfo,
     SandboxInfo,
+    SyncResult,
 )
 from ._sync import Cluster, Files, Sandbox, Tasks
 from .errors import (
@@ -67,6 +68,7 @@ __all__ = [
     "Sandbox",
     "SandboxGone",
     "SandboxInfo",
+    "SyncResult",
     "Tasks",
     "Unauthorized",
     "Unavailable",

@@ -34,6 +34,7 @@ from ._model import (
     LogChunk,
     ProcessInfo,
     SandboxInfo,
+    SyncResult,
 )
 from .errors import (
     ChorusError,
@@ -329,9 +330,15 @@ class AsyncSandbox:
         idle_timeout: Optional[float] = None,
         lifetime: Optional[float] = None,
         key: Optional[str] = None,
+        network: bool = False,
+        requires: Optional[Sequence[str]] = None,
+        repo: Optional[str] = None,
     ) -> "AsyncSandbox":
         cluster = cluster if cluster is not None else AsyncCluster()
-        body = m.create_body(image, env, memory_mb, cpu_millis, pids, idle_timeout, lifetime, key)
+        body = m.create_body(
+            image, env, memory_mb, cpu_millis, pids, idle_timeout, lifetime, key,
+            network, requires, repo,
+        )
         v = await cluster.request("POST", "/sandboxes", body)
         return cls(cluster, SandboxInfo.of(v))
 
@@ -436,11 +443,15 @@ class AsyncSandbox:
     async def keep_alive(self) -> SandboxInfo:
         return SandboxInfo.of(await self.cluster.request("POST", f"{self._path}/keepalive", {}))
 
-    async def close(self) -> None:
+    async def sync(self) -> SyncResult:
+        return SyncResult.of(await self.cluster.request("POST", f"{self._path}/sync", {}))
+
+    async def close(self) -> Optional[SyncResult]:
         if self._closed:
-            return
-        await self.cluster.request("DELETE", self._path)
+            return None
+        v = await self.cluster.request("DELETE", self._path)
         self._closed = True
+        return m.closed_sync(v)
 
 
 class AsyncFiles:

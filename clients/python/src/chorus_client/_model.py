@@ -8,7 +8,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from .errors import ProtocolError, error_from_answer
+from .errors import ChorusError, ProtocolError, error_from_answer
 
 Command = Union[str, Sequence[str]]
 """A command: a string runs as ``sh -c`` script, a list as argv (no shell)."""
@@ -49,6 +49,45 @@ class SandboxInfo:
             idle_left_ms=int(v.get("idle_left_ms", 0)),
             lifetime_left_ms=int(v.get("lifetime_left_ms", 0)),
         )
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a sync back of a sandbox's read-write repository did (``sync()``, and ``close()`` of
+    such a sandbox): files written and deleted on the host, paths not carried (``refused``:
+    under a ``.git``, a symlinked place; ``kept``: not a regular file in the sandbox), and why
+    it stopped early, if it did. ``complete``: everything came back."""
+
+    written: int
+    deleted: int
+    refused: list[str]
+    kept: list[str]
+    incomplete: Optional[str]
+    complete: bool
+
+    @staticmethod
+    def of(v: Mapping[str, Any]) -> "SyncResult":
+        return SyncResult(
+            written=int(v.get("written", 0)),
+            deleted=int(v.get("deleted", 0)),
+            refused=[str(p) for p in v.get("refused") or []],
+            kept=[str(p) for p in v.get("kept") or []],
+            incomplete=v.get("incomplete"),
+            complete=bool(v.get("complete", False)),
+        )
+
+
+def closed_sync(v: Any) -> Optional[SyncResult]:
+    """A close's answer: the sync it did, none for a sandbox without a read-write repository;
+    a failed sync raises."""
+    if isinstance(v, dict) and v.get("sync_error"):
+        raise ChorusError(
+            200, "sync_failed",
+            f"closed, but its repository was not synced back: {v['sync_error']}", v,
+        )
+    if isinstance(v, dict) and isinstance(v.get("sync"), dict):
+        return SyncResult.of(v["sync"])
+    return None
 
 
 @dataclass(frozen=True)
@@ -177,6 +216,9 @@ def create_body(
     idle_timeout: Optional[float],
     lifetime: Optional[float],
     key: Optional[str],
+    network: bool = False,
+    requires: Optional[Sequence[str]] = None,
+    repo: Optional[str] = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"env": dict(env or {})}
     if image is not None:
@@ -188,7 +230,21 @@ def create_body(
         body["lifetime_ms"] = seconds_ms(lifetime)
     if key is not None:
         body["key"] = key
+    if network:
+        body["network"] = True
+    if requires:
+        body["requires"] = list(requires)
+    if repo is not None:
+        body["repo"] = repo_body(repo)
     return body
+
+
+def repo_body(repo: str) -> dict[str, Any]:
+    """``NAME``, ``NAME:ro`` or ``NAME:rw`` as the API takes it."""
+    name, _, access = repo.partition(":")
+    if access not in ("", "ro", "rw") or not name:
+        raise ValueError(f"repo {repo!r}: NAME, NAME:ro or NAME:rw")
+    return {"name": name, "writable": access == "rw"}
 
 
 def exec_body(
@@ -313,10 +369,7 @@ def submit_body(
     if requires:
         body["requires"] = list(requires)
     if repo is not None:
-        name, _, access = repo.partition(":")
-        if access not in ("", "ro", "rw") or not name:
-            raise ValueError(f"repo {repo!r}: NAME, NAME:ro or NAME:rw")
-        body["repo"] = {"name": name, "writable": access == "rw"}
+        body["repo"] = repo_body(repo)
     if key is not None:
         body["key"] = key
     return body

@@ -24,6 +24,7 @@ from ._model import (
     OutputCallback,
     ProcessInfo,
     SandboxInfo,
+    SyncResult,
 )
 from .errors import (
     ChorusError,
@@ -284,13 +285,19 @@ class Sandbox:
         idle_timeout: Optional[float] = None,
         lifetime: Optional[float] = None,
         key: Optional[str] = None,
+        network: bool = False,
+        requires: Optional[Sequence[str]] = None,
+        repo: Optional[str] = None,
     ) -> "Sandbox":
         """Makes a sandbox (at the node asked, or a connected worker when it runs none).
         ``env`` is kept for every command; ``idle_timeout`` and ``lifetime`` are seconds
         (default: the node's); ``key`` makes a retried create name the same sandbox. Without a
         ``cluster``, ``Cluster()`` from the environment."""
         cluster = cluster if cluster is not None else Cluster()
-        body = m.create_body(image, env, memory_mb, cpu_millis, pids, idle_timeout, lifetime, key)
+        body = m.create_body(
+            image, env, memory_mb, cpu_millis, pids, idle_timeout, lifetime, key,
+            network, requires, repo,
+        )
         v = cluster.request("POST", "/sandboxes", body)
         return cls(cluster, SandboxInfo.of(v))
 
@@ -409,13 +416,21 @@ class Sandbox:
         """Starts its idle clock again (its lifetime stays); the sandbox with the time left."""
         return SandboxInfo.of(self.cluster.request("POST", f"{self._path}/keepalive", {}))
 
-    def close(self) -> None:
+    def sync(self) -> SyncResult:
+        """Carries the sandbox's read-write repository (``repo="NAME:rw"`` at create) back to
+        its worker's copy now: changed and new files written, deleted ones deleted, nothing
+        under ``.git``. Raises :class:`Conflict` for a sandbox without one."""
+        return SyncResult.of(self.cluster.request("POST", f"{self._path}/sync", {}))
+
+    def close(self) -> Optional[SyncResult]:
         """Closes the sandbox (its container goes); later calls raise :class:`SandboxGone`
-        with reason ``closed``. Closing twice from this object is one close."""
+        with reason ``closed``. Closing twice from this object is one close. A sandbox with a
+        read-write repository is synced back first: what came back (``None`` for any other)."""
         if self._closed:
-            return
-        self.cluster.request("DELETE", self._path)
+            return None
+        v = self.cluster.request("DELETE", self._path)
         self._closed = True
+        return m.closed_sync(v)
 
 
 class Files:

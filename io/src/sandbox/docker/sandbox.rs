@@ -33,8 +33,9 @@ pub struct DockerSandbox {
     staging_dir: Option<PathBuf>,
     /// The read-write repository's archive, unpacked into the workspace on the first start.
     copy_in: Mutex<Option<Vec<u8>>>,
-    /// Where a read-write workspace syncs back to.
-    sync: Option<SyncTarget>,
+    /// Where a read-write workspace syncs back to, and what the host holds as it does (one
+    /// sync at a time).
+    sync: Option<tokio::sync::Mutex<SyncTarget>>,
     /// Its workspace is its own tmpfs (no repository in it): the condition for a reset.
     own_workspace: bool,
 }
@@ -50,7 +51,7 @@ impl DockerSandbox {
                 && staged.sync.is_none(),
             staging_dir: staged.staging_dir,
             copy_in: Mutex::new(staged.copy_in),
-            sync: staged.sync,
+            sync: staged.sync.map(tokio::sync::Mutex::new),
         }
     }
 
@@ -67,14 +68,6 @@ impl DockerSandbox {
     /// The policy the sandbox was created with.
     pub fn policy(&self) -> &SandboxPolicy {
         &self.container.policy
-    }
-
-    /// Carries a read-write workspace's changes back to its repository (see
-    /// [`crate::sandbox::repo::sync_back`] for what is and is not carried). Also done by
-    /// `remove`. Errors with [`ErrorCategory::Unsupported`] for a sandbox without a read-write
-    /// repository.
-    pub async fn sync_workspace(&self) -> SandboxResult<SyncReport> {
-        sync_workspace(&self.container, self.sync.as_ref()).await
     }
 
     /// The places a reset empties, each with the mode its root had when made; refused for a
@@ -265,6 +258,10 @@ impl ExecutionSandbox for DockerSandbox {
             "stop",
         )?;
         Ok(())
+    }
+
+    async fn sync_workspace(&self) -> SandboxResult<SyncReport> {
+        sync_workspace(&self.container, self.sync.as_ref()).await
     }
 
     async fn remove(&self) -> SandboxResult<()> {

@@ -267,7 +267,7 @@ const PIECES_IN_FLIGHT: usize = 8;
 /// without a target.
 pub(super) async fn sync_workspace(
     container: &Container,
-    target: Option<&SyncTarget>,
+    target: Option<&tokio::sync::Mutex<SyncTarget>>,
 ) -> SandboxResult<SyncReport> {
     let Some(target) = target else {
         return Err(SandboxError::new(
@@ -275,12 +275,14 @@ pub(super) async fn sync_workspace(
             "this sandbox has no read-write repository to sync back",
         ));
     };
+    // One sync at a time: each starts from what the one before left on the host.
+    let mut target = target.lock().await;
     let max_bytes = container
         .policy
         .workspace_size_bytes
         .saturating_add(1024 * 1024);
     let (tx, rx) = tokio::sync::mpsc::channel(PIECES_IN_FLIGHT);
-    let target = target.clone();
+    let held = target.clone();
     let apply = tokio::task::spawn_blocking(move || {
         let reader = PieceReader {
             rx,
@@ -288,7 +290,7 @@ pub(super) async fn sync_workspace(
             at: 0,
             end: None,
         };
-        crate::sandbox::repo::sync_back(&target.repo, reader, &target.copied_in, max_bytes)
+        crate::sandbox::repo::sync_back_tracked(&held.repo, reader, &held.copied_in, max_bytes)
     });
     let argv = ["tar", "-c", "-f", "-", "-C", &container.workspace_path, "."]
         .map(String::from)
@@ -296,9 +298,12 @@ pub(super) async fn sync_workspace(
     container
         .stream_stdout(argv, container.policy.default_timeout, tx)
         .await;
-    apply
+    let (report, next) = apply
         .await
-        .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))?
+        .map_err(|e| SandboxError::new(ErrorCategory::Io, format!("sync task: {e}")))??;
+    // A live sandbox syncs again later: what this one carried back counts as copied in.
+    target.copied_in = next;
+    Ok(report)
 }
 
 /// The workspace's stream as the sync reads it (on a blocking thread): the pieces the Engine

@@ -159,6 +159,19 @@ pub fn sync_back(
     copied_in: &BTreeSet<PathBuf>,
     max_bytes: u64,
 ) -> SandboxResult<SyncReport> {
+    sync_back_tracked(repo, archive, copied_in, max_bytes).map(|(report, _)| report)
+}
+
+/// [`sync_back`], also answering the files the host now holds as the sandbox does: the
+/// `copied_in` of the next sync of the same workspace. A live sandbox syncs many times
+/// (issue 53): a file one sync carried back and the sandbox deleted afterwards is deleted by
+/// the next, as a file copied in would be; a file whose delete was refused is tried again.
+pub fn sync_back_tracked(
+    repo: &Path,
+    archive: impl Read,
+    copied_in: &BTreeSet<PathBuf>,
+    max_bytes: u64,
+) -> SandboxResult<(SyncReport, BTreeSet<PathBuf>)> {
     let root = RepoDir::open(repo)
         .map_err(|e| SandboxError::io(format!("opening {}", repo.display()), e))?;
     let bound = Rc::new(RefCell::new(Bound {
@@ -748,7 +761,16 @@ impl Apply<'_> {
         mut self,
         copied_in: &BTreeSet<PathBuf>,
         stopped: Option<String>,
-    ) -> SandboxResult<SyncReport> {
+    ) -> SandboxResult<(SyncReport, BTreeSet<PathBuf>)> {
+        // What the host holds as the sandbox does once this sync is applied (the next sync's
+        // copied-in set): the files written or already the same, and what was copied in but
+        // for what is deleted (or was already gone) below.
+        let mut next: BTreeSet<PathBuf> = self
+            .seen
+            .iter()
+            .filter(|(_, s)| matches!(s, Seen::OnHost(_)))
+            .map(|(p, _)| p.clone())
+            .collect();
         let gone: Vec<&Path> = match stopped {
             Some(_) => Vec::new(),
             None => copied_in
@@ -798,12 +820,16 @@ impl Apply<'_> {
                 Outcome::Unchanged => {}
                 Outcome::Refused => self.report.refused.push(shown(&d.rel)),
             }
+            if !in_git(&d.rel) && outcome != Outcome::Refused {
+                next.insert(d.rel.clone());
+            }
         }
         for rel in copied_in {
             if let Some(Seen::Other(what)) = self.seen.get(rel) {
                 self.report.kept.push(format!("{} ({what})", shown(rel)));
             }
         }
+        let mut gone_now: BTreeSet<&Path> = BTreeSet::new();
         for rel in gone {
             let outcome = match split(rel) {
                 Some((parents, name)) if !in_git(rel) => self
@@ -817,11 +843,20 @@ impl Apply<'_> {
                 Outcome::Unchanged => {}
                 Outcome::Refused => self.report.refused.push(shown(rel)),
             }
+            if outcome != Outcome::Refused {
+                gone_now.insert(rel);
+            }
         }
+        next.extend(
+            copied_in
+                .iter()
+                .filter(|p| !gone_now.contains(p.as_path()))
+                .cloned(),
+        );
         self.report.refused.sort();
         self.report.kept.sort();
         self.report.incomplete = stopped;
-        Ok(self.report)
+        Ok((self.report, next))
     }
 }
 
@@ -1190,6 +1225,15 @@ mod tests {
         others: &BTreeMap<String, &'static str>,
         copied_in: &BTreeSet<PathBuf>,
     ) -> SandboxResult<SyncReport> {
+        sync_tree_tracked(repo, tree, others, copied_in).map(|(report, _)| report)
+    }
+
+    fn sync_tree_tracked(
+        repo: &Path,
+        tree: &FileTree,
+        others: &BTreeMap<String, &'static str>,
+        copied_in: &BTreeSet<PathBuf>,
+    ) -> SandboxResult<(SyncReport, BTreeSet<PathBuf>)> {
         let mut tar = tar::Builder::new(Vec::new());
         let mut all: Vec<&String> = tree.keys().chain(others.keys()).collect();
         all.sort();
@@ -1218,7 +1262,7 @@ mod tests {
             }
         }
         let archive = tar.into_inner().unwrap();
-        sync_back(repo, archive.as_slice(), copied_in, 1 << 30)
+        sync_back_tracked(repo, archive.as_slice(), copied_in, 1 << 30)
     }
 
     fn entry(data: &[u8], mode: u32) -> FileEntry {
@@ -1298,6 +1342,37 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o7777, 0o755, "setuid bit dropped");
+    }
+
+    /// Issue 53: a live sandbox syncs many times, each from what the one before left. What
+    /// the host then holds as the sandbox does is the next sync's copied-in set: the files
+    /// written or already the same, and what was copied in but for what was deleted; never a
+    /// file whose write was refused. So a file one sync brought back and the sandbox deleted
+    /// later is deleted by the next sync.
+    #[test]
+    fn each_sync_starts_from_what_the_one_before_left() {
+        let repo = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(repo.path().join("keep.txt"), "same").unwrap();
+        std::fs::write(repo.path().join("gone.txt"), "x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), repo.path().join("out")).unwrap();
+        let copied_in = paths(["keep.txt", "gone.txt"]);
+        let first = tree([
+            ("keep.txt", b"same", 0o644),
+            ("new.txt", b"new", 0o644),
+            ("out/escape.txt", b"escape", 0o644),
+        ]);
+        let (report, next) =
+            sync_tree_tracked(repo.path(), &first, &BTreeMap::new(), &copied_in).unwrap();
+        assert_eq!((report.written, report.deleted), (1, 1), "{report:?}");
+        assert_eq!(next, paths(["keep.txt", "new.txt"]));
+        // The sandbox deletes what the first sync brought back.
+        let second = tree([("keep.txt", b"same", 0o644)]);
+        let (report, next) =
+            sync_tree_tracked(repo.path(), &second, &BTreeMap::new(), &next).unwrap();
+        assert_eq!((report.written, report.deleted), (0, 1), "{report:?}");
+        assert!(!repo.path().join("new.txt").exists());
+        assert_eq!(next, paths(["keep.txt"]));
     }
 
     /// Issue 33, finding 1: `core.fsmonitor` would run on the host's next `git status`.

@@ -8,7 +8,9 @@
 //!    `idle_ms` (0: the registry's default). A spec above this worker's ceilings, a secret it
 //!    cannot open, or a sandbox that cannot be made ends the run failed, never retried (a
 //!    live sandbox is placed at most once: `place.rs` rule 14), and later calls for the id
-//!    answer gone with why.
+//!    answer gone with why. A repository the spec names is this worker's `[repos]` entry,
+//!    as a task's: bind-mounted read-only, or a read-write copy in the sandbox's tmpfs that
+//!    a sync, a close and the removal carry back (`repo` module's rules).
 //! 2. **Its end is the run's.** Closed (by its owner, an operator, or the cluster) is an exit
 //!    0 whose stderr says by whom; idle or expired is a timeout; lost (the sandbox died) is a
 //!    failure, not retried.
@@ -23,7 +25,7 @@ use chorus_core::{Event, SandboxExit, SharedSpec, TaskId};
 use tokio::sync::mpsc;
 
 use super::super::live::{Caller, CreateLive, GoneWhy, LiveSandboxes};
-use super::super::{SandboxPolicy, SandboxProvider, SandboxSpec};
+use super::super::{RepoMount, SandboxPolicy, SandboxProvider, SandboxSpec};
 use super::{secret, TaskRunnerConfig, TaskShape};
 
 /// Who closes a sandbox whose placement the cluster stopped.
@@ -175,6 +177,20 @@ fn request(config: &TaskRunnerConfig, id: &str, spec: &SharedSpec) -> Result<Cre
         .map_err(|why| format!("policy_violation: {why}"))?;
     let mut sandbox = live_sandbox_spec(&config.node_id, id, &spec.image);
     sandbox.env = env;
+    if let Some(repo) = &spec.repo {
+        // The admin placed it on a worker offering `repo:NAME`; this one's config decides.
+        let Some(path) = config.repos.get(&repo.name) else {
+            return Err(format!(
+                "policy_violation: this node has no repository `{}`",
+                repo.name
+            ));
+        };
+        sandbox = sandbox.with_workspace(if repo.writable {
+            RepoMount::read_write(path)
+        } else {
+            RepoMount::read_only(path)
+        });
+    }
     Ok(CreateLive {
         id: id.to_string(),
         idempotency_key: None,

@@ -1349,3 +1349,116 @@ async fn a_worker_without_a_registry_fails_a_live_placement() {
     }
     assert!(provider.sandboxes().is_empty());
 }
+
+/// Issue 53: a live sandbox with a repository of the worker's `[repos]` (`live_placements`
+/// rule 1). Read-only: the repository is there and a write fails. Read-write: a sync carries
+/// the working tree back on demand (a file made, a file changed; never a `.git` change), a
+/// later sync deletes what the sandbox deleted since — a file copied in and a file an earlier
+/// sync carried back alike —, and a close syncs before it answers, so the host holds the last
+/// change once the close returns. No container is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_live_sandboxes_mount_a_repository_and_carry_a_read_write_one_back() {
+    use crate::sandbox::live::{Caller, LiveError, LiveLimits, LiveSandboxes};
+    let (provider, image) = docker().await;
+    let node = test_node("live-repo");
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().canonicalize().unwrap().join("src");
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(repo.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(repo.join("README"), "in the repo\n").unwrap();
+    std::fs::write(repo.join("old.txt"), "to be deleted\n").unwrap();
+    let provider = provider.with_repo_roots(crate::sandbox::repo::RepoRoots::new([&repo]).unwrap());
+    let registry = Arc::new(LiveSandboxes::new(provider.clone(), LiveLimits::default()));
+    let mut config = TaskRunnerConfig::new(&node);
+    config.repos.insert("src".into(), repo.clone());
+    let mut runner = TaskRunner::new(provider.clone(), config).with_live(Arc::clone(&registry));
+    let alice = Caller::owner("alice");
+    let live_with = |writable| {
+        Arc::new(TaskSpec {
+            image: image.clone(),
+            repo: Some(TaskRepo {
+                name: "src".into(),
+                writable,
+            }),
+            ..(*live_of("alice", 120_000, 0)).clone()
+        })
+    };
+    let made = |id: String| {
+        let (registry, alice) = (Arc::clone(&registry), alice.clone());
+        async move {
+            let until = tokio::time::Instant::now() + Duration::from_secs(60);
+            registry.wait_for(&alice, &id, until).await
+        }
+    };
+    let sh = |id: String, script: &str| {
+        let (registry, alice) = (Arc::clone(&registry), alice.clone());
+        let req = crate::sandbox::ExecRequest::new(["sh", "-c", script]);
+        async move {
+            let (sink, _) = tokio::sync::mpsc::channel(64);
+            registry.exec(&alice, &id, req, sink).await.expect("exec")
+        }
+    };
+
+    // Read-only: there, not writable, and nothing to sync.
+    runner.start(&task(1), 1, &live_with(false));
+    let ro = task(1).to_string();
+    made(ro.clone()).await.expect("made");
+    let out = sh(ro.clone(), "cat README; echo x > new").await;
+    assert_eq!(out.stdout, b"in the repo\n");
+    assert_ne!(out.exit_code, 0, "read-only: the write fails");
+    match registry.sync(&alice, &ro).await {
+        Err(LiveError::Sandbox(e)) => assert_eq!(e.category, ErrorCategory::Unsupported),
+        other => panic!("a read-only repository synced: {other:?}"),
+    }
+    assert_eq!(registry.close(&alice, &ro).await.unwrap(), None);
+
+    // Read-write: synced on demand.
+    runner.start(&task(2), 1, &live_with(true));
+    let rw = task(2).to_string();
+    made(rw.clone()).await.expect("made");
+    let out = sh(
+        rw.clone(),
+        "echo made > new.txt && echo changed > README && echo '[core] x' > .git/config",
+    )
+    .await;
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let report = registry.sync(&alice, &rw).await.expect("sync");
+    assert_eq!((report.written, report.deleted), (2, 0), "{report:?}");
+    assert_eq!(report.refused, [".git/config"], "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("new.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join("README")).unwrap(),
+        "changed\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(repo.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+
+    // Deleted since: a file copied in and one the last sync carried back.
+    let out = sh(rw.clone(), "rm old.txt new.txt && echo last > last.txt").await;
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let report = registry.sync(&alice, &rw).await.expect("sync");
+    assert_eq!((report.written, report.deleted), (1, 2), "{report:?}");
+    assert!(!repo.join("old.txt").exists() && !repo.join("new.txt").exists());
+
+    // A close syncs before it answers.
+    let out = sh(rw.clone(), "echo at-close > last.txt").await;
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let closed = registry.close(&alice, &rw).await.unwrap();
+    let report = closed
+        .expect("a read-write sandbox's close syncs")
+        .expect("synced");
+    assert_eq!(report.written, 1, "{report:?}");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("last.txt")).unwrap(),
+        "at-close\n"
+    );
+    let _ = end(&mut runner).await;
+    let _ = end(&mut runner).await;
+    registry.removed().await;
+    assert_eq!(containers_of(&provider, &node).await, 0);
+}
