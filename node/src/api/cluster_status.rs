@@ -228,7 +228,8 @@ pub async fn gather(view: ClusterView, own: OwnView, timeout: Duration) -> Clust
         } else if n.status.is_none() && n.error.is_none() {
             n.error = Some(
                 if n.member.connected {
-                    "connected, but it advertised no HTTP API this node may ask"
+                    "connected, but it advertised no HTTP API this node may ask (an API bound to its own \
+                     loopback answers its own host only)"
                 } else {
                     "not connected: down, or cut off from this node"
                 }

@@ -213,10 +213,17 @@ fn reach(
     let endpoint = match Endpoint::parse(http) {
         Ok(e) => e,
         Err(_) => {
+            // Not lost: most likely its API listens on its own loopback, which the docs
+            // suggest and no other host reaches (issue 54, item 8).
             return Err(Refused(
-                502,
-                format!("{} advertised no usable API", to.node_id),
-            ))
+                503,
+                format!(
+                    "the sandbox's node {} advertised no API this node can reach (an API bound \
+                     to its own loopback answers its own host only: ask through a node on its \
+                     host, or bind its --http to an address the other nodes reach)",
+                    to.node_id
+                ),
+            ));
         }
     };
     let tls = match (&endpoint.tls, &endpoint.pin) {

@@ -533,7 +533,9 @@ fn not_here(shared: &Shared, task: &TaskId) -> Value {
         .filter(|_| connected);
     let whereabouts = match &http {
         Some(h) => format!("ask it at {h}"),
-        None if connected => "it advertised no HTTP address".to_owned(),
+        None if connected => "it advertised no HTTP API this node can reach (an API bound to its \
+                              own loopback answers its own host only): ask through a node on its host"
+            .to_owned(),
         None => "this node is not connected to it now (down, or cut off): its result, once \
                  run, waits at its worker; the admin knows where it stands; a cancel asked here \
                  (role operate) is kept until it is back"

@@ -141,7 +141,16 @@ pub async fn request_peer(
         true => delegated_token(&peer.via, &peer.node).await?,
         false => None,
     };
-    request_bytes_with(&peer.http, method, path, body, delegated.as_deref()).await
+    request_bytes_with(&peer.http, method, path, body, delegated.as_deref())
+        .await
+        .with_context(|| {
+            format!(
+                "cannot reach node {}'s API at {} (the address {} knows it by)",
+                crate::names::short_id(&peer.node),
+                peer.http,
+                peer.via
+            )
+        })
 }
 
 /// Delegated tokens already made, by (node asked, audience): (token, expiry).
@@ -284,6 +293,30 @@ fn client_config(endpoint: &Endpoint) -> anyhow::Result<std::sync::Arc<rustls::C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 54, item 8: a peer's API that refuses the connection is named in the error — its
+    /// node, the address and which node gave it — not a bare "Connection refused".
+    #[tokio::test]
+    async fn an_unreachable_peer_api_is_named_in_the_error() {
+        // A port nothing listens on: bound, then let go.
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let at = free.local_addr().unwrap().to_string();
+        drop(free);
+        let peer = Peer {
+            via: "127.0.0.1:7070".into(),
+            node: "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B".into(),
+            http: at.clone(),
+        };
+        let err = request_peer(&peer, "GET", "/status", None, false)
+            .await
+            .unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains(&at) && text.contains("127.0.0.1:7070"),
+            "{text}"
+        );
+        assert!(text.contains(crate::names::short_id(&peer.node)), "{text}");
+    }
 
     /// A one-request HTTP server on loopback: answers `code` with `body`, and hands back the
     /// request it read (head and body).

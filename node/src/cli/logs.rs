@@ -466,7 +466,9 @@ pub async fn run(args: LogsArgs) -> anyhow::Result<ExitCode> {
     };
     let http = http_of(&args.addr, &run.worker).await.with_context(|| {
         format!(
-            "the output of task {id} is on worker {}, which cannot be reached from {}",
+            "the output of task {id} is on worker {}, whose API cannot be reached from {} \
+             (an API bound to its own loopback answers its own host only: ask a node on its \
+             host, or bind its --http to an address the other nodes reach)",
             short_id(&run.worker),
             args.addr
         )

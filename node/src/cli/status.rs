@@ -152,7 +152,9 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
 /// is down or out of reach (its address came with its connection and went with it).
 fn no_address(m: &Value) -> String {
     if m["connected"].as_bool() == Some(true) {
-        return "connected, but it advertised no HTTP address".to_owned();
+        return "connected, but it advertised no HTTP API the node asked can reach (an API bound \
+                to its own loopback answers its own host only)"
+            .to_owned();
     }
     match m["last_contact_ms"].as_u64() {
         Some(ms) => format!(

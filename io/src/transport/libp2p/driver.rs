@@ -986,13 +986,13 @@ impl Driver {
                 // the address itself is short or dropped.
                 let remote = self.peers.get(&peer).and_then(|s| s.remote.as_ref());
                 let http = ad.http.and_then(|h| {
-                    let usable = (h.len() <= 256)
-                        .then(|| reachable_http(&h, remote))
-                        .flatten();
-                    if usable.is_none() {
-                        self.stats.rejected("http_address");
+                    match (h.len() <= 256).then(|| reachable_http(&h, remote)) {
+                        Some(Ok(usable)) => usable,
+                        Some(Err(())) | None => {
+                            self.stats.rejected("http_address");
+                            None
+                        }
                     }
-                    usable
                 });
                 self.stats.set_peer_http(peer.to_base58(), http);
                 ad.info
@@ -1224,28 +1224,37 @@ fn bind_like_libp2p(addr: std::net::SocketAddr) -> std::io::Result<socket2::Sock
 /// key does not let it point this node's requests — or an operator's browser or CLI — at any
 /// other host. `None` (counted as `http_address`) for anything but `[http[s]://]IP:PORT[#…]`.
 /// An honest node advertises the address its API is bound to: the unspecified one (`0.0.0.0`)
-/// or the one its connections come from; one bound to another address (loopback, another
-/// network) is not reachable from here anyway.
-fn reachable_http(advertised: &str, remote: Option<&Multiaddr>) -> Option<String> {
+/// or the one its connections come from. One bound to its loopback while its connection comes
+/// from another host is `Ok(None)`: not reachable from here, and no fault of the peer's (the
+/// docs suggest a loopback API; asking its address here was refused, which read as "down",
+/// issue 54 item 8).
+fn reachable_http(advertised: &str, remote: Option<&Multiaddr>) -> Result<Option<String>, ()> {
     use libp2p::multiaddr::Protocol;
     let (scheme, rest) = match advertised.split_once("://") {
         Some((s @ ("http" | "https"), r)) => (Some(s), r),
-        Some(_) => return None,
+        Some(_) => return Err(()),
         None => (None, advertised),
     };
     let end = rest.find('#').unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
-    let bound = authority.parse::<std::net::SocketAddr>().ok()?;
-    let seen = remote?.iter().find_map(|p| match p {
-        Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
-        Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
-        _ => None,
-    })?;
+    let bound = authority.parse::<std::net::SocketAddr>().map_err(drop)?;
+    let seen = remote
+        .and_then(|r| {
+            r.iter().find_map(|p| match p {
+                Protocol::Ip4(ip) => Some(std::net::IpAddr::V4(ip)),
+                Protocol::Ip6(ip) => Some(std::net::IpAddr::V6(ip)),
+                _ => None,
+            })
+        })
+        .ok_or(())?;
+    if bound.ip().is_loopback() && !seen.is_loopback() {
+        return Ok(None);
+    }
     let at = std::net::SocketAddr::new(seen, bound.port());
-    Some(match scheme {
+    Ok(Some(match scheme {
         Some(s) => format!("{s}://{at}{tail}"),
         None => format!("{at}{tail}"),
-    })
+    }))
 }
 
 /// An error and its sources on one line (libp2p's outer transport errors often display as
@@ -1390,7 +1399,7 @@ mod tests {
     fn a_peers_api_is_asked_at_the_ip_its_connection_comes_from_and_nowhere_else() {
         let remote: libp2p::Multiaddr = "/ip4/10.0.0.2/tcp/7946".parse().unwrap();
         let r = Some(&remote);
-        let at = |a: &str| reachable_http(a, r);
+        let at = |a: &str| reachable_http(a, r).ok().flatten();
         // Every interface, or the address it connects from: reached there.
         assert_eq!(at("0.0.0.0:7070").as_deref(), Some("10.0.0.2:7070"));
         assert_eq!(at("10.0.0.2:7070").as_deref(), Some("10.0.0.2:7070"));
@@ -1400,13 +1409,23 @@ mod tests {
         );
         let v6: libp2p::Multiaddr = "/ip6/fd00::2/tcp/7946".parse().unwrap();
         assert_eq!(
-            reachable_http("[::]:7070", Some(&v6)).as_deref(),
+            reachable_http("[::]:7070", Some(&v6)).unwrap().as_deref(),
             Some("[fd00::2]:7070")
         );
-        // Another host — a neighbour, this node's own loopback, a cloud metadata address —
-        // is never asked: only the port is the peer's to choose.
+        // Another host — a neighbour, a cloud metadata address — is never asked: only the
+        // port is the peer's to choose.
         assert_eq!(at("10.0.0.9:7070").as_deref(), Some("10.0.0.2:7070"));
-        assert_eq!(at("127.0.0.1:7070").as_deref(), Some("10.0.0.2:7070"));
+        // An API on the peer's own loopback (as the docs suggest) is not reachable from
+        // another host: none, and not counted as a bad address (issue 54 item 8: asked at the
+        // peer's IP, the refused connection read as a node that is down). From the same host
+        // it is reached on the loopback its connection comes from.
+        assert_eq!(reachable_http("127.0.0.1:7070", r), Ok(None));
+        assert_eq!(reachable_http("[::1]:7070", r), Ok(None));
+        let local: libp2p::Multiaddr = "/ip4/127.0.0.1/tcp/7946".parse().unwrap();
+        assert_eq!(
+            reachable_http("127.0.0.1:7071", Some(&local)),
+            Ok(Some("127.0.0.1:7071".into()))
+        );
         assert_eq!(
             at("http://169.254.169.254:80").as_deref(),
             Some("http://10.0.0.2:80")
@@ -1419,8 +1438,8 @@ mod tests {
             "user@10.0.0.9:7070",
             "",
         ] {
-            assert_eq!(at(bad), None, "{bad}");
+            assert_eq!(reachable_http(bad, r), Err(()), "{bad}");
         }
-        assert_eq!(reachable_http("0.0.0.0:7070", None), None);
+        assert_eq!(reachable_http("0.0.0.0:7070", None), Err(()));
     }
 }
