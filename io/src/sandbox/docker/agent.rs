@@ -31,7 +31,7 @@ use crate::sandbox::{ExecOutput, ExecRequest, OutputChunk, OutputStream, Sandbox
 pub const AGENT_PATH: &str = "/usr/bin/chorus-agent";
 
 /// The agent's protocol version (its HELLO).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The longest frame the agent may send: its output comes in reads of 64 KiB.
 const MAX_FRAME: usize = 1 << 20;

@@ -10,26 +10,49 @@ impl Container {
     /// Writes `data` to `path` with permission bits `mode`, making parent directories.
     pub(super) async fn put_file(&self, path: &str, data: &[u8], mode: u32) -> SandboxResult<()> {
         check_path(path)?;
-        // One process: `install` makes the folders (-D), takes the path as the file's even
-        // where a folder is (-T: that fails, as a write there should) and sets the bits
-        // whatever the umask. Each process started in the sandbox is on the caller's time
-        // (a shell with `mkdir`, `cat` and `chmod` cost ~5 ms more per write).
+        let what = format!("writing {path}");
         let mode = format!("{mode:o}");
+        // A live sandbox's agent writes it itself (no process started: `agent.c`).
         let mut req = self.file_request(
-            ["install", "-D", "-T", "-m", &mode, "/dev/stdin", path]
+            ["chorus-agent:write", &mode, path]
                 .map(String::from)
                 .to_vec(),
         );
         req.stdin = Some(data.to_vec());
-        self.file_command(&format!("writing {path}"), req).await?;
+        if let Some(out) = self.by_agent(&req).await? {
+            judged(&what, out)?;
+            return Ok(());
+        }
+        // One process: `install` makes the folders (-D), takes the path as the file's even
+        // where a folder is (-T: that fails, as a write there should) and sets the bits
+        // whatever the umask. Each process started in the sandbox is on the caller's time
+        // (a shell with `mkdir`, `cat` and `chmod` cost ~5 ms more per write).
+        req.argv = ["install", "-D", "-T", "-m", &mode, "/dev/stdin", path]
+            .map(String::from)
+            .to_vec();
+        self.file_command(&what, req).await?;
         Ok(())
     }
 
     /// Reads `path`, refusing a file larger than the policy's file limit.
     pub(super) async fn get_file(&self, path: &str) -> SandboxResult<Vec<u8>> {
         check_path(path)?;
-        let req = self.file_request(vec!["cat".into(), "--".into(), path.into()]);
-        let out = self.file_command(&format!("reading {path}"), req).await?;
+        let what = format!("reading {path}");
+        // The agent reads a regular file itself, one byte past what the output keeps, so an
+        // overlong file shows as truncated as `cat`'s would.
+        let past = self.policy.file_limit_bytes.saturating_add(2).to_string();
+        let mut req = self.file_request(
+            ["chorus-agent:read", path, &past]
+                .map(String::from)
+                .to_vec(),
+        );
+        let out = match self.by_agent(&req).await? {
+            Some(out) => judged(&what, out)?,
+            None => {
+                req.argv = vec!["cat".into(), "--".into(), path.into()];
+                self.file_command(&what, req).await?
+            }
+        };
         if out.stdout_truncated {
             return Err(SandboxError::new(
                 ErrorCategory::Io,
@@ -87,19 +110,16 @@ impl Container {
         what: &str,
         request: ExecRequest,
     ) -> SandboxResult<ExecOutput> {
-        let out = self.run(request, None, false, None).await?;
-        if out.success() {
-            Ok(out)
-        } else {
-            Err(SandboxError::new(
-                ErrorCategory::Io,
-                format!(
-                    "{what} failed (exit {}): {}",
-                    out.exit_code,
-                    out.stderr_text().trim()
-                ),
-            ))
+        judged(what, self.run(request, None, false, None).await?)
+    }
+
+    /// One of the agent's own file commands (`chorus-agent:read`, `:write`), where this
+    /// sandbox has an agent running; `None`: run the command it stands for instead.
+    async fn by_agent(&self, request: &ExecRequest) -> SandboxResult<Option<ExecOutput>> {
+        if !self.has_agent().await {
+            return Ok(None);
         }
+        self.run_by_agent(request, None).await
     }
 
     /// A file command: from `/`, with the policy's timeout, its output capped one byte past
@@ -112,6 +132,22 @@ impl Container {
             output_limit_bytes: Some(self.policy.file_limit_bytes.saturating_add(1)),
             ..ExecRequest::default()
         }
+    }
+}
+
+/// A file command's output, or its failure as [`ErrorCategory::Io`].
+fn judged(what: &str, out: ExecOutput) -> SandboxResult<ExecOutput> {
+    if out.success() {
+        Ok(out)
+    } else {
+        Err(SandboxError::new(
+            ErrorCategory::Io,
+            format!(
+                "{what} failed (exit {}): {}",
+                out.exit_code,
+                out.stderr_text().trim()
+            ),
+        ))
     }
 }
 

@@ -18,6 +18,15 @@
  *   3 EXIT   i32 code (128 + signal when killed), u8 killed by a signal
  *   4 FAIL   u8 stage (1 chdir, 3 no room), u32 errno: the command did not start
  *
+ * Two commands are the agent's own, run without a process of their own (a fork and an exec of
+ * `cat` or `install` cost a file call more than the bytes do): argv
+ *   ["chorus-agent:read", PATH, LIMIT]  PATH's bytes as stdout, at most LIMIT (decimal) of them;
+ *                                       a path that is not a regular file is refused (exit 1)
+ *   ["chorus-agent:write", MODE, PATH]  stdin written to PATH (made with its folders, MODE
+ *                                       octal whatever the umask), as `install -D -T -m` does
+ * each ending with EXIT 0, or with the reason on stderr and EXIT 1, as the commands would; paths
+ * are the sandbox's own, as any command's. They get no STARTED and cannot be signalled.
+ *
  * A command that cannot be executed ends as a shell's would: its reason on stderr and exit code
  * 127 (not found) or 126. A command's result is sent once it exited and its pipes were read to
  * the end of what it wrote; what it left running in the background may hold the pipes further,
@@ -37,11 +46,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define VERSION 1
+#define VERSION 2
 #define MAX_FRAME (4u << 20)
 #define MAX_SLOTS 128
 #define MAX_RUNNING 64
@@ -62,6 +72,8 @@ struct slot {
     char *pending;        /* stdin not yet written */
     size_t pending_len, pending_off;
     int stdin_eof;
+    int builtin;          /* a chorus-agent:write: `in` is the file, not a pipe */
+    char *what;           /* its path, for its error */
 };
 
 static struct slot slots[MAX_SLOTS];
@@ -117,6 +129,7 @@ static void free_slot(struct slot *s) {
     close_fd(&s->err);
     close_fd(&s->in);
     free(s->pending);
+    free(s->what);
     memset(s, 0, sizeof *s);
     s->out = s->err = s->in = -1;
 }
@@ -212,6 +225,106 @@ static char **environment(char **req) {
     return all;
 }
 
+/* The end of a command of the agent's own: its reason on stderr (none when it succeeded). */
+static void builtin_end(uint32_t id, const char *what, const char *path, int err) {
+    if (err) {
+        char msg[512];
+        int n = snprintf(msg, sizeof msg, "chorus-agent: %s %s: %s\n", what, path,
+                         strerror(err));
+        if (n > 0) send_out(id, 2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    }
+    unsigned char p[5] = {0};
+    put32(p, err ? 1u : 0u);
+    send_frame(OUT_EXIT, id, p, 5, NULL, 0);
+}
+
+/* chorus-agent:read PATH LIMIT: a regular file's bytes, at most LIMIT of them. */
+static void builtin_read(uint32_t id, char **argv) {
+    if (!argv[1] || !argv[2]) { builtin_end(id, "reading", "", EINVAL); return; }
+    unsigned long long limit = strtoull(argv[2], NULL, 10);
+    int fd = open(argv[1], O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) { builtin_end(id, "reading", argv[1], errno); return; }
+    struct stat st;
+    int bad = fstat(fd, &st) != 0 ? errno : 0;
+    if (bad || !S_ISREG(st.st_mode)) {
+        int err = bad ? bad : S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+        close(fd);
+        builtin_end(id, "reading", argv[1], err);
+        return;
+    }
+    unsigned long long sent = 0;
+    while (sent < limit) {
+        size_t want = limit - sent < CHUNK ? (size_t)(limit - sent) : CHUNK;
+        ssize_t n = read(fd, chunk, want);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) { int err = errno; close(fd); builtin_end(id, "reading", argv[1], err); return; }
+        if (n == 0) break;
+        send_out(id, 1, chunk, (size_t)n);
+        sent += (unsigned long long)n;
+    }
+    close(fd);
+    builtin_end(id, "reading", argv[1], 0);
+}
+
+/* Makes the folders above `path` (0755 before the umask), as `install -D` does. */
+static int make_parents(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return ENOMEM;
+    for (char *c = copy + 1; *c; c++) {
+        if (*c != '/') continue;
+        *c = 0;
+        if (mkdir(copy, 0755) != 0 && errno != EEXIST) {
+            int err = errno;
+            free(copy);
+            return err;
+        }
+        *c = '/';
+    }
+    free(copy);
+    return 0;
+}
+
+/* chorus-agent:write MODE PATH: opens PATH for the stdin frames that follow (written by
+ * `feed`, ended by `write_done`). Returns the slot, or NULL after answering the failure. */
+static struct slot *builtin_write(uint32_t id, char **argv) {
+    if (!argv[1] || !argv[2]) { builtin_end(id, "writing", "", EINVAL); return NULL; }
+    mode_t mode = (mode_t)strtoul(argv[1], NULL, 8) & 07777;
+    const char *path = argv[2];
+    int err = make_parents(path);
+    if (err) { builtin_end(id, "writing", path, err); return NULL; }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0600);
+    if (fd < 0) { builtin_end(id, "writing", path, errno); return NULL; }
+    if (fchmod(fd, mode) != 0) {
+        err = errno;
+        close(fd);
+        builtin_end(id, "writing", path, err);
+        return NULL;
+    }
+    struct slot *s = take_slot();
+    char *what = strdup(path);
+    if (!s || !what) {
+        close(fd);
+        free(what);
+        builtin_end(id, "writing", path, EAGAIN);
+        return NULL;
+    }
+    memset(s, 0, sizeof *s);
+    s->used = 1;
+    s->id = id;
+    s->out = s->err = -1;
+    s->in = fd;
+    s->builtin = 1;
+    s->what = what;
+    return s;
+}
+
+/* A chorus-agent:write whose file is closed: its end (`err` 0: written whole). */
+static void write_done(struct slot *s, int err) {
+    builtin_end(s->id, "writing", s->what, err);
+    s->done = 1;
+    free_slot(s);
+}
+
 static void run(uint32_t id, const unsigned char *p, const unsigned char *end, sigset_t *old) {
     char **argv = strings(&p, end);
     char **env = argv ? strings(&p, end) : NULL;
@@ -224,6 +337,20 @@ static void run(uint32_t id, const unsigned char *p, const unsigned char *end, s
             cwd = strndup((const char *)p, n);
             want_stdin = p[n] == 1;
         }
+    }
+    if (argv && argv[0] && cwd && strcmp(argv[0], "chorus-agent:read") == 0) {
+        builtin_read(id, argv);
+        free_strings(argv);
+        free_strings(env);
+        free(cwd);
+        return;
+    }
+    if (argv && argv[0] && cwd && strcmp(argv[0], "chorus-agent:write") == 0) {
+        builtin_write(id, argv);
+        free_strings(argv);
+        free_strings(env);
+        free(cwd);
+        return;
     }
     struct slot *s = (argv && argv[0] && cwd) ? take_slot() : NULL;
     int o[2] = {-1, -1}, e[2] = {-1, -1}, i[2] = {-1, -1}, r[2] = {-1, -1};
@@ -312,14 +439,22 @@ out:
 static void stdin_data(struct slot *s, const unsigned char *p, size_t n) {
     if (s->in < 0) return;
     if (n == 0) { s->stdin_eof = 1; return; }
-    if (s->pending_len - s->pending_off + n > MAX_STDIN) { close_fd(&s->in); return; }
+    if (s->pending_len - s->pending_off + n > MAX_STDIN) {
+        if (s->builtin) { write_done(s, EFBIG); return; }
+        close_fd(&s->in);
+        return;
+    }
     if (s->pending_off > 0) {
         memmove(s->pending, s->pending + s->pending_off, s->pending_len - s->pending_off);
         s->pending_len -= s->pending_off;
         s->pending_off = 0;
     }
     char *grown = realloc(s->pending, s->pending_len + n);
-    if (!grown) { close_fd(&s->in); return; }
+    if (!grown) {
+        if (s->builtin) { write_done(s, ENOMEM); return; }
+        close_fd(&s->in);
+        return;
+    }
     s->pending = grown;
     memcpy(s->pending + s->pending_len, p, n);
     s->pending_len += n;
@@ -330,10 +465,23 @@ static void feed(struct slot *s) {
         ssize_t w = write(s->in, s->pending + s->pending_off, s->pending_len - s->pending_off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && errno == EAGAIN) return;
-        if (w <= 0) { close_fd(&s->in); return; }
+        if (w <= 0) {
+            /* A file that takes no more (a full tmpfs): the write fails as install's would. */
+            if (s->builtin) { write_done(s, w < 0 ? errno : ENOSPC); return; }
+            close_fd(&s->in);
+            return;
+        }
         s->pending_off += (size_t)w;
     }
-    if (s->in >= 0 && s->stdin_eof) close_fd(&s->in);
+    if (s->in >= 0 && s->stdin_eof) {
+        if (s->builtin) {
+            int err = close(s->in) == 0 ? 0 : errno;
+            s->in = -1;
+            write_done(s, err);
+            return;
+        }
+        close_fd(&s->in);
+    }
 }
 
 static void handle(const unsigned char *f, uint32_t len, sigset_t *old) {
@@ -347,6 +495,9 @@ static void handle(const unsigned char *f, uint32_t len, sigset_t *old) {
     } else if (type == IN_STDIN && s) {
         stdin_data(s, p, (size_t)(end - p));
         feed(s);
+    } else if (type == IN_KILL && s && s->builtin) {
+        /* Not a process: the write stops where it is (a timed-out write). */
+        write_done(s, EINTR);
     } else if (type == IN_KILL && s && end - p >= 4 && !s->exited) {
         int sig = (int)get32(p);
         if (kill(-s->pid, sig) != 0) kill(s->pid, sig);

@@ -486,7 +486,163 @@ mod tests {
         assert!(String::from_utf8_lossy(&out.stderr).contains("usage: nc"));
     }
 
-    /// The agent compiles without a warning, and says HELLO (version 1) on its stdout at once,
+    /// The agent compiled (as the test above checks it) at `dir/agent`.
+    fn compiled_agent(dir: &std::path::Path) -> std::path::PathBuf {
+        let source = dir.join("agent.c");
+        std::fs::write(&source, AGENT_SOURCE).unwrap();
+        let out = std::process::Command::new("gcc")
+            .args(["-O2", "-o"])
+            .arg(dir.join("agent"))
+            .arg(&source)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        dir.join("agent")
+    }
+
+    /// A frame to the agent: `u32 len, u8 type, u32 id, payload`.
+    fn frame(kind: u8, id: u32, body: &[u8]) -> Vec<u8> {
+        let mut f = ((5 + body.len()) as u32).to_le_bytes().to_vec();
+        f.push(kind);
+        f.extend_from_slice(&id.to_le_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    /// A RUN frame's payload: argv, no environment, cwd `/`, stdin wanted or not.
+    fn run_body(argv: &[&str], stdin: bool) -> Vec<u8> {
+        let mut b = (argv.len() as u32).to_le_bytes().to_vec();
+        for a in argv {
+            b.extend_from_slice(&(a.len() as u32).to_le_bytes());
+            b.extend_from_slice(a.as_bytes());
+        }
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.push(b'/');
+        b.push(u8::from(stdin));
+        b
+    }
+
+    /// The frames the agent wrote, as (type, id, payload).
+    fn frames_of(mut out: &[u8]) -> Vec<(u8, u32, Vec<u8>)> {
+        let mut frames = Vec::new();
+        while out.len() >= 9 {
+            let len = u32::from_le_bytes(out[..4].try_into().unwrap()) as usize;
+            let id = u32::from_le_bytes(out[5..9].try_into().unwrap());
+            frames.push((out[4], id, out[9..4 + len].to_vec()));
+            out = &out[4 + len..];
+        }
+        frames
+    }
+
+    /// The agent's own file commands (issue 53: a file call costs no process in the sandbox):
+    /// a write makes the folders, takes the bytes of several stdin frames and the mode whatever
+    /// the umask; a read gives a regular file's bytes up to its limit; a folder, a missing file
+    /// and a write under a file each end 1 with the reason on stderr, as `cat` and `install`
+    /// would. None is a process: a KILL for an unfinished write ends it without signalling
+    /// anything (a pid of 0 would be the agent's own group).
+    #[test]
+    fn the_agents_own_file_commands_read_and_write_without_a_process() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let agent = compiled_agent(dir.path());
+        let root = dir.path().join("w");
+        let file = root.join("a/b/f.bin");
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut input = Vec::new();
+        let path = file.to_str().unwrap();
+        input.extend(frame(
+            1,
+            1,
+            &run_body(&["chorus-agent:write", "640", path], true),
+        ));
+        for part in big.chunks(65_536) {
+            input.extend(frame(2, 1, part));
+        }
+        input.extend(frame(2, 1, &[]));
+        input.extend(frame(
+            1,
+            2,
+            &run_body(&["chorus-agent:read", path, "1000000"], false),
+        ));
+        input.extend(frame(
+            1,
+            3,
+            &run_body(&["chorus-agent:read", path, "10"], false),
+        ));
+        let folder = root.join("a").to_str().unwrap().to_owned();
+        input.extend(frame(
+            1,
+            4,
+            &run_body(&["chorus-agent:read", &folder, "10"], false),
+        ));
+        let under = format!("{path}/x");
+        input.extend(frame(
+            1,
+            5,
+            &run_body(&["chorus-agent:write", "644", &under], true),
+        ));
+        input.extend(frame(
+            1,
+            6,
+            &run_body(&["chorus-agent:write", "600", &format!("{folder}/k")], true),
+        ));
+        input.extend(frame(3, 6, &9u32.to_le_bytes()));
+        let mut child = std::process::Command::new(&agent)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(&input).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let frames = frames_of(&out.stdout);
+        let of = |id: u32, kind: u8| -> Vec<u8> {
+            frames
+                .iter()
+                .filter(|f| f.1 == id && f.0 == kind)
+                .flat_map(|f| f.2.clone())
+                .collect()
+        };
+        let exit = |id: u32| of(id, 3);
+        // Written whole, with its mode; no process was started for it.
+        assert_eq!(std::fs::read(&file).unwrap(), big);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+        assert_eq!(exit(1), [0, 0, 0, 0, 0]);
+        assert!(
+            of(1, 1).is_empty() && of(2, 1).is_empty(),
+            "no STARTED for its own commands"
+        );
+        // Read back whole, and cut at its limit.
+        let stdout = |id: u32| -> Vec<u8> {
+            frames
+                .iter()
+                .filter(|f| f.1 == id && f.0 == 2 && f.2[0] == 1)
+                .flat_map(|f| f.2[1..].to_vec())
+                .collect()
+        };
+        assert_eq!(stdout(2), big);
+        assert_eq!(exit(2), [0, 0, 0, 0, 0]);
+        assert_eq!(stdout(3), big[..10]);
+        // Refused as the commands would refuse, the reason on stderr.
+        let stderr = |id: u32| -> String {
+            frames
+                .iter()
+                .filter(|f| f.1 == id && f.0 == 2 && f.2[0] == 2)
+                .map(|f| String::from_utf8_lossy(&f.2[1..]).into_owned())
+                .collect()
+        };
+        assert_eq!(exit(4), [1, 0, 0, 0, 0]);
+        assert!(stderr(4).contains("Is a directory"), "{}", stderr(4));
+        assert_eq!(exit(5), [1, 0, 0, 0, 0]);
+        assert!(stderr(5).contains("Not a directory"), "{}", stderr(5));
+        // A KILL ends an unfinished write, and the agent lives on to answer.
+        assert_eq!(exit(6), [1, 0, 0, 0, 0]);
+    }
+
+    /// The agent compiles without a warning, and says HELLO (version 2) on its stdout at once,
     /// then ends when its stdin does.
     #[test]
     fn the_agent_compiles_cleanly_and_says_hello() {
@@ -509,6 +665,6 @@ mod tests {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        assert_eq!(out.stdout, [9, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0]);
+        assert_eq!(out.stdout, [9, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0]);
     }
 }

@@ -1410,6 +1410,27 @@ async fn docker_live_sandboxes_mount_a_repository_and_carry_a_read_write_one_bac
         Err(LiveError::Sandbox(e)) => assert_eq!(e.category, ErrorCategory::Unsupported),
         other => panic!("a read-only repository synced: {other:?}"),
     }
+
+    // Its files are read and written by its command agent, no process started (`agent.c`):
+    // the agent's own words in a failure say which path served it.
+    registry
+        .write_file(&alice, &ro, "/tmp/d/f.txt", b"agent", 0o640)
+        .await
+        .expect("write");
+    let back = registry.read_file(&alice, &ro, "/tmp/d/f.txt").await;
+    assert_eq!(back.expect("read"), b"agent");
+    let out = sh(ro.clone(), "stat -c %a /tmp/d/f.txt").await;
+    assert_eq!(out.stdout, b"640\n");
+    match registry.read_file(&alice, &ro, "/tmp/none").await {
+        Err(LiveError::Sandbox(e)) => {
+            assert!(
+                e.to_string().contains("chorus-agent: reading /tmp/none"),
+                "{e}"
+            )
+        }
+        other => panic!("a missing file read: {other:?}"),
+    }
+
     assert_eq!(registry.close(&alice, &ro).await.unwrap(), None);
 
     // Read-write: synced on demand.
