@@ -21,6 +21,7 @@ pub mod logs;
 pub mod members;
 pub mod openapi;
 mod sandbox_files;
+mod sandbox_forward;
 mod sandbox_place;
 pub mod sandboxes;
 pub mod status;

@@ -26,7 +26,8 @@ use serde_json::{json, Value};
 
 use super::auth::{Auth, Caller, Role};
 use super::cluster::Member;
-use super::sandboxes::{send_to, Live};
+use super::sandbox_forward::send_to;
+use crate::daemon::sandboxes::Live;
 use crate::daemon::shared::{SharedState, MAX_CONTACTS};
 
 /// How long asking a node of record for a sandbox's task may take.
