@@ -597,7 +597,12 @@ fn status_cluster_is_one_table_of_every_node() {
         "{table}"
     );
     assert!(lines[1].contains("(asked)"), "{table}");
-    assert!(lines[2..4].iter().all(|l| l.contains(" s ago")), "{table}");
+    // Connected peers are heard now: a healthy follower never reads as "last heard 325 s
+    // ago" (issue 54, item 6).
+    assert!(
+        lines[2..4].iter().all(|l| l.contains(" connected ")),
+        "{table}"
+    );
     let mut child = dc.0.take().unwrap();
     signal(child.id(), Signal::SIGTERM);
     assert!(wait_until(WAIT, POLL, || child.try_wait().ok().flatten()).is_some());

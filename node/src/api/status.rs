@@ -22,6 +22,14 @@ pub struct Status {
     pub role: &'static str,
     pub term: u64,
     pub admin: Option<String>,
+    /// A follower's: milliseconds since it last heard from its admin (absent on the admin, or
+    /// with none known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admin_heard_ms: Option<u64>,
+    /// A follower whose admin has not been heard for more than two heartbeat intervals: its
+    /// heartbeats stopped (it is down or cut off from here), and an election follows once this
+    /// node's timeout runs out; until then `admin` still names it (issue 54, item 6).
+    pub admin_silent: bool,
     pub voted_for: Option<String>,
     pub lease_until_ms: Option<u64>,
     /// The node's clock at the time of the request (the lease is on this clock).
@@ -86,11 +94,19 @@ impl Shared {
         let core = self.core.as_ref()?;
         let now_ms = self.now_ms()?;
         let lease_until_ms = core.lease_until_ms().filter(|_| core.role() == Role::Admin);
+        let admin_heard_ms = core
+            .admin()
+            .filter(|a| *a != core.id())
+            .and_then(|a| self.last_contact.get(a.as_str()))
+            .map(|t| t.elapsed().as_millis() as u64);
+        let silent_after = core.config().heartbeat_interval_ms.saturating_mul(2);
         Some(Status {
             node_id: self.node_id.clone(),
             role: role_name(core.role()),
             term: core.term(),
             admin: core.admin().map(NodeId::to_string),
+            admin_heard_ms,
+            admin_silent: admin_heard_ms.is_some_and(|ms| ms > silent_after),
             voted_for: core.voted_for().map(NodeId::to_string),
             lease_until_ms,
             now_ms,

@@ -53,8 +53,13 @@ pub fn render(v: &MembersView) -> String {
         } else {
             m.role.clone()
         };
+        // A connected peer is heard now, at the connection's level: followers send each other
+        // no protocol message in a healthy cluster, so their last message is minutes old and
+        // read as a failure (issue 54, item 6).
         let contact = if m.node_id == v.node_id {
             "this node".to_owned()
+        } else if m.reachable {
+            "connected".to_owned()
         } else {
             m.last_contact_ms.map_or("-".to_owned(), |ms| {
                 format!("{:.1} s ago", ms as f64 / 1000.0)
@@ -193,5 +198,53 @@ pub async fn resolve(addr: &str, given: String) -> anyhow::Result<String> {
         Ok(Some(id)) => Ok(id.to_owned()),
         Ok(None) => Ok(given),
         Err(why) => bail!("{why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::MemberRow;
+
+    /// Issue 54, item 6: a connected member is heard now — followers send each other no
+    /// protocol message in a healthy cluster, so their last message is minutes old — and only
+    /// one out of reach says when it was last heard from.
+    #[test]
+    fn a_connected_member_reads_as_connected_and_one_out_of_reach_as_last_heard() {
+        let row = |id: &str, reachable, ms| MemberRow {
+            node_id: id.into(),
+            role: "voter".into(),
+            admin: false,
+            reachable,
+            last_contact_ms: Some(ms),
+            score: None,
+        };
+        let view = MembersView {
+            node_id: "a".into(),
+            term: 3,
+            admin: Some("a".into()),
+            version: 1,
+            version_term: 0,
+            members: vec![
+                row("a", true, 0),
+                row("b", true, 325_000),
+                row("c", false, 12_300),
+            ],
+            removed: Vec::new(),
+        };
+        let table = render(&view);
+        let line = |id: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(id))
+                .unwrap_or_default()
+                .to_owned()
+        };
+        assert!(line("a").contains("this node"), "{table}");
+        assert!(
+            line("b").contains("connected") && !line("b").contains("325"),
+            "{table}"
+        );
+        assert!(line("c").contains("12.3 s ago"), "{table}");
     }
 }

@@ -37,7 +37,17 @@ pub fn render(v: &Value) -> String {
     };
     let me = s("node_id");
     let admin = s("admin");
-    let admin_note = if admin == me { " (this node)" } else { "" };
+    let silent = v["admin_silent"].as_bool() == Some(true);
+    let admin_note = if admin == me {
+        " (this node)".to_owned()
+    } else if silent {
+        format!(
+            " (not heard for {:.1} s: its heartbeats stopped; an election follows)",
+            v["admin_heard_ms"].as_u64().unwrap_or(0) as f64 / 1_000.0
+        )
+    } else {
+        String::new()
+    };
     let lease = match (v["lease_until_ms"].as_u64(), v["now_ms"].as_u64()) {
         (Some(until), Some(now)) => format!("{} ms left", until.saturating_sub(now)),
         _ => "-".to_owned(),
@@ -216,9 +226,10 @@ pub fn render_cluster(
         let contact = if id == asked {
             "(asked)".to_owned()
         } else {
+            // Connected: heard now (followers exchange no protocol message when healthy).
             match m["last_contact_ms"].as_u64() {
+                _ if m["connected"].as_bool() == Some(true) => "connected".to_owned(),
                 Some(ms) => format!("{:.1} s ago", ms as f64 / 1_000.0),
-                None if m["connected"].as_bool() == Some(true) => "connected".to_owned(),
                 None => "never".to_owned(),
             }
         };
@@ -284,6 +295,26 @@ mod tests {
         assert!(text.contains("electorate  2 members, version 4"), "{text}");
         let v = serde_json::json!({ "node_id": "n0", "admin": "n0" });
         assert!(!render(&v).contains("waiting"));
+    }
+
+    /// Issue 54, item 6: a follower whose admin's heartbeats stopped says so beside its name
+    /// (the core names it until its election timeout); one heard lately names it plainly.
+    #[test]
+    fn an_admin_not_heard_is_said_to_be_silent() {
+        let v = serde_json::json!({
+            "node_id": "n1", "role": "follower", "term": 3, "admin": "n0",
+            "admin_heard_ms": 31_000, "admin_silent": true,
+        });
+        let text = render(&v);
+        assert!(
+            text.contains("admin       n0 (not heard for 31.0 s: its heartbeats stopped"),
+            "{text}"
+        );
+        let v = serde_json::json!({
+            "node_id": "n1", "role": "follower", "term": 3, "admin": "n0",
+            "admin_heard_ms": 400, "admin_silent": false,
+        });
+        assert!(render(&v).contains("admin       n0\n"), "{}", render(&v));
     }
 
     /// Issue 35: a known member that is not connected is said to be unreachable, not to lack

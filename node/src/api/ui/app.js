@@ -285,10 +285,17 @@
 
   // ---- this node's own state.
   function drawSummary(status) {
-    $('admin').textContent = status.admin || 'none known';
+    // An admin whose heartbeats stopped is still named until this node's election timeout:
+    // say it is not heard, rather than that it holds the lease (issue 54, item 6).
+    const silent = status.admin_silent && status.admin;
+    $('admin').textContent = !status.admin ? 'none known'
+      : silent ? `${status.admin} — not heard for ${ms(status.admin_heard_ms)} (its heartbeats stopped; electing)`
+      : status.admin;
     $('term').textContent = status.term;
     $('role').replaceChildren(roleBadge(status.role));
-    $('lease').textContent = status.role === 'admin' ? ms(status.lease_left_ms) : 'held by the admin';
+    $('lease').textContent = status.role === 'admin' ? ms(status.lease_left_ms)
+      : silent ? 'none heard: no admin'
+      : status.admin ? 'held by the admin' : 'none: no admin';
     $('electorate').textContent = status.electorate.length
       ? `${status.electorate.length} voters, v${status.electorate_version} of term ${status.electorate_term}`
       : 'not formed yet';
@@ -344,7 +351,8 @@
       const reach = el('td', self ? 'yes' : !n.connected ? 'no' : st ? 'yes' : 'connected, API not reached', 'reach');
       if (n.error) reach.title = n.error;
       tr.appendChild(reach);
-      tr.appendChild(el('td', self ? '—' : n.last_contact_ms === null || n.last_contact_ms === undefined ? 'never' : ms(n.last_contact_ms) + ' ago'));
+      // Connected: heard now (followers exchange no protocol message when healthy).
+      tr.appendChild(el('td', self ? '—' : n.connected ? 'connected' : n.last_contact_ms === null || n.last_contact_ms === undefined ? 'never' : ms(n.last_contact_ms) + ' ago'));
       tr.appendChild(el('td', st ? st.version : '—'));
       tr.appendChild(el('td', n.http ? n.http.split('#')[0] : '—'));
       body.appendChild(tr);
