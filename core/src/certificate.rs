@@ -564,6 +564,52 @@ mod tests {
         assert_eq!(whole, Some(msg));
     }
 
+    /// The operator's removals are part of what members sign: two electorates alike but for
+    /// the ids removed have different statements, so whoever hands a link over can neither add
+    /// nor drop one; and an electorate with none has the statement it had before removals were
+    /// signed (cargo-mutants, issue 52: the `!` of the guard deleted signed the list only when
+    /// it was empty).
+    #[test]
+    fn the_removed_ids_are_signed_and_none_leaves_the_old_statement() {
+        let members: Vec<NodeId> = ["n1", "n2", "n3"].map(NodeId::new).to_vec();
+        let e = Electorate::new(1, members);
+        let by = |ids: &[&str]| {
+            e.clone()
+                .with_retired(ids.iter().map(|i| NodeId::new(*i)).collect())
+                .statement()
+        };
+        assert_ne!(by(&["n4"]), by(&["n5"]));
+        assert_ne!(by(&["n4"]), by(&["n4", "n5"]));
+        assert_ne!(by(&["n4"]), by(&[]));
+        // The v1 statement, written out: tag, genesis, version, term, count, each member.
+        let mut h = sha2::Sha256::new();
+        h.update(b"chorus electorate statement v1\0");
+        for n in [e.genesis, e.version, e.term, 3] {
+            h.update(n.to_be_bytes());
+        }
+        for m in ["n1", "n2", "n3"] {
+            h.update(2u32.to_be_bytes());
+            h.update(m.as_bytes());
+        }
+        assert_eq!(by(&[]), Digest(h.finalize().into()));
+    }
+
+    /// A link's bound on its bytes in a message is a bound — never below what it encodes to —
+    /// and a near one, at most twice that: a loose bound cuts chain answers short for nothing
+    /// (cargo-mutants, issue 52: a signer's share `+ 6` as `* 6` passed every suite).
+    #[test]
+    fn a_links_encoded_bound_is_above_its_size_and_within_twice_it() {
+        let keys: Vec<_> = (1..=5).map(key).collect();
+        let (added, _) = key(9);
+        let (_, link) = link_by(&keys, &added, &[0, 2, 4]);
+        let size = serde_json::to_vec(&link).unwrap().len();
+        let bound = link.encoded_bound();
+        assert!(
+            bound >= size && bound <= 2 * size,
+            "bound {bound}, size {size}"
+        );
+    }
+
     /// Links of large electorates are cut to [`MAX_CHAIN_BYTES`]: 64 links of 3,000 members
     /// with peer-id-long names would be over the most a message in parts may hold.
     #[test]
