@@ -1777,3 +1777,31 @@ fn a_live_sandbox_with_a_read_write_repository_is_synced_back_through_any_node()
         "deleted in the sandbox, so on the host"
     );
 }
+
+/// Issue 53: a live sandbox asked with `network: true` gets a network (an interface beside
+/// loopback, within the worker's egress rules), and one asked without has loopback alone —
+/// the flag travels from the create through the core's live task to the worker.
+#[test]
+fn a_live_sandbox_has_a_network_only_when_asked() {
+    let t = TaskCluster::start_n(BIN, 1);
+    let alice = token(&t.c, "submit");
+    let interfaces = |create: &str| {
+        let (code, made) = as_token(&t.c, 0, &alice, "POST", "/sandboxes", create);
+        assert_eq!(code, 201, "{made}");
+        let made: Value = serde_json::from_str(&made).unwrap();
+        let base = format!("/sandboxes/{}", made["id"].as_str().unwrap());
+        let exec = r#"{"shell": "ls /sys/class/net | sort | tr '\n' ' '"}"#;
+        let (code, out) = as_token(&t.c, 0, &alice, "POST", &format!("{base}/exec"), exec);
+        assert_eq!(code, 200, "{out}");
+        let out: Value = serde_json::from_str(&out).unwrap();
+        let (code, closed) = as_token(&t.c, 0, &alice, "DELETE", &base, "");
+        assert_eq!(code, 200, "{closed}");
+        out["stdout"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(interfaces("{}"), "lo ");
+    let networked = interfaces(r#"{"network": true}"#);
+    assert!(
+        networked.starts_with("eth0 ") && networked.contains("lo "),
+        "{networked}"
+    );
+}
