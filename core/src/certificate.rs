@@ -610,6 +610,31 @@ mod tests {
         );
     }
 
+    /// The bound holds at its worst case, and closely: ids whose every character JSON escapes
+    /// (two bytes each), the longest signatures, removed ids too — never below the link's size,
+    /// and above it by at most its fixed room for the fields (cargo-mutants, issue 52: an id's
+    /// share `2 * len` as `2 + len`, and a signer's `+ 6` as `- 6`, passed every suite).
+    #[test]
+    fn a_links_encoded_bound_holds_for_ids_that_escape_and_the_longest_signatures() {
+        let id = |i: usize| NodeId::new(format!("{}{}", "\"".repeat(10 + i), "\\".repeat(10)));
+        let genesis = Electorate::new(1, (0..30).map(id).collect());
+        let next = genesis
+            .successor(2, (0..31).map(id).collect())
+            .with_retired((40..43).map(id).collect());
+        let link = Link {
+            electorate: Arc::new(next),
+            signers: (0..20)
+                .map(|i| (id(i), Signature::from_bytes(&[0xab; MAX_SIGNATURE_BYTES])))
+                .collect(),
+        };
+        let size = serde_json::to_vec(&link).unwrap().len();
+        let bound = link.encoded_bound();
+        assert!(
+            bound >= size && bound - size <= 256,
+            "bound {bound}, size {size}"
+        );
+    }
+
     /// Links of large electorates are cut to [`MAX_CHAIN_BYTES`]: 64 links of 3,000 members
     /// with peer-id-long names would be over the most a message in parts may hold.
     #[test]
