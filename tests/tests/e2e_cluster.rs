@@ -404,3 +404,44 @@ fn a_merged_trace_of_a_failover_draws_peer_rows_and_leases_one_after_the_other()
     let new_start = new.iter().map(|b| b.0).fold(f64::MAX, f64::min);
     assert!(old_end <= new_start + 0.1, "{old:?} then {new:?}");
 }
+
+/// Issue 54, item 6: while a follower still names an admin that is gone (until its own
+/// election timeout), its `/status` says the admin is not heard (`admin_silent`, with how long
+/// ago it was) — what `chorus status` and the console show instead of "held by the admin"
+/// (their text: the unit tests of `cli/status.rs`) — and a follower of a live admin never says
+/// so.
+#[test]
+fn a_follower_says_its_admin_is_not_heard_until_the_next_one_is() {
+    let t = Timings::FAST;
+    let mut c = Cluster::start_with(BIN, 3, t, &[]);
+    let (admin, _, a) = c.wait_agreed(Duration::from_secs(30));
+    let f = (a + 1) % 3;
+    // A live admin, heard every heartbeat: never silent, over a few beats.
+    for _ in 0..10 {
+        let s = c.status(f).expect("the follower answers");
+        assert_eq!(s["admin_silent"], false, "{s}");
+        assert!(s["admin_heard_ms"].as_u64().is_some(), "{s}");
+        std::thread::sleep(Duration::from_millis(2 * t.heartbeat_ms / 5));
+    }
+    c.kill(a);
+    // Past two heartbeats without one, before the election ends: named, and said silent.
+    let silent = wait_until(Duration::from_secs(5), Duration::from_millis(20), || {
+        let s = c.status(f)?;
+        (s["admin_silent"] == true).then_some(s)
+    })
+    .expect("the follower says its admin is not heard");
+    assert_eq!(silent["admin"], admin.as_str(), "{silent}");
+    assert!(
+        silent["admin_heard_ms"].as_u64() > Some(2 * t.heartbeat_ms),
+        "{silent}"
+    );
+    // A new admin: heard again.
+    let (new_admin, _, b) = wait_until(Duration::from_secs(30), Duration::from_millis(50), || {
+        c.agreement().filter(|(id, _, _)| *id != admin)
+    })
+    .expect("a new admin");
+    let follower = (0..3).find(|i| *i != a && *i != b).unwrap();
+    let s = c.status(follower).expect("the follower answers");
+    assert_eq!(s["admin"], new_admin.as_str(), "{s}");
+    assert_eq!(s["admin_silent"], false, "{s}");
+}
