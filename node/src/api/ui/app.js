@@ -108,7 +108,9 @@
     if (own === 'admin' && !seen.leased) own = 'admin_unleased';
     states.set(model.self, own);
     for (const id of seen.peers) states.set(id, 'follower');
-    if (seen.admin && seen.admin !== model.self) states.set(seen.admin, 'admin');
+    // An admin whose heartbeats stopped (this node's /status says so) is drawn as not heard,
+    // not as the admin, while this node still names it (issue 54, item 6).
+    if (seen.admin && seen.admin !== model.self) states.set(seen.admin, seen.silent ? 'down' : 'admin');
     for (const id of model.rows.keys()) if (!states.has(id)) states.set(id, 'down');
     return states;
   }
@@ -139,6 +141,7 @@
       case 'admin':
         seen.admin = c.admin;
         seen.admin_term = c.term;
+        seen.silent = false;
         // A spell without a known admin marks nothing: the next admin is compared with the last.
         if (c.admin && (c.admin !== model.lastAdmin || c.term !== model.lastTerm)) {
           model.marks.push({ id: c.admin, t, term: c.term });
@@ -288,13 +291,12 @@
     // An admin whose heartbeats stopped is still named until this node's election timeout:
     // say it is not heard, rather than that it holds the lease (issue 54, item 6).
     const silent = status.admin_silent && status.admin;
-    $('admin').textContent = !status.admin ? 'none known'
-      : silent ? `${status.admin} — not heard for ${ms(status.admin_heard_ms)} (its heartbeats stopped; electing)`
-      : status.admin;
+    $('admin').textContent = status.admin || 'none known';
+    $('admin').className = silent ? 'bad' : '';
     $('term').textContent = status.term;
     $('role').replaceChildren(roleBadge(status.role));
     $('lease').textContent = status.role === 'admin' ? ms(status.lease_left_ms)
-      : silent ? 'none heard: no admin'
+      : silent ? `none: the admin not heard for ${ms(status.admin_heard_ms)} (its heartbeats stopped; electing)`
       : status.admin ? 'held by the admin' : 'none: no admin';
     $('electorate').textContent = status.electorate.length
       ? `${status.electorate.length} voters, v${status.electorate_version} of term ${status.electorate_term}`
@@ -315,6 +317,9 @@
       const received = Date.now();
       drawSummary(s.body);
       historyAt = absorb(h.body, received);
+      // Whether its admin is heard is /status's to say; drawn from now on.
+      model.seen.silent = !!s.body.admin_silent && !!model.seen.admin;
+      stamp(historyAt);
       drawTimeline(historyAt);
       $('conn').textContent = 'updated ' + new Date(received).toLocaleTimeString();
       $('conn').className = 'muted';
