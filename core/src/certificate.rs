@@ -269,11 +269,6 @@ impl Signature {
     pub fn from_bytes(bytes: &[u8]) -> Signature {
         Signature(Arc::from(bytes))
     }
-
-    /// The signature's bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -633,6 +628,26 @@ mod tests {
             bound >= size && bound - size <= 256,
             "bound {bound}, size {size}"
         );
+    }
+
+    /// Which names are peer ids whose key a signature must be checked with, and which are the
+    /// simulator's short names (cargo-mutants, issue 52: `peer_key`'s multihash test loosened
+    /// either way passed every suite). A peer id of another key type — a secp256k1 key's
+    /// identity multihash, as libp2p writes `16Uiu2…` — never takes a simulated signature,
+    /// which anyone can compute; a short name whose base58 reading starts with a zero byte
+    /// (`1…`) or 0x12 but is no multihash is still a short name.
+    #[test]
+    fn only_names_that_are_not_peer_ids_take_simulated_signatures() {
+        let d = Electorate::new(1, vec![NodeId::new("n1")]).statement();
+        let mut secp = vec![0x00, 0x25, 0x08, 0x02, 0x12, 0x21];
+        secp.extend_from_slice(&[0x02; 33]);
+        let secp = NodeId::new(bs58::encode(secp).into_string());
+        assert!(secp.as_str().starts_with("16Uiu2"), "{secp}");
+        assert!(!verify(&secp, &d, &simulated_signature(&secp, &d)));
+        for name in ["1n", "1abc", "11x"] {
+            let id = NodeId::new(name);
+            assert!(verify(&id, &d, &simulated_signature(&id, &d)), "{name}");
+        }
     }
 
     /// Links of large electorates are cut to [`MAX_CHAIN_BYTES`]: 64 links of 3,000 members
