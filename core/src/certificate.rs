@@ -269,6 +269,11 @@ impl Signature {
     pub fn from_bytes(bytes: &[u8]) -> Signature {
         Signature(Arc::from(bytes))
     }
+
+    /// The signature's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -628,6 +633,13 @@ mod tests {
             bound >= size && bound - size <= 256,
             "bound {bound}, size {size}"
         );
+    }
+
+    /// A signature's bytes are the ones it was made from (what a transport signs and sends).
+    #[test]
+    fn a_signature_is_its_bytes() {
+        let bytes: Vec<u8> = (0..64).collect();
+        assert_eq!(Signature::from_bytes(&bytes).as_bytes(), bytes);
     }
 
     /// Which names are peer ids whose key a signature must be checked with, and which are the
