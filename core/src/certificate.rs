@@ -635,11 +635,16 @@ mod tests {
         );
     }
 
-    /// A signature's bytes are the ones it was made from (what a transport signs and sends).
+    /// A signature's bytes are the ones it was made from (what a transport signs and sends),
+    /// and a signature and a digest show as their hex in logs and failed assertions.
     #[test]
-    fn a_signature_is_its_bytes() {
+    fn a_signature_is_its_bytes_and_shows_as_hex() {
         let bytes: Vec<u8> = (0..64).collect();
-        assert_eq!(Signature::from_bytes(&bytes).as_bytes(), bytes);
+        let sig = Signature::from_bytes(&bytes);
+        assert_eq!(sig.as_bytes(), bytes);
+        assert_eq!(format!("{sig:?}"), to_hex(&bytes));
+        assert!(format!("{sig:?}").starts_with("000102"));
+        assert_eq!(format!("{:?}", Digest([0xab; 32])), "ab".repeat(32));
     }
 
     /// Which names are peer ids whose key a signature must be checked with, and which are the
