@@ -214,9 +214,6 @@ struct Live<S> {
     last_used: Instant,
     /// Calls under way (rule 5).
     busy: usize,
-    /// Its workspace is a read-write repository's copy: a close carries it back before
-    /// answering.
-    syncs: bool,
 }
 
 struct Ended {
@@ -463,7 +460,6 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
             ends: now + lifetime,
             last_used: now,
             busy: 0,
-            syncs: req.spec.workspace.as_ref().is_some_and(|w| !w.read_only),
         };
         // Two creates of one key raced: the first to finish keeps its sandbox (rule 3); two
         // creates that raced past the bounds: the second is removed.
@@ -817,22 +813,14 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         caller: &Caller,
         id: &str,
     ) -> Result<Option<Result<SyncReport, String>>, LiveError> {
-        let syncs = {
-            let busy = self.take(caller, id)?;
-            let st = self.lock();
-            st.live.get(&busy.id).is_some_and(|l| l.syncs)
-        };
-        let synced = if syncs {
-            let busy = self.take(caller, id)?;
-            let out = busy.sandbox.sync_workspace().await;
-            match self.judge(busy, out).await {
-                Ok(report) => Some(Ok(report)),
-                // It died under the sync: the caller hears that it is gone, and why.
-                Err(e @ (LiveError::Gone { .. } | LiveError::NotFound)) => return Err(e),
-                Err(e) => Some(Err(e.to_string())),
-            }
-        } else {
-            None
+        // The sandbox says whether it has a read-write repository: one without answers the
+        // sync at once as unsupported.
+        let synced = match self.sync(caller, id).await {
+            Ok(report) => Some(Ok(report)),
+            Err(LiveError::Sandbox(e)) if e.category == super::ErrorCategory::Unsupported => None,
+            // Not its caller's, or it died under the sync: the caller hears so, and why.
+            Err(e @ (LiveError::Gone { .. } | LiveError::NotFound)) => return Err(e),
+            Err(e) => Some(Err(e.to_string())),
         };
         self.end(
             id,
