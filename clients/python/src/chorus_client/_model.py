@@ -230,13 +230,22 @@ def create_body(
         body["lifetime_ms"] = seconds_ms(lifetime)
     if key is not None:
         body["key"] = key
-    if network:
-        body["network"] = True
-    if requires:
-        body["requires"] = list(requires)
-    if repo is not None:
-        body["repo"] = repo_body(repo)
+    body.update(worker_asks(network, requires, repo))
     return body
+
+
+def worker_asks(
+    network: bool, requires: Optional[Sequence[str]], repo: Optional[str]
+) -> dict[str, Any]:
+    """What a sandbox or a task asks of its worker, as the API takes it (left out: not asked)."""
+    asks: dict[str, Any] = {}
+    if network:
+        asks["network"] = True
+    if requires:
+        asks["requires"] = list(requires)
+    if repo is not None:
+        asks["repo"] = repo_body(repo)
+    return asks
 
 
 def repo_body(repo: str) -> dict[str, Any]:
@@ -364,12 +373,7 @@ def submit_body(
     if timeout is not None:
         body["timeout_ms"] = seconds_ms(timeout)
     body.update(limits(memory_mb, cpu_millis, pids))
-    if network:
-        body["network"] = True
-    if requires:
-        body["requires"] = list(requires)
-    if repo is not None:
-        body["repo"] = repo_body(repo)
+    body.update(worker_asks(network, requires, repo))
     if key is not None:
         body["key"] = key
     return body
