@@ -16,7 +16,6 @@ use chorus_core::{Core, Event, NodeId, PeerInfo, Resources, ADMIN_ELECTION};
 use chorus_io::eventlog::{LogMeta, SledLog, SledLogOptions};
 use chorus_io::log_fields::list;
 use chorus_io::runtime::{NoSandboxes, Runtime, RuntimeConfig, TokioClock};
-use chorus_io::sandbox::docker::DockerProvider;
 use chorus_io::sandbox::live::LiveSandboxes;
 use chorus_io::transport::libp2p::node_id as peer_node_id;
 use chorus_io::transport::{load_or_create_identity, Libp2pConfig, Libp2pTransport};
@@ -90,13 +89,8 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     // cluster as live tasks; ended by a reaper
     // every second, and all removed when the node stops.
     let live = if slots > 0 {
-        // The same repositories as tasks: `[repos]` is the only place a mount may come from.
-        let roots = chorus_io::sandbox::repo::RepoRoots::new(config.repos.values())
-            .context("a repository of `[repos]` cannot be used")?;
-        let provider = DockerProvider::connect()
-            .await
-            .context("live sandboxes run in Docker, but the Docker Engine does not answer")?
-            .with_repo_roots(roots);
+        let provider =
+            super::sandboxes::docker_provider(&config, "live sandboxes run in Docker").await?;
         let live = Arc::new(LiveSandboxes::new(provider, config.sandbox.live_limits()));
         let (spec, policy) = crate::api::sandboxes::default_shape(node_id.as_str());
         live.keep_warm(spec, policy);

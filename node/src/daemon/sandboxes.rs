@@ -53,6 +53,20 @@ pub async fn reap_on_start(node_id: &str) -> anyhow::Result<usize> {
         .context("cannot remove this node's leftover Docker sandboxes")
 }
 
+/// The Docker Engine, taking repositories from `[repos]` alone (each the only place its mount
+/// may come from), for what runs there: tasks and live sandboxes alike.
+pub(super) async fn docker_provider(
+    config: &NodeConfig,
+    what: &str,
+) -> anyhow::Result<DockerProvider> {
+    let roots = RepoRoots::new(config.repos.values())
+        .context("a repository of `[repos]` cannot be used")?;
+    Ok(DockerProvider::connect()
+        .await
+        .with_context(|| format!("{what}, but the Docker Engine does not answer"))?
+        .with_repo_roots(roots))
+}
+
 /// The Docker-backed task runner of a node with task slots: repositories from `[repos]` (each
 /// the only place its mount may come from), warm pools as `[tasks]` says, and `ceilings` on
 /// what one task may ask for.
@@ -63,12 +77,7 @@ pub(super) async fn task_runner(
     secret_key: Option<chorus_io::sandbox::tasks::SecretKey>,
     logs: Option<Arc<LogStore>>,
 ) -> anyhow::Result<TaskRunner<DockerProvider>> {
-    let roots = RepoRoots::new(config.repos.values())
-        .context("a repository of `[repos]` cannot be used")?;
-    let provider = DockerProvider::connect()
-        .await
-        .context("tasks run in Docker sandboxes, but the Docker Engine does not answer")?
-        .with_repo_roots(roots);
+    let provider = docker_provider(config, "tasks run in Docker sandboxes").await?;
     let mut runner = TaskRunnerConfig::new(node_id);
     runner.repos = config.repos.clone();
     runner.pool_size = config.tasks.pool_size.unwrap_or(DEFAULT_POOL_SIZE) as usize;
