@@ -646,6 +646,51 @@ fn a_voter_counts_as_following_only_on_an_ack_of_the_last_election_timeout() {
     );
 }
 
+/// A voter just promoted from standby counts as following, for the next change's strict
+/// reconfiguration check, on its acknowledgements as a standby while they are recent — and not
+/// once they are older than an election timeout. In {a, b, c, z}, c falls silent after
+/// electing a; d acknowledges as a standby and `add d` commits on a, b and z without d ever
+/// acknowledging as a voter. `remove z` (leaving {a, b, c, d}, three needed) is proposed while
+/// d's last standby acknowledgement is within the timeout, and refused an election timeout
+/// later, when only a and b follow (the lease still held on a, b and z).
+///
+/// Fails on the standby clause's `*last >= recent` as `<` (the stale standby counted, the fresh
+/// one not), and on the clause removed.
+#[test]
+fn a_voter_promoted_from_standby_follows_on_its_recent_standby_acknowledgements_only() {
+    let mut a = established(&["a", "b", "c", "z"]);
+    beat_acked_by(&mut a, &["b", "z", "d"]);
+    let standby_acked = a.now_ms();
+    let out = ask(&mut a, add("d"), 1);
+    assert_eq!(outcome(&out), proposed(2));
+    let (beat, _) = heartbeat(&out);
+    for v in ["b", "z"] {
+        ack(&mut a, v, beat);
+    }
+    assert_eq!(a.certified_version(), 2, "the link is made on a, b and z");
+    let out = spread_link(&mut a, &["b", "z"]);
+    assert_eq!(
+        outcomes(&out),
+        [(add("d"), ChangeOutcome::Committed { version: 2 }, 1)]
+    );
+    let timeout = a.config().election_timeout_min_ms;
+    assert!(a.now_ms() <= standby_acked + timeout);
+    assert_eq!(
+        outcome(&ask(&mut a.clone(), remove("z"), 2)),
+        proposed(3),
+        "d followed as a standby lately: a, b and d follow"
+    );
+    while a.now_ms() <= standby_acked + timeout {
+        beat_acked_by(&mut a, &["b", "z"]);
+    }
+    assert!(a.holds_lease(a.now_ms()));
+    assert_eq!(
+        outcome(&ask(&mut a, remove("z"), 2)),
+        refused(ChangeRefusal::NewMajorityNotFollowing),
+        "d's standby acknowledgement is older than an election timeout"
+    );
+}
+
 /// `add` of a connected worker, or of an eligible node that is not connected (any more), is
 /// refused with `not_eligible`; of a connected eligible node it is proposed.
 #[test]
@@ -1055,6 +1100,48 @@ fn a_proposal_cuts_the_lease_to_what_the_electorates_in_force_promised() {
         "{out:?}"
     );
     assert!(a.holds_lease(a.now_ms()));
+}
+
+/// The cut of a proposal that leaves some lease is a renewal to the earlier end, with the
+/// lease timer set there, not an expiry: in {a, b, c}, b acknowledged the first beat and c
+/// only the next, 15 s later; `add d` needs three of {a, b, c, d}, so the lease ends where b's
+/// promise does, still ahead.
+///
+/// Fails on `cut_lease_to_promises`'s `supported > now` as `<` (a lease still held reported
+/// expired and its timer cancelled).
+#[test]
+fn a_proposal_that_leaves_some_lease_reports_it_renewed_to_its_earlier_end() {
+    let mut a = established(ABC);
+    let b_sent = a.now_ms();
+    beat_acked_by(&mut a, &["c"]);
+    let b_ends = b_sent + a.config().lease_for(30_000);
+    assert!(a.now_ms() < b_ends);
+    let out = ask(&mut a, add("d"), 1);
+    assert_eq!(outcome(&out), proposed(2));
+    let lease: Vec<_> = out
+        .iter()
+        .filter(|c| {
+            matches!(
+                c,
+                Command::Notice(Notice::LeaseRenewed { .. } | Notice::LeaseExpired { .. })
+            )
+        })
+        .collect();
+    assert_eq!(
+        lease,
+        [&Command::Notice(Notice::LeaseRenewed {
+            term: 1,
+            lease_until_ms: b_ends
+        })]
+    );
+    assert!(a.holds_lease(b_ends - 1) && !a.holds_lease(b_ends));
+    assert!(
+        out.contains(&Command::SetTimer {
+            timer: Timer::Lease,
+            at_ms: b_ends
+        }),
+        "{out:?}"
+    );
 }
 
 /// Issue 51, finding 9: the admin that made the link of `add d` died before any follower held
