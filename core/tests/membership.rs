@@ -848,6 +848,41 @@ fn an_add_commits_only_with_a_majority_of_the_new_electorate_too() {
     assert_eq!(after, None, "committed: heartbeats stop carrying it");
 }
 
+/// Only acknowledgements that hold the new electorate count toward its link: `add d` to
+/// {a, b, c}, b holds it and endorses, c and d acknowledge the proposal's beat without holding
+/// it (they have not taken it yet) — a, b is a majority of the old electorate's signers but not
+/// of the new one's holders, so no link is made; d holding it at the next beat makes one.
+///
+/// Fails on `endorsed_link`'s `v.beat >= from_beat && v.holds == Some(key)` as `||` (an
+/// acknowledgement of a beat after the proposal counted whatever it holds).
+#[test]
+fn an_acknowledgement_without_the_new_electorate_makes_no_link() {
+    let mut a = established(ABC);
+    let out = ask(&mut a, add("d"), 1);
+    assert_eq!(outcome(&out), proposed(2));
+    let (beat, _) = heartbeat(&out);
+    ack(&mut a, "b", beat);
+    for v in ["c", "d"] {
+        let msg = Message::HeartbeatAck {
+            term: a.term(),
+            beat,
+            promise_ms: 30_000,
+            holds: false,
+            endorsement: None,
+            certified: a.certified_version(),
+        };
+        a.step_vec(a.now_ms(), from(v, msg));
+    }
+    assert_eq!(
+        a.certified_version(),
+        1,
+        "a link on a, b and two that lack it"
+    );
+    let (beat, _) = heartbeat(&next_heartbeat(&mut a));
+    ack(&mut a, "d", beat);
+    assert_eq!(a.certified_version(), 2, "a, b and d hold it");
+}
+
 /// `remove d` from {a, b, c, d}: the new majority (2 of 3) alone does not commit, the old one
 /// (3 of 4) is needed too, and the removed voter's ack counts for it.
 #[test]
