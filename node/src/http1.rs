@@ -94,8 +94,23 @@ pub async fn open(
     body: Option<Payload<'_>>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let body = body.map(|b| (b.kind, axum::body::Body::from(b.bytes.to_vec())));
     let stream = connect(endpoint, tls).await?;
     request_on(stream, endpoint, method, path, body, token).await
+}
+
+/// [`open`] with a body sent as it comes (an upload relayed chunk by chunk), of media type
+/// `kind`.
+pub async fn open_streaming(
+    endpoint: &Endpoint,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    method: &str,
+    path: &str,
+    body: (&str, axum::body::Body),
+    token: Option<&str>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let stream = connect(endpoint, tls).await?;
+    request_on(stream, endpoint, method, path, Some(body), token).await
 }
 
 /// A connection to `endpoint`'s host: plain, or TLS checked by `tls`.
@@ -131,7 +146,7 @@ async fn request_on<S>(
     endpoint: &Endpoint,
     method: &str,
     path: &str,
-    body: Option<Payload<'_>>,
+    body: Option<(&str, axum::body::Body)>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>>
 where
@@ -152,11 +167,14 @@ where
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    if let Some(body) = body {
-        request = request.header("content-type", body.kind);
-    }
-    let bytes = body.map_or_else(Vec::new, |b| b.bytes.to_vec());
-    let request = request.body(axum::body::Body::from(bytes))?;
+    let body = match body {
+        Some((kind, body)) => {
+            request = request.header("content-type", kind);
+            body
+        }
+        None => axum::body::Body::from(Vec::new()),
+    };
+    let request = request.body(body)?;
     Ok(sender.send_request(request).await?)
 }
 

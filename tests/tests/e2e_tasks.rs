@@ -1282,6 +1282,78 @@ fn sandbox_off_admin(t: &TaskCluster, origin: usize, token: &str, admin: usize) 
     panic!("3 sandboxes in a row were placed on the admin: {on_admin:?}");
 }
 
+/// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
+/// node that is neither the admin nor the worker: 100 MiB — past the 96 MiB body and the 64 MiB
+/// file a call held whole before — in by `sandbox cp` and back out, byte for byte. A raw upload
+/// that breaks off part way leaves no file behind, and the sandbox goes on.
+#[test]
+fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
+    use std::io::Write;
+    let t = TaskCluster::start(BIN);
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let origin = (admin + 1) % 3;
+    let alice = token(&t.c, "submit");
+    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let cli = |args: &[&str]| {
+        let mut all = args[..2].to_vec();
+        all.extend(["--addr", &addr]);
+        all.extend(&args[2..]);
+        chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
+    };
+    let size: usize = 100 << 20;
+    let data: Vec<u8> = (0..size)
+        .map(|i| (i % 251) as u8 ^ (i >> 20) as u8)
+        .collect();
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), &data).unwrap();
+    let inside = format!("{id}:/workspace/big.bin");
+    let out = cli(&["sandbox", "cp", local.path().to_str().unwrap(), &inside]);
+    assert!(out.status.success(), "{out:?}");
+    let exec = |shell: &str| {
+        let body = serde_json::json!({ "shell": shell }).to_string();
+        let path = format!("/sandboxes/{id}/exec");
+        let (code, answer) = as_token(&t.c, via, &alice, "POST", &path, &body);
+        assert_eq!(code, 200, "{answer}");
+        serde_json::from_str::<Value>(&answer).unwrap()["stdout"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(exec("stat -c %s /workspace/big.bin"), format!("{size}\n"));
+    let back = tempfile::NamedTempFile::new().unwrap();
+    let out = cli(&["sandbox", "cp", &inside, back.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let got = std::fs::read(back.path()).unwrap();
+    assert_eq!(got.len(), size, "the whole file came back");
+    let differs = got.iter().zip(&data).position(|(a, b)| a != b);
+    assert_eq!(differs, None, "the first byte that differs");
+
+    // 1 MiB of the 10 MiB its length says, then the connection closes.
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", t.c.nodes[via].http_port)).unwrap();
+    write!(
+        raw,
+        "PUT /sandboxes/{id}/files?path=/workspace/cut.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Authorization: Bearer {alice}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\n\r\n",
+        10 << 20
+    )
+    .unwrap();
+    raw.write_all(&data[..1 << 20]).unwrap();
+    // The write is under way at the worker: the file is there, partly written.
+    let begun = wait_until(Duration::from_secs(10), Duration::from_millis(50), || {
+        (exec("test -e /workspace/cut.bin && echo there") == "there\n").then_some(())
+    });
+    assert!(begun.is_some(), "the upload never reached the sandbox");
+    drop(raw);
+    let removed = wait_until(Duration::from_secs(10), Duration::from_millis(100), || {
+        (exec("test -e /workspace/cut.bin || echo none") == "none\n").then_some(())
+    });
+    assert!(removed.is_some(), "a broken-off upload left a part behind");
+    assert_eq!(exec("stat -c %s /workspace/big.bin"), format!("{size}\n"));
+}
+
 /// Issue 53: a live sandbox is placed by the admin (a live task of the core) and used, start
 /// to end, through the API of a node that is neither the admin nor its worker (forwarded with
 /// a delegated token); another token sees nothing of it through any node; once closed, every

@@ -66,8 +66,11 @@ pub struct LiveLimits {
     pub max_lifetime: Duration,
     /// Bytes of stdout, and of stderr, one command may return.
     pub max_output_bytes: usize,
-    /// Bytes one file read or write may move.
+    /// Bytes one file read or write may move whole.
     pub max_file_bytes: usize,
+    /// Bytes one streamed file read or write may move (held a chunk at a time; the sandbox's
+    /// own disk bounds what it keeps).
+    pub max_stream_bytes: u64,
     /// Started sandboxes kept ready for creates (rule 6; 0: none).
     pub warm: usize,
 }
@@ -81,6 +84,7 @@ impl Default for LiveLimits {
             max_lifetime: Duration::from_secs(4 * 60 * 60),
             max_output_bytes: 4 * 1024 * 1024,
             max_file_bytes: 64 * 1024 * 1024,
+            max_stream_bytes: 1024 * 1024 * 1024,
             warm: 2,
         }
     }
@@ -724,6 +728,48 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         Ok(data)
     }
 
+    /// Reads one file of `id` into `sink` as it comes, at most
+    /// [`LiveLimits::max_stream_bytes`] of it and one byte past them for a larger file (the
+    /// caller breaks its answer off: see `ExecutionSandbox::read_file_streaming`).
+    pub async fn read_file_streaming(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> Result<(), LiveError> {
+        let busy = self.take(caller, id)?;
+        let limit = self.limits.max_stream_bytes;
+        let out = busy.sandbox.read_file_streaming(path, limit, sink).await;
+        self.judge(busy, out).await
+    }
+
+    /// Writes one file of `id` from `source` as it comes, at most
+    /// [`LiveLimits::max_stream_bytes`] (see `ExecutionSandbox::write_file_streaming`); the
+    /// bytes written.
+    pub async fn write_file_streaming(
+        &self,
+        caller: &Caller,
+        id: &str,
+        path: &str,
+        mode: u32,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> Result<u64, LiveError> {
+        let busy = self.take(caller, id)?;
+        let limit = self.limits.max_stream_bytes;
+        let out = busy
+            .sandbox
+            .write_file_streaming(path, mode, limit, source)
+            .await;
+        self.judge(busy, out).await
+    }
+
+    /// Refuses (counted) a streamed file found past [`LiveLimits::max_stream_bytes`].
+    pub fn refuse_stream_size(&self, len: u64) -> LiveError {
+        let detail = format!("over {len} bytes, at most {}", self.limits.max_stream_bytes);
+        refuse(&mut self.lock(), "file_size", detail)
+    }
+
     /// Writes `tree` under the folder `dir` of `id`, making it (its files' bytes together at
     /// most [`LiveLimits::max_file_bytes`]).
     pub async fn write_tree(
@@ -1033,6 +1079,56 @@ mod tests {
 
     fn sink() -> mpsc::Sender<OutputChunk> {
         mpsc::channel(16).0
+    }
+
+    /// A streamed write lands only when its end came: chunks then the empty end write the
+    /// file, read back as it comes; a source that closes before its end, or that brings more
+    /// than the stream bound, writes nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_write_lands_only_whole_and_within_the_bound() {
+        let limits = LiveLimits {
+            max_stream_bytes: 8,
+            ..LiveLimits::default()
+        };
+        let (_, reg) = registry(limits);
+        let alice = Caller::owner("alice");
+        reg.create(&alice, create("s1", None)).await.unwrap();
+        let send = |chunks: &[&[u8]], end: bool| {
+            let (tx, rx) = mpsc::channel(8);
+            for c in chunks {
+                tx.try_send(c.to_vec()).unwrap();
+            }
+            if end {
+                tx.try_send(Vec::new()).unwrap();
+            }
+            rx
+        };
+        let written = reg
+            .write_file_streaming(&alice, "s1", "/w/a", 0o644, send(&[b"ab", b"cd"], true))
+            .await;
+        assert_eq!(written.unwrap(), 4);
+        let (tx, mut rx) = mpsc::channel(8);
+        reg.read_file_streaming(&alice, "s1", "/w/a", tx)
+            .await
+            .unwrap();
+        assert_eq!(rx.recv().await.unwrap(), b"abcd");
+        let broken = reg
+            .write_file_streaming(&alice, "s1", "/w/b", 0o644, send(&[b"ab"], false))
+            .await;
+        assert!(broken.is_err(), "{broken:?}");
+        let over = reg
+            .write_file_streaming(
+                &alice,
+                "s1",
+                "/w/c",
+                0o644,
+                send(&[b"abcde", b"fghi"], true),
+            )
+            .await;
+        assert!(over.is_err(), "{over:?}");
+        for path in ["/w/b", "/w/c"] {
+            assert!(reg.read_file(&alice, "s1", path).await.is_err(), "{path}");
+        }
     }
 
     /// Many steps in one sandbox: a file written is read by a later command's sandbox, an

@@ -516,6 +516,41 @@ pub trait ExecutionSandbox: Send + Sync {
     /// Reads one file. Errors with [`ErrorCategory::Io`] when it is missing or unreadable.
     fn read_file(&self, path: &str) -> impl Future<Output = SandboxResult<Vec<u8>>> + Send;
 
+    /// Reads one file as it comes: its bytes to `sink` in chunks, at most `limit` of them and
+    /// one past it for a larger file (the caller then knows it was cut). A receiver that goes
+    /// away ends the read. Default: [`ExecutionSandbox::read_file`] whole, then sent.
+    fn read_file_streaming(
+        &self,
+        path: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> impl Future<Output = SandboxResult<()>> + Send {
+        async move {
+            let mut data = self.read_file(path).await?;
+            data.truncate(usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX));
+            let _ = sink.send(data).await;
+            Ok(())
+        }
+    }
+
+    /// Writes one file (making its folders) from the chunks `source` yields as they come: an
+    /// empty chunk ends it; a source that closes before one broke off, and the write fails
+    /// (the path then holds no file). More than `limit` bytes are refused the same way.
+    /// Default: gathered, then [`ExecutionSandbox::write_file`].
+    fn write_file_streaming(
+        &self,
+        path: &str,
+        mode: u32,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> impl Future<Output = SandboxResult<u64>> + Send {
+        async move {
+            let data = gather_upload(path, limit, source).await?;
+            self.write_file(path, &data, mode).await?;
+            Ok(data.len() as u64)
+        }
+    }
+
     /// Writes a directory tree under `dir` (created if needed), keeping other files there.
     fn write_tree(
         &self,
@@ -599,6 +634,36 @@ pub trait ExecutionSandbox: Send + Sync {
     /// everything, or it has no such workspace).
     fn remove_reporting(&self) -> impl Future<Output = SandboxResult<Option<String>>> + Send {
         async { self.remove().await.map(|()| None) }
+    }
+}
+
+/// A streamed upload gathered whole: at most `limit` bytes, ended by an empty chunk (a source
+/// that closes before it broke off). For sandboxes that write a file in one piece.
+pub(crate) async fn gather_upload(
+    path: &str,
+    limit: u64,
+    mut source: mpsc::Receiver<Vec<u8>>,
+) -> SandboxResult<Vec<u8>> {
+    let mut data = Vec::new();
+    loop {
+        match source.recv().await {
+            Some(chunk) if chunk.is_empty() => return Ok(data),
+            Some(chunk) => {
+                data.extend_from_slice(&chunk);
+                if data.len() as u64 > limit {
+                    return Err(SandboxError::new(
+                        ErrorCategory::Io,
+                        format!("writing {path}: more than {limit} bytes"),
+                    ));
+                }
+            }
+            None => {
+                return Err(SandboxError::new(
+                    ErrorCategory::Io,
+                    format!("writing {path}: the upload broke off before its end"),
+                ))
+            }
+        }
     }
 }
 

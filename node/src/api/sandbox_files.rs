@@ -2,8 +2,10 @@
 //! written, listed and removed one at a time, and whole folders moved as tar archives.
 //!
 //! Every path is the caller's, checked by [`sandbox_path`] (absolute, no `..`) and resolved in
-//! the sandbox by its own commands — never on the host. A file or a tree moves at most the
-//! worker's `max_file_bytes` (64 MiB) per call, and a request body at most
+//! the sandbox by its own commands — never on the host. A file's raw bytes stream (read as they
+//! come from the sandbox, written as they arrive, through a forwarding node too), never held
+//! whole, up to the worker's `max_stream_bytes` (1 GiB) per call; a JSON write or a tree moves
+//! whole, at most the worker's `max_file_bytes` (64 MiB), in a request body of at most
 //! [`MAX_FILE_BODY`] (a file's base64 in JSON is a third larger). A tree sent in keeps its
 //! regular files and folders only: links, devices and names that are not UTF-8 are left out,
 //! and the answer lists them. A tree read back is re-packed from the sandbox's regular files,
@@ -21,10 +23,16 @@ use chorus_io::sandbox::ExecRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tokio::sync::mpsc;
+
 use super::sandboxes::{
     answer, bad, error_answer, live_caller, parse, run_helper, sandbox_path, Asked, Refused, Route,
-    CALL_WAIT,
+    CALL_WAIT, STREAM_WAIT,
 };
+use crate::daemon::sandboxes::Live;
 
 /// The largest request body a file or tree route takes: a 64 MiB file as base64 in JSON.
 pub(super) const MAX_FILE_BODY: usize = 96 << 20;
@@ -102,9 +110,10 @@ struct FileBody {
     tag = "sandboxes",
     summary = "Write a file",
     description = "Writes the file at an absolute path in the sandbox, making its folders: a JSON \
-        body (`path`, text `content` or `content_b64`, `mode`), or the file's raw bytes \
-        (`Content-Type: application/octet-stream`) with `?path=` and an optional octal \
-        `&mode=644`.",
+        body (`path`, text `content` or `content_b64`, `mode`; at most 64 MiB of file), or the \
+        file's raw bytes (`Content-Type: application/octet-stream`) with `?path=` and an \
+        optional octal `&mode=644`, streamed into the sandbox as they arrive (at most 1 GiB; \
+        an upload that breaks off leaves no file at the path).",
     params(
         ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = Option<String>, Query, description = "With a raw body: an absolute path in the sandbox, without `..`"),
@@ -117,11 +126,11 @@ struct FileBody {
     responses(
         (status = 200, description = "Written", body = crate::api::openapi::FileWritten),
         (status = 400, description = "Not a body this route takes, a bad path or mode", body = crate::api::openapi::SandboxRefusal),
-        (status = 413, description = "A body over 96 MiB", body = crate::api::openapi::Refusal),
+        (status = 413, description = "A JSON body over 96 MiB, or raw bytes over 1 GiB", body = crate::api::openapi::Refusal),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
         (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
         (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
-        (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
+        (status = 422, description = "The sandbox could not write it (no room in its workspace, a folder at the path…)", body = crate::api::openapi::SandboxRefusal),
     )
 )]
 pub(super) async fn write_file(
@@ -130,6 +139,9 @@ pub(super) async fn write_file(
     Query(query): Query<BTreeMap<String, String>>,
     body: Body,
 ) -> Response {
+    if is_raw(&asked) {
+        return write_streamed(asked, id, query, body).await;
+    }
     let body = match bounded(body).await {
         Ok(b) => b,
         Err(r) => return r.into_response(),
@@ -138,41 +150,22 @@ pub(super) async fn write_file(
         Route::Here(live, _) => live,
         Route::Answered(r) => return r,
     };
-    let raw = is_raw(&asked);
-    let (path, data, mode) = if raw {
-        // The bytes as they came; where and how in the query (no copy, no base64).
-        let Some(path) = query.get("path") else {
-            return bad("give ?path=/absolute/path (a raw body says only the file's bytes)");
-        };
-        let mode = match query.get("mode").map(|m| u32::from_str_radix(m, 8)) {
-            None => None,
-            Some(Ok(m)) => Some(m),
-            Some(Err(_)) => return bad("mode: octal permission bits, as chmod takes them (644)"),
-        };
-        (path.clone(), body.to_vec(), mode)
-    } else {
-        let req: FileBody = match parse(&body) {
-            Ok(r) => r,
-            Err(r) => return r.into_response(),
-        };
-        let data = match (req.content, req.content_b64) {
-            (Some(text), None) => text.into_bytes(),
-            (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
-                Ok(d) => d,
-                Err(e) => return bad(format!("content_b64: {e}")),
-            },
-            _ => return bad("give one of content (text) and content_b64"),
-        };
-        (req.path, data, req.mode)
-    };
-    let path = match sandbox_path(&path) {
-        Ok(p) => p,
+    let req: FileBody = match parse(&body) {
+        Ok(r) => r,
         Err(r) => return r.into_response(),
     };
-    let mode = mode.unwrap_or(0o644);
-    if mode > 0o777 {
-        return bad("mode: permission bits only (at most 0o777)");
-    }
+    let data = match (req.content, req.content_b64) {
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(b64)) => match base64::engine::general_purpose::STANDARD.decode(b64) {
+            Ok(d) => d,
+            Err(e) => return bad(format!("content_b64: {e}")),
+        },
+        _ => return bad("give one of content (text) and content_b64"),
+    };
+    let (path, mode) = match checked(&req.path, req.mode) {
+        Ok(at) => at,
+        Err(r) => return r.into_response(),
+    };
     let size = data.len();
     match live
         .write_file(&live_caller(&asked.caller), &id, &path, &data, mode)
@@ -183,13 +176,91 @@ pub(super) async fn write_file(
     }
 }
 
+/// A write's path and permission bits checked (0o644 when not given).
+fn checked(path: &str, mode: Option<u32>) -> Result<(String, u32), Refused> {
+    let path = sandbox_path(path)?;
+    let mode = mode.unwrap_or(0o644);
+    if mode > 0o777 {
+        return Err(Refused(
+            400,
+            "mode: permission bits only (at most 0o777)".into(),
+        ));
+    }
+    Ok((path, mode))
+}
+
+/// `PUT /sandboxes/{id}/files?path=P` with the file's raw bytes: sent on to the sandbox as they
+/// come (to its node, then into the sandbox), never held whole; at most the worker's stream
+/// bound (1 GiB, 413 past it, counted). A body that breaks off leaves no file at the path.
+async fn write_streamed(
+    asked: Asked,
+    id: String,
+    query: BTreeMap<String, String>,
+    body: Body,
+) -> Response {
+    // The bytes as they come; where and how in the query.
+    let Some(path) = query.get("path") else {
+        return bad("give ?path=/absolute/path (a raw body says only the file's bytes)");
+    };
+    let mode = match query.get("mode").map(|m| u32::from_str_radix(m, 8)) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(_)) => return bad("mode: octal permission bits, as chmod takes them (644)"),
+    };
+    let (path, mode) = match checked(path, mode) {
+        Ok(at) => at,
+        Err(r) => return r.into_response(),
+    };
+    let (live, body) = match asked.route_streaming(&id, body, STREAM_WAIT).await {
+        Ok(here) => here,
+        Err(r) => return r,
+    };
+    let most = live.limits().max_stream_bytes;
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    // The body's chunks, then an empty one for its end; over the bound, or broken, no end is
+    // sent and the write fails.
+    let pump = async move {
+        let mut data = body.into_data_stream();
+        let mut moved: u64 = 0;
+        while let Some(piece) = data.next().await {
+            let Ok(piece) = piece else { return Ok(()) };
+            moved = moved.saturating_add(piece.len() as u64);
+            if moved > most {
+                return Err(moved);
+            }
+            if !piece.is_empty() && tx.send(piece.to_vec()).await.is_err() {
+                return Ok(());
+            }
+        }
+        let _ = tx.send(Vec::new()).await;
+        Ok(())
+    };
+    let caller = live_caller(&asked.caller);
+    let write = live.write_file_streaming(&caller, &id, &path, mode, rx);
+    match tokio::join!(write, pump) {
+        (_, Err(moved)) => {
+            let refused = live.refuse_stream_size(moved);
+            answer(
+                413,
+                json!({ "error": format!("{refused}: write a larger file in parts"),
+                    "reason": "file_size" }),
+            )
+        }
+        (Ok(size), Ok(())) => answer(200, json!({ "path": path, "size": size })),
+        (Err(e), Ok(())) => error_answer(&e),
+    }
+}
+
 /// `GET /sandboxes/{id}/files?path=P`.
 #[utoipa::path(
     get,
     path = "/sandboxes/{id}/files",
     tag = "sandboxes",
     summary = "Read a file",
-    description = "The file's bytes.",
+    description = "The file's bytes, streamed as they come from the sandbox (at most 1 GiB). \
+        What goes wrong before the first byte is answered with its status; a file over the \
+        bound, or a read that fails part way, breaks the answer off, so a client never takes a \
+        part for the whole.",
     params(
         ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path in the sandbox, without `..`"),
@@ -219,13 +290,66 @@ pub(super) async fn read_file(
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    match live
-        .read_file(&live_caller(&asked.caller), &id, &path)
-        .await
-    {
-        Ok(data) => ([(header::CONTENT_TYPE, "application/octet-stream")], data).into_response(),
-        Err(e) => error_answer(&e),
-    }
+    read_streamed(live, &asked, id, path).await
+}
+
+/// A file's bytes as they come from the sandbox, never held whole: at most the worker's stream
+/// bound (1 GiB). What went wrong before the first byte is said (422, 410 …); after it the
+/// answer breaks off, so a caller never takes a part for the whole.
+async fn read_streamed(live: Arc<Live>, asked: &Asked, id: String, path: String) -> Response {
+    let most = live.limits().max_stream_bytes;
+    let caller = live_caller(&asked.caller);
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
+    let reader = live.clone();
+    let mut read =
+        tokio::spawn(async move { reader.read_file_streaming(&caller, &id, &path, tx).await });
+    let Some(first) = rx.recv().await else {
+        // Nothing came: an empty file, or the read failed before its first byte.
+        return match (&mut read).await {
+            Ok(Ok(())) => (
+                [(header::CONTENT_TYPE, "application/octet-stream")],
+                Vec::new(),
+            )
+                .into_response(),
+            Ok(Err(e)) => error_answer(&e),
+            Err(e) => Refused(500, format!("the read ended: {e}")).into_response(),
+        };
+    };
+    let (out, body) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tokio::spawn(async move {
+        let mut moved = first.len() as u64;
+        let mut next = Some(first);
+        while let Some(data) = next {
+            if moved > most {
+                let refused = live.refuse_stream_size(moved);
+                let _ = out
+                    .send(Err(std::io::Error::other(refused.to_string())))
+                    .await;
+                read.abort();
+                return;
+            }
+            if out.send(Ok(Bytes::from(data))).await.is_err() {
+                read.abort();
+                return;
+            }
+            next = rx.recv().await;
+            moved = moved.saturating_add(next.as_ref().map_or(0, |d| d.len() as u64));
+        }
+        let ended = match read.await {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => e.to_string(),
+        };
+        let _ = out.send(Err(std::io::Error::other(ended))).await;
+    });
+    let stream = futures_util::stream::unfold(body, |mut body| async move {
+        body.recv().await.map(|piece| (piece, body))
+    });
+    (
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// `DELETE /sandboxes/{id}/files?path=P`: `rm -rf` of a file or a folder.

@@ -178,7 +178,7 @@ async fn forward(
     to: &Member,
     method: &str,
     path: &str,
-    body: Option<&[u8]>,
+    body: Option<Body>,
     wait: Duration,
 ) -> Response {
     let shared = &asked.shared;
@@ -186,15 +186,20 @@ async fn forward(
         Ok(r) => r,
         Err(refused) => return refused.into_response(),
     };
-    // Sent on as it came, with its media type (JSON, or a file's raw bytes); the worker
+    // Sent on as it comes, with its media type (JSON, or a file's raw bytes); the worker
     // judges it.
-    let body = body.map(|bytes| http1::Payload {
-        kind: asked.content_type.as_deref().unwrap_or("application/json"),
-        bytes,
-    });
+    let kind = asked.content_type.as_deref().unwrap_or("application/json");
     let bound = wait + FORWARD_MARGIN;
     let deadline = tokio::time::Instant::now() + bound;
-    let opened = http1::open(&endpoint, tls, method, path, body, Some(&token));
+    let opened = async {
+        match body {
+            Some(body) => {
+                let body = (kind, body);
+                http1::open_streaming(&endpoint, tls, method, path, body, Some(&token)).await
+            }
+            None => http1::open(&endpoint, tls, method, path, None, Some(&token)).await,
+        }
+    };
     let answer = match tokio::time::timeout_at(deadline, opened).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unanswered(to, &e),
@@ -207,10 +212,12 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
+    let length = answer.headers().get(header::CONTENT_LENGTH).cloned();
     let lines = kind.starts_with("application/x-ndjson");
-    if !lines {
-        // A whole answer (JSON, a file's bytes): read, bounded, and sent on with its length.
-        // One wait around the whole read (not one per chunk: a 1 MiB file comes in a hundred).
+    let raw = is_raw_kind(&kind);
+    if !lines && !raw {
+        // A whole answer (JSON): read, bounded, and sent on with its length. One wait around
+        // the whole read (not one per chunk).
         let whole = axum::body::to_bytes(
             Body::new(answer.into_body()),
             usize::try_from(MAX_FORWARDED_BYTES).unwrap_or(usize::MAX),
@@ -233,8 +240,20 @@ async fn forward(
             () = tokio::time::sleep_until(deadline) => too_slow(to, bound),
         };
     }
+    // Streamed on as it comes: an exec's lines, or a file's bytes (as long as a streamed
+    // transfer may take, and as large).
+    let (most, deadline, bound) = if raw {
+        let bound = STREAM_WAIT;
+        (
+            MAX_STREAMED_BYTES,
+            tokio::time::Instant::now() + bound,
+            bound,
+        )
+    } else {
+        (MAX_FORWARDED_BYTES, deadline, bound)
+    };
     let mut data = Body::new(answer.into_body()).into_data_stream();
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(STREAM_BUFFER);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(STREAM_BUFFER);
     let (shared, node) = (shared.clone(), to.node_id.clone());
     tokio::spawn(async move {
         use futures_util::StreamExt;
@@ -254,10 +273,8 @@ async fn forward(
                 None => break None,
                 Some(Ok(piece)) => {
                     relayed += piece.len() as u64;
-                    if relayed > MAX_FORWARDED_BYTES {
-                        break Some(format!(
-                            "the answer of {node} is over {MAX_FORWARDED_BYTES} bytes"
-                        ));
+                    if relayed > most {
+                        break Some(format!("the answer of {node} is over {most} bytes"));
                     }
                     if tx.send(Ok(piece)).await.is_err() {
                         // The caller left.
@@ -268,21 +285,46 @@ async fn forward(
             }
         };
         if let Some(why) = cut {
-            let _ = tx
-                .send(Ok(ndjson(&json!({ "error": why, "status": 503 }))))
-                .await;
+            // Lines end with one saying why; bytes break off, so the caller never takes a
+            // part for the whole.
+            let last = if raw {
+                Err(std::io::Error::other(why))
+            } else {
+                Ok(ndjson(&json!({ "error": why, "status": 503 })))
+            };
+            let _ = tx.send(last).await;
         }
     });
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|piece| (piece, rx))
     });
-    (
+    let mut response = (
         code,
         [(header::CONTENT_TYPE, kind)],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response();
+    if let Some(length) = length.filter(|_| raw) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, length);
+    }
+    response
 }
+
+/// Whether a media type is a file's or an archive's bytes (streamed, not read whole).
+pub(super) fn is_raw_kind(kind: &str) -> bool {
+    let kind = kind.split(';').next().unwrap_or_default().trim();
+    kind.eq_ignore_ascii_case("application/octet-stream")
+        || kind.eq_ignore_ascii_case("application/x-tar")
+}
+
+/// The most a streamed file answer carries through a node: the worker's stream bound
+/// (`LiveLimits::max_stream_bytes`, 1 GiB) and the one byte past it that says "larger".
+pub(super) const MAX_STREAMED_BYTES: u64 = (1 << 30) + 1;
+
+/// How long a streamed file transfer may take, end to end.
+pub(super) const STREAM_WAIT: Duration = Duration::from_secs(10 * 60);
 
 /// A node's whole answer, passed on as it came.
 fn relay(answer: http1::RawAnswer) -> Response {
@@ -369,13 +411,39 @@ impl Asked {
     /// worker's connection goes during the call), or what its task's record says
     /// (`sandbox_place`).
     pub(super) async fn route(&self, id: &str, body: Option<&[u8]>, wait: Duration) -> Route {
+        self.route_sending(id, || body.map(|b| Body::from(b.to_vec())), wait)
+            .await
+    }
+
+    /// [`Asked::route`] for an upload sent on as it comes: the registry and the body, not yet
+    /// read, when the sandbox is here; else the answer given.
+    pub(super) async fn route_streaming(
+        &self,
+        id: &str,
+        body: Body,
+        wait: Duration,
+    ) -> Result<(Arc<Live>, Body), Response> {
+        let mut kept = Some(body);
+        match self.route_sending(id, || kept.take(), wait).await {
+            Route::Here(live, _) => Ok((live, kept.take().unwrap_or_else(Body::empty))),
+            Route::Answered(r) => Err(r),
+        }
+    }
+
+    /// Finds sandbox `id`, and sends the call on with `body()` when another node holds it.
+    async fn route_sending(
+        &self,
+        id: &str,
+        body: impl FnOnce() -> Option<Body>,
+        wait: Duration,
+    ) -> Route {
         let bound = self.bound.to_string();
         match sandbox_place::find(&self.shared, &bound, &self.auth, &self.caller, id).await {
             Found::Here(live, node) => Route::Here(live, node),
             Found::At(to) => {
                 let path = path_of(&self.uri);
                 let method = self.method.as_str();
-                let sent = forward(self, &to, method, path, body, wait);
+                let sent = forward(self, &to, method, path, body(), wait);
                 let answer = tokio::select! {
                     answer = sent => answer,
                     () = vanished(&self.shared, &to.node_id) => Refused(

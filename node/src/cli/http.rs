@@ -209,6 +209,27 @@ pub async fn request_payload(
     send_with(addr, method, path, body, token.as_deref(), limit).await
 }
 
+/// A request whose body, if any, is sent as it comes (`(media type, body)`), answered once the
+/// answer's head came: its body is read as it comes too. A large file in or out.
+pub async fn request_streaming(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, axum::body::Body)>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let endpoint = Endpoint::parse(addr)?;
+    let tls = match endpoint.tls {
+        true => Some(client_config(&endpoint)?),
+        false => None,
+    };
+    let token = token.as_deref();
+    match body {
+        Some(body) => http1::open_streaming(&endpoint, tls, method, path, body, token).await,
+        None => http1::open(&endpoint, tls, method, path, None, token).await,
+    }
+}
+
 /// [`request_bytes`] with `token` (or none) as the bearer.
 async fn request_bytes_with(
     addr: &str,

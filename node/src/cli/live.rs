@@ -263,6 +263,89 @@ async fn payload_call(
     Ok(accepted(addr, sent)?.body)
 }
 
+/// A file call whose body and answer move as they come, never held whole: its 2xx answer, or
+/// the node's refusal.
+async fn streaming_call(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: Option<(&str, axum::body::Body)>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    let sent = super::http::request_streaming(addr, method, path, body)
+        .await
+        .with_context(|| format!("cannot reach a chorus node at {addr}"))?;
+    if sent.status().is_success() {
+        return Ok(sent);
+    }
+    let code = sent.status().as_u16();
+    let body = axum::body::Body::new(sent.into_body());
+    let body = axum::body::to_bytes(body, 4 << 20)
+        .await
+        .unwrap_or_default();
+    let answer = super::http::RawAnswer {
+        code,
+        headers: Vec::new(),
+        body: body.to_vec(),
+    };
+    Err(Refusal::of(addr, &answer).into())
+}
+
+/// A local file's bytes as a stream of chunks (an upload sent as it is read).
+fn file_chunks(
+    file: tokio::fs::File,
+) -> impl futures_util::Stream<Item = std::io::Result<axum::body::Bytes>> {
+    futures_util::stream::unfold(Some(file), |file| async move {
+        use tokio::io::AsyncReadExt;
+        let mut file = file?;
+        let mut buf = vec![0u8; 256 << 10];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok(axum::body::Bytes::from(buf)), Some(file)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
+/// Writes an answer's body to `to` (`-`: stdout) as it comes. A body that breaks off is an
+/// error, and the part of it written to a file is removed: a part never passes for the whole.
+async fn download(
+    addr: &str,
+    answer: hyper::Response<hyper::body::Incoming>,
+    to: &std::path::Path,
+) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    use std::io::Write;
+    let stdout = to.as_os_str() == "-";
+    let mut out: Box<dyn Write> = if stdout {
+        Box::new(std::io::stdout().lock())
+    } else {
+        let file =
+            std::fs::File::create(to).with_context(|| format!("cannot write {}", to.display()))?;
+        Box::new(std::io::BufWriter::new(file))
+    };
+    let mut data = axum::body::Body::new(answer.into_body()).into_data_stream();
+    let copied: anyhow::Result<()> = async {
+        while let Some(piece) = data.next().await {
+            let piece =
+                piece.map_err(|e| anyhow::anyhow!("the answer of {addr} broke off: {e}"))?;
+            out.write_all(&piece)
+                .with_context(|| format!("cannot write {}", to.display()))?;
+        }
+        out.flush()
+            .with_context(|| format!("cannot write {}", to.display()))?;
+        Ok(())
+    }
+    .await;
+    drop(out);
+    if copied.is_err() && !stdout {
+        let _ = std::fs::remove_file(to);
+    }
+    copied
+}
+
 /// `cp SRC DST`: a file into or out of a live sandbox (its bytes as they are; into it with its
 /// permission bits), a local folder into one (its regular files, as a tar archive), or with
 /// `tar` a folder of the sandbox out as a tar archive (`-` for stdout) or an archive in.
@@ -298,30 +381,27 @@ pub async fn cp(addr: &str, src: &str, dst: &str, tar: bool) -> anyhow::Result<E
                 }
             } else {
                 use std::os::unix::fs::PermissionsExt;
-                let data = std::fs::read(&from)
+                let file = tokio::fs::File::open(&from)
+                    .await
                     .with_context(|| format!("cannot read {}", from.display()))?;
                 let mode = meta.permissions().mode() & 0o777;
                 let path = format!("{}&mode={mode:o}", at("files")?);
-                payload_call(
-                    addr,
-                    "PUT",
-                    &path,
-                    Some(("application/octet-stream", &data)),
-                )
-                .await?;
+                // Sent as it is read: a file of any size up to the worker's bound.
+                let body = axum::body::Body::from_stream(file_chunks(file));
+                let answer =
+                    streaming_call(addr, "PUT", &path, Some(("application/octet-stream", body)))
+                        .await?;
+                let body = axum::body::Body::new(answer.into_body());
+                axum::body::to_bytes(body, 1 << 20)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the answer of {addr} broke off: {e}"))?;
             }
         }
         (Place::Sandbox { id, path }, Place::Local(to)) => {
             let route = if tar { "tree" } else { "files" };
             let query = format!("{}/{route}?path={}", id_path(&id)?, percent_encode(&path));
-            let data = payload_call(addr, "GET", &query, None).await?;
-            if to.as_os_str() == "-" {
-                use std::io::Write;
-                std::io::stdout().write_all(&data)?;
-            } else {
-                std::fs::write(&to, data)
-                    .with_context(|| format!("cannot write {}", to.display()))?;
-            }
+            let answer = streaming_call(addr, "GET", &query, None).await?;
+            download(addr, answer, &to).await?;
         }
         _ => {
             eprintln!(

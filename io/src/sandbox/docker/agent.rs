@@ -73,6 +73,59 @@ pub(super) struct Run<'a> {
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a str,
     pub stdin: Option<&'a [u8]>,
+    /// Its stdin comes later, frame by frame ([`Agent::feed`]): a streamed upload.
+    pub fed: bool,
+}
+
+/// A streamed upload into a command's stdin: the chunks `source` yields, an empty one ending
+/// it (see `ExecutionSandbox::write_file_streaming`), at most `limit` bytes.
+pub(super) struct Feed {
+    pub source: mpsc::Receiver<Vec<u8>>,
+    pub limit: u64,
+    /// Bytes sent so far.
+    pub fed: u64,
+    /// The end was sent.
+    pub done: bool,
+    /// What it writes, for its errors.
+    pub what: String,
+}
+
+impl Feed {
+    /// Sends on one chunk of the source (`None`: the source closed), or says why the upload
+    /// must end.
+    async fn take(&mut self, chunk: Option<Vec<u8>>, agent: &Agent, id: u32) -> SandboxResult<()> {
+        let Some(chunk) = chunk else {
+            return Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!("{}: the upload broke off before its end", self.what),
+            ));
+        };
+        if chunk.is_empty() {
+            self.done = true;
+            return self.sent(agent.feed(id, &[]).await);
+        }
+        self.fed = self.fed.saturating_add(chunk.len() as u64);
+        if self.fed > self.limit {
+            return Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!("{}: more than {} bytes", self.what, self.limit),
+            ));
+        }
+        for part in chunk.chunks(STDIN_CHUNK) {
+            self.sent(agent.feed(id, part).await)?;
+        }
+        Ok(())
+    }
+
+    fn sent(&self, sent: bool) -> SandboxResult<()> {
+        if sent {
+            return Ok(());
+        }
+        Err(SandboxError::new(
+            ErrorCategory::Exec,
+            format!("{}: the sandbox's command agent ended", self.what),
+        ))
+    }
 }
 
 type Waiting = Arc<Mutex<BTreeMap<u32, mpsc::Sender<Event>>>>;
@@ -204,7 +257,7 @@ impl Agent {
         let env: Vec<String> = run.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         strings(&mut body, env.iter().map(String::as_bytes));
         strings_one(&mut body, run.cwd.as_bytes());
-        body.push(u8::from(run.stdin.is_some()));
+        body.push(u8::from(run.stdin.is_some() || run.fed));
         let mut input = self.input.lock().await;
         let mut sent = write_frame(&mut input, 1, id, &body).await;
         if let Some(data) = run.stdin {
@@ -214,6 +267,12 @@ impl Agent {
             sent = sent && write_frame(&mut input, 2, id, &[]).await;
         }
         sent.then_some(running)
+    }
+
+    /// One frame of command `id`'s stdin (empty: its end).
+    pub(super) async fn feed(&self, id: u32, data: &[u8]) -> bool {
+        let mut input = self.input.lock().await;
+        write_frame(&mut input, 2, id, data).await
     }
 
     /// Sends `signal` to the process group of command `id`.
@@ -286,6 +345,17 @@ impl Container {
         request: &ExecRequest,
         sink: Option<&mpsc::Sender<OutputChunk>>,
     ) -> SandboxResult<Option<ExecOutput>> {
+        self.run_by_agent_fed(request, sink, None).await
+    }
+
+    /// [`Container::run_by_agent`], its stdin fed from `feed` as the command runs; a feed that
+    /// fails kills the command (a write the agent makes itself ends, `agent.c`).
+    pub(super) async fn run_by_agent_fed(
+        &self,
+        request: &ExecRequest,
+        sink: Option<&mpsc::Sender<OutputChunk>>,
+        mut feed: Option<&mut Feed>,
+    ) -> SandboxResult<Option<ExecOutput>> {
         let Some(agent) = self.agent().await else {
             return Ok(None);
         };
@@ -305,6 +375,7 @@ impl Container {
             env: &env,
             cwd: &cwd,
             stdin: request.stdin.as_deref(),
+            fed: feed.is_some(),
         };
         let Some(mut running) = agent.run(run).await else {
             return Ok(None);
@@ -312,7 +383,21 @@ impl Container {
         let mut collected = OutputCollector::new(cap, false);
         let mut sink = sink;
         let exit = loop {
-            let Ok(event) = tokio::time::timeout_at(deadline, running.events.recv()).await else {
+            let next = tokio::time::timeout_at(deadline, running.events.recv());
+            let waited = match feed.as_deref_mut().filter(|f| !f.done) {
+                None => next.await,
+                Some(f) => tokio::select! {
+                    waited = next => waited,
+                    chunk = f.source.recv() => {
+                        if let Err(e) = f.take(chunk, &agent, running.id).await {
+                            agent.kill(running.id, SIGKILL).await;
+                            return Err(e);
+                        }
+                        continue;
+                    }
+                },
+            };
+            let Ok(event) = waited else {
                 agent.kill(running.id, SIGKILL).await;
                 let ended = tokio::time::timeout(KILL_GRACE, async {
                     while let Some(event) = running.events.recv().await {

@@ -2,9 +2,22 @@
 //! sandbox; see the module notes in [`super`] for why not the archive API), and the tar
 //! conversions they use.
 
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::agent::Feed;
 use super::container::Container;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
-use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree};
+use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree, OutputChunk, OutputStream};
+
+/// What a streamed read keeps of its command's output besides the stream (stderr's start, for
+/// the error).
+const STREAM_KEPT: usize = 64 * 1024;
+
+/// A streamed transfer may take this long whatever the policy's command timeout (a large file
+/// over a slow link).
+const STREAM_WAIT: Duration = Duration::from_secs(10 * 60);
 
 impl Container {
     /// Writes `data` to `path` with permission bits `mode`, making parent directories.
@@ -65,6 +78,109 @@ impl Container {
         Ok(out.stdout)
     }
 
+    /// Reads `path` into `sink` as it comes, at most `limit` bytes and one past it (see
+    /// `ExecutionSandbox::read_file_streaming`): the agent's read, or `cat` where none runs.
+    pub(super) async fn stream_file_out(
+        &self,
+        path: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        check_path(path)?;
+        let what = format!("reading {path}");
+        let past = limit.saturating_add(1);
+        let mut req = self.file_request(
+            ["chorus-agent:read", path, &past.to_string()]
+                .map(String::from)
+                .to_vec(),
+        );
+        // The file goes to the sink, not into the output: only the start of stderr is kept,
+        // for the error.
+        req.output_limit_bytes = Some(STREAM_KEPT);
+        req.timeout = Some(req.timeout.map_or(STREAM_WAIT, |t| t.max(STREAM_WAIT)));
+        let (tx, mut rx) = mpsc::channel::<OutputChunk>(4);
+        let run = async {
+            let tx = tx;
+            let out = match self.by_agent_with(&req, Some(&tx)).await? {
+                Some(out) => out,
+                None => {
+                    req.argv = vec!["cat".into(), "--".into(), path.into()];
+                    self.run(req.clone(), Some(&tx), false, None).await?
+                }
+            };
+            drop(tx);
+            judged(&what, out).map(drop)
+        };
+        // At most one byte past the limit is passed on (`cat` stops at no limit); a sink
+        // that went away takes nothing more.
+        let pump = async {
+            let mut room = past;
+            while let Some(chunk) = rx.recv().await {
+                if chunk.stream != OutputStream::Stdout || room == 0 {
+                    continue;
+                }
+                let mut data = chunk.data;
+                data.truncate(usize::try_from(room).unwrap_or(usize::MAX));
+                room -= data.len() as u64;
+                if sink.send(data).await.is_err() {
+                    return;
+                }
+            }
+        };
+        let (read, ()) = tokio::join!(run, pump);
+        read
+    }
+
+    /// Writes `path` from the chunks `source` yields, as they come (see
+    /// `ExecutionSandbox::write_file_streaming`); what a write that failed part way left is
+    /// removed. Where no agent runs, the file is gathered and written whole.
+    pub(super) async fn stream_file_in(
+        &self,
+        path: &str,
+        mode: u32,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> SandboxResult<u64> {
+        check_path(path)?;
+        if !self.has_agent().await {
+            let data = crate::sandbox::gather_upload(path, limit, source).await?;
+            self.put_file(path, &data, mode).await?;
+            return Ok(data.len() as u64);
+        }
+        let what = format!("writing {path}");
+        let mut req = self.file_request(
+            ["chorus-agent:write", &format!("{mode:o}"), path]
+                .map(String::from)
+                .to_vec(),
+        );
+        req.timeout = Some(req.timeout.map_or(STREAM_WAIT, |t| t.max(STREAM_WAIT)));
+        let mut feed = Feed {
+            source,
+            limit,
+            fed: 0,
+            done: false,
+            what: what.clone(),
+        };
+        let written = match self.run_by_agent_fed(&req, None, Some(&mut feed)).await {
+            Ok(Some(out)) if feed.done => judged(&what, out).map(drop),
+            Ok(Some(_)) => Err(SandboxError::new(
+                ErrorCategory::Io,
+                format!("{what}: the file was closed before the upload ended"),
+            )),
+            Ok(None) => Err(SandboxError::new(
+                ErrorCategory::Exec,
+                format!("{what}: the sandbox's command agent ended"),
+            )),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            let rm = self.file_request(["rm", "-f", "--", path].map(String::from).to_vec());
+            let _ = self.run(rm, None, false, None).await;
+            return Err(e);
+        }
+        Ok(feed.fed)
+    }
+
     /// Unpacks `tree` under `dir`, making it first.
     pub(super) async fn put_tree(&self, dir: &str, tree: &FileTree) -> SandboxResult<()> {
         check_path(dir)?;
@@ -116,10 +232,19 @@ impl Container {
     /// One of the agent's own file commands (`chorus-agent:read`, `:write`), where this
     /// sandbox has an agent running; `None`: run the command it stands for instead.
     async fn by_agent(&self, request: &ExecRequest) -> SandboxResult<Option<ExecOutput>> {
+        self.by_agent_with(request, None).await
+    }
+
+    /// [`Container::by_agent`], its output also sent to `sink`.
+    async fn by_agent_with(
+        &self,
+        request: &ExecRequest,
+        sink: Option<&mpsc::Sender<OutputChunk>>,
+    ) -> SandboxResult<Option<ExecOutput>> {
         if !self.has_agent().await {
             return Ok(None);
         }
-        self.run_by_agent(request, None).await
+        self.run_by_agent(request, sink).await
     }
 
     /// A file command: from `/`, with the policy's timeout, its output capped one byte past

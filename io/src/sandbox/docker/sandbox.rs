@@ -187,6 +187,27 @@ impl ExecutionSandbox for DockerSandbox {
         self.container.get_file(path).await
     }
 
+    async fn read_file_streaming(
+        &self,
+        path: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        self.container.stream_file_out(path, limit, sink).await
+    }
+
+    async fn write_file_streaming(
+        &self,
+        path: &str,
+        mode: u32,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> SandboxResult<u64> {
+        self.container
+            .stream_file_in(path, mode, limit, source)
+            .await
+    }
+
     async fn write_tree(&self, dir: &str, tree: &FileTree) -> SandboxResult<()> {
         self.container.put_tree(dir, tree).await
     }
