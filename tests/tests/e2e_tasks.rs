@@ -1285,7 +1285,8 @@ fn sandbox_off_admin(t: &TaskCluster, origin: usize, token: &str, admin: usize) 
 /// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
 /// node that is neither the admin nor the worker: 100 MiB — past the 96 MiB body and the 64 MiB
 /// file a call held whole before — in by `sandbox cp` and back out, byte for byte. A raw upload
-/// that breaks off part way leaves no file behind, and the sandbox goes on.
+/// that breaks off part way leaves no file behind, and the sandbox goes on; one past the
+/// sandbox's own disk (its 64 MiB `/tmp`) is refused with the reason and leaves nothing.
 #[test]
 fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     use std::io::Write;
@@ -1352,6 +1353,18 @@ fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     });
     assert!(removed.is_some(), "a broken-off upload left a part behind");
     assert_eq!(exec("stat -c %s /workspace/big.bin"), format!("{size}\n"));
+    // The sandbox's own disk bounds what it keeps: 100 MiB into its 64 MiB /tmp is refused
+    // with the reason, and leaves nothing there.
+    let out = cli(&[
+        "sandbox",
+        "cp",
+        local.path().to_str().unwrap(),
+        &format!("{id}:/tmp/big.bin"),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(said.contains("422") && said.contains("space"), "{said}");
+    assert_eq!(exec("test -e /tmp/big.bin || echo none"), "none\n");
 }
 
 /// Issue 53: a live sandbox is placed by the admin (a live task of the core) and used, start

@@ -218,21 +218,26 @@ async fn write_streamed(
     let most = live.limits().max_stream_bytes;
     let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
     // The body's chunks, then an empty one for its end; over the bound, or broken, no end is
-    // sent and the write fails.
+    // sent and the write fails. A write that ended early (no room left …) takes no more, and
+    // the rest of the body is read and dropped: the caller then reads the answer, not a
+    // connection reset under its upload.
     let pump = async move {
         let mut data = body.into_data_stream();
         let mut moved: u64 = 0;
+        let mut open = true;
         while let Some(piece) = data.next().await {
             let Ok(piece) = piece else { return Ok(()) };
             moved = moved.saturating_add(piece.len() as u64);
             if moved > most {
                 return Err(moved);
             }
-            if !piece.is_empty() && tx.send(piece.to_vec()).await.is_err() {
-                return Ok(());
+            if open && !piece.is_empty() && tx.send(piece.to_vec()).await.is_err() {
+                open = false;
             }
         }
-        let _ = tx.send(Vec::new()).await;
+        if open {
+            let _ = tx.send(Vec::new()).await;
+        }
         Ok(())
     };
     let caller = live_caller(&asked.caller);

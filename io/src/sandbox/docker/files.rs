@@ -162,11 +162,14 @@ impl Container {
             what: what.clone(),
         };
         let written = match self.run_by_agent_fed(&req, None, Some(&mut feed)).await {
-            Ok(Some(out)) if feed.done => judged(&what, out).map(drop),
-            Ok(Some(_)) => Err(SandboxError::new(
-                ErrorCategory::Io,
-                format!("{what}: the file was closed before the upload ended"),
-            )),
+            // A write that ended early says why (no room left …) where it can.
+            Ok(Some(out)) => judged(&what, out).and_then(|_| match feed.done {
+                true => Ok(()),
+                false => Err(SandboxError::new(
+                    ErrorCategory::Io,
+                    format!("{what}: the file was closed before the upload ended"),
+                )),
+            }),
             Ok(None) => Err(SandboxError::new(
                 ErrorCategory::Exec,
                 format!("{what}: the sandbox's command agent ended"),
