@@ -1918,6 +1918,33 @@ fn a_new_admin_counts_on_from_the_carried_count_after_a_window_of_its_own() {
     assert_eq!(ended, [(2, 5_000), (1, 13_000)]);
 }
 
+/// Admin rule 10 across a snapshot: a queued task's carried count is part of the admin's
+/// state, so a core restored from its snapshot (a replay that starts from one) ends the task
+/// when the original does — 13 s after the offer, as above — not after 60 s of its own.
+///
+/// Fails on `place.rs`'s `is_zero` (the `skip_serializing_if` of `carried_ms`) returning
+/// `true`, or with `==` as `!=`: the snapshot drops the count.
+#[test]
+fn a_snapshot_keeps_a_queued_tasks_carried_count() {
+    let mut a = patient_admin(&["w1", "s"]);
+    report(&mut a, "w1", 1, &[], &[]);
+    let offered = a.now_ms();
+    gpu_offer(&mut a, 1, 50_000);
+    let mut back = Core::restore(&a.snapshot()).expect("restores");
+    let ended = |c: &mut Core| -> Vec<(u64, u64)> {
+        sent_until(c, offered + 120_000, "s")
+            .iter()
+            .filter_map(|(t, m)| match m {
+                Message::TaskResult { task, .. } => Some((task.seq, t - offered)),
+                _ => None,
+            })
+            .collect()
+    };
+    let original = ended(&mut a);
+    assert_eq!(original, [(1, 13_000)]);
+    assert_eq!(ended(&mut back), original, "restored from the snapshot");
+}
+
 /// Worker rule 6 (issue 54): a report sent before the connection to the admin was up may be
 /// lost, and the next was four beats away (60 s at the default 15 s heartbeat) — a joining
 /// worker's slots sat unseen. When a connection to the admin it reported to comes up, the
