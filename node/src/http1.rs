@@ -83,34 +83,20 @@ impl<'a> Payload<'a> {
     }
 }
 
-/// Sends one request to `endpoint` as [`send`] does, and answers once the head of its answer
-/// came: the body is read as the server sends it (a streaming exec's NDJSON, relayed as it
-/// comes). Bounds on the body are the reader's.
+/// Sends one request to `endpoint` as [`send`] does, its body (`(media type, body)`) sent as
+/// it comes (an upload relayed chunk by chunk), and answers once the head of its answer came:
+/// the body is read as the server sends it (a streaming exec's NDJSON, a file's bytes, relayed
+/// as they come). Bounds on the body are the reader's.
 pub async fn open(
     endpoint: &Endpoint,
     tls: Option<Arc<rustls::ClientConfig>>,
     method: &str,
     path: &str,
-    body: Option<Payload<'_>>,
+    body: Option<(&str, axum::body::Body)>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
-    let body = body.map(|b| (b.kind, axum::body::Body::from(b.bytes.to_vec())));
     let stream = connect(endpoint, tls).await?;
     request_on(stream, endpoint, method, path, body, token).await
-}
-
-/// [`open`] with a body sent as it comes (an upload relayed chunk by chunk), of media type
-/// `kind`.
-pub async fn open_streaming(
-    endpoint: &Endpoint,
-    tls: Option<Arc<rustls::ClientConfig>>,
-    method: &str,
-    path: &str,
-    body: (&str, axum::body::Body),
-    token: Option<&str>,
-) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
-    let stream = connect(endpoint, tls).await?;
-    request_on(stream, endpoint, method, path, Some(body), token).await
 }
 
 /// A connection to `endpoint`'s host: plain, or TLS checked by `tls`.

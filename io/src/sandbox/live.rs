@@ -53,6 +53,9 @@ pub const WARM_MAX_AGE: Duration = Duration::from_secs(10 * 60);
 /// After a warm sandbox could not be made, the next try waits this long.
 pub const WARM_RETRY: Duration = Duration::from_secs(30);
 
+/// [`LiveLimits::max_stream_bytes`] unless said otherwise: 1 GiB.
+pub const DEFAULT_MAX_STREAM_BYTES: u64 = 1 << 30;
+
 /// The registry's bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveLimits {
@@ -84,7 +87,7 @@ impl Default for LiveLimits {
             max_lifetime: Duration::from_secs(4 * 60 * 60),
             max_output_bytes: 4 * 1024 * 1024,
             max_file_bytes: 64 * 1024 * 1024,
-            max_stream_bytes: 1024 * 1024 * 1024,
+            max_stream_bytes: DEFAULT_MAX_STREAM_BYTES,
             warm: 2,
         }
     }

@@ -637,6 +637,10 @@ pub trait ExecutionSandbox: Send + Sync {
     }
 }
 
+/// How long a streamed file transfer may take, whatever the policy's command timeout (a large
+/// file over a slow link); a node relaying one waits as long.
+pub const STREAM_WAIT: Duration = Duration::from_secs(10 * 60);
+
 /// A streamed upload gathered whole: at most `limit` bytes, ended by an empty chunk (a source
 /// that closes before it broke off). For sandboxes that write a file in one piece.
 pub(crate) async fn gather_upload(
@@ -644,6 +648,7 @@ pub(crate) async fn gather_upload(
     limit: u64,
     mut source: mpsc::Receiver<Vec<u8>>,
 ) -> SandboxResult<Vec<u8>> {
+    let what = format!("writing {path}");
     let mut data = Vec::new();
     loop {
         match source.recv().await {
@@ -651,20 +656,28 @@ pub(crate) async fn gather_upload(
             Some(chunk) => {
                 data.extend_from_slice(&chunk);
                 if data.len() as u64 > limit {
-                    return Err(SandboxError::new(
-                        ErrorCategory::Io,
-                        format!("writing {path}: more than {limit} bytes"),
-                    ));
+                    return Err(upload_over(&what, limit));
                 }
             }
-            None => {
-                return Err(SandboxError::new(
-                    ErrorCategory::Io,
-                    format!("writing {path}: the upload broke off before its end"),
-                ))
-            }
+            None => return Err(upload_broken_off(&what)),
         }
     }
+}
+
+/// The error of a streamed upload (`what`: "writing PATH") that brought more than `limit`.
+pub(crate) fn upload_over(what: &str, limit: u64) -> SandboxError {
+    SandboxError::new(
+        ErrorCategory::Io,
+        format!("{what}: more than {limit} bytes"),
+    )
+}
+
+/// The error of a streamed upload whose source closed before its end.
+pub(crate) fn upload_broken_off(what: &str) -> SandboxError {
+    SandboxError::new(
+        ErrorCategory::Io,
+        format!("{what}: the upload broke off before its end"),
+    )
 }
 
 /// Makes sandboxes: the part of a sandbox implementation a runtime loop holds on to.

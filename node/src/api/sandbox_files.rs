@@ -29,8 +29,8 @@ use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::sandboxes::{
-    answer, bad, error_answer, live_caller, parse, run_helper, sandbox_path, Asked, Refused, Route,
-    CALL_WAIT, STREAM_WAIT,
+    answer, bad, body_of, error_answer, live_caller, parse, run_helper, sandbox_path, Asked,
+    Refused, Route, CALL_WAIT, STREAM_WAIT,
 };
 use crate::daemon::sandboxes::Live;
 
@@ -347,12 +347,9 @@ async fn read_streamed(live: Arc<Live>, asked: &Asked, id: String, path: String)
         };
         let _ = out.send(Err(std::io::Error::other(ended))).await;
     });
-    let stream = futures_util::stream::unfold(body, |mut body| async move {
-        body.recv().await.map(|piece| (piece, body))
-    });
     (
         [(header::CONTENT_TYPE, "application/octet-stream")],
-        Body::from_stream(stream),
+        body_of(body),
     )
         .into_response()
 }

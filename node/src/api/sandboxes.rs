@@ -191,15 +191,8 @@ async fn forward(
     let kind = asked.content_type.as_deref().unwrap_or("application/json");
     let bound = wait + FORWARD_MARGIN;
     let deadline = tokio::time::Instant::now() + bound;
-    let opened = async {
-        match body {
-            Some(body) => {
-                let body = (kind, body);
-                http1::open_streaming(&endpoint, tls, method, path, body, Some(&token)).await
-            }
-            None => http1::open(&endpoint, tls, method, path, None, Some(&token)).await,
-        }
-    };
+    let body = body.map(|body| (kind, body));
+    let opened = http1::open(&endpoint, tls, method, path, body, Some(&token));
     let answer = match tokio::time::timeout_at(deadline, opened).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unanswered(to, &e),
@@ -295,15 +288,7 @@ async fn forward(
             let _ = tx.send(last).await;
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|piece| (piece, rx))
-    });
-    let mut response = (
-        code,
-        [(header::CONTENT_TYPE, kind)],
-        Body::from_stream(stream),
-    )
-        .into_response();
+    let mut response = (code, [(header::CONTENT_TYPE, kind)], body_of(rx)).into_response();
     if let Some(length) = length.filter(|_| raw) {
         response
             .headers_mut()
@@ -321,10 +306,18 @@ pub(super) fn is_raw_kind(kind: &str) -> bool {
 
 /// The most a streamed file answer carries through a node: the worker's stream bound
 /// (`LiveLimits::max_stream_bytes`, 1 GiB) and the one byte past it that says "larger".
-pub(super) const MAX_STREAMED_BYTES: u64 = (1 << 30) + 1;
+pub(super) const MAX_STREAMED_BYTES: u64 = live::DEFAULT_MAX_STREAM_BYTES + 1;
 
-/// How long a streamed file transfer may take, end to end.
-pub(super) const STREAM_WAIT: Duration = Duration::from_secs(10 * 60);
+/// How long a streamed file transfer may take, end to end (as long as the worker lets it).
+pub(super) const STREAM_WAIT: Duration = chorus_io::sandbox::STREAM_WAIT;
+
+/// A body sent as its pieces come from `rx`; an `Err` piece breaks it off.
+pub(super) fn body_of(rx: mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Body {
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    });
+    Body::from_stream(stream)
+}
 
 /// A node's whole answer, passed on as it came.
 fn relay(answer: http1::RawAnswer) -> Response {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use anyhow::Context;
 
@@ -218,16 +218,8 @@ pub async fn request_streaming(
     body: Option<(&str, axum::body::Body)>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
     let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    let endpoint = Endpoint::parse(addr)?;
-    let tls = match endpoint.tls {
-        true => Some(client_config(&endpoint)?),
-        false => None,
-    };
-    let token = token.as_deref();
-    match body {
-        Some(body) => http1::open_streaming(&endpoint, tls, method, path, body, token).await,
-        None => http1::open(&endpoint, tls, method, path, None, token).await,
-    }
+    let (endpoint, tls) = reached(addr)?;
+    http1::open(&endpoint, tls, method, path, body, token.as_deref()).await
 }
 
 /// [`request_bytes`] with `token` (or none) as the bearer.
@@ -252,12 +244,18 @@ async fn send_with(
     token: Option<&str>,
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
+    let (endpoint, tls) = reached(addr)?;
+    http1::send_payload(&endpoint, tls, method, path, body, token, limit).await
+}
+
+/// The API at `addr`, and how this process checks its TLS certificate where it speaks TLS.
+fn reached(addr: &str) -> anyhow::Result<(Endpoint, Option<Arc<rustls::ClientConfig>>)> {
     let endpoint = Endpoint::parse(addr)?;
     let tls = match endpoint.tls {
         true => Some(client_config(&endpoint)?),
         false => None,
     };
-    http1::send_payload(&endpoint, tls, method, path, body, token, limit).await
+    Ok((endpoint, tls))
 }
 
 /// The most of an answer the CLI keeps (status documents and task output tails are far

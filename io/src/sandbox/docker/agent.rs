@@ -95,10 +95,7 @@ impl Feed {
     /// must end.
     async fn take(&mut self, chunk: Option<Vec<u8>>, agent: &Agent, id: u32) -> SandboxResult<()> {
         let Some(chunk) = chunk else {
-            return Err(SandboxError::new(
-                ErrorCategory::Io,
-                format!("{}: the upload broke off before its end", self.what),
-            ));
+            return Err(crate::sandbox::upload_broken_off(&self.what));
         };
         if chunk.is_empty() {
             self.done = true;
@@ -106,10 +103,7 @@ impl Feed {
         }
         self.fed = self.fed.saturating_add(chunk.len() as u64);
         if self.fed > self.limit {
-            return Err(SandboxError::new(
-                ErrorCategory::Io,
-                format!("{}: more than {} bytes", self.what, self.limit),
-            ));
+            return Err(crate::sandbox::upload_over(&self.what, self.limit));
         }
         for part in chunk.chunks(STDIN_CHUNK) {
             self.sent(agent.feed(id, part).await)?;
@@ -118,14 +112,19 @@ impl Feed {
     }
 
     fn sent(&self, sent: bool) -> SandboxResult<()> {
-        if sent {
-            return Ok(());
+        match sent {
+            true => Ok(()),
+            false => Err(agent_ended(&self.what)),
         }
-        Err(SandboxError::new(
-            ErrorCategory::Exec,
-            format!("{}: the sandbox's command agent ended", self.what),
-        ))
     }
+}
+
+/// The error of a command (`what`) whose agent ended under it.
+pub(super) fn agent_ended(what: &str) -> SandboxError {
+    SandboxError::new(
+        ErrorCategory::Exec,
+        format!("{what}: the sandbox's command agent ended"),
+    )
 }
 
 type Waiting = Arc<Mutex<BTreeMap<u32, mpsc::Sender<Event>>>>;

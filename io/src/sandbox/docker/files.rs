@@ -2,11 +2,9 @@
 //! sandbox; see the module notes in [`super`] for why not the archive API), and the tar
 //! conversions they use.
 
-use std::time::Duration;
-
 use tokio::sync::mpsc;
 
-use super::agent::Feed;
+use super::agent::{agent_ended, Feed};
 use super::container::Container;
 use crate::sandbox::error::{ErrorCategory, SandboxError, SandboxResult};
 use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree, OutputChunk, OutputStream};
@@ -14,10 +12,6 @@ use crate::sandbox::{ExecOutput, ExecRequest, FileEntry, FileTree, OutputChunk, 
 /// What a streamed read keeps of its command's output besides the stream (stderr's start, for
 /// the error).
 const STREAM_KEPT: usize = 64 * 1024;
-
-/// A streamed transfer may take this long whatever the policy's command timeout (a large file
-/// over a slow link).
-const STREAM_WAIT: Duration = Duration::from_secs(10 * 60);
 
 impl Container {
     /// Writes `data` to `path` with permission bits `mode`, making parent directories.
@@ -89,7 +83,7 @@ impl Container {
         check_path(path)?;
         let what = format!("reading {path}");
         let past = limit.saturating_add(1);
-        let mut req = self.file_request(
+        let mut req = self.stream_request(
             ["chorus-agent:read", path, &past.to_string()]
                 .map(String::from)
                 .to_vec(),
@@ -97,7 +91,6 @@ impl Container {
         // The file goes to the sink, not into the output: only the start of stderr is kept,
         // for the error.
         req.output_limit_bytes = Some(STREAM_KEPT);
-        req.timeout = Some(req.timeout.map_or(STREAM_WAIT, |t| t.max(STREAM_WAIT)));
         let (tx, mut rx) = mpsc::channel::<OutputChunk>(4);
         let run = async {
             let tx = tx;
@@ -148,12 +141,11 @@ impl Container {
             return Ok(data.len() as u64);
         }
         let what = format!("writing {path}");
-        let mut req = self.file_request(
+        let req = self.stream_request(
             ["chorus-agent:write", &format!("{mode:o}"), path]
                 .map(String::from)
                 .to_vec(),
         );
-        req.timeout = Some(req.timeout.map_or(STREAM_WAIT, |t| t.max(STREAM_WAIT)));
         let mut feed = Feed {
             source,
             limit,
@@ -170,10 +162,7 @@ impl Container {
                     format!("{what}: the file was closed before the upload ended"),
                 )),
             }),
-            Ok(None) => Err(SandboxError::new(
-                ErrorCategory::Exec,
-                format!("{what}: the sandbox's command agent ended"),
-            )),
+            Ok(None) => Err(agent_ended(&what)),
             Err(e) => Err(e),
         };
         if let Err(e) = written {
@@ -248,6 +237,15 @@ impl Container {
             return Ok(None);
         }
         self.run_by_agent(request, sink).await
+    }
+
+    /// A streamed file command: a [`Container::file_request`] that may take
+    /// [`crate::sandbox::STREAM_WAIT`] when the policy's timeout is shorter.
+    fn stream_request(&self, argv: Vec<String>) -> ExecRequest {
+        let mut req = self.file_request(argv);
+        let wait = crate::sandbox::STREAM_WAIT;
+        req.timeout = Some(req.timeout.map_or(wait, |t| t.max(wait)));
+        req
     }
 
     /// A file command: from `/`, with the policy's timeout, its output capped one byte past
