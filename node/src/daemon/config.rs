@@ -196,7 +196,17 @@ pub struct TasksConfig {
     pub log_cap_mb: Option<u32>,
     /// Finished runs' logs kept; older ones are removed (default [`DEFAULT_LOGS_KEPT`]).
     pub logs_kept: Option<u32>,
+    /// How often, in seconds, this node removes the stale sandboxes of any node on its host
+    /// (owner gone or deadline passed; default [`DEFAULT_REAP_PERIOD_S`], from 1 to
+    /// [`MAX_REAP_PERIOD_S`]).
+    pub reap_period_s: Option<u32>,
 }
+
+/// Seconds between periodic reaps unless `[tasks] reap_period_s` says otherwise.
+pub const DEFAULT_REAP_PERIOD_S: u32 = 15;
+
+/// The most `[tasks] reap_period_s` may say (a day).
+pub const MAX_REAP_PERIOD_S: u32 = 86_400;
 
 /// Output kept per stream of a run unless `[tasks] log_cap_mb` says otherwise.
 pub const DEFAULT_LOG_CAP_MB: u32 = 16;
@@ -721,6 +731,14 @@ impl NodeConfig {
                 return Err(self.invalid("tasks.logs_kept", &format!("from 1 to {MAX_LOGS_KEPT}")));
             }
         }
+        if let Some(period) = self.tasks.reap_period_s {
+            if period == 0 || period > MAX_REAP_PERIOD_S {
+                return Err(self.invalid(
+                    "tasks.reap_period_s",
+                    &format!("from 1 to {MAX_REAP_PERIOD_S} seconds"),
+                ));
+            }
+        }
         if slots > 0 && !self.sandbox.docker {
             return Err(self.invalid(
                 "tasks.slots",
@@ -1039,6 +1057,8 @@ mod tests {
         for (toml, key) in [
             ("[tasks]\nlog_cap_mb = 5000\n", "`tasks.log_cap_mb`"),
             ("[tasks]\nlogs_kept = 0\n", "`tasks.logs_kept`"),
+            ("[tasks]\nreap_period_s = 0\n", "`tasks.reap_period_s`"),
+            ("[tasks]\nreap_period_s = 86401\n", "`tasks.reap_period_s`"),
             ("[sandbox]\nlive_max = 0\n", "`sandbox.live_max`"),
             ("[sandbox]\nlive_max = 1025\n", "`sandbox.live_max`"),
             (

@@ -15,7 +15,9 @@ use chorus_io::sandbox::repo::RepoRoots;
 use chorus_io::sandbox::tasks::{Ceilings, LogStore, TaskRunner, TaskRunnerConfig};
 use chorus_io::sandbox::SandboxProvider;
 
-use super::config::{NodeConfig, DEFAULT_LOGS_KEPT, DEFAULT_LOG_CAP_MB, DEFAULT_POOL_SIZE};
+use super::config::{
+    NodeConfig, DEFAULT_LOGS_KEPT, DEFAULT_LOG_CAP_MB, DEFAULT_POOL_SIZE, DEFAULT_REAP_PERIOD_S,
+};
 
 /// The live sandboxes (`/sandboxes`) of a node with Docker task slots.
 pub type Live = LiveSandboxes<DockerProvider>;
@@ -86,6 +88,9 @@ pub(super) async fn task_runner(
     runner.ceilings = ceilings;
     runner.secret_key = secret_key;
     runner.logs = logs;
+    runner.reap_period = Duration::from_secs(u64::from(
+        config.tasks.reap_period_s.unwrap_or(DEFAULT_REAP_PERIOD_S),
+    ));
     Ok(TaskRunner::new(provider, runner))
 }
 
