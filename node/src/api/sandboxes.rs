@@ -553,7 +553,9 @@ pub(super) fn error_answer(e: &LiveError) -> Response {
         the slot while it lives), and made there. The answer comes once it is made (within \
         `wait_ms`, default 30 s) and names its worker; a sandbox still waiting for a worker \
         then is answered 202 with why. Limits above this node's ceilings are refused. A \
-        retried create with the same `key` answers the same sandbox (200).",
+        retried create with the same `key` answers the same sandbox (200). One lost before it \
+        was made (its worker went down, or the admin that placed it lost its lease first) is \
+        made again, as a new sandbox, up to 3 tries within `wait_ms`.",
     request_body = CreateBody,
     responses(
         (status = 201, description = "Made", body = crate::api::openapi::SandboxInfo),
@@ -582,19 +584,34 @@ pub(super) async fn create(
     if let Some(why) = no_worker(&shared) {
         return Refused(503, why).into_response();
     }
-    let (code, submitted) =
-        super::tasks::submit(&shared, spec, req.key.clone(), Some(caller.id.clone())).await;
-    if code != 200 && code != 201 {
-        return answer(code, submitted);
-    }
-    let Some(id) = submitted["task"].as_str().map(str::to_string) else {
-        return Refused(500, "the core answered no task id".into()).into_response();
-    };
-    let made = if code == 201 { 201 } else { 200 };
     let until = tokio::time::Instant::now() + wait;
-    let worker = match placement(&shared, &id, &caller, until).await {
-        Ok(w) => w,
-        Err(response) => return response,
+    let mut tries = 1;
+    let (id, made, worker) = loop {
+        let key = try_key(req.key.as_deref(), tries);
+        let (code, submitted) =
+            super::tasks::submit(&shared, spec.clone(), key, Some(caller.id.clone())).await;
+        if code != 200 && code != 201 {
+            return answer(code, submitted);
+        }
+        let Some(id) = submitted["task"].as_str().map(str::to_string) else {
+            return Refused(500, "the core answered no task id".into()).into_response();
+        };
+        let made = if code == 201 { 201 } else { 200 };
+        match placement(&shared, &id, &caller, until).await {
+            Ok(worker) => break (id, made, worker),
+            Err(Placement::Lost(body)) if tries < CREATE_TRIES => {
+                // Lost before it was made: made again, unless the key names a sandbox an
+                // earlier call saw made and this call has no later try to follow.
+                let next = try_key(req.key.as_deref(), tries + 1);
+                if made == 200 && !next.as_deref().is_some_and(|k| key_used(&shared, k)) {
+                    return answer(410, body);
+                }
+                tracing::info!(sandbox = %id, "a sandbox was lost before it was made; making it again");
+                tries += 1;
+            }
+            Err(Placement::Lost(body)) => return answer(410, body),
+            Err(Placement::Answer(response)) => return response,
+        }
     };
     let (live, node) = {
         let s = shared.lock();
@@ -751,7 +768,7 @@ async fn placement(
     id: &str,
     caller: &Caller,
     until: tokio::time::Instant,
-) -> Result<String, Response> {
+) -> Result<String, Placement> {
     let stepped = shared.lock().stepped.clone();
     loop {
         let next = stepped.notified();
@@ -759,27 +776,70 @@ async fn placement(
         next.as_mut().enable();
         let (code, view) = super::tasks::get(&shared.lock(), id, Some(&caller.id));
         if code != 200 {
-            return Err(answer(code, view));
+            return Err(Placement::Answer(answer(code, view)));
         }
         match sandbox_place::record_of(&view, caller) {
             sandbox_place::Record::Placed(worker) => return Ok(worker),
             sandbox_place::Record::Ended(mut body) => {
                 body["id"] = json!(id);
-                return Err(answer(410, body));
+                if body["gone"]["reason"] == "lost" {
+                    return Err(Placement::Lost(body));
+                }
+                return Err(Placement::Answer(answer(410, body)));
             }
             sandbox_place::Record::Unknown => {
-                return Err(Refused(500, format!("task {id} is not a live sandbox")).into_response())
+                let why = format!("task {id} is not a live sandbox");
+                return Err(Placement::Answer(Refused(500, why).into_response()));
             }
             sandbox_place::Record::Waiting(why) => {
                 if tokio::time::timeout_at(until, next).await.is_err() {
-                    return Err(answer(
+                    return Err(Placement::Answer(answer(
                         202,
                         json!({ "id": id, "state": "waiting", "why": why }),
-                    ));
+                    )));
                 }
             }
         }
     }
+}
+
+/// Why a create has no worker to go to.
+enum Placement {
+    /// Its task ended `lost` before a worker held it for the admin (the 410 body): a worker
+    /// that went down, or a placement of an admin that lost its lease on the way, which the
+    /// next admin cannot find on any worker (core `task::place` rule 14).
+    Lost(Value),
+    /// Anything else, answered as it is.
+    Answer(Response),
+}
+
+/// Tries a create makes in all: a sandbox lost before it was made is made again (a new live
+/// task), within the create's wait. The admin never places a lost one again (it may still run
+/// on a worker cut off from it, which stops it when it hears), so only a new one gets the
+/// caller a sandbox; the caller had none of the lost one yet.
+const CREATE_TRIES: u32 = 3;
+
+/// The idempotency key of a create's `tries`-th try: the caller's for the first, then derived
+/// from it (`KEY#2`, `KEY#3`), so a create retried with the caller's key follows to the same
+/// sandbox its earlier call made again. Within the core's bound: the caller's is at most 128
+/// bytes.
+fn try_key(key: Option<&str>, tries: u32) -> Option<String> {
+    let key = key?;
+    Some(if tries <= 1 {
+        key.to_string()
+    } else {
+        format!("{key}#{tries}")
+    })
+}
+
+/// Whether `key` names a task submitted at this node.
+fn key_used(shared: &SharedState, key: &str) -> bool {
+    let s = shared.lock();
+    s.core.as_ref().is_some_and(|c| {
+        c.owned_tasks()
+            .values()
+            .any(|t| t.key.as_deref() == Some(key))
+    })
 }
 
 /// The spec and policy of a create that asks for nothing but defaults (the sandbox image,
@@ -1481,6 +1541,23 @@ mod tests {
         for refused in ["", "1A", "A-B", "A=B", "A\nB"] {
             assert!(!valid_env_name(refused), "{refused:?}");
         }
+    }
+
+    #[test]
+    fn a_create_made_again_tries_under_keys_derived_from_the_callers() {
+        assert_eq!(try_key(None, 1), None);
+        assert_eq!(try_key(None, 3), None);
+        assert_eq!(try_key(Some("k"), 1).as_deref(), Some("k"));
+        assert_eq!(try_key(Some("k"), 2).as_deref(), Some("k#2"));
+        assert_eq!(try_key(Some("k"), CREATE_TRIES).as_deref(), Some("k#3"));
+        // The longest key a caller may give still fits the core's bound once derived.
+        let longest = "k".repeat(128);
+        let derived = try_key(Some(&longest), CREATE_TRIES).unwrap();
+        assert!(
+            derived.len() <= chorus_core::task::bounds::NAME,
+            "{}",
+            derived.len()
+        );
     }
 
     #[test]
