@@ -289,8 +289,14 @@ impl Cluster {
 
     /// Sends SIGTERM without waiting; the process is left to [`Cluster::wait_exit`].
     pub fn signal_term(&self, i: usize) {
+        self.signal(i, nix::sys::signal::Signal::SIGTERM);
+    }
+
+    /// Sends `sig` to node `i`'s process (`SIGSTOP`: the others see it cut off until
+    /// `SIGCONT`).
+    pub fn signal(&self, i: usize, sig: nix::sys::signal::Signal) {
         if let Some(child) = &self.nodes[i].child {
-            signal(child, nix::sys::signal::Signal::SIGTERM);
+            signal(child, sig);
         }
     }
 

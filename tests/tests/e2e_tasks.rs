@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chorus_tests::task_cluster::{as_token, live_containers_of, metric, token, TaskCluster, IMAGE};
 use chorus_tests::{containers_of, http_exact, http_request, wait_until, Cluster, Timings, Value};
+use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_chorus-e2e");
 
@@ -1785,6 +1786,111 @@ fn id_of(c: &Cluster, i: usize) -> String {
         c.status(i)?["node_id"].as_str().map(str::to_owned)
     })
     .expect("the worker answers")
+}
+
+/// Issue 53: a create whose sandbox is lost before it is made gets one all the same — the CI
+/// race of the read-write repository test (a worker won the next term before it took the
+/// earlier admin's placement), made certain. The only worker that fits (the one with the
+/// repository) is paused (SIGSTOP) before the create: the admin places it there; then the
+/// office moves to the third node, so the worker, once it wakes, follows the new admin and
+/// refuses the old placement, and the new admin, finding it on no worker, ends it `lost`
+/// (never placed twice). The create makes another, which waits for a worker and is made on
+/// that one when it wakes. The caller sees one create answered 201 (before: 410 `lost` for a
+/// sandbox it never had), and the worker holds one sandbox of the caller's.
+#[test]
+fn a_create_lost_before_its_sandbox_was_made_is_made_again() {
+    let mut t = TaskCluster::start(BIN);
+    let repo = t.c.root().join("src");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("README"), "from the repo\n").unwrap();
+    let (admin_id, _, _) = t.c.wait_agreed(Duration::from_secs(60));
+    // The worker: a node that is not the admin, restarted with the repository.
+    let worker = (t.index_of(&admin_id) + 1) % 3;
+    assert!(t.c.terminate(worker).is_some_and(|s| s.success()));
+    t.c.extra_args
+        .extend(["--repo".to_owned(), format!("src={}", repo.display())]);
+    t.c.start_node(worker);
+    let (admin_id, _, _) = t.c.wait_agreed(Duration::from_secs(60));
+    let admin = t.index_of(&admin_id);
+    assert_ne!(admin, worker, "the restarted node took the office");
+    let next = (0..3).find(|i| *i != admin && *i != worker).unwrap();
+    let alice = token(&t.c, "submit");
+    let log = t.c.root().join(format!("n{admin}.log"));
+    let said_again = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("lost before it was made; making it again")
+    };
+    assert!(!said_again());
+
+    t.c.signal(worker, Signal::SIGSTOP);
+    let create = r#"{"repo": {"name": "src", "writable": false}, "wait_ms": 60000, "key": "k1"}"#;
+    let (code, made) = std::thread::scope(|scope| {
+        let call = scope.spawn(|| as_token(&t.c, admin, &alice, "POST", "/sandboxes", create));
+        // Placed on the paused worker (the create is made through the admin).
+        let placed = wait_until(Duration::from_secs(10), Duration::from_millis(20), || {
+            let (_, listed) = as_token(&t.c, admin, &alice, "GET", "/sandboxes", "");
+            listed.contains("\"state\":\"placed\"").then_some(())
+        });
+        let moved = t.c.chorus(&[
+            "members",
+            "--addr",
+            &format!("127.0.0.1:{}", t.c.nodes[admin].http_port),
+            "transfer",
+            &t.ids[next],
+        ]);
+        let lost = wait_until(Duration::from_secs(20), Duration::from_millis(50), || {
+            said_again().then_some(())
+        });
+        t.c.signal(worker, Signal::SIGCONT);
+        let (code, made) = call.join().expect("the create returns");
+        assert!(
+            placed.is_some(),
+            "not placed on the paused worker: {code} {made}"
+        );
+        assert!(moved.status.success(), "transfer: {moved:?}");
+        assert!(
+            lost.is_some(),
+            "the first try was not lost, or not made again: {code} {made}"
+        );
+        (code, made)
+    });
+    assert_eq!(code, 201, "{made}");
+    let made: Value = serde_json::from_str(&made).unwrap();
+    assert_eq!(made["worker"], t.ids[worker].as_str(), "{made}");
+    let id = made["id"].as_str().unwrap().to_owned();
+    let exec = r#"{"shell": "cat /workspace/README"}"#;
+    let path = format!("/sandboxes/{id}/exec");
+    let (code, out) = as_token(&t.c, next, &alice, "POST", &path, exec);
+    assert_eq!(code, 200, "{out}");
+    assert!(out.contains("from the repo"), "{out}");
+    // The same key names the same sandbox.
+    let (code, again) = as_token(&t.c, admin, &alice, "POST", "/sandboxes", create);
+    assert_eq!(code, 200, "{again}");
+    assert!(again.contains(&id), "{again}");
+    // The worker holds one of the caller's sandboxes, this one.
+    let held = || {
+        let (_, listed) = as_token(&t.c, worker, &alice, "GET", "/sandboxes", "");
+        let listed: Value = serde_json::from_str(&listed).unwrap_or_default();
+        let live: Vec<String> = listed["sandboxes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["state"] == "live")
+            .map(|s| s["id"].as_str().unwrap_or("?").to_owned())
+            .collect();
+        live
+    };
+    assert_eq!(held(), [id.clone()]);
+    let (code, closed) = as_token(
+        &t.c,
+        next,
+        &alice,
+        "DELETE",
+        &format!("/sandboxes/{id}"),
+        "",
+    );
+    assert_eq!(code, 200, "{closed}");
 }
 
 /// Issue 53: a live sandbox with a read-write repository, used through a node that lacks the

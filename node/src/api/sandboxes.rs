@@ -586,7 +586,7 @@ pub(super) async fn create(
     }
     let until = tokio::time::Instant::now() + wait;
     let mut tries = 1;
-    let (id, made, worker) = loop {
+    loop {
         let key = try_key(req.key.as_deref(), tries);
         let (code, submitted) =
             super::tasks::submit(&shared, spec.clone(), key, Some(caller.id.clone())).await;
@@ -597,58 +597,100 @@ pub(super) async fn create(
             return Refused(500, "the core answered no task id".into()).into_response();
         };
         let made = if code == 201 { 201 } else { 200 };
-        match placement(&shared, &id, &caller, until).await {
-            Ok(worker) => break (id, made, worker),
-            Err(Placement::Lost(body)) if tries < CREATE_TRIES => {
-                // Lost before it was made: made again, unless the key names a sandbox an
-                // earlier call saw made and this call has no later try to follow.
-                let next = try_key(req.key.as_deref(), tries + 1);
-                if made == 200 && !next.as_deref().is_some_and(|k| key_used(&shared, k)) {
-                    return answer(410, body);
-                }
-                tracing::info!(sandbox = %id, "a sandbox was lost before it was made; making it again");
-                tries += 1;
-            }
-            Err(Placement::Lost(body)) => return answer(410, body),
+        let lost = match made_at(&shared, &bound, &auth, &caller, &id, until).await {
+            Ok(info) => return answer(made, info),
             Err(Placement::Answer(response)) => return response,
+            Err(Placement::Lost(body)) => body,
+        };
+        // Lost before it was made: made again, unless the key names a sandbox an earlier call
+        // saw made and this call has no later try to follow.
+        let next = try_key(req.key.as_deref(), tries + 1);
+        if tries == CREATE_TRIES
+            || (made == 200 && !next.as_deref().is_some_and(|k| key_used(&shared, k)))
+        {
+            return answer(410, lost);
         }
-    };
+        tracing::info!(sandbox = %id, "a sandbox was lost before it was made; making it again");
+        tries += 1;
+    }
+}
+
+/// The sandbox of live task `id`, once its worker has made it (its `GET /sandboxes/{id}`
+/// body), waited for until `until`: at this node, or at its worker through the cluster. A
+/// record that ends `lost` meanwhile ends the wait (a worker that never answers, or refused
+/// the placement, makes nothing).
+async fn made_at(
+    shared: &SharedState,
+    bound: &SocketAddr,
+    auth: &Auth,
+    caller: &Caller,
+    id: &str,
+    until: tokio::time::Instant,
+) -> Result<Value, Placement> {
+    let worker = placement(shared, id, caller, until).await?;
     let (live, node) = {
         let s = shared.lock();
         (s.live.clone(), s.node_id.clone())
     };
-    if worker == node {
-        let Some(live) = live else {
-            return Refused(
-                503,
-                "placed on this node, which keeps no live sandboxes".into(),
-            )
-            .into_response();
-        };
-        return match live.wait_for(&live_caller(&caller), &id, until).await {
-            Ok(info) => answer(made, info_json(&info, &node)),
-            Err(e) => error_answer(&e),
-        };
-    }
-    let Some(to) = sandbox_place::member(&shared, &bound.to_string(), &worker) else {
-        return Refused(
-            503,
-            format!(
+    let made = async {
+        if worker == node {
+            let Some(live) = live else {
+                let why = "placed on this node, which keeps no live sandboxes";
+                return Err(Placement::Answer(Refused(503, why.into()).into_response()));
+            };
+            return match live.wait_for(&live_caller(caller), id, until).await {
+                Ok(info) => Ok(info_json(&info, &node)),
+                Err(e) => Err(Placement::Answer(error_answer(&e))),
+            };
+        }
+        let Some(to) = sandbox_place::member(shared, &bound.to_string(), &worker) else {
+            let why = format!(
                 "sandbox {id} is placed on {worker}, which is not connected to this node now: \
                  ask again (with the same key) or at another node"
-            ),
-        )
-        .into_response();
-    };
-    let left = until.saturating_duration_since(tokio::time::Instant::now());
-    let path = format!("/sandboxes/{id}?wait_ms={}", left.as_millis());
-    match send_to(&auth, &caller, &to, "GET", &path, None, left).await {
-        Ok(a) if a.code == 200 => {
-            let body: Value = serde_json::from_slice(&a.body).unwrap_or_default();
-            answer(made, body)
+            );
+            return Err(Placement::Answer(Refused(503, why).into_response()));
+        };
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let path = format!("/sandboxes/{id}?wait_ms={}", left.as_millis());
+        match send_to(auth, caller, &to, "GET", &path, None, left).await {
+            Ok(a) if a.code == 200 => Ok(serde_json::from_slice(&a.body).unwrap_or_default()),
+            Ok(a) if a.code == 410 => {
+                let body: Value = serde_json::from_slice(&a.body).unwrap_or_default();
+                if body["gone"]["reason"] == "lost" {
+                    return Err(Placement::Lost(body));
+                }
+                Err(Placement::Answer(relay(a)))
+            }
+            Ok(a) => Err(Placement::Answer(relay(a))),
+            Err(response) => Err(Placement::Answer(response)),
         }
-        Ok(a) => relay(a),
-        Err(response) => response,
+    };
+    tokio::select! {
+        made = made => made,
+        body = lost_record(shared, id, caller) => Err(Placement::Lost(body)),
+    }
+}
+
+/// The 410 body of live task `id` once its record ends `lost`; pending until then (for ever
+/// when it ends otherwise: the worker answers that).
+async fn lost_record(shared: &SharedState, id: &str, caller: &Caller) -> Value {
+    let stepped = shared.lock().stepped.clone();
+    loop {
+        let next = stepped.notified();
+        tokio::pin!(next);
+        next.as_mut().enable();
+        let (code, view) = super::tasks::get(&shared.lock(), id, Some(&caller.id));
+        if code == 200 {
+            if let sandbox_place::Record::Ended(mut body) = sandbox_place::record_of(&view, caller)
+            {
+                if body["gone"]["reason"] == "lost" {
+                    body["id"] = json!(id);
+                    return body;
+                }
+                return std::future::pending().await;
+            }
+        }
+        next.await;
     }
 }
 
