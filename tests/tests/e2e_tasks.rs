@@ -1881,7 +1881,7 @@ fn a_create_lost_before_its_sandbox_was_made_is_made_again() {
             .collect();
         live
     };
-    assert_eq!(held(), [id.clone()]);
+    assert_eq!(held(), vec![id.clone()]);
     let (code, closed) = as_token(
         &t.c,
         next,
