@@ -24,13 +24,20 @@ impl TaskCluster {
 
     /// `n` nodes of `bin`, after building the sandbox image (which fails without Docker).
     pub fn start_n(bin: &str, n: usize) -> TaskCluster {
+        TaskCluster::start_with(bin, n, &[])
+    }
+
+    /// [`TaskCluster::start_n`], each node also given `extra` arguments.
+    pub fn start_with(bin: &str, n: usize, extra: &[&str]) -> TaskCluster {
         let out = crate::run_chorus(bin.as_ref(), &["sandbox", "image", "build"]);
         assert!(
             out.status.success(),
             "the test image builds (this test needs Docker): {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let c = Cluster::start_with(bin, n, Timings::FAST, &["--docker", "--warm-image", IMAGE]);
+        let mut args = vec!["--docker", "--warm-image", IMAGE];
+        args.extend(extra);
+        let c = Cluster::start_with(bin, n, Timings::FAST, &args);
         c.wait_agreed(Duration::from_secs(60));
         let ids = (0..n)
             .map(|i| {

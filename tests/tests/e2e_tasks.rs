@@ -1368,6 +1368,81 @@ fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     assert_eq!(exec("test -e /tmp/big.bin || echo none"), "none\n");
 }
 
+/// Issue 53: a worker's bound on one streamed file (`[sandbox] live_file_max_mb`, 1 MiB here)
+/// holds through another node: an upload past it is refused 413, counted, and leaves nothing;
+/// one of exactly the bound lands whole; a download past it breaks off, and `sandbox cp` says
+/// so and keeps no part.
+#[test]
+fn a_streamed_file_past_the_workers_bound_is_refused_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("small.toml");
+    std::fs::write(&config, "[sandbox]\nlive_file_max_mb = 1\n").unwrap();
+    let t = TaskCluster::start_with(BIN, 2, &["--config", config.to_str().unwrap()]);
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let alice = token(&t.c, "submit");
+    let (code, made) = as_token(&t.c, admin, &alice, "POST", "/sandboxes", "{}");
+    assert_eq!(code, 201, "{made}");
+    let made: Value = serde_json::from_str(&made).unwrap();
+    let id = made["id"].as_str().unwrap().to_owned();
+    let worker = t.index_of(made["worker"].as_str().unwrap());
+    let via = 1 - worker;
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let cp = |from: &str, to: &str| {
+        let args = ["sandbox", "cp", "--addr", &addr, from, to];
+        chorus_tests::run_chorus_env(BIN.as_ref(), &args, &[("CHORUS_TOKEN", &alice)])
+    };
+    let exec = |shell: &str| {
+        let body = serde_json::json!({ "shell": shell }).to_string();
+        let path = format!("/sandboxes/{id}/exec");
+        let (code, answer) = as_token(&t.c, via, &alice, "POST", &path, &body);
+        assert_eq!(code, 200, "{answer}");
+        serde_json::from_str::<Value>(&answer).unwrap()["stdout"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let refusals = || {
+        metric(
+            &t.c,
+            worker,
+            "chorus_live_refused_total{reason=\"file_size\"}",
+        )
+        .unwrap_or(0)
+    };
+    let before = refusals();
+    let bound = 1usize << 20;
+    let local = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(local.path(), vec![7u8; bound + 1]).unwrap();
+    let out = cp(
+        local.path().to_str().unwrap(),
+        &format!("{id}:/workspace/over"),
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(said.contains("413") && said.contains("1048576"), "{said}");
+    assert_eq!(exec("test -e /workspace/over || echo none"), "none\n");
+    assert_eq!(refusals(), before + 1);
+    std::fs::write(local.path(), vec![7u8; bound]).unwrap();
+    let out = cp(
+        local.path().to_str().unwrap(),
+        &format!("{id}:/workspace/at"),
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(exec("stat -c %s /workspace/at"), format!("{bound}\n"));
+    // Out: the file at the bound comes back whole; one byte more breaks off.
+    let back = dir.path().join("back");
+    let out = cp(&format!("{id}:/workspace/at"), back.to_str().unwrap());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(std::fs::metadata(&back).unwrap().len(), bound as u64);
+    exec("head -c 1048577 /dev/zero > /workspace/more");
+    let more = dir.path().join("more");
+    let out = cp(&format!("{id}:/workspace/more"), more.to_str().unwrap());
+    assert!(!out.status.success(), "{out:?}");
+    assert!(!more.exists(), "a broken-off download left a part");
+    let (code, closed) = as_token(&t.c, via, &alice, "DELETE", &format!("/sandboxes/{id}"), "");
+    assert_eq!(code, 200, "{closed}");
+}
+
 /// Issue 53: a live sandbox is placed by the admin (a live task of the core) and used, start
 /// to end, through the API of a node that is neither the admin nor its worker (forwarded with
 /// a delegated token); another token sees nothing of it through any node; once closed, every

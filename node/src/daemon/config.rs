@@ -162,6 +162,9 @@ pub struct SandboxConfig {
     /// Live sandboxes one token holds on this worker at once (default
     /// [`DEFAULT_LIVE_PER_OWNER`], at most `live_max`).
     pub live_per_owner: Option<u32>,
+    /// The most one streamed file read or write of a live sandbox moves, MiB (default and at
+    /// most [`MAX_LIVE_FILE_MB`]: what a node relays); 413 past it.
+    pub live_file_max_mb: Option<u32>,
 }
 
 /// The `[tasks]` table: how many tasks this node runs at once, and its warm sandboxes.
@@ -276,6 +279,9 @@ pub const MAX_LIVE_MAX: u32 = MAX_TASK_SLOTS;
 /// Live sandboxes one token holds on a worker, unless `[sandbox] live_per_owner` says otherwise.
 pub const DEFAULT_LIVE_PER_OWNER: u32 = 8;
 
+/// The most `[sandbox] live_file_max_mb` may say, and its default: the 1 GiB a node relays.
+pub const MAX_LIVE_FILE_MB: u32 = (chorus_io::sandbox::live::DEFAULT_MAX_STREAM_BYTES >> 20) as u32;
+
 impl SandboxConfig {
     /// The live-sandbox bounds these settings give.
     pub fn live_limits(&self) -> chorus_io::sandbox::live::LiveLimits {
@@ -283,6 +289,7 @@ impl SandboxConfig {
             warm: self.live_warm.unwrap_or(DEFAULT_LIVE_WARM) as usize,
             total: self.live_max.unwrap_or(DEFAULT_LIVE_MAX) as usize,
             per_owner: self.live_per_owner.unwrap_or(DEFAULT_LIVE_PER_OWNER) as usize,
+            max_stream_bytes: u64::from(self.live_file_max_mb.unwrap_or(MAX_LIVE_FILE_MB)) << 20,
             ..chorus_io::sandbox::live::LiveLimits::default()
         }
     }
@@ -731,6 +738,14 @@ impl NodeConfig {
                 return Err(self.invalid("tasks.logs_kept", &format!("from 1 to {MAX_LOGS_KEPT}")));
             }
         }
+        if let Some(mb) = self.sandbox.live_file_max_mb {
+            if mb == 0 || mb > MAX_LIVE_FILE_MB {
+                return Err(self.invalid(
+                    "sandbox.live_file_max_mb",
+                    &format!("from 1 to {MAX_LIVE_FILE_MB} MiB"),
+                ));
+            }
+        }
         if let Some(period) = self.tasks.reap_period_s {
             if period == 0 || period > MAX_REAP_PERIOD_S {
                 return Err(self.invalid(
@@ -1058,6 +1073,14 @@ mod tests {
             ("[tasks]\nlog_cap_mb = 5000\n", "`tasks.log_cap_mb`"),
             ("[tasks]\nlogs_kept = 0\n", "`tasks.logs_kept`"),
             ("[tasks]\nreap_period_s = 0\n", "`tasks.reap_period_s`"),
+            (
+                "[sandbox]\nlive_file_max_mb = 0\n",
+                "`sandbox.live_file_max_mb`",
+            ),
+            (
+                "[sandbox]\nlive_file_max_mb = 1025\n",
+                "`sandbox.live_file_max_mb`",
+            ),
             ("[tasks]\nreap_period_s = 86401\n", "`tasks.reap_period_s`"),
             ("[sandbox]\nlive_max = 0\n", "`sandbox.live_max`"),
             ("[sandbox]\nlive_max = 1025\n", "`sandbox.live_max`"),
@@ -1084,6 +1107,10 @@ mod tests {
         assert!(live.clone().resolve().is_ok());
         let limits = live.sandbox.live_limits();
         assert_eq!((limits.total, limits.per_owner), (100, 100));
+        assert_eq!(limits.max_stream_bytes, 1 << 30);
+        let small = NodeConfig::from_toml("[sandbox]\nlive_file_max_mb = 2\n").unwrap();
+        assert!(small.clone().resolve().is_ok());
+        assert_eq!(small.sandbox.live_limits().max_stream_bytes, 2 << 20);
         let default = NodeConfig::default().sandbox.live_limits();
         assert_eq!((default.total, default.per_owner, default.warm), (64, 8, 2));
     }

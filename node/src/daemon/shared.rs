@@ -126,6 +126,24 @@ impl Shared {
                     "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}\n"
                 ));
             }
+            for (name, help, counted) in [
+                (
+                    "chorus_live_refused_total",
+                    "Live sandbox calls this worker refused, by reason (file_size, per_owner, \
+                     worker_full, idle_timeout, lifetime).",
+                    &counters.refused,
+                ),
+                (
+                    "chorus_live_ended_total",
+                    "Live sandboxes this worker ended, by why.",
+                    &counters.ended,
+                ),
+            ] {
+                text.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));
+                for (reason, n) in counted {
+                    text.push_str(&format!("{name}{{reason=\"{reason}\"}} {n}\n"));
+                }
+            }
         }
         text
     }
