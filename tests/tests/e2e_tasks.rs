@@ -1283,6 +1283,39 @@ fn sandbox_off_admin(t: &TaskCluster, origin: usize, token: &str, admin: usize) 
     panic!("3 sandboxes in a row were placed on the admin: {on_admin:?}");
 }
 
+/// Issue 53: a worker cut off without its connection closing — paused (SIGSTOP), as a host
+/// behind a partition looks — loses its live sandbox all the same: libp2p's ping reports it
+/// and its connection is closed, so the admin hears it down and the sandbox's record says
+/// `lost` within about 50 s (before: never, while TCP held). Woken, it reconnects and stops
+/// its copy.
+#[test]
+fn a_paused_workers_live_sandbox_is_recorded_lost_and_its_copy_stopped_when_it_wakes() {
+    let t = TaskCluster::start(BIN);
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let alice = token(&t.c, "submit");
+    let (id, worker) = sandbox_off_admin(&t, admin, &alice, admin);
+    t.c.signal(worker, Signal::SIGSTOP);
+    let paused = std::time::Instant::now();
+    let lost = wait_until(Duration::from_secs(90), Duration::from_millis(250), || {
+        let (code, view) = as_token(&t.c, admin, &alice, "GET", &format!("/tasks/{id}"), "");
+        (code == 200 && view.contains("\"status\":\"lost\"")).then_some(view)
+    });
+    let took = paused.elapsed();
+    t.c.signal(worker, Signal::SIGCONT);
+    let lost = lost.expect("a paused worker's live sandbox is never recorded lost");
+    assert!(lost.contains(&t.ids[worker]), "{lost}");
+    eprintln!("a paused worker's live sandbox was recorded lost {took:?} after the pause");
+    assert!(took < Duration::from_secs(70), "{took:?}");
+    let listed = || {
+        let (_, listed) = as_token(&t.c, worker, &alice, "GET", "/sandboxes", "");
+        listed
+    };
+    let stopped = wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
+        (!listed().contains(&id)).then_some(())
+    });
+    assert!(stopped.is_some(), "the woken worker still holds it: {}", listed());
+}
+
 /// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
 /// node that is neither the admin nor the worker: 100 MiB — past the 96 MiB body and the 64 MiB
 /// file a call held whole before — in by `sandbox cp` and back out, byte for byte. A raw upload

@@ -839,6 +839,19 @@ impl Driver {
             BehaviourEvent::Identify(event) => self.on_identify_event(event).await,
             BehaviourEvent::Mdns(event) => self.on_mdns_event(event),
             BehaviourEvent::Kad(event) => self.on_kad_event(event),
+            BehaviourEvent::Ping(libp2p::ping::Event {
+                peer,
+                connection,
+                result: Err(failure),
+            }) => {
+                // libp2p's ping reports a peer that missed two pings in a row and leaves the
+                // connection open: a peer paused, or cut off behind a partition, would stay up
+                // for as long as TCP holds (its tasks and live sandboxes placed there all that
+                // time). Closed, so both ends hear the peer down and reconnect when it answers.
+                tracing::warn!(peer = %peer, %failure,
+                    "a peer stopped answering pings: its connection is closed");
+                self.swarm.close_connection(connection);
+            }
             BehaviourEvent::Ping(_) | BehaviourEvent::Link(()) => {}
             BehaviourEvent::Allow(never) => match never {},
             BehaviourEvent::Limits(never) => match never {},
