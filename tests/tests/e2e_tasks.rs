@@ -1313,7 +1313,11 @@ fn a_paused_workers_live_sandbox_is_recorded_lost_and_its_copy_stopped_when_it_w
     let stopped = wait_until(Duration::from_secs(60), Duration::from_millis(250), || {
         (!listed().contains(&id)).then_some(())
     });
-    assert!(stopped.is_some(), "the woken worker still holds it: {}", listed());
+    assert!(
+        stopped.is_some(),
+        "the woken worker still holds it: {}",
+        listed()
+    );
 }
 
 /// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
