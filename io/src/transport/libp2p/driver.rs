@@ -842,14 +842,16 @@ impl Driver {
             BehaviourEvent::Ping(libp2p::ping::Event {
                 peer,
                 connection,
-                result: Err(libp2p::ping::Failure::Timeout),
-            }) => {
+                result: Err(failure),
+            }) if !matches!(failure, libp2p::ping::Failure::Unsupported) => {
                 // libp2p's ping reports a peer that missed two pings in a row and leaves the
                 // connection open: a peer paused, or cut off behind a partition, would stay up
                 // for as long as TCP holds (its tasks and live sandboxes placed there all that
                 // time). Closed, so both ends hear the peer down and reconnect when it answers.
-                // (A peer that does not speak ping at all is no node of ours: left alone.)
-                tracing::warn!(peer = %peer,
+                // (The second failure is a timeout or, on a fresh stream, a negotiation that
+                // timed out. A peer that does not speak ping at all is no node of ours: left
+                // alone.)
+                tracing::warn!(peer = %peer, %failure,
                     "a peer left two pings unanswered: its connection is closed");
                 self.swarm.close_connection(connection);
             }
