@@ -1320,6 +1320,19 @@ fn a_paused_workers_live_sandbox_is_recorded_lost_and_its_copy_stopped_when_it_w
     );
 }
 
+/// The stdout of `shell` run in sandbox `id` through node `via` with `token` (which must
+/// succeed).
+fn shell_out(t: &TaskCluster, via: usize, token: &str, id: &str, shell: &str) -> String {
+    let body = serde_json::json!({ "shell": shell }).to_string();
+    let path = format!("/sandboxes/{id}/exec");
+    let (code, answer) = as_token(&t.c, via, token, "POST", &path, &body);
+    assert_eq!(code, 200, "{answer}");
+    serde_json::from_str::<Value>(&answer).unwrap()["stdout"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
 /// node that is neither the admin nor the worker: 100 MiB — past the 96 MiB body and the 64 MiB
 /// file a call held whole before — in by `sandbox cp` and back out, byte for byte. A raw upload
@@ -1350,16 +1363,7 @@ fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     let inside = format!("{id}:/workspace/big.bin");
     let out = cli(&["sandbox", "cp", local.path().to_str().unwrap(), &inside]);
     assert!(out.status.success(), "{out:?}");
-    let exec = |shell: &str| {
-        let body = serde_json::json!({ "shell": shell }).to_string();
-        let path = format!("/sandboxes/{id}/exec");
-        let (code, answer) = as_token(&t.c, via, &alice, "POST", &path, &body);
-        assert_eq!(code, 200, "{answer}");
-        serde_json::from_str::<Value>(&answer).unwrap()["stdout"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let exec = |shell: &str| shell_out(&t, via, &alice, &id, shell);
     assert_eq!(exec("stat -c %s /workspace/big.bin"), format!("{size}\n"));
     let back = tempfile::NamedTempFile::new().unwrap();
     let out = cli(&["sandbox", "cp", &inside, back.path().to_str().unwrap()]);
@@ -1428,16 +1432,7 @@ fn a_streamed_file_past_the_workers_bound_is_refused_both_ways() {
         let args = ["sandbox", "cp", "--addr", &addr, from, to];
         chorus_tests::run_chorus_env(BIN.as_ref(), &args, &[("CHORUS_TOKEN", &alice)])
     };
-    let exec = |shell: &str| {
-        let body = serde_json::json!({ "shell": shell }).to_string();
-        let path = format!("/sandboxes/{id}/exec");
-        let (code, answer) = as_token(&t.c, via, &alice, "POST", &path, &body);
-        assert_eq!(code, 200, "{answer}");
-        serde_json::from_str::<Value>(&answer).unwrap()["stdout"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    };
+    let exec = |shell: &str| shell_out(&t, via, &alice, &id, shell);
     let refusals = || {
         metric(
             &t.c,

@@ -674,23 +674,46 @@ async fn made_at(
 /// The 410 body of live task `id` once its record ends `lost`; pending until then (for ever
 /// when it ends otherwise: the worker answers that).
 async fn lost_record(shared: &SharedState, id: &str, caller: &Caller) -> Value {
+    let never = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let ended = watch_record(shared, id, caller, never, |code, view| {
+        match (code, sandbox_place::record_of(&view, caller)) {
+            (200, sandbox_place::Record::Ended(mut body)) => {
+                Some((body["gone"]["reason"] == "lost").then(|| {
+                    body["id"] = json!(id);
+                    body
+                }))
+            }
+            _ => None,
+        }
+    })
+    .await;
+    match ended {
+        Some(Some(lost)) => lost,
+        _ => std::future::pending().await,
+    }
+}
+
+/// Watches live task `id`'s record at this node, step by step of the core, until `decide`
+/// (given the task view's status and body) says what it is, or `until` passes (`None`).
+async fn watch_record<T>(
+    shared: &SharedState,
+    id: &str,
+    caller: &Caller,
+    until: tokio::time::Instant,
+    mut decide: impl FnMut(u16, Value) -> Option<T>,
+) -> Option<T> {
     let stepped = shared.lock().stepped.clone();
     loop {
         let next = stepped.notified();
         tokio::pin!(next);
         next.as_mut().enable();
         let (code, view) = super::tasks::get(&shared.lock(), id, Some(&caller.id));
-        if code == 200 {
-            if let sandbox_place::Record::Ended(mut body) = sandbox_place::record_of(&view, caller)
-            {
-                if body["gone"]["reason"] == "lost" {
-                    body["id"] = json!(id);
-                    return body;
-                }
-                return std::future::pending().await;
-            }
+        if let Some(seen) = decide(code, view) {
+            return Some(seen);
         }
-        next.await;
+        if tokio::time::timeout_at(until, next).await.is_err() {
+            return None;
+        }
     }
 }
 
@@ -811,36 +834,37 @@ async fn placement(
     caller: &Caller,
     until: tokio::time::Instant,
 ) -> Result<String, Placement> {
-    let stepped = shared.lock().stepped.clone();
-    loop {
-        let next = stepped.notified();
-        tokio::pin!(next);
-        next.as_mut().enable();
-        let (code, view) = super::tasks::get(&shared.lock(), id, Some(&caller.id));
+    let mut why = String::new();
+    let seen = watch_record(shared, id, caller, until, |code, view| {
         if code != 200 {
-            return Err(Placement::Answer(answer(code, view)));
+            return Some(Err(Placement::Answer(answer(code, view))));
         }
         match sandbox_place::record_of(&view, caller) {
-            sandbox_place::Record::Placed(worker) => return Ok(worker),
+            sandbox_place::Record::Placed(worker) => Some(Ok(worker)),
             sandbox_place::Record::Ended(mut body) => {
                 body["id"] = json!(id);
-                if body["gone"]["reason"] == "lost" {
-                    return Err(Placement::Lost(body));
-                }
-                return Err(Placement::Answer(answer(410, body)));
+                Some(Err(if body["gone"]["reason"] == "lost" {
+                    Placement::Lost(body)
+                } else {
+                    Placement::Answer(answer(410, body))
+                }))
             }
             sandbox_place::Record::Unknown => {
-                let why = format!("task {id} is not a live sandbox");
-                return Err(Placement::Answer(Refused(500, why).into_response()));
+                let refused = Refused(500, format!("task {id} is not a live sandbox"));
+                Some(Err(Placement::Answer(refused.into_response())))
             }
-            sandbox_place::Record::Waiting(why) => {
-                if tokio::time::timeout_at(until, next).await.is_err() {
-                    return Err(Placement::Answer(answer(
-                        202,
-                        json!({ "id": id, "state": "waiting", "why": why }),
-                    )));
-                }
+            sandbox_place::Record::Waiting(now) => {
+                why = now;
+                None
             }
+        }
+    })
+    .await;
+    match seen {
+        Some(seen) => seen,
+        None => {
+            let waiting = json!({ "id": id, "state": "waiting", "why": why });
+            Err(Placement::Answer(answer(202, waiting)))
         }
     }
 }
