@@ -667,15 +667,20 @@ async fn made_at(
     };
     tokio::select! {
         made = made => made,
-        body = lost_record(shared, id, caller) => Err(Placement::Lost(body)),
+        body = lost_record(shared, id, caller, until) => Err(Placement::Lost(body)),
     }
 }
 
-/// The 410 body of live task `id` once its record ends `lost`; pending until then (for ever
-/// when it ends otherwise: the worker answers that).
-async fn lost_record(shared: &SharedState, id: &str, caller: &Caller) -> Value {
-    let never = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
-    let ended = watch_record(shared, id, caller, never, |code, view| {
+/// The 410 body of live task `id` once its record ends `lost` before `until`; pending for ever
+/// otherwise (an end of another kind the worker answers, and the wait beside this one ends
+/// by `until`).
+async fn lost_record(
+    shared: &SharedState,
+    id: &str,
+    caller: &Caller,
+    until: tokio::time::Instant,
+) -> Value {
+    let ended = watch_record(shared, id, caller, until, |code, view| {
         match (code, sandbox_place::record_of(&view, caller)) {
             (200, sandbox_place::Record::Ended(mut body)) => {
                 Some((body["gone"]["reason"] == "lost").then(|| {
