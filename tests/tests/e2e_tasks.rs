@@ -1937,6 +1937,17 @@ fn a_create_lost_before_its_sandbox_was_made_is_made_again() {
             .contains("lost before it was made; making it again")
     };
     assert!(!said_again());
+    // The admin must know the restarted worker offers the repository before it is paused, or
+    // the create waits for a worker instead of being placed on it: a trial create (only that
+    // worker can take it) answers once its report with `repo:src` has reached the admin.
+    let trial = r#"{"repo": {"name": "src", "writable": false}, "wait_ms": 60000, "key": "trial"}"#;
+    let (code, tried) = as_token(&t.c, admin, &alice, "POST", "/sandboxes", trial);
+    assert_eq!(code, 201, "the trial create: {tried}");
+    let tried: Value = serde_json::from_str(&tried).unwrap();
+    assert_eq!(tried["worker"], t.ids[worker].as_str(), "{tried}");
+    let gone = format!("/sandboxes/{}", tried["id"].as_str().unwrap());
+    let (code, closed) = as_token(&t.c, admin, &alice, "DELETE", &gone, "");
+    assert_eq!(code, 200, "the trial close: {closed}");
 
     t.c.signal(worker, Signal::SIGSTOP);
     let create = r#"{"repo": {"name": "src", "writable": false}, "wait_ms": 60000, "key": "k1"}"#;
