@@ -7,6 +7,7 @@
 //! loopback over the members' peer ports; needs root and `nft`). Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
 //! etcd-client`) it says so and measures CHORUS only, exiting 0.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -162,17 +163,78 @@ fn nft(script: &str) -> Result<(), String> {
     }
 }
 
-/// Bytes and packets per second the members of `sys` send each other over `secs` seconds once
-/// they agree and have settled.
-fn idle_wire(sys: &dyn System, secs: u64) -> Result<(f64, f64), String> {
+/// TCP payload sent so far on each established connection with a peer port at either end, by
+/// (local, remote) address: the kernel's own `bytes_sent` (`ss -ti`, as an operator would read
+/// it), which leaves out the IP and TCP headers the [`WireCounter`] counts. Both ends of a
+/// loopback connection are listed, each with what it sent.
+fn payload_sent(ports: &[u16]) -> Result<BTreeMap<(String, String), u64>, String> {
+    let filter = ports
+        .iter()
+        .map(|p| format!("sport = :{p} or dport = :{p}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let out = Command::new("ss")
+        .args(["-tinH", "state", "established"])
+        .arg(format!("( {filter} )"))
+        .output()
+        .map_err(|e| format!("ss: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ss: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    // Each socket is a line of addresses (Recv-Q Send-Q Local Peer) and, indented, its info.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut sent = BTreeMap::new();
+    let mut socket: Option<(String, String)> = None;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if !line.starts_with(char::is_whitespace) && words.len() >= 4 {
+            socket = Some((words[2].to_owned(), words[3].to_owned()));
+            continue;
+        }
+        let Some(key) = socket.take() else { continue };
+        let bytes = words
+            .iter()
+            .find_map(|w| w.strip_prefix("bytes_sent:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        sent.insert(key, bytes);
+    }
+    Ok(sent)
+}
+
+/// What the members of a system send each other while idle, per second.
+#[derive(Clone, Copy, Debug)]
+struct Idle {
+    /// IP packets' bytes (headers included), from the nftables counter.
+    wire: f64,
+    packets: f64,
+    /// TCP payload (`bytes_sent`), headers left out.
+    payload: f64,
+}
+
+/// What the members of `sys` send each other over `secs` seconds once they agree and have
+/// settled. A connection that closes within the window is left out of the payload (none does
+/// in an idle cluster); one that opens counts from its start.
+fn idle_wire(sys: &dyn System, secs: u64) -> Result<Idle, String> {
     wait_agreed(sys, AGREE_BOUND).ok_or("no agreement")?;
     std::thread::sleep(Duration::from_secs(3));
-    let counter = WireCounter::install(&sys.peer_ports())?;
+    let ports = sys.peer_ports();
+    let counter = WireCounter::install(&ports)?;
     let (b0, p0) = counter.read().ok_or("the counter does not read")?;
+    let sent0 = payload_sent(&ports)?;
     std::thread::sleep(Duration::from_secs(secs));
     let (b1, p1) = counter.read().ok_or("the counter does not read")?;
+    let sent1 = payload_sent(&ports)?;
+    let payload: u64 = sent1
+        .iter()
+        .map(|(k, n)| n.saturating_sub(sent0.get(k).copied().unwrap_or(0)))
+        .sum();
     let s = secs as f64;
-    Ok(((b1 - b0) as f64 / s, (p1 - p0) as f64 / s))
+    Ok(Idle {
+        wire: (b1 - b0) as f64 / s,
+        packets: (p1 - p0) as f64 / s,
+        payload: payload as f64 / s,
+    })
 }
 
 fn wait_agreed(sys: &dyn System, bound: Duration) -> Option<usize> {
@@ -544,7 +606,7 @@ fn main() {
     type Row = (Measure, f64, Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>);
     let mut rows: Vec<Row> = Vec::new();
     // timeout → (etcd, chorus) idle (bytes/s, packets/s)
-    type Wire = Option<Result<(f64, f64), String>>;
+    type Wire = Option<Result<Idle, String>>;
     let mut wire: Vec<(f64, Wire, Wire)> = Vec::new();
     for (ti, &t) in args.timeouts.iter().enumerate() {
         let min_ms = (t * 1000.0) as u64;
@@ -632,28 +694,44 @@ fn main() {
     }
     if !wire.is_empty() {
         println!();
-        println!("| idle, between members, heartbeat = timeout / 3 both | timeouts | etcd bytes/s (packets/s) | CHORUS bytes/s (packets/s) | CHORUS / etcd |");
+        println!(
+            "| idle, between members, heartbeat = timeout / 3 both | timeouts | etcd | CHORUS | \
+             CHORUS / etcd |"
+        );
         println!("|---|---|---|---|---|");
-        let cell = |w: &Wire| match w {
+        let cell = |w: &Wire, f: fn(&Idle) -> String| match w {
             None => "—".to_owned(),
-            Some(Ok((b, p))) => format!("{b:.0} ({p:.1})"),
+            Some(Ok(i)) => f(i),
             Some(Err(e)) => format!("not measured: {e}"),
         };
         for (t, e, c) in &wire {
-            let ratio = match (e, c) {
-                (Some(Ok(e)), Some(Ok(c))) => format!("{:.2} ({:.2})", c.0 / e.0, c.1 / e.1),
+            let ok = |w: &Wire| w.as_ref().and_then(|r| r.as_ref().ok()).copied();
+            let (eo, co) = (ok(e), ok(c));
+            let ratio = |f: fn(&Idle) -> f64| match (eo, co) {
+                (Some(e), Some(c)) => format!("{:.2}", f(&c) / f(&e)),
                 _ => "—".into(),
             };
             println!(
-                "| TCP bytes on loopback | {t} s | {} | {} | {ratio} |",
-                cell(e),
-                cell(c)
+                "| TCP payload (`ss -ti` bytes_sent), B/s | {t} s | {} | {} | **{}** |",
+                cell(e, |i| format!("{:.0}", i.payload)),
+                cell(c, |i| format!("{:.0}", i.payload)),
+                ratio(|i| i.payload)
+            );
+            println!(
+                "| IP bytes on loopback, B/s (packets/s) | {t} s | {} | {} | {} ({}) |",
+                cell(e, |i| format!("{:.0} ({:.1})", i.wire, i.packets)),
+                cell(c, |i| format!("{:.0} ({:.1})", i.wire, i.packets)),
+                ratio(|i| i.wire),
+                ratio(|i| i.packets)
             );
             json.push(serde_json::json!({
                 "measure": "idle_wire",
                 "timeout_s": t,
-                "etcd_bytes_per_s": e.as_ref().and_then(|r| r.as_ref().ok()).map(|x| x.0),
-                "chorus_bytes_per_s": c.as_ref().and_then(|r| r.as_ref().ok()).map(|x| x.0),
+                "heartbeat_ms": (t * 1000.0) as u64 / 3,
+                "etcd_bytes_per_s": eo.map(|x| x.wire),
+                "chorus_bytes_per_s": co.map(|x| x.wire),
+                "etcd_payload_per_s": eo.map(|x| x.payload),
+                "chorus_payload_per_s": co.map(|x| x.payload),
             }));
         }
     }
