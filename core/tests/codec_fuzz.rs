@@ -1,6 +1,8 @@
 //! Fuzz-style checks: no byte string, random or a mangled valid message, panics the decoder.
 
-use chorus_core::codec::{decode, encode, MAX_MESSAGE_BYTES};
+use chorus_core::codec::{
+    cluster_tag, decode, encode, encode_compact, COMPACT_MAGIC, MAX_MESSAGE_BYTES,
+};
 use chorus_core::Message;
 use proptest::prelude::*;
 
@@ -60,6 +62,47 @@ proptest! {
         }
         let _ = decode("c", &bytes);
         let _ = decode("c", &bytes[..cut.index(bytes.len())]);
+    }
+
+    /// Compact frames (`codec/compact.rs`): random bodies behind a valid head, and mangled or
+    /// cut valid frames, are refused or decoded, never a panic; a frame that decodes encodes
+    /// back to the same bytes (one value, one encoding).
+    #[test]
+    fn compact_frames_never_panic_and_decode_only_their_own_encoding(
+        kind in 0u8..4,
+        body in prop::collection::vec(any::<u8>(), 0..96),
+        term in any::<u64>(),
+        beat in any::<u64>(),
+        sig in prop::option::of(prop::collection::vec(any::<u8>(), 0..=64)),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut head = vec![COMPACT_MAGIC, kind];
+        head.extend_from_slice(&cluster_tag("c"));
+        let random = [&head[..], &body[..]].concat();
+        let ack = Message::HeartbeatAck {
+            term,
+            beat,
+            promise_ms: 900,
+            holds: sig.is_some(),
+            endorsement: sig.map(|s| chorus_core::Signature::from_bytes(&s)),
+            certified: 1,
+        };
+        let mut mangled = encode_compact("c", &ack).unwrap();
+        prop_assert_eq!(decode("c", &mangled), Ok(ack));
+        for (at, b) in edits {
+            let i = at.index(mangled.len());
+            mangled[i] = b;
+        }
+        let n = cut.index(mangled.len() + 1);
+        for bytes in [&random[..], &mangled[..], &mangled[..n]] {
+            if let Ok(msg) = decode("c", bytes) {
+                if bytes.first() == Some(&COMPACT_MAGIC) {
+                    let again = encode_compact("c", &msg);
+                    prop_assert_eq!(again.as_deref(), Some(bytes));
+                }
+            }
+        }
     }
 
     #[test]

@@ -908,3 +908,62 @@ async fn a_loopback_address_of_a_peer_reached_elsewhere_is_never_dialled() {
         }
     }
 }
+
+/// Compact links (issue 54, item 10): a heartbeat and its acknowledgement go as compact frames
+/// between nodes that both accept `/chorus/link/2.0.0`, and as JSON to and from a node that
+/// does not (an earlier release, stood in for by `compact_links: false`) — every message
+/// arrives whole either way. Fails when the writer never offers link/2 (no compact frame is
+/// counted), and when it writes compact frames on link/1 (the older node's reader would be
+/// sent them: its count would move).
+#[tokio::test]
+async fn compact_links_carry_heartbeats_and_an_older_peer_gets_json() {
+    let (mut a, a_addr) = start(config(&["admin_election"])).await;
+    let mut cb = config(&["admin_election"]);
+    cb.bootstrap = vec![a_addr.clone()];
+    let (mut b, _) = start(cb).await;
+    let mut cc = config(&["admin_election"]);
+    cc.bootstrap = vec![a_addr];
+    cc.compact_links = false;
+    let (mut c, _) = start(cc).await;
+    let (ida, idb, idc) = (a.node_id(), b.node_id(), c.node_id());
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+    expect(&mut c, "C sees A up", is_up(&ida)).await;
+    broadcasts_settled(&mut a, 2).await;
+    let before = a.stats().snapshot();
+    a.broadcast(&heartbeat(7));
+    for (t, name) in [(&mut b, "B"), (&mut c, "C")] {
+        expect(
+            t,
+            &format!("A's heartbeat at {name}"),
+            is_msg(&ida, &heartbeat(7)),
+        )
+        .await;
+    }
+    let ack = |holds: bool| Message::HeartbeatAck {
+        term: 3,
+        beat: 7,
+        promise_ms: 900,
+        holds,
+        endorsement: holds.then(|| chorus_core::Signature::from_bytes(&[9; 64])),
+        certified: 1,
+    };
+    b.send(&ida, &ack(true));
+    c.send(&ida, &ack(false));
+    expect(&mut a, "B's ack at A", is_msg(&idb, &ack(true))).await;
+    expect(&mut a, "C's ack at A", is_msg(&idc, &ack(false))).await;
+    let after = a.stats().snapshot();
+    assert_eq!(
+        after.compact_frames_out - before.compact_frames_out,
+        1,
+        "A's heartbeat compact to B only: {after:?}"
+    );
+    assert!(
+        b.stats().snapshot().compact_frames_out >= 1,
+        "B's ack compact"
+    );
+    assert_eq!(
+        c.stats().snapshot().compact_frames_out,
+        0,
+        "C speaks link/1 only"
+    );
+}

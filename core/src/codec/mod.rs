@@ -8,7 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::Message;
 
+mod compact;
 mod parts;
+
+pub use compact::{cluster_tag, decode_compact, encode_compact, COMPACT_MAGIC};
 
 pub use parts::{encode_parts, Reassembler, MAX_ASSEMBLED_BYTES, MAX_PARTIAL_SENDERS};
 
@@ -129,6 +132,9 @@ pub fn decode(cluster: &str, bytes: &[u8]) -> Result<Message, CodecError> {
 fn decode_whole(cluster: &str, bytes: &[u8], limit: usize) -> Result<Message, CodecError> {
     if bytes.len() > limit {
         return Err(CodecError::TooLarge(bytes.len()));
+    }
+    if bytes.first() == Some(&COMPACT_MAGIC) {
+        return decode_compact(cluster, bytes);
     }
     match envelope(cluster, bytes)? {
         EnvelopeIn {

@@ -181,6 +181,9 @@ impl<K: Ord + Clone> Reassembler<K> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(CodecError::TooLarge(bytes.len()));
         }
+        if bytes.first() == Some(&super::COMPACT_MAGIC) {
+            return super::decode_compact(cluster, bytes).map(Some);
+        }
         let env = super::envelope(cluster, bytes)?;
         let part = match env {
             EnvelopeIn {

@@ -61,7 +61,7 @@ use crate::runtime::{Transport, TransportEvent};
 pub use self::behaviour::IDENTIFY_PROTOCOL;
 pub use self::frame::{Frame, FrameCodec, FrameError, DIRECT_PROTOCOL};
 pub use self::identity::{load_or_create_identity, load_psk};
-pub use self::link::LINK_PROTOCOL;
+pub use self::link::{LINK_PROTOCOL, LINK_PROTOCOL_COMPACT};
 pub use self::stats::{Libp2pStats, StatsSnapshot};
 
 /// Everything [`Libp2pTransport::start`] needs besides the keypair.
@@ -114,6 +114,10 @@ pub struct Libp2pConfig {
     pub event_queue: usize,
     /// Capacity of the queue of outgoing messages (sends beyond it are dropped and counted).
     pub command_queue: usize,
+    /// Offer and accept compact links (`/chorus/link/2.0.0`: heartbeats and their
+    /// acknowledgements in a few bytes, `chorus_core::codec::encode_compact`). Off only to
+    /// stand in for a node of an earlier release, which speaks link/1 alone.
+    pub compact_links: bool,
 }
 
 impl Libp2pConfig {
@@ -142,6 +146,7 @@ impl Libp2pConfig {
             redial_backoff_max: Duration::from_secs(30),
             event_queue: 4096,
             command_queue: 4096,
+            compact_links: true,
         }
     }
 }
@@ -198,10 +203,18 @@ impl TransportError {
 /// A command from the transport handle to its driver task.
 #[derive(Debug)]
 enum Command {
-    /// One encoded message to one peer: one frame, or its parts in order.
-    Send { to: PeerId, frames: Vec<Vec<u8>> },
-    /// One encoded message to every peer: one frame, or its parts in order.
-    Broadcast { frames: Vec<Vec<u8>> },
+    /// One encoded message to one peer: one frame, or its parts in order; and its compact
+    /// frame, if it has one (written instead on a compact link).
+    Send {
+        to: PeerId,
+        frames: Vec<Vec<u8>>,
+        compact: Option<Vec<u8>>,
+    },
+    /// One encoded message to every peer, as `Send`.
+    Broadcast {
+        frames: Vec<Vec<u8>>,
+        compact: Option<Vec<u8>>,
+    },
     /// Let what was sent leave, then end.
     Stop,
 }
@@ -335,13 +348,22 @@ impl Transport for Libp2pTransport {
             return;
         };
         if let Some(frames) = self.encode(msg) {
-            self.push(Command::Send { to: peer, frames }, msg.kind());
+            let compact = codec::encode_compact(&self.cluster_id, msg);
+            self.push(
+                Command::Send {
+                    to: peer,
+                    frames,
+                    compact,
+                },
+                msg.kind(),
+            );
         }
     }
 
     fn broadcast(&mut self, msg: &Message) {
         if let Some(frames) = self.encode(msg) {
-            self.push(Command::Broadcast { frames }, msg.kind());
+            let compact = codec::encode_compact(&self.cluster_id, msg);
+            self.push(Command::Broadcast { frames, compact }, msg.kind());
         }
     }
 

@@ -501,6 +501,13 @@ pub fn exposition(
             "Broadcast copies sent on peers' links (this node reached every peer it knows).",
             t.broadcasts_linked,
         );
+        counter(
+            &mut out,
+            "chorus_transport_compact_frames_out_total",
+            "Heartbeats and acknowledgements written as compact frames on compact links \
+             (peers of an earlier release get JSON).",
+            t.compact_frames_out,
+        );
         labelled(
             &mut out,
             "chorus_transport_bytes_out_total",

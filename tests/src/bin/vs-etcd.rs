@@ -3,8 +3,10 @@
 //! time until every live member names the same new leader, polled every 5 ms.
 //!
 //! Measures: `kill -9` of the leader, a graceful stop (SIGTERM) of the leader, a cold start
-//! of all five, and the bytes the members send each other while idle (an nftables counter on
-//! loopback over the members' peer ports; needs root and `nft`). Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
+//! of all five, and what the members send each other while idle at the same heartbeat: TCP
+//! payload (the kernel's `bytes_sent` per connection, as `ss -ti` shows it) and IP bytes and
+//! packets (an nftables counter on loopback over the members' peer ports; needs root and
+//! `nft`). Without `etcd` on PATH (Debian: `sudo apt-get install -y etcd-server
 //! etcd-client`) it says so and measures CHORUS only, exiting 0.
 
 use std::collections::BTreeMap;
@@ -179,7 +181,10 @@ fn payload_sent(ports: &[u16]) -> Result<BTreeMap<(String, String), u64>, String
         .output()
         .map_err(|e| format!("ss: {e}"))?;
     if !out.status.success() {
-        return Err(format!("ss: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "ss: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     // Each socket is a line of addresses (Recv-Q Send-Q Local Peer) and, indented, its info.
     let text = String::from_utf8_lossy(&out.stdout);

@@ -24,7 +24,7 @@ use super::behaviour::{
     build_transport, cluster_topic, Advertisement, Behaviour, BehaviourEvent, IDENTIFY_PROTOCOL,
 };
 use super::frame::Frame;
-use super::link::Links;
+use super::link::{Links, OutFrame};
 use super::peers::{self, PeerBook};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
 use crate::log_fields::{list, outside};
@@ -149,7 +149,11 @@ impl Driver {
             libp2p::swarm::Config::with_tokio_executor()
                 .with_idle_connection_timeout(config.idle_connection_timeout),
         );
-        let (links, link_frames) = Links::new(swarm.behaviour().link.new_control(), stats.clone());
+        let (links, link_frames) = Links::new(
+            swarm.behaviour().link.new_control(),
+            config.compact_links,
+            stats.clone(),
+        );
         let now = Instant::now();
         let bootstrap = config
             .bootstrap
@@ -367,17 +371,27 @@ impl Driver {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Send { to, frames } => {
+            Command::Send {
+                to,
+                frames,
+                compact,
+            } => {
                 if to == self.local {
                     self.stats.send_failed("self");
                     return;
                 }
-                for bytes in frames {
-                    self.send_direct(to, bytes);
+                // A message with a compact form is one frame.
+                for json in frames {
+                    let compact = compact.clone();
+                    self.send_direct(to, OutFrame { json, compact });
                 }
             }
-            Command::Broadcast { mut frames } if frames.len() == 1 => {
-                self.broadcast(frames.pop().expect("one frame"));
+            Command::Broadcast {
+                mut frames,
+                compact,
+            } if frames.len() == 1 => {
+                let json = frames.pop().expect("one frame");
+                self.broadcast(OutFrame { json, compact });
             }
             // A message in parts goes to each connected peer directly, not by gossip:
             // gossipsub 0.50 checks all the bytes it has read from a stream, not one message,
@@ -385,11 +399,15 @@ impl Driver {
             // (seen in `an_electorate_too_large_for_a_frame_travels_in_parts`). Relaying them
             // through the mesh would also multiply megabytes. A peer further away learns the
             // electorate by WHOAMI when a later heartbeat names its version.
-            Command::Broadcast { frames } => {
+            Command::Broadcast { frames, .. } => {
                 let peers: Vec<PeerId> = self.peers.keys().copied().collect();
                 for peer in &peers {
                     for bytes in &frames {
-                        self.links.send(*peer, bytes.clone());
+                        let frame = OutFrame {
+                            json: bytes.clone(),
+                            compact: None,
+                        };
+                        self.links.send(*peer, frame);
                     }
                 }
                 self.stats.broadcast_linked(peers.len() as u64);
@@ -401,11 +419,12 @@ impl Driver {
 
     /// One message to one peer: on its link while connected, else by request-response (which
     /// dials it: a reply to a message relayed from a peer this node has no connection with).
-    fn send_direct(&mut self, to: PeerId, bytes: Vec<u8>) {
+    fn send_direct(&mut self, to: PeerId, frame: OutFrame) {
         if self.peers.contains_key(&to) {
-            self.links.send(to, bytes);
+            self.links.send(to, frame);
             return;
         }
+        let bytes = frame.json;
         self.stats.bytes_out("direct", bytes.len() as u64);
         self.swarm
             .behaviour_mut()
@@ -432,15 +451,16 @@ impl Driver {
     /// ([`Driver::reaches_everyone`]); otherwise published on gossipsub, with direct copies to
     /// the connected peers gossipsub would miss (those whose SUBSCRIBE has not arrived yet, or
     /// that do not speak gossipsub).
-    fn broadcast(&mut self, bytes: Vec<u8>) {
+    fn broadcast(&mut self, frame: OutFrame) {
         if self.reaches_everyone() {
             let peers: Vec<PeerId> = self.peers.keys().copied().collect();
             for peer in &peers {
-                self.links.send(*peer, bytes.clone());
+                self.links.send(*peer, frame.clone());
             }
             self.stats.broadcast_linked(peers.len() as u64);
             return;
         }
+        let bytes = frame.json.clone();
         self.stats.bytes_out("gossip", bytes.len() as u64);
         let behaviour = self.swarm.behaviour_mut();
         let subscribed: BTreeSet<PeerId> = behaviour
@@ -468,7 +488,7 @@ impl Driver {
             }
         }
         for peer in &direct {
-            self.links.send(*peer, bytes.clone());
+            self.links.send(*peer, frame.clone());
         }
         self.stats.broadcast_direct(direct.len() as u64);
     }

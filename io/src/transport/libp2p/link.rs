@@ -24,8 +24,21 @@ use tokio::sync::mpsc;
 use super::frame::{read_frame, write_frame_unflushed, Frame};
 use super::Libp2pStats;
 
-/// The protocol a link stream is negotiated under.
+/// The protocol a link stream is negotiated under: JSON frames only.
 pub const LINK_PROTOCOL: StreamProtocol = StreamProtocol::new("/chorus/link/1.0.0");
+
+/// A link whose reader also takes compact frames (`chorus_core::codec::encode_compact`): the
+/// writer offers it first and falls back to [`LINK_PROTOCOL`] with a node that does not
+/// accept it (an older one), which then gets JSON only.
+pub const LINK_PROTOCOL_COMPACT: StreamProtocol = StreamProtocol::new("/chorus/link/2.0.0");
+
+/// One message for a link: its JSON frame, and its compact frame when it has one (written
+/// instead on a link negotiated as [`LINK_PROTOCOL_COMPACT`]).
+#[derive(Clone, Debug)]
+pub(super) struct OutFrame {
+    pub(super) json: Vec<u8>,
+    pub(super) compact: Option<Vec<u8>>,
+}
 
 /// Frames queued per peer before further ones are dropped (counted as `queue_full`).
 const QUEUE_PER_PEER: usize = 256;
@@ -40,7 +53,7 @@ const INBOUND_QUEUE: usize = 1024;
 
 /// One peer's writer: its queue and whether the driver still sees it connected.
 struct Writer {
-    queue: mpsc::Sender<Vec<u8>>,
+    queue: mpsc::Sender<OutFrame>,
     connected: Arc<AtomicBool>,
 }
 
@@ -48,6 +61,9 @@ struct Writer {
 /// reader task passes back.
 pub(super) struct Links {
     control: libp2p_stream::Control,
+    /// Whether this node offers and accepts compact links (off only to stand in for an older
+    /// node in tests).
+    compact: bool,
     writers: BTreeMap<PeerId, Writer>,
     /// Frames accepted by [`Links::send`] and not yet written or dropped.
     queued: Arc<AtomicUsize>,
@@ -59,18 +75,29 @@ impl Links {
     /// frame read from them.
     pub(super) fn new(
         mut control: libp2p_stream::Control,
+        compact: bool,
         stats: Arc<Libp2pStats>,
     ) -> (Links, mpsc::Receiver<(PeerId, Frame)>) {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-        match control.accept(LINK_PROTOCOL) {
-            Ok(incoming) => {
-                tokio::spawn(accept(incoming, tx, stats.clone()));
+        // One count of open inbound links per peer across both protocols.
+        let open: Arc<Mutex<BTreeMap<PeerId, usize>>> = Arc::default();
+        let protocols = if compact {
+            vec![LINK_PROTOCOL_COMPACT, LINK_PROTOCOL]
+        } else {
+            vec![LINK_PROTOCOL]
+        };
+        for protocol in protocols {
+            match control.accept(protocol) {
+                Ok(incoming) => {
+                    tokio::spawn(accept(incoming, tx.clone(), open.clone(), stats.clone()));
+                }
+                // Only one acceptor is ever registered per protocol and control (this one).
+                Err(e) => tracing::error!(error = %e, "link protocol already registered"),
             }
-            // Only one acceptor is ever registered per control (this one).
-            Err(e) => tracing::error!(error = %e, "link protocol already registered"),
         }
         let links = Links {
             control,
+            compact,
             writers: BTreeMap::new(),
             queued: Arc::new(AtomicUsize::new(0)),
             stats,
@@ -80,13 +107,13 @@ impl Links {
 
     /// Queues `bytes` for `peer`, which the driver sees connected; its writer (and stream) is
     /// made on first use. A frame for a full queue is dropped and counted (`queue_full`).
-    pub(super) fn send(&mut self, peer: PeerId, bytes: Vec<u8>) {
-        let len = bytes.len() as u64;
+    pub(super) fn send(&mut self, peer: PeerId, frame: OutFrame) {
         if self.writers.get(&peer).is_none_or(|w| w.queue.is_closed()) {
             let (tx, rx) = mpsc::channel(QUEUE_PER_PEER);
             let connected = Arc::new(AtomicBool::new(true));
             tokio::spawn(write(
                 self.control.clone(),
+                self.compact,
                 peer,
                 rx,
                 connected.clone(),
@@ -103,8 +130,9 @@ impl Links {
         }
         let writer = &self.writers[&peer];
         self.queued.fetch_add(1, Ordering::Relaxed);
-        match writer.queue.try_send(bytes) {
-            Ok(()) => self.stats.bytes_out("link", len),
+        match writer.queue.try_send(frame) {
+            // Counted (`link` bytes) as written: which form goes depends on the link.
+            Ok(()) => {}
             Err(_) => {
                 self.queued.fetch_sub(1, Ordering::Relaxed);
                 self.stats.rejected("queue_full");
@@ -130,13 +158,15 @@ impl Links {
 /// failure; frames that arrive together are flushed together.
 async fn write(
     mut control: libp2p_stream::Control,
+    compact: bool,
     peer: PeerId,
-    mut queue: mpsc::Receiver<Vec<u8>>,
+    mut queue: mpsc::Receiver<OutFrame>,
     connected: Arc<AtomicBool>,
     queued: Arc<AtomicUsize>,
     stats: Arc<Libp2pStats>,
 ) {
-    let mut stream: Option<libp2p::Stream> = None;
+    // The open stream, and whether it was negotiated as a compact link.
+    let mut stream: Option<(libp2p::Stream, bool)> = None;
     let lost = |n: usize| {
         for _ in 0..n {
             stats.send_failed("link");
@@ -153,7 +183,21 @@ async fn write(
             continue;
         }
         if stream.is_none() {
-            match control.open_stream(peer, LINK_PROTOCOL).await {
+            let opened = match compact {
+                true => match control.open_stream(peer, LINK_PROTOCOL_COMPACT).await {
+                    Ok(s) => Ok((s, true)),
+                    Err(libp2p_stream::OpenStreamError::UnsupportedProtocol(_)) => control
+                        .open_stream(peer, LINK_PROTOCOL)
+                        .await
+                        .map(|s| (s, false)),
+                    Err(e) => Err(e),
+                },
+                false => control
+                    .open_stream(peer, LINK_PROTOCOL)
+                    .await
+                    .map(|s| (s, false)),
+            };
+            match opened {
                 Ok(s) => stream = Some(s),
                 Err(e) => {
                     tracing::debug!(%peer, error = %e, "link not opened; its frames are dropped");
@@ -163,9 +207,17 @@ async fn write(
                 }
             }
         }
-        let s = stream.as_mut().expect("opened above");
+        let (s, compact_link) = stream.as_mut().expect("opened above");
         let mut written = Ok(());
-        for bytes in &batch {
+        for frame in &batch {
+            let bytes = match &frame.compact {
+                Some(c) if *compact_link => {
+                    stats.compact_frame_out();
+                    c
+                }
+                _ => &frame.json,
+            };
+            stats.bytes_out("link", bytes.len() as u64);
             written = write_frame_unflushed(s, bytes).await;
             if written.is_err() {
                 break;
@@ -181,7 +233,7 @@ async fn write(
         }
         queued.fetch_sub(n, Ordering::Relaxed);
     }
-    if let Some(mut s) = stream {
+    if let Some((mut s, _)) = stream {
         let _ = s.close().await;
     }
 }
@@ -190,9 +242,9 @@ async fn write(
 async fn accept(
     mut incoming: libp2p_stream::IncomingStreams,
     tx: mpsc::Sender<(PeerId, Frame)>,
+    open: Arc<Mutex<BTreeMap<PeerId, usize>>>,
     stats: Arc<Libp2pStats>,
 ) {
-    let open: Arc<Mutex<BTreeMap<PeerId, usize>>> = Arc::default();
     while let Some((peer, stream)) = incoming.next().await {
         {
             let mut open = open.lock().unwrap_or_else(|p| p.into_inner());

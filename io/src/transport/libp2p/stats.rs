@@ -23,6 +23,7 @@ pub struct Libp2pStats {
     broadcasts_gossiped: AtomicU64,
     broadcasts_direct: AtomicU64,
     broadcasts_linked: AtomicU64,
+    compact_frames_out: AtomicU64,
     connections_failed: AtomicU64,
     peers_connected: AtomicU64,
     peers_up: AtomicU64,
@@ -70,6 +71,9 @@ pub struct StatsSnapshot {
     pub broadcasts_linked: u64,
     /// Copies of broadcasts sent directly to peers not (yet) subscribed to the cluster topic.
     pub broadcasts_direct: u64,
+    /// Frames written on links in their compact form (heartbeats and their acknowledgements
+    /// to peers that accept compact links; `chorus_core::codec::encode_compact`).
+    pub compact_frames_out: u64,
     /// Incoming or outgoing connection attempts that failed below the policy level (handshake,
     /// wrong key, garbage, unreachable address).
     pub connections_failed: u64,
@@ -118,6 +122,7 @@ impl Libp2pStats {
             broadcasts_gossiped: self.broadcasts_gossiped.load(Ordering::Relaxed),
             broadcasts_linked: self.broadcasts_linked.load(Ordering::Relaxed),
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
+            compact_frames_out: self.compact_frames_out.load(Ordering::Relaxed),
             connections_failed: self.connections_failed.load(Ordering::Relaxed),
             connections_failed_by_reason: copy(&self.connections_failed_by_reason),
             discovery_dropped: copy(&self.discovery_dropped),
@@ -189,6 +194,9 @@ impl Libp2pStats {
     }
     pub(super) fn broadcast_linked(&self, copies: u64) {
         self.broadcasts_linked.fetch_add(copies, Ordering::Relaxed);
+    }
+    pub(super) fn compact_frame_out(&self) {
+        self.compact_frames_out.fetch_add(1, Ordering::Relaxed);
     }
     pub(super) fn bytes_in(&self, path: &'static str, n: u64) {
         add(&self.bytes_in, path, n);
