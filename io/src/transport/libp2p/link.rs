@@ -21,7 +21,7 @@ use futures::{AsyncWriteExt, StreamExt};
 use libp2p::{PeerId, StreamProtocol};
 use tokio::sync::mpsc;
 
-use super::frame::{read_frame, write_frame_unflushed, Frame};
+use super::frame::{put_frame, read_frame, Frame};
 use super::Libp2pStats;
 
 /// The protocol a link stream is negotiated under: JSON frames only.
@@ -39,6 +39,9 @@ pub(super) struct OutFrame {
     pub(super) json: Vec<u8>,
     pub(super) compact: Option<Vec<u8>>,
 }
+
+/// A writer gathers queued frames into writes of about this many bytes.
+const WRITE_BYTES: usize = 64 * 1024;
 
 /// Frames queued per peer before further ones are dropped (counted as `queue_full`).
 const QUEUE_PER_PEER: usize = 256;
@@ -209,7 +212,9 @@ async fn write(
         }
         let (s, compact_link) = stream.as_mut().expect("opened above");
         let mut written = Ok(());
-        for frame in &batch {
+        // The batch in as few writes as fit (one, idle): see `put_frame`.
+        let mut buf = Vec::new();
+        for (i, frame) in batch.iter().enumerate() {
             let bytes = match &frame.compact {
                 Some(c) if *compact_link => {
                     stats.compact_frame_out();
@@ -218,9 +223,13 @@ async fn write(
                 _ => &frame.json,
             };
             stats.bytes_out("link", bytes.len() as u64);
-            written = write_frame_unflushed(s, bytes).await;
-            if written.is_err() {
-                break;
+            put_frame(&mut buf, bytes);
+            if buf.len() >= WRITE_BYTES || i + 1 == batch.len() {
+                written = s.write_all(&buf).await;
+                buf.clear();
+                if written.is_err() {
+                    break;
+                }
             }
         }
         if written.is_ok() {
