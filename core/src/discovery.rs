@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::node::ElectionPhase;
+use crate::timer::ElectionPhase;
 use crate::{Command, Core, Electorate, Message, NodeId, Refusal, Resources, Timer};
 
 /// The view in a WHOAMI reply, unpacked.

@@ -15,7 +15,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::node::{AdminState, BeatRound, ElectionPhase, Round, VoterAck};
+use crate::heartbeat::VoterAck;
+use crate::node::{AdminState, BeatRound, Round};
+use crate::timer::ElectionPhase;
 use crate::{rng, score, Command, Core, Message, NodeId, Notice, Refusal, Role, Timer};
 
 impl Core {

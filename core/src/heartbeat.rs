@@ -13,10 +13,32 @@
 
 use std::sync::Arc;
 
-use crate::node::VoterAck;
+use serde::{Deserialize, Serialize};
+
 use crate::{
     Command, Core, Electorate, Message, NodeId, Notice, Refusal, Role, StepDownReason, Timer,
 };
+
+/// The newest promise a voter made to this admin: on receipt of `beat` (sent at `sent_at_ms`)
+/// or of the vote request (`beat` 0), for `promise_ms` of its own clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct VoterAck {
+    pub(crate) beat: u64,
+    pub(crate) sent_at_ms: u64,
+    pub(crate) promise_ms: u64,
+    /// The electorate (version, proposing term) the voter said it holds (stamped with this
+    /// admin's term) in that acknowledgement, if it said so.
+    #[serde(default)]
+    pub(crate) holds: Option<(u64, u64)>,
+    /// The voter's signature over the electorate `holds` names, checked (`catchup.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) endorsement: Option<crate::Signature>,
+    /// The newest version the voter said it holds a chain of links up to, in any of its
+    /// acknowledgements of this term (it only grows): a change commits once a majority of the
+    /// new electorate holds its link (rule 7 of `membership.rs`).
+    #[serde(default)]
+    pub(crate) certified: u64,
+}
 
 /// A heartbeat as received, unpacked.
 pub(crate) struct BeatIn {

@@ -140,8 +140,21 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::node::{PendingChange, VoterAck};
+use crate::heartbeat::VoterAck;
 use crate::{Command, Core, Electorate, Message, NodeId, Notice, Role, StepDownReason};
+
+/// A membership change proposed and not yet committed: `electorate` is already the new one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PendingChange {
+    /// The electorate before the change.
+    pub(crate) old: Arc<Electorate>,
+    /// The first heartbeat that carried the new electorate: a voter that acknowledged it or
+    /// a later one holds the new electorate.
+    pub(crate) from_beat: u64,
+    /// Who asked for it: the node and its request id, answered when the change commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) requested_by: Option<(NodeId, u64)>,
+}
 
 /// At most this many forwarded change requests await their answer at one node (an operator
 /// asks one at a time; the bound only keeps a flood of requests from growing the state).

@@ -7,6 +7,9 @@ use std::sync::Arc;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::heartbeat::VoterAck;
+use crate::membership::PendingChange;
+use crate::timer::ElectionPhase;
 use crate::{
     rng, score, Command, Config, ConfigError, Electorate, Event, NodeId, Notice, Resources, Role,
     StepDownReason, Timer, TimerTable, ADMIN_ELECTION,
@@ -37,40 +40,6 @@ pub(crate) struct BeatRound {
     /// says it holds it holds this one.
     #[serde(default)]
     pub(crate) names: (u64, u64),
-}
-
-/// The newest promise a voter made to this admin: on receipt of `beat` (sent at `sent_at_ms`)
-/// or of the vote request (`beat` 0), for `promise_ms` of its own clock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct VoterAck {
-    pub(crate) beat: u64,
-    pub(crate) sent_at_ms: u64,
-    pub(crate) promise_ms: u64,
-    /// The electorate (version, proposing term) the voter said it holds (stamped with this
-    /// admin's term) in that acknowledgement, if it said so.
-    #[serde(default)]
-    pub(crate) holds: Option<(u64, u64)>,
-    /// The voter's signature over the electorate `holds` names, checked (`catchup.rs`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) endorsement: Option<crate::Signature>,
-    /// The newest version the voter said it holds a chain of links up to, in any of its
-    /// acknowledgements of this term (it only grows): a change commits once a majority of the
-    /// new electorate holds its link (rule 7 of `membership.rs`).
-    #[serde(default)]
-    pub(crate) certified: u64,
-}
-
-/// A membership change proposed and not yet committed: `electorate` is already the new one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PendingChange {
-    /// The electorate before the change.
-    pub(crate) old: Arc<Electorate>,
-    /// The first heartbeat that carried the new electorate: a voter that acknowledged it or
-    /// a later one holds the new electorate.
-    pub(crate) from_beat: u64,
-    /// Who asked for it: the node and its request id, answered when the change commits.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) requested_by: Option<(NodeId, u64)>,
 }
 
 /// State only an admin has.
@@ -108,16 +77,6 @@ pub(crate) struct AdminState {
 
 /// Heartbeats older than this many rounds no longer collect acknowledgements.
 pub(crate) const MAX_BEAT_ROUNDS: usize = 8;
-
-/// The election timer's meaning when it fires.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum ElectionPhase {
-    /// The admin (or the round) has been silent for the minimum election timeout: draw the
-    /// rank-biased delay.
-    Suspect,
-    /// The delay has passed: stand.
-    Stand,
-}
 
 /// Told where the parts of a node lie ([`Core::parts`], [`Core::parts_behind`]): a caller that
 /// steps many nodes prefetches them. Nothing the core decides depends on it.

@@ -5,6 +5,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::Command;
 
+/// The election timer's meaning when it fires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum ElectionPhase {
+    /// The admin (or the round) has been silent for the minimum election timeout: draw the
+    /// rank-biased delay.
+    Suspect,
+    /// The delay has passed: stand.
+    Stand,
+}
+
 /// The core's timers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
