@@ -38,6 +38,7 @@
 //!   the OOM state is unknown, never "no OOM".
 
 mod agent;
+mod agent_run;
 mod cgroup;
 mod container;
 mod end;
