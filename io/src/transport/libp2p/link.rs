@@ -186,20 +186,7 @@ async fn write(
             continue;
         }
         if stream.is_none() {
-            let opened = match compact {
-                true => match control.open_stream(peer, LINK_PROTOCOL_COMPACT).await {
-                    Ok(s) => Ok((s, true)),
-                    Err(libp2p_stream::OpenStreamError::UnsupportedProtocol(_)) => control
-                        .open_stream(peer, LINK_PROTOCOL)
-                        .await
-                        .map(|s| (s, false)),
-                    Err(e) => Err(e),
-                },
-                false => control
-                    .open_stream(peer, LINK_PROTOCOL)
-                    .await
-                    .map(|s| (s, false)),
-            };
+            let opened = open(&mut control, peer, compact).await;
             match opened {
                 Ok(s) => stream = Some(s),
                 Err(e) => {
@@ -245,6 +232,23 @@ async fn write(
     if let Some((mut s, _)) = stream {
         let _ = s.close().await;
     }
+}
+
+/// Opens a link to `peer`: compact when both ends take it, else JSON-only (a peer that does
+/// not accept link/2, or this node with compact links off). Says which it opened.
+async fn open(
+    control: &mut libp2p_stream::Control,
+    peer: PeerId,
+    compact: bool,
+) -> Result<(libp2p::Stream, bool), libp2p_stream::OpenStreamError> {
+    if compact {
+        match control.open_stream(peer, LINK_PROTOCOL_COMPACT).await {
+            Err(libp2p_stream::OpenStreamError::UnsupportedProtocol(_)) => {}
+            opened => return opened.map(|s| (s, true)),
+        }
+    }
+    let s = control.open_stream(peer, LINK_PROTOCOL).await?;
+    Ok((s, false))
 }
 
 /// Accepts inbound link streams, a reader task each, at most [`MAX_INBOUND_PER_PEER`] a peer.
