@@ -967,3 +967,74 @@ async fn compact_links_carry_heartbeats_and_an_older_peer_gets_json() {
         "C speaks link/1 only"
     );
 }
+
+/// API tunnels (`tunnel.rs`, issue 54 item 8): a node opens a byte stream to a connected
+/// member's API over the cluster transport and the member serves it; a node that serves none
+/// answers `Unsupported`, one that is not connected `NotConnected` at once (a tunnel never
+/// dials), and only admitted peers' tunnels are served (counted both ways).
+#[tokio::test]
+async fn an_api_tunnel_carries_bytes_both_ways_to_a_connected_member_only() {
+    use chorus_io::transport::libp2p::TunnelError;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut a, a_addr) = start(config(&["admin_election"])).await;
+    let mut cb = config(&["admin_election"]);
+    cb.bootstrap = vec![a_addr];
+    let (mut b, _) = start(cb).await;
+    let (ida, idb) = (a.node_id(), b.node_id());
+    expect(&mut b, "B sees A up", is_up(&ida)).await;
+    // A tunnel from a peer A has not admitted yet is closed unread: A's view counts.
+    expect(&mut a, "A sees B up", is_up(&idb)).await;
+    // A serves tunnels: it echoes what comes, upper-cased.
+    let mut listener = a.tunnels().listen().expect("listens once");
+    assert!(matches!(
+        a.tunnels().listen(),
+        Err(TunnelError::AlreadyListening)
+    ));
+    let served = tokio::spawn(async move {
+        let t = listener.next().await.expect("a tunnel");
+        let from = t.node.clone();
+        let mut stream = t.stream;
+        let mut got = [0u8; 4];
+        stream.read_exact(&mut got).await.expect("read");
+        stream
+            .write_all(&got.to_ascii_uppercase())
+            .await
+            .expect("write");
+        stream.flush().await.expect("flush");
+        from
+    });
+    let mut stream = b
+        .tunnels()
+        .open(&ida.to_string())
+        .await
+        .expect("B opens a tunnel to A");
+    stream.write_all(b"ping").await.unwrap();
+    stream.flush().await.unwrap();
+    let mut back = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut back))
+        .await
+        .expect("answered in time")
+        .unwrap();
+    assert_eq!(&back, b"PING");
+    assert_eq!(served.await.unwrap(), idb.to_string(), "served as from B");
+    assert_eq!(a.stats().snapshot().tunnels.get("in"), Some(&1));
+    assert_eq!(b.stats().snapshot().tunnels.get("out"), Some(&1));
+    // B serves no tunnels: A hears so, and nothing is counted as opened.
+    match a.tunnels().open(&idb.to_string()).await {
+        Err(TunnelError::Unsupported(node)) => assert_eq!(node, idb.to_string()),
+        other => panic!("A's tunnel to B, which does not serve them: {other:?}"),
+    }
+    // A node that is not connected: refused at once, without dialling.
+    let stranger = libp2p::identity::Keypair::generate_ed25519()
+        .public()
+        .to_peer_id()
+        .to_base58();
+    assert!(matches!(
+        b.tunnels().open(&stranger).await,
+        Err(TunnelError::NotConnected(_))
+    ));
+    assert!(matches!(
+        b.tunnels().open("not a node").await,
+        Err(TunnelError::NotANode(_))
+    ));
+}

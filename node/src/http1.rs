@@ -52,7 +52,16 @@ pub async fn send_payload(
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
     let stream = connect(endpoint, tls).await?;
-    let raw = exchange(stream, endpoint, method, path, body, token, limit).await?;
+    let raw = exchange(
+        stream,
+        &endpoint.host_port,
+        method,
+        path,
+        body,
+        token,
+        limit,
+    )
+    .await?;
     parse_answer(&raw).ok_or_else(|| {
         if !endpoint.tls && looks_like_tls(&raw) {
             anyhow::anyhow!(
@@ -96,16 +105,42 @@ pub async fn open(
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
     let stream = connect(endpoint, tls).await?;
-    request_on(stream, endpoint, method, path, body, token).await
+    request_on(stream, &endpoint.host_port, method, path, body, token).await
 }
 
-/// A connection to `endpoint`'s host: plain, or TLS checked by `tls`.
-trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+/// [`send`] over a connection made otherwise (an API tunnel of the cluster transport), to the
+/// node at its other end (`Host: localhost`, which names the node that answers).
+pub async fn send_on(
+    stream: Box<dyn Connection>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+    limit: u64,
+) -> anyhow::Result<RawAnswer> {
+    let body = body.map(Payload::json);
+    let raw = exchange(stream, "localhost", method, path, body, token, limit).await?;
+    parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response through the tunnel"))
+}
+
+/// [`open`] over a connection made otherwise, as [`send_on`].
+pub async fn open_on(
+    stream: Box<dyn Connection>,
+    method: &str,
+    path: &str,
+    body: Option<(&str, axum::body::Body)>,
+    token: Option<&str>,
+) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+    request_on(stream, "localhost", method, path, body, token).await
+}
+
+/// A connection to a node's API: plain, TLS checked by a pin, or an API tunnel.
+pub trait Connection: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 
 impl<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Connection for S {}
 
 /// Connects to `endpoint`: over TLS with `tls` when the endpoint speaks it.
-async fn connect(
+pub async fn connect(
     endpoint: &Endpoint,
     tls: Option<Arc<rustls::ClientConfig>>,
 ) -> anyhow::Result<Box<dyn Connection>> {
@@ -129,7 +164,7 @@ async fn connect(
 /// One request over `stream` with hyper's HTTP/1 client; its answer once its head came.
 async fn request_on<S>(
     stream: S,
-    endpoint: &Endpoint,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<(&str, axum::body::Body)>,
@@ -148,7 +183,7 @@ where
     let mut request = hyper::Request::builder()
         .method(method)
         .uri(path)
-        .header("host", &endpoint.host_port)
+        .header("host", host)
         .header("connection", "close");
     if let Some(token) = token {
         request = request.header("authorization", format!("Bearer {token}"));
@@ -220,7 +255,7 @@ fn dechunk(mut raw: &[u8]) -> Option<Vec<u8>> {
 /// Writes the request and reads the whole answer (the server closes: `Connection: close`).
 async fn exchange<S>(
     mut stream: S,
-    endpoint: &Endpoint,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<Payload<'_>>,
@@ -231,10 +266,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        endpoint.host_port
-    );
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     if let Some(token) = token {
         request.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }

@@ -58,6 +58,35 @@ pub fn test_token() -> String {
         .management_token()
 }
 
+/// An IPv4 address of this machine other than loopback, for nodes that must meet as separate
+/// hosts do: the Docker bridge's (`docker0`, which the sandbox tests need anyway), else the
+/// first global one `ip` lists. Traffic to it never leaves the machine. Panics when there is
+/// none: the test needs it.
+pub fn host_ip() -> String {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .expect("`ip` runs (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let addresses: Vec<(String, std::net::Ipv4Addr)> = text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let device = words.nth(1)?.to_owned();
+            words.find(|w| *w == "inet")?;
+            let addr = words.next()?.split('/').next()?.parse().ok()?;
+            Some((device, addr))
+        })
+        .filter(|(_, a): &(String, std::net::Ipv4Addr)| !a.is_loopback())
+        .collect();
+    addresses
+        .iter()
+        .find(|(d, _)| d == "docker0")
+        .or(addresses.first())
+        .map(|(_, a)| a.to_string())
+        .unwrap_or_else(|| panic!("this machine has no IPv4 address but loopback: {text}"))
+}
+
 /// Protocol timings handed to every node.
 #[derive(Clone, Copy, Debug)]
 pub struct Timings {
@@ -114,6 +143,10 @@ pub struct Cluster {
     pub extra_args: Vec<String>,
     /// Which running nodes a (re)started node is given as `--bootstrap`.
     pub join: Join,
+    /// The IPv4 address libp2p listens on and dials instead of 127.0.0.1 (every node then holds
+    /// the cluster's pre-shared key): with the HTTP APIs still on loopback, no node can reach
+    /// another's API directly, as on separate hosts ([`host_ip`]).
+    pub p2p_ip: Option<String>,
 }
 
 /// The bootstrap addresses a starting node gets.
@@ -169,7 +202,29 @@ impl Cluster {
             expect: n,
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             join: Join::All,
+            p2p_ip: None,
         };
+        cluster.add_nodes(n);
+        cluster
+    }
+
+    /// [`Cluster::start_with`], libp2p on `ip` (an address of this machine other than
+    /// loopback) and every API on loopback: each node's API answers its own host only, as the
+    /// docs suggest, and the nodes meet as separate hosts do.
+    pub fn start_off_loopback(
+        bin: &str,
+        n: usize,
+        timings: Timings,
+        extra: &[&str],
+        ip: &str,
+    ) -> Cluster {
+        let mut cluster = Cluster::start_with(bin, 0, timings, extra);
+        cluster.expect = n;
+        cluster.p2p_ip = Some(ip.to_owned());
+        let psk = cluster.root().join("swarm.key");
+        chorus_node::cli::psk::generate(&psk).expect("a cluster key");
+        cluster.extra_args.push("--psk-file".into());
+        cluster.extra_args.push(psk.display().to_string());
         cluster.add_nodes(n);
         cluster
     }
@@ -242,7 +297,17 @@ impl Cluster {
             acl_key_file: Some(test_acl_key_file()),
         };
         let mut cmd = Command::new(&self.bin);
-        cmd.args(spec.run_args(&ports));
+        let args = spec
+            .run_args(&ports)
+            .into_iter()
+            .map(|a| match &self.p2p_ip {
+                Some(ip) => a
+                    .to_string_lossy()
+                    .replace("/ip4/127.0.0.1/", &format!("/ip4/{ip}/"))
+                    .into(),
+                None => a,
+            });
+        cmd.args(args.collect::<Vec<std::ffi::OsString>>());
         cmd.args(&self.extra_args);
         cmd.env("RUST_LOG", "info,libp2p=warn")
             .stdin(Stdio::null())

@@ -29,6 +29,31 @@ impl TaskCluster {
 
     /// [`TaskCluster::start_n`], each node also given `extra` arguments.
     pub fn start_with(bin: &str, n: usize, extra: &[&str]) -> TaskCluster {
+        TaskCluster::started(
+            bin,
+            n,
+            |args| Cluster::start_with(bin, n, Timings::FAST, args),
+            extra,
+        )
+    }
+
+    /// [`TaskCluster::start_n`] with libp2p on `ip` and every API on its own loopback
+    /// ([`Cluster::start_off_loopback`]): no node reaches another's API directly.
+    pub fn start_off_loopback(bin: &str, n: usize, ip: &str) -> TaskCluster {
+        TaskCluster::started(
+            bin,
+            n,
+            |args| Cluster::start_off_loopback(bin, n, Timings::FAST, args, ip),
+            &[],
+        )
+    }
+
+    fn started(
+        bin: &str,
+        n: usize,
+        start: impl FnOnce(&[&str]) -> Cluster,
+        extra: &[&str],
+    ) -> TaskCluster {
         let out = crate::run_chorus(bin.as_ref(), &["sandbox", "image", "build"]);
         assert!(
             out.status.success(),
@@ -37,7 +62,7 @@ impl TaskCluster {
         );
         let mut args = vec!["--docker", "--warm-image", IMAGE];
         args.extend(extra);
-        let c = Cluster::start_with(bin, n, Timings::FAST, &args);
+        let c = start(&args);
         c.wait_agreed(Duration::from_secs(60));
         let ids = (0..n)
             .map(|i| {

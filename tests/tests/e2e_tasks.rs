@@ -1283,6 +1283,116 @@ fn sandbox_off_admin(t: &TaskCluster, origin: usize, token: &str, admin: usize) 
     panic!("3 sandboxes in a row were placed on the admin: {on_admin:?}");
 }
 
+/// Issue 54, item 8: nodes that meet as separate hosts do, each API on its own loopback (as the
+/// docs suggest), so no node reaches another's API. A live sandbox is made and used through a
+/// node that is neither its worker nor the admin, every call carried to the worker over the
+/// cluster transport (an API tunnel, counted at both ends); the cluster-wide list has it, and
+/// `/cluster/status` has every node's own view. Before: the create waited on a worker it could
+/// not ask, and every call answered 503 "advertised no API this node can reach".
+#[test]
+fn a_live_sandbox_is_used_through_another_node_when_no_api_reaches_another_host() {
+    let ip = chorus_tests::host_ip();
+    let t = TaskCluster::start_off_loopback(BIN, 3, &ip);
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    // Each node knows the others, and no API address of theirs (theirs are on loopback).
+    for i in 0..3 {
+        let (code, view) = http_request(t.c.nodes[i].http_port, "GET", "/cluster", None).unwrap();
+        assert_eq!(code, 200, "{view}");
+        let view: Value = serde_json::from_str(&view).unwrap();
+        let others: Vec<&Value> = view["members"].as_array().unwrap()[1..].iter().collect();
+        assert_eq!(others.len(), 2, "n{i}: {view}");
+        assert!(others.iter().all(|m| m["http"].is_null()), "n{i}: {view}");
+    }
+    let origin = (admin + 1) % 3;
+    let alice = token(&t.c, "submit");
+    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
+    let base = format!("/sandboxes/{id}");
+    let file = r#"{"path": "/workspace/a.txt", "content": "through the tunnel\n"}"#;
+    let (code, answer) = as_token(&t.c, via, &alice, "PUT", &format!("{base}/files"), file);
+    assert_eq!(code, 200, "write through n{via}: {answer}");
+    assert_eq!(
+        shell_out(&t, via, &alice, &id, "cat /workspace/a.txt"),
+        "through the tunnel\n"
+    );
+    // Streamed (NDJSON) as it comes, through the tunnel too.
+    let body = r#"{"shell": "echo one; echo two >&2", "stream": true}"#;
+    let (code, lines) = as_token(&t.c, via, &alice, "POST", &format!("{base}/exec"), body);
+    assert_eq!(code, 200, "{lines}");
+    assert!(
+        lines.contains("one") && lines.contains("two") && lines.contains("exit_code"),
+        "{lines}"
+    );
+    let (code, all) = as_token(&t.c, via, &alice, "GET", "/sandboxes?cluster=true", "");
+    assert_eq!(code, 200, "{all}");
+    let all: Value = serde_json::from_str(&all).unwrap();
+    assert!(
+        all["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["id"] == id.as_str() && e["state"] == "live"),
+        "the worker's list, asked through the tunnel, has it: {all}"
+    );
+    assert_eq!(all["unreached"].as_array().map_or(0, Vec::len), 0, "{all}");
+    let (code, status) =
+        http_request(t.c.nodes[via].http_port, "GET", "/cluster/status", None).unwrap();
+    assert_eq!(code, 200, "{status}");
+    let status: Value = serde_json::from_str(&status).unwrap();
+    for n in status["nodes"].as_array().unwrap() {
+        assert!(n["status"].is_object(), "every node's own view: {status}");
+    }
+    let tunnels = |i: usize, way: &str| {
+        let name = format!("chorus_transport_api_tunnels_total{{direction=\"{way}\"}}");
+        metric(&t.c, i, &name).unwrap_or(0)
+    };
+    assert!(tunnels(via, "out") >= 3, "n{via} opened the tunnels");
+    assert!(tunnels(worker, "in") >= 3, "n{worker} served them");
+    let (code, answer) = as_token(&t.c, via, &alice, "DELETE", &base, "");
+    assert_eq!(code, 200, "close through n{via}: {answer}");
+    let (code, answer) = as_token(&t.c, via, &alice, "GET", &base, "");
+    assert_eq!(code, 410, "closed: {answer}");
+    // The command line, given only n{via}: a task's output read at its worker, through n{via}
+    // (`/nodes/{worker}/api/...`); each node's own status, the same way.
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let (id, ran_on) = (0..6)
+        .find_map(|n| {
+            let (_, id) = submit(
+                &t.c,
+                via,
+                &spec(&format!("echo relayed-{n}; echo e{n} >&2")),
+            );
+            let r = result(&t.c, via, &id);
+            assert_eq!(r["status"], "succeeded", "{r}");
+            let worker = t.index_of(r["worker"].as_str().unwrap());
+            (worker != via).then_some((id, worker))
+        })
+        .expect("a task ran on another worker than n{via} in six");
+    let out = t.c.chorus(&["task", "logs", &id, "--addr", &addr]);
+    assert!(
+        out.status.success(),
+        "task logs of n{ran_on}'s run: {out:?}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.starts_with("relayed-"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with('e'),
+        "{out:?}"
+    );
+    let out =
+        t.c.chorus(&["status", "--cluster", "--json", "--addr", &addr]);
+    assert!(out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = doc["nodes"].as_array().unwrap_or_else(|| panic!("{doc}"));
+    assert_eq!(rows.len(), 3, "{doc}");
+    for row in rows {
+        assert!(
+            row["status"]["node_id"] == row["member"]["node_id"],
+            "each node's own: {row}"
+        );
+    }
+}
+
 /// Issue 53: a worker cut off without its connection closing — paused (SIGSTOP), as a host
 /// behind a partition looks — loses its live sandbox all the same: libp2p's ping reports it
 /// and its connection is closed, so the admin hears it down and the sandbox's record says

@@ -43,6 +43,7 @@ mod identity;
 mod link;
 mod peers;
 mod stats;
+mod tunnel;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -63,6 +64,10 @@ pub use self::frame::{Frame, FrameCodec, FrameError, DIRECT_PROTOCOL};
 pub use self::identity::{load_or_create_identity, load_psk};
 pub use self::link::{LINK_PROTOCOL, LINK_PROTOCOL_COMPACT};
 pub use self::stats::{Libp2pStats, StatsSnapshot};
+pub use self::tunnel::{
+    ApiTunnels, Tunnel, TunnelError, TunnelListener, TunnelSlot, TunnelStream, API_PROTOCOL,
+    MAX_TUNNELS_PER_PEER,
+};
 
 /// Everything [`Libp2pTransport::start`] needs besides the keypair.
 #[derive(Clone, Debug)]
@@ -229,6 +234,7 @@ pub struct Libp2pTransport {
     commands: mpsc::Sender<Command>,
     events: mpsc::Receiver<TransportEvent>,
     stats: Arc<Libp2pStats>,
+    tunnels: ApiTunnels,
     /// Always `Some` until [`Libp2pTransport::shutdown`] takes it.
     driver: Option<JoinHandle<()>>,
 }
@@ -257,6 +263,7 @@ impl Libp2pTransport {
 
         let mut driver = driver::Driver::new(&keypair, config, stats.clone(), event_tx)?;
         let addrs = driver.listen().await?;
+        let tunnels = driver.tunnels();
         tracing::info!(
             peer_id = %local_peer_id,
             addrs = %crate::log_fields::list(&addrs),
@@ -272,6 +279,7 @@ impl Libp2pTransport {
                 commands,
                 events,
                 stats,
+                tunnels,
                 driver: Some(driver),
             },
             addrs,
@@ -291,6 +299,11 @@ impl Libp2pTransport {
     /// The live counters, for metrics.
     pub fn stats(&self) -> Arc<Libp2pStats> {
         self.stats.clone()
+    }
+
+    /// Tunnels to other nodes' HTTP APIs, and this node's to serve (`tunnel.rs`).
+    pub fn tunnels(&self) -> ApiTunnels {
+        self.tunnels.clone()
     }
 
     /// Stops gracefully: messages already handed to the transport are sent, the driver waits

@@ -155,6 +155,11 @@ fn strip_port(host: &str) -> &str {
 
 /// The role a request needs; `None`: anyone may (health and public state).
 pub fn required_role(method: &Method, path: &str) -> Option<Role> {
+    // A call relayed to another node (`relay.rs`) needs what the call needs there, and a token
+    // even for a public route: the relaying node works on the caller's behalf.
+    if let Some((_, inner)) = relayed(path) {
+        return Some(required_role(method, inner).map_or(Role::Read, |r| r.max(Role::Read)));
+    }
     let public = [
         "/",
         "/healthz",
@@ -221,9 +226,19 @@ pub async fn guard(
     }
 }
 
+/// `/nodes/{node}/api/{path}` (a call for node `node`, relayed by the node asked: `relay.rs`)
+/// → the node and `/{path}`.
+pub fn relayed(path: &str) -> Option<(&str, &str)> {
+    let rest = path.strip_prefix("/nodes/")?;
+    let (node, inner) = rest.split_once('/')?;
+    let inner = inner.strip_prefix("api")?;
+    (!node.is_empty() && inner.starts_with('/')).then_some((node, inner))
+}
+
 /// Whether `path` is `/sandboxes/{id}/files` or `/sandboxes/{id}/tree`, the routes that take
-/// a raw body (a file's bytes, a tar archive).
+/// a raw body (a file's bytes, a tar archive) — itself or relayed to another node.
 fn takes_raw_bytes(path: &str) -> bool {
+    let path = relayed(path).map_or(path, |(_, inner)| inner);
     path.strip_prefix("/sandboxes/")
         .and_then(|rest| {
             rest.strip_suffix("/files")
@@ -488,6 +503,36 @@ mod tests {
         assert_eq!(AclKey::from_hex(&k.to_hex()).unwrap().to_hex(), k.to_hex());
         assert!(AclKey::from_hex("abcd").unwrap_err().contains("2 bytes"));
         assert!(AclKey::from_hex("zz").unwrap_err().contains("hex"));
+    }
+
+    /// A relayed call (`/nodes/{node}/api/...`) needs what the call needs at that node, and a
+    /// token even for a public route there; a path that only looks like one is no relay.
+    #[test]
+    fn a_relayed_call_needs_its_own_role_and_never_less_than_read() {
+        let n = "/nodes/12D3KooWAYdx/api";
+        for (method, inner, role) in [
+            (Method::GET, "/status", Role::Read),
+            (Method::GET, "/tasks/a-1/logs", Role::Read),
+            (Method::POST, "/tasks", Role::Submit),
+            (Method::POST, "/sandboxes/x/exec", Role::Submit),
+            (Method::POST, "/members", Role::Operate),
+            (Method::POST, "/acl/tokens", Role::Manage),
+        ] {
+            let path = format!("{n}{inner}");
+            assert_eq!(required_role(&method, &path), Some(role), "{method} {path}");
+            assert_eq!(relayed(&path), Some(("12D3KooWAYdx", inner)));
+        }
+        for not in [
+            "/nodes//api/status",
+            "/nodes/x/apistatus",
+            "/nodes/x/status",
+            "/nodes/x",
+        ] {
+            assert_eq!(relayed(not), None, "{not}");
+        }
+        // A raw upload is a raw upload when relayed too.
+        assert!(takes_raw_bytes(&format!("{n}/sandboxes/x/files")));
+        assert!(!takes_raw_bytes(&format!("{n}/sandboxes/x/exec")));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! connection, a TLS one pinned by its `#sha256=`), which `chorus status --cluster` follows the
 //! same way from the command line. A peer chooses only the port: the address asked is always
 //! at the IP its connection comes from (the transport's `reachable_http`), so no peer can point
-//! this node's requests at another host.
+//! this node's requests at another host. A peer whose API advertised no address this node
+//! reaches (bound to its own loopback) is asked through an API tunnel of the cluster
+//! transport instead (issue 54, item 8).
 //!
 //! Bounded, so that no page can make a node flood its peers: at most [`MAX_ASKED`] peers (the
 //! electorate first), all asked at once, each given [`PEER_TIMEOUT`]; one gathering at a time,
@@ -33,6 +35,7 @@ use super::cluster::{ClusterView, Member};
 use super::status::Status;
 use crate::daemon::shared::SharedState;
 use crate::http1::{self, Endpoint};
+use chorus_io::transport::libp2p::ApiTunnels;
 
 /// Most peers asked in one gathering.
 pub const MAX_ASKED: usize = 64;
@@ -152,26 +155,54 @@ impl Reported {
     }
 }
 
-/// Node `id`'s own view, from its API at `http` (no token: `/status` is public).
-async fn ask(http: &str, id: &str) -> Result<OwnView, String> {
-    let endpoint =
-        Endpoint::parse(http).map_err(|_| "its advertised API address is not one".to_owned())?;
-    let tls = match (&endpoint.tls, &endpoint.pin) {
-        (false, _) => None,
-        (true, Some(pin)) => Some(http1::pinned(pin.clone()).map_err(|e| e.to_string())?),
-        (true, None) => return Err("its API speaks TLS but its address pins no certificate".into()),
+/// Node `id`'s own view, from its API at `http`, or through an API tunnel of the cluster
+/// transport when it advertised no address this node reaches (no token: `/status` is public).
+async fn ask(
+    http: Option<&str>,
+    tunnels: Option<&ApiTunnels>,
+    id: &str,
+) -> Result<OwnView, String> {
+    let answer = match (http, tunnels) {
+        (Some(http), _) => {
+            let endpoint = Endpoint::parse(http)
+                .map_err(|_| "its advertised API address is not one".to_owned())?;
+            let tls = match (&endpoint.tls, &endpoint.pin) {
+                (false, _) => None,
+                (true, Some(pin)) => Some(http1::pinned(pin.clone()).map_err(|e| e.to_string())?),
+                (true, None) => {
+                    return Err("its API speaks TLS but its address pins no certificate".into())
+                }
+            };
+            http1::send(
+                &endpoint,
+                tls,
+                "GET",
+                "/status",
+                None,
+                None,
+                MAX_ANSWER_BYTES,
+            )
+            .await
+            .map_err(|e| format!("unreachable: {e}"))?
+        }
+        (None, Some(tunnels)) => {
+            let stream = tunnels
+                .open(id)
+                .await
+                .map_err(|e| format!("unreachable through the cluster transport: {e}"))?;
+            http1::send_on(
+                Box::new(stream),
+                "GET",
+                "/status",
+                None,
+                None,
+                MAX_ANSWER_BYTES,
+            )
+            .await
+            .map_err(|e| format!("unreachable through the cluster transport: {e}"))?
+        }
+        (None, None) => return Err("it advertised no HTTP API this node may ask".into()),
     };
-    let answer = http1::send(
-        &endpoint,
-        tls,
-        "GET",
-        "/status",
-        None,
-        None,
-        MAX_ANSWER_BYTES,
-    )
-    .await
-    .map_err(|e| format!("unreachable: {e}"))?;
     if answer.code != 200 {
         return Err(format!("its API answered {}", answer.code));
     }
@@ -181,8 +212,14 @@ async fn ask(http: &str, id: &str) -> Result<OwnView, String> {
 }
 
 /// Asks every connected peer of `view` (at most [`MAX_ASKED`], voters first) for its own view,
-/// all at once, each for at most `timeout`; `own` is the asked node's.
-pub async fn gather(view: ClusterView, own: OwnView, timeout: Duration) -> ClusterStatus {
+/// all at once, each for at most `timeout`, at its API or through `tunnels`; `own` is the
+/// asked node's.
+pub async fn gather(
+    view: ClusterView,
+    own: OwnView,
+    tunnels: Option<ApiTunnels>,
+    timeout: Duration,
+) -> ClusterStatus {
     let mut nodes: Vec<NodeStatus> = view
         .members
         .into_iter()
@@ -194,7 +231,10 @@ pub async fn gather(view: ClusterView, own: OwnView, timeout: Duration) -> Clust
         .collect();
     let mut askable: Vec<usize> = (0..nodes.len())
         .filter(|&i| nodes[i].member.node_id != view.node_id)
-        .filter(|&i| nodes[i].member.connected && nodes[i].member.http.is_some())
+        .filter(|&i| {
+            let m = &nodes[i].member;
+            m.connected && (m.http.is_some() || tunnels.is_some())
+        })
         .collect();
     // Stable: voters first, each group in id order.
     askable.sort_by_key(|&i| !nodes[i].member.voter);
@@ -202,9 +242,10 @@ pub async fn gather(view: ClusterView, own: OwnView, timeout: Duration) -> Clust
     let mut asking = tokio::task::JoinSet::new();
     for &i in &askable {
         let m = &nodes[i].member;
-        let (http, id) = (m.http.clone().unwrap_or_default(), m.node_id.clone());
+        let (http, id, tunnels) = (m.http.clone(), m.node_id.clone(), tunnels.clone());
         asking.spawn(async move {
-            let answer = tokio::time::timeout(timeout, ask(&http, &id)).await;
+            let asked = ask(http.as_deref(), tunnels.as_ref(), &id);
+            let answer = tokio::time::timeout(timeout, asked).await;
             let answer = answer
                 .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
             (i, answer)
@@ -269,7 +310,7 @@ impl Asker {
     /// cluster view and this node's own); `None` while the node starts.
     pub async fn get(
         &self,
-        now: impl FnOnce() -> Option<(ClusterView, OwnView)>,
+        now: impl FnOnce() -> Option<(ClusterView, OwnView, Option<ApiTunnels>)>,
     ) -> Option<ClusterStatus> {
         // Held through the gathering: a caller arriving meanwhile waits and takes its answer.
         let mut last = self.last.lock().await;
@@ -278,8 +319,8 @@ impl Asker {
                 return Some(doc.clone());
             }
         }
-        let (view, own) = now()?;
-        let doc = gather(view, own, self.timeout).await;
+        let (view, own, tunnels) = now()?;
+        let doc = gather(view, own, tunnels, self.timeout).await;
         *last = Some((Instant::now(), doc.clone()));
         Some(doc)
     }
@@ -305,7 +346,8 @@ pub(super) async fn cluster_status(
 ) -> Response {
     let now = || {
         let s = shared.lock();
-        Some((s.cluster(&bound.to_string())?, OwnView::from(&s.status()?)))
+        let view = s.cluster(&bound.to_string())?;
+        Some((view, OwnView::from(&s.status()?), s.tunnels.clone()))
     };
     match asker.get(now).await {
         Some(doc) => Json(doc).into_response(),
@@ -419,7 +461,7 @@ mod tests {
             member("h", None, true, false),
         ];
         let started = Instant::now();
-        let doc = gather(view(members), own(), TIMEOUT).await;
+        let doc = gather(view(members), own(), None, TIMEOUT).await;
         let took = started.elapsed();
         // All at once: the silent one costs one timeout, not one each.
         assert!(took < TIMEOUT + Duration::from_millis(1_500), "{took:?}");
@@ -459,7 +501,7 @@ mod tests {
             let voter = i >= MAX_ASKED + 2;
             members.push(member(&format!("p{i:03}"), Some(&addr), true, voter));
         }
-        let doc = gather(view(members), own(), TIMEOUT).await;
+        let doc = gather(view(members), own(), None, TIMEOUT).await;
         assert_eq!(taken.load(Ordering::SeqCst), MAX_ASKED);
         assert_eq!(doc.not_asked, 5);
         let not_asked: Vec<&str> = doc
@@ -490,6 +532,7 @@ mod tests {
                     member("b", Some(&addr), true, true),
                 ]),
                 own(),
+                None,
             ))
         };
         let (first, second) = tokio::join!(asker.get(now), asker.get(now));

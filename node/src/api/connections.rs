@@ -18,7 +18,7 @@
 //! written here is the accept loop that applies the two counts.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -77,9 +77,25 @@ pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, app: Router)
     }
 }
 
+/// Serves `app` on API tunnels of the cluster transport (`chorus_io`'s `tunnel.rs`, which
+/// admits only this cluster's connected nodes and bounds their tunnels per node), each as a
+/// connection of its own.
+pub async fn serve_tunnels(
+    mut listener: chorus_io::transport::libp2p::TunnelListener,
+    app: Router,
+) {
+    while let Some(tunnel) = listener.next().await {
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _slot = tunnel.slot;
+            connection(tunnel.stream, format!("tunnel from {}", tunnel.node), app).await;
+        });
+    }
+}
+
 /// HTTP/1.1 on one connection until either side ends it, or the client keeps the node
 /// waiting for headers longer than [`CLIENT_BOUND`].
-async fn connection<I>(io: I, peer: SocketAddr, app: Router)
+async fn connection<I>(io: I, peer: impl std::fmt::Display, app: Router)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {

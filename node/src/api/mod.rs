@@ -20,6 +20,7 @@ pub mod leave;
 pub mod logs;
 pub mod members;
 pub mod openapi;
+mod relay;
 mod sandbox_files;
 mod sandbox_forward;
 mod sandbox_place;
@@ -41,7 +42,8 @@ use utoipa_axum::routes;
 
 use crate::daemon::shared::SharedState;
 
-/// Binds `addr` (failing early, with the address in the error) and returns the server future.
+/// Binds `addr` (failing early, with the address in the error) and returns the server future
+/// and the router it serves (which [`serve_tunnels`] serves too).
 /// `auth` decides who may call what; with `tls` every connection speaks TLS; with `ui` the
 /// web console is served at `/ui` and a browser asking for `/` is sent there. Connections are
 /// bounded in time and number per peer (`connections`).
@@ -51,14 +53,20 @@ pub async fn serve(
     auth: Arc<auth::Auth>,
     tls: Option<Arc<rustls::ServerConfig>>,
     ui: bool,
-) -> anyhow::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
+) -> anyhow::Result<(SocketAddr, impl std::future::Future<Output = ()>, Router)> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot bind the HTTP API on {addr}: {e}"))?;
     let bound = listener.local_addr()?;
     let app = router(shared, auth, bound, ui);
     let tls = tls.map(tokio_rustls::TlsAcceptor::from);
-    Ok((bound, connections::serve(listener, tls, app)))
+    Ok((bound, connections::serve(listener, tls, app.clone()), app))
+}
+
+/// Serves `app` (the router [`serve`] answers with) on the API tunnels other nodes open to this
+/// one over the cluster transport. Runs until the transport stops.
+pub async fn serve_tunnels(listener: chorus_io::transport::libp2p::TunnelListener, app: Router) {
+    connections::serve_tunnels(listener, app).await
 }
 
 /// The state every handler reads: the daemon's shared state and the address the API listens
@@ -100,6 +108,7 @@ fn api_routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(sandbox_files::read_tree, sandbox_files::write_tree))
         .routes(routes!(acl::create_token))
         .routes(routes!(acl::delegate))
+        .routes(routes!(relay::relay))
         .routes(routes!(openapi::openapi_json))
 }
 

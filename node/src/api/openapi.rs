@@ -70,6 +70,29 @@ pub struct ApiDoc;
 /// gatekeeper's part ([`gatekeeper`]).
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = super::api_routes().into_openapi();
+    // A route's tail taken whole (`{*path}`, the router's syntax) is a parameter like any other
+    // to a client of the document.
+    let tails: Vec<String> = (doc.paths.paths.keys())
+        .filter(|k| k.contains("{*"))
+        .cloned()
+        .collect();
+    for key in tails {
+        if let Some(mut item) = doc.paths.paths.remove(&key) {
+            // One handler serves every method there: each operation gets an id of its own.
+            for (method, op) in [
+                ("get", &mut item.get),
+                ("post", &mut item.post),
+                ("put", &mut item.put),
+                ("delete", &mut item.delete),
+            ] {
+                if let Some(op) = op.as_mut() {
+                    let id = op.operation_id.take().unwrap_or_default();
+                    op.operation_id = Some(format!("{id}_{method}"));
+                }
+            }
+            doc.paths.paths.insert(key.replace("{*", "{"), item);
+        }
+    }
     gatekeeper(&mut doc);
     doc
 }
@@ -129,7 +152,12 @@ fn gatekeeper(doc: &mut utoipa::openapi::OpenApi) {
         for (method, operation) in operations {
             if let Some(operation) = operation.as_mut() {
                 let changes = matches!(method, Method::POST | Method::PUT | Method::PATCH);
-                guard_operation(operation, required_role(&method, path), changes);
+                // A relayed call needs its own role there, at least `read` (its description).
+                let role = match super::auth::relayed(path) {
+                    Some(_) => Some(Role::Read),
+                    None => required_role(&method, path),
+                };
+                guard_operation(operation, role, changes);
             }
         }
     }
@@ -615,6 +643,10 @@ mod tests {
         ("POST", "/sandboxes/{id}/sync"),
         ("POST", "/acl/tokens"),
         ("POST", "/acl/delegate"),
+        ("GET", "/nodes/{node}/api/{path}"),
+        ("POST", "/nodes/{node}/api/{path}"),
+        ("PUT", "/nodes/{node}/api/{path}"),
+        ("DELETE", "/nodes/{node}/api/{path}"),
         ("GET", "/openapi.json"),
     ];
 
@@ -762,6 +794,51 @@ mod tests {
         let off = app(&shared, false);
         let a = call(&off, "GET", "/ui", Some(Role::Manage), None).await;
         assert!(a.body.is_empty(), "no console with http_ui = false");
+    }
+
+    /// A relayed call (`relay.rs`) needs a token even for a route public at the other node,
+    /// the role the call needs there, and a node this one is connected to; this node itself is
+    /// not relayed to.
+    #[tokio::test]
+    async fn a_relayed_call_needs_a_token_its_role_and_a_connected_node() {
+        let shared = SharedState::default();
+        shared.lock().node_id = ME.to_owned();
+        let app = app(&shared, false);
+        let status = format!("/nodes/{OTHER}/api/status");
+        let a = call(&app, "GET", &status, None, None).await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+        let a = call(&app, "GET", &status, Some(Role::Read), None).await;
+        assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            a.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("not connected"),
+            "{}",
+            a.json()
+        );
+        let members = format!("/nodes/{OTHER}/api/members");
+        let a = call(&app, "POST", &members, Some(Role::Submit), Some("{}")).await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "operate's call, relayed");
+        let own = format!("/nodes/{ME}/api/status");
+        let a = call(&app, "GET", &own, Some(Role::Read), None).await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{}", a.json());
+    }
+
+    /// Clients name their methods after operation ids: one id, one operation (the relay
+    /// serves four methods from one handler).
+    #[test]
+    fn every_operation_has_an_id_of_its_own() {
+        let doc = doc();
+        let mut seen = BTreeSet::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                if let Some(id) = op.get("operationId").and_then(Value::as_str) {
+                    assert!(seen.insert(id.to_owned()), "{method} {path}: {id} again");
+                }
+            }
+        }
+        assert!(seen.contains("relay_post"), "{seen:?}");
     }
 
     /// `schema`'s object properties (through `$ref`, `allOf`, `oneOf` and `anyOf`), and the

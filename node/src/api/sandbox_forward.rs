@@ -1,7 +1,8 @@
 //! How a call about a live sandbox reaches the node that holds it (issue 53): a request sent on
-//! to that node's advertised API with a token delegated to it alone, pinned by its certificate,
-//! never forwarded again; and what the caller hears when it cannot be reached. Shared by the
-//! routes (`sandboxes`, `sandbox_files`) and the search for a sandbox's node (`sandbox_place`),
+//! to that node's advertised API with a token delegated to it alone, pinned by its certificate
+//! — or, when its API advertised no address this node reaches, through an API tunnel of the
+//! cluster transport (issue 54, item 8) — never forwarded again; and what the caller hears
+//! when it cannot be reached. Shared by the routes (`sandboxes`, `sandbox_files`) and the search for a sandbox's node (`sandbox_place`),
 //! which each build on it and not on one another.
 
 use std::sync::Arc;
@@ -14,7 +15,9 @@ use serde_json::{json, Value};
 
 use super::auth::{unix_now, Auth, Caller, DELEGATION_TTL_S};
 use super::cluster::Member;
+use crate::daemon::shared::SharedState;
 use crate::http1::{self, Endpoint};
+use chorus_io::transport::libp2p::ApiTunnels;
 
 /// A request refused before it reached the registry: the status and the reason.
 #[derive(Debug)]
@@ -32,13 +35,74 @@ pub(super) const MAX_FORWARDED_BYTES: u64 = 96 << 20;
 /// How long a forwarded call may take besides the command's own timeout.
 pub(super) const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 
-/// How a request reaches node `to` on the caller's behalf: its endpoint, the TLS that pins its
-/// certificate, and a token delegated to it alone; or the answer to give when it cannot.
+/// How a request reaches node `to` on the caller's behalf: the way there and a token delegated
+/// to it alone ([`reach`]).
+pub(super) struct Reach {
+    way: Way,
+    token: String,
+}
+
+/// The way to a node's API.
+enum Way {
+    /// Its advertised address, TLS pinned by the certificate the address names.
+    Http(Endpoint, Option<Arc<rustls::ClientConfig>>),
+    /// An API tunnel of the cluster transport (`chorus_io::transport::libp2p::ApiTunnels`): its
+    /// API advertised no address this node reaches (bound to its own loopback, as the docs
+    /// suggest; issue 54, item 8).
+    Tunnel(ApiTunnels, String),
+}
+
+impl Reach {
+    /// Sends the request (its body as it comes, `(media type, body)`) and answers once the head
+    /// of the answer came.
+    pub(super) async fn open(
+        self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, axum::body::Body)>,
+    ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
+        let token = Some(self.token.as_str());
+        match self.way {
+            Way::Http(endpoint, tls) => {
+                http1::open(&endpoint, tls, method, path, body, token).await
+            }
+            Way::Tunnel(tunnels, node) => {
+                let stream = tunnels.open(&node).await?;
+                http1::open_on(Box::new(stream), method, path, body, token).await
+            }
+        }
+    }
+
+    /// Sends the request and reads its whole answer, at most `limit` bytes.
+    pub(super) async fn send(
+        self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        limit: u64,
+    ) -> anyhow::Result<http1::RawAnswer> {
+        let token = Some(self.token.as_str());
+        match self.way {
+            Way::Http(endpoint, tls) => {
+                http1::send(&endpoint, tls, method, path, body, token, limit).await
+            }
+            Way::Tunnel(tunnels, node) => {
+                let stream = tunnels.open(&node).await?;
+                http1::send_on(Box::new(stream), method, path, body, token, limit).await
+            }
+        }
+    }
+}
+
+/// How a request reaches node `to` on the caller's behalf: at its advertised API, or through an
+/// API tunnel (`tunnels`) when it advertised none this node reaches; or the answer to give
+/// when it cannot.
 pub(super) fn reach(
     auth: &Auth,
     caller: &Caller,
     to: &Member,
-) -> Result<(Endpoint, Option<Arc<rustls::ClientConfig>>, String), Refused> {
+    tunnels: Option<ApiTunnels>,
+) -> Result<Reach, Refused> {
     if caller.delegated {
         // A forwarded call stops at the node it was sent to: no chains, no loops.
         return Err(Refused(
@@ -58,21 +122,24 @@ pub(super) fn reach(
             format!("{} is not a node id to delegate to", to.node_id),
         ));
     };
-    let http = to.http.as_deref().unwrap_or_default();
-    let endpoint = match Endpoint::parse(http) {
-        Ok(e) => e,
-        Err(_) => {
-            // Not lost: most likely its API listens on its own loopback, which the docs
-            // suggest and no other host reaches (issue 54, item 8).
-            return Err(Refused(
-                503,
-                format!(
-                    "the sandbox's node {} advertised no API this node can reach (an API bound \
-                     to its own loopback answers its own host only: ask through a node on its \
-                     host, or bind its --http to an address the other nodes reach)",
-                    to.node_id
-                ),
-            ));
+    let endpoint = match to.http.as_deref().map(Endpoint::parse) {
+        Some(Ok(e)) => e,
+        _ => {
+            return match tunnels {
+                Some(t) => Ok(Reach {
+                    way: Way::Tunnel(t, to.node_id.clone()),
+                    token,
+                }),
+                None => Err(Refused(
+                    503,
+                    format!(
+                        "the sandbox's node {} advertised no API this node can reach (an API \
+                         bound to its own loopback answers its own host only), and this node \
+                         has no cluster transport to tunnel through",
+                        to.node_id
+                    ),
+                )),
+            };
         }
     };
     let tls = match (&endpoint.tls, &endpoint.pin) {
@@ -88,7 +155,10 @@ pub(super) fn reach(
             ))
         }
     };
-    Ok((endpoint, tls, token))
+    Ok(Reach {
+        way: Way::Http(endpoint, tls),
+        token,
+    })
 }
 
 /// What a request to `to` that failed answers: a refused connection is a node whose process
@@ -129,7 +199,9 @@ pub(super) fn too_slow(to: &Member, bound: Duration) -> Response {
 /// A request sent to node `to` on the caller's behalf ([`reach`]) and its whole answer; or the
 /// answer to give when it could not be sent or answered. `wait` bounds it (beside
 /// [`FORWARD_MARGIN`]).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn send_to(
+    shared: &SharedState,
     auth: &Auth,
     caller: &Caller,
     to: &Member,
@@ -138,20 +210,13 @@ pub(super) async fn send_to(
     body: Option<&[u8]>,
     wait: Duration,
 ) -> Result<http1::RawAnswer, Response> {
-    let (endpoint, tls, token) = reach(auth, caller, to).map_err(IntoResponse::into_response)?;
+    let tunnels = shared.lock().tunnels.clone();
+    let reach = reach(auth, caller, to, tunnels).map_err(IntoResponse::into_response)?;
     let body = match body.map(std::str::from_utf8).transpose() {
         Ok(b) => b,
         Err(_) => return Err(bad("the body is not UTF-8 JSON")),
     };
-    let sent = http1::send(
-        &endpoint,
-        tls,
-        method,
-        path,
-        body,
-        Some(&token),
-        MAX_FORWARDED_BYTES,
-    );
+    let sent = reach.send(method, path, body, MAX_FORWARDED_BYTES);
     match tokio::time::timeout(wait + FORWARD_MARGIN, sent).await {
         Ok(Ok(a)) => Ok(a),
         Ok(Err(e)) => Err(unanswered(to, &e)),

@@ -154,12 +154,14 @@ fn local_record(shared: &SharedState, task: &TaskId, caller: &Caller) -> Option<
         .map(|w| Record::Placed(w.clone()))
 }
 
-/// The connected member `node` with an API, as this node's view shows it.
+/// The connected member `node`, as this node's view shows it: asked at the API it advertised,
+/// or through an API tunnel when it advertised none this node reaches
+/// (`sandbox_forward::reach`).
 pub(super) fn member(shared: &SharedState, bound: &str, node: &str) -> Option<Member> {
     let view = shared.lock().cluster(bound)?;
     view.members
         .into_iter()
-        .find(|m| m.node_id == node && m.connected && m.http.is_some())
+        .find(|m| m.node_id == node && m.connected)
 }
 
 /// Finds sandbox `id` for `caller` (module docs).
@@ -259,7 +261,7 @@ async fn ask_record(
         ));
     };
     let path = format!("/tasks/{task}");
-    let answer = match send_to(auth, caller, &to, "GET", &path, None, RECORD_WAIT).await {
+    let answer = match send_to(shared, auth, caller, &to, "GET", &path, None, RECORD_WAIT).await {
         Ok(a) => a,
         Err(response) => return Err(Found::Sent(response)),
     };

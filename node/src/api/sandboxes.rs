@@ -181,8 +181,24 @@ async fn forward(
     body: Option<Body>,
     wait: Duration,
 ) -> Response {
+    forward_as(asked, to, method, path, body, wait, "the sandbox's worker").await
+}
+
+/// [`forward`], its failures naming `to` as `who` (`the sandbox's worker`, or `node` for a
+/// relayed call). The answer's `chorus-*` headers (a log's position) are passed on.
+#[allow(clippy::too_many_arguments)]
+async fn forward_as(
+    asked: &Asked,
+    to: &Member,
+    method: &str,
+    path: &str,
+    body: Option<Body>,
+    wait: Duration,
+    who: &str,
+) -> Response {
     let shared = &asked.shared;
-    let (endpoint, tls, token) = match reach(&asked.auth, &asked.caller, to) {
+    let tunnels = shared.lock().tunnels.clone();
+    let reach = match reach(&asked.auth, &asked.caller, to, tunnels) {
         Ok(r) => r,
         Err(refused) => return refused.into_response(),
     };
@@ -192,7 +208,7 @@ async fn forward(
     let bound = wait + FORWARD_MARGIN;
     let deadline = tokio::time::Instant::now() + bound;
     let body = body.map(|body| (kind, body));
-    let opened = http1::open(&endpoint, tls, method, path, body, Some(&token));
+    let opened = reach.open(method, path, body);
     let answer = match tokio::time::timeout_at(deadline, opened).await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return unanswered(to, &e),
@@ -206,6 +222,16 @@ async fn forward(
         .unwrap_or("application/json")
         .to_string();
     let length = answer.headers().get(header::CONTENT_LENGTH).cloned();
+    let ours: Vec<(header::HeaderName, header::HeaderValue)> = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| name.as_str().starts_with("chorus-"))
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    let with_ours = |mut response: Response| {
+        response.headers_mut().extend(ours.clone());
+        response
+    };
     let lines = kind.starts_with("application/x-ndjson");
     let raw = is_raw_kind(&kind);
     if !lines && !raw {
@@ -217,7 +243,7 @@ async fn forward(
         );
         return tokio::select! {
             whole = whole => match whole {
-                Ok(whole) => (code, [(header::CONTENT_TYPE, kind)], whole).into_response(),
+                Ok(whole) => with_ours((code, [(header::CONTENT_TYPE, kind)], whole).into_response()),
                 Err(e) => Refused(
                     502,
                     format!(
@@ -228,7 +254,7 @@ async fn forward(
                 .into_response(),
             },
             () = vanished(shared, &to.node_id) => Refused(503, format!(
-                "the sandbox's worker {} went away during the call (its connection closed: \
+                "{who} {} went away during the call (its connection closed: \
                  down, or cut off)", to.node_id)).into_response(),
             () = tokio::time::sleep_until(deadline) => too_slow(to, bound),
         };
@@ -247,7 +273,7 @@ async fn forward(
     };
     let mut data = Body::new(answer.into_body()).into_data_stream();
     let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(STREAM_BUFFER);
-    let (shared, node) = (shared.clone(), to.node_id.clone());
+    let (shared, node, who) = (shared.clone(), to.node_id.clone(), who.to_owned());
     tokio::spawn(async move {
         use futures_util::StreamExt;
         let gone = vanished(&shared, &node);
@@ -257,10 +283,10 @@ async fn forward(
             let next = tokio::select! {
                 next = data.next() => next,
                 () = &mut gone => break Some(format!(
-                    "the sandbox's worker {node} went away during the call (its connection \
+                    "{who} {node} went away during the call (its connection \
                      closed: down, or cut off)")),
                 () = tokio::time::sleep_until(deadline) => break Some(format!(
-                    "the sandbox's worker {node} did not finish within {bound:?}")),
+                    "{who} {node} did not finish within {bound:?}")),
             };
             match next {
                 None => break None,
@@ -288,7 +314,8 @@ async fn forward(
             let _ = tx.send(last).await;
         }
     });
-    let mut response = (code, [(header::CONTENT_TYPE, kind)], body_of(rx)).into_response();
+    let mut response =
+        with_ours((code, [(header::CONTENT_TYPE, kind)], body_of(rx)).into_response());
     if let Some(length) = length.filter(|_| raw) {
         response
             .headers_mut()
@@ -421,6 +448,41 @@ impl Asked {
             Route::Here(live, _) => Ok((live, kept.take().unwrap_or_else(Body::empty))),
             Route::Answered(r) => Err(r),
         }
+    }
+
+    /// Whether `node` is this node's id.
+    pub(super) fn is_this_node(&self, node: &str) -> bool {
+        self.shared.lock().node_id == node
+    }
+
+    /// The request's query string, if it had one.
+    pub(super) fn query(&self) -> Option<&str> {
+        self.uri.query()
+    }
+
+    /// The call relayed to node `node` as `path` (with its query), `body` sent as it comes,
+    /// through an API tunnel of the cluster transport (`relay.rs`); its answer relayed as it
+    /// comes, within `wait` (beside [`FORWARD_MARGIN`]).
+    pub(super) async fn relay_to(
+        &self,
+        node: &str,
+        path: &str,
+        body: Body,
+        wait: Duration,
+    ) -> Response {
+        let bound = self.bound.to_string();
+        let Some(mut to) = sandbox_place::member(&self.shared, &bound, node) else {
+            return Refused(
+                503,
+                format!("node {node} is not connected to this node now (down, or cut off)"),
+            )
+            .into_response();
+        };
+        // Through the tunnel whatever it advertised: a relay is for the node the caller
+        // cannot reach, and a failure then never reads as a sandbox lost (`unanswered`).
+        to.http = None;
+        let method = self.method.as_str();
+        forward_as(self, &to, method, path, Some(body), wait, "node").await
     }
 
     /// Finds sandbox `id`, and sends the call on with `body()` when another node holds it.
@@ -652,7 +714,7 @@ async fn made_at(
         };
         let left = until.saturating_duration_since(tokio::time::Instant::now());
         let path = format!("/sandboxes/{id}?wait_ms={}", left.as_millis());
-        match send_to(auth, caller, &to, "GET", &path, None, left).await {
+        match send_to(shared, auth, caller, &to, "GET", &path, None, left).await {
             Ok(a) if a.code == 200 => Ok(serde_json::from_slice(&a.body).unwrap_or_default()),
             Ok(a) if a.code == 410 => {
                 let body: Value = serde_json::from_slice(&a.body).unwrap_or_default();
@@ -959,14 +1021,22 @@ pub(super) async fn list(
             .map(|v| v.members)
             .unwrap_or_default()
             .into_iter()
-            .filter(|m| m.node_id != me && m.connected && m.http.is_some())
+            // Each asked at its API or through a tunnel (`sandbox_forward::reach`).
+            .filter(|m| m.node_id != me && m.connected)
             .collect()
     };
-    let asked = futures_util::future::join_all(
-        others
-            .iter()
-            .map(|m| send_to(&auth, &caller, m, "GET", "/sandboxes", None, LIST_WAIT)),
-    )
+    let asked = futures_util::future::join_all(others.iter().map(|m| {
+        send_to(
+            &shared,
+            &auth,
+            &caller,
+            m,
+            "GET",
+            "/sandboxes",
+            None,
+            LIST_WAIT,
+        )
+    }))
     .await;
     let mut lists = vec![here];
     let mut unreached = Vec::new();

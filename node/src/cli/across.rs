@@ -74,6 +74,7 @@ pub async fn at_owner(addr: &str, method: &str, path: &str) -> anyhow::Result<An
         via: addr.to_owned(),
         node: holder.to_owned(),
         http: owner.clone(),
+        relayed: false,
     };
     ask_peer(&peer, method, path).await.with_context(|| {
         format!(
@@ -185,8 +186,9 @@ pub async fn http_of(addr: &str, node: &str) -> Option<Peer> {
 }
 
 /// The nodes the node at `addr` knows (`/cluster`: itself, its peers, the electorate), each
-/// with where its API is: `addr` for that node itself, else the address it advertised (none
-/// when it advertised none, or the node at `addr` does not reach it now).
+/// with where its API is: `addr` for that node itself, else the address it advertised, else
+/// (connected, its API on its own loopback) through the node at `addr`; none when the node at
+/// `addr` does not reach it now.
 pub(super) async fn members(addr: &str) -> anyhow::Result<Vec<(String, Option<Peer>)>> {
     let cluster = ask(addr, "GET", "/cluster").await?;
     if cluster.code != 200 {
@@ -202,11 +204,18 @@ pub(super) async fn members(addr: &str) -> anyhow::Result<Vec<(String, Option<Pe
             } else {
                 m["http"].as_str().map(str::to_owned)
             };
-            let peer = http.map(|http| Peer {
-                via: addr.to_owned(),
-                node: node.clone(),
-                http,
-            });
+            let connected = m["connected"].as_bool() == Some(true);
+            let peer = match http {
+                Some(http) => Some(Peer {
+                    via: addr.to_owned(),
+                    node: node.clone(),
+                    http,
+                    relayed: false,
+                }),
+                // Its API is out of the operator's reach too: through the node asked.
+                None if connected => Some(Peer::relayed(addr, &node)),
+                None => None,
+            };
             (node, peer)
         })
         .collect())
@@ -286,6 +295,7 @@ pub async fn rows_at(addr: &str, state: &str) -> Result<Vec<TaskRow>, String> {
         via: addr.to_owned(),
         node: String::new(),
         http: addr.to_owned(),
+        relayed: false,
     };
     rows_at_peer(&peer, state).await
 }

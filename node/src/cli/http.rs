@@ -15,6 +15,14 @@ use crate::http1::{self, normalize_fingerprint, Endpoint};
 /// [`set_token`]); a peer's advertised address gets a delegated one ([`request_peer`]).
 static TOKEN: Mutex<Option<String>> = Mutex::new(None);
 
+/// Whether this process has a token to send ([`set_token`]).
+pub fn has_token() -> bool {
+    TOKEN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
+}
+
 /// Where the CLI looks for a token when none is given: the management token of a node run with
 /// the default data directory in the current directory (the local demo).
 pub const DEFAULT_TOKEN_FILE: &str = "chorus-data/management.token";
@@ -111,15 +119,35 @@ pub async fn request_bytes(
 
 /// Node `node`, at `http`: an address a peer advertised, which the operator did not name.
 /// `via` is the address the operator named (or `http` itself, when the operator named it).
+/// A `relayed` peer advertised no API the node at `via` reaches (bound to its own loopback):
+/// it is asked through that node (`/nodes/{node}/api/...`, with the operator's token, which
+/// goes to the node the operator named and no further).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Peer {
     pub via: String,
     pub node: String,
     pub http: String,
+    pub relayed: bool,
+}
+
+impl Peer {
+    /// Node `node`, asked through the node at `via`.
+    pub fn relayed(via: &str, node: &str) -> Peer {
+        Peer {
+            via: via.to_owned(),
+            node: node.to_owned(),
+            http: via.to_owned(),
+            relayed: true,
+        }
+    }
 }
 
 impl std::fmt::Display for Peer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.relayed {
+            let node = crate::names::short_id(&self.node);
+            return write!(f, "node {node} through {}", self.via);
+        }
         f.write_str(&self.http)
     }
 }
@@ -134,6 +162,12 @@ pub async fn request_peer(
     body: Option<&str>,
     token: bool,
 ) -> anyhow::Result<RawAnswer> {
+    if peer.relayed {
+        let relayed = format!("/nodes/{}/api{path}", peer.node);
+        return request_bytes(&peer.via, method, &relayed, body)
+            .await
+            .with_context(|| format!("cannot reach {peer}"));
+    }
     if peer.http == peer.via {
         return request_bytes(&peer.http, method, path, body).await;
     }
@@ -325,6 +359,7 @@ mod tests {
             via: "127.0.0.1:7070".into(),
             node: "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B".into(),
             http: at.clone(),
+            relayed: false,
         };
         let err = request_peer(&peer, "GET", "/status", None, false)
             .await
@@ -394,6 +429,7 @@ mod tests {
             via: via.clone(),
             node: node.into(),
             http,
+            relayed: false,
         };
         let a = request_peer(&peer, "GET", "/tasks/t-1", None, true)
             .await
@@ -434,6 +470,7 @@ mod tests {
             via,
             node: "12D3KooWAYdx36XGWgEjuWUFfeWN2Y3LsJ5XowTibozc2htAht1B".into(),
             http: listener.local_addr().unwrap().to_string(),
+            relayed: false,
         };
         let err = request_peer(&refused, "GET", "/tasks/t-2", None, true)
             .await

@@ -144,6 +144,7 @@ pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow:
         via: addr.to_owned(),
         node: String::new(),
         http: addr.to_owned(),
+        relayed: false,
     };
     for _ in 0..2 {
         let reply = tokio::time::timeout(
@@ -175,6 +176,7 @@ pub async fn transfer(addr: &str, to: Option<String>, wait: Duration) -> anyhow:
                     via: addr.to_owned(),
                     node: admin.to_owned(),
                     http: http.to_owned(),
+                    relayed: false,
                 }
             }
             _ => bail!("{message}"),

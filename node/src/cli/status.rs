@@ -5,7 +5,7 @@
 use anyhow::Context;
 use serde_json::Value;
 
-use super::http::{get_document, request_peer, Peer};
+use super::http::{get_document, has_token, request_peer, Peer};
 
 /// Prints the status of the node whose HTTP API is at `addr`.
 pub async fn show(addr: &str, json: bool) -> anyhow::Result<()> {
@@ -131,10 +131,25 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
         } else {
             m["http"].as_str().map(str::to_owned)
         };
-        statuses.push(match http {
-            Some(h) => member_status(&h, id).await,
-            None => Err(no_address(m)),
-        });
+        let peer = match http {
+            // A public route: a peer's advertised address gets no token at all.
+            Some(h) => Peer {
+                via: String::new(),
+                node: id.to_owned(),
+                http: h,
+                relayed: false,
+            },
+            // Its API on its own loopback: asked through the node asked (with the operator's
+            // token: a relayed call needs one).
+            None if m["connected"].as_bool() == Some(true) && has_token() => {
+                Peer::relayed(addr, id)
+            }
+            None => {
+                statuses.push(Err(no_address(m)));
+                continue;
+            }
+        };
+        statuses.push(member_status(&peer, id).await);
     }
     if json {
         let rows: Vec<Value> = members
@@ -163,7 +178,8 @@ pub async fn show_cluster(addr: &str, json: bool) -> anyhow::Result<()> {
 fn no_address(m: &Value) -> String {
     if m["connected"].as_bool() == Some(true) {
         return "connected, but it advertised no HTTP API the node asked can reach (an API bound \
-                to its own loopback answers its own host only)"
+                to its own loopback answers its own host only), and no token was given to ask \
+                it through the node asked"
             .to_owned();
     }
     match m["last_contact_ms"].as_u64() {
@@ -179,16 +195,11 @@ fn no_address(m: &Value) -> String {
 
 /// A member's own `/status`, checked to be that member's (a loopback address advertised by a
 /// node on another machine would reach a different node here).
-async fn member_status(http: &str, id: &str) -> Result<Value, String> {
-    // A public route: a peer's advertised address gets no token at all.
-    let peer = Peer {
-        via: String::new(),
-        node: id.to_owned(),
-        http: http.to_owned(),
-    };
+async fn member_status(peer: &Peer, id: &str) -> Result<Value, String> {
+    let http = peer;
     let got = tokio::time::timeout(
         MEMBER_TIMEOUT,
-        request_peer(&peer, "GET", "/status", None, false),
+        request_peer(peer, "GET", "/status", None, false),
     )
     .await;
     let (code, body) = match got {

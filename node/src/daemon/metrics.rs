@@ -510,6 +510,14 @@ pub fn exposition(
         );
         labelled(
             &mut out,
+            "chorus_transport_api_tunnels_total",
+            "API calls carried over the cluster transport to or from a node whose API other \
+             hosts cannot reach, by direction: in (served), out (opened).",
+            "direction",
+            &t.tunnels,
+        );
+        labelled(
+            &mut out,
             "chorus_transport_bytes_out_total",
             "Message bytes handed to the network, by path: link (a peer's long-lived stream), \
              direct (one request-response exchange), gossip (one gossipsub publish, relays \

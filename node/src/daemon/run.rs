@@ -155,7 +155,7 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
     let tls = http_tls
         .map(|source| super::tls::identity(&source, &config.data_dir, http, &config.http_names))
         .transpose()?;
-    let (http_addr, server) = crate::api::serve(
+    let (http_addr, server, app) = crate::api::serve(
         http,
         shared.clone(),
         auth,
@@ -186,6 +186,16 @@ pub async fn run(resolved: Resolved) -> anyhow::Result<()> {
         &sandboxes,
     );
     tokio::spawn(server);
+    // The API on tunnels too: other nodes reach it through the cluster transport when it
+    // listens where they cannot (its own loopback; issue 54, item 8).
+    let tunnels = transport.tunnels();
+    match tunnels.listen() {
+        Ok(listener) => {
+            tokio::spawn(crate::api::serve_tunnels(listener, app));
+        }
+        Err(e) => tracing::warn!(error = %e, "the API is not served on tunnels"),
+    }
+    shared.lock().tunnels = Some(tunnels);
     // Before the start line: whoever reads it may stop the node at once.
     let signals = stop_signals();
     announce_start(&config, &node_id, http_addr, &listen_addrs);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use chorus_core::{Core, Event, Notice};
+use chorus_io::transport::libp2p::ApiTunnels;
 use chorus_io::transport::Libp2pStats;
 
 use super::metrics::{exposition, Metrics, TaskMetrics};
@@ -26,6 +27,9 @@ pub struct Shared {
     pub leave: Arc<tokio::sync::Notify>,
     /// The transport's own counters (wire-level: gossip vs direct, denied connections, …).
     pub transport_stats: Option<Arc<Libp2pStats>>,
+    /// API tunnels to other nodes over the cluster transport, for a node whose API advertised
+    /// no address this node reaches (`api::sandbox_forward`, `api::cluster_status`).
+    pub tunnels: Option<ApiTunnels>,
     /// When the shadow core last stepped (or was recovered): with its `now_ms`, this gives the
     /// node's time at any later instant, so status shows the time of the request, not of the
     /// last event.

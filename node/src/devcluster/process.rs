@@ -132,7 +132,7 @@ pub struct Ports {
 }
 
 /// Parses the ports out of a "chorus node started" log line (human or JSON format): the HTTP
-/// address `http=127.0.0.1:<port>` and the first `/ip4/127.0.0.1/tcp/<port>` listen address.
+/// address `http=127.0.0.1:<port>` and the first `/ip4/<address>/tcp/<port>` listen address.
 /// Shared by devcluster and the end-to-end tests.
 pub fn parse_started_line(line: &str) -> Option<Ports> {
     fn digits(s: &str) -> Option<u16> {
@@ -142,7 +142,8 @@ pub fn parse_started_line(line: &str) -> Option<Ports> {
     if !line.contains("chorus node started") {
         return None;
     }
-    let p2p = digits(line.split("/ip4/127.0.0.1/tcp/").nth(1)?)?;
+    let listen = line.split("/ip4/").nth(1)?;
+    let p2p = digits(listen.split_once("/tcp/")?.1)?;
     // The HTTP address is the one `127.0.0.1:<port>` in the line.
     let http = digits(line.split("127.0.0.1:").nth(1)?)?;
     Some(Ports { p2p, http })

@@ -26,6 +26,7 @@ use super::behaviour::{
 use super::frame::Frame;
 use super::link::{Links, OutFrame};
 use super::peers::{self, PeerBook};
+use super::tunnel::{Admitted, ApiTunnels};
 use super::{node_id, Command, Libp2pConfig, Libp2pStats, TransportError};
 use crate::log_fields::{list, outside};
 use crate::runtime::TransportEvent;
@@ -127,6 +128,9 @@ pub(super) struct Driver {
     lookup_wanted: bool,
     /// A long-lived stream per connected peer (`link.rs`).
     links: Links,
+    /// API tunnels (`tunnel.rs`): the driver keeps who is admitted.
+    tunnels: ApiTunnels,
+    admitted: Arc<Admitted>,
     /// Frames read from links; taken by `run`.
     link_frames: Option<mpsc::Receiver<(PeerId, Frame)>>,
 }
@@ -148,6 +152,12 @@ impl Driver {
             local,
             libp2p::swarm::Config::with_tokio_executor()
                 .with_idle_connection_timeout(config.idle_connection_timeout),
+        );
+        let admitted = Arc::new(Admitted::default());
+        let tunnels = ApiTunnels::new(
+            swarm.behaviour().link.new_control(),
+            admitted.clone(),
+            stats.clone(),
         );
         let (links, link_frames) = Links::new(
             swarm.behaviour().link.new_control(),
@@ -224,8 +234,15 @@ impl Driver {
             last_lookup: None,
             lookup_wanted: false,
             links,
+            tunnels,
+            admitted,
             link_frames: Some(link_frames),
         })
+    }
+
+    /// The transport's API tunnels (`tunnel.rs`).
+    pub(super) fn tunnels(&self) -> ApiTunnels {
+        self.tunnels.clone()
     }
 
     /// Binds every listen address and waits until each listener reported at least one address.
@@ -763,6 +780,7 @@ impl Driver {
                     let was_up = state.up;
                     self.peers.remove(&peer_id);
                     self.links.disconnected(&peer_id);
+                    self.admitted.set(peer_id, false);
                     self.parts.forget(&peer_id);
                     self.stats.set_peer_http(peer_id.to_base58(), None);
                     tracing::debug!(peer = %peer_id,
@@ -1068,6 +1086,7 @@ impl Driver {
             return;
         }
         state.up = true;
+        self.admitted.set(peer, true);
         let pending = std::mem::take(&mut state.pending);
         let from = node_id(&peer);
         self.publish_peer_counts();

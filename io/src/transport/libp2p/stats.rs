@@ -20,6 +20,7 @@ pub struct Libp2pStats {
     discovery_dropped: Mutex<BTreeMap<&'static str, u64>>,
     bytes_in: Mutex<BTreeMap<&'static str, u64>>,
     bytes_out: Mutex<BTreeMap<&'static str, u64>>,
+    tunnels: Mutex<BTreeMap<&'static str, u64>>,
     broadcasts_gossiped: AtomicU64,
     broadcasts_direct: AtomicU64,
     broadcasts_linked: AtomicU64,
@@ -49,7 +50,9 @@ pub struct StatsSnapshot {
     /// `unknown_peer` (a send to a node id that is not a peer id), `too_large_out` (an outgoing
     /// message over the limit), `too_many_links` (a peer's link stream beyond the two read at
     /// once, closed unread), `http_address` (a peer's advertised API address that is not
-    /// `[http[s]://]IP:PORT`: not asked).
+    /// `[http[s]://]IP:PORT`: not asked), `tunnel_not_admitted` (an API tunnel from a peer
+    /// that is not an admitted node of this cluster, closed unread), `too_many_tunnels` (a
+    /// peer's API tunnel past the ones served at once, closed unread).
     pub rejected: BTreeMap<&'static str, u64>,
     /// Connections refused or closed by policy, by reason: `not_allowed` (allowlist),
     /// `limit` (connection limits), `other`.
@@ -64,6 +67,8 @@ pub struct StatsSnapshot {
     /// Message bytes handed to the network, by path (as `bytes_in`; a gossipsub publish
     /// counts once, whatever its relays send).
     pub bytes_out: BTreeMap<&'static str, u64>,
+    /// API tunnels (`tunnel.rs`) by direction: `in` (served), `out` (opened).
+    pub tunnels: BTreeMap<&'static str, u64>,
     /// Broadcasts published on gossipsub.
     pub broadcasts_gossiped: u64,
     /// Copies of broadcasts sent on links: while this node is connected to every peer it
@@ -119,6 +124,7 @@ impl Libp2pStats {
             send_failures: copy(&self.send_failures),
             bytes_in: copy(&self.bytes_in),
             bytes_out: copy(&self.bytes_out),
+            tunnels: copy(&self.tunnels),
             broadcasts_gossiped: self.broadcasts_gossiped.load(Ordering::Relaxed),
             broadcasts_linked: self.broadcasts_linked.load(Ordering::Relaxed),
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
@@ -179,6 +185,9 @@ impl Libp2pStats {
     }
     pub(super) fn message_out(&self, kind: &'static str) {
         bump(&self.messages_out, kind);
+    }
+    pub(super) fn tunnel(&self, direction: &'static str) {
+        bump(&self.tunnels, direction);
     }
     pub(super) fn rejected(&self, reason: &'static str) {
         bump(&self.rejected, reason);
