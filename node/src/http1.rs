@@ -109,9 +109,10 @@ pub async fn open(
 }
 
 /// [`send`] over a connection made otherwise (an API tunnel of the cluster transport), to the
-/// node at its other end (`Host: localhost`, which names the node that answers).
+/// host `host` (`localhost` through a tunnel: it names the node that answers).
 pub async fn send_on(
     stream: Box<dyn Connection>,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
@@ -119,19 +120,20 @@ pub async fn send_on(
     limit: u64,
 ) -> anyhow::Result<RawAnswer> {
     let body = body.map(Payload::json);
-    let raw = exchange(stream, "localhost", method, path, body, token, limit).await?;
-    parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response through the tunnel"))
+    let raw = exchange(stream, host, method, path, body, token, limit).await?;
+    parse_answer(&raw).ok_or_else(|| anyhow::anyhow!("malformed HTTP response from {host}"))
 }
 
 /// [`open`] over a connection made otherwise, as [`send_on`].
 pub async fn open_on(
     stream: Box<dyn Connection>,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<(&str, axum::body::Body)>,
     token: Option<&str>,
 ) -> anyhow::Result<hyper::Response<hyper::body::Incoming>> {
-    request_on(stream, "localhost", method, path, body, token).await
+    request_on(stream, host, method, path, body, token).await
 }
 
 /// A connection to a node's API: plain, TLS checked by a pin, or an API tunnel.

@@ -32,6 +32,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 
 use super::cluster::{ClusterView, Member};
+use super::sandbox_forward::TUNNEL_HOST;
 use super::status::Status;
 use crate::daemon::shared::SharedState;
 use crate::http1::{self, Endpoint};
@@ -162,7 +163,7 @@ async fn ask(
     tunnels: Option<&ApiTunnels>,
     id: &str,
 ) -> Result<OwnView, String> {
-    let answer = match (http, tunnels) {
+    let (stream, host, how): (Box<dyn http1::Connection>, String, &str) = match (http, tunnels) {
         (Some(http), _) => {
             let endpoint = Endpoint::parse(http)
                 .map_err(|_| "its advertised API address is not one".to_owned())?;
@@ -173,36 +174,29 @@ async fn ask(
                     return Err("its API speaks TLS but its address pins no certificate".into())
                 }
             };
-            http1::send(
-                &endpoint,
-                tls,
-                "GET",
-                "/status",
-                None,
-                None,
-                MAX_ANSWER_BYTES,
-            )
-            .await
-            .map_err(|e| format!("unreachable: {e}"))?
+            let stream = http1::connect(&endpoint, tls)
+                .await
+                .map_err(|e| format!("unreachable: {e}"))?;
+            (stream, endpoint.host_port, "unreachable")
         }
         (None, Some(tunnels)) => {
-            let stream = tunnels
-                .open(id)
-                .await
-                .map_err(|e| format!("unreachable through the cluster transport: {e}"))?;
-            http1::send_on(
-                Box::new(stream),
-                "GET",
-                "/status",
-                None,
-                None,
-                MAX_ANSWER_BYTES,
-            )
-            .await
-            .map_err(|e| format!("unreachable through the cluster transport: {e}"))?
+            let how = "unreachable through the cluster transport";
+            let stream = tunnels.open(id).await.map_err(|e| format!("{how}: {e}"))?;
+            (Box::new(stream), TUNNEL_HOST.to_owned(), how)
         }
         (None, None) => return Err("it advertised no HTTP API this node may ask".into()),
     };
+    let answer = http1::send_on(
+        stream,
+        &host,
+        "GET",
+        "/status",
+        None,
+        None,
+        MAX_ANSWER_BYTES,
+    )
+    .await
+    .map_err(|e| format!("{how}: {e}"))?;
     if answer.code != 200 {
         return Err(format!("its API answered {}", answer.code));
     }

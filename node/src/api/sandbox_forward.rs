@@ -35,6 +35,10 @@ pub(super) const MAX_FORWARDED_BYTES: u64 = 96 << 20;
 /// How long a forwarded call may take besides the command's own timeout.
 pub(super) const FORWARD_MARGIN: Duration = Duration::from_secs(30);
 
+/// The `Host` of a call through an API tunnel: the node at the other end, which answers to
+/// `localhost` as any node does.
+pub(super) const TUNNEL_HOST: &str = "localhost";
+
 /// How a request reaches node `to` on the caller's behalf: the way there and a token delegated
 /// to it alone ([`reach`]).
 pub(super) struct Reach {
@@ -68,7 +72,7 @@ impl Reach {
             }
             Way::Tunnel(tunnels, node) => {
                 let stream = tunnels.open(&node).await?;
-                http1::open_on(Box::new(stream), method, path, body, token).await
+                http1::open_on(Box::new(stream), TUNNEL_HOST, method, path, body, token).await
             }
         }
     }
@@ -88,7 +92,8 @@ impl Reach {
             }
             Way::Tunnel(tunnels, node) => {
                 let stream = tunnels.open(&node).await?;
-                http1::send_on(Box::new(stream), method, path, body, token, limit).await
+                let stream = Box::new(stream);
+                http1::send_on(stream, TUNNEL_HOST, method, path, body, token, limit).await
             }
         }
     }

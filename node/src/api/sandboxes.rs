@@ -172,22 +172,11 @@ type ApiState = State<(SharedState, SocketAddr)>;
 /// The caller's request sent on to `to` ([`reach`]); its answer relayed as it comes — a
 /// streaming exec's lines as the worker sends them — at most [`MAX_FORWARDED_BYTES`], and cut
 /// (an NDJSON answer with a last line saying why) when `to`'s connection to this node goes or
-/// `wait` (beside [`FORWARD_MARGIN`]) runs out.
-async fn forward(
-    asked: &Asked,
-    to: &Member,
-    method: &str,
-    path: &str,
-    body: Option<Body>,
-    wait: Duration,
-) -> Response {
-    forward_as(asked, to, method, path, body, wait, "the sandbox's worker").await
-}
-
-/// [`forward`], its failures naming `to` as `who` (`the sandbox's worker`, or `node` for a
-/// relayed call). The answer's `chorus-*` headers (a log's position) are passed on.
+/// `wait` (beside [`FORWARD_MARGIN`]) runs out. Its failures name `to` as `who` (`the
+/// sandbox's worker`, or `node` for a relayed call); the answer's `chorus-*` headers (a log's
+/// position) are passed on.
 #[allow(clippy::too_many_arguments)]
-async fn forward_as(
+async fn forward(
     asked: &Asked,
     to: &Member,
     method: &str,
@@ -482,7 +471,7 @@ impl Asked {
         // cannot reach, and a failure then never reads as a sandbox lost (`unanswered`).
         to.http = None;
         let method = self.method.as_str();
-        forward_as(self, &to, method, path, Some(body), wait, "node").await
+        forward(self, &to, method, path, Some(body), wait, "node").await
     }
 
     /// Finds sandbox `id`, and sends the call on with `body()` when another node holds it.
@@ -498,7 +487,8 @@ impl Asked {
             Found::At(to) => {
                 let path = path_of(&self.uri);
                 let method = self.method.as_str();
-                let sent = forward(self, &to, method, path, body(), wait);
+                let who = "the sandbox's worker";
+                let sent = forward(self, &to, method, path, body(), wait, who);
                 let answer = tokio::select! {
                     answer = sent => answer,
                     () = vanished(&self.shared, &to.node_id) => Refused(
