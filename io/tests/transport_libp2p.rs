@@ -969,21 +969,22 @@ async fn compact_links_carry_heartbeats_and_an_older_peer_gets_json() {
 }
 
 /// API tunnels (`tunnel.rs`, issue 54 item 8): a node opens a byte stream to a connected
-/// member's API over the cluster transport and the member serves it; a node that serves none
+/// member's API over the cluster transport and the member serves it, once it admitted the
+/// caller (a tunnel that comes first waits for that); a node that serves none
 /// answers `Unsupported`, one that is not connected `NotConnected` at once (a tunnel never
 /// dials), and only admitted peers' tunnels are served (counted both ways).
 #[tokio::test]
 async fn an_api_tunnel_carries_bytes_both_ways_to_a_connected_member_only() {
     use chorus_io::transport::libp2p::TunnelError;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (mut a, a_addr) = start(config(&["admin_election"])).await;
+    let (a, a_addr) = start(config(&["admin_election"])).await;
     let mut cb = config(&["admin_election"]);
     cb.bootstrap = vec![a_addr];
     let (mut b, _) = start(cb).await;
     let (ida, idb) = (a.node_id(), b.node_id());
+    // B calls as soon as it sees A, which may not have admitted B yet: the tunnel waits for
+    // that (closed unread at once instead, 5 runs of 5 failed).
     expect(&mut b, "B sees A up", is_up(&ida)).await;
-    // A tunnel from a peer A has not admitted yet is closed unread: A's view counts.
-    expect(&mut a, "A sees B up", is_up(&idb)).await;
     // A serves tunnels: it echoes what comes, upper-cased.
     let mut listener = a.tunnels().listen().expect("listens once");
     assert!(matches!(

@@ -6,14 +6,19 @@
 //!
 //! Trust: the stream is the transport's, so its peer is authenticated (noise, the cluster's
 //! pre-shared key when one is set). Only a peer this node admitted — connected, identified as a
-//! node of this cluster, on the allowlist when one is set — has its tunnels served; any other's
-//! are closed unread and counted (`rejected{reason="tunnel_not_admitted"}`), as are those past
+//! node of this cluster, on the allowlist when one is set — has its tunnels served (a tunnel
+//! from a connected peer waits up to [`ADMISSION_WAIT`] for that); any other's are closed
+//! unread and counted (`rejected{reason="tunnel_not_admitted"}`), as are those past
 //! [`MAX_TUNNELS_PER_PEER`] at once (`too_many_tunnels`). A tunnel grants reach, not rights:
 //! every request on it is judged by its token, as on any connection.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
+use futures::stream::FuturesUnordered;
 use futures::StreamExt;
 use libp2p::{PeerId, StreamProtocol};
 use tokio_util::compat::{Compat, FuturesAsyncReadCompatExt};
@@ -133,6 +138,7 @@ impl ApiTunnels {
             .map_err(|_| TunnelError::AlreadyListening)?;
         Ok(TunnelListener {
             incoming,
+            waiting: FuturesUnordered::new(),
             admitted: self.admitted.clone(),
             open: Arc::default(),
             stats: self.stats.clone(),
@@ -140,9 +146,22 @@ impl ApiTunnels {
     }
 }
 
+/// How long a tunnel from a connected peer not admitted yet waits for its admission: the two
+/// ends identify each other at about the same time, and the one that finished first may call
+/// at once.
+pub const ADMISSION_WAIT: Duration = Duration::from_secs(2);
+
+/// Tunnels waiting for their peer's admission at once; more are closed unread at once.
+const MAX_WAITING: usize = 64;
+
+/// A tunnel waiting for its peer's admission: the stream once admitted, `None` past
+/// [`ADMISSION_WAIT`].
+type Waiting = Pin<Box<dyn Future<Output = (PeerId, Option<libp2p::Stream>)> + Send>>;
+
 /// Tunnels other nodes opened to this one.
 pub struct TunnelListener {
     incoming: libp2p_stream::IncomingStreams,
+    waiting: FuturesUnordered<Waiting>,
     admitted: Arc<Admitted>,
     open: Arc<Mutex<BTreeMap<PeerId, usize>>>,
     stats: Arc<Libp2pStats>,
@@ -174,14 +193,44 @@ impl Drop for TunnelSlot {
     }
 }
 
+/// Waits (at most [`ADMISSION_WAIT`]) for `peer` to be admitted, holding its stream.
+fn admission(admitted: Arc<Admitted>, peer: PeerId, stream: libp2p::Stream) -> Waiting {
+    Box::pin(async move {
+        let deadline = tokio::time::Instant::now() + ADMISSION_WAIT;
+        while tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if admitted.contains(&peer) {
+                return (peer, Some(stream));
+            }
+        }
+        (peer, None)
+    })
+}
+
 impl TunnelListener {
     /// The next tunnel to serve; `None` once the transport stopped. Tunnels of peers not
-    /// admitted, or past their bound, are closed here and counted.
+    /// admitted within [`ADMISSION_WAIT`], or past their bound, are closed here and counted.
     pub async fn next(&mut self) -> Option<Tunnel> {
         loop {
-            let (peer, stream) = self.incoming.next().await?;
+            let (peer, stream) = tokio::select! {
+                next = self.incoming.next() => next?,
+                Some((peer, waited)) = self.waiting.next(), if !self.waiting.is_empty() => {
+                    match waited {
+                        Some(stream) => (peer, stream),
+                        None => {
+                            self.stats.rejected("tunnel_not_admitted");
+                            continue;
+                        }
+                    }
+                }
+            };
             if !self.admitted.contains(&peer) {
-                self.stats.rejected("tunnel_not_admitted");
+                if self.waiting.len() >= MAX_WAITING {
+                    self.stats.rejected("tunnel_not_admitted");
+                } else {
+                    self.waiting
+                        .push(admission(self.admitted.clone(), peer, stream));
+                }
                 continue;
             }
             let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
