@@ -12,9 +12,9 @@
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
 
+use super::auth::relayed;
 use super::sandbox_forward::Refused;
 use super::sandboxes::Asked;
 
@@ -43,21 +43,22 @@ const RELAY_WAIT: Duration = Duration::from_secs(30);
         (status = 503, description = "That node is not connected to this one now, did not answer in time, or the call was itself relayed", body = crate::api::openapi::Refusal),
     )
 )]
-pub(super) async fn relay(
-    asked: Asked,
-    Path((node, path)): Path<(String, String)>,
-    body: Body,
-) -> Response {
-    if asked.is_this_node(&node) {
+pub(super) async fn relay(asked: Asked, body: Body) -> Response {
+    // The path as it came, not as the router decoded it: the gatekeeper judged this one, and
+    // the node called gets it as the caller wrote it.
+    let Some((node, inner)) = relayed(asked.path()) else {
+        return Refused(400, "not a relayed call".into()).into_response();
+    };
+    if asked.is_this_node(node) {
         return Refused(
             400,
-            format!("node {node} is the node asked: call /{path} at its own API"),
+            format!("node {node} is the node asked: call {inner} at its own API"),
         )
         .into_response();
     }
     let target = match asked.query() {
-        Some(q) => format!("/{path}?{q}"),
-        None => format!("/{path}"),
+        Some(q) => format!("{inner}?{q}"),
+        None => inner.to_owned(),
     };
-    asked.relay_to(&node, &target, body, RELAY_WAIT).await
+    asked.relay_to(node, &target, body, RELAY_WAIT).await
 }

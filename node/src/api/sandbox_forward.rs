@@ -2,8 +2,9 @@
 //! to that node's advertised API with a token delegated to it alone, pinned by its certificate
 //! — or, when its API advertised no address this node reaches, through an API tunnel of the
 //! cluster transport (issue 54, item 8) — never forwarded again; and what the caller hears
-//! when it cannot be reached. Shared by the routes (`sandboxes`, `sandbox_files`) and the search for a sandbox's node (`sandbox_place`),
-//! which each build on it and not on one another.
+//! when it cannot be reached. Shared by the routes (`sandboxes`, `sandbox_files`, `relay`) and
+//! the search for a sandbox's node (`sandbox_place`), which each build on it and not on one
+//! another.
 
 use std::sync::Arc;
 use std::time::Duration;

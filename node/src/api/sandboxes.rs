@@ -444,6 +444,11 @@ impl Asked {
         self.shared.lock().node_id == node
     }
 
+    /// The request's path, as it came (not decoded).
+    pub(super) fn path(&self) -> &str {
+        self.uri.path()
+    }
+
     /// The request's query string, if it had one.
     pub(super) fn query(&self) -> Option<&str> {
         self.uri.query()
