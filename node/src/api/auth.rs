@@ -191,11 +191,11 @@ pub fn required_role(method: &Method, path: &str) -> Option<Role> {
         // Any token may ask for a delegated copy of itself (the handler refuses a delegated
         // one).
         (&Method::POST, "/acl/delegate") => Role::Read,
-        (&Method::POST, p) if p.starts_with("/acl/") => Role::Manage,
         (&Method::POST, "/tasks") => Role::Submit,
         (&Method::DELETE, _) if tasks => Role::Submit,
         _ if read => Role::Read,
-        // Any other change to a route that does not exist: as much as the most a token can.
+        // Any other change (making tokens, `/acl/tokens`), and any to a route that does not
+        // exist: as much as the most a token can.
         _ => Role::Manage,
     })
 }
@@ -562,6 +562,11 @@ mod tests {
             required_role(&Method::DELETE, "/tasks/a-1"),
             Some(Role::Submit)
         );
+        // A delete is a submitter's only for tasks (one's own: the handler checks); any other,
+        // on routes that do not exist too, needs the most a token can.
+        for p in ["/acl/tokens/x", "/members/x", "/tasksx", "/status"] {
+            assert_eq!(required_role(&Method::DELETE, p), Some(Role::Manage), "{p}");
+        }
         assert_eq!(
             required_role(&Method::POST, "/members"),
             Some(Role::Operate)
@@ -595,9 +600,16 @@ mod tests {
             "localhost",
             "[::1]:7070",
             "chorus.example:80",
+            // An IPv6 literal without brackets is no host:port: taken whole.
+            "fe80::1",
         ] {
             assert_eq!(admit(Method::GET, "/status", &[("host", host)]), Ok(None));
         }
+        // A port that is not a number is no port: the name is taken whole, and is not ours.
+        assert_eq!(
+            admit(Method::GET, "/status", &[("host", "localhost:x")]),
+            Err(HttpRefusal::BadHost)
+        );
         // DNS rebinding: a name that resolves here but is not ours.
         assert_eq!(
             admit(Method::GET, "/status", &[("host", "evil.example:7070")]),

@@ -807,6 +807,16 @@ mod tests {
         let status = format!("/nodes/{OTHER}/api/status");
         let a = call(&app, "GET", &status, None, None).await;
         assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+        // The refusal says why (and how to give a token), and is counted by its reason
+        // (`chorus_http_refused_total`).
+        let why = a.json()["error"].as_str().unwrap_or_default().to_owned();
+        assert!(
+            why.contains("needs a token") && why.contains("CHORUS_TOKEN"),
+            "{why}"
+        );
+        assert_eq!(shared.lock().metrics.http_refused.get("no_token"), Some(&1));
+        let _ = call(&app, "GET", &status, None, None).await;
+        assert_eq!(shared.lock().metrics.http_refused.get("no_token"), Some(&2));
         let a = call(&app, "GET", &status, Some(Role::Read), None).await;
         assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(
