@@ -249,6 +249,16 @@ impl ExecRequest {
         }
     }
 
+    /// How long it may run: its own timeout, else `policy`'s default.
+    pub fn timeout_under(&self, policy: &SandboxPolicy) -> Duration {
+        self.timeout.unwrap_or(policy.default_timeout)
+    }
+
+    /// How many bytes of each output stream it keeps: its own cap, else `policy`'s.
+    pub fn output_cap_under(&self, policy: &SandboxPolicy) -> usize {
+        self.output_limit_bytes.unwrap_or(policy.output_limit_bytes)
+    }
+
     /// The same request, run only after the sandbox was reset (see [`ExecRequest::after_reset`]).
     pub fn after_reset(mut self) -> Self {
         self.after_reset = true;

@@ -246,6 +246,9 @@ impl ProcessSandbox {
             // Its own group, so a timeout can kill everything it started.
             .process_group(0)
             .kill_on_drop(true);
+        // Resolved before the request's stdin is moved out.
+        let cap = request.output_cap_under(&self.policy);
+        let timeout = request.timeout_under(&self.policy);
         let started = Instant::now();
         let mut child = cmd
             .spawn()
@@ -260,9 +263,6 @@ impl ProcessSandbox {
                 let _ = stdin.shutdown().await;
             });
         }
-        let cap = request
-            .output_limit_bytes
-            .unwrap_or(self.policy.output_limit_bytes);
         let (tx, mut rx) = mpsc::channel::<OutputChunk>(16);
         let readers = [
             child
@@ -278,7 +278,6 @@ impl ProcessSandbox {
         let mut stdout = CappedBuffer::new(cap);
         let mut stderr = CappedBuffer::new(cap);
         let mut sink = sink;
-        let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
         let deadline = tokio::time::Instant::now() + timeout;
         let mut timed_out = false;
         loop {

@@ -72,10 +72,8 @@ impl Container {
         };
         let gate = self.exec_gate.read().await;
         let marker = self.next_marker();
-        let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
-        let cap = request
-            .output_limit_bytes
-            .unwrap_or(self.policy.output_limit_bytes);
+        let timeout = request.timeout_under(&self.policy);
+        let cap = request.output_cap_under(&self.policy);
         let env = self.command_env(request.env.clone(), &marker);
         let cwd = self.working_dir_of(request);
         let host_oom_before = self.host_oom_kills();

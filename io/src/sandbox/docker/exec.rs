@@ -335,10 +335,8 @@ impl Container {
         }
         let gate = self.exec_gate.read().await;
         let marker = self.next_marker();
-        let timeout = request.timeout.unwrap_or(self.policy.default_timeout);
-        let cap = request
-            .output_limit_bytes
-            .unwrap_or(self.policy.output_limit_bytes);
+        let timeout = request.timeout_under(&self.policy);
+        let cap = request.output_cap_under(&self.policy);
         let (config, stdin) = match &reset {
             Some(args) => self.reset_then_run_config(&request, &marker, args),
             None => (self.exec_config(&request, &marker), request.stdin.take()),
