@@ -632,6 +632,17 @@ pub fn http_exact(
     headers: &[(&str, &str)],
     body: &str,
 ) -> Option<(u16, String)> {
+    http_exact_bytes(port, method, path, headers, body.as_bytes())
+}
+
+/// [`http_exact`] with a body of any bytes (an archive, say).
+pub fn http_exact_bytes(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(15)))
@@ -640,8 +651,9 @@ pub fn http_exact(
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
-    head.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
     stream.write_all(head.as_bytes()).ok()?;
+    stream.write_all(body).ok()?;
     let mut text = String::new();
     stream.read_to_string(&mut text).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;

@@ -1519,6 +1519,159 @@ fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     assert_eq!(exec("test -e /tmp/big.bin || echo none"), "none\n");
 }
 
+/// Issue 53: a folder moves as a tar archive as it comes, never held whole, through a node
+/// that is neither the admin nor the worker: 80 MiB of files — past the 64 MiB a tree call
+/// held whole before — in by `sandbox cp DIR`, its modes, an empty folder and nothing of a
+/// local symbolic link with it, and back out by `sandbox cp --tar`, byte for byte, a file's
+/// second name as a hard link and the sandbox's symbolic link left out. A raw archive with a
+/// symbolic link and a name that leaves the folder writes the rest and lists those two; one
+/// that breaks off, or is not tar, is refused.
+#[test]
+fn a_live_sandboxes_folder_streams_in_and_out_through_another_node() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = TaskCluster::start(BIN);
+    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+    let origin = (admin + 1) % 3;
+    let alice = token(&t.c, "submit");
+    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let cli = |args: &[&str]| {
+        let mut all = args[..2].to_vec();
+        all.extend(["--addr", &addr]);
+        all.extend(&args[2..]);
+        chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
+    };
+    let exec = |shell: &str| shell_out(&t, via, &alice, &id, shell);
+    let local = tempfile::tempdir().unwrap();
+    let root = local.path().join("project");
+    std::fs::create_dir_all(root.join("src")).unwrap();
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    let size: usize = 80 << 20;
+    let data: Vec<u8> = (0..size)
+        .map(|i| (i % 253) as u8 ^ (i >> 20) as u8)
+        .collect();
+    std::fs::write(root.join("data.bin"), &data).unwrap();
+    std::fs::write(root.join("src/run.sh"), "echo ran\n").unwrap();
+    std::fs::set_permissions(root.join("src/run.sh"), PermissionsExt::from_mode(0o750)).unwrap();
+    std::os::unix::fs::symlink("/etc", root.join("etc")).unwrap();
+    let out = cli(&[
+        "sandbox",
+        "cp",
+        root.to_str().unwrap(),
+        &format!("{id}:/workspace/p"),
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        said.contains("etc") && said.contains("not a file or a folder"),
+        "{said}"
+    );
+    assert_eq!(
+        exec(
+            "stat -c '%s %a' /workspace/p/data.bin /workspace/p/src/run.sh; \
+              test -d /workspace/p/empty && echo empty; test -e /workspace/p/etc || echo no-etc"
+        ),
+        format!("{size} 644\n9 750\nempty\nno-etc\n")
+    );
+    // Out: a hard link among the files comes as one; a symbolic link in the sandbox does not.
+    exec("ln /workspace/p/src/run.sh /workspace/p/src/again.sh; ln -s /etc /workspace/p/etc");
+    let back = local.path().join("back.tar");
+    let out = cli(&[
+        "sandbox",
+        "cp",
+        "--tar",
+        &format!("{id}:/workspace/p"),
+        back.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let mut archive = tar::Archive::new(std::fs::File::open(&back).unwrap());
+    let mut seen = std::collections::BTreeMap::new();
+    for entry in archive.entries().unwrap() {
+        let mut entry = entry.unwrap();
+        let name = entry.path().unwrap().to_string_lossy().into_owned();
+        let kind = entry.header().entry_type();
+        if name == "data.bin" {
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut entry, &mut got).unwrap();
+            assert_eq!(got.len(), size, "the whole file came back");
+            assert!(got == data, "data.bin came back as it went");
+        }
+        seen.insert(name, kind);
+    }
+    use tar::EntryType::{Directory, Link, Regular};
+    let links = ["src/again.sh", "src/run.sh"]
+        .iter()
+        .filter(|n| seen.get(**n) == Some(&Link))
+        .count();
+    assert_eq!(
+        links, 1,
+        "one of the two names is a hard link to the other: {seen:?}"
+    );
+    assert_eq!(seen.get("data.bin"), Some(&Regular), "{seen:?}");
+    assert_eq!(seen.get("empty"), Some(&Directory), "{seen:?}");
+    assert!(
+        !seen.contains_key("etc"),
+        "no symbolic link comes out: {seen:?}"
+    );
+
+    // A raw archive: a symbolic link and a name with `..` are left out and listed.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(3);
+    h.set_mode(0o600);
+    b.append_data(&mut h, "kept.txt", &b"yes"[..]).unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    b.append_link(&mut h, "root", "/").unwrap();
+    let mut h = tar::Header::new_old();
+    h.set_size(2);
+    h.set_mode(0o644);
+    h.as_old_mut().name[..9].copy_from_slice(b"../up.txt");
+    h.set_cksum();
+    b.append(&h, &b"no"[..]).unwrap();
+    let archive = b.into_inner().unwrap();
+    let auth = format!("Bearer {alice}");
+    let headers = [
+        ("Host", "127.0.0.1"),
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/x-tar"),
+    ];
+    let put = |body: &[u8]| {
+        chorus_tests::http_exact_bytes(
+            t.c.nodes[via].http_port,
+            "PUT",
+            &format!("/sandboxes/{id}/tree?path=/workspace/raw"),
+            &headers,
+            body,
+        )
+        .expect("the node answers")
+    };
+    let (code, answer) = put(&archive);
+    assert_eq!(code, 200, "{answer}");
+    // (The JSON alone: a forwarded answer may come in chunks.)
+    let json = &answer[answer.find('{').unwrap()..=answer.rfind('}').unwrap()];
+    let answer: Value = serde_json::from_str(json).unwrap();
+    assert_eq!(answer["files"], 1, "{answer}");
+    assert_eq!(answer["skipped"]["root"], "a symlink", "{answer}");
+    assert_eq!(
+        answer["skipped"]["../up.txt"], "a name that leaves the folder",
+        "{answer}"
+    );
+    assert_eq!(
+        exec("cat /workspace/raw/kept.txt; ls -A /workspace/raw; test -e /workspace/up.txt || echo none"),
+        "yeskept.txt\nnone\n"
+    );
+    // Cut before its end, or not tar at all: refused, said why.
+    let (code, answer) = put(&archive[..700]);
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer.contains("bad_tree"), "{answer}");
+    let (code, answer) = put(&[b'x'; 1024]);
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer.contains("not a tar archive"), "{answer}");
+}
+
 /// Issue 53: a worker's bound on one streamed file (`[sandbox] live_file_max_mb`, 1 MiB here)
 /// holds through another node: an upload past it is refused 413, counted, and leaves nothing;
 /// one of exactly the bound lands whole; a download past it breaks off, and `sandbox cp` says

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use super::repo::SyncReport;
 use super::{
-    ExecOutput, ExecRequest, ExecutionSandbox, FileTree, OutputChunk, SandboxError, SandboxPolicy,
+    ExecOutput, ExecRequest, ExecutionSandbox, OutputChunk, SandboxError, SandboxPolicy,
     SandboxProvider, SandboxSpec,
 };
 
@@ -767,40 +767,88 @@ impl<P: SandboxProvider> LiveSandboxes<P> {
         self.judge(busy, out).await
     }
 
+    /// Unpacks the tar archive `source` yields (chunks, an empty one at its end) under the
+    /// folder `dir` of `id` as it comes, through `tree_stream::filter` (what it keeps and
+    /// leaves out); at most [`LiveLimits::max_stream_bytes`] of files. What went through.
+    pub async fn write_tree_streaming(
+        &self,
+        caller: &Caller,
+        id: &str,
+        dir: &str,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> Result<super::tree_stream::Filtered, LiveError> {
+        let busy = self.take(caller, id)?;
+        let limit = self.limits.max_stream_bytes;
+        let (tx, rx) = mpsc::channel(4);
+        let filter = super::tree_stream::filter(source, tx, limit);
+        // The archive the filter writes: its files' bytes and at most a header or three per
+        // entry past them.
+        let raw = limit.saturating_add(super::tree_stream::MAX_ENTRIES.saturating_mul(1536));
+        let write = busy.sandbox.write_tree_streaming(dir, raw, rx);
+        let (filtered, written) = tokio::join!(filter, write);
+        match filtered {
+            Ok(f) => self.judge(busy, written).await.map(|()| f),
+            // The write ended first (no room left …): its error says why.
+            Err(e @ super::tree_stream::TreeError::SinkGone) => {
+                self.judge(busy, written).await?;
+                Err(self.refuse_tree(e))
+            }
+            // The filter's refusal says more than the write it broke off.
+            Err(e) => {
+                drop(busy);
+                Err(self.refuse_tree(e))
+            }
+        }
+    }
+
+    /// The folder `dir` of `id` as a tar archive into `sink` as it is read, through
+    /// `tree_stream::filter`: chunks, then an empty one at its end, sent only when all went
+    /// through. At most [`LiveLimits::max_stream_bytes`] of files.
+    pub async fn read_tree_streaming(
+        &self,
+        caller: &Caller,
+        id: &str,
+        dir: &str,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> Result<(), LiveError> {
+        let busy = self.take(caller, id)?;
+        let limit = self.limits.max_stream_bytes;
+        let raw = limit.saturating_add(super::tree_stream::MAX_ENTRIES.saturating_mul(1536));
+        let (tx, rx) = mpsc::channel(4);
+        let end = tx.clone();
+        let filter = super::tree_stream::filter(rx, sink, limit);
+        let read = async move {
+            let read = busy.sandbox.read_tree_streaming(dir, raw, tx).await;
+            // The archive's end for the filter, only when the read went through.
+            if read.is_ok() {
+                let _ = end.send(Vec::new()).await;
+            }
+            drop(end);
+            (busy, read)
+        };
+        let (filtered, (busy, read)) = tokio::join!(filter, read);
+        self.judge(busy, read).await?;
+        match filtered {
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.refuse_tree(e)),
+        }
+    }
+
+    /// A tree the filter refused, counted: too large (`file_size`), or not a tar archive that
+    /// can be moved (`bad_tree`).
+    fn refuse_tree(&self, e: super::tree_stream::TreeError) -> LiveError {
+        use super::tree_stream::TreeError;
+        let reason = match e {
+            TreeError::TooLarge(_) | TreeError::TooManyEntries => "file_size",
+            _ => "bad_tree",
+        };
+        refuse(&mut self.lock(), reason, e.to_string())
+    }
+
     /// Refuses (counted) a streamed file found past [`LiveLimits::max_stream_bytes`].
     pub fn refuse_stream_size(&self, len: u64) -> LiveError {
         let detail = format!("over {len} bytes, at most {}", self.limits.max_stream_bytes);
         refuse(&mut self.lock(), "file_size", detail)
-    }
-
-    /// Writes `tree` under the folder `dir` of `id`, making it (its files' bytes together at
-    /// most [`LiveLimits::max_file_bytes`]).
-    pub async fn write_tree(
-        &self,
-        caller: &Caller,
-        id: &str,
-        dir: &str,
-        tree: &FileTree,
-    ) -> Result<(), LiveError> {
-        self.within_file_bound(tree.values().map(|f| f.data.len()).sum())?;
-        let busy = self.take(caller, id)?;
-        let out = busy.sandbox.write_tree(dir, tree).await;
-        self.judge(busy, out).await
-    }
-
-    /// The regular files under the folder `dir` of `id` (refused past
-    /// [`LiveLimits::max_file_bytes`] together).
-    pub async fn read_tree(
-        &self,
-        caller: &Caller,
-        id: &str,
-        dir: &str,
-    ) -> Result<FileTree, LiveError> {
-        let busy = self.take(caller, id)?;
-        let out = busy.sandbox.read_tree(dir).await;
-        let tree = self.judge(busy, out).await?;
-        self.within_file_bound(tree.values().map(|f| f.data.len()).sum())?;
-        Ok(tree)
     }
 
     /// Keeps `id` from idling out: its idle clock starts again now (its absolute end stays).
@@ -1054,7 +1102,7 @@ fn refuse<S>(st: &mut State<S>, reason: &'static str, detail: String) -> LiveErr
 mod tests {
     use super::*;
     use crate::sandbox::double::{Op, ScriptedExec, ScriptedProvider};
-    use crate::sandbox::{ErrorCategory, SandboxState};
+    use crate::sandbox::{ErrorCategory, FileTree, SandboxState};
 
     fn registry(limits: LiveLimits) -> (ScriptedProvider, LiveSandboxes<ScriptedProvider>) {
         let provider = ScriptedProvider::new();
@@ -1410,11 +1458,11 @@ mod tests {
     }
 
     /// A keep-alive starts the idle clock again, never past the absolute end; a tree counts
-    /// its files' bytes together against the file bound (refused, counted, nothing written).
+    /// its files' bytes together against the stream bound (refused, counted, nothing written).
     #[tokio::test(start_paused = true)]
     async fn a_keep_alive_holds_off_the_idle_end_only_and_trees_are_bounded() {
         let limits = LiveLimits {
-            max_file_bytes: 10,
+            max_stream_bytes: 10,
             ..LiveLimits::default()
         };
         let (provider, reg) = registry(limits);
@@ -1434,14 +1482,28 @@ mod tests {
             data: vec![b'x'; n],
             mode: 0o644,
         };
+        // A tree as a caller sends it: its archive in chunks, then the end.
+        let archive = |tree: &FileTree| {
+            let (tx, rx) = mpsc::channel(4);
+            let bytes = crate::sandbox::docker::tree_to_tar(tree).unwrap();
+            tokio::spawn(async move {
+                for part in bytes.chunks(700) {
+                    let _ = tx.send(part.to_vec()).await;
+                }
+                let _ = tx.send(Vec::new()).await;
+            });
+            rx
+        };
         let small = FileTree::from([("a".to_string(), file(5)), ("b/c".to_string(), file(5))]);
-        reg.write_tree(&alice, "kept", "/workspace", &small)
+        let went = reg
+            .write_tree_streaming(&alice, "kept", "/workspace", archive(&small))
             .await
             .unwrap();
+        assert_eq!((went.files, went.bytes), (2, 10));
         let big = FileTree::from([("a".to_string(), file(6)), ("b".to_string(), file(5))]);
         let writes = provider.sandboxes()[0].calls().len();
         let err = reg
-            .write_tree(&alice, "kept", "/workspace", &big)
+            .write_tree_streaming(&alice, "kept", "/workspace", archive(&big))
             .await
             .unwrap_err();
         assert_eq!(refused_for(&err), Some("file_size"), "{err}");

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod process;
 pub mod repo;
 pub mod tasks;
+pub mod tree_stream;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -570,6 +571,49 @@ pub trait ExecutionSandbox: Send + Sync {
 
     /// Reads every regular file under `dir`.
     fn read_tree(&self, dir: &str) -> impl Future<Output = SandboxResult<FileTree>> + Send;
+
+    /// Unpacks the tar archive `source` yields (chunks, an empty one at its end; a source
+    /// that closes before it broke off, and the call fails) under `dir`, making it, as it
+    /// comes. The archive was filtered already (`tree_stream::filter`): folders, regular files
+    /// and hard links to those. Default: gathered (at most `limit` bytes), then
+    /// [`ExecutionSandbox::write_tree`].
+    fn write_tree_streaming(
+        &self,
+        dir: &str,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> impl Future<Output = SandboxResult<()>> + Send {
+        async move {
+            let archive = gather_upload(dir, limit, source).await?;
+            let tree = docker::tar_to_tree(&archive)
+                .map_err(|e| SandboxError::io(format!("unpacking a tree into {dir}"), e))?;
+            self.write_tree(dir, &tree).await
+        }
+    }
+
+    /// The folder `dir` as a tar archive (paths relative to it) into `sink` as it is read, at
+    /// most `limit` bytes of archive and one past them for a larger one (the caller then knows
+    /// it was cut); the channel closes at its end. Default: [`ExecutionSandbox::read_tree`],
+    /// then packed and sent.
+    fn read_tree_streaming(
+        &self,
+        dir: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> impl Future<Output = SandboxResult<()>> + Send {
+        async move {
+            let tree = self.read_tree(dir).await?;
+            let mut archive = docker::tree_to_tar(&tree)
+                .map_err(|e| SandboxError::io(format!("packing {dir}"), e))?;
+            archive.truncate(usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX));
+            for part in archive.chunks(64 << 10) {
+                if sink.send(part.to_vec()).await.is_err() {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
 
     /// Sets an environment variable for all later commands.
     fn set_env(&self, key: &str, value: &str);

@@ -2,14 +2,16 @@
 //! written, listed and removed one at a time, and whole folders moved as tar archives.
 //!
 //! Every path is the caller's, checked by [`sandbox_path`] (absolute, no `..`) and resolved in
-//! the sandbox by its own commands — never on the host. A file's raw bytes stream (read as they
-//! come from the sandbox, written as they arrive, through a forwarding node too), never held
-//! whole, up to the worker's `max_stream_bytes` (1 GiB) per call; a JSON write or a tree moves
-//! whole, at most the worker's `max_file_bytes` (64 MiB), in a request body of at most
-//! [`MAX_FILE_BODY`] (a file's base64 in JSON is a third larger). A tree sent in keeps its
-//! regular files and folders only: links, devices and names that are not UTF-8 are left out,
-//! and the answer lists them. A tree read back is re-packed from the sandbox's regular files,
-//! so the archive a caller gets holds no link either.
+//! the sandbox by its own commands — never on the host. A file's raw bytes and a folder's tar
+//! archive stream (read as they come from the sandbox, written as they arrive, through a
+//! forwarding node too), never held whole, up to the worker's `max_stream_bytes` (1 GiB of
+//! file bytes) per call; a JSON write moves whole, at most the worker's `max_file_bytes`
+//! (64 MiB), in a request body of at most [`MAX_FILE_BODY`] (a file's base64 in JSON is a
+//! third larger). A tree passes through `chorus_io::sandbox::tree_stream::filter` both ways:
+//! folders, regular files and hard links to a file earlier in the archive are kept; symbolic
+//! links, devices, names that are not UTF-8 and names that leave the folder are left out, and
+//! the answer to an upload lists them — so the archive a caller gets holds no symbolic link
+//! either.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +20,7 @@ use axum::extract::{Path, Query};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
-use chorus_io::sandbox::docker::{tar_to_workspace, tree_to_tar};
+use chorus_io::sandbox::live::LiveError;
 use chorus_io::sandbox::ExecRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -217,32 +219,9 @@ async fn write_streamed(
     };
     let most = live.limits().max_stream_bytes;
     let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
-    // The body's chunks, then an empty one for its end; over the bound, or broken, no end is
-    // sent and the write fails. A write that ended early (no room left …) takes no more, and
-    // the rest of the body is read and dropped: the caller then reads the answer, not a
-    // connection reset under its upload.
-    let pump = async move {
-        let mut data = body.into_data_stream();
-        let mut moved: u64 = 0;
-        let mut open = true;
-        while let Some(piece) = data.next().await {
-            let Ok(piece) = piece else { return Ok(()) };
-            moved = moved.saturating_add(piece.len() as u64);
-            if moved > most {
-                return Err(moved);
-            }
-            if open && !piece.is_empty() && tx.send(piece.to_vec()).await.is_err() {
-                open = false;
-            }
-        }
-        if open {
-            let _ = tx.send(Vec::new()).await;
-        }
-        Ok(())
-    };
     let caller = live_caller(&asked.caller);
     let write = live.write_file_streaming(&caller, &id, &path, mode, rx);
-    match tokio::join!(write, pump) {
+    match tokio::join!(write, pump(body, tx, most)) {
         (_, Err(moved)) => {
             let refused = live.refuse_stream_size(moved);
             answer(
@@ -254,6 +233,31 @@ async fn write_streamed(
         (Ok(size), Ok(())) => answer(200, json!({ "path": path, "size": size })),
         (Err(e), Ok(())) => error_answer(&e),
     }
+}
+
+/// Sends a request body on to `tx` as it comes: its chunks, then an empty one for its end;
+/// over `most` bytes (`Err` with how many came), or broken, no end is sent and the write
+/// fails. A write that ended early (no room left …) takes no more, and the rest of the body
+/// is read and dropped: the caller then reads the answer, not a connection reset under its
+/// upload.
+async fn pump(body: Body, tx: mpsc::Sender<Vec<u8>>, most: u64) -> Result<(), u64> {
+    let mut data = body.into_data_stream();
+    let mut moved: u64 = 0;
+    let mut open = true;
+    while let Some(piece) = data.next().await {
+        let Ok(piece) = piece else { return Ok(()) };
+        moved = moved.saturating_add(piece.len() as u64);
+        if moved > most {
+            return Err(moved);
+        }
+        if open && !piece.is_empty() && tx.send(piece.to_vec()).await.is_err() {
+            open = false;
+        }
+    }
+    if open {
+        let _ = tx.send(Vec::new()).await;
+    }
+    Ok(())
 }
 
 /// `GET /sandboxes/{id}/files?path=P`.
@@ -295,27 +299,35 @@ pub(super) async fn read_file(
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    read_streamed(live, &asked, id, path).await
+    let caller = live_caller(&asked.caller);
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    let reader = live.clone();
+    let read =
+        tokio::spawn(async move { reader.read_file_streaming(&caller, &id, &path, tx).await });
+    read_streamed(live, read, rx, "application/octet-stream").await
 }
 
-/// A file's bytes as they come from the sandbox, never held whole: at most the worker's stream
-/// bound (1 GiB). What went wrong before the first byte is said (422, 410 …); after it the
-/// answer breaks off, so a caller never takes a part for the whole.
-async fn read_streamed(live: Arc<Live>, asked: &Asked, id: String, path: String) -> Response {
+/// Bytes as they come from the sandbox (`rx`, fed by the spawned `read`), never held whole:
+/// at most the worker's stream bound (1 GiB). What went wrong before the first byte is said
+/// (422, 410 …); after it the answer breaks off, so a caller never takes a part for the
+/// whole. Empty chunks (a tree's end) carry nothing.
+async fn read_streamed(
+    live: Arc<Live>,
+    mut read: tokio::task::JoinHandle<Result<(), chorus_io::sandbox::live::LiveError>>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    content_type: &'static str,
+) -> Response {
     let most = live.limits().max_stream_bytes;
-    let caller = live_caller(&asked.caller);
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(4);
-    let reader = live.clone();
-    let mut read =
-        tokio::spawn(async move { reader.read_file_streaming(&caller, &id, &path, tx).await });
-    let Some(first) = rx.recv().await else {
+    let first = loop {
+        match rx.recv().await {
+            Some(c) if c.is_empty() => continue,
+            other => break other,
+        }
+    };
+    let Some(first) = first else {
         // Nothing came: an empty file, or the read failed before its first byte.
         return match (&mut read).await {
-            Ok(Ok(())) => (
-                [(header::CONTENT_TYPE, "application/octet-stream")],
-                Vec::new(),
-            )
-                .into_response(),
+            Ok(Ok(())) => ([(header::CONTENT_TYPE, content_type)], Vec::new()).into_response(),
             Ok(Err(e)) => error_answer(&e),
             Err(e) => Refused(500, format!("the read ended: {e}")).into_response(),
         };
@@ -337,7 +349,12 @@ async fn read_streamed(live: Arc<Live>, asked: &Asked, id: String, path: String)
                 read.abort();
                 return;
             }
-            next = rx.recv().await;
+            next = loop {
+                match rx.recv().await {
+                    Some(c) if c.is_empty() => continue,
+                    other => break other,
+                }
+            };
             moved = moved.saturating_add(next.as_ref().map_or(0, |d| d.len() as u64));
         }
         let ended = match read.await {
@@ -347,11 +364,7 @@ async fn read_streamed(live: Arc<Live>, asked: &Asked, id: String, path: String)
         };
         let _ = out.send(Err(std::io::Error::other(ended))).await;
     });
-    (
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        body_of(body),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, content_type)], body_of(body)).into_response()
 }
 
 /// `DELETE /sandboxes/{id}/files?path=P`: `rm -rf` of a file or a folder.
@@ -509,9 +522,11 @@ fn parse_listing(raw: &[u8]) -> Vec<Value> {
     path = "/sandboxes/{id}/tree",
     tag = "sandboxes",
     summary = "Download a folder (tar)",
-    description = "The regular files under the folder, with their permission bits, as a tar \
-        archive (paths relative to it). Links, devices and the like are left out. At most the \
-        worker's file bound (64 MiB) in all.",
+    description = "The folders and regular files under the folder, with their permission \
+        bits, as a tar archive (paths relative to it), streamed as the sandbox's `tar` writes \
+        it. A file's second name is a hard link to its first; symbolic links, devices and the \
+        like are left out. At most the worker's stream bound (1 GiB) of file bytes: a larger \
+        folder, or a read that fails part way, breaks the answer off.",
     params(
         ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
@@ -534,17 +549,12 @@ pub(super) async fn read_tree(
         Ok(at) => at,
         Err(r) => return r,
     };
-    let tree = match live
-        .read_tree(&live_caller(&asked.caller), &id, &path)
-        .await
-    {
-        Ok(t) => t,
-        Err(e) => return error_answer(&e),
-    };
-    match tree_to_tar(&tree) {
-        Ok(archive) => ([(header::CONTENT_TYPE, "application/x-tar")], archive).into_response(),
-        Err(e) => Refused(422, format!("packing {path}: {e}")).into_response(),
-    }
+    let caller = live_caller(&asked.caller);
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    let reader = live.clone();
+    let read =
+        tokio::spawn(async move { reader.read_tree_streaming(&caller, &id, &path, tx).await });
+    read_streamed(live, read, rx, "application/x-tar").await
 }
 
 /// `PUT /sandboxes/{id}/tree?path=DIR`: a tar archive unpacked under a folder.
@@ -553,11 +563,13 @@ pub(super) async fn read_tree(
     path = "/sandboxes/{id}/tree",
     tag = "sandboxes",
     summary = "Upload a folder (tar)",
-    description = "Unpacks the archive's regular files (with their permission bits) under the \
-        folder, making it and the folders they name; files already there are replaced, others \
-        kept. Links, devices and names that are not UTF-8 are left out and listed in `skipped`. \
-        The body is the archive (`Content-Type: application/x-tar` or \
-        `application/octet-stream`), at most the worker's file bound (64 MiB) of file bytes.",
+    description = "Unpacks the archive's folders and regular files (with their permission \
+        bits) under the folder as the body arrives, making it and the folders they name; files \
+        already there are replaced, others kept. Hard links to a file earlier in the archive \
+        are kept; symbolic links, devices, names that are not UTF-8 and names with `..` are \
+        left out and listed in `skipped`. The body is the archive (`Content-Type: \
+        application/x-tar` or `application/octet-stream`), at most the worker's stream bound \
+        (1 GiB) of file bytes (413 past it: what came before it is written).",
     params(
         ("id" = String, Path, description = "The sandbox's id (its live task's, `ORIGIN-SEQ`)"),
         ("path" = String, Query, description = "An absolute path of a folder in the sandbox, without `..`"),
@@ -565,10 +577,10 @@ pub(super) async fn read_tree(
     request_body(content = Vec<u8>, content_type = "application/x-tar"),
     responses(
         (status = 200, description = "Written", body = crate::api::openapi::TreeWritten),
-        (status = 400, description = "No path, a bad one, or not a tar archive", body = crate::api::openapi::SandboxRefusal),
+        (status = 400, description = "No path, a bad one, not a tar archive, or one broken off", body = crate::api::openapi::SandboxRefusal),
         (status = 404, description = "No such sandbox (or another token's)", body = crate::api::openapi::Refusal),
         (status = 410, description = "The sandbox ended: why and how long ago", body = crate::api::openapi::SandboxGone),
-        (status = 413, description = "A body over 96 MiB", body = crate::api::openapi::Refusal),
+        (status = 413, description = "Files over the worker's stream bound (1 GiB), or over a million entries", body = crate::api::openapi::Refusal),
         (status = 503, description = "The sandbox's node is not connected to this node, or did not answer", body = crate::api::openapi::Refusal),
         (status = 422, description = "The sandbox could not write it", body = crate::api::openapi::SandboxRefusal),
     )
@@ -579,14 +591,6 @@ pub(super) async fn write_tree(
     Query(query): Query<BTreeMap<String, String>>,
     body: Body,
 ) -> Response {
-    let body = match bounded(body).await {
-        Ok(b) => b,
-        Err(r) => return r.into_response(),
-    };
-    let live = match asked.route(&id, Some(&body), CALL_WAIT).await {
-        Route::Here(live, _) => live,
-        Route::Answered(r) => return r,
-    };
     if !is_raw(&asked) {
         return bad("the body is a tar archive: Content-Type: application/x-tar");
     }
@@ -594,26 +598,25 @@ pub(super) async fn write_tree(
         Ok(p) => p,
         Err(r) => return r.into_response(),
     };
-    let archive = match tar_to_workspace(&body) {
-        Ok(a) => a,
-        Err(e) => return bad(format!("not a tar archive: {e}")),
+    let (live, body) = match asked.route_streaming(&id, body, STREAM_WAIT).await {
+        Ok(here) => here,
+        Err(r) => return r,
     };
-    // Folders are made by the files in them; what else it held is not written.
-    let skipped: BTreeMap<&String, &str> = archive
-        .others
-        .iter()
-        .filter(|(_, what)| **what != "a directory")
-        .map(|(name, what)| (name, *what))
-        .collect();
-    let bytes: usize = archive.files.values().map(|f| f.data.len()).sum();
-    match live
-        .write_tree(&live_caller(&asked.caller), &id, &path, &archive.files)
-        .await
-    {
-        Ok(()) => answer(
+    // The filter bounds the files' bytes; the archive's own is bounded by its entries.
+    let most = u64::MAX;
+    let (tx, rx) = mpsc::channel::<Vec<u8>>(4);
+    let caller = live_caller(&asked.caller);
+    let write = live.write_tree_streaming(&caller, &id, &path, rx);
+    match tokio::join!(write, pump(body, tx, most)) {
+        (Ok(done), _) => answer(
             200,
-            json!({ "path": path, "files": archive.files.len(), "bytes": bytes, "skipped": skipped }),
+            json!({ "path": path, "files": done.files, "bytes": done.bytes,
+                "skipped": done.skipped }),
         ),
-        Err(e) => error_answer(&e),
+        (Err(LiveError::Refused { reason, detail }), _) if reason == "file_size" => answer(
+            413,
+            json!({ "error": format!("{detail}: send the folder in parts"), "reason": reason }),
+        ),
+        (Err(e), _) => error_answer(&e),
     }
 }

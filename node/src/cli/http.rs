@@ -230,19 +230,6 @@ async fn delegated_token(via: &str, node: &str) -> anyhow::Result<Option<String>
     Ok(Some(token.to_owned()))
 }
 
-/// A request with a body of any media type (a file's bytes, a tar archive), its answer kept up
-/// to `limit` bytes: files and folders are larger than the answers [`request_bytes`] expects.
-pub async fn request_payload(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<http1::Payload<'_>>,
-    limit: u64,
-) -> anyhow::Result<RawAnswer> {
-    let token = TOKEN.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    send_with(addr, method, path, body, token.as_deref(), limit).await
-}
-
 /// A request whose body, if any, is sent as it comes (`(media type, body)`), answered once the
 /// answer's head came: its body is read as it comes too. A large file in or out.
 pub async fn request_streaming(

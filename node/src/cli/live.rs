@@ -243,26 +243,6 @@ pub fn exit_of(out: &Value) -> ExitCode {
     }
 }
 
-/// The most a file or folder call brings back: the node's bound on one call's body (96 MiB),
-/// with room for the answer's head.
-const MAX_FILE_ANSWER: u64 = 97 << 20;
-
-/// The most bytes of regular files a local folder sent in may hold (a worker's per-call bound).
-const MAX_TREE_BYTES: u64 = 64 << 20;
-
-/// A file or folder call with a raw body (`(media type, bytes)`); its 2xx body, or the node's
-/// refusal.
-async fn payload_call(
-    addr: &str,
-    method: &str,
-    path: &str,
-    body: Option<(&str, &[u8])>,
-) -> anyhow::Result<Vec<u8>> {
-    let body = body.map(|(kind, bytes)| crate::http1::Payload { kind, bytes });
-    let sent = super::http::request_payload(addr, method, path, body, MAX_FILE_ANSWER).await;
-    Ok(accepted(addr, sent)?.body)
-}
-
 /// A file call whose body and answer move as they come, never held whole: its 2xx answer, or
 /// the node's refusal.
 async fn streaming_call(
@@ -362,19 +342,34 @@ pub async fn cp(addr: &str, src: &str, dst: &str, tar: bool) -> anyhow::Result<E
                 ))
             };
             if meta.is_dir() || tar {
-                let archive = if meta.is_dir() {
-                    local_tree(&from)?
+                // Sent as it is read (a folder packed as it is walked): any size up to the
+                // worker's bound.
+                let (body, packing) = if meta.is_dir() {
+                    let (body, packing) = local_tree(from.clone());
+                    (body, Some(packing))
                 } else {
-                    std::fs::read(&from)
-                        .with_context(|| format!("cannot read {}", from.display()))?
+                    let file = tokio::fs::File::open(&from)
+                        .await
+                        .with_context(|| format!("cannot read {}", from.display()))?;
+                    (axum::body::Body::from_stream(file_chunks(file)), None)
                 };
-                let out = payload_call(
-                    addr,
-                    "PUT",
-                    &at("tree")?,
-                    Some(("application/x-tar", &archive)),
-                )
-                .await?;
+                let sent =
+                    streaming_call(addr, "PUT", &at("tree")?, Some(("application/x-tar", body)))
+                        .await;
+                // A folder that could not be read says so, rather than what the node made of
+                // the archive broken off; a node that stopped taking it says why.
+                if let Some(packing) = packing {
+                    match packing.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) if !is_stopped(&e) || sent.is_ok() => return Err(e),
+                        Ok(Err(_)) => {}
+                        Err(e) => bail!("packing {}: {e}", from.display()),
+                    }
+                }
+                let body = axum::body::Body::new(sent?.into_body());
+                let out = axum::body::to_bytes(body, 4 << 20)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("the answer of {addr} broke off: {e}"))?;
                 let v: Value = serde_json::from_slice(&out).unwrap_or(Value::Null);
                 for (name, what) in v["skipped"].as_object().into_iter().flatten() {
                     eprintln!("chorus: left out {name}: {}", what.as_str().unwrap_or("?"));
@@ -413,19 +408,44 @@ pub async fn cp(addr: &str, src: &str, dst: &str, tar: bool) -> anyhow::Result<E
     Ok(ExitCode::SUCCESS)
 }
 
-/// A local folder's regular files (with their permission bits) as a tar archive, names
-/// relative to it; links are not followed (said, and left out), nor anything but files and
-/// folders.
-fn local_tree(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut tree = chorus_io::sandbox::FileTree::new();
-    let mut total: u64 = 0;
+/// A local folder's folders and regular files (with their permission bits) as a tar archive,
+/// names relative to it, packed on a blocking thread as the body is sent; links are not
+/// followed (said, and left out), nor anything but files and folders. The handle says whether
+/// the folder could be read whole (a body broken off by it fails the upload at the node too).
+fn local_tree(
+    root: std::path::PathBuf,
+) -> (
+    axum::body::Body,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<axum::body::Bytes>>(4);
+    let packing = tokio::task::spawn_blocking(move || {
+        let sink = ChunkSink {
+            tx: tx.clone(),
+            buf: Vec::new(),
+        };
+        let packed = pack_tree(&root, sink);
+        if let Err(e) = &packed {
+            let _ = tx.blocking_send(Err(std::io::Error::other(format!("{e:#}"))));
+        }
+        packed
+    });
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    (axum::body::Body::from_stream(stream), packing)
+}
+
+/// Walks `root` into a tar archive written to `sink`.
+fn pack_tree(root: &std::path::Path, sink: ChunkSink) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut tar = tar::Builder::new(sink);
     let mut todo = vec![(root.to_path_buf(), String::new())];
     while let Some((dir, rel)) = todo.pop() {
-        let entries =
-            std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(&dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("cannot read {}", dir.display()))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
         for entry in entries {
-            let entry = entry?;
             let Some(name) = entry.file_name().to_str().map(str::to_string) else {
                 eprintln!(
                     "chorus: left out {}: a name that is not UTF-8",
@@ -439,21 +459,22 @@ fn local_tree(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
                 format!("{rel}/{name}")
             };
             let meta = entry.metadata()?; // the entry itself: a link is not followed
+            let mut header = tar::Header::new_gnu();
+            header.set_mode(meta.permissions().mode() & 0o777);
+            header.set_mtime(u64::try_from(meta.mtime()).unwrap_or(0));
             if meta.is_dir() {
+                header.set_entry_type(tar::EntryType::Directory);
+                header.set_size(0);
+                tar.append_data(&mut header, &name, std::io::empty())?;
                 todo.push((entry.path(), name));
             } else if meta.is_file() {
-                total += meta.len();
-                if total > MAX_TREE_BYTES {
-                    bail!(
-                        "{} holds more than {} MiB of files, the most one call moves",
-                        root.display(),
-                        MAX_TREE_BYTES >> 20
-                    );
-                }
-                let data = std::fs::read(entry.path())
+                let file = std::fs::File::open(entry.path())
                     .with_context(|| format!("cannot read {}", entry.path().display()))?;
-                let mode = meta.permissions().mode() & 0o777;
-                tree.insert(name, chorus_io::sandbox::FileEntry { data, mode });
+                header.set_entry_type(tar::EntryType::Regular);
+                header.set_size(meta.len());
+                // A file that grows while it is sent is cut at the size said.
+                tar.append_data(&mut header, &name, std::io::Read::take(file, meta.len()))
+                    .with_context(|| format!("cannot read {}", entry.path().display()))?;
             } else {
                 eprintln!(
                     "chorus: left out {}: not a file or a folder",
@@ -462,7 +483,49 @@ fn local_tree(root: &std::path::Path) -> anyhow::Result<Vec<u8>> {
             }
         }
     }
-    chorus_io::sandbox::docker::tree_to_tar(&tree).context("packing the folder")
+    let mut sink = tar.into_inner().context("packing the folder")?;
+    sink.flush_chunk()?;
+    Ok(())
+}
+
+/// What packing says when the request's body was dropped (the node answered, or the
+/// connection went): the answer, not this, says why.
+const STOPPED: &str = "the node stopped taking the folder";
+
+fn is_stopped(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.to_string() == STOPPED)
+}
+
+/// A tar archive's bytes, sent on in chunks of 256 KiB as the request's body.
+struct ChunkSink {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<axum::body::Bytes>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkSink {
+    fn flush_chunk(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = axum::body::Bytes::from(std::mem::take(&mut self.buf));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| std::io::Error::other(STOPPED))
+    }
+}
+
+impl std::io::Write for ChunkSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= 256 << 10 {
+            self.flush_chunk()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `ls ID:/path`: the path and, for a folder, its entries (or the JSON).

@@ -165,15 +165,18 @@ pub enum Cmd {
         addr: String,
     },
     /// Copy a file into (`cp FILE ID:/path`, with its permission bits) or out of (`cp ID:/path
-    /// FILE`) a live sandbox; a local folder into one (`cp DIR ID:/dir`: its regular files); with
-    /// --tar, a folder of the sandbox out as a tar archive (`cp --tar ID:/dir out.tar`, `-` for
-    /// stdout) or an archive unpacked into one (`cp --tar in.tar ID:/dir`).
+    /// FILE`) a live sandbox; a local folder into one (`cp DIR ID:/dir`: its folders and
+    /// regular files, sent as they are read); with --tar, a folder of the sandbox out as a tar
+    /// archive (`cp --tar ID:/dir out.tar`, `-` for stdout) or an archive unpacked into one
+    /// (`cp --tar in.tar ID:/dir`). Files and folders stream: up to the worker's bound (1 GiB
+    /// of file bytes by default) in one call.
     Cp {
         /// From: a local file or folder, or ID:/path.
         src: String,
         /// To: ID:/path, or a local file.
         dst: String,
-        /// Move a folder as a tar archive (its regular files; links left out).
+        /// Move a folder as a tar archive (its folders, regular files and hard links among
+        /// them; symbolic links left out).
         #[arg(long)]
         tar: bool,
         /// The HTTP API of the node that holds the sandbox.

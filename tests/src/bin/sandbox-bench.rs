@@ -11,7 +11,11 @@
 //! 4. write then read 1 MiB (`PUT /sandboxes/{id}/files?path=` with the raw bytes, then
 //!    `GET /sandboxes/{id}/files?path=`), p50;
 //! 5. many idle live sandboxes on one worker: the node's RSS (`/proc/PID/status` VmRSS), the
-//!    sandboxes' memory (`docker stats --no-stream`), and exec `true` p99 across all of them.
+//!    sandboxes' memory (`docker stats --no-stream`), and exec `true` p99 across all of them;
+//! 6. a folder in and out as a tar archive (`PUT`, then `GET /sandboxes/{id}/tree?path=`, 16 MiB
+//!    in 64 files by default), p50, interleaved with the same archive through `docker exec -i
+//!    CONTAINER tar -x` and back through `docker exec CONTAINER tar -c` (`docker cp` cannot
+//!    write a sandbox: its root is read-only and its `/workspace` a tmpfs), and the ratio.
 //!
 //! Both sides of a comparison run in this process run, round by round (which goes first
 //! alternates), so they see the same machine load. Percentiles are nearest-rank (with 30 rounds,
@@ -98,6 +102,9 @@ struct Args {
     /// file call costs apart from its bytes).
     #[arg(long, default_value_t = 1024)]
     file_kib: usize,
+    /// The size of measure 6's folder, KiB (in 64 files).
+    #[arg(long, default_value_t = 16384)]
+    tree_kib: usize,
 }
 
 fn main() {
@@ -207,6 +214,11 @@ struct Report {
     rss_idle_kib: u64,
     sandbox_mem_bytes: u64,
     idle_exec: Vec<Duration>,
+    tree_kib: usize,
+    tree_api_in: Vec<Duration>,
+    tree_api_out: Vec<Duration>,
+    tree_docker_in: Vec<Duration>,
+    tree_docker_out: Vec<Duration>,
 }
 
 fn measure(c: &Cluster, args: &Args, via: usize, ids: &[String], admin: usize) -> Report {
@@ -294,6 +306,7 @@ fn measure(c: &Cluster, args: &Args, via: usize, ids: &[String], admin: usize) -
         r.read_1m.push(both - wrote);
         r.write_read_1m.push(both);
     }
+    measure_trees(&mut r, port, &user, &sb, args.tree_kib);
     close(port, &user, &sb.id);
 
     eprintln!("3. create -> exec `echo ready` -> close, and docker run --rm, {rounds} rounds each");
@@ -488,6 +501,34 @@ impl Report {
             ms(pct(&mut idle, 50)),
             ms(pct(&mut idle, 99))
         );
+        let (mut ti, mut to, mut di, mut dout) = (
+            self.tree_api_in.clone(),
+            self.tree_api_out.clone(),
+            self.tree_docker_in.clone(),
+            self.tree_docker_out.clone(),
+        );
+        let (ti50, to50, di50, do50) = (
+            pct(&mut ti, 50),
+            pct(&mut to, 50),
+            pct(&mut di, 50),
+            pct(&mut dout, 50),
+        );
+        println!(
+            "| a folder of {} KiB (64 files) in / out as tar through the API, p50, {n} runs | {:.1} / {:.1} ms | |",
+            self.tree_kib,
+            ms(ti50),
+            ms(to50)
+        );
+        println!(
+            "| the same through `docker exec -i … tar -x` / `docker exec … tar -c`, interleaved, p50 | {:.1} / {:.1} ms | |",
+            ms(di50),
+            ms(do50)
+        );
+        println!(
+            "| folder ratio API / docker exec, in / out, p50 | {:.2} / {:.2} | |",
+            ms(ti50) / ms(di50),
+            ms(to50) / ms(do50)
+        );
         println!();
         println!("Notes:");
         println!(
@@ -573,6 +614,13 @@ impl Report {
                 "sandbox_mem_bytes": self.sandbox_mem_bytes,
                 "exec_true": p(&self.idle_exec),
             },
+            "tree": {
+                "kib": self.tree_kib,
+                "api_in": p(&self.tree_api_in),
+                "api_out": p(&self.tree_api_out),
+                "docker_exec_in": p(&self.tree_docker_in),
+                "docker_exec_out": p(&self.tree_docker_out),
+            },
             "bin": self.bin,
             "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
             "load_before": self.load_before,
@@ -583,6 +631,112 @@ impl Report {
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
+
+/// Measure 6: a folder of `kib` KiB in 64 files in and out as tar, through the API and
+/// through `docker exec` of the same container, interleaved.
+fn measure_trees(r: &mut Report, port: u16, user: &str, sb: &Sandbox, kib: usize) {
+    let rounds = r.rounds;
+    eprintln!(
+        "6. a folder of {kib} KiB in and out as tar, API and docker exec tar, {rounds} rounds each"
+    );
+    r.tree_kib = kib;
+    let mut b = tar::Builder::new(Vec::new());
+    let each = (kib << 10) / 64;
+    for f in 0..64 {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(each as u64);
+        h.set_mode(0o644);
+        b.append_data(
+            &mut h,
+            format!("d{}/f{f}.bin", f % 8),
+            noise(each).as_slice(),
+        )
+        .expect("packing");
+    }
+    let archive = b.into_inner().expect("packing");
+    let tree = |dir: &str| format!("/sandboxes/{}/tree?path=/workspace/{dir}", sb.id);
+    let untar = ["sh", "-c", "mkdir -p \"$1\" && tar -x -f - -C \"$1\"", "sh"];
+    let clear = br#"{"shell": "rm -rf /workspace/t /workspace/k"}"#;
+    for i in 0..rounds {
+        let api = |r: &mut Report| {
+            let began = Instant::now();
+            let (code, answer) = call_as(port, user, "PUT", &tree("t"), TAR, &archive);
+            assert_eq!(code, 200, "tree in: {}", String::from_utf8_lossy(&answer));
+            let wrote = began.elapsed();
+            let (code, back) = call(port, user, "GET", &tree("t"), b"");
+            r.tree_api_out.push(began.elapsed() - wrote);
+            r.tree_api_in.push(wrote);
+            assert_eq!(code, 200, "tree out: {}", String::from_utf8_lossy(&back));
+            assert!(back.len() >= kib << 10, "a whole folder came back");
+        };
+        let dock = |r: &mut Report| {
+            let mut args = vec!["exec", "-i", &sb.container];
+            args.extend(untar);
+            args.push("/workspace/k");
+            let began = Instant::now();
+            docker_with_input(&args, &archive);
+            let wrote = began.elapsed();
+            let out = docker_with_input(
+                &[
+                    "exec",
+                    &sb.container,
+                    "tar",
+                    "-c",
+                    "-f",
+                    "-",
+                    "-C",
+                    "/workspace/k",
+                    ".",
+                ],
+                b"",
+            );
+            r.tree_docker_out.push(began.elapsed() - wrote);
+            r.tree_docker_in.push(wrote);
+            assert!(out.stdout.len() >= kib << 10, "a whole folder came back");
+        };
+        if i % 2 == 0 {
+            api(r);
+            dock(r);
+        } else {
+            dock(r);
+            api(r);
+        }
+        let path = format!("/sandboxes/{}/exec", sb.id);
+        let (code, answer) = call(port, user, "POST", &path, clear);
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&answer));
+    }
+}
+
+/// A tar archive's media type.
+const TAR: &str = "application/x-tar";
+
+/// `docker ARGS` with `input` on its stdin, its output read as it comes (a large one never
+/// fills a pipe), which must succeed within [`CALL_BOUND`].
+fn docker_with_input(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new("docker")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("docker starts");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = rx
+        .recv_timeout(CALL_BOUND)
+        .unwrap_or_else(|_| panic!("docker {args:?} still going after {CALL_BOUND:?}"))
+        .expect("its output");
+    let _ = feeder.join();
+    assert!(out.status.success(), "docker {args:?}: {out:?}");
+    out
+}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1_000.0

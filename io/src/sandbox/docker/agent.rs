@@ -29,7 +29,7 @@ use crate::sandbox::OutputStream;
 pub const AGENT_PATH: &str = "/usr/bin/chorus-agent";
 
 /// The agent's protocol version (its HELLO).
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// The longest frame the agent may send: its output comes in reads of 64 KiB.
 const MAX_FRAME: usize = 1 << 20;
@@ -45,6 +45,12 @@ const EVENTS_BUFFERED: usize = 16;
 
 /// Stdin goes to the agent in frames of at most this.
 const STDIN_CHUNK: usize = 64 * 1024;
+
+/// Stdin bytes of one command sent to the agent and not yet written to the command (its TAKEN
+/// frames say how far it got): past it the upload waits for the command, so a command that
+/// reads slowly holds back the caller's body, not the agent's memory (which closes a command's
+/// stdin past 64 MiB held). Four times the pipe's and the frames' 64 KiB keeps one pipe full.
+pub(super) const STDIN_WINDOW: u64 = 4 << 20;
 
 /// What the agent says of one command.
 #[derive(Debug, PartialEq, Eq)]
@@ -63,6 +69,8 @@ pub(super) enum Event {
         stage: u8,
         errno: u32,
     },
+    /// This many more of its stdin bytes were written to it (or dropped with its stdin).
+    Taken(u32),
 }
 
 /// One command's request.
@@ -82,6 +90,8 @@ pub(super) struct Feed {
     pub limit: u64,
     /// Bytes sent so far.
     pub fed: u64,
+    /// Of those, the bytes the agent has not yet said it wrote to the command.
+    pub in_flight: u64,
     /// The end was sent.
     pub done: bool,
     /// What it writes, for its errors.
@@ -89,6 +99,28 @@ pub(super) struct Feed {
 }
 
 impl Feed {
+    /// A feed of `source`, at most `limit` bytes, writing `what`.
+    pub(super) fn new(source: mpsc::Receiver<Vec<u8>>, limit: u64, what: String) -> Feed {
+        Feed {
+            source,
+            limit,
+            fed: 0,
+            in_flight: 0,
+            done: false,
+            what,
+        }
+    }
+
+    /// Whether another chunk may go: the end not sent yet, and room in the window.
+    pub(super) fn wants_more(&self) -> bool {
+        !self.done && self.in_flight < STDIN_WINDOW
+    }
+
+    /// The agent wrote `n` more bytes to the command.
+    pub(super) fn taken(&mut self, n: u32) {
+        self.in_flight = self.in_flight.saturating_sub(u64::from(n));
+    }
+
     /// Sends on one chunk of the source (`None`: the source closed), or says why the upload
     /// must end.
     pub(super) async fn take(
@@ -105,6 +137,7 @@ impl Feed {
             return self.sent(agent.feed(id, &[]).await);
         }
         self.fed = self.fed.saturating_add(chunk.len() as u64);
+        self.in_flight = self.in_flight.saturating_add(chunk.len() as u64);
         if self.fed > self.limit {
             return Err(crate::sandbox::upload_over(&self.what, self.limit));
         }
@@ -406,6 +439,7 @@ fn decode(kind: u8, body: &[u8]) -> Option<Event> {
             stage: body[0],
             errno: u32_at(1)?,
         }),
+        5 if body.len() == 4 => Some(Event::Taken(u32_at(0)?)),
         _ => None,
     }
 }

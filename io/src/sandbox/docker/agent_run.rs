@@ -93,7 +93,7 @@ impl Container {
         let mut sink = sink;
         let exit = loop {
             let next = tokio::time::timeout_at(deadline, running.events.recv());
-            let waited = match feed.as_deref_mut().filter(|f| !f.done) {
+            let waited = match feed.as_deref_mut().filter(|f| f.wants_more()) {
                 None => next.await,
                 Some(f) => tokio::select! {
                     waited = next => waited,
@@ -134,6 +134,11 @@ impl Container {
             match event {
                 None => break None,
                 Some(Event::Started { .. }) => {}
+                Some(Event::Taken(n)) => {
+                    if let Some(f) = feed.as_deref_mut() {
+                        f.taken(n);
+                    }
+                }
                 Some(Event::Output(stream, data)) => {
                     let message = data.into();
                     let item = match stream {

@@ -91,7 +91,7 @@ impl Container {
         // The file goes to the sink, not into the output: only the start of stderr is kept,
         // for the error.
         req.output_limit_bytes = Some(STREAM_KEPT);
-        let (tx, mut rx) = mpsc::channel::<OutputChunk>(4);
+        let (tx, rx) = mpsc::channel::<OutputChunk>(4);
         let run = async {
             let tx = tx;
             let out = match self.by_agent_with(&req, Some(&tx)).await? {
@@ -104,23 +104,7 @@ impl Container {
             drop(tx);
             judged(&what, out).map(drop)
         };
-        // At most one byte past the limit is passed on (`cat` stops at no limit); a sink
-        // that went away takes nothing more.
-        let pump = async {
-            let mut room = past;
-            while let Some(chunk) = rx.recv().await {
-                if chunk.stream != OutputStream::Stdout || room == 0 {
-                    continue;
-                }
-                let mut data = chunk.data;
-                data.truncate(usize::try_from(room).unwrap_or(usize::MAX));
-                room -= data.len() as u64;
-                if sink.send(data).await.is_err() {
-                    return;
-                }
-            }
-        };
-        let (read, ()) = tokio::join!(run, pump);
+        let (read, ()) = tokio::join!(run, pump_stdout(rx, limit, sink));
         read
     }
 
@@ -146,13 +130,7 @@ impl Container {
                 .map(String::from)
                 .to_vec(),
         );
-        let mut feed = Feed {
-            source,
-            limit,
-            fed: 0,
-            done: false,
-            what: what.clone(),
-        };
+        let mut feed = Feed::new(source, limit, what.clone());
         let written = match self.run_by_agent_fed(&req, None, Some(&mut feed)).await {
             // A write that ended early says why (no room left …) where it can.
             Ok(Some(out)) => judged(&what, out).and_then(|_| match feed.done {
@@ -173,13 +151,72 @@ impl Container {
         Ok(feed.fed)
     }
 
+    /// Unpacks the archive `source` yields under `dir` as it comes (see
+    /// `ExecutionSandbox::write_tree_streaming`): the sandbox's own `tar`, its stdin fed
+    /// through the agent within its window; without an agent, gathered and sent whole.
+    pub(super) async fn stream_tree_in(
+        &self,
+        dir: &str,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        check_path(dir)?;
+        let what = format!("writing tree {dir}");
+        let argv = ["sh", "-c", WRITE_TREE, "chorus-write-tree", dir].map(String::from);
+        if !self.has_agent().await {
+            let archive = crate::sandbox::gather_upload(dir, limit, source).await?;
+            let mut req = self.stream_request(argv.to_vec());
+            req.stdin = Some(archive);
+            self.file_command(&what, req).await?;
+            return Ok(());
+        }
+        let req = self.stream_request(argv.to_vec());
+        let mut feed = Feed::new(source, limit, what.clone());
+        match self.run_by_agent_fed(&req, None, Some(&mut feed)).await? {
+            Some(out) => judged(&what, out).and_then(|_| match feed.done {
+                true => Ok(()),
+                false => Err(SandboxError::new(
+                    ErrorCategory::Io,
+                    format!("{what}: tar ended before the archive did"),
+                )),
+            }),
+            None => Err(agent_ended(&what)),
+        }
+    }
+
+    /// The folder `dir` as a tar archive into `sink` as the sandbox's `tar` writes it, at
+    /// most `limit` bytes and one past them (see `ExecutionSandbox::read_tree_streaming`).
+    pub(super) async fn stream_tree_out(
+        &self,
+        dir: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        check_path(dir)?;
+        let what = format!("reading tree {dir}");
+        let mut req = self.stream_request(
+            ["tar", "-c", "-f", "-", "-C", dir, "."]
+                .map(String::from)
+                .to_vec(),
+        );
+        req.output_limit_bytes = Some(STREAM_KEPT);
+        let (tx, rx) = mpsc::channel::<OutputChunk>(4);
+        let run = async {
+            let tx = tx;
+            let out = self.run(req.clone(), Some(&tx), false, None).await?;
+            drop(tx);
+            judged(&what, out).map(drop)
+        };
+        let (read, ()) = tokio::join!(run, pump_stdout(rx, limit, sink));
+        read
+    }
+
     /// Unpacks `tree` under `dir`, making it first.
     pub(super) async fn put_tree(&self, dir: &str, tree: &FileTree) -> SandboxResult<()> {
         check_path(dir)?;
         let archive = tree_to_tar(tree).map_err(|e| SandboxError::io("building a tar", e))?;
-        let script = "mkdir -p \"$1\" && tar -x -f - -C \"$1\"";
         let mut req = self.file_request(
-            ["sh", "-c", script, "chorus-write-tree", dir]
+            ["sh", "-c", WRITE_TREE, "chorus-write-tree", dir]
                 .map(String::from)
                 .to_vec(),
         );
@@ -274,6 +311,26 @@ fn judged(what: &str, out: ExecOutput) -> SandboxResult<ExecOutput> {
                 out.stderr_text().trim()
             ),
         ))
+    }
+}
+
+/// The script that unpacks a tree from stdin under `$1`, making it.
+const WRITE_TREE: &str = "mkdir -p \"$1\" && tar -x -f - -C \"$1\"";
+
+/// Passes a command's stdout on to `sink`, at most one byte past `limit` (`cat` and `tar`
+/// stop at no limit); a sink that went away takes nothing more.
+async fn pump_stdout(mut rx: mpsc::Receiver<OutputChunk>, limit: u64, sink: mpsc::Sender<Vec<u8>>) {
+    let mut room = limit.saturating_add(1);
+    while let Some(chunk) = rx.recv().await {
+        if chunk.stream != OutputStream::Stdout || room == 0 {
+            continue;
+        }
+        let mut data = chunk.data;
+        data.truncate(usize::try_from(room).unwrap_or(usize::MAX));
+        room -= data.len() as u64;
+        if sink.send(data).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -216,6 +216,24 @@ impl ExecutionSandbox for DockerSandbox {
         self.container.get_tree(dir).await
     }
 
+    async fn write_tree_streaming(
+        &self,
+        dir: &str,
+        limit: u64,
+        source: mpsc::Receiver<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        self.container.stream_tree_in(dir, limit, source).await
+    }
+
+    async fn read_tree_streaming(
+        &self,
+        dir: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        self.container.stream_tree_out(dir, limit, sink).await
+    }
+
     fn set_env(&self, key: &str, value: &str) {
         self.container
             .lock_env()

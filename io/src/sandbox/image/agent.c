@@ -17,6 +17,10 @@
  *   2 OUT    u8 stream (1 stdout, 2 stderr), bytes
  *   3 EXIT   i32 code (128 + signal when killed), u8 killed by a signal
  *   4 FAIL   u8 stage (1 chdir, 3 no room), u32 errno: the command did not start
+ *   5 TAKEN  u32 n: n more bytes of the command's STDIN frames were written to it (or dropped
+ *            with its closed stdin). The node keeps at most a window of bytes sent and not yet
+ *            taken, so a command that reads slowly holds back the upload at the node instead
+ *            of filling this agent's memory up to MAX_STDIN (which then closes its stdin).
  *
  * Two commands are the agent's own, run without a process of their own (a fork and an exec of
  * `cat` or `install` cost a file call more than the bytes do): argv
@@ -51,7 +55,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define VERSION 2
+#define VERSION 3
 #define MAX_FRAME (4u << 20)
 #define MAX_SLOTS 128
 #define MAX_RUNNING 64
@@ -59,7 +63,7 @@
 #define MAX_STDIN (64u << 20)
 
 enum { IN_RUN = 1, IN_STDIN = 2, IN_KILL = 3 };
-enum { OUT_HELLO = 0, OUT_STARTED = 1, OUT_OUT = 2, OUT_EXIT = 3, OUT_FAIL = 4 };
+enum { OUT_HELLO = 0, OUT_STARTED = 1, OUT_OUT = 2, OUT_EXIT = 3, OUT_FAIL = 4, OUT_TAKEN = 5 };
 
 struct slot {
     int used;
@@ -111,6 +115,20 @@ static void send_frame(uint8_t type, uint32_t id, const void *a, size_t an, cons
 
 static void send_out(uint32_t id, uint8_t stream, const char *data, size_t n) {
     send_frame(OUT_OUT, id, &stream, 1, data, n);
+}
+
+/* Says that n stdin bytes of command id left the agent's hands (see TAKEN). */
+static void taken(uint32_t id, size_t n) {
+    if (n == 0) return;
+    unsigned char p[4];
+    put32(p, (uint32_t)n);
+    send_frame(OUT_TAKEN, id, p, 4, NULL, 0);
+}
+
+/* Drops what stdin still held (its pipe closed): taken too, so the node sends the rest. */
+static void drop_pending(struct slot *s) {
+    taken(s->id, s->pending_len - s->pending_off);
+    s->pending_off = s->pending_len = 0;
 }
 
 static struct slot *find(uint32_t id) {
@@ -437,11 +455,13 @@ out:
 }
 
 static void stdin_data(struct slot *s, const unsigned char *p, size_t n) {
-    if (s->in < 0) return;
+    if (s->in < 0) { taken(s->id, n); return; }
     if (n == 0) { s->stdin_eof = 1; return; }
     if (s->pending_len - s->pending_off + n > MAX_STDIN) {
         if (s->builtin) { write_done(s, EFBIG); return; }
         close_fd(&s->in);
+        drop_pending(s);
+        taken(s->id, n);
         return;
     }
     if (s->pending_off > 0) {
@@ -453,6 +473,8 @@ static void stdin_data(struct slot *s, const unsigned char *p, size_t n) {
     if (!grown) {
         if (s->builtin) { write_done(s, ENOMEM); return; }
         close_fd(&s->in);
+        drop_pending(s);
+        taken(s->id, n);
         return;
     }
     s->pending = grown;
@@ -461,18 +483,24 @@ static void stdin_data(struct slot *s, const unsigned char *p, size_t n) {
 }
 
 static void feed(struct slot *s) {
+    size_t wrote = 0;
     while (s->in >= 0 && s->pending_off < s->pending_len) {
         ssize_t w = write(s->in, s->pending + s->pending_off, s->pending_len - s->pending_off);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && errno == EAGAIN) return;
+        if (w < 0 && errno == EAGAIN) break;
         if (w <= 0) {
             /* A file that takes no more (a full tmpfs): the write fails as install's would. */
             if (s->builtin) { write_done(s, w < 0 ? errno : ENOSPC); return; }
             close_fd(&s->in);
+            taken(s->id, wrote);
+            drop_pending(s);
             return;
         }
         s->pending_off += (size_t)w;
+        wrote += (size_t)w;
     }
+    taken(s->id, wrote);
+    if (s->pending_off < s->pending_len) return;
     if (s->in >= 0 && s->stdin_eof) {
         if (s->builtin) {
             int err = close(s->in) == 0 ? 0 : errno;

@@ -535,6 +535,76 @@ mod tests {
         frames
     }
 
+    /// Flow control of a command's stdin (TAKEN): the agent says how many of the stdin bytes
+    /// it was sent it has written to the command, so the node can keep a window of them in
+    /// flight instead of the agent holding an upload whole. Every byte sent is said taken once
+    /// — written to a command that reads them all, and dropped with the stdin of one that
+    /// closed it and runs on, so a node that waits for the window never waits for bytes
+    /// nobody will take. The slow reader (`sleep`, then `wc -c`) gets all 8 MiB.
+    #[test]
+    fn the_agent_says_how_much_of_a_commands_stdin_it_took() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let agent = compiled_agent(dir.path());
+        let chunk = vec![7u8; 65_536];
+        let mut input = Vec::new();
+        input.extend(frame(
+            1,
+            1,
+            &run_body(&["sh", "-c", "sleep 0.3; wc -c"], true),
+        ));
+        input.extend(frame(
+            1,
+            2,
+            &run_body(&["sh", "-c", "exec 0<&-; sleep 0.5"], true),
+        ));
+        for _ in 0..128 {
+            input.extend(frame(2, 1, &chunk));
+            input.extend(frame(2, 2, &chunk));
+        }
+        input.extend(frame(2, 1, &[]));
+        input.extend(frame(2, 2, &[]));
+        let mut child = std::process::Command::new(&agent)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&input).unwrap();
+        // The agent ends with its stdin; give the commands time to end first.
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let frames = frames_of(&out.stdout);
+        let taken = |id: u32| -> u64 {
+            frames
+                .iter()
+                .filter(|f| f.1 == id && f.0 == 5)
+                .map(|f| u64::from(u32::from_le_bytes(f.2[..4].try_into().unwrap())))
+                .sum()
+        };
+        let sent = 128 * 65_536u64;
+        assert_eq!(
+            taken(1),
+            sent,
+            "every byte written to the reader is said taken"
+        );
+        assert_eq!(
+            taken(2),
+            sent,
+            "bytes dropped with a closed stdin are said taken too"
+        );
+        let stdout = |id: u32| -> String {
+            frames
+                .iter()
+                .filter(|f| f.1 == id && f.0 == 2 && f.2[0] == 1)
+                .map(|f| String::from_utf8_lossy(&f.2[1..]).into_owned())
+                .collect()
+        };
+        assert_eq!(stdout(1).trim(), sent.to_string());
+    }
+
     /// The agent's own file commands (issue 53: a file call costs no process in the sandbox):
     /// a write makes the folders, takes the bytes of several stdin frames and the mode whatever
     /// the umask; a read gives a regular file's bytes up to its limit; a folder, a missing file
@@ -642,7 +712,7 @@ mod tests {
         assert_eq!(exit(6), [1, 0, 0, 0, 0]);
     }
 
-    /// The agent compiles without a warning, and says HELLO (version 2) on its stdout at once,
+    /// The agent compiles without a warning, and says HELLO (version 3) on its stdout at once,
     /// then ends when its stdin does.
     #[test]
     fn the_agent_compiles_cleanly_and_says_hello() {
@@ -665,6 +735,6 @@ mod tests {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        assert_eq!(out.stdout, [9, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0]);
+        assert_eq!(out.stdout, [9, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0]);
     }
 }
