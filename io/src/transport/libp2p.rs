@@ -119,6 +119,13 @@ pub struct Libp2pConfig {
     pub event_queue: usize,
     /// Capacity of the queue of outgoing messages (sends beyond it are dropped and counted).
     pub command_queue: usize,
+    /// How often a connection's peer is pinged. A peer that leaves two pings in a row
+    /// unanswered (each waits [`Libp2pConfig::ping_timeout`]) has its connection closed, so
+    /// both ends hear it down: this is how a paused peer, or one behind a partition whose TCP
+    /// holds, is found out.
+    pub ping_interval: Duration,
+    /// How long a ping waits for its answer.
+    pub ping_timeout: Duration,
     /// Offer and accept compact links (`/chorus/link/2.0.0`: heartbeats and their
     /// acknowledgements in a few bytes, `chorus_core::codec::encode_compact`). Off only to
     /// stand in for a node of an earlier release, which speaks link/1 alone.
@@ -152,6 +159,8 @@ impl Libp2pConfig {
             event_queue: 4096,
             command_queue: 4096,
             compact_links: true,
+            ping_interval: Duration::from_secs(15),
+            ping_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -422,7 +422,27 @@ fn transport_config(
         uptime_s: 0,
         resources,
     };
+    (
+        transport_config.ping_interval,
+        transport_config.ping_timeout,
+    ) = ping_for(&config.protocol);
     transport_config
+}
+
+/// How often the transport pings a peer, and how long it waits for the answer, at the
+/// cluster's tempo: every four heartbeats (1–15 s), waiting an election timeout (2–10 s); two
+/// missed in a row close the connection. libp2p's second ping opens a fresh stream, whose
+/// negotiation times out after its own fixed 10 s, so a paused worker, or one behind a
+/// partition, is heard down within two intervals, one wait and 10 s — ~50 s at the default
+/// tempo (15 s heartbeats), ~15 s at a 300 ms one — where a fixed 15 s ping took ~50 s
+/// whatever the tempo. The floors keep a loaded machine's short stalls from closing
+/// connections.
+fn ping_for(protocol: &chorus_core::Config) -> (Duration, Duration) {
+    let interval = Duration::from_millis(protocol.heartbeat_interval_ms.saturating_mul(4))
+        .clamp(Duration::from_secs(1), Duration::from_secs(15));
+    let timeout = Duration::from_millis(protocol.election_timeout_max_ms)
+        .clamp(Duration::from_secs(2), Duration::from_secs(10));
+    (interval, timeout)
 }
 
 /// Fills in what the API shows about this node itself, once its addresses are known.
@@ -586,5 +606,42 @@ fn sample_resources() -> Resources {
         mem_free_mb,
         task_slots: 0,
         task_capacity: Default::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The transport's ping follows the cluster's tempo within its floors and ceilings: the
+    /// default tempo keeps libp2p's 15 s and a 10 s wait; the tests' 300 ms heartbeats ping
+    /// every 1.2 s and wait 2 s (a paused worker heard down in ~15 s, not ~50 s); a tempo
+    /// faster still never pings more than once a second nor waits less than 2 s.
+    #[test]
+    fn the_ping_follows_the_tempo_within_bounds() {
+        let secs = |s: f64| Duration::from_secs_f64(s);
+        let default = chorus_core::Config::default();
+        assert_eq!(ping_for(&default), (secs(15.0), secs(10.0)));
+        let tests = chorus_core::Config {
+            heartbeat_interval_ms: 300,
+            election_timeout_min_ms: 1_200,
+            election_timeout_max_ms: 1_800,
+            ..chorus_core::Config::default()
+        };
+        assert_eq!(ping_for(&tests), (secs(1.2), secs(2.0)));
+        let fast = chorus_core::Config {
+            heartbeat_interval_ms: 50,
+            election_timeout_min_ms: 200,
+            election_timeout_max_ms: 300,
+            ..chorus_core::Config::default()
+        };
+        assert_eq!(ping_for(&fast), (secs(1.0), secs(2.0)));
+        let slow = chorus_core::Config {
+            heartbeat_interval_ms: 5_000,
+            election_timeout_min_ms: 20_000,
+            election_timeout_max_ms: 30_000,
+            ..chorus_core::Config::default()
+        };
+        assert_eq!(ping_for(&slow), (secs(15.0), secs(10.0)));
     }
 }

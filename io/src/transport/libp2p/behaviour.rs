@@ -181,10 +181,14 @@ impl Behaviour {
         // external address confirmation here), and peers must be able to ask this one.
         kad.set_mode(Some(kad::Mode::Server));
 
-        // Every 15 s (libp2p's default: no more idle traffic), an answer within PING_TIMEOUT;
-        // two missed in a row close the connection (the driver), so a silent peer is down
-        // within about 50 s.
-        let ping = ping::Behaviour::new(ping::Config::new().with_timeout(PING_TIMEOUT));
+        // Every `ping_interval` (15 s by default, libp2p's: no more idle traffic), an answer
+        // within `ping_timeout`; two missed in a row close the connection (the driver), so a
+        // silent peer is down within about two of each (50 s by default).
+        let ping = ping::Behaviour::new(
+            ping::Config::new()
+                .with_interval(config.ping_interval)
+                .with_timeout(config.ping_timeout),
+        );
 
         let mdns = if config.mdns {
             Some(
@@ -209,9 +213,6 @@ impl Behaviour {
         })
     }
 }
-
-/// How long a ping waits for its answer. A peer that misses two in a row is disconnected.
-pub(super) const PING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// TCP, optionally wrapped in the pre-shared-key layer, then noise and yamux.
 ///
