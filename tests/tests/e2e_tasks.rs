@@ -1444,6 +1444,37 @@ fn shell_out(t: &TaskCluster, via: usize, token: &str, id: &str, shell: &str) ->
         .to_owned()
 }
 
+/// A three-node cluster with a live sandbox of `alice`'s placed off the admin, and `via`: the
+/// node that is neither its admin nor its worker, which every call goes through.
+struct Third {
+    t: TaskCluster,
+    id: String,
+    via: usize,
+    alice: String,
+}
+
+impl Third {
+    fn start() -> Third {
+        let t = TaskCluster::start(BIN);
+        let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
+        let origin = (admin + 1) % 3;
+        let alice = token(&t.c, "submit");
+        let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
+        let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
+        Third { t, id, via, alice }
+    }
+}
+
+/// `chorus ARGS` (a subcommand of two words, then its own) asking node `via` of `t` with
+/// `token`.
+fn cli_via(t: &TaskCluster, via: usize, token: &str, args: &[&str]) -> std::process::Output {
+    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
+    let mut all = args[..2].to_vec();
+    all.extend(["--addr", &addr]);
+    all.extend(&args[2..]);
+    chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", token)])
+}
+
 /// Issue 53: a live sandbox's files move in and out as they come, never held whole, through a
 /// node that is neither the admin nor the worker: 100 MiB — past the 96 MiB body and the 64 MiB
 /// file a call held whole before — in by `sandbox cp` and back out, byte for byte. A raw upload
@@ -1452,19 +1483,8 @@ fn shell_out(t: &TaskCluster, via: usize, token: &str, id: &str, shell: &str) ->
 #[test]
 fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
     use std::io::Write;
-    let t = TaskCluster::start(BIN);
-    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
-    let origin = (admin + 1) % 3;
-    let alice = token(&t.c, "submit");
-    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
-    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
-    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
-    let cli = |args: &[&str]| {
-        let mut all = args[..2].to_vec();
-        all.extend(["--addr", &addr]);
-        all.extend(&args[2..]);
-        chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
-    };
+    let Third { t, id, via, alice } = Third::start();
+    let cli = |args: &[&str]| cli_via(&t, via, &alice, args);
     let size: usize = 100 << 20;
     let data: Vec<u8> = (0..size)
         .map(|i| (i % 251) as u8 ^ (i >> 20) as u8)
@@ -1530,19 +1550,8 @@ fn a_live_sandboxes_large_file_streams_in_and_out_through_another_node() {
 #[test]
 fn a_live_sandboxes_folder_streams_in_and_out_through_another_node() {
     use std::os::unix::fs::PermissionsExt;
-    let t = TaskCluster::start(BIN);
-    let (_, _, admin) = t.c.wait_agreed(Duration::from_secs(30));
-    let origin = (admin + 1) % 3;
-    let alice = token(&t.c, "submit");
-    let (id, worker) = sandbox_off_admin(&t, origin, &alice, admin);
-    let via = (0..3).find(|i| *i != admin && *i != worker).unwrap();
-    let addr = format!("127.0.0.1:{}", t.c.nodes[via].http_port);
-    let cli = |args: &[&str]| {
-        let mut all = args[..2].to_vec();
-        all.extend(["--addr", &addr]);
-        all.extend(&args[2..]);
-        chorus_tests::run_chorus_env(BIN.as_ref(), &all, &[("CHORUS_TOKEN", &alice)])
-    };
+    let Third { t, id, via, alice } = Third::start();
+    let cli = |args: &[&str]| cli_via(&t, via, &alice, args);
     let exec = |shell: &str| shell_out(&t, via, &alice, &id, shell);
     let local = tempfile::tempdir().unwrap();
     let root = local.path().join("project");

@@ -657,6 +657,18 @@ fn measure_trees(r: &mut Report, port: u16, user: &str, sb: &Sandbox, kib: usize
     let tree = |dir: &str| format!("/sandboxes/{}/tree?path=/workspace/{dir}", sb.id);
     let untar = ["sh", "-c", "mkdir -p \"$1\" && tar -x -f - -C \"$1\"", "sh"];
     let clear = br#"{"shell": "rm -rf /workspace/t /workspace/k"}"#;
+    // `docker exec` as the user the API runs commands as, who owns `/workspace`.
+    let path = format!("/sandboxes/{}/exec", sb.id);
+    let (code, who) = call(
+        port,
+        user,
+        "POST",
+        &path,
+        br#"{"shell": "echo $(id -u):$(id -g)"}"#,
+    );
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&who));
+    let who: Value = serde_json::from_slice(&who).expect("JSON");
+    let as_user = who["stdout"].as_str().expect("the user").trim().to_owned();
     for i in 0..rounds {
         let api = |r: &mut Report| {
             let began = Instant::now();
@@ -670,7 +682,7 @@ fn measure_trees(r: &mut Report, port: u16, user: &str, sb: &Sandbox, kib: usize
             assert!(back.len() >= kib << 10, "a whole folder came back");
         };
         let dock = |r: &mut Report| {
-            let mut args = vec!["exec", "-i", &sb.container];
+            let mut args = vec!["exec", "-i", "--user", &as_user, &sb.container];
             args.extend(untar);
             args.push("/workspace/k");
             let began = Instant::now();
@@ -679,6 +691,8 @@ fn measure_trees(r: &mut Report, port: u16, user: &str, sb: &Sandbox, kib: usize
             let out = docker_with_input(
                 &[
                     "exec",
+                    "--user",
+                    &as_user,
                     &sb.container,
                     "tar",
                     "-c",
@@ -701,7 +715,6 @@ fn measure_trees(r: &mut Report, port: u16, user: &str, sb: &Sandbox, kib: usize
             dock(r);
             api(r);
         }
-        let path = format!("/sandboxes/{}/exec", sb.id);
         let (code, answer) = call(port, user, "POST", &path, clear);
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&answer));
     }

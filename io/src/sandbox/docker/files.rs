@@ -130,19 +130,14 @@ impl Container {
                 .map(String::from)
                 .to_vec(),
         );
-        let mut feed = Feed::new(source, limit, what.clone());
-        let written = match self.run_by_agent_fed(&req, None, Some(&mut feed)).await {
-            // A write that ended early says why (no room left …) where it can.
-            Ok(Some(out)) => judged(&what, out).and_then(|_| match feed.done {
-                true => Ok(()),
-                false => Err(SandboxError::new(
-                    ErrorCategory::Io,
-                    format!("{what}: the file was closed before the upload ended"),
-                )),
-            }),
-            Ok(None) => Err(agent_ended(&what)),
-            Err(e) => Err(e),
-        };
+        let mut feed = Feed::new(source, limit, what);
+        let written = self
+            .run_fed(
+                &req,
+                &mut feed,
+                "the file was closed before the upload ended",
+            )
+            .await;
         if let Err(e) = written {
             let rm = self.file_request(["rm", "-f", "--", path].map(String::from).to_vec());
             let _ = self.run(rm, None, false, None).await;
@@ -171,16 +166,24 @@ impl Container {
             return Ok(());
         }
         let req = self.stream_request(argv.to_vec());
-        let mut feed = Feed::new(source, limit, what.clone());
-        match self.run_by_agent_fed(&req, None, Some(&mut feed)).await? {
-            Some(out) => judged(&what, out).and_then(|_| match feed.done {
+        let mut feed = Feed::new(source, limit, what);
+        self.run_fed(&req, &mut feed, "tar ended before the archive did")
+            .await
+    }
+
+    /// Runs `req` through the agent, its stdin fed from `feed`, and judges it; a command that
+    /// ended before the feed did fails with `cut`, and one that ended early says why (no room
+    /// left …) where it can.
+    async fn run_fed(&self, req: &ExecRequest, feed: &mut Feed, cut: &str) -> SandboxResult<()> {
+        match self.run_by_agent_fed(req, None, Some(feed)).await? {
+            Some(out) => judged(&feed.what, out).and_then(|_| match feed.done {
                 true => Ok(()),
                 false => Err(SandboxError::new(
                     ErrorCategory::Io,
-                    format!("{what}: tar ended before the archive did"),
+                    format!("{}: {cut}", feed.what),
                 )),
             }),
-            None => Err(agent_ended(&what)),
+            None => Err(agent_ended(&feed.what)),
         }
     }
 
