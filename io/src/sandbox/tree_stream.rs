@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
@@ -26,6 +28,18 @@ pub const MAX_ENTRIES: u64 = 1_000_000;
 /// The chunks the filter writes: as large as the agent's stdin frames.
 const CHUNK: usize = 64 * 1024;
 
+/// The most bytes an archive may spend on what describes one entry — its header and the long
+/// name, long link and pax records before it, which the parser holds whole — so an archive
+/// cannot make the node hold a gigabyte "name".
+pub const MAX_ENTRY_META: u64 = 256 * 1024;
+
+/// Names listed in [`Filtered::skipped`] at most (the rest counted in
+/// [`Filtered::skipped_more`]), each cut to [`MAX_LISTED_NAME`] bytes.
+pub const MAX_SKIPPED_LISTED: usize = 1000;
+
+/// The longest name listed as skipped, in bytes (a longer one is cut, `…` at its end).
+const MAX_LISTED_NAME: usize = 512;
+
 /// What went through.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Filtered {
@@ -33,8 +47,25 @@ pub struct Filtered {
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// What was left out: name → what it is.
+    /// What was left out: name → what it is (at most [`MAX_SKIPPED_LISTED`]).
     pub skipped: BTreeMap<String, &'static str>,
+    /// Left out past those listed.
+    pub skipped_more: u64,
+}
+
+impl Filtered {
+    /// Lists `name` as left out, being `what`, within the bounds.
+    fn skip(&mut self, name: &str, what: &'static str) {
+        if self.skipped.len() >= MAX_SKIPPED_LISTED {
+            self.skipped_more += 1;
+            return;
+        }
+        let name = match name.char_indices().nth(MAX_LISTED_NAME) {
+            Some((cut, _)) if name.len() > MAX_LISTED_NAME => format!("{}…", &name[..cut]),
+            _ => name.to_string(),
+        };
+        self.skipped.insert(name, what);
+    }
 }
 
 /// Why an archive did not go through.
@@ -46,6 +77,9 @@ pub enum TreeError {
     /// More entries than [`MAX_ENTRIES`].
     #[error("the archive holds more than {MAX_ENTRIES} entries")]
     TooManyEntries,
+    /// An entry described by more than [`MAX_ENTRY_META`] bytes (a huge long name).
+    #[error("an entry's header and long name take more than {MAX_ENTRY_META} bytes")]
+    MetaTooLarge,
     /// Not a tar archive (or a damaged one).
     #[error("not a tar archive: {0}")]
     NotTar(String),
@@ -78,6 +112,8 @@ pub async fn filter(
                 chunk: Vec::new(),
                 at: 0,
                 ended: false,
+                read: Arc::new(AtomicU64::new(0)),
+                allowed: Arc::new(AtomicU64::new(MAX_ENTRY_META)),
             },
             &mut out,
             limit,
@@ -93,6 +129,7 @@ pub async fn filter(
 
 fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filtered, TreeError> {
     use tar::EntryType;
+    let (read, allowed) = (source.read.clone(), source.allowed.clone());
     let mut archive = tar::Archive::new(source);
     let mut builder = tar::Builder::new(sink);
     let mut done = Filtered::default();
@@ -105,6 +142,11 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
         if entries_seen > MAX_ENTRIES {
             return Err(TreeError::TooManyEntries);
         }
+        // The parser stands just past this entry's header: it may read the entry's bytes (in
+        // whole blocks) and what describes the next one, no more.
+        let blocks = entry.size().div_ceil(512).saturating_mul(512);
+        let next = read.load(Ordering::Relaxed).saturating_add(blocks);
+        allowed.store(next.saturating_add(MAX_ENTRY_META), Ordering::Relaxed);
         let raw = entry.path_bytes().into_owned();
         let Some(name) = clean_name(&raw) else {
             let shown = String::from_utf8_lossy(&raw).into_owned();
@@ -112,7 +154,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
                 Err(_) => "a name that is not UTF-8",
                 Ok(_) => "a name that leaves the folder",
             };
-            done.skipped.insert(shown, why);
+            done.skip(&shown, why);
             continue;
         };
         if name.is_empty() {
@@ -174,13 +216,14 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
             EntryType::Fifo => "a fifo",
             _ => "an entry of another kind",
         };
-        done.skipped.insert(name, what);
+        done.skip(&name, what);
     }
     builder.finish().map_err(|e| write_error(&e))?;
     drop(builder);
     // What follows the archive's end (`tar` pads it to a whole record, 10 KiB) is read to the
     // source's own end, so an upload is never cut under its sender; at most [`MAX_TRAILER`].
     let mut source = archive.into_inner();
+    source.allowed.store(u64::MAX, Ordering::Relaxed);
     let mut rest = [0u8; 8192];
     let mut trailer: u64 = 0;
     while trailer <= MAX_TRAILER {
@@ -216,6 +259,7 @@ fn read_error(e: &std::io::Error) -> TreeError {
     match e.get_ref().and_then(|i| i.downcast_ref::<Ended>()) {
         Some(Ended::BrokenOff) => TreeError::BrokenOff,
         Some(Ended::SinkGone) => TreeError::SinkGone,
+        Some(Ended::MetaTooLarge) => TreeError::MetaTooLarge,
         None => TreeError::NotTar(e.to_string()),
     }
 }
@@ -225,6 +269,7 @@ fn write_error(e: &std::io::Error) -> TreeError {
     match e.get_ref().and_then(|i| i.downcast_ref::<Ended>()) {
         Some(Ended::SinkGone) => TreeError::SinkGone,
         Some(Ended::BrokenOff) => TreeError::BrokenOff,
+        Some(Ended::MetaTooLarge) => TreeError::MetaTooLarge,
         None => TreeError::NotTar(e.to_string()),
     }
 }
@@ -235,18 +280,31 @@ enum Ended {
     BrokenOff,
     #[error("sink gone")]
     SinkGone,
+    #[error("an entry's description is too large")]
+    MetaTooLarge,
 }
 
-/// The source's chunks as a blocking reader.
+/// The source's chunks as a blocking reader, which refuses to be read past `allowed` (the
+/// filter moves it on at each entry: see [`MAX_ENTRY_META`]).
 struct Source {
     from: mpsc::Receiver<Vec<u8>>,
     chunk: Vec<u8>,
     at: usize,
     ended: bool,
+    /// Bytes read so far, and how far they may go: shared with the filter's loop.
+    read: Arc<AtomicU64>,
+    allowed: Arc<AtomicU64>,
 }
 
 impl Read for Source {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.read.load(Ordering::Relaxed);
+        let room = self.allowed.load(Ordering::Relaxed).saturating_sub(read);
+        if room == 0 {
+            return Err(std::io::Error::other(Ended::MetaTooLarge));
+        }
+        let buf_len = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        let buf = &mut buf[..buf_len];
         while self.at == self.chunk.len() {
             if self.ended {
                 return Ok(0);
@@ -263,6 +321,7 @@ impl Read for Source {
         let n = buf.len().min(self.chunk.len() - self.at);
         buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
         self.at += n;
+        self.read.store(read + n as u64, Ordering::Relaxed);
         Ok(n)
     }
 }
@@ -432,6 +491,45 @@ mod tests {
         assert!(matches!(done, Err(TreeError::BrokenOff)), "{done:?}");
         let (done, _) = run(vec![b'x'; 2048], 1 << 20, true).await;
         assert!(matches!(done, Err(TreeError::NotTar(_))), "{done:?}");
+    }
+
+    /// A long name is read whole by the parser, so its size is bounded: one of 300 KiB is
+    /// refused before it is held; and at most 1,000 names left out are listed, the rest
+    /// counted, each cut to 512 bytes.
+    #[tokio::test]
+    async fn long_names_are_bounded_and_so_is_the_list_of_what_was_left_out() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o644);
+        let long = format!("{}f", "a/".repeat(150_000));
+        b.append_data(&mut h, &long, &b"x"[..]).unwrap();
+        let (done, _) = run(b.into_inner().unwrap(), 1 << 20, true).await;
+        assert!(matches!(done, Err(TreeError::MetaTooLarge)), "{done:?}");
+
+        let mut b = tar::Builder::new(Vec::new());
+        for i in 0..1001 {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_size(0);
+            let name = if i == 0 {
+                "b".repeat(600)
+            } else {
+                format!("l{i}")
+            };
+            b.append_link(&mut h, &name, "/").unwrap();
+        }
+        let (done, _) = run(b.into_inner().unwrap(), 1 << 20, true).await;
+        let done = done.unwrap();
+        assert_eq!(done.skipped.len(), 1000);
+        assert_eq!(done.skipped_more, 1);
+        let cut = format!("{}…", "b".repeat(512));
+        assert_eq!(
+            done.skipped.get(&cut),
+            Some(&"a symlink"),
+            "{:?}",
+            done.skipped.keys().next()
+        );
     }
 
     #[test]

@@ -530,12 +530,15 @@ pub struct Listing {
 pub struct TreeWritten {
     /// The folder written under.
     pub path: String,
-    /// Regular files written.
+    /// Regular files (and hard links among them) written.
     pub files: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// Entries not written (a link, a device, a name that is not UTF-8) → what each was.
+    /// Entries not written (a symbolic link, a device, a name that is not UTF-8 or that
+    /// leaves the folder) → what each was; at most 1,000, names cut to 512 bytes.
     pub skipped: std::collections::BTreeMap<String, String>,
+    /// Entries not written past the 1,000 listed.
+    pub skipped_more: u64,
 }
 
 /// A refused sandbox call: `reason` for a refusal by a ceiling (`per_owner`, `worker_full`, …),

@@ -611,7 +611,7 @@ pub(super) async fn write_tree(
         (Ok(done), _) => answer(
             200,
             json!({ "path": path, "files": done.files, "bytes": done.bytes,
-                "skipped": done.skipped }),
+                "skipped": done.skipped, "skipped_more": done.skipped_more }),
         ),
         (Err(LiveError::Refused { reason, detail }), _) if reason == "file_size" => answer(
             413,
