@@ -477,12 +477,15 @@ class Files:
         self._s.cluster.request("DELETE", f"{self._s._path}/files?path={m.quote(path)}")
 
     def download(self, path: str) -> bytes:
-        """Directory ``path``'s regular files as a tar archive (names relative to it)."""
+        """Directory ``path`` as a tar archive (names relative to it): its folders, regular
+        files and hard links among them; symbolic links left out. Up to the worker's stream
+        bound (1 GiB of file bytes)."""
         return self._bytes("tree", path)
 
     def upload(self, path: str, archive: bytes) -> dict[str, Any]:
-        """Unpacks a tar archive's regular files under directory ``path``; the answer says how
-        many and what was ``skipped`` (links, devices)."""
+        """Unpacks a tar archive's folders, regular files and hard links under directory
+        ``path`` (streamed by the node, up to 1 GiB of file bytes); the answer says how many and
+        what was ``skipped`` (symbolic links, devices, names with ``..``)."""
         body = m.Raw(bytes(archive), "application/x-tar")
         return dict(self._s.cluster.request("PUT", f"{self._s._path}/tree?path={m.quote(path)}", body))
 
