@@ -60,9 +60,15 @@ impl Filtered {
             self.skipped_more += 1;
             return;
         }
-        let name = match name.char_indices().nth(MAX_LISTED_NAME) {
-            Some((cut, _)) if name.len() > MAX_LISTED_NAME => format!("{}…", &name[..cut]),
-            _ => name.to_string(),
+        let name = if name.len() > MAX_LISTED_NAME {
+            // Cut at the last character boundary within the bound.
+            let cut = (0..=MAX_LISTED_NAME)
+                .rev()
+                .find(|at| name.is_char_boundary(*at))
+                .unwrap_or(0);
+            format!("{}…", &name[..cut])
+        } else {
+            name.to_string()
         };
         self.skipped.insert(name, what);
     }
@@ -135,9 +141,9 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
     let mut done = Filtered::default();
     let mut kept_files: BTreeSet<String> = BTreeSet::new();
     let mut entries_seen: u64 = 0;
-    let entries = archive.entries().map_err(|e| read_error(&e))?;
+    let entries = archive.entries().map_err(|e| tree_error(&e))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| read_error(&e))?;
+        let mut entry = entry.map_err(|e| tree_error(&e))?;
         entries_seen += 1;
         if entries_seen > MAX_ENTRIES {
             return Err(TreeError::TooManyEntries);
@@ -179,7 +185,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
                 out.set_size(size);
                 builder
                     .append_data(&mut out, &name, &mut entry)
-                    .map_err(|e| write_error(&e))?;
+                    .map_err(|e| tree_error(&e))?;
                 done.files += 1;
                 kept_files.insert(name);
                 continue;
@@ -189,7 +195,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
                 out.set_size(0);
                 builder
                     .append_data(&mut out, &name, std::io::empty())
-                    .map_err(|e| write_error(&e))?;
+                    .map_err(|e| tree_error(&e))?;
                 continue;
             }
             EntryType::Link => {
@@ -203,7 +209,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
                         out.set_size(0);
                         builder
                             .append_link(&mut out, &name, &target)
-                            .map_err(|e| write_error(&e))?;
+                            .map_err(|e| tree_error(&e))?;
                         done.files += 1;
                         kept_files.insert(name);
                         continue;
@@ -218,7 +224,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
         };
         done.skip(&name, what);
     }
-    builder.finish().map_err(|e| write_error(&e))?;
+    builder.finish().map_err(|e| tree_error(&e))?;
     drop(builder);
     // What follows the archive's end (`tar` pads it to a whole record, 10 KiB) is read to the
     // source's own end, so an upload is never cut under its sender; at most [`MAX_TRAILER`].
@@ -230,7 +236,7 @@ fn filter_blocking(source: Source, sink: &mut Sink, limit: u64) -> Result<Filter
         match source.read(&mut rest) {
             Ok(0) => break,
             Ok(n) => trailer += n as u64,
-            Err(e) => return Err(read_error(&e)),
+            Err(e) => return Err(tree_error(&e)),
         }
     }
     Ok(done)
@@ -254,21 +260,13 @@ fn clean_name(raw: &[u8]) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// A reading error: the source's own (broken off), or the archive's.
-fn read_error(e: &std::io::Error) -> TreeError {
+/// What an I/O error of the filter means: one of the source's or the sink's own ends
+/// ([`Ended`]), or else a fault of the archive (reading a header, or an entry's bytes under a
+/// write).
+fn tree_error(e: &std::io::Error) -> TreeError {
     match e.get_ref().and_then(|i| i.downcast_ref::<Ended>()) {
         Some(Ended::BrokenOff) => TreeError::BrokenOff,
         Some(Ended::SinkGone) => TreeError::SinkGone,
-        Some(Ended::MetaTooLarge) => TreeError::MetaTooLarge,
-        None => TreeError::NotTar(e.to_string()),
-    }
-}
-
-/// A writing error: the sink's (gone), or a read of an entry's bytes under it.
-fn write_error(e: &std::io::Error) -> TreeError {
-    match e.get_ref().and_then(|i| i.downcast_ref::<Ended>()) {
-        Some(Ended::SinkGone) => TreeError::SinkGone,
-        Some(Ended::BrokenOff) => TreeError::BrokenOff,
         Some(Ended::MetaTooLarge) => TreeError::MetaTooLarge,
         None => TreeError::NotTar(e.to_string()),
     }

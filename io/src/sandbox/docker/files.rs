@@ -81,28 +81,50 @@ impl Container {
         sink: mpsc::Sender<Vec<u8>>,
     ) -> SandboxResult<()> {
         check_path(path)?;
-        let what = format!("reading {path}");
         let past = limit.saturating_add(1);
-        let mut req = self.stream_request(
+        let req = self.stream_request(
             ["chorus-agent:read", path, &past.to_string()]
                 .map(String::from)
                 .to_vec(),
         );
-        // The file goes to the sink, not into the output: only the start of stderr is kept,
-        // for the error.
+        let cat = ["cat", "--", path].map(String::from).to_vec();
+        let what = format!("reading {path}");
+        self.stream_out(req, Some(cat), &what, limit, sink).await
+    }
+
+    /// Runs `req` with its stdout passed on to `sink` as it comes (at most `limit` bytes and
+    /// one past them), only the start of stderr kept for the error, and judges it. `instead`:
+    /// `req` is one of the agent's own commands, and this argv stands for it where no agent
+    /// runs; `None`: `req` runs as it is.
+    async fn stream_out(
+        &self,
+        mut req: ExecRequest,
+        instead: Option<Vec<String>>,
+        what: &str,
+        limit: u64,
+        sink: mpsc::Sender<Vec<u8>>,
+    ) -> SandboxResult<()> {
+        // What goes to the sink is not the output: only the start of stderr is kept.
         req.output_limit_bytes = Some(STREAM_KEPT);
         let (tx, rx) = mpsc::channel::<OutputChunk>(4);
         let run = async {
             let tx = tx;
-            let out = match self.by_agent_with(&req, Some(&tx)).await? {
+            let by_agent = match instead {
+                Some(argv) => match self.by_agent_with(&req, Some(&tx)).await? {
+                    Some(out) => Some(out),
+                    None => {
+                        req.argv = argv;
+                        None
+                    }
+                },
+                None => None,
+            };
+            let out = match by_agent {
                 Some(out) => out,
-                None => {
-                    req.argv = vec!["cat".into(), "--".into(), path.into()];
-                    self.run(req.clone(), Some(&tx), false, None).await?
-                }
+                None => self.run(req, Some(&tx), false, None).await?,
             };
             drop(tx);
-            judged(&what, out).map(drop)
+            judged(what, out).map(drop)
         };
         let (read, ()) = tokio::join!(run, pump_stdout(rx, limit, sink));
         read
@@ -196,22 +218,13 @@ impl Container {
         sink: mpsc::Sender<Vec<u8>>,
     ) -> SandboxResult<()> {
         check_path(dir)?;
-        let what = format!("reading tree {dir}");
-        let mut req = self.stream_request(
+        let req = self.stream_request(
             ["tar", "-c", "-f", "-", "-C", dir, "."]
                 .map(String::from)
                 .to_vec(),
         );
-        req.output_limit_bytes = Some(STREAM_KEPT);
-        let (tx, rx) = mpsc::channel::<OutputChunk>(4);
-        let run = async {
-            let tx = tx;
-            let out = self.run(req.clone(), Some(&tx), false, None).await?;
-            drop(tx);
-            judged(&what, out).map(drop)
-        };
-        let (read, ()) = tokio::join!(run, pump_stdout(rx, limit, sink));
-        read
+        let what = format!("reading tree {dir}");
+        self.stream_out(req, None, &what, limit, sink).await
     }
 
     /// Unpacks `tree` under `dir`, making it first.
