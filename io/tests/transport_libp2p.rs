@@ -9,7 +9,7 @@ use std::time::Duration;
 use chorus_core::codec::{self, MAX_MESSAGE_BYTES};
 use chorus_core::{Message, NodeId, PeerInfo, Resources};
 use chorus_io::runtime::{Transport, TransportEvent};
-use chorus_io::transport::libp2p::{Frame, FrameCodec, DIRECT_PROTOCOL};
+use chorus_io::transport::libp2p::{Frame, FrameCodec, DIRECT_PROTOCOL, IDENTIFY_PROTOCOL};
 use chorus_io::transport::{
     load_or_create_identity, load_psk, Libp2pConfig, Libp2pTransport, TransportErrorCategory,
 };
@@ -437,9 +437,20 @@ async fn the_allowlist_keeps_other_peers_out() {
     );
 }
 
-/// A bare libp2p peer speaking only the direct-message protocol, to send arbitrary frames.
+/// A bare libp2p peer that identifies as a node of [`CLUSTER`] (a connection whose identify
+/// fails is closed) and speaks the direct-message protocol, to send arbitrary frames.
+#[derive(libp2p::swarm::NetworkBehaviour)]
+#[behaviour(prelude = "libp2p::swarm::derive_prelude")]
+struct RawSender {
+    direct: request_response::Behaviour<FrameCodec>,
+    identify: libp2p::identify::Behaviour,
+}
+
 async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sender<Vec<u8>> {
     use futures::StreamExt;
+    let mut ad = serde_json::to_value(info(&[], 0)).unwrap();
+    ad["agent"] = "raw-sender".into();
+    ad["cluster"] = CLUSTER.into();
     let mut swarm = libp2p::SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(
@@ -448,11 +459,15 @@ async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sende
             libp2p::yamux::Config::default,
         )
         .unwrap()
-        .with_behaviour(|_| {
-            request_response::Behaviour::<FrameCodec>::new(
+        .with_behaviour(|key| RawSender {
+            direct: request_response::Behaviour::<FrameCodec>::new(
                 [(DIRECT_PROTOCOL, request_response::ProtocolSupport::Full)],
                 request_response::Config::default(),
-            )
+            ),
+            identify: libp2p::identify::Behaviour::new(
+                libp2p::identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
+                    .with_agent_version(ad.to_string()),
+            ),
         })
         .unwrap()
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
@@ -463,7 +478,7 @@ async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sende
         loop {
             tokio::select! {
                 frame = rx.recv() => match frame {
-                    Some(frame) => { swarm.behaviour_mut().send_request(&target, Frame::Bytes(frame)); }
+                    Some(frame) => { swarm.behaviour_mut().direct.send_request(&target, Frame::Bytes(frame)); }
                     None => break,
                 },
                 _ = swarm.select_next_some() => {}
@@ -1038,4 +1053,103 @@ async fn an_api_tunnel_carries_bytes_both_ways_to_a_connected_member_only() {
         b.tunnels().open("not a node").await,
         Err(TunnelError::NotANode(_))
     ));
+}
+
+/// A bare libp2p peer that dials `addr` with `behaviour` and reports when its connection to
+/// `target` closes (its own idle timeout is a minute, so the close is the other end's).
+async fn raw_dialer<B>(
+    target: PeerId,
+    addr: Multiaddr,
+    behaviour: B,
+) -> tokio::sync::oneshot::Receiver<Instant>
+where
+    B: libp2p::swarm::NetworkBehaviour + Send + 'static,
+{
+    use futures::StreamExt;
+    use libp2p::swarm::SwarmEvent;
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default(),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|_| behaviour)
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+    swarm.dial(addr).unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        loop {
+            if let SwarmEvent::ConnectionClosed { peer_id, .. } = swarm.select_next_some().await {
+                if peer_id == target {
+                    let _ = tx.send(Instant::now());
+                    return;
+                }
+            }
+        }
+    });
+    rx
+}
+
+fn unidentified(t: &Libp2pTransport) -> u64 {
+    let failed = t.stats().snapshot().connections_failed_by_reason;
+    failed.get("unidentified").copied().unwrap_or(0)
+}
+
+/// A connection on which identify fails (here the peer does not speak it; under faults, a
+/// negotiation that timed out) is closed at once and counted. It used to stay open with its
+/// peer never up — every message from it held and dropped — until identify asked again five
+/// minutes later: the real-fault soak saw a node's tasks wait > 240 s so.
+#[tokio::test]
+async fn a_connection_whose_identify_fails_is_closed_and_counted() {
+    let (a, a_addr) = start(config(&[])).await;
+    let dialled = Instant::now();
+    let closed = raw_dialer(
+        a.local_peer_id(),
+        a_addr,
+        libp2p::ping::Behaviour::default(),
+    )
+    .await;
+    let at = timeout_at(dialled + QUIET, closed)
+        .await
+        .expect("the connection whose identify failed is closed within 3 s")
+        .unwrap();
+    assert!(unidentified(&a) >= 1, "closed at {:?}", at - dialled);
+}
+
+/// A peer that takes identify's stream and never answers is disconnected once it has been
+/// connected for `identify_timeout` without identifying (identify itself waits a minute).
+#[tokio::test]
+async fn a_peer_that_never_identifies_is_disconnected_after_the_identify_timeout() {
+    let mut ca = config(&[]);
+    ca.identify_timeout = Duration::from_secs(2);
+    let (a, a_addr) = start(ca).await;
+    let silent = libp2p_stream::Behaviour::new();
+    let mut incoming = silent
+        .new_control()
+        .accept(libp2p::StreamProtocol::new("/ipfs/id/1.0.0"))
+        .unwrap();
+    // Holds every identify stream open, unanswered.
+    tokio::spawn(async move {
+        use futures::StreamExt;
+        let mut held = Vec::new();
+        while let Some(stream) = incoming.next().await {
+            held.push(stream);
+        }
+    });
+    let dialled = Instant::now();
+    let closed = raw_dialer(a.local_peer_id(), a_addr, silent).await;
+    let at = timeout_at(dialled + Duration::from_secs(10), closed)
+        .await
+        .expect("a peer that never identifies is disconnected within 10 s")
+        .unwrap();
+    assert!(
+        at - dialled >= Duration::from_millis(1500),
+        "closed after {:?}, before the identify timeout",
+        at - dialled
+    );
+    assert_eq!(unidentified(&a), 1);
 }

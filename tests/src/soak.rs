@@ -106,6 +106,37 @@ impl Ending {
     }
 }
 
+/// A node's view for a report: role, term, admin, peers it has up, and the transport's
+/// refusal and failure counters from its metrics.
+fn view(c: &NetCluster, i: usize) -> String {
+    let Some(s) = c.status(i) else {
+        return "no answer".into();
+    };
+    let counters: Vec<String> = c
+        .http(i, "GET", "/metrics", None)
+        .map(|(_, body)| {
+            body.lines()
+                .filter(|l| {
+                    l.starts_with("chorus_transport_rejected_total")
+                        || l.starts_with("chorus_transport_connections_failed_total")
+                        || l.starts_with("chorus_transport_send_failures_total")
+                        || l.starts_with("chorus_transport_peers_")
+                })
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "{} {} of term {}, admin {}, peers {}; {}",
+        s["node_id"],
+        s["role"],
+        s["term"],
+        s["admin"],
+        s["peers"],
+        counters.join(", ")
+    )
+}
+
 /// A task whose every attempt ran on a node that a fault restarted mid-run: `error` once its
 /// attempts are used up (`chorus_core::task::MAX_ATTEMPTS`), as designed, whatever it was
 /// written to do. Counted apart in the summary.
@@ -220,16 +251,20 @@ impl TaskSoak {
             std::thread::sleep(Duration::from_millis(250));
         }
         let mut problems = Vec::new();
+        let mut stuck_at = std::collections::BTreeSet::new();
         for t in &self.tasks {
             match &t.result {
-                None => problems.push(format!(
-                    "task {} ({:?}, at n{}) has no result {timeout:?} after the last fault: {}",
-                    t.id,
-                    t.ending,
-                    t.at,
-                    c.task(t.at, &t.id)
-                        .map_or("its submitter does not answer".into(), |v| v.to_string())
-                )),
+                None => {
+                    stuck_at.insert(t.at);
+                    problems.push(format!(
+                        "task {} ({:?}, at n{}) has no result {timeout:?} after the last fault: {}",
+                        t.id,
+                        t.ending,
+                        t.at,
+                        c.task(t.at, &t.id)
+                            .map_or("its submitter does not answer".into(), |v| v.to_string())
+                    ))
+                }
                 Some((r, _)) => {
                     if let Err(e) = t.ending.check(t.n, r) {
                         problems.push(format!(
@@ -239,6 +274,11 @@ impl TaskSoak {
                     }
                 }
             }
+        }
+        if !stuck_at.is_empty() {
+            // What the nodes see of each other: a stuck submitter's view and the admin's are
+            // what a post-mortem needs first (the merged history has the rest).
+            problems.extend((0..c.nodes.len()).map(|i| format!("n{i} then: {}", view(c, i))));
         }
         problems
     }

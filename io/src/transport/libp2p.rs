@@ -126,6 +126,11 @@ pub struct Libp2pConfig {
     pub ping_interval: Duration,
     /// How long a ping waits for its answer.
     pub ping_timeout: Duration,
+    /// A peer connected this long without identifying (as a node of this cluster) has its
+    /// connections closed, so both ends dial afresh and identify again. Without this a
+    /// connection whose identify failed stayed open, its peer never up and every message from
+    /// it held and dropped, until identify asked again 5 minutes later.
+    pub identify_timeout: Duration,
     /// Offer and accept compact links (`/chorus/link/2.0.0`: heartbeats and their
     /// acknowledgements in a few bytes, `chorus_core::codec::encode_compact`). Off only to
     /// stand in for a node of an earlier release, which speaks link/1 alone.
@@ -161,6 +166,7 @@ impl Libp2pConfig {
             compact_links: true,
             ping_interval: Duration::from_secs(15),
             ping_timeout: Duration::from_secs(10),
+            identify_timeout: Duration::from_secs(20),
         }
     }
 }

@@ -75,6 +75,8 @@ const REBOOTSTRAP_MIN: Duration = Duration::from_secs(5);
 #[derive(Debug, Default)]
 struct PeerState {
     connections: BTreeSet<ConnectionId>,
+    /// When its first connection of this spell was established (`None` only before that).
+    since: Option<Instant>,
     /// The remote address of its first connection: whether it is reached over loopback.
     remote: Option<Multiaddr>,
     /// Set once the peer identified as a node of this cluster and `PeerUp` went out.
@@ -108,6 +110,8 @@ pub(super) struct Driver {
     bootstrap: Vec<Bootstrap>,
     backoff_min: Duration,
     backoff_max: Duration,
+    /// See [`Libp2pConfig::identify_timeout`].
+    identify_timeout: Duration,
     stats: Arc<Libp2pStats>,
     events: mpsc::Sender<TransportEvent>,
     /// Direct messages sent and neither acknowledged nor failed yet.
@@ -222,6 +226,7 @@ impl Driver {
             bootstrap,
             backoff_min: config.redial_backoff_min,
             backoff_max: config.redial_backoff_max,
+            identify_timeout: config.identify_timeout,
             stats,
             events,
             in_flight: 0,
@@ -348,6 +353,7 @@ impl Driver {
                 },
                 event = self.swarm.select_next_some() => self.on_swarm_event(event).await,
                 _ = tick.tick() => {
+                    self.close_unidentified();
                     self.redial();
                     self.redial_known();
                     self.lookup();
@@ -508,6 +514,33 @@ impl Driver {
             self.links.send(*peer, frame.clone());
         }
         self.stats.broadcast_direct(direct.len() as u64);
+    }
+
+    /// Closes the connections of every peer connected for `identify_timeout` and still not
+    /// identified, counted as `unidentified`. Identify asks once per connection and, when that
+    /// fails, again only after its interval (5 minutes): until then every message from the
+    /// peer was held here and dropped (the soak found a node whose tasks so waited > 240 s).
+    fn close_unidentified(&mut self) {
+        let now = Instant::now();
+        let stale: Vec<PeerId> = self
+            .peers
+            .iter()
+            .filter(|(_, s)| {
+                !s.up
+                    && s.since
+                        .is_some_and(|t| now.saturating_duration_since(t) >= self.identify_timeout)
+            })
+            .map(|(p, _)| *p)
+            .collect();
+        for peer in stale {
+            tracing::debug!(%peer, "connected without identifying for too long; disconnected");
+            self.stats.connection_failed("unidentified");
+            if let Some(s) = self.peers.get_mut(&peer) {
+                // Counted once: the closes may take a moment to be reported.
+                s.since = None;
+            }
+            let _ = self.swarm.disconnect_peer_id(peer);
+        }
     }
 
     // ---- bootstrap ---------------------------------------------------------------------------
@@ -760,6 +793,7 @@ impl Driver {
                 tracing::debug!(peer = %peer_id, addr = %endpoint.get_remote_address(), "connected");
                 let state = self.peers.entry(peer_id).or_default();
                 state.connections.insert(connection_id);
+                state.since.get_or_insert_with(Instant::now);
                 state
                     .remote
                     .get_or_insert_with(|| endpoint.get_remote_address().clone());
@@ -993,8 +1027,18 @@ impl Driver {
             identify::Event::Received { peer_id, info, .. } => {
                 self.on_identified(peer_id, info).await;
             }
-            identify::Event::Error { peer_id, error, .. } => {
+            identify::Event::Error {
+                peer_id,
+                connection_id,
+                error,
+            } => {
                 tracing::debug!(peer = %peer_id, error = %outside(&error), "identify failed");
+                // Identify would not ask on this connection again for 5 minutes; a peer not
+                // up meanwhile has every message held. Closed, it is dialled afresh.
+                if self.peers.get(&peer_id).is_some_and(|s| !s.up) {
+                    self.stats.connection_failed("unidentified");
+                    self.swarm.close_connection(connection_id);
+                }
             }
             identify::Event::Sent { .. } | identify::Event::Pushed { .. } => {}
         }
