@@ -9,7 +9,9 @@ use std::time::Duration;
 use chorus_core::codec::{self, MAX_MESSAGE_BYTES};
 use chorus_core::{Message, NodeId, PeerInfo, Resources};
 use chorus_io::runtime::{Transport, TransportEvent};
-use chorus_io::transport::libp2p::{Frame, FrameCodec, DIRECT_PROTOCOL, IDENTIFY_PROTOCOL};
+use chorus_io::transport::libp2p::{
+    Frame, FrameCodec, DIRECT_PROTOCOL, IDENTIFY_PROTOCOL, LINK_PROTOCOL,
+};
 use chorus_io::transport::{
     load_or_create_identity, load_psk, Libp2pConfig, Libp2pTransport, TransportErrorCategory,
 };
@@ -1152,4 +1154,79 @@ async fn a_peer_that_never_identifies_is_disconnected_after_the_identify_timeout
         at - dialled
     );
     assert_eq!(unidentified(&a), 1);
+}
+
+/// A bare peer that identifies as a node of [`CLUSTER`] and opens link streams by hand.
+#[derive(libp2p::swarm::NetworkBehaviour)]
+#[behaviour(prelude = "libp2p::swarm::derive_prelude")]
+struct RawLinker {
+    stream: libp2p_stream::Behaviour,
+    identify: libp2p::identify::Behaviour,
+}
+
+/// A peer writes on its newest link stream: one beyond the two read at once replaces the
+/// oldest rather than being refused. Refused, two streams its writer had given up — left
+/// open at the reader while the connection under them lived — shut out every message it sent
+/// after (the real-fault soak: an admin refused a node's task offers for four minutes).
+#[tokio::test]
+async fn a_newer_link_stream_replaces_the_oldest_and_is_read() {
+    use futures::{AsyncWriteExt, StreamExt};
+    use libp2p::request_response::Codec;
+    let (mut a, a_addr) = start(config(&[])).await;
+    let target = a.local_peer_id();
+    let mut ad = serde_json::to_value(info(&[], 0)).unwrap();
+    ad["agent"] = "raw-linker".into();
+    ad["cluster"] = CLUSTER.into();
+    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+        .with_tokio()
+        .with_tcp(
+            libp2p::tcp::Config::default(),
+            libp2p::noise::Config::new,
+            libp2p::yamux::Config::default,
+        )
+        .unwrap()
+        .with_behaviour(|key| RawLinker {
+            stream: libp2p_stream::Behaviour::new(),
+            identify: libp2p::identify::Behaviour::new(
+                libp2p::identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
+                    .with_agent_version(ad.to_string()),
+            ),
+        })
+        .unwrap()
+        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
+        .build();
+    let raw_id = NodeId::from(swarm.local_peer_id().to_base58());
+    let mut control = swarm.behaviour().stream.new_control();
+    swarm.dial(a_addr).unwrap();
+    tokio::spawn(async move {
+        loop {
+            swarm.select_next_some().await;
+        }
+    });
+    expect(&mut a, "A sees the raw peer up", is_up(&raw_id)).await;
+
+    // Two streams opened and left open, as a writer that gave them up leaves them; the third
+    // carries a heartbeat.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(control.open_stream(target, LINK_PROTOCOL).await.unwrap());
+    }
+    let mut third = control.open_stream(target, LINK_PROTOCOL).await.unwrap();
+    let beat = heartbeat(7);
+    let bytes = codec::encode(CLUSTER, &beat).unwrap();
+    FrameCodec
+        .write_request(&DIRECT_PROTOCOL, &mut third, Frame::Bytes(bytes))
+        .await
+        .unwrap();
+    third.flush().await.unwrap();
+    expect(
+        &mut a,
+        "the heartbeat on the newest link",
+        is_msg(&raw_id, &beat),
+    )
+    .await;
+    let s = a.stats().snapshot();
+    assert_eq!(s.links_replaced, 1, "{s:?}");
+    assert_eq!(s.rejected.get("too_many_links"), None, "{s:?}");
+    drop(held);
 }

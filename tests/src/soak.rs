@@ -120,6 +120,7 @@ fn view(c: &NetCluster, i: usize) -> String {
                     l.starts_with("chorus_transport_rejected_total")
                         || l.starts_with("chorus_transport_connections_failed_total")
                         || l.starts_with("chorus_transport_send_failures_total")
+                        || l.starts_with("chorus_transport_links_replaced_total")
                         || l.starts_with("chorus_transport_peers_")
                 })
                 .map(str::to_owned)

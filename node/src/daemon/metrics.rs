@@ -508,6 +508,13 @@ pub fn exposition(
              (peers of an earlier release get JSON).",
             t.compact_frames_out,
         );
+        counter(
+            &mut out,
+            "chorus_transport_links_replaced_total",
+            "Inbound link streams stopped because their peer opened a newer one (it gave the \
+             old one up: a write on it failed).",
+            t.links_replaced,
+        );
         labelled(
             &mut out,
             "chorus_transport_api_tunnels_total",

@@ -13,7 +13,7 @@
 //! so a link never dials. What arrives goes through the driver's usual checks
 //! (`Driver::on_bytes`): allowlist, cluster, decoding, held until the peer's `PeerUp`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -46,9 +46,12 @@ const WRITE_BYTES: usize = 64 * 1024;
 /// Frames queued per peer before further ones are dropped (counted as `queue_full`).
 const QUEUE_PER_PEER: usize = 256;
 
-/// Inbound link streams read at once from one peer; more are closed unread and counted
-/// (`rejected{reason="too_many_links"}`): a peer opens one, and a second only while its first
-/// is being replaced.
+/// Inbound link streams read at once from one peer. A peer writes on one stream, its newest
+/// (it opens another only when a write on the one before failed): a stream beyond these
+/// replaces the peer's oldest, whose reader stops (`links_replaced`). Refusing the new one
+/// instead let two streams whose writer had given them up — left open here while the
+/// connection under them lived — shut a peer's every message out for good (the real-fault
+/// soak: a node whose offers an admin refused as `too_many_links` 438 times for four minutes).
 const MAX_INBOUND_PER_PEER: usize = 2;
 
 /// Frames read from links and not yet taken by the driver.
@@ -82,8 +85,8 @@ impl Links {
         stats: Arc<Libp2pStats>,
     ) -> (Links, mpsc::Receiver<(PeerId, Frame)>) {
         let (tx, rx) = mpsc::channel(INBOUND_QUEUE);
-        // One count of open inbound links per peer across both protocols.
-        let open: Arc<Mutex<BTreeMap<PeerId, usize>>> = Arc::default();
+        // One set of inbound links per peer across both protocols.
+        let readers: Readers = Arc::default();
         let protocols = if compact {
             vec![LINK_PROTOCOL_COMPACT, LINK_PROTOCOL]
         } else {
@@ -92,7 +95,7 @@ impl Links {
         for protocol in protocols {
             match control.accept(protocol) {
                 Ok(incoming) => {
-                    tokio::spawn(accept(incoming, tx.clone(), open.clone(), stats.clone()));
+                    tokio::spawn(accept(incoming, tx.clone(), readers.clone(), stats.clone()));
                 }
                 // Only one acceptor is ever registered per protocol and control (this one).
                 Err(e) => tracing::error!(error = %e, "link protocol already registered"),
@@ -251,35 +254,44 @@ async fn open(
     Ok((s, false))
 }
 
-/// Accepts inbound link streams, a reader task each, at most [`MAX_INBOUND_PER_PEER`] a peer.
+/// The reader tasks of one peer's inbound links, oldest first, each with its number.
+type Readers = Arc<Mutex<BTreeMap<PeerId, VecDeque<(u64, tokio::task::AbortHandle)>>>>;
+
+/// Accepts inbound link streams, a reader task each, at most [`MAX_INBOUND_PER_PEER`] a peer:
+/// a newer one stops the oldest.
 async fn accept(
     mut incoming: libp2p_stream::IncomingStreams,
     tx: mpsc::Sender<(PeerId, Frame)>,
-    open: Arc<Mutex<BTreeMap<PeerId, usize>>>,
+    readers: Readers,
     stats: Arc<Libp2pStats>,
 ) {
+    let mut next: u64 = 0;
     while let Some((peer, stream)) = incoming.next().await {
-        {
-            let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
-            let n = open.entry(peer).or_insert(0);
-            if *n >= MAX_INBOUND_PER_PEER {
-                tracing::debug!(%peer, "too many inbound links; one closed unread");
-                stats.rejected("too_many_links");
-                continue;
+        next += 1;
+        let me = next;
+        // Held while the reader is spawned and filed, so its own removal (which takes the
+        // lock) always comes after it was filed.
+        let mut all = readers.lock().unwrap_or_else(|p| p.into_inner());
+        let of_peer = all.entry(peer).or_default();
+        while of_peer.len() >= MAX_INBOUND_PER_PEER {
+            if let Some((_, oldest)) = of_peer.pop_front() {
+                tracing::debug!(%peer, "a newer inbound link replaces the oldest");
+                stats.link_replaced();
+                oldest.abort();
             }
-            *n += 1;
         }
-        let (tx, open) = (tx.clone(), open.clone());
-        tokio::spawn(async move {
+        let (tx, readers_of) = (tx.clone(), readers.clone());
+        let task = tokio::spawn(async move {
             read(peer, stream, &tx).await;
-            let mut open = open.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(n) = open.get_mut(&peer) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(&peer);
+            let mut all = readers_of.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(of_peer) = all.get_mut(&peer) {
+                of_peer.retain(|(n, _)| *n != me);
+                if of_peer.is_empty() {
+                    all.remove(&peer);
                 }
             }
         });
+        of_peer.push_back((me, task.abort_handle()));
     }
 }
 

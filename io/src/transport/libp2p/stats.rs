@@ -25,6 +25,7 @@ pub struct Libp2pStats {
     broadcasts_direct: AtomicU64,
     broadcasts_linked: AtomicU64,
     compact_frames_out: AtomicU64,
+    links_replaced: AtomicU64,
     connections_failed: AtomicU64,
     peers_connected: AtomicU64,
     peers_up: AtomicU64,
@@ -48,8 +49,7 @@ pub struct StatsSnapshot {
     /// (a gossipsub message without a source), `identify` (a peer that does not identify as a
     /// node of this cluster), `queue_full` (the transport's own queues overflowed),
     /// `unknown_peer` (a send to a node id that is not a peer id), `too_large_out` (an outgoing
-    /// message over the limit), `too_many_links` (a peer's link stream beyond the two read at
-    /// once, closed unread), `http_address` (a peer's advertised API address that is not
+    /// message over the limit), `http_address` (a peer's advertised API address that is not
     /// `[http[s]://]IP:PORT`: not asked), `tunnel_not_admitted` (an API tunnel from a peer
     /// that is not an admitted node of this cluster, closed unread), `too_many_tunnels` (a
     /// peer's API tunnel past the ones served at once, closed unread).
@@ -79,6 +79,9 @@ pub struct StatsSnapshot {
     /// Frames written on links in their compact form (heartbeats and their acknowledgements
     /// to peers that accept compact links; `chorus_core::codec::encode_compact`).
     pub compact_frames_out: u64,
+    /// Inbound link streams stopped because the same peer opened a newer one beyond the two
+    /// read at once (its writer gave the old one up).
+    pub links_replaced: u64,
     /// Incoming or outgoing connection attempts that failed below the policy level (handshake,
     /// wrong key, garbage, unreachable address).
     pub connections_failed: u64,
@@ -129,6 +132,7 @@ impl Libp2pStats {
             broadcasts_linked: self.broadcasts_linked.load(Ordering::Relaxed),
             broadcasts_direct: self.broadcasts_direct.load(Ordering::Relaxed),
             compact_frames_out: self.compact_frames_out.load(Ordering::Relaxed),
+            links_replaced: self.links_replaced.load(Ordering::Relaxed),
             connections_failed: self.connections_failed.load(Ordering::Relaxed),
             connections_failed_by_reason: copy(&self.connections_failed_by_reason),
             discovery_dropped: copy(&self.discovery_dropped),
@@ -203,6 +207,9 @@ impl Libp2pStats {
     }
     pub(super) fn broadcast_linked(&self, copies: u64) {
         self.broadcasts_linked.fetch_add(copies, Ordering::Relaxed);
+    }
+    pub(super) fn link_replaced(&self) {
+        self.links_replaced.fetch_add(1, Ordering::Relaxed);
     }
     pub(super) fn compact_frame_out(&self) {
         self.compact_frames_out.fetch_add(1, Ordering::Relaxed);
