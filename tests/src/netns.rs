@@ -338,7 +338,9 @@ impl NetCluster {
                 ]);
             }
         }
-        cmd.env("RUST_LOG", "info,libp2p=warn")
+        // CHORUS_NODE_LOG widens the nodes' log for a post-mortem (a `RUST_LOG` filter).
+        let filter = std::env::var("CHORUS_NODE_LOG").unwrap_or_else(|_| "info,libp2p=warn".into());
+        cmd.env("RUST_LOG", filter)
             .envs(node.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
