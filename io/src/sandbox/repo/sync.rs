@@ -1946,6 +1946,315 @@ mod tests {
             None
         );
     }
+
+    // Issue 52, session 40: the trust rules the surviving mutants showed no test pinned.
+
+    /// A tar archive of `(name, kind, contents)`, each name written into its header as the
+    /// bytes given (no normalising, as any stream may hold them).
+    fn raw_archive(entries: &[(&[u8], tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (name, kind, data) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.as_old_mut().name[..name.len()].copy_from_slice(name);
+            header.set_entry_type(*kind);
+            header.set_mode(0o644);
+            header.set_size(data.len() as u64);
+            header.set_cksum();
+            tar.append(&header, *data).unwrap();
+        }
+        tar.into_inner().unwrap()
+    }
+
+    /// A repository file the sandbox holds as a device or a fifo is kept, and the report says
+    /// which it is: not "an entry of another kind".
+    #[test]
+    fn a_device_or_a_fifo_in_the_sandbox_is_kept_and_named_as_such() {
+        let repo = tempfile::tempdir().unwrap();
+        for name in ["block", "char", "fifo"] {
+            std::fs::write(repo.path().join(name), "precious\n").unwrap();
+        }
+        let tar = raw_archive(&[
+            (b"./", tar::EntryType::Directory, b""),
+            (b"./block", tar::EntryType::Block, b""),
+            (b"./char", tar::EntryType::Char, b""),
+            (b"./fifo", tar::EntryType::Fifo, b""),
+        ]);
+        let copied_in = paths(["block", "char", "fifo"]);
+        let report = sync_back(repo.path(), tar.as_slice(), &copied_in, 1 << 20).unwrap();
+        assert_eq!(
+            report.kept,
+            ["block (a device)", "char (a device)", "fifo (a fifo)"]
+        );
+        assert_eq!((report.written, report.deleted), (0, 0), "{report:?}");
+        assert!(report.refused.is_empty(), "{report:?}");
+        for name in ["block", "char", "fifo"] {
+            assert_eq!(read(repo.path().join(name)), b"precious\n", "{name}");
+        }
+    }
+
+    /// A `.git` file is never written; whether the task changed it (and the report says so) is
+    /// judged by its bytes, not its size: the host's size with other bytes is a change, and so
+    /// is the start of the host's file (or nothing at all). Only the host's own bytes are not.
+    #[test]
+    fn a_git_file_the_task_changed_is_reported_at_the_same_size_or_as_a_prefix() {
+        let host: &[u8] = b"[core]\n\tbare = false\n";
+        let rows: [(&str, &[u8], bool); 5] = [
+            ("the host's bytes", host, false),
+            (
+                "the host's size, other bytes",
+                b"[core]\n\tbare = FALSE\n",
+                true,
+            ),
+            ("the start of the host's", b"[core]\n", true),
+            ("nothing", b"", true),
+            (
+                "the host's and more",
+                b"[core]\n\tbare = false\n\tx = 1\n",
+                true,
+            ),
+        ];
+        for (what, sandbox, changed) in rows {
+            let repo = tempfile::tempdir().unwrap();
+            std::fs::create_dir(repo.path().join(".git")).unwrap();
+            std::fs::write(repo.path().join(".git/config"), host).unwrap();
+            let tree = tree([(".git/config", sandbox, 0o644)]);
+            let copied_in = paths([".git/config"]);
+            let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &copied_in).unwrap();
+            let want: &[&str] = if changed { &[".git/config"] } else { &[] };
+            assert_eq!(report.refused, want, "{what}: {report:?}");
+            assert_eq!(report.written, 0, "{what}: {report:?}");
+            assert_eq!(read(repo.path().join(".git/config")), host, "{what}");
+        }
+    }
+
+    /// The small-file writer's "unchanged?" (`read_is`) reads one byte past what it expects: a
+    /// host file holding those bytes and more (grown since its size was read) is not taken as
+    /// holding them, nor is one holding their start.
+    #[test]
+    fn a_host_file_that_holds_the_bytes_and_more_is_not_taken_as_holding_them() {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::write(repo.path().join("file"), "hello, world\n").unwrap();
+        let root = RepoDir::open(repo.path()).unwrap();
+        let rows: [(&str, &[u8], bool); 5] = [
+            ("its bytes", b"hello, world\n", true),
+            ("their start (it holds them and more)", b"hello", false),
+            ("nothing (it holds more)", b"", false),
+            ("its bytes and more", b"hello, world\n!", false),
+            ("other bytes", b"HELLO, WORLD\n", false),
+        ];
+        for (what, expected, holds) in rows {
+            let got = read_is(&root.root, OsStr::new("file"), expected).unwrap();
+            assert_eq!(got, holds, "{what}");
+        }
+    }
+
+    /// The archive's entry for the workspace itself (`./`, as `tar -c -C <workspace> .` writes
+    /// it, or `.` and their spellings) is the workspace, never an entry of the report —
+    /// whatever kind the stream says it is.
+    #[test]
+    fn the_archive_s_root_entry_is_the_workspace_itself_never_an_entry_of_the_report() {
+        for name in [&b"./"[..], b".", b".//", b"././", b"./."] {
+            for (kind, data) in [
+                (tar::EntryType::Directory, &b""[..]),
+                (tar::EntryType::Regular, b"the root?\n"),
+            ] {
+                let repo = tempfile::tempdir().unwrap();
+                let tar = raw_archive(&[
+                    (name, kind, data),
+                    (b"./a.txt", tar::EntryType::Regular, b"a\n"),
+                ]);
+                let report =
+                    sync_back(repo.path(), tar.as_slice(), &BTreeSet::new(), 1 << 20).unwrap();
+                let what = format!("{} as {kind:?}", String::from_utf8_lossy(name));
+                assert_eq!(
+                    report,
+                    SyncReport {
+                        written: 1,
+                        ..SyncReport::default()
+                    },
+                    "{what}"
+                );
+                let names: Vec<_> = std::fs::read_dir(repo.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name())
+                    .collect();
+                assert_eq!(names, ["a.txt"], "{what}");
+            }
+        }
+    }
+
+    /// A directory whose `HEAD` is a symlink into `refs/` (as older gits made it), beside
+    /// `objects` and `refs`, is a git directory on the host (git's `validate_headref` takes
+    /// such a link): nothing under it is written. A `HEAD` that is a link elsewhere, or a
+    /// folder, makes no git directory: the files come back.
+    #[test]
+    fn a_directory_whose_head_is_a_link_into_refs_is_a_git_directory_kept_as_it_is() {
+        type MakeHead = fn(&Path);
+        let rows: [(&str, MakeHead, bool); 4] = [
+            (
+                "a link into refs/",
+                |head| std::os::unix::fs::symlink("refs/heads/main", head).unwrap(),
+                true,
+            ),
+            (
+                "a file saying ref:",
+                |head| std::fs::write(head, "ref: refs/heads/main\n").unwrap(),
+                true,
+            ),
+            (
+                "a link elsewhere",
+                |head| std::os::unix::fs::symlink("../elsewhere", head).unwrap(),
+                false,
+            ),
+            ("a folder", |head| std::fs::create_dir(head).unwrap(), false),
+        ];
+        let config = b"[core]\n\tfsmonitor = \"touch /x\"\n";
+        for (what, make_head, is_git_dir) in rows {
+            let repo = tempfile::tempdir().unwrap();
+            let bare = repo.path().join("fixtures/bare");
+            std::fs::create_dir_all(bare.join("objects")).unwrap();
+            std::fs::create_dir_all(bare.join("refs/heads")).unwrap();
+            make_head(&bare.join("HEAD"));
+            std::fs::write(bare.join("config"), "[core]\n\tbare = true\n").unwrap();
+            let tree = tree([
+                ("fixtures/README", b"fixtures\n", 0o644),
+                ("fixtures/bare/config", config, 0o644),
+                ("fixtures/bare/hooks/post-checkout", b"#!/bin/sh\n", 0o755),
+            ]);
+            let report = sync_tree(repo.path(), &tree, &BTreeMap::new(), &BTreeSet::new()).unwrap();
+            assert_eq!(read(repo.path().join("fixtures/README")), b"fixtures\n");
+            if is_git_dir {
+                assert_eq!(
+                    report.refused,
+                    ["fixtures/bare/config", "fixtures/bare/hooks/post-checkout"],
+                    "{what}"
+                );
+                assert_eq!(report.written, 1, "{what}: {report:?}");
+                assert_eq!(
+                    read(bare.join("config")),
+                    b"[core]\n\tbare = true\n",
+                    "{what}"
+                );
+                assert!(!bare.join("hooks").exists(), "{what}");
+            } else {
+                assert!(report.refused.is_empty(), "{what}: {report:?}");
+                assert_eq!(report.written, 3, "{what}: {report:?}");
+                assert_eq!(read(bare.join("config")), config, "{what}");
+            }
+        }
+    }
+
+    /// What the sync cannot look up on the host is an error, never "nothing there" (which a
+    /// write takes as leave to create, and git's test as no `HEAD`): only an absent name is
+    /// absent. A name longer than the host allows fails the lookup for any user; a directory
+    /// the sync may not search fails it unless the sync runs as root (who may search any).
+    #[test]
+    fn a_host_name_that_cannot_be_looked_up_is_an_error_never_absent() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::create_dir(r.join("sub")).unwrap();
+        std::fs::create_dir(r.join("locked")).unwrap();
+        std::fs::write(r.join("locked/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let mode =
+            |m| std::fs::set_permissions(r.join("locked"), std::fs::Permissions::from_mode(m));
+        mode(0o600).unwrap();
+        let root = RepoDir::open(r).unwrap();
+        let long = "x".repeat(256);
+        let mut rows = vec![
+            ("an absent name", "absent".to_string(), true),
+            ("an absent name, below", "sub/absent".to_string(), true),
+            ("a name too long", long.clone(), false),
+            ("a name too long, below", format!("sub/{long}"), false),
+        ];
+        if !rustix::process::geteuid().is_root() {
+            rows.push(("a directory it may not search", "locked/HEAD".into(), false));
+        }
+        for (what, rel, absent) in rows {
+            let rel = Path::new(&rel);
+            let (parents, name) = split(rel).unwrap();
+            let Walk::Dir(dir) = root.walk(&parents, false).unwrap() else {
+                panic!("{what}: the walk to it");
+            };
+            let place = match root.place(&dir, name) {
+                Ok(Place::Absent) => "absent",
+                Ok(Place::File(_)) => "a file",
+                Ok(Place::Other) => "something else",
+                Err(_) => "an error",
+            };
+            let entry = root.host_entry(rel);
+            if absent {
+                assert_eq!(place, "absent", "{what}");
+                assert_eq!(entry.unwrap(), HostEntry::Absent, "{what}");
+            } else {
+                assert_eq!(place, "an error", "{what}: place");
+                assert!(entry.is_err(), "{what}: host_entry took it for {entry:?}");
+            }
+        }
+        mode(0o700).unwrap();
+    }
+
+    /// `open_regular` opens a regular file only, whatever took the place of the one the sync
+    /// saw there: never through a symlink, never a folder, and never waiting on a fifo nobody
+    /// writes to (the sync would hang).
+    #[test]
+    fn open_regular_opens_a_regular_file_only_never_through_a_link_nor_waiting_on_a_fifo() {
+        let repo = tempfile::tempdir().unwrap();
+        let r = repo.path();
+        std::fs::write(r.join("file"), "data\n").unwrap();
+        std::os::unix::fs::symlink("file", r.join("link")).unwrap();
+        std::os::unix::fs::symlink("nowhere", r.join("dangling")).unwrap();
+        std::fs::create_dir(r.join("folder")).unwrap();
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            r.join("fifo"),
+            FileType::Fifo,
+            Mode::RUSR | Mode::WUSR,
+            0,
+        )
+        .unwrap();
+        let root = RepoDir::open(r).unwrap();
+        for (name, opened) in [
+            ("file", true),
+            ("link", false),
+            ("dangling", false),
+            ("folder", false),
+            ("fifo", false),
+            ("absent", false),
+        ] {
+            // In a thread: an open that waits (a fifo) fails the test instead of hanging it.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let dir = root.root.try_clone().unwrap();
+            std::thread::spawn(move || {
+                let got = open_regular(&dir, OsStr::new(name)).map(|f| f.is_some());
+                let _ = tx.send(got);
+            });
+            match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+                Ok(got) => assert_eq!(got.unwrap(), opened, "{name}"),
+                Err(_) => {
+                    // Let the waiting open return (a writer arrives), then fail.
+                    let _ = std::fs::OpenOptions::new().write(true).open(r.join(name));
+                    panic!("open_regular waited on {name}");
+                }
+            }
+        }
+    }
+
+    /// The host files the sync reads are opened close-on-exec: a process the node starts
+    /// meanwhile (a task's shell in the process sandbox, `iptables`) never inherits one.
+    #[test]
+    fn the_host_files_the_sync_reads_are_closed_on_exec() {
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::write(repo.path().join("file"), "data\n").unwrap();
+        let root = RepoDir::open(repo.path()).unwrap();
+        let file = open_regular(&root.root, OsStr::new("file"))
+            .unwrap()
+            .expect("a regular file");
+        let flags = rustix::io::fcntl_getfd(&file).unwrap();
+        assert!(
+            flags.contains(rustix::io::FdFlags::CLOEXEC),
+            "a child started now would inherit it: {flags:?}"
+        );
+    }
 }
 
 /// The streaming sync's own rules (issue 51, findings 6 and 7): names as bytes, files larger
