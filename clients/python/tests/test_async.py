@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import os
+import tempfile
 import time
 import unittest
 
@@ -60,6 +63,33 @@ class AsyncSandboxes(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((a.stdout, b.stdout), ("a\n", "b\n"))
         finally:
             await sbx.close()
+
+    async def test_a_folder_and_a_file_stream_both_ways(self) -> None:
+        cluster = AsyncCluster(env("CHORUS_TEST_ADDR"), env("CHORUS_TEST_TOKEN"))
+        async with await cluster.create_sandbox() as sbx:
+            big = os.urandom(3 << 20)
+            with tempfile.TemporaryDirectory() as tmp:
+                src = os.path.join(tmp, "src")
+                os.makedirs(os.path.join(src, "d"))
+                with open(os.path.join(src, "d/big.bin"), "wb") as f:
+                    f.write(big)
+                os.symlink("d", os.path.join(src, "ln"))
+                got = await sbx.files.upload_dir(src, "/workspace/t")
+                self.assertEqual((got["files"], got["bytes"], got["left_out"]),
+                                 (1, len(big), {"ln": "a symlink"}))
+                got = await sbx.files.download_dir("/workspace/t", os.path.join(tmp, "down"))
+                self.assertEqual((got["files"], got["skipped"]), (1, {}))
+                with open(os.path.join(tmp, "down/d/big.bin"), "rb") as f:
+                    self.assertEqual(f.read(), big)
+
+            async def pieces():  # an async iterable streams too
+                for i in range(4):
+                    yield bytes([i]) * (1 << 20)
+
+            self.assertEqual(await sbx.files.write("/workspace/f.bin", pieces()), 4 << 20)
+            out = io.BytesIO()
+            self.assertEqual(await sbx.files.read_to("/workspace/f.bin", out), 4 << 20)
+            self.assertEqual(out.getvalue(), b"".join(bytes([i]) * (1 << 20) for i in range(4)))
 
     async def test_another_token_sees_no_such_sandbox(self) -> None:
         mine = AsyncCluster(env("CHORUS_TEST_ADDR"), env("CHORUS_TEST_TOKEN"))

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
+import stat
 import tarfile
+import tempfile
 import time
 import unittest
 
@@ -119,6 +123,75 @@ class Sandboxes(unittest.TestCase):
         with self.assertRaises(BadRequest):
             self.sbx.files.remove("/")
         self.assertEqual(self.sbx.files.list("/workspace/t/a.txt"), [], "a file has no entries")
+
+    def test_a_local_folder_streams_in_and_out_with_its_bytes_and_modes(self) -> None:
+        mib = 1 << 20
+        files = {
+            "a.txt": (b"A\n", 0o644),
+            "run.sh": (b"#!/bin/sh\necho ran\n", 0o755),
+            "sub/secret": (b"s" * 1000, 0o600),
+            "sub/deep/big.bin": (os.urandom(20 * mib), 0o700),
+        }
+        total = sum(len(data) for data, _ in files.values())
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src")
+            os.makedirs(os.path.join(src, "empty"))
+            for name, (data, mode) in files.items():
+                os.makedirs(os.path.dirname(os.path.join(src, name)), exist_ok=True)
+                with open(os.path.join(src, name), "wb") as f:
+                    f.write(data)
+                os.chmod(os.path.join(src, name), mode)
+            os.symlink("/etc/passwd", os.path.join(src, "link"))
+            os.mkfifo(os.path.join(src, "pipe"))
+
+            got = self.sbx.files.upload_dir(src, "/workspace/up")
+            self.assertEqual((got["path"], got["files"], got["bytes"]), ("/workspace/up", 4, total), got)
+            self.assertEqual(got["left_out"], {"link": "a symlink", "pipe": "a fifo"})
+            self.assertEqual((got["skipped"], got["skipped_more"]), ({}, 0))
+
+            # In the sandbox: the same bytes and permission bits, the empty folder, no link.
+            names = sorted(files)
+            r = self.sbx.run(["sh", "-c", 'cd /workspace/up && sha256sum "$@" && stat -c "%a %n" "$@" '
+                              "&& test -d empty && test ! -e link && test ! -e pipe", "sh", *names])
+            self.assertEqual(r.exit_code, 0, r)
+            lines = r.stdout.splitlines()
+            self.assertEqual(lines[: len(names)],
+                             [f"{hashlib.sha256(files[n][0]).hexdigest()}  {n}" for n in names])
+            self.assertEqual(lines[len(names):], [f"{files[n][1]:o} {n}" for n in names])
+
+            down = os.path.join(tmp, "down")
+            got = self.sbx.files.download_dir("/workspace/up", down)
+            self.assertEqual((got["files"], got["bytes"], got["skipped"]), (4, total, {}), got)
+            for name, (data, mode) in files.items():
+                with open(os.path.join(down, name), "rb") as f:
+                    self.assertEqual(f.read(), data, name)
+                self.assertEqual(stat.S_IMODE(os.stat(os.path.join(down, name)).st_mode), mode, name)
+            self.assertTrue(os.path.isdir(os.path.join(down, "empty")))
+            self.assertEqual(sorted(os.listdir(down)), ["a.txt", "empty", "run.sh", "sub"])
+        self.sbx.files.remove("/workspace/up")
+
+    def test_a_20_mib_file_streams_in_from_a_file_object_and_out_to_one(self) -> None:
+        data = os.urandom(20 << 20)
+        with tempfile.TemporaryDirectory() as tmp:
+            local = os.path.join(tmp, "in.bin")
+            with open(local, "wb") as f:
+                f.write(data)
+            with open(local, "rb") as f:
+                self.assertEqual(self.sbx.files.write("/workspace/s/big.bin", f, mode=0o640), len(data))
+            r = self.sbx.run("sha256sum /workspace/s/big.bin && stat -c %a /workspace/s/big.bin")
+            self.assertEqual(r.stdout, f"{hashlib.sha256(data).hexdigest()}  /workspace/s/big.bin\n640\n")
+            back = os.path.join(tmp, "out.bin")
+            with open(back, "wb") as f:
+                self.assertEqual(self.sbx.files.read_to("/workspace/s/big.bin", f), len(data))
+            with open(back, "rb") as f:
+                self.assertEqual(f.read(), data)
+        # A generator of chunks streams too; a file that is not there is the node's refusal.
+        size = self.sbx.files.write("/workspace/s/gen.txt", (b"line %d\n" % i for i in range(1000)))
+        self.assertEqual(size, sum(len(b"line %d\n" % i) for i in range(1000)))
+        with self.assertRaises(Refused) as e:
+            self.sbx.files.read_to("/workspace/s/none", io.BytesIO())
+        self.assertEqual(e.exception.status, 422, e.exception)
+        self.sbx.files.remove("/workspace/s")
 
     def test_a_keep_alive_starts_the_idle_clock_again(self) -> None:
         before = self.sbx.info()

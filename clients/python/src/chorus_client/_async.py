@@ -1,7 +1,9 @@
 """The asyncio client: :class:`AsyncCluster`, :class:`AsyncSandbox`, :class:`AsyncFiles`,
 :class:`AsyncTasks` — the blocking client's API with ``await``, over asyncio's own streams (a
 small HTTP/1.1 client here, one request per connection, no thread), so a streaming command's
-output reaches its callback as the node sends it without blocking the event loop."""
+output reaches its callback as the node sends it without blocking the event loop. Only the
+local side of a streamed file or folder (a blocking file read, a folder packed or unpacked)
+runs on a worker thread, for the same reason."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import asyncio
 import inspect
 import json
 import os
+import queue
 import time
 from types import TracebackType
 from typing import (
     Any,
+    AsyncIterable,
     AsyncIterator,
     Awaitable,
     Callable,
@@ -26,6 +30,7 @@ from typing import (
 
 from . import _model as m
 from ._conn import DEFAULT_ADDR, Endpoint, TlsSettings, check_pin, choose_token, trust_for
+from ._stream import CHUNK, BodySource, DirPacker, Stream, is_bytes, unpack
 from ._model import (
     BackgroundProcess,
     Command,
@@ -99,12 +104,18 @@ class _AsyncAnswer:
                     raise ProtocolError(self.status, None, f"{self.where}: a bad chunk") from e
                 if size == 0:
                     return
-                data = await self._io(self.reader.readexactly(size + 2))
-                yield data[:-2]
+                while size > 0:  # a large chunk in pieces, never whole
+                    piece = await self._io(self.reader.readexactly(min(size, CHUNK)))
+                    size -= len(piece)
+                    yield piece
+                if await self._io(self.reader.readexactly(2)) != b"\r\n":
+                    raise ProtocolError(self.status, None, f"{self.where}: a bad chunk")
         elif "content-length" in self.headers:
             n = int(self.headers["content-length"])
-            if n:
-                yield await self._io(self.reader.readexactly(n))
+            while n > 0:
+                piece = await self._io(self.reader.readexactly(min(n, CHUNK)))
+                n -= len(piece)
+                yield piece
         else:
             while True:
                 data = await self._io(self.reader.read(65536))
@@ -134,6 +145,78 @@ class _AsyncAnswer:
             await asyncio.wait_for(self.writer.wait_closed(), 5)
         except Exception:
             pass  # a peer that closed first, or without close_notify
+
+
+def _received(reader: asyncio.StreamReader) -> Optional[asyncio.StreamReader]:
+    """A reader of what ``reader`` received before its connection broke, if anything: asyncio
+    keeps those bytes but raises the broken pipe before them. (Its buffer is not public; where
+    it is not there, nothing.)"""
+    held = getattr(reader, "_buffer", None)
+    if not isinstance(held, (bytes, bytearray)) or not held:
+        return None
+    early = asyncio.StreamReader(limit=_MAX_HEAD)
+    early.feed_data(bytes(held))
+    early.feed_eof()
+    return early
+
+
+async def _send_chunked(writer: asyncio.StreamWriter, stream: Stream, wait: float) -> None:
+    """``stream``'s chunks as a chunked body, each written once the last has drained."""
+    chunks = stream.achunks()
+    try:
+        async for chunk in chunks:
+            writer.writelines([b"%X\r\n" % len(chunk), chunk, b"\r\n"])
+            await asyncio.wait_for(writer.drain(), wait)
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+    writer.write(b"0\r\n\r\n")
+    await asyncio.wait_for(writer.drain(), wait)
+
+
+class _Handed:
+    """A blocking reader, for ``tarfile`` on a worker thread, of the chunks the event loop hands
+    over (``q``): at most a few wait (``room``), so the archive is never held whole."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.q: "queue.Queue[Any]" = queue.Queue()
+        self.room = asyncio.Semaphore(4)
+        self.buf = b""
+        self.at = 0
+        self.ended = False
+
+    def read(self, n: int = CHUNK) -> bytes:
+        while self.at >= len(self.buf):
+            if self.ended:
+                return b""
+            item = self.q.get()
+            try:
+                self.loop.call_soon_threadsafe(self.room.release)
+            except RuntimeError:
+                pass  # the loop is closed: nobody hands anything more
+            if item is None:
+                self.ended = True
+            elif isinstance(item, BaseException):
+                self.ended = True
+                raise item
+            else:
+                self.buf, self.at = item, 0
+        out = self.buf[self.at : self.at + n]
+        self.at += len(out)
+        return out
+
+
+async def _room(room: asyncio.Semaphore, job: "asyncio.Future[Any]") -> bool:
+    """Waits for room to hand one more chunk over; ``False`` when the job ended meanwhile."""
+    if not room.locked():
+        await room.acquire()
+        return True
+    acquire = asyncio.ensure_future(room.acquire())
+    done, _ = await asyncio.wait({acquire, job}, return_when=asyncio.FIRST_COMPLETED)
+    if acquire in done:
+        return True
+    acquire.cancel()
+    return False
 
 
 class _AsyncTransport:
@@ -184,7 +267,8 @@ class _AsyncTransport:
             except ChorusError:
                 writer.close()
                 raise
-        encoded = m.encode_body(body)
+        stream = body if isinstance(body, Stream) else None
+        encoded = None if stream is not None else m.encode_body(body)
         data = b"" if encoded is None else encoded[0]
         head = f"{method} {path} HTTP/1.1\r\nHost: {ep.host_port}\r\nConnection: close\r\n"
         bearer = self.token if token is _UNSET else token
@@ -192,14 +276,36 @@ class _AsyncTransport:
             head += f"Authorization: Bearer {bearer}\r\n"
         if encoded is not None:
             head += f"Content-Type: {encoded[1]}\r\nContent-Length: {len(data)}\r\n"
+        if stream is not None:
+            # Sent as it is read, in chunks: never held whole.
+            head += f"Content-Type: {stream.kind}\r\nTransfer-Encoding: chunked\r\n"
         try:
             writer.write(head.encode("latin-1") + b"\r\n" + data)
             await asyncio.wait_for(writer.drain(), wait)
+            if stream is not None:
+                try:
+                    await _send_chunked(writer, stream, wait)
+                except asyncio.TimeoutError:
+                    raise
+                except OSError:
+                    if stream.failed is not None or stream.sent == 0:
+                        raise
+                    # The node answered before taking the whole body (a refusal), and closed:
+                    # its answer, when it came, says why better than the broken pipe.
+                    early = _received(reader)
+                    if early is None:
+                        raise
+                    reader = early
             raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), wait)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError,
                 asyncio.LimitOverrunError) as e:
             writer.close()
+            if stream is not None and stream.failed is e:
+                raise  # the body's own source failed (a file that could not be read)
             raise ConnectError(f"{ep.host_port} did not answer: {e!r}") from e
+        except BaseException:
+            writer.close()  # the body's source raised something else: as it is
+            raise
         lines = raw.decode("latin-1").split("\r\n")
         try:
             status = int(lines[0].split()[1])
@@ -455,7 +561,10 @@ class AsyncSandbox:
 
 
 class AsyncFiles:
-    """:class:`chorus_client.Files` for asyncio."""
+    """:class:`chorus_client.Files` for asyncio. A streamed body may also be an async iterable
+    of bytes (or an object whose ``read`` is a coroutine function); a blocking file-like object
+    or iterable is read, and a folder packed or unpacked, on a worker thread, so the event loop
+    runs on; a ``fileobj`` whose ``write`` returns an awaitable is awaited."""
 
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._s = sandbox
@@ -470,12 +579,46 @@ class AsyncFiles:
             m.json_of(status, data, c.addr)
         return data
 
+    async def _open(self, route: str, path: str) -> _AsyncAnswer:
+        c = self._s.cluster
+        a = await c._t.open("GET", f"{self._s._path}/{route}?path={m.quote(path)}")
+        if not 200 <= a.status < 300:
+            m.json_of(a.status, await a.read(), c.addr)
+        return a
+
+    async def _copy_to(self, route: str, path: str, fileobj: Any) -> int:
+        a = await self._open(route, path)
+        moved = 0
+        try:
+            async for data in a.chunks():
+                r = fileobj.write(data)
+                if inspect.isawaitable(r):
+                    await r
+                moved += len(data)
+            return moved
+        finally:
+            await a.close()
+
+    async def read_to(self, path: str, fileobj: Any) -> int:
+        """As :meth:`chorus_client.Files.read_to`."""
+        return await self._copy_to("files", path, fileobj)
+
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
 
-    async def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> int:
-        query, raw = m.file_write(path, data, mode)
-        v = await self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
+    async def write(
+        self, path: str, data: Union[bytes, str, BodySource, AsyncIterable[bytes]],
+        mode: Optional[int] = None,
+    ) -> int:
+        """As :meth:`chorus_client.Files.write` (an async iterable streams too)."""
+        if isinstance(data, str) or is_bytes(data):
+            query, raw = m.file_write(path, data, mode)  # type: ignore[arg-type]
+            v = await self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
+        else:
+            query = m.file_query(path, mode)
+            v = await self._s.cluster.request(
+                "PUT", f"{self._s._path}/files{query}", Stream(data)
+            )
         return int(v.get("size", 0))
 
     async def list(self, path: str = "/workspace") -> list[FileEntry]:
@@ -493,10 +636,58 @@ class AsyncFiles:
     async def download(self, path: str) -> bytes:
         return await self._bytes("tree", path)
 
-    async def upload(self, path: str, archive: bytes) -> dict[str, Any]:
-        body = m.Raw(bytes(archive), "application/x-tar")
+    async def download_to(self, path: str, fileobj: Any) -> int:
+        """As :meth:`chorus_client.Files.download_to`."""
+        return await self._copy_to("tree", path, fileobj)
+
+    async def download_dir(
+        self, path: str, local_dir: Union[str, "os.PathLike[str]"]
+    ) -> dict[str, Any]:
+        """As :meth:`chorus_client.Files.download_dir`: unpacked on a worker thread as the
+        chunks come, a few of them held at most."""
+        a = await self._open("tree", path)
+        where = self._s.cluster.addr
+        loop = asyncio.get_running_loop()
+        handed = _Handed(loop)
+        job = loop.run_in_executor(None, unpack, handed, local_dir, where)
+        try:
+            try:
+                async for chunk in a.chunks():
+                    if not await _room(handed.room, job):
+                        break  # the unpacking ended (and says why below)
+                    handed.q.put_nowait(chunk)
+                handed.q.put_nowait(None)
+            except Exception as e:  # the answer broke off: raised there, at its next read
+                handed.q.put_nowait(e)
+            return await job
+        finally:
+            if not job.done():  # cancelled: the thread ends at its next read
+                handed.q.put_nowait(ConnectError("the download was cancelled"))
+            await a.close()
+
+    async def upload(
+        self, path: str, archive: Union[bytes, BodySource, AsyncIterable[bytes]]
+    ) -> dict[str, Any]:
+        """As :meth:`chorus_client.Files.upload` (an async iterable streams too)."""
+        body: Any
+        if is_bytes(archive):
+            body = m.Raw(bytes(archive), "application/x-tar")  # type: ignore[arg-type]
+        else:
+            body = Stream(archive, "application/x-tar")
         path_q = f"{self._s._path}/tree?path={m.quote(path)}"
         return dict(await self._s.cluster.request("PUT", path_q, body))
+
+    async def upload_dir(
+        self, local_dir: Union[str, "os.PathLike[str]"], path: str
+    ) -> dict[str, Any]:
+        """As :meth:`chorus_client.Files.upload_dir` (packed on a worker thread)."""
+        packer = DirPacker(local_dir)
+        path_q = f"{self._s._path}/tree?path={m.quote(path)}"
+        body = Stream(packer.chunks(), "application/x-tar", owned=True)
+        v = dict(await self._s.cluster.request("PUT", path_q, body))
+        v["left_out"] = dict(packer.left_out)
+        v["left_out_more"] = packer.left_out_more
+        return v
 
 
 class AsyncTasks:

@@ -312,11 +312,15 @@ def encode_body(body: Any) -> Optional[tuple[bytes, str]]:
     return json.dumps(body).encode("utf-8"), "application/json"
 
 
+def file_query(path: str, mode: Optional[int]) -> str:
+    """``PUT /sandboxes/{id}/files``' query for a raw body: the path and the octal mode."""
+    return f"?path={quote(path)}" + ("" if mode is None else f"&mode={mode:o}")
+
+
 def file_write(path: str, data: Union[bytes, str], mode: Optional[int]) -> tuple[str, Raw]:
     """``PUT /sandboxes/{id}/files``' query and raw body: the bytes as they are, no base64."""
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    query = f"?path={quote(path)}" + ("" if mode is None else f"&mode={mode:o}")
-    return query, Raw(raw)
+    return file_query(path, mode), Raw(raw)
 
 
 def listing_of(path: str, v: Mapping[str, Any]) -> list[FileEntry]:

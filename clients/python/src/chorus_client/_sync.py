@@ -15,6 +15,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence, Union, overload
 
 from . import _model as m
 from ._conn import DEFAULT_ADDR, Endpoint, TlsSettings, check_pin, choose_token, trust_for
+from ._stream import CHUNK, AnswerReader, BodySource, DirPacker, Stream, Writable, is_bytes, unpack
 from ._model import (
     BackgroundProcess,
     Command,
@@ -76,6 +77,14 @@ class _Answer:
         finally:
             self.close()
 
+    def read_some(self, n: int) -> bytes:
+        """At most ``n`` bytes of the body, ``b""`` at its end; one that breaks off (a chunked
+        answer without its last chunk) raises :class:`ConnectError`."""
+        try:
+            return self.resp.read(n)
+        except (OSError, http.client.HTTPException) as e:
+            raise ConnectError(f"the answer broke off: {e!r}") from e
+
     def close(self) -> None:
         self.conn.close()
 
@@ -129,20 +138,49 @@ class _Transport:
         bearer = self.token if token is _UNSET else token
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
-        data: Optional[bytes] = None
-        encoded = m.encode_body(body)
-        if encoded is not None:
-            data, headers["Content-Type"] = encoded
+        data: Any = None
+        stream = body if isinstance(body, Stream) else None
+        if stream is not None:
+            # Sent as it is read, in chunks: never held whole.
+            data = stream.chunks()
+            headers["Content-Type"] = stream.kind
+            headers["Transfer-Encoding"] = "chunked"
+        else:
+            encoded = m.encode_body(body)
+            if encoded is not None:
+                data, headers["Content-Type"] = encoded
         try:
             conn.connect()  # the pin is checked here, before the request below
-            conn.request(method, path, body=data, headers=headers)
-            resp = conn.getresponse()
+            try:
+                try:
+                    conn.request(
+                        method, path, body=data, headers=headers, encode_chunked=stream is not None
+                    )
+                finally:
+                    if stream is not None:
+                        data.close()  # a folder's packing stops here too
+            except (OSError, http.client.HTTPException) as e:
+                if stream is None or stream.failed is not None or stream.sent == 0:
+                    raise
+                # The node answered before taking the whole body (a refusal), and closed: its
+                # answer, when it came whole, says why better than the broken pipe.
+                try:
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException):
+                    raise e from None
+            else:
+                resp = conn.getresponse()
         except ChorusError:
             conn.close()
             raise
         except (OSError, http.client.HTTPException) as e:
             conn.close()
+            if stream is not None and stream.failed is e:
+                raise  # the body's own source failed (a file that could not be read)
             raise ConnectError(f"cannot reach a chorus node at {ep.host_port}: {e}") from e
+        except BaseException:
+            conn.close()  # the body's source raised something else: as it is
+            raise
         return _Answer(conn, resp)
 
     def call(
@@ -434,13 +472,21 @@ class Sandbox:
 
 
 class Files:
-    """Files in a sandbox (absolute paths; ``..`` is refused)."""
+    """Files in a sandbox (absolute paths; ``..`` is refused).
+
+    What streams: a file's raw bytes both ways (:meth:`write` given a file-like object or an
+    iterable of chunks, :meth:`read_to`) and a folder's tar archive both ways (:meth:`upload`
+    given one, :meth:`upload_dir`, :meth:`download_to`, :meth:`download_dir`) move as they come,
+    in chunks of 256 KiB — through the node asked, on to the sandbox's worker — never held whole
+    here nor at a node: at most the worker's stream bound per call (``[sandbox]
+    live_file_max_mb``, 1 GiB by default) of file bytes; past it the node refuses with 413,
+    raised as :class:`Refused` with ``reason == "file_size"``."""
 
     def __init__(self, sandbox: Sandbox) -> None:
         self._s = sandbox
 
     def read(self, path: str) -> bytes:
-        """The file's bytes."""
+        """The file's bytes (held whole here: :meth:`read_to` streams them instead)."""
         return self._bytes("files", path)
 
     def _bytes(self, route: str, path: str) -> bytes:
@@ -451,14 +497,54 @@ class Files:
             m.json_of(status, data, c.addr)
         return data
 
+    def _open(self, route: str, path: str) -> _Answer:
+        """``GET /sandboxes/{id}/ROUTE?path=`` whose 2xx body is still to be read (an error
+        raised as any)."""
+        c = self._s.cluster
+        a = c._t.open("GET", f"{self._s._path}/{route}?path={m.quote(path)}")
+        if not 200 <= a.status < 300:
+            m.json_of(a.status, a.read(), c.addr)
+        return a
+
+    def _copy_to(self, route: str, path: str, fileobj: Writable) -> int:
+        a = self._open(route, path)
+        moved = 0
+        try:
+            while True:
+                data = a.read_some(CHUNK)
+                if not data:
+                    return moved
+                fileobj.write(data)
+                moved += len(data)
+        finally:
+            a.close()
+
+    def read_to(self, path: str, fileobj: Writable) -> int:
+        """Streams file ``path`` into ``fileobj`` (a writable binary file-like object) in
+        chunks as it comes, never whole; returns the bytes written. At most the worker's stream
+        bound (1 GiB by default): a larger file, or a read that fails part way, breaks the
+        answer off and raises :class:`ConnectError` — ``fileobj`` then holds a part, which is
+        never the whole."""
+        return self._copy_to("files", path, fileobj)
+
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)
 
-    def write(self, path: str, data: Union[bytes, str], mode: Optional[int] = None) -> int:
-        """Writes the file whole (text as UTF-8; the bytes as they are, no base64), making its
-        directories; returns its size."""
-        query, raw = m.file_write(path, data, mode)
-        v = self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
+    def write(
+        self, path: str, data: Union[bytes, str, BodySource], mode: Optional[int] = None
+    ) -> int:
+        """Writes the file whole, making its directories; returns its size. ``data``: bytes or
+        text (UTF-8; sent as they are, no base64), or a binary file-like object (anything with
+        ``read(n)``) or an iterable of bytes chunks, streamed (``Transfer-Encoding: chunked``)
+        as it is read, never held whole — at most the worker's stream bound (1 GiB by default;
+        413 past it, raised as :class:`Refused` with ``reason == "file_size"``). An upload that
+        breaks off leaves no file at ``path``."""
+        if isinstance(data, str) or is_bytes(data):
+            query, raw = m.file_write(path, data, mode)  # type: ignore[arg-type]
+            v = self._s.cluster.request("PUT", f"{self._s._path}/files{query}", raw)
+        else:
+            query = m.file_query(path, mode)
+            v = self._s.cluster.request("PUT", f"{self._s._path}/files{query}", Stream(data))
         return int(v.get("size", 0))
 
     def list(self, path: str = "/workspace") -> list[FileEntry]:
@@ -478,16 +564,85 @@ class Files:
 
     def download(self, path: str) -> bytes:
         """Directory ``path`` as a tar archive (names relative to it): its folders, regular
-        files and hard links among them; symbolic links left out. Up to the worker's stream
-        bound (1 GiB of file bytes)."""
+        files and hard links among them; symbolic links, devices and the like left out. Up to
+        the worker's stream bound (1 GiB of file bytes by default). Held whole here:
+        :meth:`download_to` and :meth:`download_dir` stream it instead."""
         return self._bytes("tree", path)
 
-    def upload(self, path: str, archive: bytes) -> dict[str, Any]:
+    def download_to(self, path: str, fileobj: Writable) -> int:
+        """Streams directory ``path`` as a tar archive (as :meth:`download` makes it) into
+        ``fileobj`` (a writable binary file-like object) in chunks as it comes, never whole;
+        returns the bytes written. A folder over the worker's stream bound (1 GiB of file bytes
+        by default), or a read that fails part way, breaks the answer off and raises
+        :class:`ConnectError` (``fileobj`` holds a part, which is never the whole)."""
+        return self._copy_to("tree", path, fileobj)
+
+    def download_dir(
+        self, path: str, local_dir: Union[str, "os.PathLike[str]"]
+    ) -> dict[str, Any]:
+        """Unpacks directory ``path`` of the sandbox into local folder ``local_dir`` (made if
+        missing) as its tar archive comes (``tarfile`` stream mode ``r|``), never holding it
+        whole. Kept: folders, regular files — their permission bits as ``tarfile``'s ``data``
+        filter leaves them (no group/other write, no set-id bits, read-write for their owner)
+        — and hard links to a file unpacked earlier from the same archive; files already there
+        are replaced, others kept. Refused, never written, and listed in the answer's
+        ``skipped`` (name → why; at most 1000, ``skipped_more`` counts the rest): absolute
+        names, names with ``..``, names that would reach out of ``local_dir`` through a link
+        already in it, symbolic links (wherever they point), hard links to anything else,
+        devices, fifos. Uses the ``data`` extraction filter where this Python has it, the same
+        checks otherwise. At most the worker's stream bound (1 GiB of file bytes by default):
+        a larger folder, or a read that fails part way, raises :class:`ConnectError`, leaving
+        the files unpacked before the break. Returns ``{path, files, bytes, skipped,
+        skipped_more}``."""
+        a = self._open("tree", path)
+        try:
+            return unpack(AnswerReader(a.read_some, self._s.cluster.addr), local_dir,
+                          self._s.cluster.addr)
+        finally:
+            a.close()
+
+    def upload(self, path: str, archive: Union[bytes, BodySource]) -> dict[str, Any]:
         """Unpacks a tar archive's folders, regular files and hard links under directory
-        ``path`` (streamed by the node, up to 1 GiB of file bytes); the answer says how many and
-        what was ``skipped`` (symbolic links, devices, names with ``..``)."""
-        body = m.Raw(bytes(archive), "application/x-tar")
-        return dict(self._s.cluster.request("PUT", f"{self._s._path}/tree?path={m.quote(path)}", body))
+        ``path`` (made if missing; files already there replaced, others kept), streamed by the
+        node as it arrives, up to the worker's stream bound (1 GiB of file bytes by default;
+        413 past it, raised as :class:`Refused` with ``reason == "file_size"``: what came
+        before it is written). ``archive``: bytes, or a binary file-like object (anything with
+        ``read(n)``) or an iterable of bytes chunks, sent as it is read
+        (``Transfer-Encoding: chunked``), never held whole. The answer says how many
+        (``files``, ``bytes``) and what was ``skipped`` (symbolic links, devices, names with
+        ``..``; ``skipped_more`` past the 1000 listed). An archive that is not tar, or one
+        broken off, raises :class:`BadRequest` (``bad_tree``)."""
+        url = f"{self._s._path}/tree?path={m.quote(path)}"
+        body: Any
+        if is_bytes(archive):
+            body = m.Raw(bytes(archive), "application/x-tar")  # type: ignore[arg-type]
+        else:
+            body = Stream(archive, "application/x-tar")
+        return dict(self._s.cluster.request("PUT", url, body))
+
+    def upload_dir(
+        self, local_dir: Union[str, "os.PathLike[str]"], path: str
+    ) -> dict[str, Any]:
+        """Sends local folder ``local_dir`` into directory ``path`` of the sandbox, packed as a
+        tar archive while it is walked and sent (``tarfile`` stream mode ``w|``, on a thread,
+        a few chunks of 256 KiB held at most; no temporary file), as ``chorus sandbox cp DIR
+        ID:/dir`` does: its folders and regular files, names relative to it, with their
+        permission bits (set-id bits dropped). Symbolic links are not followed: they, devices,
+        fifos, sockets and names that are not UTF-8 are left out here and listed in the
+        answer's ``left_out`` (name → what it is; at most 1000, ``left_out_more`` counts the
+        rest). At most the worker's stream bound (1 GiB of file bytes by default; 413 past it,
+        raised as :class:`Refused` with ``reason == "file_size"``: what came before it is
+        written). A folder or file here that cannot be read raises its own ``OSError`` (the
+        node then keeps what it unpacked before the break). Returns the node's answer
+        (``path``, ``files``, ``bytes``, ``skipped``, ``skipped_more``) with ``left_out`` and
+        ``left_out_more``."""
+        packer = DirPacker(local_dir)
+        url = f"{self._s._path}/tree?path={m.quote(path)}"
+        body = Stream(packer.chunks(), "application/x-tar", owned=True)
+        v = dict(self._s.cluster.request("PUT", url, body))
+        v["left_out"] = dict(packer.left_out)
+        v["left_out_more"] = packer.left_out_more
+        return v
 
 
 class Tasks:
