@@ -448,12 +448,12 @@ struct RawSender {
     identify: libp2p::identify::Behaviour,
 }
 
-async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sender<Vec<u8>> {
-    use futures::StreamExt;
-    let mut ad = serde_json::to_value(info(&[], 0)).unwrap();
-    ad["agent"] = "raw-sender".into();
-    ad["cluster"] = CLUSTER.into();
-    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
+/// A bare libp2p swarm on TCP + noise + yamux with `make`'s behaviour; its own idle timeout is
+/// a minute, so a close within the tests is the other end's.
+fn raw_swarm<B: libp2p::swarm::NetworkBehaviour>(
+    make: impl FnOnce(&Keypair) -> B,
+) -> libp2p::Swarm<B> {
+    libp2p::SwarmBuilder::with_new_identity()
         .with_tokio()
         .with_tcp(
             libp2p::tcp::Config::default(),
@@ -461,19 +461,32 @@ async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sende
             libp2p::yamux::Config::default,
         )
         .unwrap()
-        .with_behaviour(|key| RawSender {
-            direct: request_response::Behaviour::<FrameCodec>::new(
-                [(DIRECT_PROTOCOL, request_response::ProtocolSupport::Full)],
-                request_response::Config::default(),
-            ),
-            identify: libp2p::identify::Behaviour::new(
-                libp2p::identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
-                    .with_agent_version(ad.to_string()),
-            ),
-        })
+        .with_behaviour(|key| make(key))
         .unwrap()
         .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build();
+        .build()
+}
+
+/// Identify as a node of [`CLUSTER`] would answer it, under the implementation name `agent`.
+fn member_identify(key: &Keypair, agent: &str) -> libp2p::identify::Behaviour {
+    let mut ad = serde_json::to_value(info(&[], 0)).unwrap();
+    ad["agent"] = agent.into();
+    ad["cluster"] = CLUSTER.into();
+    libp2p::identify::Behaviour::new(
+        libp2p::identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
+            .with_agent_version(ad.to_string()),
+    )
+}
+
+async fn raw_sender(target: PeerId, addr: Multiaddr) -> tokio::sync::mpsc::Sender<Vec<u8>> {
+    use futures::StreamExt;
+    let mut swarm = raw_swarm(|key| RawSender {
+        direct: request_response::Behaviour::<FrameCodec>::new(
+            [(DIRECT_PROTOCOL, request_response::ProtocolSupport::Full)],
+            request_response::Config::default(),
+        ),
+        identify: member_identify(key, "raw-sender"),
+    });
     swarm.add_peer_address(target, addr);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
     tokio::spawn(async move {
@@ -1069,18 +1082,7 @@ where
 {
     use futures::StreamExt;
     use libp2p::swarm::SwarmEvent;
-    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(
-            libp2p::tcp::Config::default(),
-            libp2p::noise::Config::new,
-            libp2p::yamux::Config::default,
-        )
-        .unwrap()
-        .with_behaviour(|_| behaviour)
-        .unwrap()
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build();
+    let mut swarm = raw_swarm(|_| behaviour);
     swarm.dial(addr).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -1174,27 +1176,10 @@ async fn a_newer_link_stream_replaces_the_oldest_and_is_read() {
     use libp2p::request_response::Codec;
     let (mut a, a_addr) = start(config(&[])).await;
     let target = a.local_peer_id();
-    let mut ad = serde_json::to_value(info(&[], 0)).unwrap();
-    ad["agent"] = "raw-linker".into();
-    ad["cluster"] = CLUSTER.into();
-    let mut swarm = libp2p::SwarmBuilder::with_new_identity()
-        .with_tokio()
-        .with_tcp(
-            libp2p::tcp::Config::default(),
-            libp2p::noise::Config::new,
-            libp2p::yamux::Config::default,
-        )
-        .unwrap()
-        .with_behaviour(|key| RawLinker {
-            stream: libp2p_stream::Behaviour::new(),
-            identify: libp2p::identify::Behaviour::new(
-                libp2p::identify::Config::new(IDENTIFY_PROTOCOL.to_owned(), key.public())
-                    .with_agent_version(ad.to_string()),
-            ),
-        })
-        .unwrap()
-        .with_swarm_config(|c| c.with_idle_connection_timeout(Duration::from_secs(60)))
-        .build();
+    let mut swarm = raw_swarm(|key| RawLinker {
+        stream: libp2p_stream::Behaviour::new(),
+        identify: member_identify(key, "raw-linker"),
+    });
     let raw_id = NodeId::from(swarm.local_peer_id().to_base58());
     let mut control = swarm.behaviour().stream.new_control();
     swarm.dial(a_addr).unwrap();
